@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Set up a development environment on a fresh machine: .venv with tox and every package of
+# the monorepo installed editable. Idempotent; safe to run again.
+#
+# Usage: bash scripts/bootstrap.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PIP_CONSTRAINT="$PWD/constraints.txt" PIP_DISABLE_PIP_VERSION_CHECK=1
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q "tox>=4.20"
+# Two passes: a normal install resolves every dependency (sibling packages are direct
+# references), then editable installs without dependencies put the source trees in place.
+targets=()
+for dir in packages/rlinf-comm packages/rlinf-sched packages/rlinf-envs packages/rlinf-workers apps/*; do
+  [ -f "$dir/pyproject.toml" ] && targets+=("$dir")
+done
+.venv/bin/python -m pip install -q "${targets[@]/%/[dev]}"
+for dir in "${targets[@]}"; do
+  .venv/bin/python -m pip install -q --no-deps -e "$dir"
+done
+echo "bootstrap: .venv ready ($(.venv/bin/python --version))"
