@@ -1,0 +1,149 @@
+"""Probing this machine (nvidia-ml-py, /proc) and a running Ray cluster for `Cluster.discover`.
+
+Everything optional is imported lazily and every failure falls back: no nvidia-ml-py or no
+driver (``NVMLError``) means no GPUs here; Ray not imported or not initialized in this process
+means a single-node cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from rlinf.sched.cluster import known_gpu_memory, local_hostname, usable_cpus
+
+_log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class LocalGpu:
+    """One GPU of this machine as nvidia-ml-py reports it."""
+
+    name: str
+    memory_bytes: int
+    nvlink: bool
+
+
+def host_memory_bytes() -> int:
+    """Physical memory of this machine (0 if the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
+        return 0
+
+
+def short_gpu_name(name: str) -> str:
+    """``"NVIDIA H100 80GB HBM3"`` → ``"H100"``: the model token the rest of the code uses."""
+    for token in name.replace("NVIDIA", "").split():
+        if any(c.isdigit() for c in token) and token[0].isalpha():
+            return token
+    return name.strip() or "gpu"
+
+
+def local_gpus() -> list[LocalGpu]:
+    """GPUs of this machine through nvidia-ml-py; empty without the module or a driver."""
+    try:
+        import pynvml
+    except ImportError:
+        _log.debug("nvml_unavailable", reason="nvidia-ml-py not installed")
+        return []
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        _log.debug("nvml_unavailable", reason=str(exc))
+        return []
+    gpus: list[LocalGpu] = []
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            raw = pynvml.nvmlDeviceGetName(handle)
+            name = raw.decode() if isinstance(raw, bytes) else str(raw)
+            memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total)
+            gpus.append(LocalGpu(short_gpu_name(name), memory, _has_nvlink(pynvml, handle)))
+    except pynvml.NVMLError as exc:
+        _log.warning("nvml_query_failed", error=str(exc), gpus_read=len(gpus))
+    finally:
+        with contextlib.suppress(pynvml.NVMLError):
+            pynvml.nvmlShutdown()
+    return gpus
+
+
+def _has_nvlink(pynvml: Any, handle: Any) -> bool:
+    links = getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)
+    for link in range(links):
+        try:
+            if pynvml.nvmlDeviceGetNvLinkState(handle, link) == pynvml.NVML_FEATURE_ENABLED:
+                return True
+        except pynvml.NVMLError:
+            return False
+    return False
+
+
+def _cpu_node(hostname: str, address: str, cpus: int, memory: int, slots: int) -> dict[str, Any]:
+    per_slot = memory // slots if memory else 0
+    return {
+        "hostname": hostname, "address": address, "devices": [("cpu", per_slot, "cpu")] * slots,
+        "nvlink": False, "cpus": cpus, "memory_bytes": memory,
+    }
+
+
+def _gpu_node(
+    hostname: str, address: str, gpus: list[LocalGpu], cpus: int, memory: int
+) -> dict[str, Any]:
+    return {
+        "hostname": hostname, "address": address,
+        "devices": [(g.name, g.memory_bytes, "cuda") for g in gpus],
+        "nvlink": any(g.nvlink for g in gpus), "cpus": cpus, "memory_bytes": memory,
+    }
+
+
+def discover_nodes(*, use_ray: bool, cpu_slots: int | None) -> Iterator[dict[str, Any]]:
+    """Keyword arguments for `_Builder.add_node`, one dict per node."""
+    if cpu_slots is not None and cpu_slots < 1:
+        from rlinf.sched.errors import ClusterError
+
+        raise ClusterError(f"cpu_slots={cpu_slots}: expected at least one slot per node")
+    ray = sys.modules.get("ray") if use_ray else None  # initialized Ray implies imported Ray
+    if ray is not None and ray.is_initialized():
+        yield from _ray_nodes(ray, cpu_slots)
+        return
+    hostname, cpus, memory = local_hostname(), usable_cpus(), host_memory_bytes()
+    gpus = local_gpus()
+    if gpus:
+        yield _gpu_node(hostname, "", gpus, cpus, memory)
+    else:
+        yield _cpu_node(hostname, "", cpus, memory, cpu_slots or cpus)
+
+
+def _ray_nodes(ray: Any, cpu_slots: int | None) -> Iterator[dict[str, Any]]:
+    local_ip = ray.util.get_node_ip_address()
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    alive.sort(key=lambda n: (n.get("NodeManagerAddress") != local_ip, n.get("NodeID", "")))
+    local_done = False
+    for node in alive:
+        res = node.get("Resources", {})
+        address = str(node.get("NodeManagerAddress", ""))
+        hostname = str(node.get("NodeManagerHostname", address))
+        cpus = int(res.get("CPU", 0))
+        memory = int(res.get("memory", 0))
+        num_gpus = int(res.get("GPU", 0))
+        if address == local_ip and not local_done:
+            local_done = True
+            gpus = local_gpus()
+            if gpus:
+                yield _gpu_node(hostname, address, gpus[: num_gpus or len(gpus)], cpus, memory)
+                continue
+        if num_gpus:
+            kinds = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
+            kind = kinds[0] if kinds else "gpu"
+            mem = known_gpu_memory(kind) or 0
+            gpus = [LocalGpu(kind, mem, False)] * num_gpus
+            yield _gpu_node(hostname, address, gpus, cpus, memory)
+        else:
+            yield _cpu_node(hostname, address, cpus, memory, cpu_slots or max(cpus, 1))

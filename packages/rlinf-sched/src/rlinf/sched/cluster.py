@@ -1,0 +1,483 @@
+"""The cluster: nodes and their accelerators, discovered or described in a file.
+
+Devices have global indices ``0..num_devices-1`` numbered node by node; placements refer to
+these indices. Three ways to get a `Cluster`:
+
+- `Cluster.discover()` — this machine (and, when Ray is initialized, every alive Ray node).
+  GPUs come from nvidia-ml-py (model, memory, NVLink) on the local node and from Ray's
+  ``GPU``/``accelerator_type:*`` resources on others. A node without GPUs offers logical CPU
+  devices, one per CPU core slot, so every execution mode runs for real on a CPU box.
+- `Cluster.uniform(num_nodes, devices_per_node, device_memory_bytes, kind)` — a homogeneous
+  cluster, e.g. 128 nodes × 8 H100, for planning hardware we do not have.
+- `Cluster.from_file(path)` — a JSON or YAML description (YAML needs PyYAML). Schema::
+
+      name: h100-pod                 # optional
+      intra_node_bandwidth: 4.5e11   # optional, bytes/s between devices of one node
+      inter_node_bandwidth: 5.0e10   # optional, bytes/s between nodes
+      nodes:                         # required, a list; entries expand in order
+        - count: 128                 # optional (1): this many identical nodes
+          devices: 8                 # required: accelerators (or CPU slots) per node
+          device_kind: H100          # optional ("cpu"): accelerator model
+          device_memory: 80GiB       # required: bytes per device, int or "80GiB"/"80GB"/"512MiB"
+          backend: cuda              # optional: "cuda" or "cpu" (default from device_kind)
+          nvlink: true               # optional (false): devices of the node share NVLink
+          cpus: 192                  # optional (0 = unknown): CPU cores of the node
+          memory: 2TiB               # optional (0 = unknown): host memory
+          hostname: node             # optional: a name, or a prefix when count > 1
+
+  `Cluster.to_dict()`/`to_file()` write the same schema, so files round-trip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rlinf.sched.errors import ClusterError
+
+__all__ = ["Cluster", "Device", "Node", "parse_bytes"]
+
+_log = structlog.get_logger(__name__)
+
+DEFAULT_INTRA_NODE_BANDWIDTH = 4.5e11  # bytes/s, NVLink 4 class
+DEFAULT_INTER_NODE_BANDWIDTH = 5.0e10  # bytes/s, 400 Gb/s NIC
+_CPU_INTRA_NODE_BANDWIDTH = 1.0e10  # bytes/s, shared-memory copy on a small box
+
+# Memory of accelerators Ray reports only by model name (accelerator_type:<model>).
+_KNOWN_GPU_MEMORY = {
+    "H200": 141 * 10**9,
+    "H100": 80 * 2**30,
+    "H800": 80 * 2**30,
+    "A100": 80 * 2**30,
+    "A100-40G": 40 * 2**30,
+    "A100-80G": 80 * 2**30,
+    "A800": 80 * 2**30,
+    "L40S": 48 * 2**30,
+    "L4": 24 * 2**30,
+    "A10G": 24 * 2**30,
+    "V100": 32 * 2**30,
+    "T4": 16 * 2**30,
+}
+
+_UNITS = {
+    "": 1, "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+    "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40,
+}
+_BYTES_RE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def parse_bytes(value: int | float | str) -> int:
+    """Read a byte count: an int, or a string such as ``"80GiB"``, ``"141GB"``, ``"512 MiB"``."""
+    if isinstance(value, bool):
+        raise ClusterError(f"byte count {value!r}: expected an integer or a string like '80GiB'")
+    if isinstance(value, int | float):
+        if value < 0:
+            raise ClusterError(f"byte count {value!r}: expected a non-negative number")
+        return int(value)
+    m = _BYTES_RE.fullmatch(str(value))
+    unit = m.group(2).upper() if m else ""
+    if m is None or unit not in _UNITS:
+        raise ClusterError(
+            f"byte count {value!r}: expected a number with an optional unit "
+            f"({', '.join(u for u in _UNITS if u)}), e.g. '80GiB'"
+        )
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator, or one CPU core slot standing in for one."""
+
+    index: int
+    """Global index, used by placements."""
+    node: int
+    """Index of the node that holds it."""
+    local_index: int
+    """Index on its node (CUDA device ordinal for GPUs)."""
+    kind: str
+    """Model, e.g. ``"H100"``, or ``"cpu"`` for a logical CPU device."""
+    memory_bytes: int
+    """Memory of the device (for CPU slots: the node's memory divided among its slots)."""
+    backend: str = "cuda"
+    """``"cuda"`` or ``"cpu"``."""
+
+    @property
+    def is_gpu(self) -> bool:
+        """True for a CUDA accelerator, False for a logical CPU device."""
+        return self.backend == "cuda"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One machine of the cluster."""
+
+    index: int
+    """Node index, in discovery or file order."""
+    hostname: str
+    """Host name (or a made-up one for described clusters)."""
+    devices: tuple[int, ...]
+    """Global indices of its devices."""
+    nvlink: bool = False
+    """Whether its GPUs are connected by NVLink."""
+    cpus: int = 0
+    """CPU cores (0 if unknown)."""
+    memory_bytes: int = 0
+    """Host memory in bytes (0 if unknown)."""
+    address: str = ""
+    """IP address where known (Ray's node manager address)."""
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Nodes and devices; built by `discover`, `uniform`, `from_file` or `from_dict`."""
+
+    nodes: tuple[Node, ...]
+    devices: tuple[Device, ...]
+    name: str = ""
+    intra_node_bandwidth: float = DEFAULT_INTRA_NODE_BANDWIDTH
+    """Bytes/s between two devices of one node."""
+    inter_node_bandwidth: float = DEFAULT_INTER_NODE_BANDWIDTH
+    """Bytes/s between devices on different nodes."""
+    _node_of: tuple[int, ...] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise ClusterError("a cluster needs at least one device: expected a non-empty list")
+        for i, dev in enumerate(self.devices):
+            if dev.index != i:
+                raise ClusterError(
+                    f"device at position {i} has index {dev.index}: expected devices numbered "
+                    "0..n-1 in order"
+                )
+            if not 0 <= dev.node < len(self.nodes) or dev.index not in self.nodes[dev.node].devices:
+                raise ClusterError(
+                    f"device {dev.index} claims node {dev.node}, which does not list it"
+                )
+        for i, node in enumerate(self.nodes):
+            if node.index != i:
+                raise ClusterError(f"node at position {i} has index {node.index}: expected {i}")
+        object.__setattr__(self, "_node_of", tuple(d.node for d in self.devices))
+
+    # ---------------------------------------------------------------- queries
+    @property
+    def num_devices(self) -> int:
+        """Total devices (GPUs, or CPU slots on a GPU-less node)."""
+        return len(self.devices)
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return len(self.nodes)
+
+    @property
+    def has_gpus(self) -> bool:
+        """True if any device is a CUDA accelerator."""
+        return any(d.is_gpu for d in self.devices)
+
+    def node_of(self, device: int) -> int:
+        """Index of the node that holds global device `device`."""
+        if not 0 <= device < len(self._node_of):
+            raise ClusterError(
+                f"device {device} is out of range: expected 0-{self.num_devices - 1}"
+            )
+        return self._node_of[device]
+
+    def same_node(self, a: int, b: int) -> bool:
+        """Whether devices `a` and `b` are on the same node."""
+        return self.node_of(a) == self.node_of(b)
+
+    def bandwidth(self, a: int, b: int) -> float:
+        """Bytes/s for moving data from device `a` to device `b` (infinite within a device)."""
+        if a == b:
+            return float("inf")
+        return self.intra_node_bandwidth if self.same_node(a, b) else self.inter_node_bandwidth
+
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def uniform(
+        cls,
+        num_nodes: int,
+        devices_per_node: int,
+        device_memory_bytes: int | str,
+        kind: str = "H100",
+        *,
+        nvlink: bool | None = None,
+        cpus_per_node: int = 0,
+        node_memory_bytes: int | str = 0,
+        name: str = "",
+        intra_node_bandwidth: float | None = None,
+        inter_node_bandwidth: float = DEFAULT_INTER_NODE_BANDWIDTH,
+    ) -> Cluster:
+        """A homogeneous cluster of `num_nodes` × `devices_per_node` devices of one `kind`."""
+        if num_nodes < 1 or devices_per_node < 1:
+            raise ClusterError(
+                f"uniform cluster of {num_nodes} node(s) × {devices_per_node} device(s): "
+                "expected at least one of each"
+            )
+        spec = {
+            "count": num_nodes,
+            "devices": devices_per_node,
+            "device_kind": kind,
+            "device_memory": device_memory_bytes,
+            "nvlink": (kind.lower() != "cpu") if nvlink is None else nvlink,
+            "cpus": cpus_per_node,
+            "memory": node_memory_bytes,
+        }
+        data: dict[str, Any] = {"name": name, "nodes": [spec]}
+        data["inter_node_bandwidth"] = inter_node_bandwidth
+        if intra_node_bandwidth is not None:
+            data["intra_node_bandwidth"] = intra_node_bandwidth
+        return cls.from_dict(data)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Cluster:
+        """Build a cluster from the file schema in the module docstring."""
+        if not isinstance(data, Mapping) or not isinstance(data.get("nodes"), list):
+            raise ClusterError(
+                f"cluster description {_short(data)}: expected a mapping with a 'nodes' list"
+            )
+        builder = _Builder()
+        any_gpu = False
+        for n, entry in enumerate(data["nodes"]):
+            where = f"nodes[{n}]"
+            if not isinstance(entry, Mapping):
+                raise ClusterError(f"{where} is {_short(entry)}: expected a mapping")
+            unknown = set(entry) - _NODE_KEYS
+            if unknown:
+                raise ClusterError(
+                    f"{where} has unknown key(s) {sorted(unknown)}: expected {sorted(_NODE_KEYS)}"
+                )
+            count = _int(entry.get("count", 1), f"{where}.count", minimum=1)
+            if "devices" not in entry or "device_memory" not in entry:
+                raise ClusterError(f"{where} needs 'devices' and 'device_memory'")
+            devices = _int(entry["devices"], f"{where}.devices", minimum=1)
+            kind = str(entry.get("device_kind", "cpu"))
+            backend = str(entry.get("backend", "cpu" if kind.lower() == "cpu" else "cuda"))
+            if backend not in ("cuda", "cpu"):
+                raise ClusterError(f"{where}.backend is {backend!r}: expected 'cuda' or 'cpu'")
+            any_gpu |= backend == "cuda"
+            memory = parse_bytes(entry["device_memory"])
+            hostname = entry.get("hostname")
+            for k in range(count):
+                host = (
+                    str(hostname) if hostname is not None and count == 1
+                    else f"{hostname}-{k}" if hostname is not None
+                    else f"node{len(builder.nodes)}"
+                )
+                builder.add_node(
+                    hostname=host,
+                    address=str(entry.get("address", "")),
+                    devices=[(kind, memory, backend)] * devices,
+                    nvlink=bool(entry.get("nvlink", False)),
+                    cpus=_int(entry.get("cpus", 0), f"{where}.cpus", minimum=0),
+                    memory_bytes=parse_bytes(entry.get("memory", 0)),
+                )
+        if not builder.nodes:
+            raise ClusterError("cluster description has no nodes: expected at least one")
+        intra_default = DEFAULT_INTRA_NODE_BANDWIDTH if any_gpu else _CPU_INTRA_NODE_BANDWIDTH
+        return builder.build(
+            name=str(data.get("name", "")),
+            intra_node_bandwidth=float(data.get("intra_node_bandwidth", intra_default)),
+            inter_node_bandwidth=float(
+                data.get("inter_node_bandwidth", DEFAULT_INTER_NODE_BANDWIDTH)
+            ),
+        )
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Cluster:
+        """Read a JSON (``.json``) or YAML (``.yaml``/``.yml``) cluster description."""
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except OSError as exc:
+            raise ClusterError(f"cannot read cluster file {str(p)!r}: {exc}") from exc
+        if p.suffix.lower() in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError as exc:
+                raise ClusterError(
+                    f"reading {str(p)!r} needs PyYAML: install it with "
+                    "`pip install 'rlinf-sched[yaml]'`, or write the file as JSON"
+                ) from exc
+            try:
+                data = yaml.safe_load(text)
+            except yaml.YAMLError as exc:
+                raise ClusterError(f"cluster file {str(p)!r} is not valid YAML: {exc}") from exc
+        else:
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise ClusterError(f"cluster file {str(p)!r} is not valid JSON: {exc}") from exc
+        try:
+            return cls.from_dict(data)
+        except ClusterError as exc:
+            raise ClusterError(f"in cluster file {str(p)!r}: {exc}") from exc
+
+    def to_dict(self) -> dict[str, Any]:
+        """The file schema, with consecutive identical nodes folded into one `count` entry."""
+        entries: list[dict[str, Any]] = []
+        for node in self.nodes:
+            devs = [self.devices[i] for i in node.devices]
+            kinds = {(d.kind, d.memory_bytes, d.backend) for d in devs}
+            if len(kinds) != 1:
+                raise ClusterError(
+                    f"node {node.index} mixes device kinds {sorted(kinds)}: the file schema "
+                    "describes one kind per node"
+                )
+            kind, memory, backend = kinds.pop()
+            entry: dict[str, Any] = {
+                "count": 1,
+                "devices": len(devs),
+                "device_kind": kind,
+                "device_memory": memory,
+                "backend": backend,
+                "nvlink": node.nvlink,
+                "cpus": node.cpus,
+                "memory": node.memory_bytes,
+            }
+            default_host = node.hostname == f"node{node.index}"
+            if not default_host:
+                entry["hostname"] = node.hostname
+            if node.address:
+                entry["address"] = node.address
+            if entries and default_host and "hostname" not in entries[-1] and all(
+                entries[-1][k] == v for k, v in entry.items() if k != "count"
+            ) and "address" not in entry:
+                entries[-1]["count"] += 1
+            else:
+                entries.append(entry)
+        return {
+            "name": self.name,
+            "intra_node_bandwidth": self.intra_node_bandwidth,
+            "inter_node_bandwidth": self.inter_node_bandwidth,
+            "nodes": entries,
+        }
+
+    def to_file(self, path: str | os.PathLike[str]) -> None:
+        """Write the description as JSON (or YAML for a ``.yaml``/``.yml`` path)."""
+        p = Path(path)
+        data = self.to_dict()
+        if p.suffix.lower() in (".yaml", ".yml"):
+            try:
+                import yaml
+            except ImportError as exc:
+                raise ClusterError(
+                    "writing YAML needs PyYAML: `pip install 'rlinf-sched[yaml]'`"
+                ) from exc
+            p.write_text(yaml.safe_dump(data, sort_keys=False))
+        else:
+            p.write_text(json.dumps(data, indent=2) + "\n")
+
+    @classmethod
+    def discover(cls, *, use_ray: bool = True, cpu_slots: int | None = None) -> Cluster:
+        """Discover the cluster this process runs in.
+
+        With `use_ray` and Ray already initialized in this process (this never starts Ray),
+        every alive Ray node is a node; otherwise only this machine. GPUs of this machine are
+        read through nvidia-ml-py, those of other nodes from Ray's resources. A node without
+        GPUs gets `cpu_slots` logical CPU devices (default: its usable CPU cores; pass more to
+        oversubscribe a small box, e.g. 8 to try an 8-device placement on 2 cores).
+        """
+        from rlinf.sched._discovery import discover_nodes
+
+        builder = _Builder()
+        for info in discover_nodes(use_ray=use_ray, cpu_slots=cpu_slots):
+            builder.add_node(**info)
+        cluster = builder.build(
+            name="discovered",
+            intra_node_bandwidth=(
+                DEFAULT_INTRA_NODE_BANDWIDTH if any(
+                    b == "cuda" for n in builder.nodes for (_, _, b) in n["devices"]
+                ) else _CPU_INTRA_NODE_BANDWIDTH
+            ),
+            inter_node_bandwidth=DEFAULT_INTER_NODE_BANDWIDTH,
+        )
+        _log.info(
+            "cluster_discovered", nodes=cluster.num_nodes, devices=cluster.num_devices,
+            gpus=cluster.has_gpus,
+        )
+        return cluster
+
+
+_NODE_KEYS = frozenset(
+    {"count", "devices", "device_kind", "device_memory", "backend", "nvlink", "cpus", "memory",
+     "hostname", "address"}
+)
+
+
+class _Builder:
+    """Numbers nodes and devices in order while a cluster is assembled."""
+
+    def __init__(self) -> None:
+        self.nodes: list[dict[str, Any]] = []
+
+    def add_node(
+        self,
+        *,
+        hostname: str,
+        devices: Sequence[tuple[str, int, str]],
+        nvlink: bool = False,
+        cpus: int = 0,
+        memory_bytes: int = 0,
+        address: str = "",
+    ) -> None:
+        self.nodes.append({
+            "hostname": hostname, "devices": list(devices), "nvlink": nvlink, "cpus": cpus,
+            "memory_bytes": memory_bytes, "address": address,
+        })
+
+    def build(
+        self, *, name: str, intra_node_bandwidth: float, inter_node_bandwidth: float
+    ) -> Cluster:
+        nodes: list[Node] = []
+        devices: list[Device] = []
+        for n, info in enumerate(self.nodes):
+            indices = []
+            for local, (kind, memory, backend) in enumerate(info["devices"]):
+                indices.append(len(devices))
+                devices.append(Device(len(devices), n, local, kind, memory, backend))
+            nodes.append(Node(
+                n, info["hostname"], tuple(indices), info["nvlink"], info["cpus"],
+                info["memory_bytes"], info["address"],
+            ))
+        return Cluster(
+            tuple(nodes), tuple(devices), name, intra_node_bandwidth, inter_node_bandwidth
+        )
+
+
+def _int(value: Any, where: str, *, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ClusterError(f"{where} is {value!r}: expected an integer >= {minimum}")
+    return value
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def known_gpu_memory(kind: str) -> int | None:
+    """Memory of a GPU model Ray names in ``accelerator_type:<kind>``, if we know it."""
+    return _KNOWN_GPU_MEMORY.get(kind.upper())
+
+
+def local_hostname() -> str:
+    """This machine's host name."""
+    return socket.gethostname()
+
+
+def usable_cpus() -> int:
+    """CPU cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
