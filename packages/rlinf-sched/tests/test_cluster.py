@@ -1,0 +1,150 @@
+"""Cluster: uniform and file-described clusters, round trips, discovery on this machine."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from rlinf.sched import ClusterError
+from rlinf.sched.cluster import Cluster, parse_bytes
+
+
+def test_uniform_large_cluster() -> None:
+    c = Cluster.uniform(128, 8, "80GiB", "H100")
+    assert c.num_devices == 1024
+    assert c.num_nodes == 128
+    assert c.node_of(0) == 0
+    assert c.node_of(7) == 0
+    assert c.node_of(8) == 1
+    assert c.node_of(1023) == 127
+    assert c.devices[9].local_index == 1
+    assert c.devices[0].memory_bytes == 80 * 2**30
+    assert c.devices[0].is_gpu and c.has_gpus
+    assert c.nodes[3].nvlink
+    assert c.same_node(8, 15) and not c.same_node(7, 8)
+    assert c.bandwidth(8, 15) == c.intra_node_bandwidth > c.bandwidth(7, 8)
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_file_round_trip(tmp_path: Path, suffix: str) -> None:
+    c = Cluster.uniform(16, 8, 141 * 10**9, "H200", cpus_per_node=96, node_memory_bytes="1TiB")
+    path = tmp_path / f"cluster{suffix}"
+    c.to_file(path)
+    again = Cluster.from_file(path)
+    assert again == c
+    assert again.nodes[15].cpus == 96
+    assert again.nodes[15].memory_bytes == 2**40
+
+
+def test_heterogeneous_file(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        "name: mixed\n"
+        "inter_node_bandwidth: 2.5e10\n"
+        "nodes:\n"
+        "  - {count: 2, devices: 8, device_kind: H100, device_memory: 80GiB, nvlink: true,\n"
+        "     hostname: gpu}\n"
+        "  - {devices: 4, device_kind: L4, device_memory: 24GB}\n"
+        "  - {devices: 16, device_memory: 4GiB, cpus: 16}\n"
+    )
+    c = Cluster.from_file(path)
+    assert c.name == "mixed"
+    assert c.num_devices == 8 + 8 + 4 + 16
+    assert [n.hostname for n in c.nodes] == ["gpu-0", "gpu-1", "node2", "node3"]
+    assert c.node_of(19) == 2 and c.devices[19].kind == "L4"
+    assert c.devices[19].memory_bytes == 24 * 10**9
+    assert c.devices[-1].backend == "cpu" and not c.devices[-1].is_gpu
+    assert c.inter_node_bandwidth == 2.5e10
+    again_path = tmp_path / "again.json"
+    c.to_file(again_path)
+    assert Cluster.from_file(again_path) == c
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        ({"nodes": []}, "no nodes"),
+        ({}, "expected a mapping with a 'nodes' list"),
+        ({"nodes": [{"devices": 8}]}, "needs 'devices' and 'device_memory'"),
+        ({"nodes": [{"devices": 0, "device_memory": 1}]}, "nodes[0].devices is 0"),
+        ({"nodes": [{"devices": 2, "device_memory": "80 parsecs"}]}, "byte count '80 parsecs'"),
+        ({"nodes": [{"devices": 2, "device_memory": 1, "gpus": 3}]}, "unknown key(s) ['gpus']"),
+        ({"nodes": [{"devices": 2, "device_memory": 1, "backend": "tpu"}]}, "'cuda' or 'cpu'"),
+        ({"nodes": [{"count": -1, "devices": 2, "device_memory": 1}]}, "nodes[0].count"),
+    ],
+)
+def test_invalid_descriptions(data: dict, fragment: str) -> None:
+    with pytest.raises(ClusterError) as info:
+        Cluster.from_dict(data)
+    assert fragment in str(info.value)
+
+
+def test_invalid_files(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nodes: ")
+    with pytest.raises(ClusterError, match="not valid JSON"):
+        Cluster.from_file(bad)
+    with pytest.raises(ClusterError, match="cannot read cluster file"):
+        Cluster.from_file(tmp_path / "missing.json")
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"nodes": [{"devices": 1}]}))
+    with pytest.raises(ClusterError, match=r"wrong\.json"):
+        Cluster.from_file(wrong)
+
+
+def test_node_of_out_of_range() -> None:
+    with pytest.raises(ClusterError, match="device 16 is out of range"):
+        Cluster.uniform(2, 8, 1).node_of(16)
+
+
+def test_parse_bytes() -> None:
+    assert parse_bytes("80GiB") == 80 * 2**30
+    assert parse_bytes("141GB") == 141 * 10**9
+    assert parse_bytes("512 MiB") == 512 * 2**20
+    assert parse_bytes(1.5e9) == 1_500_000_000
+    assert parse_bytes("1.5e3") == 1500
+    with pytest.raises(ClusterError):
+        parse_bytes(-1)
+
+
+def test_discover_this_machine_without_ray() -> None:
+    c = Cluster.discover(use_ray=False)
+    assert c.num_nodes == 1
+    assert c.num_devices >= 1
+    if not c.has_gpus:  # a CPU box: one logical device per usable core
+        assert c.num_devices == len(os.sched_getaffinity(0))
+        assert all(d.backend == "cpu" and d.kind == "cpu" for d in c.devices)
+        assert c.devices[0].memory_bytes > 0
+    assert Cluster.from_dict(c.to_dict()) == c
+
+
+def test_discover_oversubscribed_cpu_slots() -> None:
+    c = Cluster.discover(use_ray=False, cpu_slots=8)
+    if c.has_gpus:
+        pytest.skip("GPUs present: cpu_slots applies to GPU-less nodes only")
+    assert c.num_devices == 8
+    assert {c.node_of(d) for d in range(8)} == {0}
+    with pytest.raises(ClusterError, match="cpu_slots=0"):
+        Cluster.discover(use_ray=False, cpu_slots=0)
+
+
+@pytest.mark.slow
+def test_discover_through_ray() -> None:
+    ray = pytest.importorskip("ray")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        c = Cluster.discover()
+        assert c.num_nodes == len([n for n in ray.nodes() if n["Alive"]])
+        assert c.nodes[0].address == ray.util.get_node_ip_address()
+        if not c.has_gpus:
+            assert c.num_devices == 2  # the CPU resource Ray was given
+    finally:
+        if started:
+            ray.shutdown()
