@@ -1,0 +1,52 @@
+"""Typed errors of rlinf.envs: one root, subclasses that also inherit the matching builtin."""
+
+from __future__ import annotations
+
+
+class EnvsError(Exception):
+    """Root of every error raised by rlinf.envs."""
+
+
+class MissingExtraError(EnvsError, ImportError):
+    """A feature needs an optional dependency that is not installed; the message names the extra."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(
+            f"{feature} needs the optional module {module!r}, which is not installed; "
+            f"install it with: pip install 'rlinf-envs[{extra}]'"
+        )
+        self.feature = feature
+        self.extra = extra
+        self.module = module
+
+    def __reduce__(self) -> tuple[type[MissingExtraError], tuple[str, str, str]]:
+        # Keeps the error picklable across Ray/multiprocessing despite the custom __init__.
+        return (type(self), (self.feature, self.extra, self.module))
+
+
+class UnknownEnvError(EnvsError, KeyError):
+    """An environment name is not known to the requested backend."""
+
+    def __str__(self) -> str:
+        # KeyError.__str__ would repr() the message and wrap it in quotes.
+        return str(self.args[0]) if self.args else ""
+
+
+class ConfigError(EnvsError, ValueError):
+    """An option has a value outside the set or range it accepts."""
+
+
+class DatasetError(EnvsError, ValueError):
+    """A dataset file is missing, unreadable, or its records lack the expected fields."""
+
+
+class GeneratorError(EnvsError, ValueError):
+    """The procedural problem generator got an impossible configuration or ran out of problems."""
+
+
+class EnvStepError(EnvsError, ValueError):
+    """A vectorized env got actions or indices of the wrong shape, or was used out of order."""
+
+
+class RenderError(EnvsError, RuntimeError):
+    """Offscreen rendering is unavailable (no headless GL) or the env was not built to render."""

@@ -1,0 +1,38 @@
+"""Math reasoning tasks: problems, datasets, a procedural generator, extraction, rewards."""
+
+from rlinf.envs.math.datasets import load_problems, problem_from_record, save_jsonl
+from rlinf.envs.math.extract import (
+    extract_answer,
+    extract_boxed,
+    extract_hash_answer,
+    extract_last_number,
+    extract_phrase_answer,
+)
+from rlinf.envs.math.generator import GeneratorConfig, ProblemGenerator, split_of
+from rlinf.envs.math.problem import MathProblem
+from rlinf.envs.math.reward import score, score_batch
+from rlinf.envs.math.templates import compact_form, format_chat, format_prompt
+from rlinf.envs.math.verify import is_equivalent, normalize_answer, parse_number
+
+__all__ = [
+    "GeneratorConfig",
+    "MathProblem",
+    "ProblemGenerator",
+    "compact_form",
+    "extract_answer",
+    "extract_boxed",
+    "extract_hash_answer",
+    "extract_last_number",
+    "extract_phrase_answer",
+    "format_chat",
+    "format_prompt",
+    "is_equivalent",
+    "load_problems",
+    "normalize_answer",
+    "parse_number",
+    "problem_from_record",
+    "save_jsonl",
+    "score",
+    "score_batch",
+    "split_of",
+]
