@@ -1,0 +1,343 @@
+"""Requests, replies and one-way messages over one authenticated wire connection.
+
+The control plane of endpoints, channels and the TCP store is built on this: an `RpcPeer`
+owns a `wire.Connection` and a reader thread that resolves replies (headers carrying `re`)
+and hands every other message to a handler. An `RpcServer` accepts authenticated peers on a
+`wire.Listener`. Headers are JSON dicts, payloads are raw buffers; nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any
+
+import structlog
+
+from rlinf.comm import errors
+from rlinf.comm._internal import wire
+
+log = structlog.get_logger(__name__)
+
+Header = dict[str, Any]
+Buffers = list[memoryview]
+Reply = tuple[Header, Buffers]
+MessageHandler = Callable[["RpcPeer", Header, Buffers], None]
+CloseHandler = Callable[["RpcPeer", BaseException], None]
+
+# How long `accept` blocks before the server re-checks whether it was closed.
+_ACCEPT_POLL_S = 0.5
+# How long the reader waits for a frame before checking again (idle is not an error).
+_IDLE_POLL_S = 3600.0
+
+
+def error_header(exc: BaseException) -> Header:
+    """Describe an exception so that the peer can raise the same typed error."""
+    return {"type": type(exc).__name__, "message": str(exc)}
+
+
+def raise_error_header(info: Header) -> None:
+    """Raise the typed error that `error_header` described (CommError if unknown)."""
+    cls = getattr(errors, str(info.get("type", "")), None)
+    message = str(info.get("message", "remote error"))
+    if isinstance(cls, type) and issubclass(cls, errors.CommError):
+        if cls is errors.MissingExtraError:
+            raise errors.CommError(message)
+        raise cls(message)
+    raise errors.CommError(f"{info.get('type')}: {message}")
+
+
+class RpcPeer:
+    """One side of a control connection: calls with replies, notifications, pushes.
+
+    Thread-safe: any thread may `call`/`notify`; replies are matched by request id.
+    `on_message` runs on the reader thread, so it must not block for long.
+    """
+
+    def __init__(
+        self,
+        conn: wire.Connection,
+        *,
+        name: str,
+        on_message: MessageHandler | None = None,
+        on_close: CloseHandler | None = None,
+    ) -> None:
+        self.conn = conn
+        self.name = name
+        self.info: Header = {}  # what the peer said about itself in its hello
+        self._on_message = on_message
+        self._on_close = on_close
+        self._ids = itertools.count(1)
+        self._pending: dict[int, Future[Reply]] = {}
+        self._lock = threading.Lock()
+        self._closed: BaseException | None = None
+        self._reader = threading.Thread(target=self._read_loop, name=f"rpc-{name}", daemon=True)
+
+    def start(self) -> RpcPeer:
+        self._reader.start()
+        return self
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
+
+    def call_async(self, header: Header, buffers: Sequence[Any] = ()) -> Future[Reply]:
+        """Send a request; the future resolves to the reply or fails with its typed error."""
+        fut: Future[Reply] = Future()
+        with self._lock:
+            if self._closed is not None:
+                fut.set_exception(self._closed)
+                return fut
+            rid = next(self._ids)
+            self._pending[rid] = fut
+        try:
+            self.conn.send({**header, "id": rid}, buffers)
+        except errors.CommError as exc:
+            with self._lock:
+                self._pending.pop(rid, None)
+            if not fut.done():
+                fut.set_exception(self._died(exc))
+        return fut
+
+    def call(self, header: Header, buffers: Sequence[Any] = (), *, timeout: float) -> Reply:
+        """Send a request and wait for its reply; CommTimeoutError after `timeout` seconds."""
+        fut = self.call_async(header, buffers)
+        what = f"reply to {header.get('op')!r} from {self.name}"
+        return wait_future(fut, timeout=timeout, what=what)
+
+    def notify(self, header: Header, buffers: Sequence[Any] = ()) -> None:
+        """Send a one-way message (no reply expected)."""
+        if self._closed is not None:
+            raise self._closed
+        try:
+            self.conn.send(header, buffers)
+        except errors.CommError as exc:
+            raise self._died(exc) from exc
+
+    def reply(self, request: Header, header: Header, buffers: Sequence[Any] = ()) -> None:
+        """Answer `request`; a peer that went away meanwhile is ignored (it cannot care)."""
+        try:
+            self.conn.send({**header, "re": request["id"]}, buffers)
+        except errors.CommError:
+            log.debug("rpc_reply_dropped", peer=self.name, op=request.get("op"))
+
+    def reply_error(self, request: Header, exc: BaseException) -> None:
+        self.reply(request, {"error": error_header(exc)})
+
+    def close(self) -> None:
+        self._fail_all(errors.PeerDiedError(f"connection to {self.name} was closed locally"))
+        self.conn.close()
+
+    def _died(self, cause: BaseException) -> errors.PeerDiedError:
+        if isinstance(self._closed, errors.PeerDiedError):
+            return self._closed
+        return errors.PeerDiedError(f"peer {self.name} died or closed its connection ({cause})")
+
+    def _fail_all(self, exc: BaseException) -> bool:
+        with self._lock:
+            if self._closed is not None:
+                return False
+            self._closed = exc
+            pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+        return True
+
+    def _on_close_once(self, died: BaseException) -> None:
+        self._fail_all(died)
+        if self._on_close is not None:
+            self._on_close(self, self._closed or died)
+
+    def _read_loop(self) -> None:
+        while True:
+            try:
+                header, buffers = self.conn.recv(timeout=_IDLE_POLL_S)
+            except errors.CommTimeoutError:
+                # Idle between frames: the connection is intact (wire's contract).
+                if self.conn.closed:
+                    self._on_close_once(self._died(errors.PeerDiedError("closed")))
+                    return
+                continue
+            except BaseException as exc:  # any failure ends the connection
+                self._on_close_once(self._died(exc))
+                return
+            rid = header.get("re")
+            if rid is not None:
+                with self._lock:
+                    fut = self._pending.pop(int(rid), None)
+                if fut is None or fut.done():
+                    continue
+                if "error" in header:
+                    try:
+                        raise_error_header(header["error"])
+                    except errors.CommError as exc:
+                        fut.set_exception(exc)
+                else:
+                    fut.set_result((header, buffers))
+                continue
+            if self._on_message is None:
+                continue
+            try:
+                self._on_message(self, header, buffers)
+            except Exception as exc:
+                log.warning(
+                    "rpc_handler_failed", peer=self.name, op=header.get("op"), error=repr(exc)
+                )
+                if "id" in header:
+                    self.reply_error(header, exc)
+
+
+def wait_future(fut: Future[Any], *, timeout: float, what: str) -> Any:
+    """`fut.result(timeout)` with rlinf's typed timeout error."""
+    try:
+        return fut.result(timeout=timeout)
+    except TimeoutError as exc:
+        if isinstance(exc, errors.CommError):
+            raise
+        raise errors.CommTimeoutError(
+            f"expected {what} within {timeout:.3g} s; got nothing"
+        ) from None
+
+
+class RpcServer:
+    """Accepts authenticated peers on a listener and serves each with an `RpcPeer`.
+
+    `on_message` and `on_close` receive the peer; `peer.info` holds the peer's hello.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        token: bytes,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        on_message: MessageHandler,
+        on_close: CloseHandler | None = None,
+    ) -> None:
+        self.name = name
+        self._listener = wire.Listener(host, port, token=token)
+        self._on_message = on_message
+        self._on_close = on_close
+        self._peers: set[RpcPeer] = set()
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._acceptor = threading.Thread(
+            target=self._accept_loop, name=f"accept-{name}", daemon=True
+        )
+        self._acceptor.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._listener.address
+        return (str(host), int(port))
+
+    def peers(self) -> list[RpcPeer]:
+        with self._lock:
+            return list(self._peers)
+
+    def close(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        try:
+            self._listener.close()
+        except Exception as exc:  # closing twice or racing accept is harmless
+            log.debug("listener_close_failed", server=self.name, error=repr(exc))
+        for peer in self.peers():
+            peer.close()
+
+    def _accept_loop(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                conn = self._listener.accept(timeout=_ACCEPT_POLL_S)
+            except errors.CommTimeoutError:
+                continue
+            except errors.AuthenticationError as exc:
+                log.warning("peer_refused", server=self.name, error=str(exc))
+                continue
+            except Exception as exc:
+                if self._stopped.is_set():
+                    return
+                log.warning("accept_failed", server=self.name, error=repr(exc))
+                continue
+            peer = RpcPeer(
+                conn,
+                name=f"{self.name}<-{conn.peer_address}",
+                on_message=self._on_message,
+                on_close=self._peer_closed,
+            )
+            with self._lock:
+                if self._stopped.is_set():
+                    conn.close()
+                    return
+                self._peers.add(peer)
+            peer.start()
+
+    def _peer_closed(self, peer: RpcPeer, exc: BaseException) -> None:
+        with self._lock:
+            self._peers.discard(peer)
+        if self._on_close is not None and not self._stopped.is_set():
+            self._on_close(peer, exc)
+
+
+class Deadlines:
+    """One thread that fires callbacks at deadlines (servers expire parked requests).
+
+    Callbacks run on the timer thread and must be quick; `cancel` is O(1) (lazy deletion).
+    """
+
+    def __init__(self, *, name: str) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._cancelled: set[int] = set()
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name=f"deadlines-{name}", daemon=True)
+        self._thread.start()
+
+    def schedule(self, deadline: float, callback: Callable[[], None]) -> int:
+        """Run `callback` at `time.monotonic() >= deadline`; returns a handle for `cancel`."""
+        with self._cond:
+            handle = next(self._ids)
+            heapq.heappush(self._heap, (deadline, handle, callback))
+            self._cond.notify()
+            return handle
+
+    def cancel(self, handle: int) -> None:
+        with self._cond:
+            self._cancelled.add(handle)
+
+    def close(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._stopped:
+                    if not self._heap:
+                        self._cond.wait()
+                        continue
+                    deadline, handle, callback = self._heap[0]
+                    if handle in self._cancelled:
+                        heapq.heappop(self._heap)
+                        self._cancelled.discard(handle)
+                        continue
+                    delay = deadline - time.monotonic()
+                    if delay <= 0:
+                        heapq.heappop(self._heap)
+                        break
+                    self._cond.wait(delay)
+                if self._stopped:
+                    return
+            try:
+                callback()
+            except Exception as exc:
+                log.warning("deadline_callback_failed", error=repr(exc))

@@ -1,0 +1,310 @@
+"""Rendezvous: a small key-value `Store` interface and its TCP implementation.
+
+Endpoints and channels publish their addresses here and look up their peers'. `TCPStore`
+needs nothing but this package: one process runs a `TCPStoreServer` (a thread), every
+process connects a `TCPStore` client to it. Connections are authenticated with the shared
+token (HMAC challenge in `wire`); values are opaque bytes sent as raw buffers.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from rlinf.comm import errors
+from rlinf.comm._internal import wire
+from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
+
+log = structlog.get_logger(__name__)
+
+#: Seconds a blocking store call waits when the caller passes no timeout.
+DEFAULT_STORE_TIMEOUT_S = 300.0
+
+Address = tuple[str, int]
+
+
+def parse_address(address: str | Sequence[Any]) -> Address:
+    """`"host:port"` or `(host, port)` -> `(host, port)`."""
+    if isinstance(address, str):
+        host, sep, port = address.rpartition(":")
+        if not sep or not port.isdigit():
+            raise ValueError(f"expected an address 'host:port'; got {address!r}")
+        return (host.strip("[]"), int(port))
+    if len(address) != 2:
+        raise ValueError(f"expected an address (host, port); got {address!r}")
+    return (str(address[0]), int(address[1]))
+
+
+def format_address(address: Address) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+class Store(ABC):
+    """Key-value rendezvous shared by the processes of one job.
+
+    Keys are strings, values bytes. `get` and `wait` block until the keys exist;
+    every blocking call takes `timeout` (None: the store's default) and raises
+    CommTimeoutError when it runs out.
+    """
+
+    @abstractmethod
+    def set(self, key: str, value: bytes) -> None:
+        """Store `value` under `key`, replacing any previous value."""
+
+    @abstractmethod
+    def get(self, key: str, *, timeout: float | None = None) -> bytes:
+        """The value of `key`, waiting until some process sets it."""
+
+    @abstractmethod
+    def wait(self, keys: Sequence[str], *, timeout: float | None = None) -> None:
+        """Return once every key in `keys` exists."""
+
+    @abstractmethod
+    def add(self, key: str, amount: int = 1) -> int:
+        """Add `amount` to the integer at `key` (missing: 0) and return the new value."""
+
+    @abstractmethod
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes:
+        """Set `key` to `desired` if its value is `expected` (None: the key is missing).
+
+        Returns the value after the operation, so the caller learns whether it won.
+        """
+
+    @abstractmethod
+    def delete(self, key: str) -> bool:
+        """Remove `key`; True if it existed."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release this client's resources (and the server, if this client owns it)."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_timeout(timeout: float) -> float:
+    """A finite, non-negative number of seconds (every wait in rlinf.comm ends)."""
+    value = float(timeout)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"expected a finite timeout >= 0 seconds; got {timeout!r}")
+    return value
+
+
+def check_value(key: str, value: object) -> bytes:
+    if not isinstance(key, str) or not key:
+        raise TypeError(f"expected a non-empty str key; got {key!r}")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    raise TypeError(f"expected a bytes value for key {key!r}; got {type(value).__name__}")
+
+
+@dataclass
+class _Waiter:
+    peer: RpcPeer
+    request: Header
+    missing: set[str]
+    reply_value_of: str | None  # get: reply with this key's value; wait: None
+    handle: int | None = None
+    finished: bool = field(default=False)
+
+
+class TCPStoreServer:
+    """The server side of `TCPStore`: a thread holding the key-value map.
+
+    Serves until `close()` (or until the process exits: its threads are daemons).
+    """
+
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, *, token: bytes | None = None
+    ) -> None:
+        self._data: dict[str, bytes] = {}
+        self._waiters: list[_Waiter] = []
+        self._lock = threading.Lock()
+        self._deadlines = Deadlines(name="tcp-store")
+        self._server = RpcServer(
+            name="tcp-store",
+            token=token if token is not None else wire.default_token(),
+            host=host,
+            port=port,
+            on_message=self._handle,
+        )
+        log.debug("tcp_store_serving", address=self._server.address)
+
+    @property
+    def address(self) -> Address:
+        return self._server.address
+
+    def close(self) -> None:
+        self._server.close()
+        self._deadlines.close()
+
+    def _handle(self, peer: RpcPeer, header: Header, buffers: Buffers) -> None:
+        op = header.get("op")
+        key = str(header.get("key", ""))
+        with self._lock:
+            if op == "set":
+                self._data[key] = bytes(buffers[0])
+                peer.reply(header, {})
+                self._wake({key})
+            elif op == "get":
+                if key in self._data:
+                    peer.reply(header, {}, [self._data[key]])
+                else:
+                    self._park(peer, header, {key}, key)
+            elif op == "wait":
+                missing = {str(k) for k in header["keys"]} - self._data.keys()
+                if missing:
+                    self._park(peer, header, missing, None)
+                else:
+                    peer.reply(header, {})
+            elif op == "add":
+                current = int(self._data.get(key, b"0"))
+                value = current + int(header["amount"])
+                self._data[key] = str(value).encode()
+                peer.reply(header, {"value": value})
+                self._wake({key})
+            elif op == "compare_set":
+                expected = bytes(buffers[0]) if header["has_expected"] else None
+                if self._data.get(key) == expected:
+                    self._data[key] = bytes(buffers[1])
+                    self._wake({key})
+                peer.reply(header, {}, [self._data.get(key, b"")])
+            elif op == "delete":
+                existed = self._data.pop(key, None) is not None
+                peer.reply(header, {"existed": existed})
+            else:
+                peer.reply_error(header, errors.CommError(f"expected a store op; got {op!r}"))
+
+    def _park(self, peer: RpcPeer, request: Header, missing: set[str], key: str | None) -> None:
+        waiter = _Waiter(peer, request, missing, key)
+        self._waiters.append(waiter)
+        timeout = float(request.get("timeout", DEFAULT_STORE_TIMEOUT_S))
+        waiter.handle = self._deadlines.schedule(
+            time.monotonic() + timeout, lambda: self._expire(waiter, timeout)
+        )
+
+    def _expire(self, waiter: _Waiter, timeout: float) -> None:
+        with self._lock:
+            if waiter.finished:
+                return
+            waiter.finished = True
+            self._waiters.remove(waiter)
+        waiter.peer.reply_error(
+            waiter.request,
+            errors.CommTimeoutError(
+                f"expected store keys {sorted(waiter.missing)} to be set within {timeout:.3g} s; "
+                "they are still missing"
+            ),
+        )
+
+    def _wake(self, keys: Iterable[str]) -> None:
+        changed = set(keys)
+        for waiter in list(self._waiters):
+            waiter.missing -= changed
+            if waiter.missing:
+                continue
+            waiter.finished = True
+            self._waiters.remove(waiter)
+            if waiter.handle is not None:
+                self._deadlines.cancel(waiter.handle)
+            if waiter.reply_value_of is None:
+                waiter.peer.reply(waiter.request, {})
+            else:
+                waiter.peer.reply(waiter.request, {}, [self._data[waiter.reply_value_of]])
+
+
+class TCPStore(Store):
+    """Client of a `TCPStoreServer`; thread-safe, one connection per client.
+
+    `TCPStore.serve()` starts a server in this process and returns a client that owns it;
+    other processes connect with `TCPStore(address, token=...)`.
+    """
+
+    def __init__(
+        self,
+        address: str | Sequence[Any],
+        *,
+        token: bytes | None = None,
+        timeout: float = DEFAULT_STORE_TIMEOUT_S,
+        connect_timeout: float = 30.0,
+    ) -> None:
+        self.address = parse_address(address)
+        self.token = token if token is not None else wire.default_token()
+        self.timeout = timeout
+        self._server: TCPStoreServer | None = None
+        conn = wire.connect(self.address, token=self.token, timeout=connect_timeout)
+        self._peer = RpcPeer(conn, name=f"tcp-store@{format_address(self.address)}").start()
+
+    @classmethod
+    def serve(
+        cls,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: bytes | None = None,
+        timeout: float = DEFAULT_STORE_TIMEOUT_S,
+    ) -> TCPStore:
+        """Start a server in this process; the returned client closes it on `close()`."""
+        server = TCPStoreServer(host, port, token=token)
+        try:
+            client = cls(server.address, token=token, timeout=timeout)
+        except BaseException:
+            server.close()
+            raise
+        client._server = server
+        return client
+
+    def _call(
+        self, header: Header, buffers: Sequence[Any] = (), *, timeout: float | None = None
+    ) -> tuple[Header, Buffers]:
+        limit = check_timeout(self.timeout if timeout is None else timeout)
+        # The server enforces `limit` and answers with a typed timeout; the client waits a
+        # little longer so that the server's answer, not a race, decides the outcome.
+        return self._peer.call({**header, "timeout": limit}, buffers, timeout=limit + 5.0)
+
+    def set(self, key: str, value: bytes) -> None:
+        self._call({"op": "set", "key": key}, [check_value(key, value)])
+
+    def get(self, key: str, *, timeout: float | None = None) -> bytes:
+        check_value(key, b"")
+        _, buffers = self._call({"op": "get", "key": key}, timeout=timeout)
+        return bytes(buffers[0])
+
+    def wait(self, keys: Sequence[str], *, timeout: float | None = None) -> None:
+        if isinstance(keys, str):
+            raise TypeError(f"expected a sequence of keys; got the str {keys!r}")
+        self._call({"op": "wait", "keys": list(keys)}, timeout=timeout)
+
+    def add(self, key: str, amount: int = 1) -> int:
+        reply, _ = self._call({"op": "add", "key": key, "amount": int(amount)})
+        return int(reply["value"])
+
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes:
+        old = b"" if expected is None else check_value(key, expected)
+        buffers = [old, check_value(key, desired)]
+        header = {"op": "compare_set", "key": key, "has_expected": expected is not None}
+        _, out = self._call(header, buffers)
+        return bytes(out[0])
+
+    def delete(self, key: str) -> bool:
+        reply, _ = self._call({"op": "delete", "key": key})
+        return bool(reply["existed"])
+
+    def close(self) -> None:
+        self._peer.close()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    def __repr__(self) -> str:
+        return f"TCPStore({format_address(self.address)!r})"
