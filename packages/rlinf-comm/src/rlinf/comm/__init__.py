@@ -4,6 +4,7 @@ Zero-copy batches over shared memory, TCP, CUDA IPC and NCCL; point-to-point sen
 named multi-producer multi-consumer channels; rendezvous with or without Ray.
 """
 
+from rlinf.comm.batch import Batch
 from rlinf.comm.errors import (
     AuthenticationError,
     ChannelClosedError,
@@ -18,6 +19,7 @@ from rlinf.comm.version import __version__
 
 __all__ = [
     "AuthenticationError",
+    "Batch",
     "ChannelClosedError",
     "CodecError",
     "CommError",
