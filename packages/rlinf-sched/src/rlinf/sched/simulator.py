@@ -1,0 +1,349 @@
+"""Discrete-event simulation of one training iteration under a placement.
+
+The model, kept small enough to compute by hand:
+
+- Each component processes its batch (per step, `steps` times inside a loop) in micro-batches
+  of `micro_batch[c]` items: one call per micro-batch, each costing
+  ``cost.time(c, batch_size=items, num_devices=len(devices))`` and occupying all its devices.
+  A streaming component makes one call for its whole batch and emits item fractions as they
+  complete (`Component.completion`), so consumers start before it ends.
+- A consumer's micro-batch j waits for the producer output that covers the same fraction of
+  the batch, plus a transfer of its bytes over ``min(|src devices|, |dst devices|)`` links of
+  the cluster's intra- or inter-node bandwidth (free when both use the same device set).
+  Transfers overlap compute and do not contend.
+- Components on disjoint devices run concurrently; components sharing a device take turns in
+  dependency order (all micro-batches of one component before the next one's, step by step in
+  loops). When the GPU components of a device do not fit in its memory together, a component
+  that gets the device back pays ``cost.switch_time(c)`` (offload + onload) first; the device
+  starts switching as soon as it is free. Nothing is resident at the start of an iteration
+  (the steady state of a repeated iteration). CPU components need no device memory and never
+  switch. A component whose own memory exceeds a device's raises `PlanningError`.
+
+The result gives the iteration time, utilisation (compute device-seconds over all devices ×
+time) and, on request, every busy interval for a Gantt chart.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from rlinf.sched.cluster import Cluster
+from rlinf.sched.costs import CostModel
+from rlinf.sched.errors import PlanningError
+from rlinf.sched.placement import Placement
+from rlinf.sched.workflow import Edge, Workflow
+
+__all__ = ["CachedCostModel", "Interval", "SimulationResult", "simulate"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A span during which a component occupies its devices."""
+
+    component: str
+    devices: tuple[int, ...]
+    start: float
+    end: float
+    kind: str = "compute"
+    """``"compute"`` or ``"switch"`` (offload + onload)."""
+    step: int = 0
+    chunk: int = 0
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """Outcome of simulating one iteration."""
+
+    iteration_time: float
+    """Seconds from the start of the iteration until the last call ends."""
+    utilisation: float
+    """Compute device-seconds / (cluster devices × iteration time), in [0, 1]."""
+    busy_seconds: Mapping[str, float]
+    """Per component: compute seconds summed over its calls (wall time, not × devices)."""
+    switch_seconds: float
+    """Seconds spent switching, summed over switches (wall time)."""
+    intervals: tuple[Interval, ...] = ()
+    """Every compute and switch interval, when simulated with ``record=True``."""
+
+    def device_intervals(self, device: int) -> list[Interval]:
+        """The recorded intervals that occupy `device`, by start time."""
+        return sorted((i for i in self.intervals if device in i.devices), key=lambda i: i.start)
+
+
+class CachedCostModel:
+    """Memoises a `CostModel` (the planner asks the same questions many times)."""
+
+    def __init__(self, inner: CostModel) -> None:
+        self.inner = inner
+        self._time: dict[tuple[str, int, int], float] = {}
+        self._memory: dict[tuple[str, int, int], int] = {}
+        self._switch: dict[str, float] = {}
+
+    def time(self, component: str, *, batch_size: int, num_devices: int) -> float:
+        """Memoised `CostModel.time`."""
+        key = (component, batch_size, num_devices)
+        if key not in self._time:
+            self._time[key] = float(
+                self.inner.time(component, batch_size=batch_size, num_devices=num_devices))
+        return self._time[key]
+
+    def memory(self, component: str, *, batch_size: int, num_devices: int) -> int:
+        """Memoised `CostModel.memory`."""
+        key = (component, batch_size, num_devices)
+        if key not in self._memory:
+            self._memory[key] = int(
+                self.inner.memory(component, batch_size=batch_size, num_devices=num_devices))
+        return self._memory[key]
+
+    def switch_time(self, component: str) -> float:
+        """Memoised `CostModel.switch_time`."""
+        if component not in self._switch:
+            self._switch[component] = float(self.inner.switch_time(component))
+        return self._switch[component]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A placement reduced to atoms: maximal device groups with the same components."""
+
+    atoms: tuple[tuple[int, int], ...]
+    """Each atom as a (first device, device count) run or an opaque id with its size."""
+    atom_memory: tuple[int, ...]
+    """Smallest device memory within each atom."""
+    comp_atoms: Mapping[str, tuple[int, ...]]
+    comp_devices: Mapping[str, int]
+    comp_node: Mapping[str, int | None]
+    """The node holding all of a component's devices, or None when it spans nodes."""
+    comp_sets: Mapping[str, frozenset[int]] = field(default_factory=dict)
+    """Atom sets, for equality tests between components."""
+    device_lists: tuple[tuple[int, ...], ...] = ()
+    """Devices of each atom (only needed when recording intervals)."""
+
+
+def layout_from_placement(placement: Placement, cluster: Cluster) -> Layout:
+    """Group the devices of `placement` into atoms (devices shared by the same components)."""
+    if placement.num_devices != cluster.num_devices:
+        raise PlanningError(f"placement is for {placement.num_devices} devices but the cluster has "
+                            f"{cluster.num_devices}: expected the same")
+    groups: dict[tuple[str, ...], list[int]] = {}
+    for d in placement.used_devices:
+        groups.setdefault(tuple(sorted(placement.sharing(d))), []).append(d)
+    atoms = list(groups.items())
+    comp_atoms: dict[str, list[int]] = {n: [] for n in placement.component_names}
+    for i, (names, _) in enumerate(atoms):
+        for n in names:
+            comp_atoms[n].append(i)
+    comp_node: dict[str, int | None] = {}
+    for n in placement.component_names:
+        nodes = {cluster.node_of(d) for d in placement.devices_of(n)}
+        comp_node[n] = next(iter(nodes)) if len(nodes) == 1 else None
+    return Layout(
+        atoms=tuple((devs[0], len(devs)) for _, devs in atoms),
+        atom_memory=tuple(min(cluster.devices[d].memory_bytes for d in devs) for _, devs in atoms),
+        comp_atoms={n: tuple(a) for n, a in comp_atoms.items()},
+        comp_devices={n: len(placement.devices_of(n)) for n in placement.component_names},
+        comp_node=comp_node,
+        comp_sets={n: frozenset(a) for n, a in comp_atoms.items()},
+        device_lists=tuple(tuple(devs) for _, devs in atoms),
+    )
+
+
+def simulate(
+    workflow: Workflow,
+    placement: Placement,
+    cost: CostModel,
+    cluster: Cluster,
+    *,
+    micro_batch: Mapping[str, int] | None = None,
+    record: bool = False,
+) -> SimulationResult:
+    """Simulate one iteration of `workflow` placed by `placement` on `cluster`.
+
+    Args:
+        micro_batch: items per call for each component (missing: its whole batch; streaming
+            components always make one call).
+        record: keep every busy interval (for `rlinf.sched.gantt`).
+
+    Raises:
+        PlanningError: a component is not placed, does not fit in device memory, or a
+            micro-batch size is out of range.
+    """
+    missing = [n for n in workflow.names if n not in placement.components]
+    if missing:
+        raise PlanningError(f"components {missing} are not placed: expected every one of "
+                            f"{list(workflow.names)}")
+    layout = layout_from_placement(placement, cluster)
+    return simulate_layout(workflow, layout, cost, cluster, micro_batch=micro_batch or {},
+                           record=record)
+
+
+def chunk_sizes(workflow: Workflow, micro_batch: Mapping[str, int]) -> dict[str, int]:
+    """Validated items per call of each component."""
+    sizes: dict[str, int] = {}
+    for c in workflow.components:
+        batch = workflow.batch_of(c.name)
+        size = batch if c.streaming else int(micro_batch.get(c.name, batch))
+        if not 1 <= size <= batch:
+            raise PlanningError(f"micro-batch {size} for {c.name!r}: expected 1..{batch}")
+        sizes[c.name] = size
+    return sizes
+
+
+def _split(total: int, size: int) -> list[int]:
+    full, rest = divmod(total, size)
+    return [size] * full + ([rest] if rest else [])
+
+
+def simulate_layout(
+    workflow: Workflow,
+    layout: Layout,
+    cost: CostModel,
+    cluster: Cluster,
+    *,
+    micro_batch: Mapping[str, int],
+    record: bool = False,
+) -> SimulationResult:
+    """`simulate` on a precomputed `Layout` (the planner's fast path)."""
+    sizes = chunk_sizes(workflow, micro_batch)
+    comps = {c.name: c for c in workflow.components}
+    n_atoms = len(layout.atoms)
+    coresident = _coresidence(workflow, layout, cost, sizes)
+    free = [0.0] * n_atoms
+    last: list[str | None] = [None] * n_atoms
+    # (component, step) → per-chunk output-ready times; streaming: (start, duration)
+    ends: dict[tuple[str, int], list[float]] = {}
+    streams: dict[tuple[str, int], tuple[float, float]] = {}
+    busy: dict[str, float] = {n: 0.0 for n in workflow.names}
+    device_seconds = 0.0
+    switch_total = 0.0
+    horizon = 0.0
+    intervals: list[Interval] = []
+    inputs = {n: workflow.inputs(n) for n in workflow.names}
+    bandwidth = {e.key: _bandwidth(layout, cluster, e.src, e.dst) for e in workflow.edges}
+
+    def ready_at(src: str, step: int, fraction: float) -> float:
+        if (src, step) in streams:
+            start, dur = streams[(src, step)]
+            return start + dur * comps[src].time_fraction(fraction)
+        out = ends[(src, step)]
+        k = max(0, math.ceil(fraction * workflow.batch_of(src) / sizes[src] - 1e-9) - 1)
+        return out[min(k, len(out) - 1)]
+
+    for name, step in _schedule(workflow):
+        comp = comps[name]
+        batch = workflow.batch_of(name)
+        calls = [batch] if comp.streaming else _split(batch, sizes[name])
+        atoms = layout.comp_atoms[name]
+        ndev = layout.comp_devices[name]
+        out: list[float] = []
+        done_items = 0
+        for j, items in enumerate(calls):
+            done_items += items
+            ready = 0.0
+            for e in inputs[name]:
+                src_step = _source_step(workflow, e, step)
+                if src_step is None:
+                    continue
+                fraction = done_items / batch
+                t = ready_at(e.src, src_step, fraction)
+                nbytes = workflow.edge_items(e) * e.bytes_per_item * items / batch
+                if nbytes > 0:
+                    t += nbytes / bandwidth[e.key]
+                ready = max(ready, t)
+            device_free = max(free[a] for a in atoms)
+            start = max(ready, device_free)
+            if comp.resource == "gpu" and any(
+                not coresident[a] and last[a] != name for a in atoms
+            ):
+                sw = cost.switch_time(name)
+                if sw > 0:
+                    switch_total += sw
+                    if record:
+                        intervals.append(Interval(name, _devices(layout, atoms), device_free,
+                                                  device_free + sw, "switch", step, j))
+                start = max(ready, device_free + sw)
+            dur = cost.time(name, batch_size=items, num_devices=ndev)
+            end = start + dur
+            for a in atoms:
+                free[a] = end
+                if comp.resource == "gpu":
+                    last[a] = name
+            busy[name] += dur
+            device_seconds += dur * ndev
+            horizon = max(horizon, end)
+            out.append(end)
+            if record:
+                intervals.append(Interval(name, _devices(layout, atoms), start, end, "compute",
+                                          step, j))
+            if comp.streaming:
+                streams[(name, step)] = (start, dur)
+        ends[(name, step)] = out
+    total_devices = cluster.num_devices
+    util = device_seconds / (total_devices * horizon) if horizon > 0 else 0.0
+    return SimulationResult(horizon, min(1.0, util), busy, switch_total, tuple(intervals))
+
+
+def _schedule(workflow: Workflow) -> Iterable[tuple[str, int]]:
+    """(component, step) pairs in dependency order; loop members repeat step by step."""
+    order = workflow.order
+    i = 0
+    while i < len(order):
+        loop = workflow.loop_of(order[i])
+        if loop is None:
+            yield order[i], 0
+            i += 1
+            continue
+        members = [n for n in order if workflow.loop_of(n) == loop]
+        for step in range(workflow.loops[loop].steps):
+            for n in members:
+                yield n, step
+        i += len(members)
+
+
+def _source_step(workflow: Workflow, edge: Edge, step: int) -> int | None:
+    src_loop, dst_loop = workflow.loop_of(edge.src), workflow.loop_of(edge.dst)
+    if edge.feedback:
+        return step - 1 if step >= 1 else None
+    if src_loop is not None and src_loop == dst_loop:
+        return step
+    if dst_loop is not None and step > 0:
+        return None  # data from outside the loop arrives once, before step 0
+    return workflow.steps_of(edge.src) - 1
+
+
+def _bandwidth(layout: Layout, cluster: Cluster, src: str, dst: str) -> float:
+    if layout.comp_sets.get(src) == layout.comp_sets.get(dst):
+        return math.inf
+    links = min(layout.comp_devices[src], layout.comp_devices[dst])
+    same_node = layout.comp_node[src] is not None and layout.comp_node[src] == layout.comp_node[dst]
+    per_link = cluster.intra_node_bandwidth if same_node else cluster.inter_node_bandwidth
+    return per_link * links
+
+
+def _coresidence(
+    workflow: Workflow, layout: Layout, cost: CostModel, sizes: Mapping[str, int]
+) -> list[bool]:
+    need: list[int] = [0] * len(layout.atoms)
+    for c in workflow.components:
+        if c.resource != "gpu":
+            continue
+        mem = cost.memory(c.name, batch_size=sizes[c.name], num_devices=layout.comp_devices[c.name])
+        for a in layout.comp_atoms[c.name]:
+            if mem > layout.atom_memory[a]:
+                raise PlanningError(
+                    f"component {c.name!r} needs {mem} bytes per device on "
+                    f"{layout.comp_devices[c.name]} device(s) with micro-batch {sizes[c.name]}, "
+                    f"but its devices have {layout.atom_memory[a]}: give it more devices or a "
+                    "smaller micro-batch"
+                )
+            need[a] += mem
+    return [need[a] <= layout.atom_memory[a] for a in range(len(layout.atoms))]
+
+
+def _devices(layout: Layout, atoms: Sequence[int]) -> tuple[int, ...]:
+    if layout.device_lists:
+        return tuple(sorted(d for a in atoms for d in layout.device_lists[a]))
+    return tuple(sorted(d for a in atoms for d in range(layout.atoms[a][0],
+                                                          layout.atoms[a][0] + layout.atoms[a][1])))

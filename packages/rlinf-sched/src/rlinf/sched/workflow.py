@@ -1,0 +1,403 @@
+"""The macro flow: an RL workflow as a graph of components and data edges.
+
+A `Workflow` names what runs, not where: components (rollout, actor, inference, reward, env,
+…), the data edges between them, how many items each component processes per iteration, and
+iterative cycles such as the env ↔ rollout loop of embodied RL, which runs `steps` times per
+iteration. The planner (`rlinf.sched.planner`) decides where and at what granularity.
+
+File schema (JSON, or YAML with PyYAML installed)::
+
+    name: grpo-math                     # optional
+    global_batch: 512                   # required: items (sequences, env instances) per iteration
+    components:
+      - name: rollout                   # required, unique
+        kind: rollout                   # optional (= name): rollout/actor/inference/reward/env/...
+        resource: gpu                   # optional (gpu): "cpu" needs no device memory
+        batch: 512                      # optional (global_batch): items per call of one step
+        streaming: true                 # optional (false): one call, outputs emitted as they finish
+        completion: [[0.5, 0.2], [1.0, 1.0]]  # optional: (fraction of items, fraction of call time)
+        device_multiple: 2              # optional (1): device count must be a multiple (TP size)
+        min_devices: 1                  # optional (1)
+        max_devices: 64                 # optional (none)
+    edges:
+      - {src: rollout, dst: actor, bytes_per_item: 65536}      # items default to dst's batch
+      - {src: rollout, dst: env, bytes_per_item: 64, feedback: true}   # step t → step t+1
+    loops:
+      - {components: [env, rollout], steps: 80}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlinf.sched.errors import PlanningError
+
+__all__ = ["Component", "Edge", "Loop", "Workflow", "WorkflowError"]
+
+
+class WorkflowError(PlanningError):
+    """A workflow description is malformed (unknown names, cycles without a loop, bad values)."""
+
+
+@dataclass(frozen=True)
+class Component:
+    """One component of the workflow (a worker group in the runtime)."""
+
+    name: str
+    """Unique name, used by placements and cost models."""
+    kind: str = ""
+    """What it is (rollout, actor, inference, reward, env, …); defaults to `name`."""
+    resource: str = "gpu"
+    """``"gpu"`` (needs device memory) or ``"cpu"`` (host work only, never forces a switch)."""
+    batch: int | None = None
+    """Items one call of one step processes; None means the workflow's `global_batch`."""
+    streaming: bool = False
+    """Process the whole batch in one call and emit items as they complete (elastic pipelining
+    of long-tailed generation) instead of one call per micro-batch."""
+    completion: tuple[tuple[float, float], ...] = ((1.0, 1.0),)
+    """For streaming components: piecewise-linear (item fraction, time fraction) points, from
+    (0, 0) implicitly to (1, 1); e.g. ((0.9, 0.4), (1.0, 1.0)) = 90% done at 40% of the call."""
+    device_multiple: int = 1
+    """The device count must be a multiple of this (tensor/pipeline parallel size)."""
+    min_devices: int = 1
+    """Fewest devices the component can run on (e.g. to hold its weights)."""
+    max_devices: int | None = None
+    """Most devices it can use; None for no limit."""
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise WorkflowError(f"component name {self.name!r}: expected a non-empty string")
+        if not self.kind:
+            object.__setattr__(self, "kind", self.name)
+        if self.resource not in ("gpu", "cpu"):
+            raise WorkflowError(
+                f"component {self.name!r} has resource {self.resource!r}: expected 'gpu' or 'cpu'"
+            )
+        if self.batch is not None and (isinstance(self.batch, bool) or self.batch < 1):
+            raise WorkflowError(f"component {self.name!r} has batch={self.batch!r}: expected >= 1")
+        for label, value in (("device_multiple", self.device_multiple),
+                             ("min_devices", self.min_devices)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise WorkflowError(
+                    f"component {self.name!r} has {label}={value!r}: expected an integer >= 1"
+                )
+        if self.max_devices is not None and self.max_devices < self.min_devices:
+            raise WorkflowError(
+                f"component {self.name!r} has max_devices={self.max_devices} < "
+                f"min_devices={self.min_devices}: expected max >= min"
+            )
+        points = tuple((float(f), float(t)) for f, t in self.completion)
+        prev = (0.0, 0.0)
+        for f, t in points:
+            if not (prev[0] < f <= 1.0 and prev[1] <= t <= 1.0):
+                raise WorkflowError(
+                    f"component {self.name!r} has completion {list(self.completion)!r}: expected "
+                    "(item fraction, time fraction) points increasing in (0, 1]"
+                )
+            prev = (f, t)
+        if not points or points[-1] != (1.0, 1.0):
+            raise WorkflowError(
+                f"component {self.name!r} completion must end at (1.0, 1.0), got {points!r}"
+            )
+        object.__setattr__(self, "completion", points)
+
+    def allows(self, num_devices: int) -> bool:
+        """Whether the component may run on `num_devices` devices."""
+        return (
+            num_devices >= self.min_devices
+            and num_devices % self.device_multiple == 0
+            and (self.max_devices is None or num_devices <= self.max_devices)
+        )
+
+    def time_fraction(self, item_fraction: float) -> float:
+        """Fraction of a streaming call's time by which `item_fraction` of its items are done."""
+        prev_f, prev_t = 0.0, 0.0
+        for f, t in self.completion:
+            if item_fraction <= f + 1e-12:
+                if f == prev_f:
+                    return t
+                return prev_t + (t - prev_t) * (item_fraction - prev_f) / (f - prev_f)
+            prev_f, prev_t = f, t
+        return 1.0
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Data flowing from `src` to `dst` every iteration (every step inside a loop)."""
+
+    src: str
+    dst: str
+    bytes_per_item: float = 0.0
+    """Payload bytes per item."""
+    items: int | None = None
+    """Items per iteration (per step in a loop); None means `dst`'s batch."""
+    feedback: bool = False
+    """A loop's back edge: `src` at step t feeds `dst` at step t+1."""
+
+    @property
+    def key(self) -> str:
+        """Stable identifier, ``"src->dst"``."""
+        return f"{self.src}->{self.dst}"
+
+
+@dataclass(frozen=True)
+class Loop:
+    """Components that repeat `steps` times per iteration (e.g. env ↔ rollout)."""
+
+    components: tuple[str, ...]
+    steps: int
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """Components, edges, loops and the global batch of one training iteration."""
+
+    components: tuple[Component, ...]
+    edges: tuple[Edge, ...] = ()
+    global_batch: int = 1
+    loops: tuple[Loop, ...] = ()
+    name: str = ""
+    _order: tuple[str, ...] = field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "components", tuple(self.components))
+        object.__setattr__(self, "edges", tuple(self.edges))
+        object.__setattr__(self, "loops", tuple(self.loops))
+        if isinstance(self.global_batch, bool) or self.global_batch < 1:
+            raise WorkflowError(f"global_batch={self.global_batch!r}: expected an integer >= 1")
+        if not self.components:
+            raise WorkflowError("a workflow needs at least one component")
+        names = [c.name for c in self.components]
+        if len(set(names)) != len(names):
+            raise WorkflowError(f"duplicate component names in {names}: expected unique names")
+        known = set(names)
+        for e in self.edges:
+            for end in (e.src, e.dst):
+                if end not in known:
+                    raise WorkflowError(f"edge {e.key} names unknown component {end!r}: "
+                                        f"expected one of {names}")
+            if e.src == e.dst:
+                raise WorkflowError(f"edge {e.key} is a self-loop: expected src != dst")
+            if e.bytes_per_item < 0 or (e.items is not None and e.items < 1):
+                raise WorkflowError(f"edge {e.key}: expected bytes_per_item >= 0 and items >= 1")
+        in_loop: dict[str, int] = {}
+        for i, loop in enumerate(self.loops):
+            if loop.steps < 1 or not loop.components:
+                raise WorkflowError(f"loop {i} {loop!r}: expected components and steps >= 1")
+            for c in loop.components:
+                if c not in known or c in in_loop:
+                    raise WorkflowError(f"loop {i} names {c!r}, which is unknown or already in a "
+                                        "loop: expected each component in at most one loop")
+                in_loop[c] = i
+        for e in self.edges:
+            if e.feedback and (e.src not in in_loop or in_loop.get(e.dst) != in_loop[e.src]):
+                raise WorkflowError(f"feedback edge {e.key} must join two components of one loop")
+        object.__setattr__(self, "_order", self._topological_order(names, in_loop))
+
+    def _topological_order(self, names: list[str], in_loop: Mapping[str, int]) -> tuple[str, ...]:
+        preds: dict[str, set[str]] = {n: set() for n in names}
+        for e in self.edges:
+            if not e.feedback:
+                preds[e.dst].add(e.src)
+        order: list[str] = []
+        placed: set[str] = set()
+        while len(order) < len(names):
+            ready = [n for n in names if n not in placed and preds[n] <= placed]
+            if not ready:
+                stuck = [n for n in names if n not in placed]
+                raise WorkflowError(f"components {stuck} form a cycle: mark the edge that feeds "
+                                    "the next step as feedback: true inside a loop")
+            nxt = ready[0]
+            if nxt in in_loop:  # keep a loop's members contiguous, in dependency order
+                members = [n for n in names if in_loop.get(n) == in_loop[nxt]]
+                while any(m not in placed for m in members):
+                    step = [m for m in members if m not in placed and preds[m] <= placed]
+                    if not step:
+                        raise WorkflowError(f"loop {members} depends on a component outside it "
+                                            "that itself depends on the loop")
+                    order.append(step[0])
+                    placed.add(step[0])
+                continue
+            order.append(nxt)
+            placed.add(nxt)
+        return tuple(order)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Component names in declaration order."""
+        return tuple(c.name for c in self.components)
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """Component names in dependency order (loop members contiguous)."""
+        return self._order
+
+    def component(self, name: str) -> Component:
+        """The component called `name`; WorkflowError if there is none."""
+        for c in self.components:
+            if c.name == name:
+                return c
+        raise WorkflowError(f"unknown component {name!r}: expected one of {list(self.names)}")
+
+    def batch_of(self, name: str) -> int:
+        """Items per call of one step of component `name`."""
+        c = self.component(name)
+        return c.batch if c.batch is not None else self.global_batch
+
+    def steps_of(self, name: str) -> int:
+        """How many times the component runs per iteration (its loop's steps, else 1)."""
+        for loop in self.loops:
+            if name in loop.components:
+                return loop.steps
+        return 1
+
+    def loop_of(self, name: str) -> int | None:
+        """Index of the loop the component belongs to, or None."""
+        for i, loop in enumerate(self.loops):
+            if name in loop.components:
+                return i
+        return None
+
+    def inputs(self, name: str) -> tuple[Edge, ...]:
+        """Edges into `name` (feedback edges included)."""
+        return tuple(e for e in self.edges if e.dst == name)
+
+    def edge_items(self, edge: Edge) -> int:
+        """Items the edge carries per iteration (per step in a loop)."""
+        return edge.items if edge.items is not None else self.batch_of(edge.dst)
+
+    # ------------------------------------------------------------------ files
+    def to_dict(self) -> dict[str, Any]:
+        """The file schema in the module docstring."""
+        comps = []
+        for c in self.components:
+            entry: dict[str, Any] = {"name": c.name, "kind": c.kind, "resource": c.resource}
+            if c.batch is not None:
+                entry["batch"] = c.batch
+            if c.streaming:
+                entry["streaming"] = True
+                entry["completion"] = [list(p) for p in c.completion]
+            entry.update(device_multiple=c.device_multiple, min_devices=c.min_devices)
+            if c.max_devices is not None:
+                entry["max_devices"] = c.max_devices
+            comps.append(entry)
+        edges = []
+        for e in self.edges:
+            entry = {"src": e.src, "dst": e.dst, "bytes_per_item": e.bytes_per_item}
+            if e.items is not None:
+                entry["items"] = e.items
+            if e.feedback:
+                entry["feedback"] = True
+            edges.append(entry)
+        return {
+            "name": self.name,
+            "global_batch": self.global_batch,
+            "components": comps,
+            "edges": edges,
+            "loops": [{"components": list(lp.components), "steps": lp.steps}
+                      for lp in self.loops],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Workflow:
+        """Build a workflow from the file schema; WorkflowError names what is wrong."""
+        if not isinstance(data, Mapping):
+            raise WorkflowError(
+                f"workflow description is {type(data).__name__}: expected a mapping")
+        unknown = set(data) - {"name", "global_batch", "components", "edges", "loops"}
+        if unknown:
+            raise WorkflowError(f"unknown workflow key(s) {sorted(unknown)}")
+        try:
+            comps = [_component(c) for c in _list(data, "components")]
+            edges = [Edge(src=str(e["src"]), dst=str(e["dst"]),
+                          bytes_per_item=float(e.get("bytes_per_item", 0.0)),
+                          items=None if e.get("items") is None else int(e["items"]),
+                          feedback=bool(e.get("feedback", False)))
+                     for e in _list(data, "edges", required=False)]
+            loops = [Loop(tuple(str(c) for c in lp["components"]), int(lp["steps"]))
+                     for lp in _list(data, "loops", required=False)]
+            global_batch = int(data["global_batch"])
+        except WorkflowError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            raise WorkflowError(f"invalid workflow ({type(exc).__name__}: {exc}): see the schema "
+                                "in rlinf.sched.workflow") from exc
+        return cls(tuple(comps), tuple(edges), global_batch, tuple(loops),
+                   str(data.get("name", "")))
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> Workflow:
+        """Read a JSON or YAML (``.yaml``/``.yml``) workflow file."""
+        data = load_mapping(path, error=WorkflowError, what="workflow")
+        try:
+            return cls.from_dict(data)
+        except WorkflowError as exc:
+            raise WorkflowError(f"in workflow file {str(path)!r}: {exc}") from exc
+
+
+def _component(entry: Any) -> Component:
+    if not isinstance(entry, Mapping) or "name" not in entry:
+        raise WorkflowError(f"component entry {entry!r}: expected a mapping with a 'name'")
+    known = {"name", "kind", "resource", "batch", "streaming", "completion", "device_multiple",
+             "min_devices", "max_devices"}
+    unknown = set(entry) - known
+    if unknown:
+        raise WorkflowError(f"component {entry['name']!r} has unknown key(s) {sorted(unknown)}: "
+                            f"expected {sorted(known)}")
+    completion = entry.get("completion", [[1.0, 1.0]])
+    return Component(
+        name=str(entry["name"]), kind=str(entry.get("kind", "")),
+        resource=str(entry.get("resource", "gpu")),
+        batch=None if entry.get("batch") is None else int(entry["batch"]),
+        streaming=bool(entry.get("streaming", False)),
+        completion=tuple((float(f), float(t)) for f, t in completion),
+        device_multiple=int(entry.get("device_multiple", 1)),
+        min_devices=int(entry.get("min_devices", 1)),
+        max_devices=None if entry.get("max_devices") is None else int(entry["max_devices"]),
+    )
+
+
+def _list(data: Mapping[str, Any], key: str, *, required: bool = True) -> Sequence[Any]:
+    if key not in data:
+        if required:
+            raise WorkflowError(f"workflow has no {key!r}: expected a list of {key}")
+        return []
+    value = data[key]
+    if not isinstance(value, list):
+        raise WorkflowError(f"workflow {key!r} is {type(value).__name__}: expected a list")
+    return value
+
+
+def load_mapping(
+    path: str | os.PathLike[str], *, error: type[Exception], what: str
+) -> Mapping[str, Any]:
+    """Read a JSON or YAML file holding a mapping, raising `error` with a clear message."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise error(f"cannot read {what} file {str(p)!r}: {exc}") from exc
+    if p.suffix.lower() in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as exc:
+            raise error(f"reading {str(p)!r} needs PyYAML (pip install pyyaml), or use JSON") \
+                from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise error(f"{what} file {str(p)!r} is not valid YAML: {exc}") from exc
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise error(f"{what} file {str(p)!r} is not valid JSON: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise error(f"{what} file {str(p)!r} holds {type(data).__name__}: expected a mapping")
+    return data
