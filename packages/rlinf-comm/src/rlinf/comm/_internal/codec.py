@@ -225,16 +225,20 @@ def encode(batch: Batch | dict[str, Array]) -> pa.Buffer:
     return out
 
 
-def decode(buf: Any, *, to: Literal["numpy", "torch"] = "numpy") -> Batch:
+Target = Literal["numpy", "torch", "auto"]
+
+
+def decode(buf: Any, *, to: Target = "numpy") -> Batch:
     """Decode an encoded batch into zero-copy views on `buf`.
 
     The returned arrays reference `buf`'s memory (keeping `buf` alive) and are
     writable exactly when `buf` is. `to="torch"` returns CPU tensors sharing that
     memory; `to="numpy"` returns ndarrays (bfloat16/float8 need the optional
-    ``ml_dtypes`` package for numpy, or ``to="torch"``).
+    ``ml_dtypes`` package for numpy, or ``to="torch"``); `to="auto"` gives each array
+    back as the kind it was sent as (torch when the sender had torch tensors).
     """
-    if to not in ("numpy", "torch"):
-        raise CodecError(f"expected to='numpy' or to='torch', got {to!r}")
+    if to not in ("numpy", "torch", "auto"):
+        raise CodecError(f"expected to='numpy', 'torch' or 'auto', got {to!r}")
     source = buf if isinstance(buf, pa.Buffer) else pa.py_buffer(buf)
     try:
         reader = pa.ipc.open_stream(source)
@@ -272,7 +276,7 @@ def _decode_column(field: pa.Field, column: pa.Array, to: str) -> Array:
                          f"got {stop - start}")
     array = _view_of(data, int(start), dtype, shape)
     torch_name = meta.get(_TORCH)
-    if to == "torch":
+    if to == "torch" or (to == "auto" and torch_name is not None):
         return _to_torch(field.name, array, torch_name.decode() if torch_name else None)
     if torch_name is not None and array.dtype.kind == "u" and torch_name.decode() not in (
             "uint8", "uint16", "uint32", "uint64"):

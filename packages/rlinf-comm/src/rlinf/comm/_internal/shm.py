@@ -1,0 +1,352 @@
+"""POSIX shared-memory segments: a reusing pool for creators, a mapping cache for readers.
+
+Names are ``rlinf-`` plus 32 random hex digits (128 bits: unguessable), created with
+``O_CREAT | O_EXCL`` and mode 0600, so only the same user can open them and no name is
+ever taken over. We call ``_posixshmem`` and ``mmap`` directly instead of
+``multiprocessing.shared_memory``: its resource tracker would unlink segments that a
+reader merely attached to.
+
+Ownership:
+- A `SegmentPool` (one per process, `default_pool()`) creates segments, hands them out
+  with `acquire` and takes them back with `release`. Reuse is the point: a warm segment
+  is already backed by pages on both sides, so writing a 64 MiB batch again costs a
+  memcpy, not 16k page faults. Free segments beyond ``max_free_bytes`` are unlinked.
+- A `SegmentReader` (one per process, `default_reader()`) maps segments by name and
+  keeps the mapping for the next message on the same segment. `open_view` returns a
+  memoryview; when the last object referring to it dies, ``on_release`` fires.
+
+Lifecycle: before a segment is created its name goes to this process's guardian (see
+`guardian.py`), which unlinks whatever is left when this process dies, even by SIGKILL.
+Clean exits unlink at `close()` / atexit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import mmap
+import os
+import re
+import secrets
+import subprocess
+import sys
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import structlog
+
+from rlinf.comm.errors import TransportError
+
+__all__ = [
+    "SEGMENT_PREFIX",
+    "Segment",
+    "SegmentPool",
+    "SegmentReader",
+    "default_pool",
+    "default_reader",
+    "new_segment_name",
+    "valid_segment_name",
+]
+
+log = structlog.get_logger(__name__)
+
+SEGMENT_PREFIX = "rlinf-"
+_NAME_RE = re.compile(r"rlinf-[0-9a-f]{24,64}")
+_SHM_DIR = Path("/dev/shm")
+_MIN_SEGMENT = 1 << 20
+
+
+def new_segment_name() -> str:
+    """A fresh unguessable segment name."""
+    return SEGMENT_PREFIX + secrets.token_hex(16)
+
+
+def valid_segment_name(name: object) -> bool:
+    """True for names this module could have created (guards every open/unlink)."""
+    return isinstance(name, str) and _NAME_RE.fullmatch(name) is not None
+
+
+def _shm_open(name: str, flags: int, mode: int) -> int:
+    import _posixshmem
+
+    return int(_posixshmem.shm_open("/" + name, flags, mode=mode))
+
+
+def _shm_unlink(name: str) -> None:
+    import _posixshmem
+
+    with contextlib.suppress(FileNotFoundError):
+        _posixshmem.shm_unlink("/" + name)
+
+
+class _Guardian:
+    """Pipe to this process's guardian child; started on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid = -1
+
+    def _pipe(self) -> IO[bytes] | None:
+        if self._proc is None or self._pid != os.getpid():
+            script = Path(__file__).with_name("guardian.py")
+            try:
+                self._proc = subprocess.Popen(
+                    [sys.executable, "-I", str(script)], stdin=subprocess.PIPE,
+                    stdout=subprocess.DEVNULL, start_new_session=True)
+                self._pid = os.getpid()
+            except OSError as exc:
+                log.warning("shm_guardian_unavailable", error=str(exc))
+                return None
+        return self._proc.stdin
+
+    def tell(self, line: str) -> None:
+        with self._lock:
+            pipe = self._pipe()
+            if pipe is None:
+                return
+            try:
+                pipe.write(line.encode() + b"\n")
+                pipe.flush()
+            except (BrokenPipeError, ValueError) as exc:
+                log.warning("shm_guardian_gone", error=str(exc))
+                self._proc = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+
+_guardian = _Guardian()
+
+
+class Segment:
+    """One shared-memory segment created (and owned) by this process."""
+
+    def __init__(self, size: int, *, name: str | None = None) -> None:
+        self.name = name or new_segment_name()
+        self.size = size
+        _guardian.tell("+" + self.name)  # before creating: a crash right after is covered
+        fd = _shm_open(self.name, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, size)
+            self._mmap = mmap.mmap(fd, size)
+        except BaseException:
+            _shm_unlink(self.name)
+            raise
+        finally:
+            os.close(fd)
+        self.view = memoryview(self._mmap)
+        self.unlinked = False
+
+    def unlink(self) -> None:
+        """Remove the name; mappings (ours and readers') stay valid until unmapped."""
+        if self.unlinked:
+            return
+        self.unlinked = True
+        _shm_unlink(self.name)
+        _guardian.tell("-" + self.name)
+        with contextlib.suppress(BufferError):  # views still exported: GC unmaps later
+            self.view.release()
+            self._mmap.close()
+
+    def __repr__(self) -> str:
+        return f"Segment({self.name}, {self.size} bytes)"
+
+
+def _size_class(nbytes: int) -> int:
+    size = max(nbytes, _MIN_SEGMENT)
+    return 1 << (size - 1).bit_length()
+
+
+class SegmentPool:
+    """Creates, lends and reuses segments. Thread-safe.
+
+    Capacities are powers of two (tmpfs only backs pages that are written, so the
+    rounding costs address space, not memory). `acquire` prefers the most recently
+    released segment of the size class: its pages are the warmest.
+    """
+
+    def __init__(self, *, max_free_bytes: int = 1 << 30) -> None:
+        self.max_free_bytes = max_free_bytes
+        self._lock = threading.Lock()
+        self._free: OrderedDict[str, Segment] = OrderedDict()
+        self._busy: dict[str, Segment] = {}
+        self._closed = False
+        self.created = 0  # segments created so far (tests and stats)
+
+    def acquire(self, nbytes: int) -> Segment:
+        """A segment of at least `nbytes`, lent to the caller until `release`."""
+        size = _size_class(nbytes)
+        with self._lock:
+            if self._closed:
+                raise TransportError("expected an open segment pool, got a closed one")
+            for name in reversed(self._free):
+                if self._free[name].size == size:
+                    seg = self._free.pop(name)
+                    self._busy[name] = seg
+                    return seg
+        seg = Segment(size)
+        with self._lock:
+            self._busy[seg.name] = seg
+            self.created += 1
+        log.debug("shm_segment_created", name=seg.name, size=size)
+        return seg
+
+    def get(self, name: str) -> Segment | None:
+        """The segment called `name` if this pool owns it (busy or free)."""
+        with self._lock:
+            return self._busy.get(name) or self._free.get(name)
+
+    def release(self, name: str) -> None:
+        """Take a lent segment back for reuse (readers are done with its contents)."""
+        evicted: list[Segment] = []
+        with self._lock:
+            seg = self._busy.pop(name, None)
+            if seg is None:
+                raise TransportError(f"expected a segment lent by this pool, got {name!r}")
+            if self._closed:
+                evicted.append(seg)
+            else:
+                self._free[name] = seg
+                free = sum(s.size for s in self._free.values())
+                while free > self.max_free_bytes and self._free:
+                    _, old = self._free.popitem(last=False)
+                    free -= old.size
+                    evicted.append(old)
+        for seg in evicted:
+            seg.unlink()
+
+    @property
+    def free_bytes(self) -> int:
+        with self._lock:
+            return sum(s.size for s in self._free.values())
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return [*self._busy, *self._free]
+
+    def close(self) -> None:
+        """Unlink every segment; readers' existing mappings stay valid."""
+        with self._lock:
+            self._closed = True
+            segments = [*self._busy.values(), *self._free.values()]
+            self._busy.clear()
+            self._free.clear()
+        for seg in segments:
+            seg.unlink()
+
+
+class SegmentReader:
+    """Maps segments by name and caches the mappings. Thread-safe.
+
+    Never unlinks: the creator owns the name. A cached mapping of a segment whose name
+    is gone is dropped at the next new mapping, so stale mappings do not pin memory.
+    """
+
+    def __init__(self, *, max_mappings: int = 256) -> None:
+        self.max_mappings = max_mappings
+        self._lock = threading.Lock()
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+
+    def _mapping(self, name: str) -> mmap.mmap:
+        with self._lock:
+            found = self._maps.get(name)
+            if found is not None:
+                self._maps.move_to_end(name)
+                return found
+        try:
+            fd = _shm_open(name, os.O_RDWR, 0)
+        except FileNotFoundError as exc:
+            raise TransportError(f"expected shared-memory segment {name!r} to exist, but it "
+                                 "is gone (its creator released it or died)") from exc
+        try:
+            size = os.fstat(fd).st_size
+            mapping = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        with self._lock:
+            self._maps[name] = mapping
+            self._drop_stale()
+        return mapping
+
+    def _drop_stale(self) -> None:
+        for name in list(self._maps):
+            too_many = len(self._maps) > self.max_mappings
+            if too_many or not (_SHM_DIR / name).exists():
+                mapping = self._maps.pop(name)
+                with contextlib.suppress(BufferError):  # in use: unmapped when views die
+                    mapping.close()
+
+    def open_view(self, name: str, offset: int, length: int, *,
+                  on_release: Callable[[], None] | None = None) -> memoryview:
+        """A writable view of `length` bytes at `offset` of segment `name`.
+
+        The view (and everything built on it) references the mapping; when the last
+        reference dies, `on_release` runs — in whichever thread drops it, so it must be
+        quick and must not block (hand work to a queue).
+        """
+        if not valid_segment_name(name):
+            raise TransportError(f"expected a segment name like 'rlinf-<hex>', got {name!r}")
+        mapping = self._mapping(name)
+        if offset < 0 or length < 0 or offset + length > len(mapping):
+            raise TransportError(f"expected [{offset}, {offset + length}) inside segment "
+                                 f"{name!r} of {len(mapping)} bytes")
+        view = memoryview(mapping)[offset:offset + length]
+        if on_release is not None:
+            weakref.finalize(view, on_release)
+        return view
+
+    def close(self) -> None:
+        with self._lock:
+            maps = list(self._maps.values())
+            self._maps.clear()
+        for mapping in maps:
+            with contextlib.suppress(BufferError):
+                mapping.close()
+
+
+class _Defaults:
+    """This process's pool and reader, recreated in a forked child."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pid = -1
+        self.pool: SegmentPool | None = None
+        self.reader: SegmentReader | None = None
+
+    def check_pid(self) -> None:
+        if self.pid != os.getpid():
+            # A forked child shares nothing it may free: start afresh.
+            self.pool, self.reader, self.pid = None, None, os.getpid()
+
+
+_defaults = _Defaults()
+
+
+def default_pool() -> SegmentPool:
+    """This process's segment pool (closed at exit)."""
+    with _defaults.lock:
+        _defaults.check_pid()
+        if _defaults.pool is None:
+            _defaults.pool = SegmentPool()
+        return _defaults.pool
+
+
+def default_reader() -> SegmentReader:
+    """This process's mapping cache."""
+    with _defaults.lock:
+        _defaults.check_pid()
+        if _defaults.reader is None:
+            _defaults.reader = SegmentReader()
+        return _defaults.reader
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    if _defaults.pool is not None and _defaults.pid == os.getpid():
+        _defaults.pool.close()

@@ -1,0 +1,205 @@
+"""Tests of rlinf.comm._internal.shm: permissions, names, pool reuse, release, no leaks."""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import re
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from rlinf.comm._internal import codec, shm
+from rlinf.comm.errors import TransportError
+
+SHM = Path("/dev/shm")
+pytestmark = pytest.mark.skipif(not SHM.is_dir(), reason="needs /dev/shm (Linux)")
+
+
+@pytest.fixture
+def pool():
+    p = shm.SegmentPool(max_free_bytes=8 << 20)
+    yield p
+    p.close()
+
+
+def _wait_until(predicate, *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.01)
+
+
+def test_segments_are_private_and_unguessable(pool):
+    seg = pool.acquire(1000)
+    info = os.stat(SHM / seg.name)
+    assert stat.S_IMODE(info.st_mode) == 0o600
+    assert info.st_uid == os.getuid()
+    assert re.fullmatch(r"rlinf-[0-9a-f]{32}", seg.name)
+    names = {shm.new_segment_name() for _ in range(2000)}
+    assert len(names) == 2000
+
+
+def test_creation_is_exclusive(pool):
+    seg = pool.acquire(10)
+    with pytest.raises(FileExistsError):
+        shm.Segment(4096, name=seg.name)
+    assert (SHM / seg.name).exists()  # the failed attempt did not remove the original
+
+
+def test_pool_reuses_segments_by_size_class(pool):
+    first = pool.acquire(3 << 20)
+    assert first.size == 4 << 20
+    pool.release(first.name)
+    again = pool.acquire(4 << 20)
+    assert again is first  # same segment, same warm pages
+    other = pool.acquire(100)  # a different size class: a new segment
+    assert other is not first and other.size == 1 << 20
+    assert pool.created == 2
+    with pytest.raises(TransportError, match="lent by this pool"):
+        pool.release("rlinf-" + "0" * 32)
+
+
+def test_pool_trims_free_segments_beyond_its_budget(pool):
+    segs = [pool.acquire(4 << 20) for _ in range(3)]  # 12 MiB, budget 8 MiB free
+    for s in segs:
+        pool.release(s.name)
+    assert pool.free_bytes == 8 << 20
+    assert not (SHM / segs[0].name).exists()  # the oldest went
+    assert all((SHM / s.name).exists() for s in segs[1:])
+
+
+def test_close_unlinks_everything(pool):
+    busy = pool.acquire(10)
+    free = pool.acquire(2 << 20)
+    pool.release(free.name)
+    pool.close()
+    assert not (SHM / busy.name).exists()
+    assert not (SHM / free.name).exists()
+    with pytest.raises(TransportError):
+        pool.acquire(10)
+
+
+def test_reader_views_without_copy_and_release_fires_when_views_die(pool):
+    seg = pool.acquire(1 << 16)
+    src = np.arange(1000, dtype=np.float32)
+    n = codec.encode_into({"x": src}, seg.view)
+    reader = shm.SegmentReader()
+    fired: list[int] = []
+    view = reader.open_view(seg.name, 0, n, on_release=lambda: fired.append(1))
+    batch = codec.decode(view)
+    del view
+    x = batch["x"]
+    del batch
+    gc.collect()
+    assert fired == []  # x still references the segment
+    assert np.array_equal(x, src)
+    # Zero-copy: the creator's writes show through the reader's array.
+    np.frombuffer(seg.view, dtype=np.uint8)  # the creator's mapping stays usable
+    x_addr = x.ctypes.data
+    owner = np.frombuffer(seg.view, dtype=np.uint8)
+    offset = x_addr - owner.ctypes.data
+    assert offset < 0 or offset >= seg.size  # a distinct mapping of the same pages ...
+    owner[:n] = np.frombuffer(codec.encode({"x": src * 2}), dtype=np.uint8)
+    assert np.array_equal(x, src * 2)  # ... that sees the same bytes
+    del x, owner
+    assert fired == [1]
+    # The mapping is cached: a second message on the same segment maps nothing new.
+    before = dict(reader._maps)
+    reader.open_view(seg.name, 0, n)
+    assert reader._maps == before
+    reader.close()
+
+
+def test_reader_refuses_foreign_names_and_bad_ranges(pool):
+    reader = shm.SegmentReader()
+    for bad in ["../etc/passwd", "psm_123", "rlinf-XYZ", "rlinf-" + "a" * 10]:
+        with pytest.raises(TransportError, match="segment name"):
+            reader.open_view(bad, 0, 1)
+    with pytest.raises(TransportError, match="gone"):
+        reader.open_view("rlinf-" + "0" * 32, 0, 1)
+    seg = pool.acquire(10)
+    with pytest.raises(TransportError, match="inside segment"):
+        reader.open_view(seg.name, seg.size - 4, 8)
+    reader.close()
+
+
+def test_reader_drops_mappings_of_unlinked_segments(pool):
+    reader = shm.SegmentReader()
+    old = pool.acquire(10)
+    reader.open_view(old.name, 0, 10)
+    pool.release(old.name)
+    pool.close()  # unlinks `old`
+    fresh = shm.SegmentPool()
+    try:
+        reader.open_view(fresh.acquire(10).name, 0, 10)
+        assert old.name not in reader._maps
+    finally:
+        fresh.close()
+        reader.close()
+
+
+_CREATOR = textwrap.dedent("""
+    import json, os, signal, sys
+    from rlinf.comm._internal import shm
+    pool = shm.default_pool()
+    a = pool.acquire(1 << 20)
+    b = pool.acquire(3 << 20)
+    a.view[:5] = b"hello"
+    pool.release(b.name)  # one busy, one free: both must go
+    info = {"names": [a.name, b.name], "guardian": shm._guardian.pid}
+    print("INFO", json.dumps(info), flush=True)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    sys.stdin.readline()  # exit cleanly when told to
+""")
+
+
+def _start_creator(mode: str) -> tuple[subprocess.Popen[str], dict]:
+    proc = subprocess.Popen([sys.executable, "-c", _CREATOR, mode], stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # structlog's default output shares stdout
+        if line.startswith("INFO "):
+            return proc, json.loads(line[5:])
+    raise AssertionError(f"creator exited early with {proc.wait(timeout=30)}")
+
+
+def test_sigkilled_creator_leaves_no_segment_behind():
+    proc, info = _start_creator("kill")
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    guardian = psutil.Process(info["guardian"]) if psutil.pid_exists(info["guardian"]) else None
+    if guardian is not None:
+        psutil.wait_procs([guardian], timeout=30)
+    _wait_until(lambda: not any((SHM / n).exists() for n in info["names"]), timeout=30,
+                what="the guardian to unlink the dead creator's segments")
+
+
+def test_clean_exit_unlinks_and_a_reader_process_never_unlinks():
+    proc, info = _start_creator("clean")
+    name = info["names"][0]
+    # A separate reader process maps the segment and exits: the segment must survive
+    # (multiprocessing's resource tracker would have unlinked it here).
+    reader = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; from rlinf.comm._internal import shm;"
+         "print(bytes(shm.default_reader().open_view(sys.argv[1], 0, 5)).decode())", name],
+        capture_output=True, text=True, timeout=60, check=True)
+    assert reader.stdout.strip() == "hello"
+    assert (SHM / name).exists()
+    assert proc.stdin is not None
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    assert proc.wait(timeout=30) == 0
+    # atexit unlinked both before the process ended.
+    assert not any((SHM / n).exists() for n in info["names"])
