@@ -1,0 +1,93 @@
+"""Exhaustive planning for small clusters: every range per component, every micro-batch.
+
+Every component may take any contiguous range of devices (in steps of `unit` devices), so
+collocated, disaggregated (with every split), partially overlapping and hybrid placements,
+and placements that leave devices idle, are all enumerated; each with every combination of
+micro-batch sizes from the candidate set. With ``prune=True`` (the default) candidates are
+visited in lower-bound order and the search stops once the bound reaches the `keep`-th best
+time found: branch and bound, still exact. ``prune=False`` simulates everything.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+
+import structlog
+
+from rlinf.sched.cluster import Cluster
+from rlinf.sched.costs import CostModel
+from rlinf.sched.errors import PlanningError
+from rlinf.sched.plan import PlanResult
+from rlinf.sched.planner.space import Candidate, Evaluator, Scored
+from rlinf.sched.workflow import Workflow
+
+__all__ = ["exhaustive_candidates", "exhaustive_search"]
+
+_log = structlog.get_logger(__name__)
+
+
+def exhaustive_candidates(evaluator: Evaluator, *, unit: int = 1) -> list[Candidate]:
+    """All range candidates (multiples of `unit`) that meet the components' constraints."""
+    n = evaluator.cluster.num_devices
+    if unit < 1 or n % unit:
+        raise PlanningError(f"unit={unit} does not divide the {n} devices: expected a divisor")
+    bounds = range(0, n + 1, unit)
+    ranges = [(s, e) for s in bounds for e in bounds if e > s]
+    per_comp = [[r for r in ranges if c.allows(r[1] - r[0])]
+                for c in evaluator.workflow.components]
+    for c, rs in zip(evaluator.workflow.components, per_comp, strict=True):
+        if not rs:
+            raise PlanningError(f"component {c.name!r} cannot be placed on {n} devices in units "
+                                f"of {unit}: check its device_multiple/min_devices/max_devices")
+    return [tuple(c) for c in itertools.product(*per_comp)]
+
+
+def exhaustive_search(
+    workflow: Workflow,
+    cost: CostModel,
+    cluster: Cluster,
+    *,
+    unit: int = 1,
+    max_chunks: int = 16,
+    keep: int = 5,
+    prune: bool = True,
+    max_candidates: int = 200_000,
+) -> PlanResult:
+    """The best `keep` plans over the whole range × micro-batch space (see module docstring).
+
+    Raises:
+        PlanningError: the space exceeds `max_candidates`, or nothing fits.
+    """
+    started = time.perf_counter()
+    ev = Evaluator(workflow, cost, cluster, max_chunks=max_chunks)
+    cands = exhaustive_candidates(ev, unit=unit)
+    if len(cands) > max_candidates:
+        raise PlanningError(f"exhaustive search over {len(cands)} placements exceeds "
+                            f"max_candidates={max_candidates}: use a larger unit or plan()")
+    if prune:
+        cands.sort(key=ev.lower_bound)
+    top: list[Scored] = []
+    for cand in cands:
+        if prune and len(top) >= keep and ev.lower_bound(cand) >= top[-1].time:
+            break
+        scored = ev.best(cand, exhaustive=True)
+        if scored is None:
+            continue
+        top.append(scored)
+        top.sort(key=lambda s: (s.time, s.candidate))
+        del top[keep:]
+    if not top:
+        raise PlanningError(f"no placement of {list(workflow.names)} fits on "
+                            f"{cluster.num_devices} devices: every candidate exceeds memory")
+    plans = tuple(ev.to_plan(s) for s in top)
+    seconds = time.perf_counter() - started
+    _log.debug("exhaustive_search", candidates=len(cands), simulations=ev.simulations,
+               best=plans[0].predicted_time, seconds=round(seconds, 3))
+    return PlanResult(plans, {}, ev.simulations, seconds)
+
+
+def best_time(result: PlanResult) -> float:
+    """Predicted time of the best plan (inf for an empty result)."""
+    return result.best.predicted_time if result.ranked else math.inf

@@ -1,0 +1,266 @@
+"""The M2Flow planner: temporal, spatial and hybrid placements × micro-batch granularity.
+
+Small clusters (the range space has at most `PlannerOptions.exact_limit` placements) are
+planned exactly, by branch and bound over every range per component. Large ones by a search
+that scales to thousands of devices:
+
+1. **Layouts.** Each component goes to one device block or spans every block; blocks are
+   labelled in order of first use, so ``(0, 0, 0)`` is collocated, ``(0, 1, 2)`` fully
+   disaggregated and ``(0, 1, span)`` the hybrid ``env: block 0, rollout: block 1, actor: all``.
+2. **Coarse sizes.** Devices are counted in units (``N / coarse_units``); every composition of
+   the units into the layout's blocks is a candidate. Candidates are visited in lower-bound
+   order (busiest component or device, compute only) and scored with uniform micro-batch
+   splits; the visit stops once the bound cannot beat the seeds kept so far.
+3. **Fine sizes.** The best seeds (always including the best collocated and disaggregated
+   ones) hill-climb by moving devices between blocks, halving the step down to `min_step`.
+4. **Granularity.** The refined seeds get a per-component micro-batch search (every
+   combination when few, else coordinate descent); all simulations are memoised.
+
+The fixed-mode baselines are among the candidates, so the chosen plan is never slower than
+the best collocated or the best disaggregated plan the planner priced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from rlinf.sched.cluster import Cluster
+from rlinf.sched.costs import CostModel
+from rlinf.sched.errors import PlanningError
+from rlinf.sched.plan import ExecutionPlan, PlanResult
+from rlinf.sched.planner.exhaustive import exhaustive_candidates
+from rlinf.sched.planner.space import Candidate, Evaluator, Scored
+from rlinf.sched.workflow import Workflow
+
+__all__ = ["PlannerOptions", "block_layouts", "plan"]
+
+_log = structlog.get_logger(__name__)
+
+SPAN = -1
+"""Layout label of a component that spans every block."""
+
+
+@dataclass(frozen=True)
+class PlannerOptions:
+    """Knobs of `plan` (defaults plan 1024 devices in seconds)."""
+
+    max_chunks: int = 16
+    """Most micro-batches a component's batch is split into (1, 2, 4, … up to this)."""
+    coarse_units: int = 16
+    """Units the devices are grouped into for the coarse pass (fewer for 4+ blocks)."""
+    seeds: int = 4
+    """Coarse candidates refined (plus the best collocated and disaggregated ones)."""
+    keep: int = 5
+    """Plans returned (best first)."""
+    exact_limit: int = 3000
+    """Plan exactly (branch and bound over every range) when there are at most this many
+    range placements."""
+    min_step: int | None = None
+    """Finest block-size step in devices; None means ``max(1, N // 256)``."""
+
+
+def block_layouts(num_components: int) -> list[tuple[int, ...]]:
+    """Every layout: a block label (0, 1, …, in order of first use) or SPAN per component.
+
+    SPAN needs at least two blocks (on one block it is just that block).
+    """
+    out: list[tuple[int, ...]] = []
+
+    def grow(prefix: tuple[int, ...], used: int) -> None:
+        if len(prefix) == num_components:
+            if used >= 1 and (used >= 2 or SPAN not in prefix):
+                out.append(prefix)
+            return
+        for label in (*range(used), used, SPAN):
+            grow((*prefix, label), max(used, label + 1))
+
+    grow((), 0)
+    return out
+
+
+def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
+    for cuts in itertools.combinations(range(1, total), parts - 1):
+        edges = (0, *cuts, total)
+        yield tuple(b - a for a, b in itertools.pairwise(edges))
+
+
+def _candidate(layout: Sequence[int], sizes: Sequence[int], num_devices: int) -> Candidate:
+    starts = [0]
+    for s in sizes:
+        starts.append(starts[-1] + s)
+    return tuple((0, num_devices) if label == SPAN else (starts[label], starts[label + 1])
+                 for label in layout)
+
+
+def _largest_divisor(n: int, at_most: int) -> int:
+    return max(d for d in range(1, min(n, at_most) + 1) if n % d == 0)
+
+
+def plan(
+    workflow: Workflow,
+    cost: CostModel,
+    cluster: Cluster,
+    *,
+    options: PlannerOptions | None = None,
+) -> PlanResult:
+    """Choose how to run `workflow` on `cluster` (see the module docstring).
+
+    Raises:
+        PlanningError: no placement fits (memory, divisibility constraints).
+    """
+    opts = options or PlannerOptions()
+    started = time.perf_counter()
+    ev = Evaluator(workflow, cost, cluster, max_chunks=opts.max_chunks)
+    n = cluster.num_devices
+    space = (n * (n + 1) // 2) ** len(workflow.components)
+    if space <= opts.exact_limit:
+        scored, baselines = _exact(ev, keep=opts.keep)
+    else:
+        scored, baselines = _heuristic(ev, opts)
+    if not scored:
+        raise PlanningError(f"no placement of {list(workflow.names)} fits on {n} devices: "
+                            "every candidate exceeds device memory or the parallelism limits")
+    plans: list[ExecutionPlan] = []
+    seen: set[Candidate] = set()
+    for s in sorted(scored, key=lambda s: (s.time, s.candidate)):
+        if s.candidate not in seen:
+            seen.add(s.candidate)
+            plans.append(ev.to_plan(s))
+    base_plans = {k: ev.to_plan(s, label=k) for k, s in baselines.items()}
+    seconds = time.perf_counter() - started
+    _log.info("plan", workflow=workflow.name, devices=n, best=plans[0].spec,
+              time=round(plans[0].predicted_time, 4), simulations=ev.simulations,
+              seconds=round(seconds, 3))
+    return PlanResult(tuple(plans[: opts.keep]), base_plans, ev.simulations, seconds)
+
+
+def _fixed_kind(candidate: Candidate, num_devices: int) -> str | None:
+    if all(r == (0, num_devices) for r in candidate):
+        return "collocated"
+    ordered = sorted(candidate)
+    if all(a[1] <= b[0] for a, b in itertools.pairwise(ordered)) and \
+            sum(e - s for s, e in candidate) == num_devices:
+        return "disaggregated"
+    return None
+
+
+def _exact(ev: Evaluator, *, keep: int) -> tuple[list[Scored], dict[str, Scored]]:
+    """Branch and bound over every range placement; baselines are searched in full."""
+    n = ev.cluster.num_devices
+    cands = exhaustive_candidates(ev)
+    cands.sort(key=ev.lower_bound)
+    top: list[Scored] = []
+    baselines: dict[str, Scored] = {}
+    for cand in cands:
+        kind = _fixed_kind(cand, n)
+        if len(top) >= keep and ev.lower_bound(cand) >= top[-1].time and kind is None:
+            continue
+        scored = ev.best(cand)
+        if scored is None:
+            continue
+        if kind is not None and (kind not in baselines or scored.time < baselines[kind].time):
+            baselines[kind] = scored
+        top.append(scored)
+        top.sort(key=lambda s: (s.time, s.candidate))
+        del top[keep:]
+    return top + list(baselines.values()), baselines
+
+
+@dataclass(frozen=True)
+class _Seed:
+    time: float
+    candidate: Candidate
+    layout: tuple[int, ...]
+    sizes: tuple[int, ...]
+    chunks: tuple[int, ...]
+    unit: int
+
+
+def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[str, Scored]]:
+    n = ev.cluster.num_devices
+    min_step = opts.min_step or max(1, n // 256)
+    coarse: list[tuple[float, Candidate, tuple[int, ...], tuple[int, ...], int]] = []
+    for layout in block_layouts(len(ev.names)):
+        blocks = max(layout) + 1
+        units = _largest_divisor(n, opts.coarse_units if blocks <= 3 else opts.coarse_units // 2)
+        if units < blocks:
+            continue
+        unit = n // units
+        for parts in _compositions(units, blocks):
+            sizes = tuple(p * unit for p in parts)
+            cand = _candidate(layout, sizes, n)
+            if ev.allowed(cand):
+                coarse.append((ev.lower_bound(cand), cand, layout, sizes, unit))
+    coarse.sort(key=lambda c: (c[0], c[1]))
+    seeds: list[_Seed] = []
+    best_fixed: dict[str, _Seed] = {}
+    for bound, cand, layout, sizes, unit in coarse:
+        kind = _fixed_kind(cand, n)
+        seeds_full = len(seeds) >= opts.seeds and bound >= seeds[-1].time
+        fixed_done = all(k in best_fixed and bound >= best_fixed[k].time
+                         for k in ("collocated", "disaggregated"))
+        if seeds_full and fixed_done:
+            break  # candidates come in bound order: nothing later can enter either list
+        if seeds_full and (kind is None or (kind in best_fixed
+                                            and bound >= best_fixed[kind].time)):
+            continue
+        t, chunks = ev.quick(cand)
+        if not math.isfinite(t):
+            continue
+        seed = _Seed(t, cand, layout, sizes, chunks, unit)
+        if kind is not None and (kind not in best_fixed or t < best_fixed[kind].time):
+            best_fixed[kind] = seed
+        seeds.append(seed)
+        seeds.sort(key=lambda e: (e.time, e.candidate))
+        del seeds[opts.seeds:]
+    pool = {e.candidate: e for e in (*seeds, *best_fixed.values())}
+    scored: list[Scored] = []
+    baselines: dict[str, Scored] = {}
+    for seed in pool.values():
+        cand = _refine(ev, seed, min_step=min_step)
+        best = ev.best(cand)
+        if best is None:
+            continue
+        scored.append(best)
+        kind = _fixed_kind(cand, n)
+        if kind is not None and (kind not in baselines or best.time < baselines[kind].time):
+            baselines[kind] = best
+    return scored, baselines
+
+
+def _refine(ev: Evaluator, seed: _Seed, *, min_step: int) -> Candidate:
+    """Hill-climb block sizes: move `step` devices between two blocks while that helps,
+    halving the step from one coarse unit down to `min_step`."""
+    n = ev.cluster.num_devices
+    layout, chunks = seed.layout, seed.chunks
+    current = list(seed.sizes)
+    best_t = seed.time
+    blocks = len(current)
+    step = seed.unit
+    while blocks > 1 and step >= min_step:
+        improved = True
+        while improved:
+            improved = False
+            for i, j in itertools.permutations(range(blocks), 2):
+                if current[i] <= step:
+                    continue
+                trial = list(current)
+                trial[i] -= step
+                trial[j] += step
+                cand = _candidate(layout, trial, n)
+                if not ev.allowed(cand) or ev.lower_bound(cand) >= best_t:
+                    continue
+                t = ev.time(cand, chunks)
+                if t < best_t - 1e-12:
+                    current, best_t, improved = trial, t, True
+                    break
+        if step == 1:
+            break
+        step //= 2
+    return _candidate(layout, current, n)

@@ -1,0 +1,224 @@
+"""The search space and the scorer shared by the exhaustive and the heuristic planner.
+
+A candidate placement gives every component one contiguous device range ``[start, stop)``
+(collocated: all the same range; disaggregated: disjoint ranges; hybrid: anything else, e.g.
+``env: 0-3, rollout: 4-7, actor: 0-7``). `Evaluator` scores a candidate by simulation, picks
+its best micro-batches, memoises everything, and gives a cheap lower bound used for pruning.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from rlinf.sched.cluster import Cluster
+from rlinf.sched.costs import CostModel
+from rlinf.sched.errors import PlanningError
+from rlinf.sched.placement import ComponentPlacement, Placement, derive_mode
+from rlinf.sched.plan import ExecutionPlan
+from rlinf.sched.simulator import CachedCostModel, Layout, SimulationResult, simulate_layout
+from rlinf.sched.workflow import Workflow
+
+__all__ = ["Candidate", "Evaluator", "Scored", "chunk_choices"]
+
+_log = structlog.get_logger(__name__)
+
+Candidate = tuple[tuple[int, int], ...]
+"""One ``(start, stop)`` device range per component, in `Workflow.names` order."""
+
+
+def chunk_choices(workflow: Workflow, *, max_chunks: int) -> dict[str, tuple[int, ...]]:
+    """Candidate micro-batch sizes per component: the batch split into 1, 2, 4, … chunks."""
+    out: dict[str, tuple[int, ...]] = {}
+    for c in workflow.components:
+        batch = workflow.batch_of(c.name)
+        if c.streaming:
+            out[c.name] = (batch,)
+            continue
+        sizes: list[int] = []
+        k = 1
+        while k <= max_chunks and k <= batch:
+            size = math.ceil(batch / k)
+            if size not in sizes:
+                sizes.append(size)
+            k *= 2
+        out[c.name] = tuple(sizes)
+    return out
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A candidate with its best micro-batches and simulated time."""
+
+    candidate: Candidate
+    micro_batch: Mapping[str, int]
+    time: float
+    result: SimulationResult
+
+
+class Evaluator:
+    """Scores candidates: memoised simulation, micro-batch search and lower bounds."""
+
+    def __init__(self, workflow: Workflow, cost: CostModel, cluster: Cluster, *,
+                 max_chunks: int = 16, enumerate_limit: int = 256) -> None:
+        self.workflow = workflow
+        self.cost = cost if isinstance(cost, CachedCostModel) else CachedCostModel(cost)
+        self.cluster = cluster
+        self.names = workflow.names
+        self.choices = chunk_choices(workflow, max_chunks=max_chunks)
+        self.enumerate_limit = enumerate_limit
+        self.simulations = 0
+        self._sim: dict[tuple[Candidate, tuple[int, ...]], SimulationResult | None] = {}
+        self._work: dict[tuple[str, int, int], float] = {}
+        memories = {d.memory_bytes for d in cluster.devices}
+        self._uniform_memory = next(iter(memories)) if len(memories) == 1 else None
+
+    # ------------------------------------------------------------------ constraints
+    def allowed(self, candidate: Candidate) -> bool:
+        """Whether every component's device count meets its divisibility constraints."""
+        return all(self.workflow.components[i].allows(stop - start)
+                   for i, (start, stop) in enumerate(candidate))
+
+    # ------------------------------------------------------------------ layout
+    def layout(self, candidate: Candidate) -> Layout:
+        """Atoms of a range candidate (segments between range boundaries)."""
+        cuts = sorted({b for rng in candidate for b in rng})
+        atoms: list[tuple[int, int]] = []
+        members: list[list[str]] = []
+        for lo, hi in itertools.pairwise(cuts):
+            inside = [n for n, (s, e) in zip(self.names, candidate, strict=True) if s <= lo < e]
+            if inside:
+                atoms.append((lo, hi - lo))
+                members.append(inside)
+        comp_atoms: dict[str, list[int]] = {n: [] for n in self.names}
+        for i, inside in enumerate(members):
+            for n in inside:
+                comp_atoms[n].append(i)
+        if self._uniform_memory is not None:
+            atom_memory = tuple(self._uniform_memory for _ in atoms)
+        else:
+            atom_memory = tuple(min(self.cluster.devices[d].memory_bytes
+                                    for d in range(lo, lo + size)) for lo, size in atoms)
+        node_of = self.cluster.node_of
+        comp_node: dict[str, int | None] = {}
+        for n, (s, e) in zip(self.names, candidate, strict=True):
+            comp_node[n] = node_of(s) if node_of(s) == node_of(e - 1) else None
+        return Layout(
+            atoms=tuple(atoms), atom_memory=atom_memory,
+            comp_atoms={n: tuple(a) for n, a in comp_atoms.items()},
+            comp_devices={n: e - s for n, (s, e) in zip(self.names, candidate, strict=True)},
+            comp_node=comp_node,
+            comp_sets={n: frozenset(a) for n, a in comp_atoms.items()},
+        )
+
+    # ------------------------------------------------------------------ scoring
+    def simulate(self, candidate: Candidate, sizes: Sequence[int],
+                 *, record: bool = False) -> SimulationResult | None:
+        """Simulate with micro-batch `sizes` (names order); None when it does not fit."""
+        key = (candidate, tuple(sizes))
+        if key in self._sim and not record:
+            return self._sim[key]
+        self.simulations += 1
+        try:
+            result: SimulationResult | None = simulate_layout(
+                self.workflow, self.layout(candidate), self.cost, self.cluster,
+                micro_batch=dict(zip(self.names, sizes, strict=True)), record=record)
+        except PlanningError:
+            result = None
+        self._sim[key] = result
+        return result
+
+    def time(self, candidate: Candidate, sizes: Sequence[int]) -> float:
+        """Simulated iteration time, infinite when infeasible."""
+        result = self.simulate(candidate, sizes)
+        return math.inf if result is None else result.iteration_time
+
+    def uniform_sizes(self, chunks: int) -> tuple[int, ...]:
+        """Every component split into (about) `chunks` micro-batches."""
+        out = []
+        for n in self.names:
+            opts = self.choices[n]
+            out.append(opts[min(len(opts) - 1, max(0, chunks.bit_length() - 1))])
+        return tuple(out)
+
+    def quick(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
+        """Best time over uniform splits (1, 2, 4, … chunks everywhere): a fast score."""
+        best = (math.inf, self.uniform_sizes(1))
+        levels = max(len(o) for o in self.choices.values())
+        for level in range(levels):
+            sizes = self.uniform_sizes(1 << level)
+            t = self.time(candidate, sizes)
+            if t < best[0]:
+                best = (t, sizes)
+        return best
+
+    def best(self, candidate: Candidate, *, exhaustive: bool = False) -> Scored | None:
+        """Best micro-batches for `candidate`: every combination when there are few (or when
+        `exhaustive`), else coordinate descent from the best uniform split."""
+        options = [self.choices[n] for n in self.names]
+        total = math.prod(len(o) for o in options)
+        if exhaustive or total <= self.enumerate_limit:
+            best_t, best_sizes = math.inf, tuple(o[0] for o in options)
+            for sizes in itertools.product(*options):
+                t = self.time(candidate, sizes)
+                if t < best_t:
+                    best_t, best_sizes = t, sizes
+        else:
+            best_t, best_sizes = self.quick(candidate)
+            improved = True
+            while improved:
+                improved = False
+                for i, opts in enumerate(options):
+                    for size in opts:
+                        trial = (*best_sizes[:i], size, *best_sizes[i + 1:])
+                        t = self.time(candidate, trial)
+                        if t < best_t - 1e-12:
+                            best_t, best_sizes, improved = t, trial, True
+        if not math.isfinite(best_t):
+            return None
+        result = self.simulate(candidate, best_sizes)
+        if result is None:  # pragma: no cover - finite time implies a result
+            return None
+        return Scored(candidate, dict(zip(self.names, best_sizes, strict=True)), best_t, result)
+
+    # ------------------------------------------------------------------ bounds
+    def work(self, name: str, devices: int) -> float:
+        """Least total compute seconds of `name` per iteration on `devices` devices."""
+        key = (name, devices, 0)
+        if key not in self._work:
+            batch = self.workflow.batch_of(name)
+            best = math.inf
+            for size in self.choices[name]:
+                full, rest = divmod(batch, size)
+                t = full * self.cost.time(name, batch_size=size, num_devices=devices)
+                if rest:
+                    t += self.cost.time(name, batch_size=rest, num_devices=devices)
+                best = min(best, t)
+            self._work[key] = best * self.workflow.steps_of(name)
+        return self._work[key]
+
+    def lower_bound(self, candidate: Candidate) -> float:
+        """No schedule beats this: the busiest component or the busiest device, counting only
+        compute (switches and waiting only add time)."""
+        works = [self.work(n, stop - start)
+                 for n, (start, stop) in zip(self.names, candidate, strict=True)]
+        bound = max(works)
+        cuts = sorted({b for rng in candidate for b in rng})
+        for lo in cuts[:-1]:
+            load = sum(w for w, (s, e) in zip(works, candidate, strict=True) if s <= lo < e)
+            bound = max(bound, load)
+        return bound
+
+    # ------------------------------------------------------------------ results
+    def to_plan(self, scored: Scored, *, label: str = "") -> ExecutionPlan:
+        """The `ExecutionPlan` of a scored candidate."""
+        comps = {n: ComponentPlacement(n, tuple(range(s, e)))
+                 for n, (s, e) in zip(self.names, scored.candidate, strict=True)}
+        placement = Placement(comps, derive_mode(comps.values()), self.cluster.num_devices)
+        granularity = {e.key: scored.micro_batch[e.dst] for e in self.workflow.edges}
+        return ExecutionPlan(placement, dict(scored.micro_batch), granularity, scored.time,
+                             scored.result.utilisation, label or placement.mode.value)
