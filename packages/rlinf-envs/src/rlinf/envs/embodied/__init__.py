@@ -1,0 +1,21 @@
+"""Embodied simulators behind one vectorized API (`VectorEnv`, `make_vector_env`).
+
+Conventions (auto-reset, seeding, bookkeeping, sub-groups) are documented in
+`rlinf.envs.embodied.base`.
+"""
+
+from rlinf.envs.embodied.base import EpisodeStats, Observation, StepResult, VectorEnv
+from rlinf.envs.embodied.factory import BACKENDS, make_vector_env, resolve_backend
+from rlinf.envs.embodied.loop import LoopVectorEnv, SingleEnv
+
+__all__ = [
+    "BACKENDS",
+    "EpisodeStats",
+    "LoopVectorEnv",
+    "Observation",
+    "SingleEnv",
+    "StepResult",
+    "VectorEnv",
+    "make_vector_env",
+    "resolve_backend",
+]

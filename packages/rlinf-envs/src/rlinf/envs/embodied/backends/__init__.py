@@ -1,0 +1,1 @@
+"""Simulator backends: each builds a list of single-env adapters for `LoopVectorEnv`."""

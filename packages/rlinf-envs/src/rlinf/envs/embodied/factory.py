@@ -1,0 +1,84 @@
+"""`make_vector_env`: one entry point for every simulator backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from rlinf.envs._extras import has_module
+from rlinf.envs.embodied.backends import gym_backend, libero, maniskill
+from rlinf.envs.embodied.base import VectorEnv
+from rlinf.envs.embodied.loop import LoopVectorEnv, SingleEnv
+from rlinf.envs.errors import ConfigError, MissingExtraError, UnknownEnvError
+
+Backend = Literal["auto", "gymnasium", "maniskill", "libero"]
+BACKENDS: tuple[Backend, ...] = ("auto", "gymnasium", "maniskill", "libero")
+
+_Builder = Callable[..., list[SingleEnv]]
+_BUILDERS: dict[str, _Builder] = {
+    "gymnasium": gym_backend.make_envs,
+    "maniskill": maniskill.make_envs,
+    "libero": libero.make_envs,
+}
+
+
+def resolve_backend(name: str) -> Literal["gymnasium", "maniskill", "libero"]:
+    """The backend `backend="auto"` picks for `name`, or a clear error if there is none.
+
+    LIBERO suite names go to LIBERO; names gymnasium knows go to gymnasium; known ManiSkill3
+    tasks go to ManiSkill3 (MissingExtraError without the extra). Anything else is looked up
+    in ManiSkill's registry when it is installed, and is otherwise unknown.
+    """
+    if libero.is_libero_name(name):
+        return "libero"
+    if gym_backend.is_registered(name):
+        return "gymnasium"
+    if name in maniskill.MANISKILL_TASKS:
+        return "maniskill"
+    if has_module("mani_skill.envs") and gym_backend.is_registered(name):
+        return "maniskill"  # importing mani_skill.envs registered it
+    raise UnknownEnvError(
+        f"no backend knows env {name!r}: expected a gymnasium id (e.g. HalfCheetah-v5), a "
+        f"ManiSkill3 task (e.g. PickCube-v1, extra 'maniskill') or a LIBERO suite "
+        f"({', '.join(sorted(libero.SUITE_STEP_LIMITS))}, extra 'libero')"
+    )
+
+
+def make_vector_env(
+    name: str,
+    *,
+    num_envs: int,
+    seed: int = 0,
+    backend: Backend = "auto",
+    render_size: tuple[int, int] = (128, 128),
+    max_episode_steps: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> VectorEnv:
+    """A vector env of `num_envs` copies of `name` (see `rlinf.envs.embodied.base`).
+
+    `seed` seeds env i with `seed + i` at the first `reset()`; `render_size` is the
+    (height, width) of `render()` frames and camera observations; `max_episode_steps`
+    overrides the task's time limit; `env_kwargs` go to the backend's constructor.
+    Raises UnknownEnvError for names no backend knows, MissingExtraError naming the extra
+    when the backend's package is not installed.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if num_envs < 1:
+        raise ConfigError(f"num_envs must be >= 1, got {num_envs}")
+    if max_episode_steps is not None and max_episode_steps < 1:
+        raise ConfigError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
+    if len(render_size) != 2 or min(render_size) < 1:
+        raise ConfigError(f"render_size must be (height, width) >= 1, got {render_size}")
+    chosen = resolve_backend(name) if backend == "auto" else backend
+    try:
+        envs = _BUILDERS[chosen](
+            name, num_envs=num_envs, render_size=tuple(render_size),
+            max_episode_steps=max_episode_steps, env_kwargs=dict(env_kwargs or {}),
+        )
+    except MissingExtraError:
+        raise
+    except ModuleNotFoundError as exc:
+        # A dependency of the extra itself (robosuite for LIBERO, sapien for ManiSkill).
+        raise MissingExtraError(f"{chosen} env {name!r}", chosen, exc.name or "?") from exc
+    return LoopVectorEnv(envs, seed=seed, name=name)

@@ -1,0 +1,80 @@
+"""Backend selection, missing extras, and the optional backends when they are installed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlinf.envs import EnvsError, MissingExtraError, RenderError, UnknownEnvError
+from rlinf.envs._extras import has_module
+from rlinf.envs.embodied import make_vector_env, resolve_backend
+
+HAS_MANISKILL = has_module("mani_skill")
+HAS_LIBERO = has_module("libero")
+
+
+def test_resolve_backend() -> None:
+    assert resolve_backend("HalfCheetah-v5") == "gymnasium"
+    assert resolve_backend("PickCube-v1") == "maniskill"
+    assert resolve_backend("libero_spatial") == "libero"
+    assert resolve_backend("libero_goal/3") == "libero"
+
+
+def test_unknown_env_names_the_choices() -> None:
+    with pytest.raises(UnknownEnvError, match=r"HalfCheetah-v5.*PickCube-v1.*libero_spatial"):
+        make_vector_env("NoSuchEnv-v9", num_envs=1)
+    with pytest.raises(UnknownEnvError, match="gymnasium has no env"):
+        make_vector_env("NoSuchEnv-v9", num_envs=1, backend="gymnasium")
+    with pytest.raises(UnknownEnvError, match="unknown LIBERO suite"):
+        make_vector_env("libero_nowhere", num_envs=1, backend="libero")
+    # A KeyError subclass whose message reads normally.
+    error = UnknownEnvError("plain message")
+    assert str(error) == "plain message" and isinstance(error, KeyError | EnvsError)
+
+
+@pytest.mark.skipif(HAS_MANISKILL, reason="mani_skill installed: missing-extra path unreachable")
+def test_maniskill_without_extra_names_it() -> None:
+    with pytest.raises(MissingExtraError, match=r"rlinf-envs\[maniskill\]") as info:
+        make_vector_env("PickCube-v1", num_envs=1)
+    assert info.value.extra == "maniskill"
+    assert isinstance(info.value, ImportError)
+
+
+@pytest.mark.skipif(HAS_LIBERO, reason="libero is installed; missing-extra path not reachable")
+def test_libero_without_extra_names_it() -> None:
+    with pytest.raises(MissingExtraError, match=r"rlinf-envs\[libero\]"):
+        make_vector_env("libero_spatial", num_envs=1)
+
+
+def test_missing_extra_error_pickles() -> None:
+    import pickle
+
+    error = MissingExtraError("ManiSkill3 task", "maniskill", "mani_skill")
+    copy = pickle.loads(pickle.dumps(error))
+    assert str(copy) == str(error) and copy.extra == "maniskill"
+
+
+@pytest.mark.skipif(not HAS_MANISKILL, reason="ManiSkill3 not installed (extra maniskill)")
+def test_maniskill_pick_cube_state() -> None:
+    try:
+        env = make_vector_env("PickCube-v1", num_envs=2, seed=0)
+    except RenderError as exc:
+        pytest.skip(f"ManiSkill needs Vulkan here: {exc}")
+    obs, _ = env.reset()
+    assert isinstance(obs, np.ndarray) and obs.shape[0] == 2
+    result = env.step(env.action_space.sample())
+    assert result.reward.shape == (2,) and "success" in result.info
+    env.close()
+
+
+@pytest.mark.skipif(not HAS_LIBERO, reason="LIBERO not installed (extra libero)")
+def test_libero_spatial_task() -> None:
+    try:
+        env = make_vector_env("libero_spatial/0", num_envs=1, seed=0, render_size=(64, 64))
+    except (FileNotFoundError, RenderError) as exc:
+        pytest.skip(f"LIBERO assets or GL missing: {exc}")
+    obs, _ = env.reset()
+    assert isinstance(obs, dict) and obs["image"].shape == (1, 64, 64, 3)
+    result = env.step(np.zeros((1, 7)))
+    assert "success" in result.info
+    env.close()
