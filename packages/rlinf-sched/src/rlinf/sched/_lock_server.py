@@ -107,6 +107,8 @@ class LockServerCore:
         self.deadlines: list[tuple[float, int, _Request]] = []
         self._evict_ids = itertools.count(1)
         self._seq = itertools.count()
+        self.closed = False
+        """Set when the server stops: nothing is granted any more."""
 
     # ------------------------------------------------------------------ helpers
     def _device(self, index: int) -> _Device:
@@ -171,7 +173,7 @@ class LockServerCore:
         })
 
     def _advance(self, dev: _Device) -> None:
-        if dev.holder is not None or dev.evicting is not None or not dev.queue:
+        if self.closed or dev.holder is not None or dev.evicting is not None or not dev.queue:
             return
         req = dev.queue[0]
         resident = dev.resident
@@ -251,9 +253,15 @@ class LockServerCore:
                 continue
             waiting = self._device(req.devices[req.next])
             self._cancel(req)
-            what = (f"held by {waiting.holder.name!r} ({waiting.component})"
-                    if waiting.holder else "being offloaded by its previous component"
-                    if waiting.evicting is not None else "queued behind other waiters")
+            if waiting.holder is not None:
+                what = f"held by {waiting.holder.name!r} ({waiting.component})"
+            elif waiting.evicting is not None:
+                what = "being offloaded by its previous component"
+            elif waiting.resident is not None:
+                what = (f"waiting for {waiting.resident[0].name!r} to stop using "
+                        f"{waiting.resident[1]!r} on its other devices before offloading it")
+            else:
+                what = "queued behind other waiters"
             self._send(req.owner, {"op": "timeout", "id": req.rid, "message": (
                 f"device {waiting.index} was not granted to {req.owner.name!r} "
                 f"({req.component}) in time: it is {what}; "
@@ -333,6 +341,8 @@ class LockServerThreads:
     def stop(self) -> None:
         self.stopping.set()
         with self.wakeup:
+            self.core.closed = True
+            self.core.outbox.clear()
             self.wakeup.notify_all()
         self.listener.close()
         for conn in list(self.conns):
