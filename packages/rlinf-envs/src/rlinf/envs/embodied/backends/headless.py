@@ -14,6 +14,7 @@ import sys
 import structlog
 
 _log = structlog.get_logger(__name__)
+_warned: set[str] = set()  # warnings already logged in this process
 
 
 def configure_headless_gl() -> str | None:
@@ -29,8 +30,10 @@ def configure_headless_gl() -> str | None:
     if os.environ.get("DISPLAY"):
         return "glfw"
     if "mujoco" in sys.modules:
-        _log.warning("mujoco_gl_unset_after_import",
-                     hint="set MUJOCO_GL=egl before importing mujoco to render headless")
+        if "late_import" not in _warned:
+            _warned.add("late_import")
+            _log.warning("mujoco_gl_unset_after_import",
+                         hint="set MUJOCO_GL=egl before importing mujoco to render headless")
         return None
     # Process-wide on purpose: MuJoCo reads it once, at import, from the environment.
     os.environ["MUJOCO_GL"] = "egl"
