@@ -27,10 +27,10 @@ import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sched_workloads import Workload, all_workloads  # noqa: E402
+from sched_workloads import Workload, all_workloads
 
-from rlinf.sched.cluster import Cluster  # noqa: E402
-from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan  # noqa: E402
+from rlinf.sched.cluster import Cluster
+from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
 
 MAX_CHUNKS = 8
 EXHAUSTIVE_LIMIT = 20_000
