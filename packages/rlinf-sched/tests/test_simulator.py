@@ -1,0 +1,135 @@
+"""Discrete-event simulator on cases computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
+from rlinf.sched.cluster import Cluster
+from rlinf.sched.errors import PlanningError
+from rlinf.sched.placement import parse_placement
+from rlinf.sched.simulator import SimulationResult, simulate
+from rlinf.sched.workflow import Component, Edge, Loop, Workflow
+
+GB = 10**9
+
+
+def chain(*names: str, batch: int = 8, bytes_per_item: float = 0.0, **comp: object) -> Workflow:
+    comps = tuple(Component(n, **comp) for n in names)  # type: ignore[arg-type]
+    edges = tuple(Edge(a, b, bytes_per_item=bytes_per_item) for a, b in zip(names, names[1:]))
+    return Workflow(comps, edges, global_batch=batch)
+
+
+def run(wf: Workflow, spec: str, cost: AnalyticCostModel, cluster: Cluster,
+        micro_batch: dict[str, int] | None = None) -> SimulationResult:
+    placement = parse_placement(spec, components=wf.names, num_devices=cluster.num_devices)
+    return simulate(wf, placement, cost, cluster, micro_batch=micro_batch, record=True)
+
+
+def test_collocated_runs_serially_and_pays_each_switch() -> None:
+    # a: 1 s/item/device, b: 2 s/item/device, 8 items on 2 devices → 4 s + 8 s; each needs
+    # 60 of 100 bytes so they cannot co-reside: a switches in (0.5 s), b switches in (0.25 s).
+    wf = chain("a", "b")
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0, replicated=60, switch=0.5),
+                              "b": AnalyticCost(per_item=2.0, replicated=60, switch=0.25)})
+    cluster = Cluster.uniform(1, 2, 100, "H100")
+    r = run(wf, "a,b: 0-1", cost, cluster)
+    assert r.iteration_time == pytest.approx(0.5 + 4 + 0.25 + 8)
+    assert r.switch_seconds == pytest.approx(0.75)
+    assert r.busy_seconds == {"a": pytest.approx(4.0), "b": pytest.approx(8.0)}
+    assert r.utilisation == pytest.approx(12 / 12.75)
+    kinds = [(i.component, i.kind, i.start, i.end) for i in r.device_intervals(0)]
+    assert kinds == [("a", "switch", 0, 0.5), ("a", "compute", 0.5, 4.5),
+                     ("b", "switch", 4.5, 4.75), ("b", "compute", 4.75, 12.75)]
+
+
+def test_components_that_fit_together_do_not_switch() -> None:
+    wf = chain("a", "b")
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0, replicated=40, switch=5),
+                              "b": AnalyticCost(per_item=2.0, replicated=40, switch=5)})
+    r = run(wf, "a,b: 0-1", cost, Cluster.uniform(1, 2, 100, "H100"))
+    assert r.iteration_time == pytest.approx(12.0)
+    assert r.switch_seconds == 0
+
+
+@pytest.mark.parametrize("chunks", [1, 2, 4, 8])
+def test_two_stage_pipeline_is_fill_plus_bottleneck_plus_drain(chunks: int) -> None:
+    # a on device 0 (1 s/item), b on device 1 (3 s/item): k micro-batches of 8/k items.
+    wf = chain("a", "b")
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=3.0)})
+    size = 8 // chunks
+    r = run(wf, "a: 0, b: 1", cost, Cluster.uniform(1, 2, 100, "H100"),
+            {"a": size, "b": size})
+    fill, bottleneck, drain = 1.0 * size, 3.0 * size, 3.0 * size
+    assert r.iteration_time == pytest.approx(fill + (chunks - 1) * bottleneck + drain)
+    assert r.utilisation == pytest.approx((8 + 24) / (2 * r.iteration_time))
+
+
+def test_transfer_cost_intra_and_inter_node() -> None:
+    # 4 items × 1 GB over one link: 0.4 s at 10 GB/s within a node, 4 s at 1 GB/s across nodes.
+    wf = chain("a", "b", batch=4, bytes_per_item=GB)
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=1.0)})
+    intra = Cluster.uniform(1, 2, 100, "H100", intra_node_bandwidth=10 * GB)
+    assert run(wf, "a: 0, b: 1", cost, intra).iteration_time == pytest.approx(4 + 0.4 + 4)
+    inter = Cluster.uniform(2, 1, 100, "H100", inter_node_bandwidth=GB)
+    assert run(wf, "a: 0, b: 1", cost, inter).iteration_time == pytest.approx(4 + 4 + 4)
+    # same devices: data stays put
+    assert run(wf, "a,b: 0-1", cost, intra).iteration_time == pytest.approx(2 + 2)
+
+
+def test_streaming_producer_releases_items_as_they_complete() -> None:
+    # The rollout call lasts 8 s; half its items are done at 25% (2 s). The consumer's first
+    # half starts at 2 s and takes 1 s; its second half waits for the end (8 s).
+    wf = Workflow((Component("r", streaming=True, completion=((0.5, 0.25), (1.0, 1.0))),
+                   Component("t")), (Edge("r", "t"),), global_batch=8)
+    cost = AnalyticCostModel({"r": AnalyticCost(per_item=1.0), "t": AnalyticCost(per_item=0.25)})
+    r = run(wf, "r: 0, t: 1", cost, Cluster.uniform(1, 2, 100, "H100"), {"t": 4})
+    starts = [(i.start, i.end) for i in r.device_intervals(1)]
+    assert starts == [(2.0, 3.0), (8.0, 9.0)]
+    assert r.iteration_time == pytest.approx(9.0)
+
+
+def test_loop_pipelines_micro_batches_across_steps() -> None:
+    # env and rollout each take 1 s per item, 2 items, 3 steps. Serial: 4 s per step. With two
+    # micro-batches on separate devices, each step adds 2 s after a 1 s fill: 1 + 2·3.
+    wf = Workflow((Component("env"), Component("rollout")),
+                  (Edge("env", "rollout"), Edge("rollout", "env", feedback=True)),
+                  global_batch=2, loops=(Loop(("env", "rollout"), 3),))
+    cost = AnalyticCostModel({"env": AnalyticCost(per_item=1.0),
+                              "rollout": AnalyticCost(per_item=1.0)})
+    cluster = Cluster.uniform(1, 2, 100, "H100")
+    assert run(wf, "env: 0, rollout: 1", cost, cluster).iteration_time == pytest.approx(12)
+    piped = run(wf, "env: 0, rollout: 1", cost, cluster, {"env": 1, "rollout": 1})
+    assert piped.iteration_time == pytest.approx(7)
+
+
+def test_cpu_components_never_switch_but_still_take_turns() -> None:
+    wf = chain("sim", "policy")
+    wf = Workflow((Component("sim", resource="cpu"), Component("policy")),
+                  wf.edges, global_batch=8)
+    cost = AnalyticCostModel({"sim": AnalyticCost(per_item=1.0, replicated=10**6, switch=9),
+                              "policy": AnalyticCost(per_item=1.0, replicated=90, switch=1)})
+    r = run(wf, "sim,policy: 0-1", cost, Cluster.uniform(1, 2, 100, "H100"))
+    assert r.iteration_time == pytest.approx(4 + 4)
+    assert r.switch_seconds == 0
+
+
+def test_component_larger_than_a_device_is_an_error() -> None:
+    wf = chain("a", "b")
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0, sharded=300),
+                              "b": AnalyticCost(per_item=1.0)})
+    cluster = Cluster.uniform(1, 4, 100, "H100")
+    with pytest.raises(PlanningError, match="needs 150 bytes per device"):
+        run(wf, "a: 0-1, b: 2-3", cost, cluster)
+    assert run(wf, "a,b: 0-3", cost, cluster).iteration_time == pytest.approx(4.0)
+
+
+def test_bad_micro_batch_and_missing_component() -> None:
+    wf = chain("a", "b")
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=1.0)})
+    cluster = Cluster.uniform(1, 2, 100, "H100")
+    with pytest.raises(PlanningError, match="micro-batch 9"):
+        run(wf, "a: 0, b: 1", cost, cluster, {"a": 9})
+    placement = parse_placement("a: 0-1", components=["a"], num_devices=2)
+    with pytest.raises(PlanningError, match="not placed"):
+        simulate(wf, placement, cost, cluster)
