@@ -151,3 +151,24 @@ def test_discover_through_ray() -> None:
     finally:
         if started:
             ray.shutdown()
+
+
+def test_gpu_names_and_nvml_fallback() -> None:
+    from rlinf.sched._discovery import local_gpus, short_gpu_name
+
+    assert short_gpu_name("NVIDIA H100 80GB HBM3") == "H100"
+    assert short_gpu_name("NVIDIA A100-SXM4-80GB") == "A100"
+    assert short_gpu_name("NVIDIA GeForce RTX 4090") == "GeForce RTX 4090"
+    assert short_gpu_name("Tesla T4") == "T4"
+    pynvml = pytest.importorskip("pynvml")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        assert local_gpus() == []  # no driver: discovery falls back instead of failing
+    else:
+        count = pynvml.nvmlDeviceGetCount()
+        pynvml.nvmlShutdown()
+        gpus = local_gpus()
+        assert len(gpus) == count
+        assert all(g.memory_bytes > 0 for g in gpus)
+        assert Cluster.discover(use_ray=False).num_devices == count

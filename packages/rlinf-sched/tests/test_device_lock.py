@@ -332,3 +332,10 @@ def _capture(out: list[BaseException], fn: Callable[..., object], *args: object,
         fn(*args, **kw)
     except BaseException as exc:
         out.append(exc)
+
+
+def test_invalid_timeout_is_refused(connect: Callable[..., DeviceLockClient]) -> None:
+    client = connect("t")
+    for bad in (float("inf"), float("nan"), -1.0):
+        with pytest.raises(DeviceLockError, match="expected finite seconds"):
+            client.acquire(0, component="x", timeout=bad)

@@ -238,3 +238,14 @@ def test_components_mapping_is_read_only() -> None:
     p = parse("actor,rollout: 0-1")
     with pytest.raises(TypeError):
         p.components["x"] = ComponentPlacement("x", (0,))  # type: ignore[index]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="actorlnuvx0123456789,;:- *#\n", max_size=40))
+def test_arbitrary_text_parses_or_raises_placement_error(spec: str) -> None:
+    try:
+        p = parse(spec, components=THREE)
+    except PlacementError as exc:
+        assert str(exc)
+    else:
+        assert parse(p.to_spec(), components=THREE) == p

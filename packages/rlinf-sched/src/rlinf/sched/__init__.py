@@ -23,6 +23,7 @@ from rlinf.sched.placement import (
     ComponentPlacement,
     ExecutionMode,
     Placement,
+    derive_mode,
     format_devices,
     parse_placement,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "SchedError",
     "SwitchEvent",
     "__version__",
+    "derive_mode",
     "fit_curve",
     "fit_profile",
     "format_devices",

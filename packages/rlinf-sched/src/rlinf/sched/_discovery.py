@@ -42,8 +42,8 @@ def short_gpu_name(name: str) -> str:
     """``"NVIDIA H100 80GB HBM3"`` → ``"H100"``: the model token the rest of the code uses."""
     for token in name.replace("NVIDIA", "").split():
         if any(c.isdigit() for c in token) and token[0].isalpha():
-            return token
-    return name.strip() or "gpu"
+            return token.split("-")[0]
+    return name.replace("NVIDIA", "").strip() or "gpu"
 
 
 def local_gpus() -> list[LocalGpu]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import socket
 import threading
@@ -210,6 +211,8 @@ class DeviceLockClient:
             DeviceLockError: the server is gone or refused the request.
         """
         devs = sorted({devices} if isinstance(devices, int) else set(devices))
+        if not math.isfinite(timeout) or timeout < 0:
+            raise DeviceLockError(f"timeout={timeout!r}: expected finite seconds >= 0")
         reply = self._request({"op": "acquire", "devices": devs, "component": component,
                                "timeout": float(timeout)}, wait=timeout + _REPLY_GRACE)
         op = reply.get("op")

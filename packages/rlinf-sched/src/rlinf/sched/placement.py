@@ -40,6 +40,7 @@ __all__ = [
     "ComponentPlacement",
     "ExecutionMode",
     "Placement",
+    "derive_mode",
     "format_devices",
     "parse_placement",
 ]
