@@ -1,0 +1,108 @@
+"""Where a process lives: host, process id and visible GPUs.
+
+Two processes share a node when their ``host_id`` matches. The id combines the host
+name with the kernel's boot id, so two containers that share a host name but not a
+kernel (or two boots of one machine) never look alike. GPUs are named by UUID, not by
+index: ``CUDA_VISIBLE_DEVICES`` renumbers devices per process, UUIDs do not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Locality", "local_gpu_uuids"]
+
+
+def _host_id() -> str:
+    boot = ""
+    with contextlib.suppress(OSError):
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+
+
+def local_gpu_uuids() -> tuple[str, ...]:
+    """UUIDs of the GPUs this process can use, in its own index order; () without any.
+
+    Asks NVML (``rlinf-comm[cuda]``) and falls back on torch when torch is already
+    imported; never imports torch itself (that costs seconds and GPU memory).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return ()
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver, no GPU: all mean "no GPUs here"
+        return _torch_gpu_uuids()
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        uuids = []
+        for i in range(count):
+            raw = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+            uuids.append(raw.decode() if isinstance(raw, bytes) else str(raw))
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    if visible is None:
+        return tuple(uuids)
+    chosen = []
+    for raw in visible.split(","):
+        item = raw.strip()
+        if item.isdigit() and int(item) < len(uuids):
+            chosen.append(uuids[int(item)])
+        elif item.startswith("GPU-"):
+            chosen.extend(u for u in uuids if u.startswith(item))
+    return tuple(chosen)
+
+
+def _torch_gpu_uuids() -> tuple[str, ...]:
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return ()
+    try:
+        if not torch.cuda.is_available():
+            return ()
+        return tuple(f"GPU-{torch.cuda.get_device_properties(i).uuid}"
+                     for i in range(torch.cuda.device_count()))
+    except Exception:  # a broken CUDA setup means no usable GPU
+        return ()
+
+
+@dataclass(frozen=True)
+class Locality:
+    """Host, process and GPUs of one communicating process (JSON-safe via `to_dict`)."""
+
+    host_id: str
+    pid: int
+    gpu_uuids: tuple[str, ...] = field(default=())
+
+    @classmethod
+    def current(cls, *, probe_gpus: bool = True) -> Locality:
+        """This process's locality (GPU probing via NVML, skipped with probe_gpus=False)."""
+        uuids = local_gpu_uuids() if probe_gpus else ()
+        return cls(_host_id(), os.getpid(), uuids)
+
+    def same_node(self, other: Locality) -> bool:
+        return self.host_id == other.host_id
+
+    def same_process(self, other: Locality) -> bool:
+        return self.same_node(other) and self.pid == other.pid
+
+    def elsewhere_on_node(self) -> Locality:
+        """A stand-in for "another process on this node" (pid -1, same GPUs)."""
+        return replace(self, pid=-1)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host_id": self.host_id, "pid": self.pid, "gpu_uuids": list(self.gpu_uuids)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Locality:
+        return cls(str(data["host_id"]), int(data["pid"]),
+                   tuple(str(u) for u in data.get("gpu_uuids", ())))

@@ -1,0 +1,269 @@
+"""Other node, GPU data: NCCL point-to-point send/recv through cupy's NCCL bindings.
+
+Each unordered pair of processes gets one two-rank communicator. The lower id is rank 0:
+it creates the NCCL unique id and publishes it in the rendezvous store under
+``rlinf/nccl/<a>/<b>``; rank 1 reads it from there. Creating the communicator is
+collective (both sides block until both join), so the owner never does it inside
+`export`: a per-pair sender thread creates it and issues the sends, in export order,
+while `export` returns the descriptor at once. The receiver creates (or joins) the
+communicator in `open` and posts the matching receives.
+
+NCCL matches sends and receives by order, so descriptors from one sender must be
+opened in the order they were exported (point-to-point receive does this naturally);
+`open` checks the sequence number and raises `TransportError` otherwise. Every wait
+has a deadline: a peer that never shows up aborts the communicator and raises
+`CommTimeoutError` instead of hanging.
+
+Arrays travel as raw bytes (any dtype); strided arrays are made contiguous on the GPU
+first. Host arrays in the batch ride inline as Arrow IPC bytes. Each process uses its
+current CUDA device.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import queue
+import threading
+import time
+from typing import Any, ClassVar, Protocol
+
+import structlog
+
+from rlinf.comm._internal import codec
+from rlinf.comm._internal.codec import Target
+from rlinf.comm._internal.transports import gpu
+from rlinf.comm._internal.transports.base import Exported, OnRelease, ReleaseOnce, Transport
+from rlinf.comm.batch import Batch, array_kind, is_device_array
+from rlinf.comm.errors import CommTimeoutError, TransportError
+
+__all__ = ["KeyValueStore", "NcclTransport"]
+
+log = structlog.get_logger(__name__)
+
+_POLL_S = 0.0005
+
+
+class KeyValueStore(Protocol):
+    """The rendezvous store the NCCL transport needs (rlinf.comm's TCP store fits)."""
+
+    def set(self, key: str, value: bytes) -> None: ...
+
+    def get(self, key: str, *, timeout: float | None = None) -> bytes: ...
+
+
+def _wait_stream(stream: Any, deadline: float, comm: Any, what: str) -> None:
+    # Stream.synchronize() would block forever on a missing peer; poll with a deadline.
+    while not stream.done:
+        if time.monotonic() > deadline:
+            comm.abort()
+            raise CommTimeoutError(f"{what}: NCCL did not complete before the deadline; "
+                                   "communicator aborted (is the peer alive?)")
+        time.sleep(_POLL_S)
+
+
+class _Pair:
+    """The communicator between this process and one peer, created once, lazily."""
+
+    def __init__(self, transport: NcclTransport, peer: str) -> None:
+        self.peer = peer
+        self.me = transport.self_id
+        self.rank = 0 if self.me < peer else 1
+        self.key = "rlinf/nccl/" + "/".join(sorted((self.me, peer)))
+        self._transport = transport
+        self._lock = threading.Lock()
+        self._comm: Any = None
+        self._stream: Any = None
+        self.send_seq = itertools.count()
+        self.recv_seq = 0
+        self.error: BaseException | None = None
+        self._queue: queue.Queue[tuple[int, list[Any]] | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+
+    def comm(self, timeout: float) -> tuple[Any, Any]:
+        with self._lock:
+            if self._comm is None:
+                cupy = gpu.cupy_module("the NCCL transport")
+                from cupy.cuda import nccl
+
+                store = self._transport.store
+                if self.rank == 0:
+                    uid = nccl.get_unique_id()
+                    store.set(self.key, json.dumps(list(uid)).encode())
+                else:
+                    uid = tuple(json.loads(store.get(self.key, timeout=timeout)))
+                self._stream = cupy.cuda.Stream(non_blocking=True)
+                self._comm = nccl.NcclCommunicator(2, uid, self.rank)
+                log.debug("nccl_pair_ready", peer=self.peer, rank=self.rank)
+            return self._comm, self._stream
+
+    def enqueue(self, seq: int, arrays: list[Any]) -> None:
+        if self.error is not None:
+            raise TransportError(f"NCCL sends to {self.peer!r} failed earlier: {self.error}")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._send_loop, daemon=True,
+                                            name=f"rlinf-nccl-send-{self.peer}")
+            self._thread.start()
+        self._queue.put((seq, arrays))
+
+    def _send_loop(self) -> None:
+        from cupy.cuda import nccl
+
+        timeout = self._transport.timeout
+        while (item := self._queue.get()) is not None:
+            _, arrays = item
+            del item
+            try:
+                comm, stream = self.comm(timeout)
+                nccl.groupStart()
+                for ptr, nbytes, _keepalive in arrays:
+                    comm.send(ptr, nbytes, nccl.NCCL_UINT8, 1 - self.rank, stream.ptr)
+                nccl.groupEnd()
+                _wait_stream(stream, time.monotonic() + timeout, comm, f"send to {self.peer}")
+            except BaseException as exc:
+                self.error = exc
+                log.warning("nccl_send_failed", peer=self.peer, error=repr(exc))
+                self._queue.task_done()
+                return
+            finally:
+                # `arrays` kept the (contiguous) device buffers alive until now.
+                del arrays
+            self._queue.task_done()
+
+    def drain(self, deadline: float) -> None:
+        while self._queue.unfinished_tasks and self.error is None:
+            if time.monotonic() > deadline:
+                raise CommTimeoutError(f"NCCL sends to {self.peer!r} still pending at the "
+                                       "deadline")
+            time.sleep(_POLL_S)
+        if self.error is not None:
+            raise TransportError(f"NCCL sends to {self.peer!r} failed: {self.error}")
+
+    def close(self) -> None:
+        self._queue.put(None)
+
+
+class NcclTransport(Transport):
+    """Pairwise NCCL communicators; configure with a store and this process's id."""
+
+    name: ClassVar[str] = "nccl"
+    needs_release: ClassVar[bool] = False
+
+    def __init__(self, *, store: KeyValueStore | None = None, self_id: str | None = None,
+                 timeout: float = 300.0) -> None:
+        self._store = store
+        self._self_id = self_id
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._pairs: dict[str, _Pair] = {}
+
+    def configure(self, *, store: KeyValueStore, self_id: str,
+                  timeout: float | None = None) -> None:
+        """Set the rendezvous store and this process's unique id (before first use)."""
+        self._store, self._self_id = store, self_id
+        if timeout is not None:
+            self.timeout = timeout
+
+    @property
+    def store(self) -> KeyValueStore:
+        if self._store is None:
+            raise TransportError("expected NcclTransport.configure(store=..., self_id=...) "
+                                 "before use, got an unconfigured transport")
+        return self._store
+
+    @property
+    def self_id(self) -> str:
+        if self._self_id is None:
+            raise TransportError("expected NcclTransport.configure(store=..., self_id=...) "
+                                 "before use, got an unconfigured transport")
+        return self._self_id
+
+    def _pair(self, peer: str) -> _Pair:
+        with self._lock:
+            pair = self._pairs.get(peer)
+            if pair is None:
+                pair = self._pairs[peer] = _Pair(self, peer)
+            return pair
+
+    def export(self, batch: Batch, *, peer: str | None = None) -> Exported:
+        batch = Batch.of(batch)
+        if peer is None:
+            raise TransportError("expected export(batch, peer=...) for NCCL, got no peer")
+        cupy = gpu.cupy_module("the NCCL transport")
+        specs, arrays, host = [], [], {}
+        for name, array in batch.tensors.items():
+            if not is_device_array(array):
+                host[name] = array
+                continue
+            kind = array_kind(array)
+            if kind == "torch":
+                contiguous = array.detach().contiguous()
+                gpu.torch_module("the NCCL transport").cuda.current_stream(
+                    contiguous.device).synchronize()
+                ptr, dtype = contiguous.data_ptr(), str(contiguous.dtype).removeprefix("torch.")
+            else:
+                contiguous = cupy.ascontiguousarray(array)
+                cupy.cuda.get_current_stream().synchronize()
+                ptr, dtype = int(contiguous.data.ptr), contiguous.dtype.str
+            nbytes = int(contiguous.nbytes) if kind == "cupy" else (
+                contiguous.numel() * contiguous.element_size())
+            specs.append({"name": name, "kind": kind, "dtype": dtype,
+                          "shape": list(array.shape), "nbytes": nbytes})
+            arrays.append((ptr, nbytes, contiguous))
+        pair = self._pair(peer)
+        seq = next(pair.send_seq)
+        pair.enqueue(seq, arrays)
+        buffers = [codec.encode(Batch(host))] if host else []
+        return Exported({"transport": self.name, "src": self.self_id, "seq": seq,
+                         "order": list(batch.tensors), "device": specs,
+                         "host": bool(host), "meta": dict(batch.meta)}, buffers)
+
+    def open(self, descriptor: dict[str, Any], buffers: list[memoryview], *,
+             on_release: OnRelease | None = None, to: Target = "auto") -> Batch:
+        self.check_descriptor(descriptor)
+        pair = self._pair(str(descriptor["src"]))
+        if descriptor["seq"] != pair.recv_seq:
+            raise TransportError(f"expected NCCL message {pair.recv_seq} from "
+                                 f"{descriptor['src']!r}, got {descriptor['seq']}: open "
+                                 "NCCL descriptors in the order they were sent")
+        pair.recv_seq += 1
+        cupy = gpu.cupy_module("the NCCL transport")
+        from cupy.cuda import nccl
+
+        comm, stream = pair.comm(self.timeout)
+        tensors: dict[str, Any] = {}
+        nccl.groupStart()
+        for spec in descriptor["device"]:
+            out, ptr = _empty_like_spec(cupy, spec)
+            tensors[spec["name"]] = out
+            comm.recv(ptr, spec["nbytes"], nccl.NCCL_UINT8, 1 - pair.rank, stream.ptr)
+        nccl.groupEnd()
+        _wait_stream(stream, time.monotonic() + self.timeout, comm,
+                     f"recv from {descriptor['src']}")
+        if descriptor.get("host"):
+            tensors.update(codec.decode(buffers[0], to=to).tensors)
+        ReleaseOnce(descriptor, on_release, count=0)  # the data is ours now
+        return Batch({n: tensors[n] for n in descriptor["order"]}, descriptor.get("meta", {}))
+
+    def drain(self, *, timeout: float) -> None:
+        """Wait until every send exported so far has completed (or raise)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            pairs = list(self._pairs.values())
+        for pair in pairs:
+            pair.drain(deadline)
+
+    def close(self) -> None:
+        with self._lock:
+            pairs, self._pairs = list(self._pairs.values()), {}
+        for pair in pairs:
+            pair.close()
+
+
+def _empty_like_spec(cupy: Any, spec: dict[str, Any]) -> tuple[Any, int]:
+    if spec["kind"] == "torch":
+        torch = gpu.torch_module("receiving torch tensors over NCCL")
+        out = torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"]), device="cuda")
+        return out, int(out.data_ptr())
+    out = cupy.empty(spec["shape"], dtype=spec["dtype"])
+    return out, int(out.data.ptr)
