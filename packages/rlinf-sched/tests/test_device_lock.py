@@ -339,3 +339,21 @@ def test_invalid_timeout_is_refused(connect: Callable[..., DeviceLockClient]) ->
     for bad in (float("inf"), float("nan"), -1.0):
         with pytest.raises(DeviceLockError, match="expected finite seconds"):
             client.acquire(0, component="x", timeout=bad)
+
+
+def test_server_as_its_own_process(token: bytes) -> None:
+    env = {**os.environ, "RLINF_COMM_TOKEN": token.hex(), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlinf.sched.device_lock", "--num-devices", "2"],
+        env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        address = next(line.split()[1] for line in proc.stdout if line.startswith("listening "))
+        with DeviceLockClient(address, token=token, owner="p") as client:
+            assert client.acquire(1, component="x", timeout=5).devices == (1,)
+            assert client.state()[0]["holder"] == "p"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0

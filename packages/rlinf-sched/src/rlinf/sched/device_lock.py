@@ -10,6 +10,11 @@ connections; each worker process opens one `DeviceLockClient` under a unique own
     with client.hold(0, component="rollout", timeout=60) as grant:
         generate()                                                 # onloaded, exclusive
 
+The server can also run as its own process (token from ``RLINF_COMM_TOKEN``, hex); it prints
+``listening host:port`` on stdout (logs go to stderr) and serves until SIGTERM or SIGINT::
+
+    python -m rlinf.sched.device_lock --host 0.0.0.0 --port 29600 --num-devices 8
+
 Semantics (the protocol is in `rlinf.sched._lock_server`):
 
 - **Mutual exclusion and fairness**: one owner holds a device at a time; waiters are served
@@ -60,6 +65,7 @@ __all__ = [
     "Grant",
     "HolderDeath",
     "default_owner_id",
+    "main",
 ]
 
 _log = structlog.get_logger(__name__)
@@ -339,3 +345,34 @@ class DeviceLockClient:
         with contextlib.suppress(CommError):
             self._conn.send({"op": "offloaded", "evict": int(header["evict"]),
                              "seconds": seconds, "ok": ok, "error": error}, timeout=30)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run a lock server process until SIGTERM/SIGINT (see the module docstring)."""
+    import argparse
+    import signal
+
+    from rlinf.comm._internal.wire import default_token
+
+    parser = argparse.ArgumentParser(prog="python -m rlinf.sched.device_lock",
+                                     description="Serve RLinf device locks.")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on")
+    parser.add_argument("--port", type=int, default=0, help="port (0: pick a free one)")
+    parser.add_argument("--num-devices", type=int, default=None,
+                        help="refuse device indices outside 0..N-1")
+    args = parser.parse_args(argv)
+    import sys
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    with DeviceLockServer(token=default_token(), host=args.host, port=args.port,
+                          num_devices=args.num_devices) as server:
+        print(f"listening {server.address[0]}:{server.address[1]}", flush=True)
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
