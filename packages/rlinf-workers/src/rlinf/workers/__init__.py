@@ -14,6 +14,7 @@ subpackages, imported when used:
 from rlinf.workers.errors import (
     ConfigError,
     DispatchError,
+    GroupClosedError,
     MissingExtraError,
     ShapeError,
     WorkerCallError,
@@ -26,6 +27,7 @@ from rlinf.workers.version import __version__
 __all__ = [
     "ConfigError",
     "DispatchError",
+    "GroupClosedError",
     "MissingExtraError",
     "ShapeError",
     "WorkerCallError",

@@ -13,6 +13,7 @@ from typing import Any
 __all__ = [
     "ConfigError",
     "DispatchError",
+    "GroupClosedError",
     "MissingExtraError",
     "ShapeError",
     "WorkerCallError",
@@ -36,6 +37,10 @@ class ShapeError(WorkersError, ValueError):
 
 class DispatchError(WorkersError, ValueError):
     """Arguments cannot be split across ranks, or results cannot be gathered, per the spec."""
+
+
+class GroupClosedError(WorkersError, RuntimeError):
+    """A call was made on a `WorkerGroup` after `kill()` or `shutdown()`."""
 
 
 def _where(role: str, rank: int, node: str | None) -> str:

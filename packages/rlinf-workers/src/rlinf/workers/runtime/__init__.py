@@ -1,0 +1,36 @@
+"""The worker runtime: `Worker` (a Ray actor base) and `WorkerGroup` (ranks + typed dispatch)."""
+
+from rlinf.workers.runtime.context import WorkerContext, WorkerInfo, rank_devices
+from rlinf.workers.runtime.dispatch import (
+    ALL_TO_ALL,
+    PER_RANK_ALL,
+    RANK_ZERO,
+    SCATTER_CONCAT,
+    DispatchSpec,
+    Gather,
+    Split,
+    concat_values,
+    split_value,
+)
+from rlinf.workers.runtime.group import GroupFuture, WorkerGroup
+from rlinf.workers.runtime.logs import configure_worker_logging
+from rlinf.workers.runtime.worker import Worker
+
+__all__ = [
+    "ALL_TO_ALL",
+    "PER_RANK_ALL",
+    "RANK_ZERO",
+    "SCATTER_CONCAT",
+    "DispatchSpec",
+    "Gather",
+    "GroupFuture",
+    "Split",
+    "Worker",
+    "WorkerContext",
+    "WorkerGroup",
+    "WorkerInfo",
+    "concat_values",
+    "configure_worker_logging",
+    "rank_devices",
+    "split_value",
+]

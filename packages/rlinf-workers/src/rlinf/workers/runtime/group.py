@@ -1,0 +1,312 @@
+"""`WorkerGroup`: launch N ranks of a `Worker` as Ray actors and fan method calls out to them.
+
+Every wait has a deadline. A rank that dies (crash, ``os._exit``, SIGKILL, OOM killer)
+turns the pending call into `WorkerDiedError` naming role, rank and node as soon as Ray
+reports the death; a rank that does not answer in time turns it into `WorkerTimeoutError`
+naming the missing ranks. The first failing rank fails the call at once: its peers may be
+blocked in a collective waiting for it and would never finish.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ray
+import structlog
+from ray import exceptions as ray_errors
+
+from rlinf.sched.placement import ComponentPlacement
+from rlinf.workers.errors import (
+    ConfigError,
+    DispatchError,
+    GroupClosedError,
+    WorkerCallError,
+    WorkerDiedError,
+    WorkersError,
+    WorkerTimeoutError,
+)
+from rlinf.workers.runtime.context import WorkerContext, WorkerInfo, rank_devices
+from rlinf.workers.runtime.dispatch import (
+    ALL_TO_ALL,
+    DispatchSpec,
+    gather_results,
+    split_arguments,
+)
+from rlinf.workers.runtime.worker import Worker
+
+__all__ = ["GroupFuture", "WorkerGroup"]
+
+_log = structlog.get_logger(__name__)
+_DETAIL_CHARS = 400
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _translate(
+    exc: BaseException, *, role: str, rank: int, method: str, node: str | None
+) -> BaseException:
+    """Turn Ray's error for one rank's call into ours (other errors pass through)."""
+    if isinstance(exc, ray_errors.RayActorError | ray_errors.WorkerCrashedError
+                  | ray_errors.OutOfMemoryError):
+        text = _ANSI.sub("", str(exc))
+        if getattr(exc, "actor_init_failed", False):
+            # The message ends with the constructor's traceback; its last line says why.
+            lines = [line.strip() for line in text.splitlines() if line.strip()]
+            return WorkerDiedError(role, rank, node=node, method="__init__",
+                                   detail=f"its constructor raised {lines[-1] if lines else ''}")
+        detail = " ".join(text.split())[:_DETAIL_CHARS]
+        return WorkerDiedError(role, rank, node=node, method=method, detail=detail)
+    if isinstance(exc, ray_errors.RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, BaseException):
+            detail = f"{type(cause).__name__}: {cause}"
+            return WorkerCallError(role, rank, method=method, detail=detail, node=node,
+                                   cause=cause)
+        return WorkerCallError(role, rank, method=method, detail=str(exc), node=node)
+    return exc
+
+
+class GroupFuture:
+    """The pending results of one group call (like a `Work` handle: `done`, `result`)."""
+
+    def __init__(
+        self, *, role: str, method: str, ranks: tuple[int, ...], refs: Sequence[ray.ObjectRef],
+        spec: DispatchSpec, nodes: Mapping[int, str], default_timeout: float,
+    ) -> None:
+        self._role = role
+        self._method = method
+        self._ranks = ranks
+        self._refs = list(refs)
+        self._spec = spec
+        self._nodes = dict(nodes)
+        self._default_timeout = default_timeout
+        self._results: list[Any] | None = None
+
+    @property
+    def ranks(self) -> tuple[int, ...]:
+        """The ranks this call went to, in gather order."""
+        return self._ranks
+
+    def done(self) -> bool:
+        """True when every rank has finished (successfully or not); never blocks."""
+        if self._results is not None:
+            return True
+        ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        return len(ready) == len(self._refs)
+
+    def rank_results(self, timeout: float | None = None) -> list[Any]:
+        """One result per target rank, in order, waiting at most `timeout` seconds overall.
+
+        Raises `WorkerDiedError`, `WorkerCallError` (the method raised) or
+        `WorkerTimeoutError`. `timeout=None` uses the group's call timeout, never infinity.
+        """
+        if self._results is not None:
+            return list(self._results)
+        limit = self._default_timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        pending = {ref: i for i, ref in enumerate(self._refs)}
+        results: list[Any] = [None] * len(self._refs)
+        while pending:
+            remaining = deadline - time.monotonic()
+            ready: list[ray.ObjectRef] = []
+            if remaining > 0:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=remaining)
+            if not ready:
+                missing = sorted(self._ranks[i] for i in pending.values())
+                raise WorkerTimeoutError(self._role, missing, method=self._method, timeout=limit)
+            for ref in ready:
+                index = pending.pop(ref)
+                rank = self._ranks[index]
+                try:
+                    results[index] = ray.get(ref, timeout=max(remaining, 0.0))
+                except Exception as exc:
+                    raise _translate(exc, role=self._role, rank=rank, method=self._method,
+                                     node=self._nodes.get(rank)) from exc
+        self._results = results
+        return list(results)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """The gathered result per the call's `DispatchSpec` (see `rank_results`)."""
+        return gather_results(self._spec, self.rank_results(timeout))
+
+
+class WorkerGroup:
+    """N ranks of one `Worker` subclass running as Ray actors; build it with `launch`."""
+
+    def __init__(
+        self, *, role: str, name: str, worker_cls: type[Worker],
+        actors: Sequence[ray.actor.ActorHandle], call_timeout: float,
+    ) -> None:
+        self._role = role
+        self._name = name
+        self._worker_cls = worker_cls
+        self._actors = tuple(actors)
+        self._call_timeout = call_timeout
+        self._infos: tuple[WorkerInfo, ...] = ()
+        self._closed = False
+
+    @classmethod
+    def launch(
+        cls,
+        worker_cls: type[Worker],
+        *,
+        role: str | None = None,
+        num_ranks: int | None = None,
+        placement: ComponentPlacement | None = None,
+        num_cpus_per_rank: float = 1.0,
+        num_gpus_per_rank: float = 0.0,
+        init_kwargs: Mapping[str, Any] | None = None,
+        env_vars: Mapping[str, str] | None = None,
+        log_level: str = "INFO",
+        launch_timeout: float = 120.0,
+        call_timeout: float = 600.0,
+    ) -> WorkerGroup:
+        """Start the ranks and wait (at most `launch_timeout`) until each is constructed.
+
+        The rank count comes from `placement` (devices x processes per device) or
+        `num_ranks`; each rank's `WorkerContext.devices` is its device in the placement
+        (a CPU slot without GPUs). Ray reserves `num_cpus_per_rank` CPUs (fractions allowed)
+        and `num_gpus_per_rank` GPUs per rank. `init_kwargs` go to the worker's
+        ``__init__`` after its context. Requires ``ray.init()`` to have been called.
+        """
+        if not issubclass(worker_cls, Worker):
+            raise ConfigError(f"{worker_cls!r} is not a subclass of rlinf.workers Worker")
+        if not ray.is_initialized():
+            raise ConfigError("Ray is not initialised: call ray.init(...) before launching")
+        role = role or (placement.component if placement is not None else None)
+        if not role:
+            raise ConfigError("a group needs a role: pass role= or a placement")
+        if placement is not None and num_ranks not in (None, placement.num_procs):
+            raise ConfigError(f"num_ranks={num_ranks} contradicts placement "
+                              f"{placement.to_spec()!r} ({placement.num_procs} ranks)")
+        world = placement.num_procs if placement is not None else num_ranks
+        if world is None or world < 1:
+            raise ConfigError(f"need num_ranks >= 1 or a placement, got num_ranks={num_ranks}")
+        name = f"{role}-{uuid.uuid4().hex[:8]}"
+        remote_cls = ray.remote(worker_cls)
+        actors: list[Any] = []
+        for rank in range(world):
+            context = WorkerContext(
+                role=role, rank=rank, world_size=world,
+                devices=rank_devices(placement, rank) if placement is not None else (rank,),
+                group_name=name, log_level=log_level,
+            )
+            options: dict[str, Any] = {
+                "name": f"{name}-{rank}", "num_cpus": num_cpus_per_rank,
+                "num_gpus": num_gpus_per_rank, "max_restarts": 0, "max_task_retries": 0,
+            }
+            if env_vars:
+                options["runtime_env"] = {"env_vars": dict(env_vars)}
+            actors.append(remote_cls.options(**options).remote(context, **dict(init_kwargs or {})))
+        group = cls(role=role, name=name, worker_cls=worker_cls, actors=actors,
+                    call_timeout=call_timeout)
+        try:
+            infos = group.call_async("worker_info", spec=ALL_TO_ALL).rank_results(launch_timeout)
+        except WorkersError:
+            group.kill()
+            raise
+        group._infos = tuple(infos)
+        _log.info("worker_group_launched", role=role, group=name, world_size=world,
+                  nodes=sorted({info.node_ip for info in infos}))
+        return group
+
+    @property
+    def role(self) -> str:
+        """The component the ranks implement."""
+        return self._role
+
+    @property
+    def name(self) -> str:
+        """Unique group name; rank r's Ray actor is named ``f"{name}-{r}"``."""
+        return self._name
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return len(self._actors)
+
+    @property
+    def actors(self) -> tuple[ray.actor.ActorHandle, ...]:
+        """Ray actor handles by rank (to hand to other workers)."""
+        return self._actors
+
+    @property
+    def infos(self) -> tuple[WorkerInfo, ...]:
+        """Node and process of each rank, recorded at launch."""
+        return self._infos
+
+    def _resolve(
+        self, method: str, spec: DispatchSpec | None
+    ) -> tuple[DispatchSpec, tuple[int, ...]]:
+        if self._closed:
+            raise GroupClosedError(f"worker group {self._name!r} was shut down; launch a new one")
+        if method.startswith("_") or not callable(getattr(self._worker_cls, method, None)):
+            raise DispatchError(
+                f"{self._worker_cls.__name__} has no public method {method!r}"
+            )
+        resolved = spec or self._worker_cls.dispatch.get(method, ALL_TO_ALL)
+        ranks = resolved.ranks if resolved.ranks is not None else tuple(range(self.world_size))
+        if not ranks or len(set(ranks)) != len(ranks) or not all(
+            0 <= r < self.world_size for r in ranks
+        ):
+            raise DispatchError(f"target ranks {ranks} must be distinct ranks in "
+                                f"[0, {self.world_size})")
+        return resolved, ranks
+
+    def call_async(
+        self, method: str, *args: Any, spec: DispatchSpec | None = None, **kwargs: Any
+    ) -> GroupFuture:
+        """Start `method` on the target ranks and return a `GroupFuture` at once.
+
+        `spec` overrides the method's entry in the worker class's `dispatch` (default:
+        broadcast, gather all). ``spec`` and ``timeout`` are reserved keyword names.
+        """
+        resolved, ranks = self._resolve(method, spec)
+        per_rank = split_arguments(resolved, args, kwargs, len(ranks))
+        refs = [getattr(self._actors[rank], method).remote(*a, **kw)
+                for rank, (a, kw) in zip(ranks, per_rank, strict=True)]
+        nodes = {info.rank: info.node_ip for info in self._infos}
+        return GroupFuture(role=self._role, method=method, ranks=ranks, refs=refs,
+                           spec=resolved, nodes=nodes, default_timeout=self._call_timeout)
+
+    def call(
+        self, method: str, *args: Any, spec: DispatchSpec | None = None,
+        timeout: float | None = None, **kwargs: Any,
+    ) -> Any:
+        """`call_async` then wait at most `timeout` (default: the group's call timeout)."""
+        return self.call_async(method, *args, spec=spec, **kwargs).result(timeout)
+
+    def kill(self) -> None:
+        """Kill every rank now (no cleanup hooks); idempotent."""
+        for actor in self._actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except (ValueError, ray_errors.RayError):  # already gone
+                continue
+        if not self._closed:
+            _log.info("worker_group_killed", role=self._role, group=self._name)
+        self._closed = True
+
+    def shutdown(self, *, timeout: float = 30.0) -> None:
+        """Run each rank's `Worker.shutdown` hook (at most `timeout`), then kill the ranks."""
+        if self._closed:
+            return
+        try:
+            self.call("shutdown", timeout=timeout)
+        except WorkersError as exc:
+            _log.warning("worker_group_unclean_shutdown", role=self._role, group=self._name,
+                         error=str(exc))
+        self.kill()
+
+    def __enter__(self) -> WorkerGroup:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "running"
+        return f"WorkerGroup(role={self._role!r}, world_size={self.world_size}, {state})"

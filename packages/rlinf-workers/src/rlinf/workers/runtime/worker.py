@@ -1,0 +1,102 @@
+"""`Worker`: the base class of every RLinf worker (a Ray actor once a group launches it)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from typing import ClassVar
+
+import structlog
+
+from rlinf.sched.profiler import Profile, Profiler
+from rlinf.workers.runtime.context import WorkerContext, WorkerInfo
+from rlinf.workers.runtime.dispatch import DispatchSpec
+from rlinf.workers.runtime.logs import configure_worker_logging
+
+__all__ = ["Worker"]
+
+
+class Worker:
+    """Base of RLinf workers: identity, a bound logger, profiling, and group hooks.
+
+    Subclass it, take the `WorkerContext` first in ``__init__`` and pass it up::
+
+        class Rollout(Worker):
+            dispatch: ClassVar[Mapping[str, DispatchSpec]] = {"generate": SCATTER_CONCAT}
+
+            def __init__(self, context: WorkerContext, *, model_path: str) -> None:
+                super().__init__(context)
+                ...
+
+            def generate(self, prompts: torch.Tensor) -> torch.Tensor:
+                with self.measure(batch_size=len(prompts)):
+                    ...
+
+    `WorkerGroup.launch(Rollout, ...)` starts one Ray actor per rank. `dispatch` maps
+    method names to their default `DispatchSpec`; methods not listed broadcast their
+    arguments and return one result per rank.
+    """
+
+    dispatch: ClassVar[Mapping[str, DispatchSpec]] = {}
+    """Default split/gather rule per method name (overridable per call)."""
+
+    def __init__(self, context: WorkerContext) -> None:
+        self.context = context
+        if context.log_level is not None:
+            configure_worker_logging(context.log_level, role=context.role, rank=context.rank)
+        self.log = structlog.get_logger(type(self).__module__).bind(
+            role=context.role, rank=context.rank
+        )
+        self.profiler = Profiler(metadata={"role": context.role, "rank": context.rank})
+
+    @property
+    def role(self) -> str:
+        """The component this worker implements."""
+        return self.context.role
+
+    @property
+    def rank(self) -> int:
+        """This worker's index in its group."""
+        return self.context.rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks in the group."""
+        return self.context.world_size
+
+    @property
+    def devices(self) -> tuple[int, ...]:
+        """Logical devices of this rank from the placement."""
+        return self.context.devices
+
+    @contextlib.contextmanager
+    def measure(self, *, batch_size: int) -> Iterator[None]:
+        """Time a step and record its peak memory in this worker's profiler (rlinf.sched)."""
+        with self.profiler.measure(
+            self.role, batch_size=batch_size, num_devices=max(len(self.devices), 1)
+        ):
+            yield
+
+    def profile(self) -> Profile:
+        """Everything measured so far (the group gathers these to fit cost curves)."""
+        return self.profiler.profile
+
+    def worker_info(self) -> WorkerInfo:
+        """Where this rank runs; the group asks once at launch (it doubles as readiness)."""
+        import ray
+
+        runtime = ray.get_runtime_context()
+        return WorkerInfo(
+            rank=self.rank,
+            node_ip=ray.util.get_node_ip_address(),
+            node_id=runtime.get_node_id(),
+            pid=os.getpid(),
+        )
+
+    def shutdown(self) -> None:
+        """Release resources before the group kills the process; override to clean up."""
+        self.log.debug("worker_shutdown")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(role={self.role!r}, rank={self.rank}/{self.world_size})"
