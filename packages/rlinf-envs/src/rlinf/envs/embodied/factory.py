@@ -25,16 +25,17 @@ _BUILDERS: dict[str, _Builder] = {
 def resolve_backend(name: str) -> Literal["gymnasium", "maniskill", "libero"]:
     """The backend `backend="auto"` picks for `name`, or a clear error if there is none.
 
-    LIBERO suite names go to LIBERO; names gymnasium knows go to gymnasium; known ManiSkill3
-    tasks go to ManiSkill3 (MissingExtraError without the extra). Anything else is looked up
-    in ManiSkill's registry when it is installed, and is otherwise unknown.
+    LIBERO suite names go to LIBERO; known ManiSkill3 tasks, and ids that ManiSkill
+    registered in gymnasium's registry, go to ManiSkill3 (which then raises
+    MissingExtraError without the extra); other registered ids go to gymnasium. Anything
+    else is looked up in ManiSkill's registry when it is installed, and is otherwise unknown.
     """
     if libero.is_libero_name(name):
         return "libero"
+    if name in maniskill.MANISKILL_TASKS or gym_backend.entry_point(name).startswith("mani_skill"):
+        return "maniskill"
     if gym_backend.is_registered(name):
         return "gymnasium"
-    if name in maniskill.MANISKILL_TASKS:
-        return "maniskill"
     if has_module("mani_skill.envs") and gym_backend.is_registered(name):
         return "maniskill"  # importing mani_skill.envs registered it
     raise UnknownEnvError(

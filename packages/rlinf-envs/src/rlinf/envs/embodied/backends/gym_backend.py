@@ -29,10 +29,22 @@ def is_registered(name: str) -> bool:
     return name in gym.registry
 
 
+def entry_point(name: str) -> str:
+    """The registered entry point of `name` as text ("" when not registered)."""
+    spec = gym.registry.get(name)
+    if spec is None:
+        return ""
+    target = spec.entry_point
+    if isinstance(target, str):
+        return target
+    # ManiSkill registers functools.partial(mani_skill.utils.registration.make, ...).
+    target = getattr(target, "func", target)
+    return f"{getattr(target, '__module__', '')}:{getattr(target, '__qualname__', '')}"
+
+
 def is_mujoco(name: str) -> bool:
     """Whether `name` is a registered gymnasium MuJoCo env."""
-    spec = gym.registry.get(name)
-    return spec is not None and "mujoco" in str(spec.entry_point)
+    return entry_point(name).startswith("gymnasium.envs.mujoco")
 
 
 def make_envs(

@@ -81,6 +81,7 @@ def make_envs(
 ) -> list[SingleEnv]:
     """`num_envs` CPU ManiSkill3 envs of task `name` with state observations."""
     import_extra("mani_skill.envs", extra="maniskill", feature=f"ManiSkill3 task {name!r}")
+    torch: Any = import_extra("torch", extra="maniskill", feature="ManiSkill3")
     if name not in gym.registry:
         raise UnknownEnvError(
             f"ManiSkill3 has no task {name!r}; known: {', '.join(MANISKILL_TASKS)}")
@@ -90,6 +91,9 @@ def make_envs(
         "sensor_configs": {"width": render_size[1], "height": render_size[0]},
         "human_render_camera_configs": {"width": render_size[1], "height": render_size[0]},
     }
+    if not torch.cuda.is_available():
+        # ManiSkill defaults to CUDA rendering and only falls back after warning per env.
+        kwargs["render_backend"] = "cpu"
     if max_episode_steps is not None:
         kwargs["max_episode_steps"] = max_episode_steps
     kwargs.update(env_kwargs)
