@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_CONSTRAINT="$PWD/constraints.txt" PIP_DISABLE_PIP_VERSION_CHECK=1
+# pip caches wheels built from our local directories by URL; a stale one would shadow the tree.
+export PIP_CACHE_DIR="$PWD/.venv/pip-cache"
 
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
