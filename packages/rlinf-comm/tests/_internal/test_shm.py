@@ -203,3 +203,19 @@ def test_clean_exit_unlinks_and_a_reader_process_never_unlinks():
     assert proc.wait(timeout=30) == 0
     # atexit unlinked both before the process ended.
     assert not any((SHM / n).exists() for n in info["names"])
+
+
+def test_forked_child_never_unlinks_its_parents_segments(pool):
+    seg = pool.acquire(10)
+    parent_default = shm.default_pool()
+    pid = os.fork()
+    if pid == 0:  # child: run the exit hook, check the default pool is its own
+        ok = False
+        try:
+            shm._close_at_exit()
+            ok = shm.default_pool() is not parent_default
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (SHM / seg.name).exists()

@@ -158,6 +158,9 @@ class Segment:
         return f"Segment({self.name}, {self.size} bytes)"
 
 
+_live_pools: weakref.WeakSet[SegmentPool] = weakref.WeakSet()
+
+
 def _size_class(nbytes: int) -> int:
     size = max(nbytes, _MIN_SEGMENT)
     return 1 << (size - 1).bit_length()
@@ -178,6 +181,8 @@ class SegmentPool:
         self._busy: dict[str, Segment] = {}
         self._closed = False
         self.created = 0  # segments created so far (tests and stats)
+        self.pid = os.getpid()  # a forked child must never unlink its parent's segments
+        _live_pools.add(self)
 
     def acquire(self, nbytes: int) -> Segment:
         """A segment of at least `nbytes`, lent to the caller until `release`."""
@@ -348,5 +353,8 @@ def default_reader() -> SegmentReader:
 
 @atexit.register
 def _close_at_exit() -> None:
-    if _defaults.pool is not None and _defaults.pid == os.getpid():
-        _defaults.pool.close()
+    # Every pool of this process, not only the default one (the guardian would unlink
+    # them too, but a clean exit should not leave that to another process).
+    for pool in list(_live_pools):
+        if pool.pid == os.getpid():
+            pool.close()

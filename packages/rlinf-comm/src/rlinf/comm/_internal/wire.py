@@ -26,16 +26,11 @@ closes it (the byte stream would be out of step), and later calls raise `PeerDie
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import json
-import os
-import secrets
 import select
 import socket
 import struct
 import threading
-import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, Self
@@ -43,12 +38,16 @@ from typing import Any, Self
 import pyarrow as pa
 import structlog
 
-from rlinf.comm.errors import (
-    AuthenticationError,
-    CodecError,
-    CommTimeoutError,
-    PeerDiedError,
+from rlinf.comm._internal.auth import (
+    TOKEN_ENV,
+    check_token,
+    client_handshake,
+    default_token,
+    new_token,
+    server_handshake,
 )
+from rlinf.comm._internal.sockio import Deadline, recv_exact_into, send_all, wait_fd
+from rlinf.comm.errors import CodecError, CommTimeoutError, PeerDiedError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -65,7 +64,6 @@ log = structlog.get_logger(__name__)
 
 Address = tuple[str, int]
 
-TOKEN_ENV = "RLINF_COMM_TOKEN"
 DEFAULT_TIMEOUT = 300.0
 """Seconds a call waits when given ``timeout=None`` (overridable per connection)."""
 
@@ -74,125 +72,6 @@ _PREFIX = struct.Struct("!4sII")
 _MAX_HEADER_BYTES = 64 << 20
 _MAX_BUFFERS = 1 << 16
 _ALIGN = 64  # Arrow's preferred buffer alignment; receivers decode zero-copy from it.
-_IOV_MAX = 512  # stay under the kernel's IOV_MAX (1024) per sendmsg call
-
-_HELLO = b"RLINF-COMM-AUTH1"  # 16 bytes, sent by the listener with its challenge
-_NONCE = 32
-_DIGEST = 32
-_MIN_TOKEN = 16
-
-
-def new_token() -> bytes:
-    """A fresh random 32-byte token to share between the processes of one run."""
-    return secrets.token_bytes(32)
-
-
-def default_token() -> bytes:
-    """The run's token from the environment variable ``RLINF_COMM_TOKEN`` (hex)."""
-    raw = os.environ.get(TOKEN_ENV)
-    if not raw:
-        raise AuthenticationError(
-            f"expected the shared token in env {TOKEN_ENV} (hex, e.g. from "
-            f"`python -c 'import secrets; print(secrets.token_hex(32))'`), but it is unset"
-        )
-    try:
-        token = bytes.fromhex(raw.strip())
-    except ValueError as exc:
-        raise AuthenticationError(
-            f"expected env {TOKEN_ENV} to hold hex digits, got {len(raw)} characters "
-            "that are not hex"
-        ) from exc
-    _check_token(token)
-    return token
-
-
-def _check_token(token: bytes) -> None:
-    if not isinstance(token, bytes | bytearray) or len(token) < _MIN_TOKEN:
-        got = f"{len(token)} bytes" if isinstance(token, bytes | bytearray) else type(token)
-        raise AuthenticationError(f"expected a token of at least {_MIN_TOKEN} bytes, got {got}")
-
-
-def _mac(token: bytes, label: bytes, *parts: bytes) -> bytes:
-    return hmac.new(token, label + b"".join(parts), hashlib.sha256).digest()
-
-
-class _Deadline:
-    """Remaining time of one blocking call."""
-
-    __slots__ = ("at", "timeout")
-
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
-        self.at = time.monotonic() + timeout
-
-    def remaining(self) -> float:
-        return self.at - time.monotonic()
-
-
-def _wait_fd(sock: socket.socket, events: int, deadline: _Deadline, what: str) -> None:
-    """Block until `sock` is ready for `events` or raise CommTimeoutError."""
-    remaining = deadline.remaining()
-    if remaining <= 0:
-        raise CommTimeoutError(f"{what} did not complete within {deadline.timeout:g} s")
-    poller = select.poll()
-    poller.register(sock, events)
-    if not poller.poll(max(1, int(remaining * 1000 + 0.999))):
-        raise CommTimeoutError(f"{what} did not complete within {deadline.timeout:g} s")
-
-
-def _recv_exact_into(sock: socket.socket, view: memoryview, deadline: _Deadline,
-                     what: str) -> int:
-    """Fill `view` from `sock`; returns bytes read before an error (for diagnostics)."""
-    got = 0
-    total = len(view)
-    while got < total:
-        try:
-            n = sock.recv_into(view[got:], total - got)
-        except BlockingIOError:
-            _wait_fd(sock, select.POLLIN, deadline, what)
-            continue
-        except (ConnectionError, OSError) as exc:
-            raise PeerDiedError(f"{what}: connection lost after {got} of {total} bytes "
-                                f"({exc})") from exc
-        if n == 0:
-            raise PeerDiedError(f"{what}: peer closed the connection after {got} of "
-                                f"{total} bytes")
-        got += n
-    return got
-
-
-def _send_all(sock: socket.socket, views: list[memoryview], deadline: _Deadline,
-              what: str, progress: list[int] | None = None) -> int:
-    """Gather-send every view; returns the number of bytes sent.
-
-    `progress[0]` tracks the bytes sent so far, so a caller can tell after an exception
-    whether part of the frame already left.
-    """
-    sent_total = 0
-    i = 0
-    while i < len(views):
-        chunk = views[i:i + _IOV_MAX]
-        try:
-            sent = sock.sendmsg(chunk)
-        except BlockingIOError:
-            _wait_fd(sock, select.POLLOUT, deadline, what)
-            continue
-        except (ConnectionError, OSError) as exc:
-            raise PeerDiedError(f"{what}: connection lost after {sent_total} bytes "
-                                f"({exc})") from exc
-        sent_total += sent
-        if progress is not None:
-            progress[0] = sent_total
-        # Skip fully sent views, trim the partially sent one.
-        while sent and i < len(views):
-            n = len(views[i])
-            if sent >= n:
-                sent -= n
-                i += 1
-            else:
-                views[i] = views[i][sent:]
-                sent = 0
-    return sent_total
 
 
 def _as_bytes_view(buf: Any) -> memoryview:
@@ -258,8 +137,8 @@ class Connection:
         if self._closed is not None:
             raise PeerDiedError(f"connection to {self.peer_address} is closed ({self._closed})")
 
-    def _deadline(self, timeout: float | None) -> _Deadline:
-        return _Deadline(self.default_timeout if timeout is None else timeout)
+    def _deadline(self, timeout: float | None) -> Deadline:
+        return Deadline(self.default_timeout if timeout is None else timeout)
 
     # -- sending ----------------------------------------------------------------------
     def send(self, header: dict[str, Any], buffers: Sequence[Any] = (), *,
@@ -284,7 +163,7 @@ class Connection:
             self._check_open()
             progress = [0]
             try:
-                _send_all(self._sock, out, deadline, "send", progress)
+                send_all(self._sock, out, deadline, "send", progress)
             except CommTimeoutError:
                 # A partly sent frame would desynchronise the stream: give it up.
                 if progress[0]:
@@ -313,7 +192,7 @@ class Connection:
                 try:
                     first = self._sock.recv_into(pview, _PREFIX.size)
                 except BlockingIOError:
-                    _wait_fd(self._sock, select.POLLIN, deadline, "recv")
+                    wait_fd(self._sock, select.POLLIN, deadline, "recv")
                     continue
                 except (ConnectionError, OSError) as exc:
                     self.close("peer died")
@@ -328,8 +207,8 @@ class Connection:
                 raise
 
     def _recv_rest(self, pview: memoryview, first: int,
-                   deadline: _Deadline) -> tuple[dict[str, Any], list[memoryview]]:
-        _recv_exact_into(self._sock, pview[first:], deadline, "recv frame prefix")
+                   deadline: Deadline) -> tuple[dict[str, Any], list[memoryview]]:
+        recv_exact_into(self._sock, pview[first:], deadline, "recv frame prefix")
         magic, header_len, nbuf = _PREFIX.unpack(pview)
         if magic != _MAGIC:
             raise CodecError(f"expected frame magic {_MAGIC!r}, got {bytes(magic)!r}")
@@ -338,7 +217,7 @@ class Connection:
                 f"expected a header of at most {_MAX_HEADER_BYTES} bytes and at most "
                 f"{_MAX_BUFFERS} buffers, got {header_len} bytes and {nbuf} buffers")
         meta = bytearray(8 * nbuf + header_len)
-        _recv_exact_into(self._sock, memoryview(meta), deadline, "recv frame header")
+        recv_exact_into(self._sock, memoryview(meta), deadline, "recv frame header")
         lengths = struct.unpack_from(f"!{nbuf}Q", meta)
         try:
             header = json.loads(meta[8 * nbuf:])
@@ -354,12 +233,14 @@ class Connection:
         if total > self.max_frame_bytes:
             raise CodecError(f"expected a frame of at most {self.max_frame_bytes} bytes, "
                              f"got {total}")
+        if not lengths:
+            return header, []
         # One aligned allocation for all buffers; pyarrow's allocator aligns to 64 bytes
         # and does not zero-fill (the kernel's fresh pages are zero anyway).
         block = memoryview(pa.allocate_buffer(max(total, 1)))
         views = [block[off:off + n] for off, n in zip(offsets, lengths, strict=True)]
         for view in views:
-            _recv_exact_into(self._sock, view, deadline, "recv frame buffers")
+            recv_exact_into(self._sock, view, deadline, "recv frame buffers")
         return header, views
 
 
@@ -368,7 +249,7 @@ class Listener:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, token: bytes,
                  backlog: int = 128, default_timeout: float = DEFAULT_TIMEOUT) -> None:
-        _check_token(token)
+        check_token(token)
         self._token = bytes(token)
         self._default_timeout = default_timeout
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -386,20 +267,20 @@ class Listener:
         """
         if self._closed:
             raise PeerDiedError(f"listener {self.address} is closed")
-        deadline = _Deadline(self._default_timeout if timeout is None else timeout)
+        deadline = Deadline(self._default_timeout if timeout is None else timeout)
         while True:
             try:
                 sock, peer = self._sock.accept()
                 break
             except BlockingIOError:
-                _wait_fd(self._sock, select.POLLIN, deadline, "accept")
+                wait_fd(self._sock, select.POLLIN, deadline, "accept")
             except OSError as exc:
                 if self._closed:
                     raise PeerDiedError(f"listener {self.address} was closed") from exc
                 raise
         sock.setblocking(False)
         try:
-            _server_handshake(sock, self._token, deadline)
+            server_handshake(sock, self._token, deadline)
         except BaseException:
             sock.close()
             raise
@@ -422,11 +303,11 @@ class Listener:
 def connect(address: Address | str, *, token: bytes, timeout: float,
             default_timeout: float = DEFAULT_TIMEOUT) -> Connection:
     """Connect to a `Listener` at ``(host, port)`` (or ``"host:port"``) and authenticate."""
-    _check_token(token)
+    check_token(token)
     if isinstance(address, str):
         host, _, port = address.rpartition(":")
         address = (host.strip("[]"), int(port))
-    deadline = _Deadline(timeout)
+    deadline = Deadline(timeout)
     try:
         sock = socket.create_connection(address, timeout=max(deadline.remaining(), 0.001))
     except TimeoutError as exc:
@@ -436,71 +317,9 @@ def connect(address: Address | str, *, token: bytes, timeout: float,
         raise PeerDiedError(f"expected a listener at {address}, got {exc}") from exc
     sock.setblocking(False)
     try:
-        _client_handshake(sock, bytes(token), deadline)
+        client_handshake(sock, bytes(token), deadline)
     except BaseException:
         sock.close()
         raise
     return Connection(sock, default_timeout=default_timeout)
 
-
-# -- handshake --------------------------------------------------------------------------
-# listener -> client: HELLO + server nonce S
-# client -> listener: client nonce C + HMAC(token, "c2s" + S + C)
-# listener -> client: HMAC(token, "s2c" + C + S)       (only if the client proved itself)
-# Both reads are fixed-size; the listener reads exactly 64 bytes from an unknown client
-# and interprets none of them beyond comparing a digest.
-
-def _handshake_io(sock: socket.socket, deadline: _Deadline, send: bytes | None,
-                  recv: int) -> bytes:
-    if send is not None:
-        _send_all(sock, [memoryview(send)], deadline, "authentication handshake")
-    if recv == 0:
-        return b""
-    buf = bytearray(recv)
-    _recv_exact_into(sock, memoryview(buf), deadline, "authentication handshake")
-    return bytes(buf)
-
-
-def _server_handshake(sock: socket.socket, token: bytes, deadline: _Deadline) -> None:
-    server_nonce = secrets.token_bytes(_NONCE)
-    try:
-        reply = _handshake_io(sock, deadline, _HELLO + server_nonce, _NONCE + _DIGEST)
-    except PeerDiedError as exc:
-        raise AuthenticationError(f"client left during the handshake: {exc}") from exc
-    client_nonce, digest = reply[:_NONCE], reply[_NONCE:]
-    if not hmac.compare_digest(digest, _mac(token, b"c2s", server_nonce, client_nonce)):
-        log.warning("authentication_failed", peer=_peer(sock))
-        raise AuthenticationError(
-            f"expected client {_peer(sock)} to prove the shared token, got a wrong digest; "
-            "connection refused")
-    _handshake_io(sock, deadline, _mac(token, b"s2c", client_nonce, server_nonce), 0)
-
-
-def _client_handshake(sock: socket.socket, token: bytes, deadline: _Deadline) -> None:
-    try:
-        hello = _handshake_io(sock, deadline, None, len(_HELLO) + _NONCE)
-    except PeerDiedError as exc:
-        raise PeerDiedError(f"listener closed before its handshake: {exc}") from exc
-    if hello[:len(_HELLO)] != _HELLO:
-        raise AuthenticationError(f"expected an rlinf.comm listener greeting {_HELLO!r}, "
-                                  f"got {hello[:len(_HELLO)]!r}")
-    server_nonce = hello[len(_HELLO):]
-    client_nonce = secrets.token_bytes(_NONCE)
-    try:
-        proof = _handshake_io(sock, deadline,
-                              client_nonce + _mac(token, b"c2s", server_nonce, client_nonce),
-                              _DIGEST)
-    except PeerDiedError as exc:
-        raise AuthenticationError(
-            "listener closed the connection during the handshake: the tokens differ"
-        ) from exc
-    if not hmac.compare_digest(proof, _mac(token, b"s2c", client_nonce, server_nonce)):
-        raise AuthenticationError("expected the listener to prove the shared token, got a "
-                                  "wrong digest")
-
-
-def _peer(sock: socket.socket) -> str:
-    try:
-        return str(sock.getpeername())
-    except OSError:
-        return "<unknown>"

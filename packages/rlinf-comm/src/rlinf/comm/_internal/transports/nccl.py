@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import json
 import queue
+import sys
 import threading
 import time
 from typing import Any, ClassVar, Protocol
@@ -74,17 +75,21 @@ class _Pair:
         self._lock = threading.Lock()
         self._comm: Any = None
         self._stream: Any = None
+        self.device = -1
         self.send_seq = itertools.count()
         self.recv_seq = 0
         self.error: BaseException | None = None
-        self._queue: queue.Queue[tuple[int, list[Any]] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, list[Any]] | None] = queue.Queue()  # (device, arrays)
         self._thread: threading.Thread | None = None
 
-    def comm(self, timeout: float) -> tuple[Any, Any]:
+    def comm(self, timeout: float, device: int) -> tuple[Any, Any]:
+        """The communicator and its stream, bound to CUDA `device` on first use."""
         with self._lock:
             if self._comm is None:
                 cupy = gpu.cupy_module("the NCCL transport")
                 from cupy.cuda import nccl
+
+                self.device = device
 
                 store = self._transport.store
                 if self.rank == 0:
@@ -92,33 +97,36 @@ class _Pair:
                     store.set(self.key, json.dumps(list(uid)).encode())
                 else:
                     uid = tuple(json.loads(store.get(self.key, timeout=timeout)))
-                self._stream = cupy.cuda.Stream(non_blocking=True)
-                self._comm = nccl.NcclCommunicator(2, uid, self.rank)
+                with cupy.cuda.Device(device):
+                    self._stream = cupy.cuda.Stream(non_blocking=True)
+                    self._comm = nccl.NcclCommunicator(2, uid, self.rank)
                 log.debug("nccl_pair_ready", peer=self.peer, rank=self.rank)
             return self._comm, self._stream
 
-    def enqueue(self, seq: int, arrays: list[Any]) -> None:
+    def enqueue(self, seq: int, device: int, arrays: list[Any]) -> None:
         if self.error is not None:
             raise TransportError(f"NCCL sends to {self.peer!r} failed earlier: {self.error}")
         if self._thread is None:
             self._thread = threading.Thread(target=self._send_loop, daemon=True,
                                             name=f"rlinf-nccl-send-{self.peer}")
             self._thread.start()
-        self._queue.put((seq, arrays))
+        self._queue.put((device, arrays))
 
     def _send_loop(self) -> None:
+        import cupy
         from cupy.cuda import nccl
 
         timeout = self._transport.timeout
         while (item := self._queue.get()) is not None:
-            _, arrays = item
+            device, arrays = item
             del item
             try:
-                comm, stream = self.comm(timeout)
-                nccl.groupStart()
-                for ptr, nbytes, _keepalive in arrays:
-                    comm.send(ptr, nbytes, nccl.NCCL_UINT8, 1 - self.rank, stream.ptr)
-                nccl.groupEnd()
+                comm, stream = self.comm(timeout, device)
+                with cupy.cuda.Device(self.device):
+                    nccl.groupStart()
+                    for ptr, nbytes, _keepalive in arrays:
+                        comm.send(ptr, nbytes, nccl.NCCL_UINT8, 1 - self.rank, stream.ptr)
+                    nccl.groupEnd()
                 _wait_stream(stream, time.monotonic() + timeout, comm, f"send to {self.peer}")
             except BaseException as exc:
                 self.error = exc
@@ -191,11 +199,13 @@ class NcclTransport(Transport):
             raise TransportError("expected export(batch, peer=...) for NCCL, got no peer")
         cupy = gpu.cupy_module("the NCCL transport")
         specs, arrays, host = [], [], {}
+        devices = set()
         for name, array in batch.tensors.items():
             if not is_device_array(array):
                 host[name] = array
                 continue
             kind = array_kind(array)
+            devices.add(int(array.device.index if kind == "torch" else array.device.id))
             if kind == "torch":
                 contiguous = array.detach().contiguous()
                 gpu.torch_module("the NCCL transport").cuda.current_stream(
@@ -210,9 +220,13 @@ class NcclTransport(Transport):
             specs.append({"name": name, "kind": kind, "dtype": dtype,
                           "shape": list(array.shape), "nbytes": nbytes})
             arrays.append((ptr, nbytes, contiguous))
+        if len(devices) > 1:
+            raise TransportError(f"expected the GPU arrays of one batch on one device, got "
+                                 f"devices {sorted(devices)}")
         pair = self._pair(peer)
         seq = next(pair.send_seq)
-        pair.enqueue(seq, arrays)
+        if arrays:
+            pair.enqueue(seq, devices.pop(), arrays)
         buffers = [codec.encode(Batch(host))] if host else []
         return Exported({"transport": self.name, "src": self.self_id, "seq": seq,
                          "order": list(batch.tensors), "device": specs,
@@ -227,23 +241,30 @@ class NcclTransport(Transport):
                                  f"{descriptor['src']!r}, got {descriptor['seq']}: open "
                                  "NCCL descriptors in the order they were sent")
         pair.recv_seq += 1
-        cupy = gpu.cupy_module("the NCCL transport")
-        from cupy.cuda import nccl
-
-        comm, stream = pair.comm(self.timeout)
         tensors: dict[str, Any] = {}
-        nccl.groupStart()
-        for spec in descriptor["device"]:
-            out, ptr = _empty_like_spec(cupy, spec)
-            tensors[spec["name"]] = out
-            comm.recv(ptr, spec["nbytes"], nccl.NCCL_UINT8, 1 - pair.rank, stream.ptr)
-        nccl.groupEnd()
-        _wait_stream(stream, time.monotonic() + self.timeout, comm,
-                     f"recv from {descriptor['src']}")
+        if descriptor["device"]:
+            tensors.update(self._receive(pair, descriptor))
         if descriptor.get("host"):
             tensors.update(codec.decode(buffers[0], to=to).tensors)
         ReleaseOnce(descriptor, on_release, count=0)  # the data is ours now
         return Batch({n: tensors[n] for n in descriptor["order"]}, descriptor.get("meta", {}))
+
+    def _receive(self, pair: _Pair, descriptor: dict[str, Any]) -> dict[str, Any]:
+        cupy = gpu.cupy_module("the NCCL transport")
+        from cupy.cuda import nccl
+
+        comm, stream = pair.comm(self.timeout, _current_device(cupy))
+        tensors: dict[str, Any] = {}
+        with cupy.cuda.Device(pair.device):
+            nccl.groupStart()
+            for spec in descriptor["device"]:
+                out, ptr = _empty_like_spec(cupy, spec, pair.device)
+                tensors[spec["name"]] = out
+                comm.recv(ptr, spec["nbytes"], nccl.NCCL_UINT8, 1 - pair.rank, stream.ptr)
+            nccl.groupEnd()
+        _wait_stream(stream, time.monotonic() + self.timeout, comm,
+                     f"recv from {descriptor['src']}")
+        return tensors
 
     def drain(self, *, timeout: float) -> None:
         """Wait until every send exported so far has completed (or raise)."""
@@ -260,10 +281,19 @@ class NcclTransport(Transport):
             pair.close()
 
 
-def _empty_like_spec(cupy: Any, spec: dict[str, Any]) -> tuple[Any, int]:
+def _current_device(cupy: Any) -> int:
+    """This thread's CUDA device: torch's when torch is in use, else cupy's."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return int(torch.cuda.current_device())
+    return int(cupy.cuda.Device().id)
+
+
+def _empty_like_spec(cupy: Any, spec: dict[str, Any], device: int) -> tuple[Any, int]:
     if spec["kind"] == "torch":
         torch = gpu.torch_module("receiving torch tensors over NCCL")
-        out = torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"]), device="cuda")
+        out = torch.empty(spec["shape"], dtype=getattr(torch, spec["dtype"]),
+                          device=f"cuda:{device}")
         return out, int(out.data_ptr())
     out = cupy.empty(spec["shape"], dtype=spec["dtype"])
     return out, int(out.data.ptr)
