@@ -32,6 +32,7 @@ from rlinf.workers.errors import (
 from rlinf.workers.runtime.context import WorkerContext, WorkerInfo, rank_devices
 from rlinf.workers.runtime.dispatch import (
     ALL_TO_ALL,
+    RANK_ZERO,
     DispatchSpec,
     gather_results,
     split_arguments,
@@ -278,6 +279,19 @@ class WorkerGroup:
     ) -> Any:
         """`call_async` then wait at most `timeout` (default: the group's call timeout)."""
         return self.call_async(method, *args, spec=spec, **kwargs).result(timeout)
+
+    def init_process_group(self, *, backend: str = "gloo", timeout: float = 300.0) -> None:
+        """Join all ranks into one torch.distributed default process group.
+
+        Rank 0 opens the rendezvous store on a free port, then every rank joins at once.
+        Use ``"gloo"`` on CPU and ``"nccl"`` with one GPU per rank.
+        """
+        addr, port = self.call("open_rendezvous", timeout_s=timeout, spec=RANK_ZERO,
+                               timeout=timeout)
+        self.call("init_process_group", master_addr=addr, master_port=port, backend=backend,
+                  timeout_s=timeout, timeout=timeout)
+        _log.info("worker_group_process_group", role=self._role, group=self._name,
+                  backend=backend, world_size=self.world_size)
 
     def kill(self) -> None:
         """Kill every rank now (no cleanup hooks); idempotent."""

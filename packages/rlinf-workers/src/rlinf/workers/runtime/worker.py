@@ -5,13 +5,18 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator, Mapping
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import structlog
 
 from rlinf.sched.profiler import Profile, Profiler
 from rlinf.workers.runtime.context import WorkerContext, WorkerInfo
 from rlinf.workers.runtime.dispatch import DispatchSpec
+from rlinf.workers.runtime.distributed import (
+    destroy_process_group,
+    join_process_group,
+    open_rendezvous_store,
+)
 from rlinf.workers.runtime.logs import configure_worker_logging
 
 __all__ = ["Worker"]
@@ -49,6 +54,7 @@ class Worker:
             role=context.role, rank=context.rank
         )
         self.profiler = Profiler(metadata={"role": context.role, "rank": context.rank})
+        self._rendezvous_store: Any = None  # rank 0's torch TCPStore, kept alive while used
 
     @property
     def role(self) -> str:
@@ -94,8 +100,34 @@ class Worker:
             pid=os.getpid(),
         )
 
+    def open_rendezvous(self, *, timeout_s: float = 300.0) -> tuple[str, int]:
+        """Rank 0: start the torch.distributed store; returns its ``(address, port)``."""
+        import ray
+
+        host = ray.util.get_node_ip_address()
+        self._rendezvous_store = open_rendezvous_store(
+            host, world_size=self.world_size, timeout_s=timeout_s
+        )
+        return host, int(self._rendezvous_store.port)
+
+    def init_process_group(
+        self, *, master_addr: str, master_port: int, backend: str = "gloo",
+        timeout_s: float = 300.0,
+    ) -> None:
+        """Join the group's default torch.distributed process group (all ranks at once)."""
+        join_process_group(
+            rank=self.rank, world_size=self.world_size, master_addr=master_addr,
+            master_port=master_port, backend=backend, timeout_s=timeout_s,
+            store=self._rendezvous_store,
+        )
+        self.log.info("process_group_joined", backend=backend, master=f"{master_addr}:"
+                      f"{master_port}")
+
     def shutdown(self) -> None:
-        """Release resources before the group kills the process; override to clean up."""
+        """Release resources before the group kills the process; override (and call super)
+        to clean up more."""
+        destroy_process_group()
+        self._rendezvous_store = None
         self.log.debug("worker_shutdown")
 
     def __repr__(self) -> str:
