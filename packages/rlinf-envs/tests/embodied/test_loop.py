@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from rlinf.envs import ConfigError, EnvStepError, RenderError
-from rlinf.envs.embodied import LoopVectorEnv, StepResult, VectorEnv, make_vector_env
+from rlinf.envs.embodied import (
+    LoopVectorEnv,
+    StepResult,
+    VectorEnv,
+    VectorEnvConfig,
+    make_vector_env,
+)
 
 PENDULUM = "InvertedPendulum-v5"  # terminates within tens of steps under random actions
 
@@ -231,3 +237,21 @@ def test_invalid_factory_arguments() -> None:
         make_vector_env(PENDULUM, num_envs=1, backend="isaac")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="max_episode_steps"):
         make_vector_env(PENDULUM, num_envs=1, max_episode_steps=0)
+
+
+def test_config_builds_the_same_env() -> None:
+    config = VectorEnvConfig(name=PENDULUM, num_envs=2, seed=4, max_episode_steps=7)
+    from_config = config.make()
+    direct = make_vector_env(PENDULUM, num_envs=2, seed=4, max_episode_steps=7)
+    np.testing.assert_array_equal(from_config.reset()[0], direct.reset()[0])
+    from_config.close()
+    direct.close()
+
+
+def test_get_attr_reads_through_wrappers() -> None:
+    env = make_vector_env(PENDULUM, num_envs=3, seed=0)
+    assert env.get_attr("frame_skip") == [2, 2, 2]  # an attribute of the unwrapped MuJoCo env
+    assert len(env.split(3)[2].get_attr("frame_skip")) == 1
+    with pytest.raises(EnvStepError, match="no attribute 'nonexistent'"):
+        env.get_attr("nonexistent")
+    env.close()

@@ -5,7 +5,12 @@ Conventions (auto-reset, seeding, bookkeeping, sub-groups) are documented in
 """
 
 from rlinf.envs.embodied.base import EpisodeStats, Observation, StepResult, VectorEnv
-from rlinf.envs.embodied.factory import BACKENDS, make_vector_env, resolve_backend
+from rlinf.envs.embodied.factory import (
+    BACKENDS,
+    VectorEnvConfig,
+    make_vector_env,
+    resolve_backend,
+)
 from rlinf.envs.embodied.loop import LoopVectorEnv, SingleEnv
 
 __all__ = [
@@ -16,6 +21,7 @@ __all__ = [
     "SingleEnv",
     "StepResult",
     "VectorEnv",
+    "VectorEnvConfig",
     "make_vector_env",
     "resolve_backend",
 ]

@@ -122,6 +122,10 @@ class VectorEnv(abc.ABC):
         """Episodes of this view's envs finished since the last call, in finishing order."""
 
     @abc.abstractmethod
+    def get_attr(self, name: str) -> list[Any]:
+        """Attribute `name` of each env of this view (e.g. LIBERO's `instruction`)."""
+
+    @abc.abstractmethod
     def close(self) -> None:
         """Release the simulators (closing any view closes the whole vector env)."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.envs._extras import has_module
@@ -83,3 +84,31 @@ def make_vector_env(
         # A dependency of the extra itself (robosuite for LIBERO, sapien for ManiSkill).
         raise MissingExtraError(f"{chosen} env {name!r}", chosen, exc.name or "?") from exc
     return LoopVectorEnv(envs, seed=seed, name=name)
+
+
+@dataclass(frozen=True)
+class VectorEnvConfig:
+    """Everything `make_vector_env` needs, as one frozen value an app config can hold."""
+
+    name: str
+    """Env id: gymnasium id, ManiSkill3 task, or LIBERO `<suite>[/<task id>]`."""
+    num_envs: int = 1
+    """Number of envs (all pipeline groups together)."""
+    seed: int = 0
+    """Env i is seeded with seed + i at the first reset."""
+    backend: Backend = "auto"
+    """Simulator backend; auto picks it from the name."""
+    render_size: tuple[int, int] = (128, 128)
+    """(height, width) of rendered frames and camera observations."""
+    max_episode_steps: int | None = None
+    """Override of the task's time limit; None keeps the task's own."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the backend's env constructor."""
+
+    def make(self) -> VectorEnv:
+        """Build the vector env this config describes."""
+        return make_vector_env(
+            self.name, num_envs=self.num_envs, seed=self.seed, backend=self.backend,
+            render_size=self.render_size, max_episode_steps=self.max_episode_steps,
+            env_kwargs=self.env_kwargs,
+        )

@@ -238,6 +238,19 @@ class LoopVectorEnv(VectorEnv):
             frames.append(np.asarray(frame, dtype=np.uint8))
         return np.stack(frames)
 
+    def get_attr(self, name: str) -> list[Any]:
+        values = []
+        for index in self._indices:
+            env: Any = self._shared.envs[index]
+            # gymnasium wrappers stopped forwarding attributes; get_wrapper_attr looks inside.
+            getter = getattr(env, "get_wrapper_attr", None)
+            try:
+                values.append(getter(name) if getter is not None else getattr(env, name))
+            except AttributeError as exc:
+                raise EnvStepError(
+                    f"env {int(index)} of {self!r} has no attribute {name!r}") from exc
+        return values
+
     def split(self, num_groups: int) -> list[VectorEnv]:
         if not 1 <= num_groups <= self.num_envs:
             raise EnvStepError(
