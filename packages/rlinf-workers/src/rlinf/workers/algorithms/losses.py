@@ -110,7 +110,7 @@ def value_loss(
     if clip_range is None:
         return ValueLoss(
             loss=aggregate_loss(0.5 * errors, mask_f, mode=aggregation),
-            clip_fraction=torch.zeros((), dtype=values.dtype),
+            clip_fraction=torch.zeros((), dtype=values.dtype, device=values.device),
         )
     if clip_range < 0:
         raise ConfigError(f"clip_range must be >= 0, got {clip_range}")

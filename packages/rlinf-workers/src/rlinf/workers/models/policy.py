@@ -4,7 +4,8 @@ Separate actor and critic trunks (sharing hurts PPO on small continuous-control 
 cleanrl's defaults reflect) with orthogonal initialisation: hidden layers gain sqrt(2), the
 policy head 0.01 (near-uniform first actions), the value head 1. Continuous actions are a
 diagonal Gaussian with a state-independent learned log-std; discrete actions a categorical.
-Sampling takes an optional `torch.Generator`, so vectorized rollouts are reproducible.
+Sampling takes an optional `torch.Generator` (on the policy's device), so vectorized rollouts
+are reproducible.
 """
 
 from __future__ import annotations
@@ -153,9 +154,12 @@ class ActorCritic(nn.Module):
             else:
                 probs = torch.softmax(params, dim=-1)
                 action = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        elif deterministic:
+            action = params
         else:
-            noise = torch.randn(params.shape, generator=generator, dtype=params.dtype)
-            action = params if deterministic else params + noise * self.log_std.exp()
+            noise = torch.randn(params.shape, generator=generator, dtype=params.dtype,
+                                device=params.device)
+            action = params + noise * self.log_std.exp()
         log_prob, _ = self._log_prob_entropy(params, action)
         return ActionSample(action=action, log_prob=log_prob, value=self.value(obs))
 
