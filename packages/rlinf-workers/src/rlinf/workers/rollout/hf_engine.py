@@ -1,0 +1,165 @@
+"""Rollout with Hugging Face `generate`: the embedded default engine, CPU or GPU.
+
+Prompts are batched with left padding. The sampled tokens' log-probs are recomputed with
+`rlinf.workers.models.response_log_probs` in one extra forward pass, not taken from
+`generate`'s scores: that way they are exactly what the inference and actor workers compute
+for the same weights (same function, same padding, same positions), and the off-policy
+ratio of the first PPO step is 1 up to float noise. They are log-probs of the temperature-
+scaled *full* distribution; top-p/top-k only restrict which tokens can be drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+import torch
+from torch import nn
+
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import response_log_probs, response_mask_from_eos
+from rlinf.workers.rollout.batch import left_pad
+from rlinf.workers.rollout.offload import (
+    OffloadPolicy,
+    discard_module,
+    empty_device_cache,
+    materialize_module,
+    move_module,
+)
+from rlinf.workers.rollout.types import NamedTensors, RolloutError, RolloutSample, SamplingConfig
+
+__all__ = ["HFRolloutEngine"]
+
+_log = structlog.get_logger(__name__)
+
+
+class HFRolloutEngine:
+    """`RolloutEngine` over a transformers causal LM (see the module docstring)."""
+
+    def __init__(
+        self, model: nn.Module, *, eos_token_id: int, pad_token_id: int,
+        device: torch.device | str | None = None, offload_policy: OffloadPolicy | None = None,
+    ) -> None:
+        """Serve `model` on `device` (default: where its parameters are).
+
+        `offload_policy` defaults to ``host`` on CUDA (weights wait in CPU memory) and
+        ``discard`` on CPU, where keeping a "host copy" would free nothing: after a
+        discarding offload the engine refuses to generate until `update_weights` has
+        supplied every parameter again.
+        """
+        self.model = model
+        self.eos_token_id = eos_token_id
+        self.pad_token_id = pad_token_id
+        self.device = torch.device(device) if device is not None else next(
+            model.parameters()).device
+        if offload_policy not in (None, "host", "discard"):
+            raise ConfigError(f"offload_policy must be 'host' or 'discard', got {offload_policy!r}")
+        self.offload_policy: OffloadPolicy = offload_policy or (
+            "host" if self.device.type == "cuda" else "discard")
+        move_module(model, self.device)
+        model.eval()
+        self._targets = dict(model.state_dict(keep_vars=True))
+        self._missing: set[int] = set()  # ids of parameters whose values were discarded
+        self._offloaded = False
+
+    # -- generation ------------------------------------------------------------------------
+
+    def generate(
+        self, prompt_token_ids: Sequence[Sequence[int]], *, sampling: SamplingConfig
+    ) -> list[RolloutSample]:
+        """One sample per prompt (see `RolloutEngine.generate`)."""
+        self._check_ready()
+        if not prompt_token_ids:
+            return []
+        if any(len(p) == 0 for p in prompt_token_ids):
+            raise ConfigError("every prompt needs at least one token")
+        prompt_ids, prompt_mask = left_pad(prompt_token_ids, pad_id=self.pad_token_id)
+        prompt_ids, prompt_mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
+        options: dict[str, Any] = {
+            "max_new_tokens": sampling.max_new_tokens, "eos_token_id": self.eos_token_id,
+            "pad_token_id": self.pad_token_id, "do_sample": not sampling.greedy,
+        }
+        if not sampling.greedy:
+            options.update(temperature=sampling.temperature, top_p=sampling.top_p,
+                           top_k=sampling.top_k or None)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.no_grad(), torch.random.fork_rng(devices=devices,
+                                                    enabled=sampling.seed is not None):
+            if sampling.seed is not None:
+                torch.manual_seed(sampling.seed)
+            out = self.model.generate(  # type: ignore[operator]
+                input_ids=prompt_ids, attention_mask=prompt_mask, **options)
+            response_ids = out[:, prompt_ids.shape[1]:]
+            response_mask = response_mask_from_eos(response_ids, eos_token_id=self.eos_token_id)
+            log_probs = response_log_probs(
+                self.model, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                response_ids=response_ids, response_mask=response_mask,
+                temperature=sampling.logprob_temperature)
+        samples = []
+        for row, prompt in enumerate(prompt_token_ids):
+            length = int(response_mask[row].sum())
+            tokens = tuple(int(t) for t in response_ids[row, :length].tolist())
+            stopped = length > 0 and tokens[-1] == self.eos_token_id
+            samples.append(RolloutSample(
+                prompt_token_ids=tuple(prompt), response_token_ids=tokens,
+                log_probs=tuple(float(x) for x in log_probs[row, :length].tolist()),
+                finish_reason="stop" if stopped else "length"))
+        return samples
+
+    # -- weights ---------------------------------------------------------------------------
+
+    def update_weights(self, named_tensors: NamedTensors) -> None:
+        """Copy tensors into the parameters of the same names (a bucket or all of them)."""
+        if self._offloaded:
+            raise RolloutError("update_weights on an offloaded engine; call onload() first")
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                target = self._targets.get(name)
+                if target is None:
+                    raise RolloutError(f"unknown parameter {name!r}; the model has e.g. "
+                                       f"{sorted(self._targets)[:3]}")
+                if tuple(target.shape) != tuple(tensor.shape):
+                    raise RolloutError(f"parameter {name!r} is {tuple(target.shape)}, the "
+                                       f"update is {tuple(tensor.shape)}")
+                target.copy_(tensor.to(target.device, non_blocking=True))
+                self._missing.discard(id(target))
+
+    # -- offload / onload ------------------------------------------------------------------
+
+    def offload(self) -> None:
+        """Free the engine's memory per `offload_policy` (see `rlinf.workers.rollout.offload`)."""
+        if self._offloaded:
+            return
+        if self.offload_policy == "discard":
+            freed = discard_module(self.model)
+            self._missing = {id(p) for p in self.model.parameters()}
+        else:
+            freed = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            move_module(self.model, "cpu")
+        empty_device_cache(self.device)
+        self._offloaded = True
+        _log.info("rollout_offloaded", policy=self.offload_policy, bytes=freed)
+
+    def onload(self) -> None:
+        """Undo `offload`; after a discarding one, weights must be reloaded before generating."""
+        if not self._offloaded:
+            return
+        if self.offload_policy == "discard":
+            materialize_module(self.model)
+        else:
+            move_module(self.model, self.device)
+        self._targets = dict(self.model.state_dict(keep_vars=True))
+        self._offloaded = False
+
+    @property
+    def needs_weights(self) -> bool:
+        """True while some parameter lost its value to a discarding offload."""
+        return bool(self._missing)
+
+    def _check_ready(self) -> None:
+        if self._offloaded:
+            raise RolloutError("generate on an offloaded engine; call onload() first")
+        if self._missing:
+            raise RolloutError(f"{len(self._missing)} parameters were discarded by offload() "
+                               "and not reloaded; sync weights before generating")

@@ -1,0 +1,161 @@
+"""`RolloutWorker`: math problems in, groups of sampled responses streamed out.
+
+Elastic pipelining: the problems are generated in micro-batches of
+``groups_per_micro_batch`` prompts (each repeated ``group_size`` times) and every group is
+handed to the sink the moment its micro-batch finishes, so the reward and inference stages
+start on the first groups while later ones are still being generated. Smaller micro-batches
+mean earlier first output, larger ones better generation throughput; the planner picks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import structlog
+from transformers import PreTrainedTokenizerBase
+
+from rlinf.envs.math import MathProblem, format_prompt
+from rlinf.envs.math.templates import TemplateName
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.rollout.batch import RolloutBatch
+from rlinf.workers.rollout.types import NamedTensors, RolloutEngine, SamplingConfig
+
+__all__ = ["GroupSink", "RolloutStats", "RolloutWorker", "RolloutWorkerConfig"]
+
+_log = structlog.get_logger(__name__)
+
+
+@runtime_checkable
+class GroupSink(Protocol):
+    """Where finished groups go: a queue-like object (an `rlinf.comm` Channel fits)."""
+
+    def put(self, item: Any, *, weight: float = 1) -> None:
+        """Append one item; `weight` is its number of responses."""
+        ...
+
+
+Sink = GroupSink | Callable[[RolloutBatch], object]
+"""A `GroupSink` receives ``RolloutBatch.to_batch()`` (a `rlinf.comm.Batch`, what channels
+carry); a plain callable receives the `RolloutBatch` itself (in-process pipelines)."""
+
+
+@dataclass(frozen=True)
+class RolloutWorkerConfig:
+    """What the rollout worker generates per problem."""
+
+    group_size: int = 4
+    """Responses sampled per prompt (GRPO's group)."""
+    groups_per_micro_batch: int = 4
+    """Prompts generated together before their groups are emitted."""
+    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    """Sampling options passed to the engine."""
+    template: TemplateName = "short"
+    """Prompt template of `rlinf.envs.math.format_prompt` ("short" for tiny char models)."""
+
+    def __post_init__(self) -> None:
+        if self.group_size < 1 or self.groups_per_micro_batch < 1:
+            raise ConfigError(f"group_size and groups_per_micro_batch must be >= 1, got "
+                              f"{self.group_size} and {self.groups_per_micro_batch}")
+
+
+@dataclass(frozen=True)
+class RolloutStats:
+    """Summary of one `RolloutWorker.rollout` call."""
+
+    groups: int
+    """Groups emitted."""
+    responses: int
+    """Responses emitted (groups x group_size)."""
+    response_tokens: int
+    """Generated tokens, EOS included."""
+    stopped_fraction: float
+    """Share of responses that ended with EOS rather than the length limit."""
+
+
+class RolloutWorker:
+    """Generates grouped responses with a `RolloutEngine` (see the module docstring)."""
+
+    def __init__(
+        self, engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase, *,
+        config: RolloutWorkerConfig = RolloutWorkerConfig(),  # frozen: a shared default is safe
+    ) -> None:
+        if tokenizer.pad_token_id is None:
+            raise ConfigError("the tokenizer needs a pad token (prompts are left-padded)")
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.config = config
+
+    def encode_prompt(self, problem: MathProblem) -> list[int]:
+        """Token ids of `problem` under the configured template."""
+        text = format_prompt(problem, template=self.config.template)
+        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+
+    def rollout(
+        self, problems: Sequence[MathProblem], *, sink: Sink,
+        sampling: SamplingConfig | None = None,
+    ) -> RolloutStats:
+        """Generate ``group_size`` responses per problem, emitting each group as it finishes.
+
+        `sampling` overrides the configured options for this call. With a seed, micro-batch
+        ``i`` samples with ``seed + i`` so the batches are reproducible but not identical.
+        """
+        cfg = self.config
+        base = sampling or cfg.sampling
+        put = _as_put(sink)
+        groups = responses = tokens = stopped = 0
+        step = cfg.groups_per_micro_batch
+        for index, start in enumerate(range(0, len(problems), step)):
+            chunk = problems[start:start + step]
+            prompts = [ids for p in chunk for ids in [self.encode_prompt(p)] * cfg.group_size]
+            call = base if base.seed is None else dataclasses.replace(base, seed=base.seed + index)
+            samples = self.engine.generate(prompts, sampling=call)
+            for g, problem in enumerate(chunk):
+                rows = samples[g * cfg.group_size:(g + 1) * cfg.group_size]
+                group = RolloutBatch.from_samples(
+                    rows, answers=[problem.answer] * cfg.group_size, group_size=cfg.group_size,
+                    pad_token_id=int(self.tokenizer.pad_token_id))  # type: ignore[arg-type]
+                put(group)
+                groups += 1
+                responses += len(rows)
+                tokens += int(group.response_mask.sum())
+                stopped += int(group.stopped.sum())
+            _log.debug("rollout_micro_batch_done", index=index, groups=groups)
+        return RolloutStats(groups=groups, responses=responses, response_tokens=tokens,
+                            stopped_fraction=stopped / responses if responses else 0.0)
+
+    def generate_batch(
+        self, problems: Sequence[MathProblem], *, sampling: SamplingConfig | None = None
+    ) -> RolloutBatch:
+        """All groups of `rollout` gathered into one batch (for callers that do not stream)."""
+        collected: list[RolloutBatch] = []
+        self.rollout(problems, sink=collected.append, sampling=sampling)
+        return RolloutBatch.concat(collected, pad_token_id=int(self.tokenizer.pad_token_id))  # type: ignore[arg-type]
+
+    def update_weights(self, named_tensors: NamedTensors) -> None:
+        """Load new policy weights into the engine (a bucket or all of them)."""
+        self.engine.update_weights(named_tensors)
+
+    def offload(self) -> None:
+        """Free the engine's device memory (`rlinf.sched.Onloadable`)."""
+        self.engine.offload()
+
+    def onload(self) -> None:
+        """Bring the engine back (`rlinf.sched.Onloadable`)."""
+        self.engine.onload()
+
+
+def _as_put(sink: Sink) -> Callable[[RolloutBatch], object]:
+    if isinstance(sink, GroupSink):
+        queue = sink
+
+        def put(group: RolloutBatch) -> None:
+            queue.put(group.to_batch(), weight=group.num_rows)
+
+        return put
+    if callable(sink):
+        return sink
+    raise ConfigError(f"sink must have put(item, weight=...) or be callable, got "
+                      f"{type(sink).__name__}")

@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm, response_log_probs
+from rlinf.workers.rollout import HFRolloutEngine, RolloutBatch, RolloutError, SamplingConfig
+
+
+def _engine(model, tokenizer) -> HFRolloutEngine:
+    return HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=tokenizer.pad_token_id)
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    return [tokenizer.encode(t) for t in ("12+7=", "3-4=", "99+99=")]
+
+
+def test_seeded_sampling_is_reproducible_and_seeds_differ(model, tokenizer):
+    engine = _engine(model, tokenizer)
+    sampling = SamplingConfig(max_new_tokens=6, seed=3)
+    first = engine.generate(_prompts(tokenizer), sampling=sampling)
+    again = engine.generate(_prompts(tokenizer), sampling=sampling)
+    other = engine.generate(_prompts(tokenizer), sampling=SamplingConfig(max_new_tokens=6, seed=4))
+    assert first == again
+    assert [s.response_token_ids for s in first] != [s.response_token_ids for s in other]
+    assert all(len(s.response_token_ids) == 6 and s.finish_reason == "length" for s in first)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 1.3])
+def test_log_probs_match_the_shared_log_prob_function(model, tokenizer, temperature):
+    engine = _engine(model, tokenizer)
+    sampling = SamplingConfig(max_new_tokens=5, temperature=temperature, top_k=20, seed=0)
+    samples = engine.generate(_prompts(tokenizer), sampling=sampling)
+    batch = RolloutBatch.from_samples(samples, answers=["0"] * 3, group_size=1,
+                                      pad_token_id=tokenizer.pad_token_id)
+    with torch.no_grad():
+        expected = response_log_probs(
+            model, prompt_ids=batch.prompt_ids, prompt_mask=batch.prompt_mask,
+            response_ids=batch.response_ids, response_mask=batch.response_mask,
+            temperature=sampling.logprob_temperature)
+    torch.testing.assert_close(batch.rollout_log_probs, expected, atol=1e-5, rtol=0)
+    assert (batch.rollout_log_probs[batch.response_mask.bool()] < 0).all()
+
+
+def test_greedy_takes_the_argmax_and_left_padding_does_not_change_it(model, tokenizer):
+    engine = _engine(model, tokenizer)
+    greedy = SamplingConfig(max_new_tokens=4, temperature=0.0)
+    batched = engine.generate(_prompts(tokenizer), sampling=greedy)
+    alone = engine.generate([_prompts(tokenizer)[0]], sampling=greedy)
+    assert batched[0].response_token_ids == alone[0].response_token_ids
+    assert batched[0].log_probs == pytest.approx(alone[0].log_probs, abs=1e-5)
+    prompt = torch.tensor([_prompts(tokenizer)[0]])
+    with torch.no_grad():
+        first = model(input_ids=prompt).logits[0, -1].argmax().item()
+    assert alone[0].response_token_ids[0] == first
+
+
+def test_eos_stops_a_response_and_is_reported(model, tokenizer):
+    prompt = _prompts(tokenizer)[:1]
+    probe = _engine(model, tokenizer).generate(
+        prompt, sampling=SamplingConfig(max_new_tokens=1, temperature=0.0))
+    # Declare the greedy first token to be EOS: generation must stop right after it.
+    eos = probe[0].response_token_ids[0]
+    engine = HFRolloutEngine(model, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
+    [sample] = engine.generate(prompt, sampling=SamplingConfig(max_new_tokens=8, temperature=0))
+    assert sample.response_token_ids == (eos,)
+    assert sample.finish_reason == "stop"
+
+
+def test_update_weights_changes_generation_and_rejects_unknown_names(model, tokenizer):
+    engine = _engine(model, tokenizer)
+    greedy = SamplingConfig(max_new_tokens=6, temperature=0.0)
+    other = build_tiny_causal_lm(TinyLMConfig(hidden_size=64, intermediate_size=128,
+                                              attn_implementation="eager"),
+                                 seed=1, tokenizer=tokenizer)
+    engine.update_weights(other.state_dict().items())
+    expected = _engine(other, tokenizer).generate(_prompts(tokenizer), sampling=greedy)
+    assert engine.generate(_prompts(tokenizer), sampling=greedy) == expected
+    with pytest.raises(RolloutError, match="unknown parameter"):
+        engine.update_weights([("no.such.weight", torch.zeros(1))])
+    name, tensor = next(iter(other.state_dict().items()))
+    with pytest.raises(RolloutError, match="update is"):
+        engine.update_weights([(name, tensor[:1])])
+
+
+def test_discarding_offload_frees_weights_until_they_are_synced_back(model, tokenizer):
+    engine = _engine(model, tokenizer)
+    snapshot = {k: v.clone() for k, v in model.state_dict().items()}
+    greedy = SamplingConfig(max_new_tokens=6, temperature=0.0)
+    before = engine.generate(_prompts(tokenizer), sampling=greedy)
+    engine.offload()
+    assert all(p.untyped_storage().nbytes() == 0 for p in model.parameters())
+    with pytest.raises(RolloutError, match="offloaded"):
+        engine.generate(_prompts(tokenizer), sampling=greedy)
+    engine.onload()
+    assert engine.needs_weights
+    with pytest.raises(RolloutError, match="sync weights"):
+        engine.generate(_prompts(tokenizer), sampling=greedy)
+    engine.update_weights(snapshot.items())
+    assert not engine.needs_weights
+    assert engine.generate(_prompts(tokenizer), sampling=greedy) == before
+
+
+def test_host_offload_keeps_weights(model, tokenizer):
+    engine = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id, offload_policy="host")
+    greedy = SamplingConfig(max_new_tokens=4, temperature=0.0)
+    before = engine.generate(_prompts(tokenizer), sampling=greedy)
+    engine.offload()
+    engine.onload()
+    assert engine.generate(_prompts(tokenizer), sampling=greedy) == before
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_offload_moves_weights_to_host_and_back(model, tokenizer):
+    engine = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id, device="cuda")
+    greedy = SamplingConfig(max_new_tokens=4, temperature=0.0)
+    before = engine.generate(_prompts(tokenizer), sampling=greedy)
+    used = torch.cuda.memory_allocated()
+    engine.offload()
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    assert torch.cuda.memory_allocated() < used
+    engine.onload()
+    assert engine.generate(_prompts(tokenizer), sampling=greedy) == before
