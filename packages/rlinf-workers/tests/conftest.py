@@ -1,4 +1,8 @@
-"""One local Ray instance for all runtime tests (starting Ray costs ~2 s and ~400 MB)."""
+"""Shared fixtures: one local Ray instance for every test that needs one.
+
+Starting Ray costs ~2 s and ~400 MB, each actor 115-300 MB more: tests share this session
+fixture (`ray_cluster`) and give ranks fractional CPUs so several small groups fit.
+"""
 
 from __future__ import annotations
 
