@@ -1,0 +1,23 @@
+"""Embodied RL workers: the policy rollout worker, the PPO/GRPO actor, execution drivers.
+
+- `PolicyRolloutWorker` answers the env worker's observation micro-batches (one per
+  pipeline stage) with actions, log-probs and values; per-env sampling streams keep
+  trajectories independent of the stage grouping.
+- `EmbodiedActorWorker` trains the actor-critic on rollouts (PPO with GAE, or GRPO over
+  blocks of episodes from identical start states) and checkpoints model, optimizer and RNG.
+- `run_collocated` / `run_pipelined` drive one rollout in-process without and with overlap.
+"""
+
+from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
+from rlinf.workers.embodied.drivers import InlinePolicyLink, run_collocated, run_pipelined
+from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
+
+__all__ = [
+    "EmbodiedActorConfig",
+    "EmbodiedActorWorker",
+    "InlinePolicyLink",
+    "PolicyRolloutConfig",
+    "PolicyRolloutWorker",
+    "run_collocated",
+    "run_pipelined",
+]

@@ -1,0 +1,206 @@
+"""`EmbodiedActorWorker`: PPO (GAE + critic) or GRPO updates of an actor-critic from rollouts.
+
+PPO follows cleanrl's continuous-control recipe: GAE over the time-major trajectory
+(truncations bootstrap from the final observation's value), per-minibatch advantage
+whitening, clipped surrogate, optionally clipped value loss, gradient-norm clipping.
+
+GRPO needs no critic: envs run in blocks that start from one identical state
+(`EnvWorkerConfig.same_start_group_size`), each env's first episode of the rollout is one
+sample, its return is normalised within its block (`grpo_advantages`) and every step of the
+episode gets that advantage; steps after the episode's end are masked out.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from rlinf.workers.algorithms import gae, grpo_advantages, ppo_policy_loss, value_loss
+from rlinf.workers.algorithms.masked import masked_whiten
+from rlinf.workers.env.trajectory import Trajectory
+from rlinf.workers.errors import ConfigError, ShapeError
+from rlinf.workers.models.policy import ActorCritic, PolicyConfig, build_actor_critic
+from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.worker import Worker
+
+__all__ = ["EmbodiedActorConfig", "EmbodiedActorWorker", "first_episode_mask"]
+
+
+@dataclass(frozen=True)
+class EmbodiedActorConfig:
+    """Training of an embodied actor-critic."""
+
+    policy: PolicyConfig
+    """Network shape; must match the rollout worker's."""
+    algorithm: Literal["ppo", "grpo"] = "ppo"
+    """PPO with a critic and GAE, or critic-free GRPO over blocks of same-start episodes."""
+    seed: int = 0
+    """Seeds the initial weights (same seed as the rollout worker: same start) and shuffling."""
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda."""
+    clip_ratio: float = 0.2
+    """PPO ratio clip."""
+    value_clip: float | None = None
+    """Clip range of the value loss around the rollout values (None: plain squared error)."""
+    value_coef: float = 0.5
+    """Weight of the value loss."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Gradient-norm clip."""
+    epochs: int = 10
+    """Passes over each rollout."""
+    num_minibatches: int = 32
+    """Minibatches per pass."""
+    normalize_advantages: bool = True
+    """Whiten advantages per minibatch (PPO)."""
+    grpo_group_size: int = 4
+    """Episodes per GRPO group (= the env worker's `same_start_group_size`)."""
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ("ppo", "grpo"):
+            raise ConfigError(f"algorithm must be 'ppo' or 'grpo', got {self.algorithm!r}")
+        if self.epochs < 1 or self.num_minibatches < 1 or self.grpo_group_size < 1:
+            raise ConfigError(f"epochs, num_minibatches and grpo_group_size must be >= 1, got "
+                              f"{self.epochs}, {self.num_minibatches}, {self.grpo_group_size}")
+        if self.lr <= 0 or self.max_grad_norm <= 0:
+            raise ConfigError(f"lr and max_grad_norm must be > 0, got {self.lr}, "
+                              f"{self.max_grad_norm}")
+
+
+def first_episode_mask(terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:
+    """``[T, N]`` float mask of each env's steps up to and including its first episode end."""
+    done = (terminated | truncated).to(torch.int64)
+    ended_before = torch.cumsum(done, dim=0) - done  # episode ends strictly before step t
+    return (ended_before == 0).to(torch.float32)
+
+
+class EmbodiedActorWorker(Worker):
+    """Owns the trainable actor-critic and its optimizer (see the module docstring)."""
+
+    def __init__(self, context: WorkerContext, *, config: EmbodiedActorConfig) -> None:
+        super().__init__(context)
+        self.config = config
+        self.model: ActorCritic = build_actor_critic(config.policy, seed=config.seed)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.step = 0
+
+    def _targets(self, traj: Trajectory) -> dict[str, torch.Tensor]:
+        """Per-sample tensors ``[T, N]``: advantages, returns and the sample mask."""
+        rewards = torch.from_numpy(traj.rewards)
+        term = torch.from_numpy(traj.terminated)
+        trunc = torch.from_numpy(traj.truncated)
+        cfg = self.config
+        if cfg.algorithm == "ppo":
+            adv, ret = gae(rewards.T, torch.from_numpy(traj.values).T,
+                           next_values=torch.from_numpy(traj.next_values).T, gamma=cfg.gamma,
+                           lam=cfg.gae_lambda, terminated=term.T, truncated=trunc.T)
+            return {"advantages": adv.T, "returns": ret.T, "mask": torch.ones_like(rewards)}
+        if not np.array_equal(traj.env_indices, np.arange(traj.num_envs)):
+            raise ShapeError("GRPO needs the whole env worker's trajectory in env order "
+                             f"(Trajectory.concat of every stage), got envs {traj.env_indices}")
+        mask = first_episode_mask(term, trunc)
+        returns = (rewards * mask).sum(dim=0)
+        per_env = grpo_advantages(returns, group_size=cfg.grpo_group_size)
+        return {"advantages": per_env.unsqueeze(0) * mask, "returns": torch.zeros_like(rewards),
+                "mask": mask}
+
+    def train(self, trajectory: Trajectory) -> dict[str, float]:
+        """`epochs` passes of minibatch updates on one rollout; returns mean statistics."""
+        cfg = self.config
+        with self.measure(batch_size=trajectory.num_steps * trajectory.num_envs):
+            targets = self._targets(trajectory)
+            flat = {
+                "obs": torch.from_numpy(trajectory.obs).flatten(0, 1),
+                "actions": torch.from_numpy(trajectory.actions).flatten(0, 1),
+                "log_probs": torch.from_numpy(trajectory.log_probs).flatten(0, 1),
+                "values": torch.from_numpy(trajectory.values).flatten(0, 1),
+                **{k: v.flatten(0, 1) for k, v in targets.items()},
+            }
+            stats = self._epochs(flat)
+        self.step += 1
+        self.log.info("embodied_train", step=self.step, algorithm=cfg.algorithm,
+                      **{k: round(v, 5) for k, v in stats.items()})
+        return stats
+
+    def _epochs(self, flat: dict[str, torch.Tensor]) -> dict[str, float]:
+        cfg = self.config
+        size = flat["obs"].shape[0]
+        if size < cfg.num_minibatches:
+            raise ConfigError(f"num_minibatches={cfg.num_minibatches} exceeds the "
+                              f"{size} samples of the rollout")
+        sums: dict[str, float] = {}
+        updates = 0
+        self.model.train()
+        for _ in range(cfg.epochs):
+            order = torch.randperm(size, generator=self.generator)
+            for idx in order.chunk(cfg.num_minibatches):
+                for key, value in self._update({k: v[idx] for k, v in flat.items()}).items():
+                    sums[key] = sums.get(key, 0.0) + value
+                updates += 1
+        return {key: total / updates for key, total in sums.items()}
+
+    def _update(self, mb: dict[str, torch.Tensor]) -> dict[str, float]:
+        cfg = self.config
+        ev = self.model.evaluate(mb["obs"], mb["actions"])
+        mask = mb["mask"]
+        adv = mb["advantages"]
+        if cfg.algorithm == "ppo" and cfg.normalize_advantages and adv.numel() > 1:
+            adv = masked_whiten(adv, mask)
+        policy = ppo_policy_loss(ev.log_prob, mb["log_probs"], adv, mask,
+                                 clip_ratio=cfg.clip_ratio)
+        loss = policy.loss
+        stats = {"policy_loss": float(policy.loss), "clip_fraction": float(policy.clip_fraction),
+                 "approx_kl": float(policy.approx_kl)}
+        if cfg.algorithm == "ppo":
+            critic = value_loss(ev.value, mb["values"], mb["returns"], mask,
+                                clip_range=cfg.value_clip)
+            loss = loss + cfg.value_coef * critic.loss
+            stats["value_loss"] = float(critic.loss)
+        entropy = (ev.entropy * mask).sum() / mask.sum().clamp(min=1.0)
+        loss = loss - cfg.entropy_coef * entropy
+        stats["entropy"] = float(entropy)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()  # type: ignore[no-untyped-call]
+        stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                            cfg.max_grad_norm))
+        self.optimizer.step()
+        return stats
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of the parameters, for `PolicyRolloutWorker.set_weights`."""
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def state(self) -> dict[str, Any]:
+        """Everything a resumed run needs: model, optimizer, shuffling RNG and step."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "generator": self.generator.get_state(), "step": self.step}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Inverse of `state`."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.generator.set_state(state["generator"])
+        self.step = int(state["step"])
+
+    def save_checkpoint(self, path: str | os.PathLike[str]) -> Path:
+        """Write `state()` to `path` (parent directories created)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(self.state(), target)
+        return target
+
+    def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
+        """Restore a checkpoint written by `save_checkpoint`."""
+        self.load_state(torch.load(Path(path), weights_only=False))

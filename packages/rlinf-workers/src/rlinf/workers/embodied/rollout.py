@@ -1,0 +1,145 @@
+"""`PolicyRolloutWorker`: answers observation micro-batches with sampled actions.
+
+Each env draws its sampling noise from its own stream (seeded by the worker's seed and the
+env's global index), so the actions an env receives do not depend on how envs are grouped
+into pipeline stages or in which order stages are served: collocated and pipelined rollouts
+of the same seed produce the same trajectories, and pipelining cannot change what is learned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from rlinf.comm import Batch
+from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models.policy import ActorCritic, PolicyConfig, build_actor_critic
+from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.worker import Worker
+
+__all__ = ["PolicyRolloutConfig", "PolicyRolloutWorker"]
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass(frozen=True)
+class PolicyRolloutConfig:
+    """Policy of a rollout worker."""
+
+    policy: PolicyConfig
+    """Network shape (MLP for state vectors, CNN for images)."""
+    seed: int = 0
+    """Seeds the initial weights and every env's sampling stream."""
+    deterministic: bool = False
+    """Act with the distribution's mode instead of sampling (evaluation)."""
+    device: str = "cpu"
+    """Torch device the policy runs on while onloaded."""
+
+
+class PolicyRolloutWorker(Worker):
+    """Runs the policy on observation micro-batches from env workers (module docstring)."""
+
+    def __init__(self, context: WorkerContext, *, config: PolicyRolloutConfig) -> None:
+        super().__init__(context)
+        self.config = config
+        self.model: ActorCritic = build_actor_critic(config.policy, seed=config.seed).eval()
+        self._device = torch.device(config.device)
+        self.model.to(self._device)
+        self._streams: dict[int, np.random.Generator] = {}
+
+    def _stream(self, env_index: int) -> np.random.Generator:
+        found = self._streams.get(env_index)
+        if found is None:
+            found = np.random.Generator(np.random.PCG64([self.config.seed, env_index]))
+            self._streams[env_index] = found
+        return found
+
+    def _noise(self, env_index: npt.NDArray[np.int64], width: int, *, gumbel: bool) -> torch.Tensor:
+        out = np.empty((len(env_index), width), dtype=np.float32)
+        for row, index in enumerate(env_index.tolist()):
+            stream = self._stream(int(index))
+            out[row] = stream.gumbel(size=width) if gumbel else stream.standard_normal(width)
+        return torch.from_numpy(out).to(self._device)
+
+    def _tensor(self, array: npt.NDArray[np.generic]) -> torch.Tensor:
+        return torch.as_tensor(np.asarray(array)).to(self._device)
+
+    @torch.no_grad()
+    def infer(self, batch: Batch) -> Batch:
+        """Actions, log-probs and values for ``batch["obs"]``; values of ``final_obs`` where
+        ``final_mask``. A batch with ``meta["bootstrap"]`` gets values only (no sampling, so
+        no env's stream advances)."""
+        obs = self._tensor(batch.tensors["obs"])
+        env_index = np.asarray(batch.tensors["env_index"], dtype=np.int64)
+        final_mask = np.asarray(batch.tensors["final_mask"], dtype=bool)
+        count = len(env_index)
+        value = self.model.value(obs)
+        final_value = torch.zeros(count, device=self._device)
+        if final_mask.any():  # full batch, so a row's value does not depend on the others
+            mask = torch.from_numpy(final_mask).to(self._device)
+            final_value = torch.where(
+                mask, self.model.value(self._tensor(batch.tensors["final_obs"])), 0.0)
+        out = {"value": value, "final_value": final_value}
+        if not batch.meta.get("bootstrap", False):
+            action, log_prob = self._sample(obs, env_index)
+            out |= {"action": action, "log_prob": log_prob}
+        return Batch({k: v.cpu().numpy() for k, v in out.items()}, meta=dict(batch.meta))
+
+    def _sample(self, obs: torch.Tensor, env_index: npt.NDArray[np.int64]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        params = self.model.policy_params(obs)
+        cfg = self.config.policy
+        if cfg.discrete:
+            log_p = torch.log_softmax(params, dim=-1)
+            scores = log_p if self.config.deterministic else log_p + self._noise(
+                env_index, cfg.action_dim, gumbel=True)  # Gumbel-max = categorical sample
+            action = scores.argmax(-1)
+            return action, log_p.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+        log_std = self.model.log_std.expand_as(params)
+        if self.config.deterministic:
+            z = torch.zeros_like(params)
+        else:
+            z = self._noise(env_index, cfg.action_dim, gumbel=False)
+        action = params + z * log_std.exp()
+        log_prob = (-0.5 * z.square() - log_std - _HALF_LOG_2PI).sum(-1)
+        return action, log_prob
+
+    def serve(self, *, source: ActionSource, sink: ObsSink, num_steps: int, num_stages: int,
+              timeout: float | None = 60.0) -> int:
+        """Answer one env rollout of `num_steps` steps over `num_stages` stage groups
+        (``num_steps + 1`` batches per stage, the last for bootstrapping); returns how many
+        batches were answered."""
+        if num_steps < 1 or num_stages < 1:
+            raise ConfigError(f"num_steps and num_stages must be >= 1, got {num_steps}, "
+                              f"{num_stages}")
+        answered = 0
+        for _ in range(num_steps + 1):
+            for stage in range(num_stages):
+                key = stage_key(stage)
+                batch = source.get(key=key, timeout=timeout)
+                # No profiler hook per micro-batch: at ~100 us per batch it would show.
+                sink.put(self.infer(batch), key=key)
+                answered += 1
+        return answered
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of the policy's parameters."""
+        return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Load parameters (e.g. from `EmbodiedActorWorker.get_weights`)."""
+        self.model.load_state_dict(dict(weights))
+
+    def onload(self) -> None:
+        """Move the policy onto its device."""
+        self.model.to(self._device)
+
+    def offload(self) -> None:
+        """Move the policy to host memory, freeing its device."""
+        self.model.to("cpu")

@@ -1,0 +1,44 @@
+"""`EnvWorkerConfig`: what an env worker simulates and how it splits it into stages."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlinf.workers.errors import ConfigError
+
+__all__ = ["EnvWorkerConfig"]
+
+
+@dataclass(frozen=True)
+class EnvWorkerConfig:
+    """Environments of one env worker."""
+
+    env_name: str
+    """Task id, e.g. "HalfCheetah-v5" (any id `rlinf.envs.embodied.make_vector_env` knows)."""
+    num_envs: int
+    """Simulators this worker owns."""
+    pipeline_stages: int = 1
+    """Stage groups the envs are split into; group g steps while the policy computes the
+    actions of group g+1. 1 means no pipelining."""
+    seed: int = 0
+    """Env i is seeded with seed + i (see `rlinf.envs.embodied.base`)."""
+    max_episode_steps: int | None = None
+    """Override of the task's time limit (None: the task's own)."""
+    same_start_group_size: int = 1
+    """Consecutive blocks of this many envs start every episode from one identical state
+    (GRPO compares the episodes of a block); 1 gives every env its own states."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments for the task's constructor."""
+
+    def __post_init__(self) -> None:
+        if self.num_envs < 1:
+            raise ConfigError(f"num_envs must be >= 1, got {self.num_envs}")
+        if not 1 <= self.pipeline_stages <= self.num_envs:
+            raise ConfigError(f"pipeline_stages must be in [1, num_envs={self.num_envs}], "
+                              f"got {self.pipeline_stages}")
+        size = self.same_start_group_size
+        if size < 1 or self.num_envs % size:
+            raise ConfigError(f"same_start_group_size must be >= 1 and divide num_envs="
+                              f"{self.num_envs}, got {size}")

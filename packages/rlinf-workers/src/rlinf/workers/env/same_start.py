@@ -1,0 +1,56 @@
+"""Envs that start each episode from the same state as the rest of their block (for GRPO).
+
+`LoopVectorEnv` seeds env i with ``seed + i``; wrapping env i so that it subtracts its offset
+in its block makes all envs of a block receive one seed, hence one initial state. Auto-resets
+then continue each env's own generator; envs of a block consume their generators identically
+(MuJoCo tasks draw only at reset), so every later episode of a block starts identically too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from rlinf.envs.embodied import LoopVectorEnv, SingleEnv, VectorEnv, resolve_backend
+from rlinf.envs.embodied.backends import gym_backend
+from rlinf.workers.env.config import EnvWorkerConfig
+from rlinf.workers.errors import ConfigError
+
+__all__ = ["make_same_start_env"]
+
+
+class _BlockSeeded:
+    """A `SingleEnv` whose seeded resets are shifted back to its block's first seed."""
+
+    def __init__(self, env: SingleEnv, offset: int) -> None:
+        self._env = env
+        self._offset = offset
+        self.observation_space: gym.Space[Any] = env.observation_space
+        self.action_space: gym.Space[Any] = env.action_space
+
+    def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        return self._env.reset(seed=None if seed is None else seed - self._offset)
+
+    def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        return self._env.step(action)
+
+    def render(self) -> Any:
+        return self._env.render()
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def make_same_start_env(config: EnvWorkerConfig) -> VectorEnv:
+    """A vector env whose blocks of `config.same_start_group_size` envs share start states."""
+    if resolve_backend(config.env_name) != "gymnasium":
+        raise ConfigError(f"same_start_group_size > 1 supports gymnasium tasks only, got "
+                          f"{config.env_name!r}")
+    envs = gym_backend.make_envs(
+        config.env_name, num_envs=config.num_envs, render_size=(128, 128),
+        max_episode_steps=config.max_episode_steps, env_kwargs=dict(config.env_kwargs),
+    )
+    size = config.same_start_group_size
+    wrapped = [_BlockSeeded(env, i % size) for i, env in enumerate(envs)]
+    return LoopVectorEnv(wrapped, seed=config.seed, name=config.env_name)

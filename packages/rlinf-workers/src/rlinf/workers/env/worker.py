@@ -1,0 +1,187 @@
+"""`EnvWorker`: owns a vector env split into pipeline stages and drives the rollout protocol.
+
+Protocol of one rollout of `num_steps` steps over stage groups ``0..G-1`` (keys `stage_key`):
+
+1. send every group's current observations (one `Batch` per group);
+2. for each step, for each group g in order: receive g's actions, step g, send g's next
+   observations. While group g steps, the policy is computing the actions of group g+1,
+   which is where pipelining overlaps simulation with inference;
+3. receive one last reply per group to the observations after the last step (its
+   ``meta["bootstrap"]`` was True): the values GAE bootstraps from.
+
+Observation batches hold ``obs``, ``final_obs`` and ``final_mask`` (the last observation of
+episodes that ended at the previous step, for bootstrapping truncations) and ``env_index``;
+replies hold ``action``, ``log_prob``, ``value`` and ``final_value`` (the value of
+``final_obs``). Simulators run on the CPU, so `onload`/`offload` have nothing to move; they
+exist so the device lock can drive every worker alike.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import numpy.typing as npt
+
+from rlinf.comm import Batch
+from rlinf.envs.embodied import EpisodeStats, VectorEnv, make_vector_env
+from rlinf.workers.env.config import EnvWorkerConfig
+from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
+from rlinf.workers.env.same_start import make_same_start_env
+from rlinf.workers.env.trajectory import Trajectory, TrajectoryBuilder
+from rlinf.workers.errors import ConfigError, ShapeError
+from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.worker import Worker
+
+__all__ = ["EnvRollout", "EnvWorker"]
+
+
+@dataclass(frozen=True)
+class EnvRollout:
+    """What `EnvWorker.rollout` returns."""
+
+    trajectories: tuple[Trajectory, ...]
+    """One per stage group, in group order (`Trajectory.concat` joins them)."""
+    episodes: tuple[EpisodeStats, ...]
+    """Episodes that finished during the rollout."""
+    env_steps: int
+    """Env steps taken (num_envs * num_steps)."""
+    seconds: float
+    """Wall time of the rollout, waiting for the policy included."""
+    step_seconds: float
+    """Time spent inside the simulators' `step`."""
+    wait_seconds: float
+    """Time spent waiting for actions (policy inference not hidden behind simulation)."""
+
+    @property
+    def steps_per_s(self) -> float:
+        """Env steps per second of wall time."""
+        return self.env_steps / self.seconds if self.seconds > 0 else 0.0
+
+
+class EnvWorker(Worker):
+    """Runs `config.num_envs` simulators in `config.pipeline_stages` groups (module docstring)."""
+
+    def __init__(self, context: WorkerContext, *, config: EnvWorkerConfig) -> None:
+        super().__init__(context)
+        self.config = config
+        if config.same_start_group_size > 1:
+            self.env: VectorEnv = make_same_start_env(config)
+        else:
+            self.env = make_vector_env(
+                config.env_name, num_envs=config.num_envs, seed=config.seed,
+                max_episode_steps=config.max_episode_steps, env_kwargs=config.env_kwargs)
+        if isinstance(self.env.single_observation_space, gym.spaces.Dict):
+            self.env.close()
+            raise ConfigError(f"{config.env_name!r} has dict observations; the env worker "
+                              "sends array observations only")
+        self.groups = self.env.split(config.pipeline_stages)
+        offsets = np.cumsum([0] + [g.num_envs for g in self.groups])
+        self._indices = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(self.groups))]
+        self._obs: list[npt.NDArray[Any]] | None = None
+        self._resident = True
+        space = self.env.single_action_space
+        self._bounds = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+
+    @property
+    def observation_space(self) -> gym.Space[Any]:
+        """Observation space of one env."""
+        return self.env.single_observation_space
+
+    @property
+    def action_space(self) -> gym.Space[Any]:
+        """Action space of one env."""
+        return self.env.single_action_space
+
+    def reset(self, *, seed: int | None = None) -> None:
+        """Start new episodes in every env (env i seeded with seed + i when given)."""
+        self._obs = self._reset(seed)
+
+    def _reset(self, seed: int | None) -> list[npt.NDArray[Any]]:
+        obs = [np.asarray(group.reset(seed=seed)[0]) for group in self.groups]
+        self.env.pop_finished_episodes()  # episodes cut by the reset are not results
+        return obs
+
+    def _message(self, group: int, obs: npt.NDArray[Any], final_obs: npt.NDArray[Any],
+                 final_mask: npt.NDArray[np.bool_], *, step: int, bootstrap: bool) -> Batch:
+        return Batch(
+            {"obs": obs, "final_obs": final_obs, "final_mask": final_mask,
+             "env_index": self._indices[group]},
+            meta={"stage": group, "step": step, "bootstrap": bootstrap},
+        )
+
+    def _action(self, reply: Batch, group: int) -> npt.NDArray[Any]:
+        action = np.asarray(reply.tensors["action"])
+        expected = self.groups[group].num_envs
+        if action.shape[:1] != (expected,):
+            raise ShapeError(f"expected {expected} actions for stage {group}, got "
+                             f"shape {action.shape}")
+        if self._bounds is not None:  # the Gaussian is unbounded; the simulator is not
+            return np.clip(action, *self._bounds)
+        return action
+
+    def rollout(self, *, num_steps: int, sink: ObsSink, source: ActionSource,
+                timeout: float | None = 60.0) -> EnvRollout:
+        """Run `num_steps` steps of every env through the protocol in the module docstring."""
+        if num_steps < 1:
+            raise ConfigError(f"num_steps must be >= 1, got {num_steps}")
+        obs = self._obs if self._obs is not None else self._reset(None)
+        self._obs = obs  # updated in place: the next rollout continues these episodes
+        started = time.perf_counter()
+        step_s = wait_s = 0.0
+        builders = [TrajectoryBuilder(ix.tolist()) for ix in self._indices]
+        no_final = [np.zeros(len(ix), dtype=bool) for ix in self._indices]
+        for g, group_obs in enumerate(obs):
+            sink.put(self._message(g, group_obs, np.zeros_like(group_obs), no_final[g],
+                                   step=0, bootstrap=False), key=stage_key(g))
+        for t in range(num_steps):
+            for g, group in enumerate(self.groups):
+                waited = time.perf_counter()
+                reply = source.get(key=stage_key(g), timeout=timeout)
+                began = time.perf_counter()
+                builders[g].add_policy(obs[g], dict(reply.tensors))
+                result = group.step(self._action(reply, g))
+                ended = time.perf_counter()
+                wait_s += began - waited
+                step_s += ended - began
+                builders[g].add_step(result.reward, result.terminated, result.truncated)
+                obs[g] = np.asarray(result.obs)
+                sink.put(self._message(g, obs[g], np.asarray(result.info["final_obs"]),
+                                       result.done, step=t + 1,
+                                       bootstrap=t == num_steps - 1), key=stage_key(g))
+        trajectories = []
+        for g in range(len(self.groups)):
+            waited = time.perf_counter()
+            reply = source.get(key=stage_key(g), timeout=timeout)
+            wait_s += time.perf_counter() - waited
+            trajectories.append(builders[g].finish(dict(reply.tensors)))
+        seconds = time.perf_counter() - started
+        rollout = EnvRollout(
+            trajectories=tuple(trajectories), episodes=tuple(self.env.pop_finished_episodes()),
+            env_steps=num_steps * self.env.num_envs, seconds=seconds, step_seconds=step_s,
+            wait_seconds=wait_s)
+        self.log.info("env_rollout", steps=rollout.env_steps, seconds=round(seconds, 3),
+                      steps_per_s=round(rollout.steps_per_s, 1),
+                      wait_s=round(wait_s, 3), episodes=len(rollout.episodes))
+        return rollout
+
+    def onload(self) -> None:
+        """Nothing to move: CPU simulators stay in host memory (kept for the device lock)."""
+        self._resident = True
+
+    def offload(self) -> None:
+        """Nothing to free on a device for CPU simulators (kept for the device lock)."""
+        self._resident = False
+
+    @property
+    def resident(self) -> bool:
+        """Whether the last context-switch hook was `onload`."""
+        return self._resident
+
+    def shutdown(self) -> None:
+        """Close the simulators, then the base worker's resources."""
+        self.env.close()
+        super().shutdown()
