@@ -28,12 +28,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.placement import Placement
-from rlinf.sched.workflow import Edge, Workflow
+from rlinf.sched.workflow import Component, Workflow
 
 __all__ = ["CachedCostModel", "Interval", "SimulationResult", "simulate"]
 
@@ -196,6 +197,53 @@ def _split(total: int, size: int) -> list[int]:
     return [size] * full + ([rest] if rest else [])
 
 
+@dataclass(frozen=True)
+class _Input:
+    """One input edge of a component, precomputed for every micro-batch of the consumer."""
+
+    src: str
+    rule: int
+    """0 same step, 1 previous step (feedback), 2 once before step 0, 3 src's last step."""
+    streaming: bool
+    index: tuple[int, ...]
+    """Per consumer micro-batch: the producer micro-batch that completes its items."""
+    fraction: tuple[float, ...]
+    """Per consumer micro-batch: the streaming producer's time fraction for its items."""
+    nbytes: tuple[float, ...]
+    """Per consumer micro-batch: bytes to move."""
+
+
+def _inputs(workflow: Workflow, name: str, *,
+            calls: Sequence[int], sizes: Mapping[str, int]) -> list[_Input]:
+    batch = workflow.batch_of(name)
+    out = []
+    for e in workflow.inputs(name):
+        src_loop, dst_loop = workflow.loop_of(e.src), workflow.loop_of(name)
+        if e.feedback:
+            rule = 1
+        elif src_loop is not None and src_loop == dst_loop:
+            rule = 0
+        elif dst_loop is not None:
+            rule = 2
+        else:
+            rule = 3
+        src_batch, src_size = workflow.batch_of(e.src), sizes[e.src]
+        src_calls = math.ceil(src_batch / src_size)
+        per_item = workflow.edge_items(e) * e.bytes_per_item / batch
+        index, fraction, nbytes = [], [], []
+        done = 0
+        for items in calls:
+            done += items
+            frac = done / batch
+            k = max(0, math.ceil(frac * src_batch / src_size - 1e-9) - 1)
+            index.append(min(k, src_calls - 1))
+            fraction.append(workflow.component(e.src).time_fraction(frac))
+            nbytes.append(per_item * items)
+        out.append(_Input(e.src, rule, workflow.component(e.src).streaming, tuple(index),
+                          tuple(fraction), tuple(nbytes)))
+    return out
+
+
 def simulate_layout(
     workflow: Workflow,
     layout: Layout,
@@ -204,71 +252,84 @@ def simulate_layout(
     *,
     micro_batch: Mapping[str, int],
     record: bool = False,
+    memo: dict[Any, Any] | None = None,
 ) -> SimulationResult:
-    """`simulate` on a precomputed `Layout` (the planner's fast path)."""
+    """`simulate` on a precomputed `Layout` (the planner's fast path).
+
+    `memo` is a dict the caller keeps across calls for one workflow: it caches the
+    layout-independent dependency tables per micro-batch choice.
+    """
     sizes = chunk_sizes(workflow, micro_batch)
-    comps = {c.name: c for c in workflow.components}
-    n_atoms = len(layout.atoms)
     coresident = _coresidence(workflow, layout, cost, sizes)
-    free = [0.0] * n_atoms
-    last: list[str | None] = [None] * n_atoms
-    # (component, step) → per-chunk output-ready times; streaming: (start, duration)
-    ends: dict[tuple[str, int], list[float]] = {}
-    streams: dict[tuple[str, int], tuple[float, float]] = {}
+    free = [0.0] * len(layout.atoms)
+    last: list[str | None] = [None] * len(layout.atoms)
+    ends: dict[tuple[str, int], list[float]] = {}  # (component, step) → per-call end times
+    streams: dict[tuple[str, int], tuple[float, float]] = {}  # streaming: (start, duration)
     busy: dict[str, float] = {n: 0.0 for n in workflow.names}
-    device_seconds = 0.0
-    switch_total = 0.0
-    horizon = 0.0
+    device_seconds = switch_total = horizon = 0.0
     intervals: list[Interval] = []
-    inputs = {n: workflow.inputs(n) for n in workflow.names}
-    bandwidth = {e.key: _bandwidth(layout, cluster, e.src, e.dst) for e in workflow.edges}
-
-    def ready_at(src: str, step: int, fraction: float) -> float:
-        if (src, step) in streams:
-            start, dur = streams[(src, step)]
-            return start + dur * comps[src].time_fraction(fraction)
-        out = ends[(src, step)]
-        k = max(0, math.ceil(fraction * workflow.batch_of(src) / sizes[src] - 1e-9) - 1)
-        return out[min(k, len(out) - 1)]
-
-    for name, step in _schedule(workflow):
-        comp = comps[name]
+    prepared: dict[str, tuple[Component, list[int], list[float], list[tuple[_Input, float]],
+                              int]] = {}
+    for comp in workflow.components:
+        name = comp.name
         batch = workflow.batch_of(name)
         calls = [batch] if comp.streaming else _split(batch, sizes[name])
+        ndev = layout.comp_devices[name]
+        durations = [cost.time(name, batch_size=items, num_devices=ndev) for items in calls]
+        key = (name, sizes[name], *(sizes[e.src] for e in workflow.inputs(name)))
+        if memo is not None and key in memo:
+            inputs = memo[key]
+        else:
+            inputs = _inputs(workflow, name, calls=calls, sizes=sizes)
+            if memo is not None:
+                memo[key] = inputs
+        bws = [_bandwidth(layout, cluster, inp.src, name) for inp in inputs]
+        prepared[name] = (comp, calls, durations, list(zip(inputs, bws, strict=True)),
+                          workflow.steps_of(name))
+    for name, step in _schedule(workflow):
+        comp, calls, durations, inputs, _ = prepared[name]
         atoms = layout.comp_atoms[name]
         ndev = layout.comp_devices[name]
+        gpu = comp.resource == "gpu"
+        needs_switch = gpu and any(not coresident[a] for a in atoms)
         out: list[float] = []
-        done_items = 0
-        for j, items in enumerate(calls):
-            done_items += items
+        for j, dur in enumerate(durations):
             ready = 0.0
-            for e in inputs[name]:
-                src_step = _source_step(workflow, e, step)
-                if src_step is None:
-                    continue
-                fraction = done_items / batch
-                t = ready_at(e.src, src_step, fraction)
-                nbytes = workflow.edge_items(e) * e.bytes_per_item * items / batch
-                if nbytes > 0:
-                    t += nbytes / bandwidth[e.key]
+            for inp, bw in inputs:
+                if inp.rule == 0:
+                    src_step = step
+                elif inp.rule == 1:
+                    if step == 0:
+                        continue
+                    src_step = step - 1
+                elif inp.rule == 2:
+                    if step > 0:
+                        continue
+                    src_step = prepared[inp.src][4] - 1
+                else:
+                    src_step = prepared[inp.src][4] - 1
+                if inp.streaming:
+                    s0, d0 = streams[(inp.src, src_step)]
+                    t = s0 + d0 * inp.fraction[j]
+                else:
+                    t = ends[(inp.src, src_step)][inp.index[j]]
+                if inp.nbytes[j] > 0:
+                    t += inp.nbytes[j] / bw
                 ready = max(ready, t)
             device_free = max(free[a] for a in atoms)
-            start = max(ready, device_free)
-            if comp.resource == "gpu" and any(
-                not coresident[a] and last[a] != name for a in atoms
-            ):
+            start = ready if ready > device_free else device_free
+            if needs_switch and any(not coresident[a] and last[a] != name for a in atoms):
                 sw = cost.switch_time(name)
                 if sw > 0:
                     switch_total += sw
                     if record:
                         intervals.append(Interval(name, _devices(layout, atoms), device_free,
                                                   device_free + sw, "switch", step, j))
-                start = max(ready, device_free + sw)
-            dur = cost.time(name, batch_size=items, num_devices=ndev)
+                    start = max(ready, device_free + sw)
             end = start + dur
             for a in atoms:
                 free[a] = end
-                if comp.resource == "gpu":
+                if gpu:
                     last[a] = name
             busy[name] += dur
             device_seconds += dur * ndev
@@ -280,8 +341,7 @@ def simulate_layout(
             if comp.streaming:
                 streams[(name, step)] = (start, dur)
         ends[(name, step)] = out
-    total_devices = cluster.num_devices
-    util = device_seconds / (total_devices * horizon) if horizon > 0 else 0.0
+    util = device_seconds / (cluster.num_devices * horizon) if horizon > 0 else 0.0
     return SimulationResult(horizon, min(1.0, util), busy, switch_total, tuple(intervals))
 
 
@@ -300,17 +360,6 @@ def _schedule(workflow: Workflow) -> Iterable[tuple[str, int]]:
             for n in members:
                 yield n, step
         i += len(members)
-
-
-def _source_step(workflow: Workflow, edge: Edge, step: int) -> int | None:
-    src_loop, dst_loop = workflow.loop_of(edge.src), workflow.loop_of(edge.dst)
-    if edge.feedback:
-        return step - 1 if step >= 1 else None
-    if src_loop is not None and src_loop == dst_loop:
-        return step
-    if dst_loop is not None and step > 0:
-        return None  # data from outside the loop arrives once, before step 0
-    return workflow.steps_of(edge.src) - 1
 
 
 def _bandwidth(layout: Layout, cluster: Cluster, src: str, dst: str) -> float:

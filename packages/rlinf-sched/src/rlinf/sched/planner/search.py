@@ -26,7 +26,7 @@ import itertools
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -38,7 +38,7 @@ from rlinf.sched.planner.exhaustive import exhaustive_candidates
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored
 from rlinf.sched.workflow import Workflow
 
-__all__ = ["PlannerOptions", "block_layouts", "plan"]
+__all__ = ["SPAN", "BlockLayout", "PlannerOptions", "block_layouts", "plan"]
 
 _log = structlog.get_logger(__name__)
 
@@ -52,8 +52,9 @@ class PlannerOptions:
 
     max_chunks: int = 16
     """Most micro-batches a component's batch is split into (1, 2, 4, … up to this)."""
-    coarse_units: int = 16
-    """Units the devices are grouped into for the coarse pass (fewer for 4+ blocks)."""
+    coarse_units: int = 8
+    """Units the devices are grouped into for the coarse pass (twice as many for layouts of
+    up to three blocks; at least one per block)."""
     seeds: int = 4
     """Coarse candidates refined (plus the best collocated and disaggregated ones)."""
     keep: int = 5
@@ -63,24 +64,50 @@ class PlannerOptions:
     range placements."""
     min_step: int | None = None
     """Finest block-size step in devices; None means ``max(1, N // 256)``."""
+    idle_devices: bool = True
+    """Also consider leaving a block of devices idle."""
 
 
-def block_layouts(num_components: int) -> list[tuple[int, ...]]:
-    """Every layout: a block label (0, 1, …, in order of first use) or SPAN per component.
+@dataclass(frozen=True)
+class BlockLayout:
+    """Which block each component occupies; SPAN covers every block but the idle one."""
+
+    labels: tuple[int, ...]
+    """Per component: a block index (0, 1, …, in order of first use) or SPAN."""
+    blocks: int
+    """Blocks in all, including a spanners-only block and an idle block when present."""
+    span_blocks: int
+    """Blocks SPAN components cover (``blocks - 1`` with an idle block, else ``blocks``)."""
+
+
+def block_layouts(num_components: int, *, idle: bool = True) -> list[BlockLayout]:
+    """Every layout: a block label (0, 1, …, in order of first use) or SPAN per component,
+    optionally one more block only spanning components use, optionally an idle last block
+    (fewer devices can be faster when collectives grow with the device count).
 
     SPAN needs at least two blocks (on one block it is just that block).
     """
-    out: list[tuple[int, ...]] = []
+    labellings: list[tuple[int, ...]] = []
 
     def grow(prefix: tuple[int, ...], used: int) -> None:
         if len(prefix) == num_components:
-            if used >= 1 and (used >= 2 or SPAN not in prefix):
-                out.append(prefix)
+            if used >= 1:
+                labellings.append(prefix)
             return
         for label in (*range(used), used, SPAN):
             grow((*prefix, label), max(used, label + 1))
 
     grow((), 0)
+    out: list[BlockLayout] = []
+    for labels in labellings:
+        used = max(labels) + 1
+        spans = SPAN in labels
+        for extra in ((0, 1) if spans else (0,)):
+            covered = used + extra
+            if spans and covered < 2:
+                continue
+            for idle_block in ((0, 1) if idle else (0,)):
+                out.append(BlockLayout(labels, covered + idle_block, covered))
     return out
 
 
@@ -90,12 +117,12 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
         yield tuple(b - a for a, b in itertools.pairwise(edges))
 
 
-def _candidate(layout: Sequence[int], sizes: Sequence[int], num_devices: int) -> Candidate:
+def _candidate(layout: BlockLayout, sizes: Sequence[int]) -> Candidate:
     starts = [0]
     for s in sizes:
         starts.append(starts[-1] + s)
-    return tuple((0, num_devices) if label == SPAN else (starts[label], starts[label + 1])
-                 for label in layout)
+    return tuple((0, starts[layout.span_blocks]) if label == SPAN
+                 else (starts[label], starts[label + 1]) for label in layout.labels)
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -176,7 +203,7 @@ def _exact(ev: Evaluator, *, keep: int) -> tuple[list[Scored], dict[str, Scored]
 class _Seed:
     time: float
     candidate: Candidate
-    layout: tuple[int, ...]
+    layout: BlockLayout
     sizes: tuple[int, ...]
     chunks: tuple[int, ...]
     unit: int
@@ -185,45 +212,53 @@ class _Seed:
 def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[str, Scored]]:
     n = ev.cluster.num_devices
     min_step = opts.min_step or max(1, n // 256)
-    coarse: list[tuple[float, Candidate, tuple[int, ...], tuple[int, ...], int]] = []
-    for layout in block_layouts(len(ev.names)):
-        blocks = max(layout) + 1
-        units = _largest_divisor(n, opts.coarse_units if blocks <= 3 else opts.coarse_units // 2)
+    coarse: list[tuple[float, Candidate, BlockLayout, tuple[int, ...], int]] = []
+    for layout in block_layouts(len(ev.names), idle=opts.idle_devices):
+        blocks = layout.blocks
+        units = _largest_divisor(n, max(opts.coarse_units * (2 if blocks <= 3 else 1), blocks))
         if units < blocks:
             continue
         unit = n // units
         for parts in _compositions(units, blocks):
             sizes = tuple(p * unit for p in parts)
-            cand = _candidate(layout, sizes, n)
+            cand = _candidate(layout, sizes)
             if ev.allowed(cand):
                 coarse.append((ev.lower_bound(cand), cand, layout, sizes, unit))
     coarse.sort(key=lambda c: (c[0], c[1]))
-    seeds: list[_Seed] = []
+    # Best coarse seed per layout; candidates come in bound order, so once the bound reaches
+    # the `seeds`-th best layout and every fixed-mode layout's best, nothing later can enter.
+    per_layout: dict[BlockLayout, _Seed] = {}
     best_fixed: dict[str, _Seed] = {}
+    threshold = math.inf
     for bound, cand, layout, sizes, unit in coarse:
         kind = _fixed_kind(cand, n)
-        seeds_full = len(seeds) >= opts.seeds and bound >= seeds[-1].time
         fixed_done = all(k in best_fixed and bound >= best_fixed[k].time
                          for k in ("collocated", "disaggregated"))
-        if seeds_full and fixed_done:
-            break  # candidates come in bound order: nothing later can enter either list
-        if seeds_full and (kind is None or (kind in best_fixed
-                                            and bound >= best_fixed[kind].time)):
+        if bound >= threshold and fixed_done:
+            break
+        mine = per_layout.get(layout)
+        if mine is not None and bound >= mine.time:
             continue
-        t, chunks = ev.quick(cand)
+        if bound >= threshold and (kind is None or (kind in best_fixed
+                                                    and bound >= best_fixed[kind].time)):
+            continue
+        t, chunks = ev.coarse(cand)
         if not math.isfinite(t):
             continue
         seed = _Seed(t, cand, layout, sizes, chunks, unit)
+        if mine is None or t < mine.time:
+            per_layout[layout] = seed
+            times = sorted(s.time for s in per_layout.values())
+            threshold = times[opts.seeds - 1] if len(times) >= opts.seeds else math.inf
         if kind is not None and (kind not in best_fixed or t < best_fixed[kind].time):
             best_fixed[kind] = seed
-        seeds.append(seed)
-        seeds.sort(key=lambda e: (e.time, e.candidate))
-        del seeds[opts.seeds:]
+    seeds = sorted(per_layout.values(), key=lambda e: (e.time, e.candidate))[: opts.seeds]
     pool = {e.candidate: e for e in (*seeds, *best_fixed.values())}
     scored: list[Scored] = []
     baselines: dict[str, Scored] = {}
     for seed in pool.values():
-        cand = _refine(ev, seed, min_step=min_step)
+        t, chunks = ev.quick(seed.candidate)
+        cand = _refine(ev, replace(seed, time=t, chunks=chunks), min_step=min_step)
         best = ev.best(cand)
         if best is None:
             continue
@@ -237,7 +272,6 @@ def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[
 def _refine(ev: Evaluator, seed: _Seed, *, min_step: int) -> Candidate:
     """Hill-climb block sizes: move `step` devices between two blocks while that helps,
     halving the step from one coarse unit down to `min_step`."""
-    n = ev.cluster.num_devices
     layout, chunks = seed.layout, seed.chunks
     current = list(seed.sizes)
     best_t = seed.time
@@ -253,7 +287,7 @@ def _refine(ev: Evaluator, seed: _Seed, *, min_step: int) -> Candidate:
                 trial = list(current)
                 trial[i] -= step
                 trial[j] += step
-                cand = _candidate(layout, trial, n)
+                cand = _candidate(layout, trial)
                 if not ev.allowed(cand) or ev.lower_bound(cand) >= best_t:
                     continue
                 t = ev.time(cand, chunks)
@@ -263,4 +297,4 @@ def _refine(ev: Evaluator, seed: _Seed, *, min_step: int) -> Candidate:
         if step == 1:
             break
         step //= 2
-    return _candidate(layout, current, n)
+    return _candidate(layout, current)

@@ -12,6 +12,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -74,6 +75,7 @@ class Evaluator:
         self.simulations = 0
         self._sim: dict[tuple[Candidate, tuple[int, ...]], SimulationResult | None] = {}
         self._work: dict[tuple[str, int, int], float] = {}
+        self._memo: dict[Any, Any] = {}
         memories = {d.memory_bytes for d in cluster.devices}
         self._uniform_memory = next(iter(memories)) if len(memories) == 1 else None
 
@@ -126,7 +128,8 @@ class Evaluator:
         try:
             result: SimulationResult | None = simulate_layout(
                 self.workflow, self.layout(candidate), self.cost, self.cluster,
-                micro_batch=dict(zip(self.names, sizes, strict=True)), record=record)
+                micro_batch=dict(zip(self.names, sizes, strict=True)), record=record,
+                memo=self._memo)
         except PlanningError:
             result = None
         self._sim[key] = result
@@ -137,23 +140,51 @@ class Evaluator:
         result = self.simulate(candidate, sizes)
         return math.inf if result is None else result.iteration_time
 
-    def uniform_sizes(self, chunks: int) -> tuple[int, ...]:
-        """Every component split into (about) `chunks` micro-batches."""
+    def uniform_sizes(self, chunks: int, *, split: Sequence[bool] | None = None) -> tuple[int, ...]:
+        """Components split into (about) `chunks` micro-batches (only where `split` is True)."""
         out = []
-        for n in self.names:
+        for i, n in enumerate(self.names):
             opts = self.choices[n]
-            out.append(opts[min(len(opts) - 1, max(0, chunks.bit_length() - 1))])
+            level = max(0, chunks.bit_length() - 1) if split is None or split[i] else 0
+            out.append(opts[min(len(opts) - 1, level)])
         return tuple(out)
 
+    def pipelined(self, candidate: Candidate) -> tuple[bool, ...]:
+        """Which components have a producer or consumer on disjoint devices (only those gain
+        from micro-batches: splitting a component that shares devices only adds calls)."""
+        ranges = dict(zip(self.names, candidate, strict=True))
+
+        def disjoint(a: str, b: str) -> bool:
+            (s1, e1), (s2, e2) = ranges[a], ranges[b]
+            return e1 <= s2 or e2 <= s1
+
+        return tuple(any(disjoint(e.src, e.dst) for e in self.workflow.edges
+                         if n in (e.src, e.dst)) for n in self.names)
+
+    def coarse(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
+        """Two simulations: whole batches, and 4 micro-batches where stages pipeline."""
+        whole = self.uniform_sizes(1)
+        piped = self.uniform_sizes(4, split=self.pipelined(candidate))
+        t_whole = self.time(candidate, whole)
+        t_piped = self.time(candidate, piped) if piped != whole else math.inf
+        return (t_piped, piped) if t_piped < t_whole else (t_whole, whole)
+
     def quick(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
-        """Best time over uniform splits (1, 2, 4, … chunks everywhere): a fast score."""
+        """Best time over uniform splits (1, 2, 4, … chunks everywhere, or only where stages
+        pipeline across disjoint devices): a fast score."""
         best = (math.inf, self.uniform_sizes(1))
         levels = max(len(o) for o in self.choices.values())
+        split = self.pipelined(candidate)
+        tried: set[tuple[int, ...]] = set()
         for level in range(levels):
-            sizes = self.uniform_sizes(1 << level)
-            t = self.time(candidate, sizes)
-            if t < best[0]:
-                best = (t, sizes)
+            for sizes in (self.uniform_sizes(1 << level, split=split),
+                          self.uniform_sizes(1 << level)):
+                if sizes in tried:
+                    continue
+                tried.add(sizes)
+                t = self.time(candidate, sizes)
+                if t < best[0]:
+                    best = (t, sizes)
         return best
 
     def best(self, candidate: Candidate, *, exhaustive: bool = False) -> Scored | None:
