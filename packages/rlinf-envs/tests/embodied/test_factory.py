@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlinf.envs import EnvsError, MissingExtraError, RenderError, UnknownEnvError
+from rlinf.envs import (
+    AssetsMissingError,
+    EnvsError,
+    MissingExtraError,
+    RenderError,
+    UnknownEnvError,
+)
 from rlinf.envs._extras import has_module
 from rlinf.envs.embodied import make_vector_env, resolve_backend
 
@@ -78,7 +84,7 @@ def test_maniskill_pick_cube_state() -> None:
 def test_libero_spatial_task() -> None:
     try:
         env = make_vector_env("libero_spatial/0", num_envs=1, seed=0, render_size=(64, 64))
-    except (FileNotFoundError, RenderError) as exc:
+    except (AssetsMissingError, RenderError) as exc:
         pytest.skip(f"LIBERO assets or GL missing: {exc}")
     obs, _ = env.reset()
     assert isinstance(obs, dict) and obs["image"].shape == (1, 64, 64, 3)

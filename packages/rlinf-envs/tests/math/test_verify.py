@@ -31,6 +31,8 @@ needs_math_verify = pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify 
         ("\\dfrac{3}{4}", Fraction(3, 4)),
         ("-\\frac{1}{2}", Fraction(-1, 2)),
         ("\\frac12", Fraction(1, 2)),
+        ("\\frac{-1}{2}", Fraction(-1, 2)),
+        ("-\\frac{-3}{4}", Fraction(3, 4)),
         ("$1.5$", Fraction(3, 2)),
         ("x = 5", Fraction(5)),
         ("5.", Fraction(5)),

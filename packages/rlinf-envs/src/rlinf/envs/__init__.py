@@ -6,6 +6,7 @@ simulators). This top level only holds the version and the error types.
 """
 
 from rlinf.envs.errors import (
+    AssetsMissingError,
     ConfigError,
     DatasetError,
     EnvsError,
@@ -18,6 +19,7 @@ from rlinf.envs.errors import (
 from rlinf.envs.version import __version__
 
 __all__ = [
+    "AssetsMissingError",
     "ConfigError",
     "DatasetError",
     "EnvStepError",

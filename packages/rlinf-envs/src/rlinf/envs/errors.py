@@ -48,5 +48,9 @@ class EnvStepError(EnvsError, ValueError):
     """A vectorized env got actions or indices of the wrong shape, or was used out of order."""
 
 
+class AssetsMissingError(EnvsError, FileNotFoundError):
+    """A simulator's data files (scenes, meshes) are missing; the message says how to get them."""
+
+
 class RenderError(EnvsError, RuntimeError):
     """Offscreen rendering is unavailable (no headless GL) or the env was not built to render."""

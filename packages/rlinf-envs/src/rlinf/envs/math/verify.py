@@ -33,7 +33,8 @@ _log = structlog.get_logger(__name__)
 _UNSIGNED = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?"
 _DECIMAL_RE = re.compile(rf"^([-+]?)({_UNSIGNED})$")
 _SLASH_RE = re.compile(rf"^([-+]?)\(?({_UNSIGNED})\)?/\(?({_UNSIGNED})\)?$")
-_FRAC_RE = re.compile(rf"^([-+]?)\\frac(?:\{{({_UNSIGNED})\}}|(\d))(?:\{{({_UNSIGNED})\}}|(\d))$")
+_FRAC_RE = re.compile(
+    rf"^([-+]?)\\frac(?:\{{([-+]?{_UNSIGNED})\}}|(\d))(?:\{{([-+]?{_UNSIGNED})\}}|(\d))$")
 _LHS_RE = re.compile(r"^[A-Za-z](?:_\{?\w+\}?)?\s*=\s*(?!=)")
 _TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{[^{}]*\}")
 _DROP = (

@@ -8,10 +8,13 @@ one of the task's fixed initial states, chosen by the env's seeded generator. Th
 is LIBERO's sparse success signal; an episode terminates on success and is truncated at
 the suite's customary step limit.
 
-Two LIBERO quirks handled here: importing `libero.libero` asks on stdin for a dataset
-path unless a config file exists (we write one under `LIBERO_CONFIG_PATH`), and its scene
-assets are not in the PyPI package — they are downloaded from the Hugging Face Hub on first
-use, so offline machines need them cached beforehand.
+LIBERO quirks handled here: importing `libero.libero` asks on stdin for a dataset path
+unless a config file exists (we write one under `LIBERO_CONFIG_PATH`), and its scene assets
+are not in the PyPI package — LIBERO downloads them from the Hugging Face Hub on first use;
+without them we raise AssetsMissingError saying how to fetch them. robosuite 1.4.0 (pinned
+by libero 0.1.1) breaks on MuJoCo >= 3.10 (`mj_fullM` signature, then a joint-type
+assertion): the extra pins `mujoco<3.10`, so LIBERO needs its own environment apart from
+one with MuJoCo 4.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ import numpy as np
 from rlinf.envs._extras import import_extra
 from rlinf.envs.embodied.backends.headless import configure_headless_gl
 from rlinf.envs.embodied.loop import SingleEnv
-from rlinf.envs.errors import MissingExtraError, UnknownEnvError
+from rlinf.envs.errors import AssetsMissingError, MissingExtraError, UnknownEnvError
 
 SUITE_STEP_LIMITS = {
     "libero_spatial": 220, "libero_object": 280, "libero_goal": 300,
@@ -41,12 +44,33 @@ def is_libero_name(name: str) -> bool:
     return name.split("/", 1)[0] in SUITE_STEP_LIMITS
 
 
-def _ensure_config() -> None:
-    """Write LIBERO's path config before its import would prompt for one on stdin."""
+# Where LIBERO looks for its scene assets: inside the package, then its Hub download cache.
+_ASSET_CACHE = Path.home() / ".cache" / "libero" / "assets"
+_ASSETS_HELP = (
+    "LIBERO's scene assets are not part of the PyPI package. Fetch them once, on a machine "
+    "with network access, with: python -c 'from libero.libero.utils.download_utils import "
+    "download_assets_from_huggingface as d; d()' (Hugging Face Hub repo "
+    "jadechoghari/libero-assets, saved to ~/.cache/libero/assets), or copy that folder here"
+)
+
+
+def _package_root() -> Path:
     spec = importlib.util.find_spec("libero")
     if spec is None or not spec.submodule_search_locations:
         raise MissingExtraError("LIBERO suites", "libero", "libero")
-    root = Path(next(iter(spec.submodule_search_locations))) / "libero"
+    return Path(next(iter(spec.submodule_search_locations))) / "libero"
+
+
+def _check_assets(root: Path) -> None:
+    """Fail fast, instead of LIBERO trying a download and then a missing XML file."""
+    if not any((base / "scenes").is_dir() for base in (root / "assets", _ASSET_CACHE)):
+        raise AssetsMissingError(
+            f"no LIBERO assets in {root / 'assets'} or {_ASSET_CACHE}. {_ASSETS_HELP}")
+
+
+def _ensure_config() -> None:
+    """Write LIBERO's path config before its import would prompt for one on stdin."""
+    root = _package_root()
     config_dir = Path(os.environ.setdefault(
         "LIBERO_CONFIG_PATH", str(Path.home() / ".cache" / "rlinf" / "libero")))
     config = config_dir / "config.yaml"
@@ -137,6 +161,7 @@ def make_envs(
         raise UnknownEnvError(
             f"unknown LIBERO suite {suite_name!r}; expected one of {sorted(SUITE_STEP_LIMITS)}")
     _ensure_config()
+    _check_assets(_package_root())
     configure_headless_gl()
     benchmark: Any = import_extra("libero.libero.benchmark", extra="libero",
                                   feature="LIBERO suites")
