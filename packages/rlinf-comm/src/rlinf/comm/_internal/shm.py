@@ -259,30 +259,29 @@ class SegmentReader:
         self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
 
     def _mapping(self, name: str) -> mmap.mmap:
-        with self._lock:
-            found = self._maps.get(name)
-            if found is not None:
-                self._maps.move_to_end(name)
-                return found
+        """The cached mapping of `name`, mapped now if needed. Call with the lock held."""
+        found = self._maps.get(name)
+        if found is not None:
+            self._maps.move_to_end(name)
+            return found
         try:
             fd = _shm_open(name, os.O_RDWR, 0)
         except FileNotFoundError as exc:
             raise TransportError(f"expected shared-memory segment {name!r} to exist, but it "
                                  "is gone (its creator released it or died)") from exc
         try:
-            size = os.fstat(fd).st_size
-            mapping = mmap.mmap(fd, size)
+            mapping = mmap.mmap(fd, os.fstat(fd).st_size)
         finally:
             os.close(fd)
-        with self._lock:
-            self._maps[name] = mapping
-            self._drop_stale()
+        self._maps[name] = mapping
+        self._drop_stale(keep=name)
         return mapping
 
-    def _drop_stale(self) -> None:
+    def _drop_stale(self, *, keep: str) -> None:
         for name in list(self._maps):
-            too_many = len(self._maps) > self.max_mappings
-            if too_many or not (_SHM_DIR / name).exists():
+            if name == keep:
+                continue
+            if len(self._maps) > self.max_mappings or not (_SHM_DIR / name).exists():
                 mapping = self._maps.pop(name)
                 with contextlib.suppress(BufferError):  # in use: unmapped when views die
                     mapping.close()
@@ -297,11 +296,14 @@ class SegmentReader:
         """
         if not valid_segment_name(name):
             raise TransportError(f"expected a segment name like 'rlinf-<hex>', got {name!r}")
-        mapping = self._mapping(name)
-        if offset < 0 or length < 0 or offset + length > len(mapping):
-            raise TransportError(f"expected [{offset}, {offset + length}) inside segment "
-                                 f"{name!r} of {len(mapping)} bytes")
-        view = memoryview(mapping)[offset:offset + length]
+        # Under the lock from lookup to view: once the view exists the mapping cannot be
+        # closed by another thread's eviction (mmap.close refuses while views exist).
+        with self._lock:
+            mapping = self._mapping(name)
+            if offset < 0 or length < 0 or offset + length > len(mapping):
+                raise TransportError(f"expected [{offset}, {offset + length}) inside segment "
+                                     f"{name!r} of {len(mapping)} bytes")
+            view = memoryview(mapping)[offset:offset + length]
         if on_release is not None:
             weakref.finalize(view, on_release)
         return view
