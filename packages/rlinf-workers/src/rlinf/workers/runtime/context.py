@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rlinf.sched.placement import ComponentPlacement
 from rlinf.workers.errors import ConfigError
@@ -27,12 +27,19 @@ class WorkerContext:
     log_level: str | None = None
     """Configure structlog in this process at this level; None leaves logging alone (the
     group sets it, so a Worker built directly in a test does not reconfigure the driver)."""
+    device_lock_address: str | None = None
+    """``"host:port"`` of the run's `rlinf.sched.DeviceLockServer`; None: no device lock."""
+    device_lock_token: bytes | None = field(default=None, repr=False)
+    """Shared secret of the lock server (kept out of reprs and logs)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
             raise ConfigError(
                 f"rank must be in [0, world_size={self.world_size}), got {self.rank}"
             )
+        if (self.device_lock_address is None) != (self.device_lock_token is None):
+            raise ConfigError("device_lock_address and device_lock_token go together: "
+                              "pass both or neither")
 
 
 @dataclass(frozen=True)

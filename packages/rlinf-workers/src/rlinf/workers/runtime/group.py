@@ -162,6 +162,8 @@ class WorkerGroup:
         init_kwargs: Mapping[str, Any] | None = None,
         env_vars: Mapping[str, str] | None = None,
         log_level: str = "INFO",
+        device_lock_address: str | None = None,
+        device_lock_token: bytes | None = None,
         launch_timeout: float = 120.0,
         call_timeout: float = 600.0,
     ) -> WorkerGroup:
@@ -171,7 +173,9 @@ class WorkerGroup:
         `num_ranks`; each rank's `WorkerContext.devices` is its device in the placement
         (a CPU slot without GPUs). Ray reserves `num_cpus_per_rank` CPUs (fractions allowed)
         and `num_gpus_per_rank` GPUs per rank. `init_kwargs` go to the worker's
-        ``__init__`` after its context. Requires ``ray.init()`` to have been called.
+        ``__init__`` after its context. With `device_lock_address`/`device_lock_token`
+        (an `rlinf.sched.DeviceLockServer`), ranks can `Worker.hold_devices` to time-share
+        their devices with collocated components. Requires ``ray.init()`` first.
         """
         if not issubclass(worker_cls, Worker):
             raise ConfigError(f"{worker_cls!r} is not a subclass of rlinf.workers Worker")
@@ -194,6 +198,7 @@ class WorkerGroup:
                 role=role, rank=rank, world_size=world,
                 devices=rank_devices(placement, rank) if placement is not None else (rank,),
                 group_name=name, log_level=log_level,
+                device_lock_address=device_lock_address, device_lock_token=device_lock_token,
             )
             options: dict[str, Any] = {
                 "name": f"{name}-{rank}", "num_cpus": num_cpus_per_rank,

@@ -9,7 +9,10 @@ from typing import Any, ClassVar
 
 import structlog
 
+from rlinf.sched.context_switch import Onloadable
+from rlinf.sched.device_lock import DeviceLockClient, Grant
 from rlinf.sched.profiler import Profile, Profiler
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.runtime.context import WorkerContext, WorkerInfo
 from rlinf.workers.runtime.dispatch import DispatchSpec
 from rlinf.workers.runtime.distributed import (
@@ -55,6 +58,7 @@ class Worker:
         )
         self.profiler = Profiler(metadata={"role": context.role, "rank": context.rank})
         self._rendezvous_store: Any = None  # rank 0's torch TCPStore, kept alive while used
+        self._device_lock: DeviceLockClient | None = None
 
     @property
     def role(self) -> str:
@@ -83,6 +87,37 @@ class Worker:
             self.role, batch_size=batch_size, num_devices=max(len(self.devices), 1)
         ):
             yield
+
+    @property
+    def device_lock(self) -> DeviceLockClient:
+        """This process's device-lock client, connected on first use.
+
+        If the worker implements `rlinf.sched.Onloadable` (``onload``/``offload``) it is
+        registered as its role's component, starting offloaded: build state in host memory
+        (or offload it) before the first `hold_devices`.
+        """
+        if self._device_lock is None:
+            address, token = self.context.device_lock_address, self.context.device_lock_token
+            if address is None or token is None:
+                raise ConfigError(
+                    f"{self!r} has no device lock: launch its group with "
+                    "device_lock_address= and device_lock_token="
+                )
+            client = DeviceLockClient(address, token=token, profiler=self.profiler,
+                                      owner=f"{self.context.group_name}-{self.rank}")
+            if isinstance(self, Onloadable):
+                client.register(self.role, self)
+            self._device_lock = client
+        return self._device_lock
+
+    @contextlib.contextmanager
+    def hold_devices(self, *, timeout: float) -> Iterator[Grant]:
+        """Hold this rank's devices exclusively (onloading this role if another used them).
+
+        Raises `rlinf.sched.DeviceLockTimeoutError` if not granted within `timeout`.
+        """
+        with self.device_lock.hold(self.devices, component=self.role, timeout=timeout) as grant:
+            yield grant
 
     def profile(self) -> Profile:
         """Everything measured so far (the group gathers these to fit cost curves)."""
@@ -128,6 +163,9 @@ class Worker:
         to clean up more."""
         destroy_process_group()
         self._rendezvous_store = None
+        if self._device_lock is not None:
+            self._device_lock.close()
+            self._device_lock = None
         self.log.debug("worker_shutdown")
 
     def __repr__(self) -> str:

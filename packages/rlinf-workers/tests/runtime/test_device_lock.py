@@ -1,0 +1,76 @@
+"""Collocated groups time-share a device through rlinf.sched's device lock (context switching)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import ray
+from rlinf.sched import ComponentPlacement, DeviceLockServer
+
+from rlinf.workers.errors import ConfigError, WorkerCallError
+from rlinf.workers.runtime import Worker, WorkerContext, WorkerGroup
+
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class Component(Worker):
+    """An `Onloadable` worker that records its context switches."""
+
+    def __init__(self, context: WorkerContext) -> None:
+        super().__init__(context)
+        self.switches: list[str] = []
+
+    def onload(self) -> None:
+        self.switches.append("onload")
+
+    def offload(self) -> None:
+        self.switches.append("offload")
+
+    def step(self) -> list[str]:
+        with self.hold_devices(timeout=60) as grant:
+            assert grant.devices == self.devices
+            return list(self.switches)
+
+    def switch_log(self) -> list[str]:
+        return list(self.switches)
+
+    def switch_profile(self) -> list[str]:
+        return [record.direction for record in self.profile().switches]
+
+
+def test_collocated_groups_take_turns(ray_cluster: None) -> None:
+    token = os.urandom(16)
+    with DeviceLockServer(token=token, num_devices=1) as server:
+        host, port = server.address
+        lock = {"device_lock_address": f"{host}:{port}", "device_lock_token": token}
+        rollout = WorkerGroup.launch(Component, placement=ComponentPlacement("rollout", (0,)),
+                                     num_cpus_per_rank=0.25, **lock)
+        actor = WorkerGroup.launch(Component, placement=ComponentPlacement("actor", (0,)),
+                                   num_cpus_per_rank=0.25, **lock)
+        try:
+            # rollout onloads; holding again with no one in between switches nothing
+            assert rollout.call("step") == [["onload"]]
+            assert rollout.call("step") == [["onload"]]
+            # actor takes the device: rollout is offloaded in its process first
+            assert actor.call("step") == [["onload"]]
+            assert rollout.call("switch_log") == [["onload", "offload"]]
+            # and back again
+            assert rollout.call("step") == [["onload", "offload", "onload"]]
+            assert actor.call("switch_log") == [["onload", "offload"]]
+            # switch times reach each worker's profiler (the planner's switch costs)
+            assert rollout.call("switch_profile") == [["onload", "offload", "onload"]]
+        finally:
+            rollout.shutdown()
+            actor.shutdown()
+
+
+def test_hold_without_a_lock_server_says_how_to_fix(ray_cluster: None) -> None:
+    group = WorkerGroup.launch(Component, role="lonely", num_ranks=1, num_cpus_per_rank=0.25)
+    try:
+        with pytest.raises(WorkerCallError, match="device_lock_address") as info:
+            group.call("step")
+        assert isinstance(info.value.cause, ConfigError)
+    finally:
+        group.kill()
