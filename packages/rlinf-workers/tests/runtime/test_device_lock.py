@@ -7,8 +7,8 @@ import sys
 
 import pytest
 import ray
-from rlinf.sched import ComponentPlacement, DeviceLockServer
 
+from rlinf.sched import ComponentPlacement, DeviceLockServer
 from rlinf.workers.errors import ConfigError, WorkerCallError
 from rlinf.workers.runtime import Worker, WorkerContext, WorkerGroup
 
