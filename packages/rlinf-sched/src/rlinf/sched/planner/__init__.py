@@ -5,10 +5,12 @@ ones); `exhaustive_search` is the brute-force reference used by tests and the be
 """
 
 from rlinf.sched.planner.exhaustive import exhaustive_candidates, exhaustive_search
-from rlinf.sched.planner.search import PlannerOptions, block_layouts, plan
+from rlinf.sched.planner.search import SPAN, BlockLayout, PlannerOptions, block_layouts, plan
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored, chunk_choices
 
 __all__ = [
+    "SPAN",
+    "BlockLayout",
     "Candidate",
     "Evaluator",
     "PlannerOptions",
