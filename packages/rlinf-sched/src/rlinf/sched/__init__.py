@@ -6,6 +6,7 @@ switching, the profiler with fitted cost curves, and the M2Flow planner.
 
 from typing import TYPE_CHECKING, Any
 
+from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel, load_cost_model
 from rlinf.sched.cluster import Cluster, Device, Node
 from rlinf.sched.context_switch import CallbackOnloadable, ContextSwitcher, Onloadable, SwitchEvent
 from rlinf.sched.costs import CostModel
@@ -27,6 +28,8 @@ from rlinf.sched.placement import (
     format_devices,
     parse_placement,
 )
+from rlinf.sched.plan import ExecutionPlan, PlanResult
+from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
 from rlinf.sched.profiler import (
     CostCurve,
     FittedCostModel,
@@ -36,7 +39,9 @@ from rlinf.sched.profiler import (
     fit_curve,
     fit_profile,
 )
+from rlinf.sched.simulator import Interval, SimulationResult, simulate
 from rlinf.sched.version import __version__
+from rlinf.sched.workflow import Component, Edge, Loop, Workflow, WorkflowError
 
 if TYPE_CHECKING:
     from rlinf.sched.device_lock import (
@@ -60,9 +65,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'rlinf.sched' has no attribute {name!r}")
 
 __all__ = [
+    "AnalyticCost",
+    "AnalyticCostModel",
     "CallbackOnloadable",
     "Cluster",
     "ClusterError",
+    "Component",
     "ComponentPlacement",
     "ContextSwitcher",
     "CostCurve",
@@ -72,27 +80,40 @@ __all__ = [
     "DeviceLockError",
     "DeviceLockServer",
     "DeviceLockTimeoutError",
+    "Edge",
     "Eviction",
     "ExecutionMode",
+    "ExecutionPlan",
     "FittedCostModel",
     "Grant",
     "HolderDeath",
     "HolderDiedError",
+    "Interval",
+    "Loop",
     "Measurement",
     "Node",
     "Onloadable",
     "Placement",
     "PlacementError",
+    "PlanResult",
+    "PlannerOptions",
     "PlanningError",
     "Profile",
     "ProfileError",
     "Profiler",
     "SchedError",
+    "SimulationResult",
     "SwitchEvent",
+    "Workflow",
+    "WorkflowError",
     "__version__",
     "derive_mode",
+    "exhaustive_search",
     "fit_curve",
     "fit_profile",
     "format_devices",
+    "load_cost_model",
     "parse_placement",
+    "plan",
+    "simulate",
 ]
