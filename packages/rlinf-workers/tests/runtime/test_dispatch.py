@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlinf.workers.errors import DispatchError
 from rlinf.workers.runtime import (
@@ -69,3 +71,19 @@ def test_gather_modes() -> None:
     assert gather_results(DispatchSpec(gather=Gather.FIRST), results) == [1]
     assert gather_results(DispatchSpec(gather=Gather.CONCAT), results) == [1, 2, 3]
     assert gather_results(DispatchSpec(gather=Gather.NONE), results) is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.integers(0, 40), st.integers(1, 8))
+def test_split_then_concat_is_identity(length: int, parts: int) -> None:
+    batch = {"t": torch.arange(length * 2).reshape(length, 2), "n": np.arange(length),
+             "l": list(range(length))}
+    chunks = split_value(batch, parts)
+    sizes = [len(chunk["l"]) for chunk in chunks]
+    assert len(chunks) == parts
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)  # the larger chunks come first
+    back = concat_values(chunks)
+    assert torch.equal(back["t"], batch["t"])
+    assert np.array_equal(back["n"], batch["n"])
+    assert back["l"] == batch["l"]
