@@ -219,3 +219,50 @@ def test_forked_child_never_unlinks_its_parents_segments(pool):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert (SHM / seg.name).exists()
+
+
+def test_concurrent_opens_survive_evictions(pool):
+    """Threads opening views while others evict mappings never see a closed mapping."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    segs = [pool.acquire(4096) for _ in range(6)]
+    for i, seg in enumerate(segs):
+        seg.view[:1] = bytes([i])
+    reader = shm.SegmentReader(max_mappings=2)  # every new name evicts another
+
+    def hammer(start: int) -> int:
+        total = 0
+        for k in range(300):
+            i = (start + k * 7) % len(segs)
+            view = reader.open_view(segs[i].name, 0, 1)
+            total += view[0] == i
+            del view
+        return total
+
+    with ThreadPoolExecutor(4) as threads:
+        assert sum(threads.map(hammer, range(4))) == 1200
+    reader.close()
+
+
+def test_a_killed_guardian_is_replaced_and_learns_the_live_names():
+    script = textwrap.dedent("""
+        import json, os, signal, sys
+        from rlinf.comm._internal import shm
+        pool = shm.default_pool()
+        first = pool.acquire(10)
+        old = shm._guardian.pid
+        os.kill(old, signal.SIGKILL)
+        os.waitpid(old, 0)
+        second = pool.acquire(2 << 20)  # the write hits a dead pipe: a new guardian
+        info = {"names": [first.name, second.name], "old": old, "new": shm._guardian.pid}
+        print("INFO", json.dumps(info), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60).stdout
+    info = json.loads(next(x for x in out.splitlines() if x.startswith("INFO "))[5:])
+    assert info["new"] not in (None, info["old"])
+    if psutil.pid_exists(info["new"]):
+        psutil.wait_procs([psutil.Process(info["new"])], timeout=30)
+    _wait_until(lambda: not any((SHM / n).exists() for n in info["names"]), timeout=30,
+                what="the replacement guardian to unlink both segments")

@@ -84,37 +84,64 @@ def _shm_unlink(name: str) -> None:
 
 
 class _Guardian:
-    """Pipe to this process's guardian child; started on first use."""
+    """Pipe to this process's guardian child; started on first use.
+
+    Keeps the names it was told about, so a guardian that died (someone killed it) is
+    replaced by one that learns every live name again; gives up after a few restarts.
+    """
+
+    _MAX_STARTS = 3
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._pid = -1
+        self._live: set[str] = set()
+        self._starts = 0
 
     def _pipe(self) -> IO[bytes] | None:
-        if self._proc is None or self._pid != os.getpid():
+        if self._pid != os.getpid():
+            # New process (first use, or a forked child): the parent's guardian keeps
+            # watching the parent's names; this process gets its own.
+            self._proc, self._pid, self._live, self._starts = None, os.getpid(), set(), 0
+        if self._proc is None:
+            if self._starts >= self._MAX_STARTS:
+                return None
+            self._starts += 1
             script = Path(__file__).with_name("guardian.py")
             try:
                 self._proc = subprocess.Popen(
                     [sys.executable, "-I", str(script)], stdin=subprocess.PIPE,
                     stdout=subprocess.DEVNULL, start_new_session=True)
-                self._pid = os.getpid()
             except OSError as exc:
                 log.warning("shm_guardian_unavailable", error=str(exc))
                 return None
+            if self._proc.stdin is not None and self._live:
+                self._proc.stdin.write(b"".join(b"+%s\n" % n.encode() for n in self._live))
         return self._proc.stdin
 
     def tell(self, line: str) -> None:
         with self._lock:
             pipe = self._pipe()
+            name = line[1:]
+            if line.startswith("+"):
+                self._live.add(name)
+            else:
+                self._live.discard(name)
             if pipe is None:
                 return
             try:
                 pipe.write(line.encode() + b"\n")
                 pipe.flush()
             except (BrokenPipeError, ValueError) as exc:
-                log.warning("shm_guardian_gone", error=str(exc))
+                log.warning("shm_guardian_gone", error=str(exc), restarts_left=(
+                    self._MAX_STARTS - self._starts))
                 self._proc = None
+                # A replacement learns every live name (this one included) as it starts.
+                replacement = self._pipe()
+                if replacement is not None:
+                    with contextlib.suppress(BrokenPipeError, ValueError):
+                        replacement.flush()
 
     @property
     def pid(self) -> int | None:
