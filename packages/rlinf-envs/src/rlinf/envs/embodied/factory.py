@@ -81,6 +81,8 @@ def make_vector_env(
     except MissingExtraError:
         raise
     except ModuleNotFoundError as exc:
+        if chosen == "gymnasium":
+            raise  # a core dependency is broken: not something an extra fixes
         # A dependency of the extra itself (robosuite for LIBERO, sapien for ManiSkill).
         raise MissingExtraError(f"{chosen} env {name!r}", chosen, exc.name or "?") from exc
     return LoopVectorEnv(envs, seed=seed, name=name)
