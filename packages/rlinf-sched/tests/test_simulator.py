@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
@@ -16,7 +18,7 @@ GB = 10**9
 
 def chain(*names: str, batch: int = 8, bytes_per_item: float = 0.0, **comp: object) -> Workflow:
     comps = tuple(Component(n, **comp) for n in names)  # type: ignore[arg-type]
-    edges = tuple(Edge(a, b, bytes_per_item=bytes_per_item) for a, b in zip(names, names[1:]))
+    edges = tuple(Edge(a, b, bytes_per_item=bytes_per_item) for a, b in itertools.pairwise(names))
     return Workflow(comps, edges, global_batch=batch)
 
 
