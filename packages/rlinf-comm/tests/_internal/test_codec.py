@@ -74,6 +74,8 @@ names = st.text(min_size=1, max_size=12)
 def _bits(x: np.ndarray | torch.Tensor) -> bytes:
     """Bitwise content in C order (NaN-safe equality)."""
     if isinstance(x, torch.Tensor):
+        if x.numel() == 0:
+            return b""
         x = x.contiguous().reshape(-1).view(torch.uint8).numpy()
     return np.ascontiguousarray(x).tobytes()
 
@@ -215,3 +217,27 @@ def test_requires_grad_and_conjugate_tensors_encode_their_values():
     out = codec.decode(codec.encode({"g": leaf, "c": conj}), to="torch")
     assert torch.equal(out["g"], leaf.detach())
     assert torch.equal(out["c"], conj.resolve_conj())
+
+
+def _tampered(field_meta: dict[bytes, bytes], data: bytes = b"\x00" * 16) -> pa.Buffer:
+    """An rlinf-shaped stream whose column metadata says what the test wants."""
+    offsets = pa.py_buffer(np.array([0, len(data)], dtype=np.int64))
+    column = pa.Array.from_buffers(pa.large_binary(), 1, [None, offsets, pa.py_buffer(data)])
+    schema = pa.schema([pa.field("x", pa.large_binary(), metadata=field_meta)],
+                       metadata={b"rlinf.meta": b"{}"})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(pa.RecordBatch.from_arrays([column], schema=schema))
+    return sink.getvalue()
+
+
+@pytest.mark.parametrize("meta, match", [
+    ({b"rlinf.dtype": b'"|O"', b"rlinf.shape": b"[2]"}, "plain-data"),
+    ({b"rlinf.dtype": b'"<f8"', b"rlinf.shape": b"[-2]"}, "non-negative"),
+    ({b"rlinf.dtype": b'"<f8"', b"rlinf.shape": b"[3]"}, "expected 24 bytes"),
+    ({b"rlinf.dtype": b'"not a dtype"', b"rlinf.shape": b"[2]"}, "numpy dtype"),
+    ({b"rlinf.dtype": b'"<f8"', b"rlinf.shape": b'["x"]'}, "consistent"),
+])
+def test_decode_refuses_inconsistent_or_unsafe_columns(meta, match):
+    with pytest.raises(CodecError, match=match):
+        codec.decode(_tampered(meta))

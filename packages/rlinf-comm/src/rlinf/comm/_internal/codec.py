@@ -250,9 +250,15 @@ def decode(buf: Any, *, to: Target = "numpy") -> Batch:
     raw_meta = (schema.metadata or {}).get(_META)
     if raw_meta is None:
         raise CodecError("expected rlinf batch metadata in the Arrow schema, found none")
-    tensors = {field.name: _decode_column(field, column, to)
-               for field, column in zip(schema, record.columns, strict=True)}
-    return Batch(tensors, json.loads(raw_meta))
+    try:
+        tensors = {field.name: _decode_column(field, column, to)
+                   for field, column in zip(schema, record.columns, strict=True)}
+        meta = json.loads(raw_meta)
+    except CodecError:
+        raise
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise CodecError(f"expected a consistent rlinf batch, got {exc}") from exc
+    return Batch(tensors, meta)
 
 
 def _decode_column(field: pa.Field, column: pa.Array, to: str) -> Array:
@@ -266,15 +272,23 @@ def _decode_column(field: pa.Field, column: pa.Array, to: str) -> Array:
         dtype = np.lib.format.descr_to_dtype(_descr(json.loads(meta[_DTYPE])))
     except (TypeError, ValueError) as exc:
         raise CodecError(f"expected a numpy dtype for {field.name!r}, got {exc}") from exc
+    if dtype.hasobject:
+        # Object arrays built from received bytes would dereference arbitrary pointers.
+        raise CodecError(f"expected a plain-data dtype for {field.name!r}, got {dtype}")
     shape = tuple(int(d) for d in json.loads(meta[_SHAPE]))
+    if any(d < 0 for d in shape):
+        raise CodecError(f"expected a non-negative shape for {field.name!r}, got {shape}")
     _, offsets_buf, data = column.buffers()
-    start, stop = np.frombuffer(offsets_buf, dtype=np.int64, count=2,
-                                offset=8 * column.offset)
+    start, stop = (int(v) for v in np.frombuffer(offsets_buf, dtype=np.int64, count=2,
+                                                 offset=8 * column.offset))
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if stop - start != expected:
-        raise CodecError(f"expected {expected} bytes for {field.name!r} {dtype} {shape}, "
-                         f"got {stop - start}")
-    array = _view_of(data, int(start), dtype, shape)
+    size = 0 if data is None else data.size
+    if stop - start != expected or not 0 <= start <= stop <= size:
+        raise CodecError(f"expected {expected} bytes for {field.name!r} {dtype} {shape} "
+                         f"inside a {size}-byte body, got [{start}, {stop})")
+    # Nothing to view for empty arrays (the body may not even hold a data buffer).
+    array = np.empty(shape, dtype=dtype) if expected == 0 else _view_of(data, start, dtype,
+                                                                         shape)
     torch_name = meta.get(_TORCH)
     if to == "torch" or (to == "auto" and torch_name is not None):
         return _to_torch(field.name, array, torch_name.decode() if torch_name else None)
