@@ -4,6 +4,12 @@ Zero-copy batches over shared memory, TCP, CUDA IPC and NCCL; point-to-point sen
 named multi-producer multi-consumer channels; rendezvous with or without Ray.
 """
 
+from rlinf.comm._internal.channel import Channel
+from rlinf.comm._internal.endpoint import Endpoint, EndpointConfig
+from rlinf.comm._internal.ray_store import RayStore
+from rlinf.comm._internal.store import Store, TCPStore, TCPStoreServer
+from rlinf.comm._internal.wire import default_token, new_token
+from rlinf.comm._internal.work import Work
 from rlinf.comm.batch import Batch
 from rlinf.comm.errors import (
     AuthenticationError,
@@ -20,12 +26,22 @@ from rlinf.comm.version import __version__
 __all__ = [
     "AuthenticationError",
     "Batch",
+    "Channel",
     "ChannelClosedError",
     "CodecError",
     "CommError",
     "CommTimeoutError",
+    "Endpoint",
+    "EndpointConfig",
     "MissingExtraError",
     "PeerDiedError",
+    "RayStore",
+    "Store",
+    "TCPStore",
+    "TCPStoreServer",
     "TransportError",
+    "Work",
     "__version__",
+    "default_token",
+    "new_token",
 ]

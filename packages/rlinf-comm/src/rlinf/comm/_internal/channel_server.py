@@ -389,9 +389,9 @@ class ChannelServer:
                 ))
         # A consumer already waiting on an affected key learns at once.
         for key in list(self._losses):
-            waiting = self._getters.get(key)
-            if waiting:
-                getter = waiting.popleft()
+            parked = self._getters.get(key)
+            if parked:
+                getter = parked.popleft()
                 if getter.handle is not None:
                     self._deadlines.cancel(getter.handle)
                 self._requeue_front(getter.items)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import select
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +32,8 @@ CloseHandler = Callable[["RpcPeer", BaseException], None]
 
 # How long `accept` blocks before the server re-checks whether it was closed.
 _ACCEPT_POLL_S = 0.5
+# How long an accepted client may take to complete the authentication handshake.
+_HANDSHAKE_S = 10.0
 # How long the reader waits for a frame before checking again (idle is not an error).
 _IDLE_POLL_S = 3600.0
 
@@ -253,9 +256,16 @@ class RpcServer:
             peer.close()
 
     def _accept_loop(self) -> None:
+        # `Listener.accept(timeout)` spends one deadline on waiting *and* on the client's
+        # handshake; waiting here first leaves the whole handshake budget to the client
+        # (a short accept timeout would cut slow-starting clients off mid-handshake).
+        poller = select.poll()
+        poller.register(self._listener._sock.fileno(), select.POLLIN)
         while not self._stopped.is_set():
             try:
-                conn = self._listener.accept(timeout=_ACCEPT_POLL_S)
+                if not poller.poll(int(_ACCEPT_POLL_S * 1000)):
+                    continue
+                conn = self._listener.accept(timeout=_HANDSHAKE_S)
             except errors.CommTimeoutError:
                 continue
             except errors.AuthenticationError as exc:
@@ -293,8 +303,9 @@ class Deadlines:
     """
 
     def __init__(self, *, name: str) -> None:
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
-        self._cancelled: set[int] = set()
+        self._heap: list[tuple[float, int]] = []
+        # Callbacks by handle; cancel drops the callback at once (it may hold big objects).
+        self._callbacks: dict[int, Callable[[], None]] = {}
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
@@ -305,13 +316,14 @@ class Deadlines:
         """Run `callback` at `time.monotonic() >= deadline`; returns a handle for `cancel`."""
         with self._cond:
             handle = next(self._ids)
-            heapq.heappush(self._heap, (deadline, handle, callback))
+            self._callbacks[handle] = callback
+            heapq.heappush(self._heap, (deadline, handle))
             self._cond.notify()
             return handle
 
     def cancel(self, handle: int) -> None:
         with self._cond:
-            self._cancelled.add(handle)
+            self._callbacks.pop(handle, None)
 
     def close(self) -> None:
         with self._cond:
@@ -325,14 +337,14 @@ class Deadlines:
                     if not self._heap:
                         self._cond.wait()
                         continue
-                    deadline, handle, callback = self._heap[0]
-                    if handle in self._cancelled:
+                    deadline, handle = self._heap[0]
+                    if handle not in self._callbacks:
                         heapq.heappop(self._heap)
-                        self._cancelled.discard(handle)
                         continue
                     delay = deadline - time.monotonic()
                     if delay <= 0:
                         heapq.heappop(self._heap)
+                        callback = self._callbacks.pop(handle)
                         break
                     self._cond.wait(delay)
                 if self._stopped:

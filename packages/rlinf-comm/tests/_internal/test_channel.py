@@ -1,0 +1,265 @@
+"""Tests of rlinf.comm._internal.channel: named MPMC channels with payloads over shm/TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlinf.comm import (
+    AuthenticationError,
+    Channel,
+    ChannelClosedError,
+    CommError,
+    CommTimeoutError,
+    Endpoint,
+    PeerDiedError,
+    TCPStore,
+    new_token,
+)
+from rlinf.comm._internal import wire
+from rlinf.comm._internal.store import format_address
+
+WORKERS = Path(__file__).with_name("comm_workers.py")
+
+
+@pytest.fixture
+def token(monkeypatch: pytest.MonkeyPatch) -> bytes:
+    token = new_token()
+    monkeypatch.setenv("RLINF_COMM_TOKEN", token.hex())
+    return token
+
+
+@pytest.fixture
+def store(token: bytes) -> Iterator[TCPStore]:
+    with TCPStore.serve(token=token, timeout=60) as owner:
+        assert isinstance(owner, TCPStore)
+        yield owner
+
+
+@pytest.fixture
+def endpoint(store: TCPStore) -> Iterator[Endpoint]:
+    ep = Endpoint("main", store=store).make_current()
+    yield ep
+    ep.close()
+
+
+def spawn(role: str, store: TCPStore, *args: object, node: str | None = None) -> subprocess.Popen:
+    env = dict(os.environ)
+    if node is not None:
+        env["RLINF_TEST_NODE"] = node
+    cmd = [sys.executable, str(WORKERS), role, format_address(store.address), *map(str, args)]
+    return subprocess.Popen(cmd, env=env)
+
+
+def mapped_segments(pid: int | str = "self") -> set[str]:
+    names = set()
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[-1].startswith("/dev/shm/rlinf-"):
+                names.add(fields[-1].removeprefix("/dev/shm/"))
+    return names
+
+
+def inside_shm(array: np.ndarray) -> bool:
+    lo = array.ctypes.data
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split()
+            if len(fields) >= 6 and fields[-1].startswith("/dev/shm/rlinf-"):
+                start, end = (int(x, 16) for x in fields[0].split("-"))
+                if start <= lo and lo + array.nbytes <= end:
+                    return True
+    return False
+
+
+def wait_exit(proc: subprocess.Popen, timeout: float = 60) -> None:
+    try:
+        assert proc.wait(timeout=timeout) == 0
+    finally:
+        proc.kill()
+
+
+def test_put_get_in_one_process_is_zero_copy_and_reuses_segments(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    with Channel.create("c", store=store, maxsize=8) as producer:
+        consumer = Channel.connect("c", store=store)
+        data = np.arange(1 << 18, dtype=np.float32)
+        for i in range(20):
+            producer.put({"x": data + i}, weight=2, key="k")
+            batch = consumer.get(key="k", timeout=10)
+            assert np.array_equal(batch["x"], data + i)
+            assert inside_shm(batch["x"])
+            del batch
+            gc.collect()
+        producer.flush(timeout=10)  # every release came back to the producer
+        # Released segments were reused: 20 puts did not need 20 segments.
+        assert len(mapped_segments()) < 10
+        consumer.disconnect()
+
+
+def test_fifo_per_key_weights_and_state(store: TCPStore, endpoint: Endpoint) -> None:
+    with Channel.create("c", store=store) as channel:
+        for i in range(6):
+            channel.put({"i": np.array([i])}, weight=i % 3 + 1, key="even" if i % 2 == 0 else "odd")
+        assert channel.qsize() == 6
+        assert channel.qsize(key="even") == 3
+        assert channel.weight(key="odd") == 2 + 1 + 3
+        assert [int(channel.get(key="odd")["i"][0]) for _ in range(2)] == [1, 3]
+        got = channel.get_batch(target_weight=3, key="even")
+        assert [int(b["i"][0]) for b in got] == [0, 2]  # weights 1 + 3 reach 3
+        assert channel.qsize(key="even") == 1
+        assert not channel.empty()
+
+
+def test_back_pressure_put_times_out_when_full(store: TCPStore, endpoint: Endpoint) -> None:
+    with Channel.create("c", store=store, maxsize=2) as channel:
+        channel.put({"x": np.zeros(4)})
+        channel.put({"x": np.ones(4)})
+        assert channel.full()
+        with pytest.raises(CommTimeoutError, match="only 0 went in"):
+            channel.put({"x": np.zeros(4)}, timeout=0.2)
+        assert channel.qsize() == 2  # the timed-out put left nothing behind
+        assert np.array_equal(channel.get()["x"], np.zeros(4))
+        channel.put({"x": np.full(4, 2.0)}, timeout=5)
+        assert [float(channel.get()["x"][0]) for _ in range(2)] == [1.0, 2.0]
+
+
+def test_timeouts_and_close_raise_typed_errors(store: TCPStore, endpoint: Endpoint) -> None:
+    with Channel.create("c", store=store) as channel:
+        with pytest.raises(CommTimeoutError):
+            channel.get(timeout=0.1)
+        with pytest.raises(CommTimeoutError):
+            channel.get_batch(target_weight=2, timeout=0.1)
+        channel.put({"x": np.zeros(1)})
+        channel.close()
+        assert channel.closed
+        with pytest.raises(ChannelClosedError):
+            channel.put({"x": np.zeros(1)})
+        assert len(channel.get_batch(target_weight=5)) == 1  # drains what is left
+        with pytest.raises(ChannelClosedError):
+            channel.get(timeout=5)
+    with pytest.raises(CommTimeoutError):
+        Channel.connect("missing", store=store, timeout=0.1)
+    with Channel.create("dup", store=store), pytest.raises(CommError, match="already"):
+        Channel.create("dup", store=store)
+
+
+def test_async_variants(store: TCPStore, endpoint: Endpoint) -> None:
+    async def main(channel: Channel) -> list[int]:
+        consumer = asyncio.create_task(channel.async_get_batch(target_weight=3, timeout=10))
+        await asyncio.sleep(0)
+        for i in range(3):
+            await channel.async_put({"i": np.array([i])})
+        one = [int(b["i"][0]) for b in await consumer]
+        await channel.async_put({"i": np.array([9])})
+        return [*one, int((await channel.async_get(timeout=10))["i"][0])]
+
+    with Channel.create("c", store=store, maxsize=4) as channel:
+        assert asyncio.run(main(channel)) == [0, 1, 2, 9]
+
+
+def test_unauthenticated_clients_are_refused(store: TCPStore, endpoint: Endpoint) -> None:
+    with Channel.create("c", store=store) as channel:
+        address = tuple(json.loads(store.get("rlinf/comm/channel/c"))["address"])
+        with pytest.raises(AuthenticationError):
+            wire.connect(address, token=new_token(), timeout=10)
+        channel.put({"x": np.zeros(1)})  # the owner keeps serving
+
+
+def test_many_producers_and_consumers_lose_and_duplicate_nothing(
+    store: TCPStore, endpoint: Endpoint, tmp_path: Path
+) -> None:
+    producers, per_producer, consumers = 2, 50_000, 2
+    with Channel.create("mpmc", store=store, maxsize=2000) as channel:
+        procs = [spawn("produce", store, "mpmc", f"producer-{p}", per_producer, 500)
+                 for p in range(producers)]
+        procs += [spawn("consume", store, "mpmc", f"consumer-{c}", 250, tmp_path / f"{c}.npy")
+                  for c in range(consumers)]
+        store.wait([f"produced/producer-{p}" for p in range(producers)], timeout=120)
+        channel.close()
+        for proc in procs:
+            wait_exit(proc, timeout=120)
+    received = [np.load(tmp_path / f"{c}.npy") for c in range(consumers)]
+    everything = np.concatenate(received)
+    assert len(everything) == producers * per_producer
+    keys = everything[:, 0] * per_producer + everything[:, 1]
+    assert len(np.unique(keys)) == len(keys)  # nothing duplicated, hence nothing lost
+    for got in received:  # FIFO: each consumer sees each producer's items in order
+        for p in range(producers):
+            seqs = got[got[:, 0] == p, 1]
+            assert np.all(np.diff(seqs) > 0)
+
+
+def test_killed_producer_leaves_no_segments_and_consumers_get_an_error(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    with Channel.create("c", store=store) as channel:
+        proc = spawn("put_and_hang", store, "c", "producer-0", 3)
+        try:
+            segments = set(json.loads(store.get("segments/producer-0", timeout=60)))
+            assert segments
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            with pytest.raises(PeerDiedError, match="producer-0"):
+                channel.get(timeout=30)
+        finally:
+            proc.kill()
+        # The producer's guardian unlinked its segments.
+        _wait_until(lambda: not any(Path("/dev/shm", s).exists() for s in segments))
+
+
+def test_killed_consumer_releases_its_items_and_nothing_leaks(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    with Channel.create("c", store=store):
+        producer = spawn("put_flush_exit", store, "c", "producer-0", 1)
+        consumer = spawn("get_and_hang", store, "c", "consumer-0")
+        try:
+            segments = set(json.loads(store.get("segments/producer-0", timeout=60)))
+            assert json.loads(store.get("held/consumer-0", timeout=60)) == 7
+            os.kill(consumer.pid, signal.SIGKILL)
+            consumer.wait(timeout=10)
+            # The owner released the dead consumer's item, so the producer's flush returns.
+            wait_exit(producer, timeout=60)
+        finally:
+            producer.kill()
+            consumer.kill()
+    assert segments
+    _wait_until(lambda: not any(Path("/dev/shm", s).exists() for s in segments))
+
+
+def test_tcp_path_to_a_consumer_on_another_node(
+    store: TCPStore, endpoint: Endpoint, tmp_path: Path
+) -> None:
+    with Channel.create("c", store=store) as channel:
+        proc = spawn("consume", store, "c", "consumer-remote", 1, tmp_path / "r.npy",
+                     node="elsewhere")
+        for seq in range(20):
+            channel.put({"x": np.array([5, seq], dtype=np.int64)})
+        channel.flush(timeout=60)
+        channel.close()
+        wait_exit(proc)
+    got = np.load(tmp_path / "r.npy")
+    assert got.tolist() == [[5, s] for s in range(20)]
+
+
+def _wait_until(predicate, timeout: float = 30.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.05)
