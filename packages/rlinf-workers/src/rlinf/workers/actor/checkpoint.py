@@ -1,0 +1,79 @@
+"""Actor checkpoints: model(s), optimizer, RNG states and step, one file per rank.
+
+Model and optimizer states go through `torch.distributed.checkpoint.state_dict`, which
+resolves DDP and FSDP2 wrappers and keys the optimizer state by parameter names; with
+``full_state_dict`` every rank writes (and later reads) complete tensors, so a checkpoint
+does not depend on how the parameters were sharded.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
+
+from rlinf.workers.errors import ConfigError
+
+__all__ = ["load", "rng_state", "save", "set_rng_state"]
+
+_OPTIONS = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def rng_state() -> dict[str, Any]:
+    """Python, numpy, torch CPU and (if any) CUDA RNG states."""
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `rng_state`."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def save(directory: str | os.PathLike[str], *, modules: nn.Module,
+         optimizer: torch.optim.Optimizer, step: int) -> Path:
+    """Write ``rank{r}.pt`` under `directory` (created); returns its path."""
+    model_state, optim_state = get_state_dict(modules, optimizer, options=_OPTIONS)
+    path = Path(directory) / f"rank{_rank()}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model_state, "optimizer": optim_state, "rng": rng_state(),
+                "step": step}, tmp)
+    tmp.replace(path)  # atomic: a crash mid-write never leaves a truncated checkpoint
+    return path
+
+
+def load(directory: str | os.PathLike[str], *, modules: nn.Module,
+         optimizer: torch.optim.Optimizer) -> int:
+    """Restore this rank's file from `directory`; returns the saved step."""
+    path = Path(directory) / f"rank{_rank()}.pt"
+    if not path.is_file():
+        raise ConfigError(f"no checkpoint for rank {_rank()} at {path}")
+    state = torch.load(path, weights_only=False)  # our own file: RNG states need pickle
+    set_state_dict(modules, optimizer, model_state_dict=state["model"],
+                   optim_state_dict=state["optimizer"], options=_OPTIONS)
+    set_rng_state(state["rng"])
+    return int(state["step"])

@@ -1,0 +1,81 @@
+"""`ActorConfig`: every option of the training worker, one docstring each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlinf.workers.algorithms import KLEstimator, LossAggregation
+from rlinf.workers.errors import ConfigError
+
+__all__ = ["ActorConfig", "Algorithm", "Parallelism"]
+
+Algorithm = Literal["grpo", "ppo"]
+Parallelism = Literal["none", "ddp", "fsdp2"]
+
+
+@dataclass(frozen=True)
+class ActorConfig:
+    """How the actor trains (GRPO or PPO with a critic)."""
+
+    algorithm: Algorithm = "grpo"
+    """"grpo": group-normalised outcome advantages; "ppo": critic + GAE."""
+    parallelism: Parallelism = "ddp"
+    """Data parallelism when a process group is initialised: DDP or FSDP2 (fully_shard)."""
+    lr: float = 1e-4
+    """AdamW learning rate (policy and critic)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    max_grad_norm: float | None = 1.0
+    """Clip the global gradient norm to this value (None: no clipping)."""
+    mini_batch_size: int | None = None
+    """Rows per optimizer step (None: the whole batch is one step)."""
+    micro_batch_size: int = 8
+    """Rows per forward/backward; gradients accumulate over a mini-batch's micro-batches."""
+    epochs: int = 1
+    """Passes over the batch per `train` call."""
+    clip_ratio: float = 0.2
+    """PPO ratio clip (lower side, and upper unless `clip_ratio_high`)."""
+    clip_ratio_high: float | None = None
+    """Separate upper ratio clip (DAPO clip-higher)."""
+    dual_clip: float | None = None
+    """Dual-clip bound for negative advantages (> 1), None to disable."""
+    aggregation: str = LossAggregation.TOKEN_MEAN.value
+    """Loss aggregation: "token-mean", "seq-mean-token-sum" or "seq-mean-token-mean"."""
+    kl_coef: float = 0.0
+    """Weight of the KL-to-reference loss term (0: no reference needed)."""
+    kl_estimator: str = KLEstimator.LOW_VAR_KL.value
+    """KL estimator: "k1", "k2", "k3" or "low-var-kl"."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    temperature: float = 1.0
+    """Rollout sampling temperature (log-probs are of the scaled distribution)."""
+    grpo_normalize_std: bool = True
+    """GRPO: divide by the group std (False: Dr. GRPO)."""
+    gamma: float = 1.0
+    """PPO: discount over response tokens."""
+    lam: float = 0.95
+    """PPO: GAE lambda."""
+    value_coef: float = 0.5
+    """PPO: weight of the value loss."""
+    value_clip: float | None = 0.2
+    """PPO: clip range of the value update (None: unclipped)."""
+    whiten_advantages: bool = True
+    """PPO: normalise advantages over the batch's valid tokens."""
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ("grpo", "ppo"):
+            raise ConfigError(f"algorithm must be 'grpo' or 'ppo', got {self.algorithm!r}")
+        if self.parallelism not in ("none", "ddp", "fsdp2"):
+            raise ConfigError(f"parallelism must be 'none', 'ddp' or 'fsdp2', got "
+                              f"{self.parallelism!r}")
+        if self.micro_batch_size < 1 or self.epochs < 1 or (
+                self.mini_batch_size is not None and self.mini_batch_size < 1):
+            raise ConfigError("micro_batch_size, mini_batch_size and epochs must be >= 1")
+        if self.lr <= 0 or self.temperature <= 0:
+            raise ConfigError(f"lr and temperature must be > 0, got {self.lr}, "
+                              f"{self.temperature}")
+        LossAggregation.parse(self.aggregation)
+        KLEstimator.parse(self.kl_estimator)

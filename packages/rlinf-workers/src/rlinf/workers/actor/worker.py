@@ -1,0 +1,273 @@
+"""`ActorWorker`: trains the policy (and PPO's critic) on scored rollout batches.
+
+One `train` call = ``epochs`` passes over the batch; each pass splits it into mini-batches
+(one optimizer step each) and each mini-batch into micro-batches whose gradients
+accumulate. Each micro-batch's loss is weighted by its share of the mini-batch's loss units
+(tokens for token-mean, sequences for the seq-mean modes), so the accumulated gradient is
+exactly the gradient of the mini-batch's aggregated loss, whatever the micro-batch size.
+Under DDP every rank trains on its own shard and gradients are averaged at the last
+micro-batch (``no_sync`` before it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import structlog
+import torch
+from torch import nn
+
+from rlinf.workers.actor import checkpoint as ckpt
+from rlinf.workers.actor.config import ActorConfig
+from rlinf.workers.actor.critic import TokenValueModel, build_critic_from_policy
+from rlinf.workers.actor.parallel import full_named_tensors, unwrap, wrap
+from rlinf.workers.algorithms import (
+    LossAggregation,
+    aggregate_loss,
+    bootstrap_next_values,
+    broadcast_to_tokens,
+    gae,
+    grpo_advantages,
+    kl_penalty,
+    masked_mean,
+    masked_whiten,
+    place_at_last_token,
+    ppo_policy_loss,
+    value_loss,
+)
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import response_log_probs_and_entropy
+from rlinf.workers.rollout.batch import RolloutBatch
+from rlinf.workers.rollout.offload import empty_device_cache, move_module, move_optimizer_state
+from rlinf.workers.weight_sync.buckets import Bucket, iter_buckets
+
+__all__ = ["ActorWorker"]
+
+_log = structlog.get_logger(__name__)
+
+
+class ActorWorker:
+    """Policy trainer (see the module docstring)."""
+
+    def __init__(
+        self, model: nn.Module, *, config: ActorConfig | None = None,
+        critic: TokenValueModel | None = None, device: torch.device | str | None = None,
+    ) -> None:
+        """Train `model` on `device`; with ``algorithm="ppo"`` a critic is built from it
+        unless given. If a process group is initialised, the modules are wrapped per
+        ``config.parallelism`` (every rank must construct its worker from equal weights)."""
+        config = config or ActorConfig()
+        self.config = config
+        self.device = torch.device(device) if device is not None else next(
+            model.parameters()).device
+        move_module(model, self.device)
+        if config.algorithm == "ppo" and critic is None:
+            critic = build_critic_from_policy(model)
+        if critic is not None:
+            move_module(critic, self.device)
+        self.policy = wrap(model, parallelism=config.parallelism, device=self.device)
+        self.critic = None if critic is None else wrap(
+            critic, parallelism=config.parallelism, device=self.device)
+        self.policy.train()
+        params = list(self.policy.parameters())
+        if self.critic is not None:
+            self.critic.train()
+            params += list(self.critic.parameters())
+        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas,
+                                           weight_decay=config.weight_decay)
+        self.global_step = 0
+        self._agg = LossAggregation.parse(config.aggregation)
+
+    # -- training --------------------------------------------------------------------------
+
+    def train(self, batch: RolloutBatch) -> dict[str, float]:
+        """Run ``epochs`` passes of optimizer steps on `batch`; returns mean metrics."""
+        cfg = self.config
+        if batch.rewards is None:
+            raise ConfigError("the batch has no rewards; run the reward worker first")
+        if cfg.kl_coef > 0 and batch.ref_log_probs is None:
+            raise ConfigError("kl_coef > 0 needs ref_log_probs (a reference inference worker)")
+        data = self._prepare(batch)
+        rows = batch.num_rows
+        mini = cfg.mini_batch_size or rows
+        history: dict[str, list[float]] = {}
+        for _ in range(cfg.epochs):
+            for start in range(0, rows, mini):
+                metrics = self._optimizer_step(data, slice(start, min(start + mini, rows)))
+                for key, value in metrics.items():
+                    history.setdefault(key, []).append(value)
+        result = {key: sum(v) / len(v) for key, v in history.items()}
+        result["advantage_mean"] = float(masked_mean(data["advantages"], data["response_mask"]))
+        _log.info("actor_trained", step=self.global_step, **result)
+        return result
+
+    def _prepare(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        """Batch tensors on device plus advantages (and PPO's old values and returns)."""
+        cfg = self.config
+        dev = self.device
+        data = {name: getattr(batch, name).to(dev) for name in (
+            "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
+        mask = data["response_mask"].float()
+        old = batch.old_log_probs if batch.old_log_probs is not None else batch.rollout_log_probs
+        data["old_log_probs"] = old.to(dev)
+        if batch.ref_log_probs is not None:
+            data["ref_log_probs"] = batch.ref_log_probs.to(dev)
+        rewards = batch.rewards.to(dev).float()  # type: ignore[union-attr]
+        if cfg.algorithm == "grpo":
+            seq_adv = grpo_advantages(rewards, group_size=batch.group_size,
+                                      normalize_std=cfg.grpo_normalize_std)
+            data["advantages"] = broadcast_to_tokens(seq_adv, mask)
+            return data
+        assert self.critic is not None  # built in __init__ for PPO
+        with torch.no_grad():
+            values = self._values(data, slice(None)) * mask
+        token_rewards = place_at_last_token(rewards, mask)
+        # Every response ends at its last valid token (EOS or the length limit: either way
+        # the outcome reward closes the episode), so nothing is bootstrapped after it.
+        last = place_at_last_token(torch.ones_like(rewards), mask).bool()
+        advantages, returns = gae(
+            token_rewards, values, gamma=cfg.gamma, lam=cfg.lam, terminated=last,
+            next_values=bootstrap_next_values(values, torch.zeros_like(rewards)))
+        if cfg.whiten_advantages:
+            advantages = masked_whiten(advantages, mask)
+        data.update(advantages=advantages * mask, returns=returns * mask, old_values=values)
+        return data
+
+    def _values(self, data: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
+        assert self.critic is not None
+        result: torch.Tensor = self.critic(
+            prompt_ids=data["prompt_ids"][rows], prompt_mask=data["prompt_mask"][rows],
+            response_ids=data["response_ids"][rows], response_mask=data["response_mask"][rows])
+        return result
+
+    def _units(self, mask: torch.Tensor) -> float:
+        if self._agg is LossAggregation.TOKEN_MEAN:
+            return float(mask.sum())
+        return float((mask.sum(dim=-1) > 0).sum())
+
+    def _optimizer_step(self, data: dict[str, torch.Tensor], rows: slice) -> dict[str, float]:
+        cfg = self.config
+        total_units = self._units(data["response_mask"][rows])
+        start, stop = rows.start, rows.stop
+        micro_slices = [slice(s, min(s + cfg.micro_batch_size, stop))
+                        for s in range(start, stop, cfg.micro_batch_size)]
+        sums: dict[str, float] = {}
+        for i, micro in enumerate(micro_slices):
+            units = self._units(data["response_mask"][micro])
+            if units == 0 or total_units == 0:
+                continue
+            with self._no_sync(last=i == len(micro_slices) - 1):
+                loss, metrics = self._micro_loss(data, micro)
+                (loss * (units / total_units)).backward()
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + value * units / total_units
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if cfg.max_grad_norm is not None:
+            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            sums["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor")
+                                      else norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        return sums
+
+    def _micro_loss(
+        self, data: dict[str, torch.Tensor], rows: slice
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        cfg = self.config
+        mask = data["response_mask"][rows]
+        log_probs, entropy = response_log_probs_and_entropy(
+            self.policy, prompt_ids=data["prompt_ids"][rows],
+            prompt_mask=data["prompt_mask"][rows], response_ids=data["response_ids"][rows],
+            response_mask=mask, temperature=cfg.temperature)
+        policy = ppo_policy_loss(
+            log_probs, data["old_log_probs"][rows], data["advantages"][rows], mask,
+            clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
+            dual_clip=cfg.dual_clip, aggregation=self._agg)
+        loss = policy.loss
+        metrics = {"policy_loss": _scalar(policy.loss),
+                   "clip_fraction": _scalar(policy.clip_fraction),
+                   "approx_kl": _scalar(policy.approx_kl)}
+        entropy_loss = aggregate_loss(entropy, mask, mode=self._agg)
+        metrics["entropy"] = _scalar(entropy_loss)
+        if cfg.entropy_coef:
+            loss = loss - cfg.entropy_coef * entropy_loss
+        if cfg.kl_coef:
+            kl = aggregate_loss(kl_penalty(log_probs, data["ref_log_probs"][rows],
+                                           estimator=cfg.kl_estimator), mask, mode=self._agg)
+            loss = loss + cfg.kl_coef * kl
+            metrics["kl"] = _scalar(kl)
+        if self.critic is not None:
+            vl = value_loss(self._values(data, rows), data["old_values"][rows],
+                            data["returns"][rows], mask, clip_range=cfg.value_clip,
+                            aggregation=self._agg)
+            loss = loss + cfg.value_coef * vl.loss
+            metrics.update(value_loss=_scalar(vl.loss),
+                           value_clip_fraction=_scalar(vl.clip_fraction))
+        return loss, metrics
+
+    def _no_sync(self, *, last: bool) -> contextlib.AbstractContextManager[Any]:
+        """DDP's ``no_sync`` on every wrapped module except at the last micro-batch."""
+        stack = contextlib.ExitStack()
+        if not last:
+            for module in (self.policy, self.critic):
+                no_sync = getattr(module, "no_sync", None)
+                if no_sync is not None:
+                    stack.enter_context(no_sync())
+        return stack
+
+    # -- weights for the rollout -----------------------------------------------------------
+
+    def state_dict_for_rollout(self, *, bucket_bytes: int = 64 << 20) -> Iterator[Bucket]:
+        """The policy's parameters as ``(name, tensor)`` buckets of at most `bucket_bytes`,
+        named as the unwrapped model's ``state_dict`` (FSDP2 shards are gathered: call it on
+        every rank)."""
+        return iter_buckets(full_named_tensors(self.policy), bucket_bytes=bucket_bytes)
+
+    @property
+    def model(self) -> nn.Module:
+        """The unwrapped policy model."""
+        return unwrap(self.policy)
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save_checkpoint(self, directory: str) -> None:
+        """Write model, critic, optimizer, RNG states and step of this rank to `directory`."""
+        ckpt.save(directory, modules=self._modules(), optimizer=self.optimizer,
+                  step=self.global_step)
+
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore what `save_checkpoint` wrote (same config and world size)."""
+        self.global_step = ckpt.load(directory, modules=self._modules(),
+                                     optimizer=self.optimizer)
+
+    def _modules(self) -> nn.ModuleDict:
+        modules = nn.ModuleDict({"policy": unwrap(self.policy)})
+        if self.critic is not None:
+            modules["critic"] = unwrap(self.critic)
+        return modules
+
+    # -- offload / onload ------------------------------------------------------------------
+
+    def offload(self) -> None:
+        """Move parameters, gradients and optimizer state to host memory (no-op on CPU)."""
+        if self.device.type == "cpu":
+            return
+        for module in self._modules().values():
+            move_module(module, "cpu")
+        move_optimizer_state(self.optimizer, "cpu")
+        empty_device_cache(self.device)
+
+    def onload(self) -> None:
+        """Bring parameters and optimizer state back to the training device."""
+        if self.device.type == "cpu":
+            return
+        for module in self._modules().values():
+            move_module(module, self.device)
+        move_optimizer_state(self.optimizer, self.device)
+
+
+def _scalar(value: torch.Tensor) -> float:
+    return float(value.detach())

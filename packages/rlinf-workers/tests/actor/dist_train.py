@@ -1,0 +1,71 @@
+"""One rank of a data-parallel actor run, launched as a subprocess by test_actor_dist.py.
+
+Usage: python dist_train.py RANK WORLD_SIZE PORT PARALLELISM[,PARALLELISM...] OUT_DIR
+For each parallelism (one process group, one launch: starting Python is the slow part),
+builds the same tiny model and batch as the test, trains on this rank's shard (whole
+groups) for two steps, and saves the full parameters gathered through the rollout buckets
+to OUT_DIR/{parallelism}-rank{R}.pt.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+import torch.distributed as dist
+
+from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
+from rlinf.workers.rollout import RolloutBatch, RolloutSample
+
+CONFIG = TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                      intermediate_size=128, attn_implementation="eager")
+GROUP = 4
+
+
+def make_batch() -> RolloutBatch:
+    """A fixed batch of 2 groups x 4 responses of varying lengths, one rewarded per group."""
+    gen = torch.Generator().manual_seed(0)
+    samples = []
+    for row in range(2 * GROUP):
+        length = 2 + row % 3
+        samples.append(RolloutSample(
+            prompt_token_ids=tuple(torch.randint(4, 90, (3 + row % 2,), generator=gen).tolist()),
+            response_token_ids=tuple(torch.randint(4, 90, (length,), generator=gen).tolist()),
+            log_probs=tuple((-torch.rand(length, generator=gen) - 4.0).tolist()),
+            finish_reason="length"))
+    batch = RolloutBatch.from_samples(samples, answers=["0"] * 8, group_size=GROUP,
+                                      pad_token_id=0)
+    rewards = torch.zeros(8)
+    rewards[[1, 6]] = 1.0
+    return batch.replace(rewards=rewards)
+
+
+def config(parallelism: str) -> ActorConfig:
+    return ActorConfig(parallelism=parallelism, lr=1e-2, micro_batch_size=1,  # type: ignore[arg-type]
+                       aggregation="seq-mean-token-mean", max_grad_norm=1.0)
+
+
+def main() -> None:
+    rank, world, port, modes, out = (int(sys.argv[1]), int(sys.argv[2]),
+                                     int(sys.argv[3]), sys.argv[4].split(","), sys.argv[5])
+    torch.manual_seed(0)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    batch = make_batch()
+    rows = batch.num_rows // world
+    shard = batch.select(slice(rank * rows, (rank + 1) * rows))
+    for parallelism in modes:
+        model = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer())
+        actor = ActorWorker(model, config=config(parallelism))
+        for _ in range(2):
+            actor.train(shard)
+        synced = {name: t.clone()
+                  for bucket in actor.state_dict_for_rollout(bucket_bytes=20_000)
+                  for name, t in bucket}
+        torch.save({"params": synced}, f"{out}/{parallelism}-rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from dist_train import CONFIG, make_batch
+
+from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import (
+    build_char_tokenizer,
+    build_tiny_causal_lm,
+    response_log_probs,
+)
+
+
+def _model():
+    return build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer())
+
+
+def _seq_log_probs(model, batch) -> torch.Tensor:
+    with torch.no_grad():
+        return response_log_probs(
+            model, prompt_ids=batch.prompt_ids, prompt_mask=batch.prompt_mask,
+            response_ids=batch.response_ids, response_mask=batch.response_mask).sum(-1)
+
+
+def _params(actor: ActorWorker) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in actor.model.state_dict().items()}
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_a_step_raises_the_log_prob_of_the_rewarded_sample(algorithm):
+    batch = make_batch()
+    rewards = torch.zeros(8)
+    rewards[2] = 1.0  # one rewarded sample, in the first group
+    batch = batch.replace(rewards=rewards)
+    model = _model()
+    before = _seq_log_probs(model, batch)
+    actor = ActorWorker(model, config=ActorConfig(algorithm=algorithm, lr=5e-3,
+                                                  parallelism="none", micro_batch_size=3))
+    metrics = actor.train(batch)
+    delta = _seq_log_probs(actor.model, batch) - before
+    assert delta[2] > 0
+    assert delta[2] > delta[:4][torch.arange(4) != 2].max()
+    assert actor.global_step == 1
+    assert metrics["grad_norm"] > 0
+    if algorithm == "ppo":
+        assert metrics["value_loss"] > 0
+
+
+@pytest.mark.parametrize("aggregation",
+                         ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
+def test_micro_batch_accumulation_equals_one_big_batch(aggregation):
+    batch = make_batch()
+    results = []
+    for micro in (1, 3, 8):
+        actor = ActorWorker(_model(), config=ActorConfig(
+            lr=1e-2, parallelism="none", micro_batch_size=micro, aggregation=aggregation,
+            max_grad_norm=None))
+        actor.train(batch)
+        results.append(_params(actor))
+    for name in results[0]:
+        # Adam divides by |g|: a float-rounding difference in a near-zero gradient shows
+        # up as ~1e-6 in the parameter, while a real mismatch would be ~lr = 1e-2.
+        torch.testing.assert_close(results[1][name], results[0][name], atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(results[2][name], results[0][name], atol=2e-5, rtol=1e-4)
+
+
+def test_ppo_critic_fits_the_returns_over_steps():
+    batch = make_batch()
+    actor = ActorWorker(_model(), config=ActorConfig(
+        algorithm="ppo", lr=3e-3, parallelism="none", micro_batch_size=4, value_clip=None))
+    losses = [actor.train(batch)["value_loss"] for _ in range(4)]
+    assert losses[-1] < losses[0]
+
+
+def test_mini_batches_and_epochs_count_optimizer_steps():
+    actor = ActorWorker(_model(), config=ActorConfig(
+        parallelism="none", mini_batch_size=4, epochs=2, micro_batch_size=2))
+    actor.train(make_batch())
+    assert actor.global_step == 4
+
+
+def test_kl_term_needs_reference_and_is_zero_against_itself():
+    batch = make_batch()
+    config = ActorConfig(parallelism="none", kl_coef=0.1)
+    actor = ActorWorker(_model(), config=config)
+    with pytest.raises(ConfigError, match="ref_log_probs"):
+        actor.train(batch)
+    with torch.no_grad():
+        ref = response_log_probs(
+            actor.model, prompt_ids=batch.prompt_ids, prompt_mask=batch.prompt_mask,
+            response_ids=batch.response_ids, response_mask=batch.response_mask)
+    metrics = actor.train(batch.replace(ref_log_probs=ref))
+    assert metrics["kl"] == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ConfigError, match="rewards"):
+        actor.train(batch.replace(rewards=None))
+
+
+def test_rollout_buckets_cover_the_state_dict_within_the_size_bound():
+    actor = ActorWorker(_model(), config=ActorConfig(parallelism="none"))
+    state = actor.model.state_dict()
+    bound = 40_000
+    buckets = list(actor.state_dict_for_rollout(bucket_bytes=bound))
+    assert len(buckets) > 1
+    names = [n for bucket in buckets for n, _ in bucket]
+    assert names == list(state)
+    for bucket in buckets:
+        size = sum(t.numel() * t.element_size() for _, t in bucket)
+        assert size <= bound or len(bucket) == 1
+    for bucket in buckets:
+        for name, tensor in bucket:
+            assert torch.equal(tensor, state[name])
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_checkpoint_resume_continues_exactly(tmp_path, algorithm):
+    batch = make_batch()
+    config = ActorConfig(algorithm=algorithm, lr=1e-2, parallelism="none")
+    actor = ActorWorker(_model(), config=config)
+    actor.train(batch)
+    actor.save_checkpoint(str(tmp_path))
+    expected_noise = torch.rand(3)
+    actor.train(batch)
+    expected = _params(actor)
+
+    other = build_tiny_causal_lm(CONFIG, seed=123, tokenizer=build_char_tokenizer())
+    resumed = ActorWorker(other, config=config)
+    torch.rand(5)  # disturb the RNG: loading must restore it
+    resumed.load_checkpoint(str(tmp_path))
+    assert resumed.global_step == 1
+    assert torch.equal(torch.rand(3), expected_noise)
+    resumed.train(batch)
+    for name, value in _params(resumed).items():
+        torch.testing.assert_close(value, expected[name], atol=1e-6, rtol=1e-5)
+    with pytest.raises(ConfigError, match="no checkpoint"):
+        resumed.load_checkpoint(str(tmp_path / "missing"))
+
+
+def test_cpu_offload_keeps_training_state():
+    batch = make_batch()
+    actor = ActorWorker(_model(), config=ActorConfig(parallelism="none"))
+    actor.train(batch)
+    before = _params(actor)
+    actor.offload()
+    actor.onload()
+    assert all(torch.equal(v, before[k]) for k, v in _params(actor).items())
+    actor.train(batch)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_offload_moves_params_and_optimizer_state_to_host_and_back():
+    batch = make_batch()
+    actor = ActorWorker(_model(), config=ActorConfig(parallelism="none"), device="cuda")
+    actor.train(batch)
+    used = torch.cuda.memory_allocated()
+    actor.offload()
+    assert all(p.device.type == "cpu" for p in actor.model.parameters())
+    assert all(v.device.type == "cpu" for s in actor.optimizer.state.values()
+               for v in s.values() if isinstance(v, torch.Tensor) and v.ndim > 0)
+    assert torch.cuda.memory_allocated() < used
+    actor.onload()
+    assert all(p.is_cuda for p in actor.model.parameters())
+    actor.train(batch)
+
+
+def test_config_validation():
+    with pytest.raises(ConfigError):
+        ActorConfig(algorithm="dpo")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError):
+        ActorConfig(aggregation="sum")
+    with pytest.raises(ConfigError):
+        ActorConfig(micro_batch_size=0)
