@@ -267,3 +267,25 @@ def test_short_tokens_are_rejected():
         wire.Listener(token=b"short")
     assert len(wire.new_token()) == 32
     assert os.environ.get("NONEXISTENT_RLINF") is None
+
+
+def test_arbitrary_frames_round_trip(pair):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    client, server = pair
+    json_leaf = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=20)
+    headers = st.dictionaries(st.text(max_size=10),
+                              st.recursive(json_leaf, lambda inner: st.lists(inner, max_size=3),
+                                           max_leaves=5), max_size=5)
+    buffers = st.lists(st.binary(max_size=3000), max_size=8)
+
+    @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(header=headers, bufs=buffers)
+    def check(header, bufs):
+        client.send(header, bufs, timeout=10)
+        got_header, got = server.recv(timeout=10)
+        assert got_header == header
+        assert [bytes(b) for b in got] == bufs
+
+    check()
