@@ -33,9 +33,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from rlinf.sched._files import load_mapping
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import ProfileError
-from rlinf.sched.workflow import load_mapping
 
 __all__ = ["ANALYTIC_FORMAT", "AnalyticCost", "AnalyticCostModel", "load_cost_model"]
 

@@ -28,13 +28,12 @@ File schema (JSON, or YAML with PyYAML installed)::
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from rlinf.sched._files import load_mapping
 from rlinf.sched.errors import PlanningError
 
 __all__ = ["Component", "Edge", "Loop", "Workflow", "WorkflowError"]
@@ -323,9 +322,9 @@ class Workflow:
             loops = [Loop(tuple(str(c) for c in lp["components"]), int(lp["steps"]))
                      for lp in _list(data, "loops", required=False)]
             global_batch = int(data["global_batch"])
-        except WorkflowError:
-            raise
         except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, WorkflowError):
+                raise
             raise WorkflowError(f"invalid workflow ({type(exc).__name__}: {exc}): see the schema "
                                 "in rlinf.sched.workflow") from exc
         return cls(tuple(comps), tuple(edges), global_batch, tuple(loops),
@@ -372,32 +371,3 @@ def _list(data: Mapping[str, Any], key: str, *, required: bool = True) -> Sequen
     if not isinstance(value, list):
         raise WorkflowError(f"workflow {key!r} is {type(value).__name__}: expected a list")
     return value
-
-
-def load_mapping(
-    path: str | os.PathLike[str], *, error: type[Exception], what: str
-) -> Mapping[str, Any]:
-    """Read a JSON or YAML file holding a mapping, raising `error` with a clear message."""
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as exc:
-        raise error(f"cannot read {what} file {str(p)!r}: {exc}") from exc
-    if p.suffix.lower() in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as exc:
-            raise error(f"reading {str(p)!r} needs PyYAML (pip install pyyaml), or use JSON") \
-                from exc
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise error(f"{what} file {str(p)!r} is not valid YAML: {exc}") from exc
-    else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise error(f"{what} file {str(p)!r} is not valid JSON: {exc}") from exc
-    if not isinstance(data, Mapping):
-        raise error(f"{what} file {str(p)!r} holds {type(data).__name__}: expected a mapping")
-    return data
