@@ -17,6 +17,7 @@ __all__ = [
     "allocation_range",
     "cupy_module",
     "local_index_of",
+    "nccl_module",
     "torch_module",
     "uuid_of",
 ]
@@ -36,6 +37,16 @@ def cupy_module(feature: str) -> Any:
     except ImportError as exc:
         raise MissingExtraError(feature, "cuda", "cupy") from exc
     return cupy
+
+
+def nccl_module(feature: str) -> Any:
+    """cupy's NCCL bindings (cupy wheels need the NCCL library installed beside them)."""
+    cupy_module(feature)
+    try:
+        from cupy.cuda import nccl
+    except ImportError as exc:
+        raise MissingExtraError(feature, "cuda", "cupy.cuda.nccl (NCCL library)") from exc
+    return nccl
 
 
 def _format_uuid(raw: Any) -> str:

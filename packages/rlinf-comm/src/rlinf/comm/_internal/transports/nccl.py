@@ -1,12 +1,14 @@
 """Other node, GPU data: NCCL point-to-point send/recv through cupy's NCCL bindings.
 
-Each unordered pair of processes gets one two-rank communicator. The lower id is rank 0:
-it creates the NCCL unique id and publishes it in the rendezvous store under
-``rlinf/nccl/<a>/<b>``; rank 1 reads it from there. Creating the communicator is
-collective (both sides block until both join), so the owner never does it inside
-`export`: a per-pair sender thread creates it and issues the sends, in export order,
-while `export` returns the descriptor at once. The receiver creates (or joins) the
-communicator in `open` and posts the matching receives.
+Each direction between two processes is one *link* with its own two-rank communicator
+and stream (NCCL communicators must not be driven from two threads at once, and a
+process may send and receive with the same peer concurrently). The sender is rank 0: it
+creates the NCCL unique id and publishes it in the rendezvous store under
+``rlinf/nccl/<src>-><dst>``; the receiver, rank 1, reads it from there. Creating the
+communicator is collective (both sides block until both join), so the owner never does
+it inside `export`: a per-link sender thread creates it and issues the sends, in export
+order, while `export` returns the descriptor at once. The receiver joins the
+communicator in its first `open` and posts the matching receives.
 
 NCCL matches sends and receives by order, so descriptors from one sender must be
 opened in the order they were exported (point-to-point receive does this naturally);
@@ -63,16 +65,17 @@ def _wait_stream(stream: Any, deadline: float, comm: Any, what: str) -> None:
         time.sleep(_POLL_S)
 
 
-class _Pair:
-    """The communicator between this process and one peer, created once, lazily."""
+class _Link:
+    """One direction to or from one peer: communicator and stream, created lazily."""
 
-    def __init__(self, transport: NcclTransport, peer: str) -> None:
+    def __init__(self, transport: NcclTransport, peer: str, *, sending: bool) -> None:
         self.peer = peer
-        self.me = transport.self_id
-        self.rank = 0 if self.me < peer else 1
-        self.key = "rlinf/nccl/" + "/".join(sorted((self.me, peer)))
+        me = transport.self_id
+        self.rank = 0 if sending else 1
+        self.key = f"rlinf/nccl/{me}->{peer}" if sending else f"rlinf/nccl/{peer}->{me}"
         self._transport = transport
         self._lock = threading.Lock()
+        self.recv_lock = threading.Lock()  # receives on one link run one at a time
         self._comm: Any = None
         self._stream: Any = None
         self.device = -1
@@ -87,8 +90,7 @@ class _Pair:
         with self._lock:
             if self._comm is None:
                 cupy = gpu.cupy_module("the NCCL transport")
-                from cupy.cuda import nccl
-
+                nccl = gpu.nccl_module("the NCCL transport")
                 self.device = device
 
                 store = self._transport.store
@@ -100,7 +102,7 @@ class _Pair:
                 with cupy.cuda.Device(device):
                     self._stream = cupy.cuda.Stream(non_blocking=True)
                     self._comm = nccl.NcclCommunicator(2, uid, self.rank)
-                log.debug("nccl_pair_ready", peer=self.peer, rank=self.rank)
+                log.debug("nccl_link_ready", peer=self.peer, rank=self.rank)
             return self._comm, self._stream
 
     def enqueue(self, seq: int, device: int, arrays: list[Any]) -> None:
@@ -113,9 +115,8 @@ class _Pair:
         self._queue.put((device, arrays))
 
     def _send_loop(self) -> None:
-        import cupy
-        from cupy.cuda import nccl
-
+        cupy = gpu.cupy_module("the NCCL transport")
+        nccl = gpu.nccl_module("the NCCL transport")
         timeout = self._transport.timeout
         while (item := self._queue.get()) is not None:
             device, arrays = item
@@ -152,7 +153,7 @@ class _Pair:
 
 
 class NcclTransport(Transport):
-    """Pairwise NCCL communicators; configure with a store and this process's id."""
+    """One NCCL link per peer and direction; configure with a store and this process's id."""
 
     name: ClassVar[str] = "nccl"
     needs_release: ClassVar[bool] = False
@@ -163,7 +164,7 @@ class NcclTransport(Transport):
         self._self_id = self_id
         self.timeout = timeout
         self._lock = threading.Lock()
-        self._pairs: dict[str, _Pair] = {}
+        self._links: dict[tuple[str, bool], _Link] = {}
 
     def configure(self, *, store: KeyValueStore, self_id: str,
                   timeout: float | None = None) -> None:
@@ -186,18 +187,19 @@ class NcclTransport(Transport):
                                  "before use, got an unconfigured transport")
         return self._self_id
 
-    def _pair(self, peer: str) -> _Pair:
+    def _link(self, peer: str, *, sending: bool) -> _Link:
         with self._lock:
-            pair = self._pairs.get(peer)
-            if pair is None:
-                pair = self._pairs[peer] = _Pair(self, peer)
-            return pair
+            link = self._links.get((peer, sending))
+            if link is None:
+                link = self._links[peer, sending] = _Link(self, peer, sending=sending)
+            return link
 
     def export(self, batch: Batch, *, peer: str | None = None) -> Exported:
         batch = Batch.of(batch)
         if peer is None:
             raise TransportError("expected export(batch, peer=...) for NCCL, got no peer")
         cupy = gpu.cupy_module("the NCCL transport")
+        gpu.nccl_module("the NCCL transport")
         specs, arrays, host = [], [], {}
         devices = set()
         for name, array in batch.tensors.items():
@@ -223,10 +225,10 @@ class NcclTransport(Transport):
         if len(devices) > 1:
             raise TransportError(f"expected the GPU arrays of one batch on one device, got "
                                  f"devices {sorted(devices)}")
-        pair = self._pair(peer)
-        seq = next(pair.send_seq)
+        link = self._link(peer, sending=True)
+        seq = next(link.send_seq)
         if arrays:
-            pair.enqueue(seq, devices.pop(), arrays)
+            link.enqueue(seq, devices.pop(), arrays)
         buffers = [codec.encode(Batch(host))] if host else []
         return Exported({"transport": self.name, "src": self.self_id, "seq": seq,
                          "order": list(batch.tensors), "device": specs,
@@ -235,32 +237,32 @@ class NcclTransport(Transport):
     def open(self, descriptor: dict[str, Any], buffers: list[memoryview], *,
              on_release: OnRelease | None = None, to: Target = "auto") -> Batch:
         self.check_descriptor(descriptor)
-        pair = self._pair(str(descriptor["src"]))
-        if descriptor["seq"] != pair.recv_seq:
-            raise TransportError(f"expected NCCL message {pair.recv_seq} from "
-                                 f"{descriptor['src']!r}, got {descriptor['seq']}: open "
-                                 "NCCL descriptors in the order they were sent")
-        pair.recv_seq += 1
+        link = self._link(str(descriptor["src"]), sending=False)
         tensors: dict[str, Any] = {}
-        if descriptor["device"]:
-            tensors.update(self._receive(pair, descriptor))
+        with link.recv_lock:
+            if descriptor["seq"] != link.recv_seq:
+                raise TransportError(f"expected NCCL message {link.recv_seq} from "
+                                     f"{descriptor['src']!r}, got {descriptor['seq']}: open "
+                                     "NCCL descriptors in the order they were sent")
+            link.recv_seq += 1
+            if descriptor["device"]:
+                tensors.update(self._receive(link, descriptor))
         if descriptor.get("host"):
             tensors.update(codec.decode(buffers[0], to=to).tensors)
         ReleaseOnce(descriptor, on_release, count=0)  # the data is ours now
         return Batch({n: tensors[n] for n in descriptor["order"]}, descriptor.get("meta", {}))
 
-    def _receive(self, pair: _Pair, descriptor: dict[str, Any]) -> dict[str, Any]:
+    def _receive(self, link: _Link, descriptor: dict[str, Any]) -> dict[str, Any]:
         cupy = gpu.cupy_module("the NCCL transport")
-        from cupy.cuda import nccl
-
-        comm, stream = pair.comm(self.timeout, _current_device(cupy))
+        nccl = gpu.nccl_module("the NCCL transport")
+        comm, stream = link.comm(self.timeout, _current_device(cupy))
         tensors: dict[str, Any] = {}
-        with cupy.cuda.Device(pair.device):
+        with cupy.cuda.Device(link.device):
             nccl.groupStart()
             for spec in descriptor["device"]:
-                out, ptr = _empty_like_spec(cupy, spec, pair.device)
+                out, ptr = _empty_like_spec(cupy, spec, link.device)
                 tensors[spec["name"]] = out
-                comm.recv(ptr, spec["nbytes"], nccl.NCCL_UINT8, 1 - pair.rank, stream.ptr)
+                comm.recv(ptr, spec["nbytes"], nccl.NCCL_UINT8, 1 - link.rank, stream.ptr)
             nccl.groupEnd()
         _wait_stream(stream, time.monotonic() + self.timeout, comm,
                      f"recv from {descriptor['src']}")
@@ -270,15 +272,15 @@ class NcclTransport(Transport):
         """Wait until every send exported so far has completed (or raise)."""
         deadline = time.monotonic() + timeout
         with self._lock:
-            pairs = list(self._pairs.values())
-        for pair in pairs:
-            pair.drain(deadline)
+            links = [link for (_, sending), link in self._links.items() if sending]
+        for link in links:
+            link.drain(deadline)
 
     def close(self) -> None:
         with self._lock:
-            pairs, self._pairs = list(self._pairs.values()), {}
-        for pair in pairs:
-            pair.close()
+            links, self._links = list(self._links.values()), {}
+        for link in links:
+            link.close()
 
 
 def _current_device(cupy: Any) -> int:
