@@ -26,8 +26,9 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import numpy as np
 import structlog
 
 from rlinf.comm import errors
@@ -148,6 +149,49 @@ class _Releaser:
                 return
 
 
+# -- eager protocol for small host batches ----------------------------------------------
+# A small batch of plain numpy arrays travels as raw array bytes in the frame, described by
+# dtype and shape in the JSON header: no Arrow encoding on either side (which costs far more
+# than the bytes for a few KiB). Anything else (torch, GPU, exotic dtypes) uses transports.
+_INLINE = "inline"
+
+
+def _inline_ok(batch: Batch, limit: int, src: tp.Locality, info: Header) -> bool:
+    if batch.nbytes > limit or src.same_process(tp.Locality.from_dict(info["locality"])):
+        return False
+    for array in batch.tensors.values():
+        if type(array) is not np.ndarray or array.dtype.hasobject:
+            return False
+        if np.dtype(array.dtype.str) != array.dtype:  # structured, or not round-trippable
+            return False
+    return True
+
+
+def _inline_message(batch: Batch) -> tuple[Header, list[Any]]:
+    specs, buffers = [], []
+    for name, array in batch.tensors.items():
+        contiguous = np.ascontiguousarray(array)
+        specs.append([name, contiguous.dtype.str, list(contiguous.shape)])
+        buffers.append(contiguous.reshape(-1).view(np.uint8))
+    header = {"op": "data", "xid": 0, "t": _INLINE,
+              "d": {"tensors": specs, "meta": dict(batch.meta)}}
+    return header, buffers
+
+
+def _open_inline(descriptor: Header, buffers: Buffers) -> Batch:
+    specs = descriptor["tensors"]
+    if len(specs) != len(buffers):
+        raise errors.CodecError(f"expected {len(specs)} buffers; got {len(buffers)}")
+    tensors = {}
+    for (name, dtype, shape), buf in zip(specs, buffers, strict=True):
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
+        # The frame buffer belongs to us alone (wire's contract): a zero-copy view.
+        tensors[str(name)] = np.frombuffer(buf, dtype=dt).reshape(shape)
+    return Batch(tensors, descriptor.get("meta", {}))
+
+
 class Endpoint:
     """This process's communication endpoint (create one per process).
 
@@ -176,7 +220,8 @@ class Endpoint:
         self._xids = itertools.count(1)
         self._lock = threading.Lock()
         self._inboxes: dict[str, _Inbox] = {}
-        self._peers: dict[str, RpcPeer] = {}
+        self._peers: dict[str, RpcPeer] = {}  # outgoing connections, by peer name
+        self._incoming: dict[str, RpcPeer] = {}  # connections peers opened to us
         self._peer_info: dict[str, Header] = {}
         self._connect_locks: dict[str, threading.Lock] = {}
         self._senders: dict[str, ThreadPoolExecutor] = {}
@@ -256,7 +301,34 @@ class Endpoint:
 
     def recv(self, src: str, *, timeout: float | None = None) -> Batch:
         """Receive the next batch `src` sent to this endpoint (FIFO per source)."""
-        return self.irecv(src, timeout=timeout).wait()
+        limit = self._timeout(timeout)
+        deadline = time.monotonic() + limit
+        fut: Future[Batch] = Future()
+        with self._lock:
+            inbox = self._inboxes.setdefault(src, _Inbox())
+            message = inbox.messages.popleft() if inbox.messages else None
+            waiter = _Waiter(fut)  # no timer: this thread enforces the deadline itself
+            if message is None:
+                if inbox.dead is not None:
+                    raise errors.PeerDiedError(inbox.dead)
+                inbox.waiters.append(waiter)
+        if message is not None:
+            self._fulfil(fut, message)
+            return fut.result()
+        peer = self._incoming.get(src)
+        if peer is not None:
+            # Read src's connection in this thread: no handoff from the reader thread.
+            peer.read_direct(fut.done, deadline=deadline)
+        try:
+            return fut.result(timeout=max(deadline - time.monotonic(), 0))
+        except TimeoutError:
+            with self._lock:
+                if waiter not in inbox.waiters:  # delivered just now after all
+                    return fut.result()
+                inbox.waiters.remove(waiter)
+            raise errors.CommTimeoutError(
+                f"expected a message from endpoint {src!r} within {limit:.3g} s; got none"
+            ) from None
 
     def irecv(self, src: str, *, timeout: float | None = None) -> Work[Batch]:
         """Non-blocking `recv`: the Work fails with CommTimeoutError after `timeout` s."""
@@ -293,6 +365,14 @@ class Endpoint:
         deadline = time.monotonic() + limit
         peer = self._peer(dst, timeout=limit)
         info = self._peer_info[dst]
+        if transport is None and _inline_ok(batch, self.config.eager_bytes, self.locality, info):
+            header, buffers = _inline_message(batch)
+            header["src"] = self.name
+            try:
+                peer.conn.send(header, buffers, timeout=limit)
+            except errors.PeerDiedError as exc:
+                raise errors.PeerDiedError(f"endpoint {dst!r} died or left: {exc}") from exc
+            return
         chosen = self._choose(batch, info, transport)
         exported = chosen.export(batch, peer=dst)
         # Transports that copy (TCP) hold nothing after export: no acknowledgement needed.
@@ -327,6 +407,8 @@ class Endpoint:
             fut.set_result(batch)
 
     def _open_message(self, header: Header, buffers: Buffers, peer: RpcPeer) -> Batch:
+        if header["t"] == _INLINE:
+            return _open_inline(header["d"], buffers)
         transport = tp.get_transport(str(header["t"]))
         xid = int(header["xid"])
         if not xid:
@@ -545,6 +627,7 @@ class Endpoint:
             peer.name = f"endpoint {peer.info.get('name')!r}"
             with self._lock:  # a (re)started peer of that name is alive
                 self._inboxes.setdefault(str(peer.info.get("name")), _Inbox()).dead = None
+                self._incoming[str(peer.info.get("name"))] = peer
         elif op == "fetch":
             self._serve_fetch(peer, header)
         elif op == "release":  # from a consumer that fetched over our incoming connection
@@ -552,6 +635,9 @@ class Endpoint:
 
     def _incoming_closed(self, peer: RpcPeer, exc: BaseException) -> None:
         src = peer.info.get("name")
+        with self._lock:
+            if self._incoming.get(str(src)) is peer:
+                del self._incoming[str(src)]
         if src is not None:
             self._mark_dead(str(src), f"endpoint {src!r} died or closed its connection ({exc})")
 

@@ -34,6 +34,8 @@ CloseHandler = Callable[["RpcPeer", BaseException], None]
 _ACCEPT_POLL_S = 0.5
 # How long an accepted client may take to complete the authentication handshake.
 _HANDSHAKE_S = 10.0
+# How long the reader thread stays parked after a direct read (see `RpcPeer.read_direct`).
+_DIRECT_LINGER_S = 0.01
 # How long the reader waits for a frame before checking again (idle is not an error).
 _IDLE_POLL_S = 3600.0
 
@@ -79,6 +81,14 @@ class RpcPeer:
         self._lock = threading.Lock()
         self._closed: BaseException | None = None
         self._reader = threading.Thread(target=self._read_loop, name=f"rpc-{name}", daemon=True)
+        # Direct reads (see `read_direct`) poll the socket; without its descriptor they are
+        # skipped and the reader thread does all the reading.
+        sock = getattr(conn, "_sock", None)
+        self._fd: int | None = sock.fileno() if sock is not None else None
+        self._read_lock = threading.Lock()
+        self._direct = 0
+        self._last_direct = 0.0
+        self._direct_cond = threading.Condition()
 
     def start(self) -> RpcPeer:
         self._reader.start()
@@ -156,43 +166,106 @@ class RpcPeer:
         if self._on_close is not None:
             self._on_close(self, self._closed or died)
 
+    def read_direct(self, done: Callable[[], bool], *, deadline: float) -> None:
+        """Read and dispatch frames in the calling thread until `done()` or `deadline`.
+
+        A blocking receive calls this instead of waiting for the reader thread to hand the
+        frame over: a thread handoff per message costs more than the message itself. The
+        reader thread stands aside meanwhile (frames are still read one at a time).
+        """
+        if self._fd is None:
+            return
+        with self._direct_cond:
+            self._direct += 1
+        try:
+            with self._read_lock:
+                while not done() and not self.closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    if self._readable(min(left, 0.05)) and not self._read_one():
+                        return
+        finally:
+            # No notify: the reader thread resumes on its own once direct reads stop for
+            # `_DIRECT_LINGER_S` (waking it after every read would fight us for the GIL).
+            with self._direct_cond:
+                self._direct -= 1
+                self._last_direct = time.monotonic()
+
+    def _readable(self, timeout: float) -> bool:
+        if self._fd is None:
+            return True
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(max(0, int(timeout * 1000))))
+
     def _read_loop(self) -> None:
+        if self._fd is None:
+            while self._read_one():
+                pass
+            return
         while True:
-            try:
-                header, buffers = self.conn.recv(timeout=_IDLE_POLL_S)
-            except errors.CommTimeoutError:
-                # Idle between frames: the connection is intact (wire's contract).
-                if self.conn.closed:
-                    self._on_close_once(self._died(errors.PeerDiedError("closed")))
-                    return
-                continue
-            except BaseException as exc:  # any failure ends the connection
-                self._on_close_once(self._died(exc))
+            with self._direct_cond:
+                while True:  # stand aside while receivers read for themselves
+                    idle = time.monotonic() - self._last_direct
+                    if self._direct:
+                        self._direct_cond.wait(_DIRECT_LINGER_S)
+                    elif idle < _DIRECT_LINGER_S:
+                        self._direct_cond.wait(_DIRECT_LINGER_S - idle)
+                    else:
+                        break
+            if self.closed:
                 return
-            rid = header.get("re")
-            if rid is not None:
-                with self._lock:
-                    fut = self._pending.pop(int(rid), None)
-                if fut is None or fut.done():
+            if not self._readable(1.0):
+                continue
+            with self._read_lock:
+                # Re-check under the lock: a direct reader may have taken the frame.
+                if self._direct or not self._readable(0):
                     continue
-                if "error" in header:
-                    try:
-                        raise_error_header(header["error"])
-                    except errors.CommError as exc:
-                        fut.set_exception(exc)
-                else:
-                    fut.set_result((header, buffers))
-                continue
-            if self._on_message is None:
-                continue
-            try:
-                self._on_message(self, header, buffers)
-            except Exception as exc:
-                log.warning(
-                    "rpc_handler_failed", peer=self.name, op=header.get("op"), error=repr(exc)
-                )
-                if "id" in header:
-                    self.reply_error(header, exc)
+                if not self._read_one():
+                    return
+
+    def _read_one(self) -> bool:
+        """Read one frame and dispatch it; False once the connection is gone."""
+        try:
+            header, buffers = self.conn.recv(timeout=_IDLE_POLL_S)
+        except errors.CommTimeoutError:
+            # Idle between frames: the connection is intact (wire's contract).
+            if self.conn.closed:
+                self._on_close_once(self._died(errors.PeerDiedError("closed")))
+                return False
+            return True
+        except BaseException as exc:  # any failure ends the connection
+            self._on_close_once(self._died(exc))
+            return False
+        self._dispatch(header, buffers)
+        return True
+
+    def _dispatch(self, header: Header, buffers: Buffers) -> None:
+        rid = header.get("re")
+        if rid is not None:
+            with self._lock:
+                fut = self._pending.pop(int(rid), None)
+            if fut is None or fut.done():
+                return
+            if "error" in header:
+                try:
+                    raise_error_header(header["error"])
+                except errors.CommError as exc:
+                    fut.set_exception(exc)
+            else:
+                fut.set_result((header, buffers))
+            return
+        if self._on_message is None:
+            return
+        try:
+            self._on_message(self, header, buffers)
+        except Exception as exc:
+            log.warning(
+                "rpc_handler_failed", peer=self.name, op=header.get("op"), error=repr(exc)
+            )
+            if "id" in header:
+                self.reply_error(header, exc)
 
 
 def wait_future(fut: Future[Any], *, timeout: float, what: str) -> Any:
@@ -317,8 +390,15 @@ class Deadlines:
         with self._cond:
             handle = next(self._ids)
             self._callbacks[handle] = callback
+            if len(self._heap) > 2 * len(self._callbacks) + 1024:
+                # Drop cancelled entries (cancel is lazy on the heap).
+                self._heap = [e for e in self._heap if e[1] in self._callbacks]
+                heapq.heapify(self._heap)
+            # Wake the timer thread only if it must fire sooner than it planned to.
+            wake = not self._heap or deadline < self._heap[0][0]
             heapq.heappush(self._heap, (deadline, handle))
-            self._cond.notify()
+            if wake:
+                self._cond.notify()
             return handle
 
     def cancel(self, handle: int) -> None:
