@@ -266,3 +266,18 @@ def test_a_killed_guardian_is_replaced_and_learns_the_live_names():
         psutil.wait_procs([psutil.Process(info["new"])], timeout=30)
     _wait_until(lambda: not any((SHM / n).exists() for n in info["names"]), timeout=30,
                 what="the replacement guardian to unlink both segments")
+
+
+def test_sigkilled_reader_leaves_the_segment_to_its_creator(pool):
+    seg = pool.acquire(10)
+    seg.view[:2] = b"ok"
+    script = ("import os, signal, sys; from rlinf.comm._internal import shm;"
+              "v = shm.default_reader().open_view(sys.argv[1], 0, 2);"
+              "print('READ', bytes(v).decode(), flush=True); os.kill(os.getpid(), 9)")
+    out = subprocess.run([sys.executable, "-c", script, seg.name], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == -signal.SIGKILL
+    assert "READ ok" in out.stdout
+    assert (SHM / seg.name).exists()  # the reader owned nothing, removed nothing
+    pool.close()
+    assert not (SHM / seg.name).exists()  # and the creator still cleans up
