@@ -66,6 +66,8 @@ class EmbodiedActorConfig:
     """Whiten advantages per minibatch (PPO)."""
     grpo_group_size: int = 4
     """Episodes per GRPO group (= the env worker's `same_start_group_size`)."""
+    num_threads: int | None = None
+    """Torch intra-op threads of this process (None: torch's default); see rollout.py."""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("ppo", "grpo"):
@@ -91,6 +93,8 @@ class EmbodiedActorWorker(Worker):
     def __init__(self, context: WorkerContext, *, config: EmbodiedActorConfig) -> None:
         super().__init__(context)
         self.config = config
+        if config.num_threads is not None:
+            torch.set_num_threads(config.num_threads)
         self.model: ActorCritic = build_actor_critic(config.policy, seed=config.seed)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -158,19 +162,23 @@ class EmbodiedActorWorker(Worker):
         adv = mb["advantages"]
         if cfg.algorithm == "ppo" and cfg.normalize_advantages and adv.numel() > 1:
             adv = masked_whiten(adv, mask)
-        policy = ppo_policy_loss(ev.log_prob, mb["log_probs"], adv, mask,
+        # The losses take [B, T] token tensors; an env step is a sequence of one token.
+        col = {"log_prob": ev.log_prob[:, None], "old": mb["log_probs"][:, None],
+               "adv": adv[:, None], "mask": mask[:, None]}
+        policy = ppo_policy_loss(col["log_prob"], col["old"], col["adv"], col["mask"],
                                  clip_ratio=cfg.clip_ratio)
         loss = policy.loss
-        stats = {"policy_loss": float(policy.loss), "clip_fraction": float(policy.clip_fraction),
+        stats = {"policy_loss": float(policy.loss.detach()),
+                 "clip_fraction": float(policy.clip_fraction),
                  "approx_kl": float(policy.approx_kl)}
         if cfg.algorithm == "ppo":
-            critic = value_loss(ev.value, mb["values"], mb["returns"], mask,
-                                clip_range=cfg.value_clip)
+            critic = value_loss(ev.value[:, None], mb["values"][:, None],
+                                mb["returns"][:, None], col["mask"], clip_range=cfg.value_clip)
             loss = loss + cfg.value_coef * critic.loss
-            stats["value_loss"] = float(critic.loss)
+            stats["value_loss"] = float(critic.loss.detach())
         entropy = (ev.entropy * mask).sum() / mask.sum().clamp(min=1.0)
         loss = loss - cfg.entropy_coef * entropy
-        stats["entropy"] = float(entropy)
+        stats["entropy"] = float(entropy.detach())
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()  # type: ignore[no-untyped-call]
         stats["grad_norm"] = float(nn.utils.clip_grad_norm_(self.model.parameters(),

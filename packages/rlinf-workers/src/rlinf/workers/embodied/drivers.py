@@ -8,8 +8,9 @@
   bindings do inside ``mj_step``, but the Python around them (gymnasium's step, module
   calls) holds it, so the overlap is partial; docs/architecture.md gives measured rates.
 
-Both return the env worker's `EnvRollout`; with the same seeds they produce the same
-trajectories (the policy's per-env sampling streams make actions independent of grouping).
+Both return the env worker's `EnvRollout`. With the same seeds and stage groups they produce
+bit-identical trajectories: the policy sees the same micro-batches and each env draws from
+its own sampling stream, so only the schedule differs, never what is learned.
 """
 
 from __future__ import annotations
