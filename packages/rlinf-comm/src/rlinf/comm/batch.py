@@ -9,7 +9,7 @@ transport that produced it documents.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import KeysView, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, TypeAlias
@@ -120,7 +120,7 @@ class Batch:
     def __contains__(self, name: object) -> bool:
         return name in self.tensors
 
-    def keys(self) -> Any:
+    def keys(self) -> KeysView[str]:
         return self.tensors.keys()
 
     def __repr__(self) -> str:
