@@ -289,3 +289,13 @@ def test_arbitrary_frames_round_trip(pair):
         assert [bytes(b) for b in got] == bufs
 
     check()
+
+
+def test_silent_client_cannot_hold_accept(token):
+    with wire.Listener(token=token, handshake_timeout=0.2) as listener:
+        silent = socket.create_connection(listener.address, timeout=10)
+        try:
+            with pytest.raises(CommTimeoutError):
+                listener.accept(timeout=30)  # gives up on the handshake after 0.2 s
+        finally:
+            silent.close()

@@ -248,10 +248,13 @@ class Listener:
     """Accepts authenticated connections on a TCP port."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, token: bytes,
-                 backlog: int = 128, default_timeout: float = DEFAULT_TIMEOUT) -> None:
+                 backlog: int = 128, default_timeout: float = DEFAULT_TIMEOUT,
+                 handshake_timeout: float = 10.0) -> None:
         check_token(token)
         self._token = bytes(token)
         self._default_timeout = default_timeout
+        # A client that connects and stays silent must not hold `accept` for long.
+        self._handshake_timeout = handshake_timeout
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family, backlog=backlog)
         self._sock.setblocking(False)
@@ -280,7 +283,8 @@ class Listener:
                 raise
         sock.setblocking(False)
         try:
-            server_handshake(sock, self._token, deadline)
+            budget = min(max(deadline.remaining(), 0.0), self._handshake_timeout)
+            server_handshake(sock, self._token, Deadline(budget))
         except BaseException:
             sock.close()
             raise
