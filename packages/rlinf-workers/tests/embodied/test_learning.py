@@ -1,0 +1,39 @@
+"""PPO learns InvertedPendulum-v5 through the pipelined driver (the real program, tiny budget)."""
+
+import pytest
+
+from rlinf.workers.embodied import (
+    EmbodiedActorConfig,
+    EmbodiedActorWorker,
+    PolicyRolloutConfig,
+    PolicyRolloutWorker,
+)
+from rlinf.workers.embodied.loop import evaluate_policy, train
+from rlinf.workers.env import EnvWorker, EnvWorkerConfig
+from rlinf.workers.models import PolicyConfig
+
+from .conftest import CONTEXT
+
+ENV = "InvertedPendulum-v5"
+POLICY = PolicyConfig(obs_shape=(4,), action_dim=1)
+
+
+@pytest.mark.slow
+def test_ppo_learns_inverted_pendulum():
+    env = EnvWorker(CONTEXT, config=EnvWorkerConfig(env_name=ENV, num_envs=8,
+                                                    pipeline_stages=2, seed=0))
+    policy = PolicyRolloutWorker(CONTEXT, config=PolicyRolloutConfig(policy=POLICY, seed=0,
+                                                                     num_threads=1))
+    actor = EmbodiedActorWorker(CONTEXT, config=EmbodiedActorConfig(
+        policy=POLICY, seed=0, epochs=10, num_minibatches=8, num_threads=1))
+    untrained = evaluate_policy(POLICY, actor.get_weights(), env_name=ENV, num_episodes=8,
+                                max_episode_steps=1000)
+    try:
+        results = train(env, policy, actor, iterations=30, num_steps=64, schedule="pipelined")
+    finally:
+        env.shutdown()
+    trained = evaluate_policy(POLICY, actor.get_weights(), env_name=ENV, num_episodes=8,
+                              max_episode_steps=1000)
+    # Untrained: the pole falls within ~25 steps. 30 iterations x 512 steps reach ~1000.
+    assert trained > max(200.0, 5 * untrained), (untrained, trained,
+                                                 [r.episode_return for r in results])
