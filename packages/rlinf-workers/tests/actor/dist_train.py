@@ -4,7 +4,7 @@ Usage: python dist_train.py RANK WORLD_SIZE PORT PARALLELISM[,PARALLELISM...] OU
 For each parallelism (one process group, one launch: starting Python is the slow part),
 builds the same tiny model and batch as the test, trains on this rank's shard (whole
 groups) for two steps, and saves the full parameters gathered through the rollout buckets
-to OUT_DIR/{parallelism}-rank{R}.pt.
+to OUT_DIR/{parallelism}-rank{R}.pt, plus those of a checkpoint-resume check.
 """
 
 from __future__ import annotations
@@ -46,6 +46,11 @@ def config(parallelism: str) -> ActorConfig:
                        aggregation="seq-mean-token-mean", max_grad_norm=1.0)
 
 
+def _full(actor: ActorWorker) -> dict[str, torch.Tensor]:
+    return {name: t.clone() for bucket in actor.state_dict_for_rollout(bucket_bytes=1 << 30)
+            for name, t in bucket}
+
+
 def main() -> None:
     rank, world, port, modes, out = (int(sys.argv[1]), int(sys.argv[2]),
                                      int(sys.argv[3]), sys.argv[4].split(","), sys.argv[5])
@@ -63,7 +68,17 @@ def main() -> None:
         synced = {name: t.clone()
                   for bucket in actor.state_dict_for_rollout(bucket_bytes=20_000)
                   for name, t in bucket}
-        torch.save({"params": synced}, f"{out}/{parallelism}-rank{rank}.pt")
+        # Checkpoint, take one more step; then resume a differently initialised actor from
+        # the checkpoint and take the same step: both must land on the same parameters.
+        actor.save_checkpoint(f"{out}/{parallelism}-ckpt")
+        actor.train(shard)
+        continued = _full(actor)
+        fresh = build_tiny_causal_lm(CONFIG, seed=5, tokenizer=build_char_tokenizer())
+        resumed = ActorWorker(fresh, config=config(parallelism))
+        resumed.load_checkpoint(f"{out}/{parallelism}-ckpt")
+        resumed.train(shard)
+        torch.save({"params": synced, "continued": continued, "resumed": _full(resumed)},
+                   f"{out}/{parallelism}-rank{rank}.pt")
     dist.destroy_process_group()
 
 

@@ -32,7 +32,7 @@ def _launch(modes: list[str], out: Path) -> dict[str, list[dict[str, torch.Tenso
     logs = [p.communicate(timeout=240)[0] for p in procs]
     for proc, log in zip(procs, logs, strict=True):
         assert proc.returncode == 0, log[-3000:]
-    return {mode: [torch.load(out / f"{mode}-rank{r}.pt")["params"] for r in range(2)]
+    return {mode: [torch.load(out / f"{mode}-rank{r}.pt") for r in range(2)]
             for mode in modes}
 
 
@@ -50,10 +50,15 @@ def test_ddp_and_fsdp2_ranks_end_identical_and_equal_to_one_process_on_the_whole
     reference = _single_process_params()
     initial = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer()).state_dict()
     assert any(not torch.equal(reference[n], initial[n]) for n in reference)
-    for mode, ranks in results.items():
+    for mode, outputs in results.items():
+        ranks = [o["params"] for o in outputs]
         assert ranks[0].keys() == ranks[1].keys() == reference.keys(), mode
         for name in reference:
             torch.testing.assert_close(ranks[0][name], ranks[1][name], atol=0, rtol=0)
             # seq-mean aggregation over equal shards: the averaged gradient is the full one
             torch.testing.assert_close(ranks[0][name], reference[name], atol=2e-5, rtol=1e-4,
                                        msg=lambda m, mode=mode, name=name: f"{mode} {name}: {m}")
+        for output in outputs:  # checkpoint/resume under DDP and FSDP2, on every rank
+            for name, value in output["continued"].items():
+                torch.testing.assert_close(output["resumed"][name], value, atol=1e-6,
+                                           rtol=1e-5)

@@ -27,7 +27,19 @@ from rlinf.workers.errors import ConfigError
 
 __all__ = ["load", "rng_state", "save", "set_rng_state"]
 
-_OPTIONS = StateDictOptions(full_state_dict=True, cpu_offload=True)
+# Not cpu_offload: combined with full_state_dict it leaves every rank but 0 with an empty
+# dict, and each rank here writes (and later reads) its own complete file.
+_OPTIONS = StateDictOptions(full_state_dict=True)
+
+
+def _to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, dict):
+        return {k: _to_cpu(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
 
 
 def _rank() -> int:
@@ -60,7 +72,8 @@ def save(directory: str | os.PathLike[str], *, modules: nn.Module,
     path = Path(directory) / f"rank{_rank()}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model_state, "optimizer": optim_state, "rng": rng_state(),
+    torch.save({"model": _to_cpu(model_state), "optimizer": _to_cpu(optim_state),
+                "rng": rng_state(),
                 "step": step}, tmp)
     tmp.replace(path)  # atomic: a crash mid-write never leaves a truncated checkpoint
     return path
@@ -72,7 +85,9 @@ def load(directory: str | os.PathLike[str], *, modules: nn.Module,
     path = Path(directory) / f"rank{_rank()}.pt"
     if not path.is_file():
         raise ConfigError(f"no checkpoint for rank {_rank()} at {path}")
-    state = torch.load(path, weights_only=False)  # our own file: RNG states need pickle
+    # Our own file: RNG states need pickle. Tensors come back on CPU; set_state_dict copies
+    # them into the (possibly sharded, possibly GPU) parameters and optimizer state.
+    state = torch.load(path, weights_only=False, map_location="cpu")
     set_state_dict(modules, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optimizer"], options=_OPTIONS)
     set_rng_state(state["rng"])

@@ -120,7 +120,6 @@ class ActorWorker:
                                       normalize_std=cfg.grpo_normalize_std)
             data["advantages"] = broadcast_to_tokens(seq_adv, mask)
             return data
-        assert self.critic is not None  # built in __init__ for PPO
         with torch.no_grad():
             values = self._values(data, slice(None)) * mask
         token_rewards = place_at_last_token(rewards, mask)
@@ -136,7 +135,8 @@ class ActorWorker:
         return data
 
     def _values(self, data: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
-        assert self.critic is not None
+        if self.critic is None:
+            raise ConfigError("PPO needs a critic; this actor was built without one")
         result: torch.Tensor = self.critic(
             prompt_ids=data["prompt_ids"][rows], prompt_mask=data["prompt_mask"][rows],
             response_ids=data["response_ids"][rows], response_mask=data["response_mask"][rows])
