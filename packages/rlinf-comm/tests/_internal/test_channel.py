@@ -212,12 +212,14 @@ def test_killed_producer_leaves_no_segments_and_consumers_get_an_error(
             assert segments
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+            # The producer's guardian unlinks its segments.
+            _wait_until(lambda: not any(Path("/dev/shm", s).exists() for s in segments))
+            # Whether the owner noticed first (its items are reported lost) or the consumer
+            # finds the payload gone, the consumer learns who died.
             with pytest.raises(PeerDiedError, match="producer-0"):
                 channel.get(timeout=30)
         finally:
             proc.kill()
-        # The producer's guardian unlinked its segments.
-        _wait_until(lambda: not any(Path("/dev/shm", s).exists() for s in segments))
 
 
 def test_killed_consumer_releases_its_items_and_nothing_leaks(

@@ -198,6 +198,7 @@ class Channel:
         return out
 
     def _wait_put(self, fut: Future[tuple[Reply, list[int], float]]) -> None:
+        self._peer.read_direct(fut.done, deadline=time.monotonic() + limit_of(fut) + _GRACE_S)
         (reply, _), xids, limit = wait_future(
             fut, timeout=limit_of(fut) + _GRACE_S, what=f"the owner of channel {self.name!r}"
         )
@@ -284,10 +285,12 @@ class Channel:
         return fut
 
     def _wait_get(self, fut: Future[Reply]) -> list[Header]:
+        self._peer.read_direct(fut.done, deadline=time.monotonic() + limit_of(fut) + _GRACE_S)
         reply, _ = wait_future(
             fut, timeout=limit_of(fut) + _GRACE_S, what=f"the owner of channel {self.name!r}"
         )
-        return list(reply["items"])
+        producers = reply["producers"]
+        return [{**item, "producer": producers[item["pr"]]} for item in reply["items"]]
 
     def _open(self, items: Iterable[Header]) -> list[Batch]:
         batches = []

@@ -18,7 +18,7 @@ never enqueued and a timed-out get took nothing: nothing is lost or duplicated.
 Protocol (JSON headers, requests carry `id`, replies `re`):
   hello {endpoint}                          -> {maxsize}
   put {key, items: [{w, p}], timeout}       -> {accepted, timed_out?}
-  get {key, target_weight|null, timeout}    -> {items: [{uid, w, p, producer}]}
+  get {key, target_weight|null, timeout}    -> {items: [{uid, w, p, pr}], producers}
   release {uids}                            (one way; forwarded as release {xids} to producers)
   close {} -> {};  stat {key|null} -> {qsize, weight, closed, maxsize}
 """
@@ -50,9 +50,11 @@ class _Item:
     payload: Any  # the producer's descriptor (JSON), opaque to the server
     producer: RpcPeer
 
-    def wire(self) -> Header:
-        return {"uid": self.uid, "w": self.weight, "p": self.payload,
-                "producer": self.producer.info.get("endpoint")}
+    def wire(self, producers: dict[RpcPeer, int]) -> Header:
+        """The item as a consumer sees it; `producers` numbers the producers of a reply
+        (each producer's endpoint info is sent once per reply, not once per item)."""
+        index = producers.setdefault(self.producer, len(producers))
+        return {"uid": self.uid, "w": self.weight, "p": self.payload, "pr": index}
 
 
 @dataclass(eq=False)
@@ -256,7 +258,10 @@ class ChannelServer:
             return
         for item in getter.items:
             client.delivered[item.uid] = item
-        getter.peer.reply(getter.request, {"items": [i.wire() for i in getter.items]})
+        producers: dict[RpcPeer, int] = {}
+        items = [i.wire(producers) for i in getter.items]
+        infos = [p.info.get("endpoint") for p in producers]  # dicts keep insertion order
+        getter.peer.reply(getter.request, {"items": items, "producers": infos})
 
     def _requeue_front(self, items: list[_Item]) -> None:
         """Put reserved items back at the head of their queues (order preserved)."""

@@ -64,6 +64,17 @@ def _store_key(name: str) -> str:
     return f"rlinf/comm/endpoint/{name}"
 
 
+def _alive(pid: int) -> bool:
+    """Whether process `pid` of this node still exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def _align(nbytes: int) -> int:
     """Arena slots start 64-byte aligned (Arrow's preferred alignment)."""
     return (nbytes + 63) & ~63
@@ -190,6 +201,65 @@ def _open_inline(descriptor: Header, buffers: Buffers) -> Batch:
         # The frame buffer belongs to us alone (wire's contract): a zero-copy view.
         tensors[str(name)] = np.frombuffer(buf, dtype=dt).reshape(shape)
     return Batch(tensors, descriptor.get("meta", {}))
+
+
+class _RawLayout:
+    """Small plain-numpy batches in an arena: raw bytes at aligned offsets, described in
+    the JSON descriptor (dtype, shape, offset). Same zero-copy result as the Arrow codec
+    for these batches, at a fraction of its per-item cost (which dominates small items)."""
+
+    def __init__(self, batch: Batch, arrays: list[tuple[str, np.ndarray]]) -> None:
+        self.meta = dict(batch.meta)
+        self.arrays = arrays
+        self.offsets = []
+        size = 0
+        for _, array in arrays:
+            self.offsets.append(size)
+            size = _align(size + array.nbytes)
+        self.nbytes = max(size, 1)
+
+    @classmethod
+    def of(cls, batch: Batch) -> _RawLayout | None:
+        arrays = []
+        for name, array in batch.tensors.items():
+            if type(array) is not np.ndarray or array.dtype.hasobject:
+                return None
+            if np.dtype(array.dtype.str) != array.dtype:
+                return None
+            arrays.append((name, array))
+        return cls(batch, arrays)
+
+    def write_into(self, dest: memoryview) -> int:
+        for (_, array), offset in zip(self.arrays, self.offsets, strict=True):
+            target = np.frombuffer(dest, dtype=array.dtype, count=array.size, offset=offset)
+            np.copyto(target.reshape(array.shape), array)
+        return self.nbytes
+
+    def describe(self) -> Header:
+        tensors = [[name, a.dtype.str, list(a.shape), off]
+                   for (name, a), off in zip(self.arrays, self.offsets, strict=True)]
+        return {"tensors": tensors, "meta": self.meta}
+
+
+_Packed = _RawLayout | codec.EncodePlan
+
+
+def _open_raw(descriptor: Header, *, on_release: Callable[[], None] | None) -> Batch:
+    """Map a `_RawLayout` payload: arrays are views on the shared segment."""
+    view = shm.default_reader().open_view(
+        str(descriptor["name"]), int(descriptor["offset"]), int(descriptor["nbytes"]),
+        on_release=on_release,
+    )
+    raw = descriptor["raw"]
+    tensors = {}
+    for name, dtype, shape, offset in raw["tensors"]:
+        dt = np.dtype(dtype)
+        if dt.hasobject:
+            raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
+        count = int(np.prod(shape, dtype=np.int64))
+        tensors[str(name)] = np.frombuffer(view, dtype=dt, count=count, offset=int(offset)
+                                           ).reshape(shape)
+    return Batch(tensors, raw.get("meta", {}))
 
 
 class Endpoint:
@@ -453,20 +523,20 @@ class Endpoint:
         arenas makes many small items as cheap as one.
         """
         out: list[tuple[int, Header] | None] = [None] * len(batches)
-        small: list[tuple[int, codec.EncodePlan]] = []
+        small: list[tuple[int, _Packed]] = []
         try:
             for i, batch in enumerate(batches):
                 name = tp.select_transport(
                     self.locality, self.locality.elsewhere_on_node(), batch, override=transport
                 )
                 if name == "shm" and batch.nbytes <= self.config.pack_bytes:
-                    plan = codec.plan_encoding(batch)
-                    if plan.nbytes <= self.config.pack_bytes:
-                        small.append((i, plan))
+                    packed = _RawLayout.of(batch) or codec.plan_encoding(batch)
+                    if packed.nbytes <= self.config.pack_bytes:
+                        small.append((i, packed))
                         continue
                 out[i] = self.export_payload(batch, transport=name)
             while small:
-                group: list[tuple[int, codec.EncodePlan]] = []
+                group: list[tuple[int, _Packed]] = []
                 used = 0
                 while small and (not group or used + _align(small[0][1].nbytes)
                                  <= self.config.arena_bytes):
@@ -481,7 +551,7 @@ class Endpoint:
             raise
         return [p for p in out if p is not None]
 
-    def _export_arena(self, plans: list[codec.EncodePlan]) -> list[tuple[int, Header]]:
+    def _export_arena(self, plans: list[_Packed]) -> list[tuple[int, Header]]:
         pool = shm.default_pool()
         segment = pool.acquire(sum(_align(p.nbytes) for p in plans))
         arena = _Arena(segment.name, len(plans))
@@ -493,6 +563,8 @@ class Endpoint:
                 plan.write_into(segment.view[offset:offset + plan.nbytes])
                 descriptor = {"transport": "shm", "name": segment.name, "offset": offset,
                               "nbytes": plan.nbytes, "pid": os.getpid()}
+                if isinstance(plan, _RawLayout):
+                    descriptor["raw"] = plan.describe()
                 with self._lock:
                     xid = next(self._xids)
                     self._exports[xid] = _Export(
@@ -540,7 +612,17 @@ class Endpoint:
         theirs = tp.Locality.from_dict(producer["locality"])
         transport = tp.get_transport(str(payload["t"]))
         if self.locality.same_node(theirs):
-            return transport.open(payload["d"], [], on_release=lambda _d: on_release())
+            try:
+                if "raw" in payload["d"]:
+                    return _open_raw(payload["d"], on_release=on_release)
+                return transport.open(payload["d"], [], on_release=lambda _d: on_release())
+            except errors.TransportError as exc:
+                if _alive(theirs.pid):
+                    raise
+                raise errors.PeerDiedError(
+                    f"producer endpoint {producer.get('name')!r} (pid {theirs.pid}) died; "
+                    f"its payload is lost ({exc})"
+                ) from exc
         peer = self._peer(str(producer["name"]), timeout=self.config.timeout)
         reply, buffers = peer.call(
             {"op": "fetch", "xid": int(payload["xid"])}, timeout=self.config.timeout
@@ -557,7 +639,11 @@ class Endpoint:
                 "it was released or never existed"
             ))
             return
-        local = export.transport.open(export.exported.descriptor, list(export.exported.buffers))
+        descriptor = export.exported.descriptor
+        if "raw" in descriptor:
+            local = _open_raw(descriptor, on_release=None)
+        else:
+            local = export.transport.open(descriptor, list(export.exported.buffers))
         tcp = tp.get_transport("tcp")
         out = tcp.export(local)
         peer.reply(header, {"t": tcp.name, "d": out.descriptor}, out.buffers)

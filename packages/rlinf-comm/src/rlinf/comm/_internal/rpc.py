@@ -119,6 +119,7 @@ class RpcPeer:
     def call(self, header: Header, buffers: Sequence[Any] = (), *, timeout: float) -> Reply:
         """Send a request and wait for its reply; CommTimeoutError after `timeout` seconds."""
         fut = self.call_async(header, buffers)
+        self.read_direct(fut.done, deadline=time.monotonic() + timeout)
         what = f"reply to {header.get('op')!r} from {self.name}"
         return wait_future(fut, timeout=timeout, what=what)
 
@@ -178,13 +179,22 @@ class RpcPeer:
         with self._direct_cond:
             self._direct += 1
         try:
-            with self._read_lock:
-                while not done() and not self.closed:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return
-                    if self._readable(min(left, 0.05)) and not self._read_one():
-                        return
+            while not done() and not self.closed:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return
+                # Another thread reading this connection dispatches our frame as well.
+                if not self._read_lock.acquire(timeout=min(left, 0.002)):
+                    continue
+                try:
+                    while not done() and not self.closed:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return
+                        if self._readable(min(left, 0.05)) and not self._read_one():
+                            return
+                finally:
+                    self._read_lock.release()
         finally:
             # No notify: the reader thread resumes on its own once direct reads stop for
             # `_DIRECT_LINGER_S` (waking it after every read would fight us for the GIL).
