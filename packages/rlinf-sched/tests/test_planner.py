@@ -15,7 +15,6 @@ from rlinf.sched.errors import PlanningError
 from rlinf.sched.placement import ExecutionMode, parse_placement
 from rlinf.sched.plan import ExecutionPlan, PlanResult
 from rlinf.sched.planner import (
-    SPAN,
     PlannerOptions,
     block_layouts,
     exhaustive_search,
@@ -154,8 +153,13 @@ def small_workloads(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, Clust
     names = [f"c{i}" for i in range(ncomp)]
     edges = tuple(Edge(a, b, bytes_per_item=draw(st.sampled_from([0.0, 1e9])))
                   for a, b in itertools.pairwise(names))
-    wf = Workflow(tuple(Component(n) for n in names), edges,
-                  global_batch=draw(st.sampled_from([4, 8])))
+    streaming = draw(st.booleans())
+    comps = [Component(n, resource=draw(st.sampled_from(["gpu", "gpu", "cpu"])),
+                       streaming=streaming and i == 0,
+                       completion=((0.5, 0.25), (1.0, 1.0)) if streaming and i == 0
+                       else ((1.0, 1.0),))
+             for i, n in enumerate(names)]
+    wf = Workflow(tuple(comps), edges, global_batch=draw(st.sampled_from([4, 8])))
     cost = AnalyticCostModel({n: draw(small_costs) for n in names})
     devices = draw(st.sampled_from([2, 3] if ncomp == 3 else [2, 4, 6]))
     return wf, cost, Cluster.uniform(1, devices, MEM, "H100", intra_node_bandwidth=1e10)
@@ -212,10 +216,11 @@ def test_plan_json_round_trip(tmp_path: object) -> None:
 
 
 def test_block_layouts_cover_the_three_modes() -> None:
-    layouts = block_layouts(2)
-    shapes = {(lay.labels, lay.blocks, lay.span_blocks) for lay in layouts}
-    assert ((0, 0), 1, 1) in shapes            # collocated
-    assert ((0, 1), 2, 2) in shapes            # disaggregated
-    assert ((0, SPAN), 2, 2) in shapes         # a on one block, b on both
-    assert ((0, 0), 2, 1) in shapes            # collocated with an idle block
-    assert len(block_layouts(3, idle=False)) == 17
+    shapes = {(lay.ranges, lay.blocks) for lay in block_layouts(2)}
+    assert (((0, 1), (0, 1)), 1) in shapes            # collocated
+    assert (((0, 1), (1, 2)), 2) in shapes            # disaggregated
+    assert (((0, 1), (0, 2)), 2) in shapes            # a on one block, b on both
+    assert (((0, 1), (0, 1)), 2) in shapes            # collocated, second block idle
+    assert (((0, 2), (1, 3)), 3) in shapes            # partial overlap (interval layouts)
+    assert len(block_layouts(3, idle=False, interval_blocks=0)) == 17
+    assert len(block_layouts(5, idle=False)) == 322   # labelled layouts only above 3 parts

@@ -54,8 +54,8 @@ class PlannerOptions:
     """Most micro-batches a component's batch is split into (1, 2, 4, … up to this)."""
     coarse_units: int = 8
     """Units the devices are grouped into for the coarse pass (twice as many for layouts of
-    up to three blocks; at least one per block)."""
-    seeds: int = 4
+    up to two blocks; at least one per block)."""
+    seeds: int = 8
     """Coarse candidates refined (plus the best collocated and disaggregated ones)."""
     keep: int = 5
     """Plans returned (best first)."""
@@ -70,20 +70,21 @@ class PlannerOptions:
 
 @dataclass(frozen=True)
 class BlockLayout:
-    """Which block each component occupies; SPAN covers every block but the idle one."""
+    """Which contiguous run of blocks each component occupies."""
 
-    labels: tuple[int, ...]
-    """Per component: a block index (0, 1, …, in order of first use) or SPAN."""
+    ranges: tuple[tuple[int, int], ...]
+    """Per component: blocks ``[first, stop)`` it runs on."""
     blocks: int
-    """Blocks in all, including a spanners-only block and an idle block when present."""
-    span_blocks: int
-    """Blocks SPAN components cover (``blocks - 1`` with an idle block, else ``blocks``)."""
+    """Blocks in all, including an idle last block when present."""
 
 
-def block_layouts(num_components: int, *, idle: bool = True) -> list[BlockLayout]:
-    """Every layout: a block label (0, 1, …, in order of first use) or SPAN per component,
-    optionally one more block only spanning components use, optionally an idle last block
-    (fewer devices can be faster when collectives grow with the device count).
+def block_layouts(num_components: int, *, idle: bool = True,
+                  interval_blocks: int | None = None) -> list[BlockLayout]:
+    """Every layout: each component on one block (labelled 0, 1, … in order of first use) or
+    SPAN over all of them, optionally one more block only spanning components use, optionally
+    an idle last block (fewer devices can be faster when collectives grow with the device
+    count). With up to `interval_blocks` blocks (default 3 for at most three components, else
+    none), also every assignment of contiguous block runs (nested and partial overlaps).
 
     SPAN needs at least two blocks (on one block it is just that block).
     """
@@ -98,7 +99,8 @@ def block_layouts(num_components: int, *, idle: bool = True) -> list[BlockLayout
             grow((*prefix, label), max(used, label + 1))
 
     grow((), 0)
-    out: list[BlockLayout] = []
+    out: dict[BlockLayout, None] = {}
+    idles = (0, 1) if idle else (0,)
     for labels in labellings:
         used = max(labels) + 1
         spans = SPAN in labels
@@ -106,9 +108,17 @@ def block_layouts(num_components: int, *, idle: bool = True) -> list[BlockLayout
             covered = used + extra
             if spans and covered < 2:
                 continue
-            for idle_block in ((0, 1) if idle else (0,)):
-                out.append(BlockLayout(labels, covered + idle_block, covered))
-    return out
+            ranges = tuple((0, covered) if lb == SPAN else (lb, lb + 1) for lb in labels)
+            for idle_block in idles:
+                out[BlockLayout(ranges, covered + idle_block)] = None
+    if interval_blocks is None:
+        interval_blocks = 3 if num_components <= 3 else 0
+    for blocks in range(2, interval_blocks + 1):
+        runs = [(lo, hi) for lo in range(blocks) for hi in range(lo + 1, blocks + 1)]
+        for ranges in itertools.product(runs, repeat=num_components):
+            if set().union(*(range(lo, hi) for lo, hi in ranges)) == set(range(blocks)):
+                out.setdefault(BlockLayout(ranges, blocks), None)
+    return list(out)
 
 
 def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
@@ -121,8 +131,7 @@ def _candidate(layout: BlockLayout, sizes: Sequence[int]) -> Candidate:
     starts = [0]
     for s in sizes:
         starts.append(starts[-1] + s)
-    return tuple((0, starts[layout.span_blocks]) if label == SPAN
-                 else (starts[label], starts[label + 1]) for label in layout.labels)
+    return tuple((starts[lo], starts[hi]) for lo, hi in layout.ranges)
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -215,7 +224,7 @@ def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[
     coarse: list[tuple[float, Candidate, BlockLayout, tuple[int, ...], int]] = []
     for layout in block_layouts(len(ev.names), idle=opts.idle_devices):
         blocks = layout.blocks
-        units = _largest_divisor(n, max(opts.coarse_units * (2 if blocks <= 3 else 1), blocks))
+        units = _largest_divisor(n, max(opts.coarse_units * (2 if blocks <= 2 else 1), blocks))
         if units < blocks:
             continue
         unit = n // units
@@ -269,9 +278,28 @@ def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[
     return scored, baselines
 
 
+def _moves(blocks: int, step: int) -> list[tuple[int, ...]]:
+    """Size changes per block: `step` devices from one block to another, and (for even steps)
+    from one block to two others or from two blocks to a third, half each."""
+    out: list[tuple[int, ...]] = []
+    for i, j in itertools.permutations(range(blocks), 2):
+        delta = [0] * blocks
+        delta[i], delta[j] = -step, step
+        out.append(tuple(delta))
+    if step >= 2 and step % 2 == 0:
+        half = step // 2
+        for i in range(blocks):
+            for j, k in itertools.combinations([b for b in range(blocks) if b != i], 2):
+                for sign in (1, -1):
+                    delta = [0] * blocks
+                    delta[i], delta[j], delta[k] = -sign * step, sign * half, sign * half
+                    out.append(tuple(delta))
+    return out
+
+
 def _refine(ev: Evaluator, seed: _Seed, *, min_step: int) -> Candidate:
-    """Hill-climb block sizes: move `step` devices between two blocks while that helps,
-    halving the step from one coarse unit down to `min_step`."""
+    """Hill-climb block sizes with `_moves` while they help, halving the step from one
+    coarse unit down to `min_step`."""
     layout, chunks = seed.layout, seed.chunks
     current = list(seed.sizes)
     best_t = seed.time
@@ -281,12 +309,10 @@ def _refine(ev: Evaluator, seed: _Seed, *, min_step: int) -> Candidate:
         improved = True
         while improved:
             improved = False
-            for i, j in itertools.permutations(range(blocks), 2):
-                if current[i] <= step:
+            for delta in _moves(blocks, step):
+                trial = [size + d for size, d in zip(current, delta, strict=True)]
+                if min(trial) < 1:
                     continue
-                trial = list(current)
-                trial[i] -= step
-                trial[j] += step
                 cand = _candidate(layout, trial)
                 if not ev.allowed(cand) or ev.lower_bound(cand) >= best_t:
                     continue

@@ -162,12 +162,19 @@ class Evaluator:
                          if n in (e.src, e.dst)) for n in self.names)
 
     def coarse(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
-        """Two simulations: whole batches, and 4 micro-batches where stages pipeline."""
-        whole = self.uniform_sizes(1)
-        piped = self.uniform_sizes(4, split=self.pipelined(candidate))
-        t_whole = self.time(candidate, whole)
-        t_piped = self.time(candidate, piped) if piped != whole else math.inf
-        return (t_piped, piped) if t_piped < t_whole else (t_whole, whole)
+        """A few simulations: whole batches, and 2 or 4 micro-batches where stages pipeline."""
+        split = self.pipelined(candidate)
+        best = (math.inf, self.uniform_sizes(1))
+        tried: set[tuple[int, ...]] = set()
+        for chunks in (1, 2, 4):
+            sizes = self.uniform_sizes(chunks, split=split)
+            if sizes in tried:
+                continue
+            tried.add(sizes)
+            t = self.time(candidate, sizes)
+            if t < best[0]:
+                best = (t, sizes)
+        return best
 
     def quick(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
         """Best time over uniform splits (1, 2, 4, … chunks everywhere, or only where stages
