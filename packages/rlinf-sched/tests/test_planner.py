@@ -224,3 +224,31 @@ def test_block_layouts_cover_the_three_modes() -> None:
     assert (((0, 2), (1, 3)), 3) in shapes            # partial overlap (interval layouts)
     assert len(block_layouts(3, idle=False, interval_blocks=0)) == 17
     assert len(block_layouts(5, idle=False)) == 322   # labelled layouts only above 3 parts
+
+
+def _loop_case(seed: int) -> tuple[Workflow, AnalyticCostModel, Cluster]:
+    import random
+
+    rng = random.Random(seed)
+    names = ("env", "rollout", "actor")
+    wf = Workflow(
+        (Component("env", resource=rng.choice(["cpu", "gpu"])), Component("rollout"),
+         Component("actor")),
+        (Edge("env", "rollout", bytes_per_item=rng.choice([0.0, 1e8])),
+         Edge("rollout", "env", feedback=True), Edge("rollout", "actor")),
+        global_batch=8, loops=(Loop(("env", "rollout"), rng.choice([2, 4])),))
+    cost = AnalyticCostModel({n: AnalyticCost(
+        fixed=rng.choice([0.0, 0.05]), per_item=rng.uniform(0.05, 1.0),
+        serial_per_item=rng.choice([0.0, 0.05]), sync=rng.choice([0.0, 0.2]),
+        replicated=rng.choice([20, 40, 60]), switch=rng.uniform(0.0, 3.0)) for n in names})
+    return wf, cost, Cluster.uniform(1, rng.choice([4, 5, 6]), MEM, "H100")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_heuristic_search_stays_close_to_exhaustive_on_loops(seed: int) -> None:
+    # The large-cluster search (forced here on a small one) against exact branch and bound.
+    wf, cost, cl = _loop_case(seed)
+    exact = exhaustive_search(wf, cost, cl, max_chunks=4, keep=1)
+    heuristic = plan(wf, cost, cl, options=PlannerOptions(max_chunks=4, exact_limit=0))
+    assert heuristic.best.predicted_time <= exact.best.predicted_time * 1.02
+    assert heuristic.best.predicted_time >= exact.best.predicted_time * (1 - 1e-9)
