@@ -8,7 +8,8 @@ candidates (device ranges in steps of `unit`). Prints a table and, as the last l
 object: ``max_gap_vs_exhaustive`` (planner time / exhaustive time - 1, worst case; ≤ 0 means
 the planner, which also searches finer than `unit`, found a plan at least as fast),
 ``min_speedup_vs_best_fixed`` (best fixed-mode time / planner time, worst case) and
-``plan_seconds_1024`` (slowest planning time on 1024 devices).
+``plan_seconds_1024`` (slowest planning time on 1024 devices). "n/a" marks a fixed mode with
+no feasible plan (e.g. too few devices to give every component its own memory).
 
 Launch: ``tox -e bench-sched`` or ``python benchmarks/bench_sched.py [--quick]``.
 """
@@ -100,8 +101,10 @@ def main(argv: list[str] | None = None) -> int:
             exh = f"{gap:+.2%} u{r['unit']}"
         if r["devices"] == 1024:
             seconds_1024.append(float(r["seconds"]))  # type: ignore[arg-type]
+        vs_coll = f"{coll / t:.2f}x" if math.isfinite(coll) else "n/a"
+        vs_dis = f"{dis / t:.2f}x" if math.isfinite(dis) else "n/a"
         print(f"{r['workload']:<20} {r['devices']:>5} {r['mode']:<13} {t:>8.2f} "
-              f"{coll / t:>7.2f}x {dis / t:>8.2f}x {exh:>12} {float(r['seconds']):>7.2f}  "  # type: ignore[arg-type]
+              f"{vs_coll:>8} {vs_dis:>9} {exh:>12} {float(r['seconds']):>7.2f}  "  # type: ignore[arg-type]
               f"{r['plan']}  {r['micro_batch']}")
     summary = {
         "max_gap_vs_exhaustive": round(max(gaps), 6) if gaps else None,
