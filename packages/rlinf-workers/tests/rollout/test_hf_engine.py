@@ -56,6 +56,26 @@ def test_greedy_takes_the_argmax_and_left_padding_does_not_change_it(model, toke
     assert alone[0].response_token_ids[0] == first
 
 
+def test_top_k_restricts_sampling_and_zero_turns_it_off(model, tokenizer):
+    engine = _engine(model, tokenizer)
+    prompts = [_prompts(tokenizer)[0]] * 32
+    # Near-uniform sampling (temperature 50): with top-k off, 32 x 3 draws over 100 ids
+    # cannot all land in a fixed top-50 (HF's default k) except with probability 2^-96.
+    free = engine.generate(prompts, sampling=SamplingConfig(max_new_tokens=3, temperature=50,
+                                                            seed=0))
+    restricted = engine.generate(prompts, sampling=SamplingConfig(
+        max_new_tokens=3, temperature=50, top_k=3, seed=0))
+    for samples, k, expect_outside in ((free, 50, True), (restricted, 3, False)):
+        batch = RolloutBatch.from_samples(samples, answers=["0"] * 32, group_size=1,
+                                          pad_token_id=tokenizer.pad_token_id)
+        ids = torch.cat([batch.prompt_ids, batch.response_ids], dim=1)
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[:, batch.prompt_ids.shape[1] - 1:-1]
+        top = logits.topk(k, dim=-1).indices
+        inside = (top == batch.response_ids.unsqueeze(-1)).any(-1)
+        assert bool((~inside).any()) is expect_outside
+
+
 def test_eos_stops_a_response_and_is_reported(model, tokenizer):
     prompt = _prompts(tokenizer)[:1]
     probe = _engine(model, tokenizer).generate(

@@ -7,9 +7,16 @@ import importlib.util
 import pytest
 import torch
 
+from rlinf.envs.math import ProblemGenerator
 from rlinf.workers.errors import MissingExtraError
 from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm, response_log_probs
-from rlinf.workers.rollout import RolloutBatch, SamplingConfig, VllmRolloutEngine
+from rlinf.workers.rollout import (
+    RolloutBatch,
+    RolloutWorker,
+    RolloutWorkerConfig,
+    SamplingConfig,
+    VllmRolloutEngine,
+)
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 
@@ -45,6 +52,12 @@ def test_vllm_log_probs_and_weight_updates_match_the_trainer(tmp_path, tokenizer
         torch.testing.assert_close(batch.rollout_log_probs, expected, atol=1e-4, rtol=0)
 
     agree(model)
+    # The streaming worker runs on vLLM unchanged.
+    worker = RolloutWorker(engine, tokenizer, config=RolloutWorkerConfig(
+        group_size=3, groups_per_micro_batch=2, sampling=SamplingConfig(max_new_tokens=4)))
+    groups: list[RolloutBatch] = []
+    worker.rollout(ProblemGenerator().generate(3), sink=groups.append)
+    assert [g.num_rows for g in groups] == [3, 3, 3]
     other = build_tiny_causal_lm(config, seed=7, tokenizer=tokenizer)
     engine.update_weights(other.state_dict().items())
     agree(other)

