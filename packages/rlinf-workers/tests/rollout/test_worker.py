@@ -8,6 +8,7 @@ import torch
 
 from rlinf.comm import Batch
 from rlinf.comm._internal.codec import decode, encode
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.rollout import (
     GroupSink,
     HFRolloutEngine,
@@ -115,6 +116,8 @@ def test_concat_repads_and_select_keeps_groups(model, tokenizer, problems):
                            group.prompt_ids[group.prompt_mask.bool()])
         width = group.response_ids.shape[1]
         assert torch.equal(part.rollout_log_probs[:, :width], group.rollout_log_probs)
+    with pytest.raises(ConfigError, match="whole groups"):
+        merged.select(slice(1, 3))
 
 
 def test_worker_offload_and_onload_reach_the_engine(model, tokenizer, problems):
@@ -127,8 +130,6 @@ def test_worker_offload_and_onload_reach_the_engine(model, tokenizer, problems):
 
 
 def test_bad_config_and_sink_are_rejected(model, tokenizer, problems):
-    from rlinf.workers.errors import ConfigError
-
     with pytest.raises(ConfigError):
         RolloutWorkerConfig(group_size=0)
     worker, _ = _worker(model, tokenizer)

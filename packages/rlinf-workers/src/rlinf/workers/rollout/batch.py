@@ -120,7 +120,11 @@ class RolloutBatch:
         return dataclasses.replace(self, **fields)  # type: ignore[arg-type]
 
     def select(self, rows: slice) -> RolloutBatch:
-        """The rows in `rows` (a slice that keeps whole groups)."""
+        """The rows in `rows`, a contiguous slice of whole groups (GRPO needs them whole)."""
+        start, stop, step = rows.indices(self.num_rows)
+        if step != 1 or start % self.group_size or max(stop - start, 0) % self.group_size:
+            raise ConfigError(f"select needs a contiguous slice of whole groups of "
+                              f"{self.group_size} rows, got rows {start}:{stop}:{step}")
         picked: dict[str, Any] = {
             f.name: (value[rows] if isinstance(value, torch.Tensor) else value)
             for f in dataclasses.fields(self)
