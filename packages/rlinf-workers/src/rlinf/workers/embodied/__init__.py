@@ -5,19 +5,25 @@
   trajectories independent of the stage grouping.
 - `EmbodiedActorWorker` trains the actor-critic on rollouts (PPO with GAE, or GRPO over
   blocks of episodes from identical start states) and checkpoints model, optimizer and RNG.
-- `run_collocated` / `run_pipelined` drive one rollout in-process without and with overlap.
+- `run_collocated` / `run_pipelined` drive one rollout in-process without and with overlap
+  (policy in a second thread); `run_pipelined_process` serves from a `PolicyProcess`.
+- `loop.train` / `loop.evaluate_policy`: the in-process training loop and evaluation;
+  `python -m rlinf.workers.embodied.throughput` measures the drivers' env steps/s.
 """
 
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
 from rlinf.workers.embodied.drivers import InlinePolicyLink, run_collocated, run_pipelined
+from rlinf.workers.embodied.process_driver import PolicyProcess, run_pipelined_process
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 
 __all__ = [
     "EmbodiedActorConfig",
     "EmbodiedActorWorker",
     "InlinePolicyLink",
+    "PolicyProcess",
     "PolicyRolloutConfig",
     "PolicyRolloutWorker",
     "run_collocated",
     "run_pipelined",
+    "run_pipelined_process",
 ]

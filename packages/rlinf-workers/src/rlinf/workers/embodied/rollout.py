@@ -126,6 +126,10 @@ class PolicyRolloutWorker(Worker):
         if num_steps < 1 or num_stages < 1:
             raise ConfigError(f"num_steps and num_stages must be >= 1, got {num_steps}, "
                               f"{num_stages}")
+        if self.config.num_threads is not None:
+            # OpenMP's thread count is per calling thread: a driver's serving thread would
+            # otherwise run with the default and spin (measured 20x slower under load).
+            torch.set_num_threads(self.config.num_threads)
         answered = 0
         for _ in range(num_steps + 1):
             for stage in range(num_stages):
