@@ -9,10 +9,10 @@ throughput of a trial is n * size / (time from the first send until the consumer
 its last message consumed). We report the median over trials. Systems:
 
 - rlinf: `Channel.put` in the producer (one copy into a reused shared-memory segment),
-  `Channel.get` in the consumer (zero-copy view on the segment), maxsize=4 back-pressure;
+  `Channel.get` in the consumer (zero-copy view on the segment), maxsize=3 back-pressure;
 - Ray: `ray.put` in a producer actor, the ObjectRef passed through a consumer actor's
-  method, `ray.get` there (zero-copy for numpy), results gathered at the end;
-- multiprocessing.Queue: put in the producer, get in the consumer (pickled through a pipe;
+  method, `ray.get` there (zero-copy for numpy), at most 3 messages ahead of the consumer;
+- multiprocessing.Queue (maxsize=3): put in the producer, get in the consumer (pickled;
   since `put` pickles later in a feeder thread, the producer hands it a copy per message);
 - memcpy: `np.copyto` of the same bytes into a warm buffer, single thread, in this process
   (the copy-bandwidth ceiling: every system above must copy the payload at least once).
@@ -48,6 +48,7 @@ import numpy as np
 
 KiB, MiB = 1 << 10, 1 << 20
 PAGE = 4096
+INFLIGHT = 3  # messages a producer may have ahead of its consumer, for every system
 SIZES = {"4KiB": 4 * KiB, "1MiB": MiB, "64MiB": 64 * MiB, "256MiB": 256 * MiB}
 
 
@@ -117,7 +118,7 @@ def bench_memcpy(plans: list[Plan]) -> dict[str, float]:
         np.copyto(dst, src)  # warm: the destination pages exist
         reps = max(5, min(2000, (256 * MiB) // plan.size))
         samples = []
-        for _ in range(plan.trials + 2):
+        for _ in range(9):  # cheap, so more samples: the machine is shared and noisy
             t0 = time.perf_counter()
             for _ in range(reps):
                 np.copyto(dst, src)
@@ -138,7 +139,7 @@ def _mpq_consumer(q: Any, done: Any, plans: list[Plan]) -> None:
 
 def bench_mp_queue(plans: list[Plan]) -> dict[str, float]:
     ctx = mp.get_context("spawn")
-    q, done = ctx.Queue(maxsize=4), ctx.Queue()
+    q, done = ctx.Queue(maxsize=INFLIGHT), ctx.Queue()
     child = ctx.Process(target=_mpq_consumer, args=(q, done, plans), daemon=True)
     child.start()
     out = {}
@@ -214,12 +215,16 @@ def _rlinf_consumer(address: str, token_hex: str, plans: list[Plan]) -> None:
 
 def bench_rlinf(plans: list[Plan], pings: int) -> tuple[dict[str, float], float, bool]:
     quiet_logs()
-    from rlinf.comm import Channel, Endpoint, TCPStore, new_token
+    from rlinf.comm import Channel, Endpoint, EndpointConfig, TCPStore, new_token
 
     token = new_token()
     store = TCPStore.serve(token=token)
-    endpoint = Endpoint("bench-producer", store=store, token=token).make_current()
-    channel = Channel.create("bench", store=store, maxsize=4, endpoint=endpoint)
+    # Keep released segments warm: up to INFLIGHT + 2 payloads of 256 MiB (512 MiB
+    # segments) are out at once, more than the pool's default 1 GiB of free segments.
+    config = EndpointConfig(pool_free_bytes=4 << 30)
+    endpoint = Endpoint("bench-producer", store=store, token=token, config=config)
+    endpoint.make_current()
+    channel = Channel.create("bench", store=store, maxsize=INFLIGHT, endpoint=endpoint)
     ctx = mp.get_context("spawn")
     address = f"{store.address[0]}:{store.address[1]}"
     child = ctx.Process(target=_rlinf_consumer, args=(address, token.hex(), plans), daemon=True)
@@ -286,8 +291,8 @@ def bench_ray(plans: list[Plan], pings: int) -> tuple[dict[str, float], float]:
                     ref = ray.put(src)
                     results.append(consumer.consume.remote([ref]))
                     del ref
-                    if len(results) > 4:  # same in-flight bound as the rlinf channel
-                        ray.wait(results[-5:-4])
+                    if len(results) > INFLIGHT:  # same in-flight bound as the channel
+                        ray.wait([results[-INFLIGHT - 1]])
                 total = sum(ray.get(results))
                 return time.perf_counter() - t0, total % (1 << 64)
 

@@ -154,6 +154,7 @@ def test_timeouts_and_close_raise_typed_errors(store: TCPStore, endpoint: Endpoi
         Channel.connect("missing", store=store, timeout=0.1)
     with Channel.create("dup", store=store), pytest.raises(CommError, match="already"):
         Channel.create("dup", store=store)
+    Channel.create("dup", store=store).disconnect()  # the name is free again
 
 
 def test_async_variants(store: TCPStore, endpoint: Endpoint) -> None:

@@ -65,6 +65,7 @@ class Channel:
         self.name = name
         self.endpoint = endpoint
         self._server = server
+        self._store: Store | None = None  # the creator's handle unregisters the name
         conn = wire.connect(address, token=endpoint.token, timeout=endpoint.config.connect_timeout)
         self._peer = RpcPeer(
             conn, name=f"channel {name!r} owner", on_message=self._on_push
@@ -99,7 +100,9 @@ class Channel:
                 f"expected no channel named {name!r} to exist; the store already has one"
             )
         try:
-            return cls(name, address=server.address, endpoint=ep, server=server)
+            channel = cls(name, address=server.address, endpoint=ep, server=server)
+            channel._store = store
+            return channel
         except BaseException:
             server.shutdown()
             store.delete(_store_key(name))
@@ -358,6 +361,11 @@ class Channel:
         if self._server is not None:
             self._server.shutdown()
             self._server = None
+            if self._store is not None:
+                try:
+                    self._store.delete(_store_key(self.name))
+                except errors.CommError as exc:  # the store may be gone first at shutdown
+                    log.debug("channel_unregister_failed", channel=self.name, error=str(exc))
 
     def __enter__(self) -> Channel:
         return self

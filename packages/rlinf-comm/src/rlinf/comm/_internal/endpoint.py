@@ -58,6 +58,10 @@ class EndpointConfig:
     """Channel payloads up to this size put together (`put_many`) share one segment."""
     arena_bytes: int = 1 << 20
     """Size of the segments that small channel payloads are packed into."""
+    pool_free_bytes: int | None = None
+    """Keep at least this many bytes of released segments warm for reuse (None: the pool's
+    default). Raise it when several large payloads are in flight at once: a segment the
+    pool evicts is created again cold (page faults on both sides)."""
 
 
 def _store_key(name: str) -> str:
@@ -167,8 +171,8 @@ class _Releaser:
 _INLINE = "inline"
 
 
-def _inline_ok(batch: Batch, limit: int, src: tp.Locality, info: Header) -> bool:
-    if batch.nbytes > limit or src.same_process(tp.Locality.from_dict(info["locality"])):
+def _inline_ok(batch: Batch, limit: int, src: tp.Locality, dst: tp.Locality) -> bool:
+    if batch.nbytes > limit or src.same_process(dst):
         return False
     for array in batch.tensors.values():
         if type(array) is not np.ndarray or array.dtype.hasobject:
@@ -286,6 +290,9 @@ class Endpoint:
         self.token = token if token is not None else wire.default_token()
         self.config = config
         self.locality = locality if locality is not None else tp.Locality.current()
+        if config.pool_free_bytes is not None:
+            pool = shm.default_pool()
+            pool.max_free_bytes = max(pool.max_free_bytes, config.pool_free_bytes)
         self._exports: dict[int, _Export] = {}
         self._xids = itertools.count(1)
         self._lock = threading.Lock()
@@ -293,6 +300,7 @@ class Endpoint:
         self._peers: dict[str, RpcPeer] = {}  # outgoing connections, by peer name
         self._incoming: dict[str, RpcPeer] = {}  # connections peers opened to us
         self._peer_info: dict[str, Header] = {}
+        self._peer_locality: dict[str, tp.Locality] = {}
         self._connect_locks: dict[str, threading.Lock] = {}
         self._senders: dict[str, ThreadPoolExecutor] = {}
         self._releaser = _Releaser()
@@ -434,8 +442,10 @@ class Endpoint:
     def _send(self, batch: Batch, dst: str, limit: float, transport: str | None) -> None:
         deadline = time.monotonic() + limit
         peer = self._peer(dst, timeout=limit)
-        info = self._peer_info[dst]
-        if transport is None and _inline_ok(batch, self.config.eager_bytes, self.locality, info):
+        dst_locality = self._peer_locality[dst]
+        if transport is None and _inline_ok(
+            batch, self.config.eager_bytes, self.locality, dst_locality
+        ):
             header, buffers = _inline_message(batch)
             header["src"] = self.name
             try:
@@ -443,7 +453,7 @@ class Endpoint:
             except errors.PeerDiedError as exc:
                 raise errors.PeerDiedError(f"endpoint {dst!r} died or left: {exc}") from exc
             return
-        chosen = self._choose(batch, info, transport)
+        chosen = self._choose(batch, dst_locality, transport)
         exported = chosen.export(batch, peer=dst)
         # Transports that copy (TCP) hold nothing after export: no acknowledgement needed.
         xid = self._register(chosen, exported, peer=dst) if chosen.needs_release else 0
@@ -458,8 +468,7 @@ class Endpoint:
             self.release_exports([xid])
             raise
 
-    def _choose(self, batch: Batch, info: Header, override: str | None) -> tp.Transport:
-        dst = tp.Locality.from_dict(info["locality"])
+    def _choose(self, batch: Batch, dst: tp.Locality, override: str | None) -> tp.Transport:
         name = tp.select_transport(self.locality, dst, batch, override=override)
         if override is None and name == "shm" and batch.nbytes <= self.config.eager_bytes:
             # Eager protocol: a small payload costs less inline in the frame than a
@@ -677,6 +686,7 @@ class Endpoint:
             ).start()
             peer.notify({"op": "hello", "endpoint": self.info})
             self._peer_info[dst] = info
+            self._peer_locality[dst] = tp.Locality.from_dict(info["locality"])
             self._peers[dst] = peer
             return peer
 

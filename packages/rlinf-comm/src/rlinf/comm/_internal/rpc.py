@@ -205,6 +205,7 @@ class RpcPeer:
     def _readable(self, timeout: float) -> bool:
         if self._fd is None:
             return True
+        # A poll object per call: one object may not be polled from two threads at once.
         poller = select.poll()
         poller.register(self._fd, select.POLLIN)
         return bool(poller.poll(max(0, int(timeout * 1000))))
