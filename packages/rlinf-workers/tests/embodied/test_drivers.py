@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from rlinf.envs.errors import EnvStepError
 from rlinf.workers.embodied import PolicyRolloutWorker, run_collocated, run_pipelined
 from rlinf.workers.env import Trajectory
 from rlinf.workers.errors import ShapeError
@@ -56,3 +57,10 @@ def test_policy_failure_surfaces_instead_of_hanging(make_env):
     wrong: PolicyRolloutWorker = make_policy(5, 6)  # expects 5-d observations, gets 17
     with pytest.raises(ShapeError, match="observations"):
         run_pipelined(env, wrong, num_steps=3, timeout=60)
+
+
+def test_env_failure_is_raised_not_the_policy_threads_follow_up(make_env):
+    env = make_env("InvertedPendulum-v5", num_envs=2, pipeline_stages=2)
+    env.env.close()  # using a closed vector env raises EnvStepError
+    with pytest.raises(EnvStepError):
+        run_pipelined(env, make_policy(4, 1), num_steps=2, timeout=60)

@@ -20,7 +20,7 @@ from collections import deque
 
 from rlinf.comm import Batch
 from rlinf.workers.embodied.rollout import PolicyRolloutWorker
-from rlinf.workers.env.link import KeyedQueue, LinkTimeoutError
+from rlinf.workers.env.link import KeyedQueue, LinkClosedError, LinkTimeoutError
 from rlinf.workers.env.worker import EnvRollout, EnvWorker
 
 __all__ = ["InlinePolicyLink", "run_collocated", "run_pipelined"]
@@ -74,11 +74,11 @@ def run_pipelined(env: EnvWorker, policy: PolicyRolloutWorker, *, num_steps: int
     try:
         result = env.rollout(num_steps=num_steps, sink=observations, source=actions,
                              timeout=timeout)
-    except BaseException:
+    except BaseException as exc:
         observations.close()
         thread.join()
-        if failure:
-            raise failure[0] from None
+        if failure and isinstance(exc, LinkClosedError):
+            raise failure[0] from None  # the policy failed first and closed the link
         raise
     thread.join()
     if failure:
