@@ -84,12 +84,14 @@ class TrajectoryBuilder:
     def add_policy(self, obs: npt.NDArray[Any], reply: dict[str, npt.NDArray[Any]]) -> None:
         """Record the policy's answer for `obs`: action, log-prob and value of step t, and
         the value of the final observation of step t-1 (meaningful where it ended)."""
+        # Copies: a reply received over a channel may be a view into a shared-memory
+        # segment that the transport recycles once the message is consumed.
         if self._rewards:
-            self._final_values.append(np.asarray(reply["final_value"], dtype=np.float32))
+            self._final_values.append(np.array(reply["final_value"], dtype=np.float32))
         self._obs.append(obs)
-        self._actions.append(np.asarray(reply["action"]))
-        self._log_probs.append(np.asarray(reply["log_prob"], dtype=np.float32))
-        self._values.append(np.asarray(reply["value"], dtype=np.float32))
+        self._actions.append(np.array(reply["action"]))
+        self._log_probs.append(np.array(reply["log_prob"], dtype=np.float32))
+        self._values.append(np.array(reply["value"], dtype=np.float32))
 
     def add_step(self, reward: npt.NDArray[Any], terminated: _BOOL, truncated: _BOOL) -> None:
         """Record what the env returned for step t."""
@@ -99,7 +101,7 @@ class TrajectoryBuilder:
 
     def finish(self, bootstrap: dict[str, npt.NDArray[Any]]) -> Trajectory:
         """Close the trajectory with the reply to the observation after the last step."""
-        self._final_values.append(np.asarray(bootstrap["final_value"], dtype=np.float32))
+        self._final_values.append(np.array(bootstrap["final_value"], dtype=np.float32))
         count = len(self._rewards)
         if not count or len(self._values) != count or len(self._final_values) != count:
             raise ShapeError(
@@ -108,7 +110,7 @@ class TrajectoryBuilder:
             )
         values = np.stack(self._values)
         following = np.concatenate(
-            [values[1:], np.asarray(bootstrap["value"], dtype=np.float32)[None]], axis=0)
+            [values[1:], np.array(bootstrap["value"], dtype=np.float32)[None]], axis=0)
         terminated, truncated = np.stack(self._terminated), np.stack(self._truncated)
         next_values = np.where(terminated | truncated, np.stack(self._final_values), following)
         return Trajectory(
