@@ -6,7 +6,8 @@ Launch: `tox -e bench-comm` (or `RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=
 For each payload size (4 KiB, 1 MiB, 64 MiB, 256 MiB) a producer process sends `n` messages
 holding one uint8 array of that size to a consumer process, which consumes each one; the
 throughput of a trial is n * size / (time from the first send until the consumer reported
-its last message consumed). We report the median over trials. Systems:
+its last message consumed). Each system first runs one untimed warm-up trial per size; we
+report the median over the timed trials. Systems:
 
 - rlinf: `Channel.put` in the producer (one copy into a reused shared-memory segment),
   `Channel.get` in the consumer (zero-copy view on the segment), maxsize=3 back-pressure;
@@ -60,6 +61,11 @@ class Plan:
     size: int
     messages: int
     trials: int
+
+    @property
+    def runs(self) -> int:
+        """Trials plus one untimed warm-up run (warm pools and mappings, for every system)."""
+        return self.trials + 1
 
 
 def make_plans(quick: bool) -> list[Plan]:
@@ -130,7 +136,7 @@ def bench_memcpy(plans: list[Plan]) -> dict[str, float]:
 # -- multiprocessing.Queue -----------------------------------------------------------------
 def _mpq_consumer(q: Any, done: Any, plans: list[Plan]) -> None:
     for plan in plans:
-        for _ in range(plan.trials):
+        for _ in range(plan.runs):
             total = 0
             for _ in range(plan.messages):
                 total += consume(q.get())
@@ -148,7 +154,7 @@ def bench_mp_queue(plans: list[Plan]) -> dict[str, float]:
             src = make_source(plan.size)
             want = expected_checksum(src.copy(), plan.messages)
             samples = []
-            for _ in range(plan.trials):
+            for trial in range(plan.runs):
                 t0 = time.perf_counter()
                 for i in range(plan.messages):
                     stamp(src, i)
@@ -156,7 +162,8 @@ def bench_mp_queue(plans: list[Plan]) -> dict[str, float]:
                     # or the next stamp would race the pickling.
                     q.put(src.copy())
                 got = done.get(timeout=300)
-                samples.append(mib_per_s(plan.size, plan.messages, time.perf_counter() - t0))
+                if trial:  # the first run warms up
+                    samples.append(mib_per_s(plan.size, plan.messages, time.perf_counter() - t0))
                 check(got, want, "multiprocessing.Queue", plan)
             out[plan.label] = statistics.median(samples)
     finally:
@@ -190,7 +197,7 @@ def _rlinf_consumer(address: str, token_hex: str, plans: list[Plan]) -> None:
     endpoint.make_current()
     channel = Channel.connect("bench", store=store, endpoint=endpoint)
     for plan in plans:
-        for trial in range(plan.trials):
+        for trial in range(plan.runs):
             store.set(f"ready/{plan.label}/{trial}", b"")
             total = 0
             for _ in range(plan.messages):
@@ -235,14 +242,15 @@ def bench_rlinf(plans: list[Plan], pings: int) -> tuple[dict[str, float], float,
             src = make_source(plan.size)
             want = expected_checksum(src.copy(), plan.messages)
             samples = []
-            for trial in range(plan.trials):
+            for trial in range(plan.runs):
                 store.get(f"ready/{plan.label}/{trial}", timeout=120)
                 t0 = time.perf_counter()
                 for i in range(plan.messages):
                     stamp(src, i)
                     channel.put({"x": src}, timeout=120)
                 got = int(store.get(f"done/{plan.label}/{trial}", timeout=300))
-                samples.append(mib_per_s(plan.size, plan.messages, time.perf_counter() - t0))
+                if trial:  # the first run warms up
+                    samples.append(mib_per_s(plan.size, plan.messages, time.perf_counter() - t0))
                 check(got, want, "rlinf", plan)
             out[plan.label] = statistics.median(samples)
         zero_copy = store.get("zero_copy", timeout=60) == b"1"
@@ -302,10 +310,11 @@ def bench_ray(plans: list[Plan], pings: int) -> tuple[dict[str, float], float]:
         for plan in plans:
             want = expected_checksum(make_source(plan.size), plan.messages)
             samples = []
-            for _ in range(plan.trials):
+            for trial in range(plan.runs):
                 seconds, got = ray.get(producer.run.remote(consumer, plan.size, plan.messages))
                 check(got, want, "ray", plan)
-                samples.append(mib_per_s(plan.size, plan.messages, seconds))
+                if trial:  # the first run warms up
+                    samples.append(mib_per_s(plan.size, plan.messages, seconds))
             out[plan.label] = statistics.median(samples)
         ping = make_source(4 * KiB)
         rtts = []

@@ -207,6 +207,42 @@ def _open_inline(descriptor: Header, buffers: Buffers) -> Batch:
     return Batch(tensors, descriptor.get("meta", {}))
 
 
+# Copies of large payloads into shared memory are split across a few threads (numpy releases
+# the GIL while copying): one core rarely saturates memory bandwidth, and the copy is the
+# whole cost of a put.
+_PARALLEL_COPY_MIN = 8 << 20
+_COPY_THREADS = max(1, min(4, os.cpu_count() or 1))
+
+
+class _Copier:
+    """The process's copy threads, started on first use."""
+
+    lock = threading.Lock()
+    pool: ThreadPoolExecutor | None = None
+
+    @classmethod
+    def get(cls) -> ThreadPoolExecutor:
+        with cls.lock:
+            if cls.pool is None:
+                cls.pool = ThreadPoolExecutor(_COPY_THREADS - 1, thread_name_prefix="rlinf-copy")
+            return cls.pool
+
+
+def _copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
+    """`np.copyto(dst, src)` for 1-D uint8 arrays, in parallel chunks when large."""
+    n = src.nbytes
+    if n < _PARALLEL_COPY_MIN or _COPY_THREADS == 1:
+        np.copyto(dst, src)
+        return
+    copier = _Copier.get()
+    step = (-(-n // _COPY_THREADS) + 4095) & ~4095  # page-aligned chunks
+    bounds = [(a, min(a + step, n)) for a in range(0, n, step)]
+    futures = [copier.submit(np.copyto, dst[a:b], src[a:b]) for a, b in bounds[1:]]
+    np.copyto(dst[bounds[0][0]:bounds[0][1]], src[bounds[0][0]:bounds[0][1]])
+    for fut in futures:
+        fut.result()
+
+
 class _RawLayout:
     """Small plain-numpy batches in an arena: raw bytes at aligned offsets, described in
     the JSON descriptor (dtype, shape, offset). Same zero-copy result as the Arrow codec
@@ -235,8 +271,12 @@ class _RawLayout:
 
     def write_into(self, dest: memoryview) -> int:
         for (_, array), offset in zip(self.arrays, self.offsets, strict=True):
-            target = np.frombuffer(dest, dtype=array.dtype, count=array.size, offset=offset)
-            np.copyto(target.reshape(array.shape), array)
+            if array.flags.c_contiguous:
+                target = np.frombuffer(dest, dtype=np.uint8, count=array.nbytes, offset=offset)
+                _copy_bytes(target, array.reshape(-1).view(np.uint8))
+            else:
+                target = np.frombuffer(dest, dtype=array.dtype, count=array.size, offset=offset)
+                np.copyto(target.reshape(array.shape), array)
         return self.nbytes
 
     def describe(self) -> Header:
@@ -538,8 +578,12 @@ class Endpoint:
                 name = tp.select_transport(
                     self.locality, self.locality.elsewhere_on_node(), batch, override=transport
                 )
+                raw = _RawLayout.of(batch) if name == "shm" else None
+                if raw is not None and raw.nbytes > self.config.pack_bytes:
+                    out[i] = self._export_arena([raw])[0]  # a segment of its own
+                    continue
                 if name == "shm" and batch.nbytes <= self.config.pack_bytes:
-                    packed = _RawLayout.of(batch) or codec.plan_encoding(batch)
+                    packed = raw or codec.plan_encoding(batch)
                     if packed.nbytes <= self.config.pack_bytes:
                         small.append((i, packed))
                         continue
