@@ -7,6 +7,8 @@
   blocks of episodes from identical start states) and checkpoints model, optimizer and RNG.
 - `run_collocated` / `run_pipelined` drive one rollout in-process without and with overlap
   (policy in a second thread); `run_pipelined_process` serves from a `PolicyProcess`.
+- `vla.TinyVLA`: image + instruction → discretised action tokens (OpenVLA style) through a
+  tiny Qwen2 built from a config, with `act`/`evaluate` and a value head.
 - `loop.train` / `loop.evaluate_policy`: the in-process training loop and evaluation;
   `python -m rlinf.workers.embodied.throughput` measures the drivers' env steps/s.
 """
