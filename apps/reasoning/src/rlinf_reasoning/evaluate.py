@@ -1,0 +1,84 @@
+"""Accuracy of a causal LM on math problems under the short template ("12+7=" → "19").
+
+Shared by the warm-start script, the RL headroom check and the tests, so all of them
+measure accuracy the same way: prompts left-padded, `generate` until EOS or
+`max_new_tokens`, the last number of the response scored against the reference answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from rlinf.envs.math import MathProblem, format_prompt, score
+from rlinf.envs.math.extract import Strategy
+
+__all__ = ["ANSWER_STRATEGIES", "accuracy", "generate", "rewards"]
+
+ANSWER_STRATEGIES: tuple[Strategy, ...] = ("last_number",)
+"""How answers are extracted from a tiny model's response (no boxing, no phrases)."""
+
+
+@torch.no_grad()
+def generate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    do_sample: bool,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(prompt_ids, prompt_mask, response_ids)`` for `prompts`, one response each.
+
+    Prompts are left-padded (the tokenizer's default); responses are right-padded with the
+    pad id after EOS. Sampling draws from torch's global RNG: seed it for reproducibility.
+    """
+    batch = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    device = next(model.parameters()).device
+    prompt_ids = batch["input_ids"].to(device)
+    prompt_mask = batch["attention_mask"].to(device)
+    sequences = model.generate(  # type: ignore[operator]
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        max_new_tokens=max_new_tokens,
+        do_sample=do_sample,
+        temperature=temperature if do_sample else None,
+        top_k=None,
+        top_p=None,
+    )
+    return prompt_ids, prompt_mask, sequences[:, prompt_ids.shape[1]:]
+
+
+def rewards(
+    tokenizer: PreTrainedTokenizerBase, response_ids: torch.Tensor, answers: Sequence[str]
+) -> list[float]:
+    """1.0 for each response whose last number equals its reference answer, else 0.0."""
+    texts = tokenizer.batch_decode(response_ids, skip_special_tokens=True)
+    return [score(text, answer, strategies=ANSWER_STRATEGIES, backend="builtin")
+            for text, answer in zip(texts, answers, strict=True)]
+
+
+def accuracy(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    problems: Sequence[MathProblem],
+    *,
+    max_new_tokens: int = 6,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    batch_size: int = 256,
+) -> float:
+    """Share of `problems` answered correctly, greedy by default (one sample each if not)."""
+    if not problems:
+        return 0.0
+    correct = 0.0
+    for start in range(0, len(problems), batch_size):
+        chunk = problems[start:start + batch_size]
+        prompts = [format_prompt(p, template="short") for p in chunk]
+        _, _, response_ids = generate(model, tokenizer, prompts, max_new_tokens=max_new_tokens,
+                                      do_sample=do_sample, temperature=temperature)
+        correct += sum(rewards(tokenizer, response_ids, [p.answer for p in chunk]))
+    return correct / len(problems)
