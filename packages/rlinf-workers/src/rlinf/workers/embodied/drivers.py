@@ -4,9 +4,10 @@
   (`InlinePolicyLink`), so simulation and inference strictly alternate in one thread.
 - `run_pipelined`: the policy serves from a second thread through two `KeyedQueue`s, so
   while the env worker steps stage group g the policy computes the actions of group g+1.
-  Overlap needs both sides to release the GIL: torch does inside its ops and MuJoCo's
-  bindings do inside ``mj_step``, but the Python around them (gymnasium's step, module
-  calls) holds it, so the overlap is partial; docs/architecture.md gives measured rates.
+  Overlap needs a free core and both sides outside the GIL: torch releases it inside its
+  ops, but the Python around them and gymnasium's step hold it, so the overlap is partial
+  at best; docs/architecture.md gives the measured rates (no gain on our loaded 2-core
+  machine, where even two threads of torch matmuls ran no faster than one).
 
 Both return the env worker's `EnvRollout`. With the same seeds and stage groups they produce
 bit-identical trajectories: the policy sees the same micro-batches and each env draws from
