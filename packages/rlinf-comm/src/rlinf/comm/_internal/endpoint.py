@@ -26,13 +26,13 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import numpy as np
 import structlog
 
 from rlinf.comm import errors
 from rlinf.comm._internal import codec, shm, wire
+from rlinf.comm._internal import endpoint_layout as layout
 from rlinf.comm._internal import transports as tp
 from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
 from rlinf.comm._internal.store import Store, check_timeout
@@ -77,11 +77,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _align(nbytes: int) -> int:
-    """Arena slots start 64-byte aligned (Arrow's preferred alignment)."""
-    return (nbytes + 63) & ~63
 
 
 @dataclass(eq=False)
@@ -162,148 +157,6 @@ class _Releaser:
                     log.debug("release_dropped", peer=peer.name, count=len(idents))
             if closing:
                 return
-
-
-# -- eager protocol for small host batches ----------------------------------------------
-# A small batch of plain numpy arrays travels as raw array bytes in the frame, described by
-# dtype and shape in the JSON header: no Arrow encoding on either side (which costs far more
-# than the bytes for a few KiB). Anything else (torch, GPU, exotic dtypes) uses transports.
-_INLINE = "inline"
-
-
-def _inline_ok(batch: Batch, limit: int, src: tp.Locality, dst: tp.Locality) -> bool:
-    if batch.nbytes > limit or src.same_process(dst):
-        return False
-    for array in batch.tensors.values():
-        if type(array) is not np.ndarray or array.dtype.hasobject:
-            return False
-        if np.dtype(array.dtype.str) != array.dtype:  # structured, or not round-trippable
-            return False
-    return True
-
-
-def _inline_message(batch: Batch) -> tuple[Header, list[Any]]:
-    specs, buffers = [], []
-    for name, array in batch.tensors.items():
-        contiguous = np.ascontiguousarray(array)
-        specs.append([name, contiguous.dtype.str, list(contiguous.shape)])
-        buffers.append(contiguous.reshape(-1).view(np.uint8))
-    header = {"op": "data", "xid": 0, "t": _INLINE,
-              "d": {"tensors": specs, "meta": dict(batch.meta)}}
-    return header, buffers
-
-
-def _open_inline(descriptor: Header, buffers: Buffers) -> Batch:
-    specs = descriptor["tensors"]
-    if len(specs) != len(buffers):
-        raise errors.CodecError(f"expected {len(specs)} buffers; got {len(buffers)}")
-    tensors = {}
-    for (name, dtype, shape), buf in zip(specs, buffers, strict=True):
-        dt = np.dtype(dtype)
-        if dt.hasobject:
-            raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
-        # The frame buffer belongs to us alone (wire's contract): a zero-copy view.
-        tensors[str(name)] = np.frombuffer(buf, dtype=dt).reshape(shape)
-    return Batch(tensors, descriptor.get("meta", {}))
-
-
-# Copies of large payloads into shared memory are split across a few threads (numpy releases
-# the GIL while copying): one core rarely saturates memory bandwidth, and the copy is the
-# whole cost of a put.
-_PARALLEL_COPY_MIN = 8 << 20
-_COPY_THREADS = max(1, min(4, os.cpu_count() or 1))
-
-
-class _Copier:
-    """The process's copy threads, started on first use."""
-
-    lock = threading.Lock()
-    pool: ThreadPoolExecutor | None = None
-
-    @classmethod
-    def get(cls) -> ThreadPoolExecutor:
-        with cls.lock:
-            if cls.pool is None:
-                cls.pool = ThreadPoolExecutor(_COPY_THREADS - 1, thread_name_prefix="rlinf-copy")
-            return cls.pool
-
-
-def _copy_bytes(dst: np.ndarray, src: np.ndarray) -> None:
-    """`np.copyto(dst, src)` for 1-D uint8 arrays, in parallel chunks when large."""
-    n = src.nbytes
-    if n < _PARALLEL_COPY_MIN or _COPY_THREADS == 1:
-        np.copyto(dst, src)
-        return
-    copier = _Copier.get()
-    step = (-(-n // _COPY_THREADS) + 4095) & ~4095  # page-aligned chunks
-    bounds = [(a, min(a + step, n)) for a in range(0, n, step)]
-    futures = [copier.submit(np.copyto, dst[a:b], src[a:b]) for a, b in bounds[1:]]
-    np.copyto(dst[bounds[0][0]:bounds[0][1]], src[bounds[0][0]:bounds[0][1]])
-    for fut in futures:
-        fut.result()
-
-
-class _RawLayout:
-    """Small plain-numpy batches in an arena: raw bytes at aligned offsets, described in
-    the JSON descriptor (dtype, shape, offset). Same zero-copy result as the Arrow codec
-    for these batches, at a fraction of its per-item cost (which dominates small items)."""
-
-    def __init__(self, batch: Batch, arrays: list[tuple[str, np.ndarray]]) -> None:
-        self.meta = dict(batch.meta)
-        self.arrays = arrays
-        self.offsets = []
-        size = 0
-        for _, array in arrays:
-            self.offsets.append(size)
-            size = _align(size + array.nbytes)
-        self.nbytes = max(size, 1)
-
-    @classmethod
-    def of(cls, batch: Batch) -> _RawLayout | None:
-        arrays = []
-        for name, array in batch.tensors.items():
-            if type(array) is not np.ndarray or array.dtype.hasobject:
-                return None
-            if np.dtype(array.dtype.str) != array.dtype:
-                return None
-            arrays.append((name, array))
-        return cls(batch, arrays)
-
-    def write_into(self, dest: memoryview) -> int:
-        for (_, array), offset in zip(self.arrays, self.offsets, strict=True):
-            if array.flags.c_contiguous:
-                target = np.frombuffer(dest, dtype=np.uint8, count=array.nbytes, offset=offset)
-                _copy_bytes(target, array.reshape(-1).view(np.uint8))
-            else:
-                target = np.frombuffer(dest, dtype=array.dtype, count=array.size, offset=offset)
-                np.copyto(target.reshape(array.shape), array)
-        return self.nbytes
-
-    def describe(self) -> Header:
-        tensors = [[name, a.dtype.str, list(a.shape), off]
-                   for (name, a), off in zip(self.arrays, self.offsets, strict=True)]
-        return {"tensors": tensors, "meta": self.meta}
-
-
-_Packed = _RawLayout | codec.EncodePlan
-
-
-def _open_raw(descriptor: Header, *, on_release: Callable[[], None] | None) -> Batch:
-    """Map a `_RawLayout` payload: arrays are views on the shared segment."""
-    view = shm.default_reader().open_view(
-        str(descriptor["name"]), int(descriptor["offset"]), int(descriptor["nbytes"]),
-        on_release=on_release,
-    )
-    raw = descriptor["raw"]
-    tensors = {}
-    for name, dtype, shape, offset in raw["tensors"]:
-        dt = np.dtype(dtype)
-        if dt.hasobject:
-            raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
-        count = int(np.prod(shape, dtype=np.int64))
-        tensors[str(name)] = np.frombuffer(view, dtype=dt, count=count, offset=int(offset)
-                                           ).reshape(shape)
-    return Batch(tensors, raw.get("meta", {}))
 
 
 class Endpoint:
@@ -483,10 +336,10 @@ class Endpoint:
         deadline = time.monotonic() + limit
         peer = self._peer(dst, timeout=limit)
         dst_locality = self._peer_locality[dst]
-        if transport is None and _inline_ok(
+        if transport is None and layout.inline_ok(
             batch, self.config.eager_bytes, self.locality, dst_locality
         ):
-            header, buffers = _inline_message(batch)
+            header, buffers = layout.inline_message(batch)
             header["src"] = self.name
             try:
                 peer.conn.send(header, buffers, timeout=limit)
@@ -526,8 +379,8 @@ class Endpoint:
             fut.set_result(batch)
 
     def _open_message(self, header: Header, buffers: Buffers, peer: RpcPeer) -> Batch:
-        if header["t"] == _INLINE:
-            return _open_inline(header["d"], buffers)
+        if header["t"] == layout.INLINE:
+            return layout.open_inline(header["d"], buffers)
         transport = tp.get_transport(str(header["t"]))
         xid = int(header["xid"])
         if not xid:
@@ -572,13 +425,13 @@ class Endpoint:
         arenas makes many small items as cheap as one.
         """
         out: list[tuple[int, Header] | None] = [None] * len(batches)
-        small: list[tuple[int, _Packed]] = []
+        small: list[tuple[int, layout.Packed]] = []
         try:
             for i, batch in enumerate(batches):
                 name = tp.select_transport(
                     self.locality, self.locality.elsewhere_on_node(), batch, override=transport
                 )
-                raw = _RawLayout.of(batch) if name == "shm" else None
+                raw = layout.RawLayout.of(batch) if name == "shm" else None
                 if raw is not None and raw.nbytes > self.config.pack_bytes:
                     out[i] = self._export_arena([raw])[0]  # a segment of its own
                     continue
@@ -589,12 +442,12 @@ class Endpoint:
                         continue
                 out[i] = self.export_payload(batch, transport=name)
             while small:
-                group: list[tuple[int, _Packed]] = []
+                group: list[tuple[int, layout.Packed]] = []
                 used = 0
-                while small and (not group or used + _align(small[0][1].nbytes)
+                while small and (not group or used + layout.align(small[0][1].nbytes)
                                  <= self.config.arena_bytes):
                     group.append(small.pop(0))
-                    used += _align(group[-1][1].nbytes)
+                    used += layout.align(group[-1][1].nbytes)
                 for i, payload in zip(
                     [i for i, _ in group], self._export_arena([p for _, p in group]), strict=True
                 ):
@@ -604,9 +457,9 @@ class Endpoint:
             raise
         return [p for p in out if p is not None]
 
-    def _export_arena(self, plans: list[_Packed]) -> list[tuple[int, Header]]:
+    def _export_arena(self, plans: list[layout.Packed]) -> list[tuple[int, Header]]:
         pool = shm.default_pool()
-        segment = pool.acquire(sum(_align(p.nbytes) for p in plans))
+        segment = pool.acquire(sum(layout.align(p.nbytes) for p in plans))
         arena = _Arena(segment.name, len(plans))
         transport = tp.get_transport("shm")
         out = []
@@ -616,7 +469,7 @@ class Endpoint:
                 plan.write_into(segment.view[offset:offset + plan.nbytes])
                 descriptor = {"transport": "shm", "name": segment.name, "offset": offset,
                               "nbytes": plan.nbytes, "pid": os.getpid()}
-                if isinstance(plan, _RawLayout):
+                if isinstance(plan, layout.RawLayout):
                     descriptor["raw"] = plan.describe()
                 with self._lock:
                     xid = next(self._xids)
@@ -624,7 +477,7 @@ class Endpoint:
                         transport, tp.Exported(descriptor), None, arena=arena
                     )
                 out.append((xid, {"xid": xid, "t": "shm", "d": descriptor}))
-                offset += _align(plan.nbytes)
+                offset += layout.align(plan.nbytes)
         except BaseException:
             with self._lock:
                 for xid, _ in out:
@@ -667,7 +520,7 @@ class Endpoint:
         if self.locality.same_node(theirs):
             try:
                 if "raw" in payload["d"]:
-                    return _open_raw(payload["d"], on_release=on_release)
+                    return layout.open_raw(payload["d"], on_release=on_release)
                 return transport.open(payload["d"], [], on_release=lambda _d: on_release())
             except errors.TransportError as exc:
                 if _alive(theirs.pid):
@@ -694,7 +547,7 @@ class Endpoint:
             return
         descriptor = export.exported.descriptor
         if "raw" in descriptor:
-            local = _open_raw(descriptor, on_release=None)
+            local = layout.open_raw(descriptor, on_release=None)
         else:
             local = export.transport.open(descriptor, list(export.exported.buffers))
         tcp = tp.get_transport("tcp")
