@@ -17,6 +17,7 @@ import pytest
 
 from rlinf.comm import (
     AuthenticationError,
+    Batch,
     Channel,
     ChannelClosedError,
     CommError,
@@ -266,3 +267,29 @@ def _wait_until(predicate, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.05)
+
+
+def test_items_of_every_layout_round_trip(store: TCPStore, endpoint: Endpoint) -> None:
+    torch = pytest.importorskip("torch")
+    big = np.arange(3 << 20, dtype=np.float64).reshape(-1, 3)
+    cases = [
+        {"strided": np.arange(40, dtype=np.int16).reshape(4, 10)[:, ::3], "flag": np.array(True)},
+        {"half": np.linspace(0, 1, 7, dtype=np.float16), "empty": np.zeros((0, 5), np.int8)},
+        {"big_strided": big[:, 1], "big": big},  # > pack_bytes: a segment of its own
+        {"rec": np.zeros(3, dtype=[("a", "<i4"), ("b", "<f8")])},  # codec path
+        {"t": torch.arange(6, dtype=torch.bfloat16).reshape(2, 3)},  # torch: codec path
+    ]
+    with Channel.create("c", store=store) as producer:
+        consumer = Channel.connect("c", store=store)
+        producer.put_many([Batch(c, meta={"i": i}) for i, c in enumerate(cases)])
+        got = consumer.get_batch(target_weight=len(cases), timeout=10)
+        for i, (sent, batch) in enumerate(zip(cases, got, strict=True)):
+            assert batch.meta == {"i": i}
+            for name, array in sent.items():
+                if isinstance(array, np.ndarray):
+                    assert batch[name].dtype == array.dtype
+                    assert np.array_equal(np.asarray(batch[name]), array)
+                else:
+                    assert torch.equal(torch.as_tensor(batch[name]), array)
+        del got, batch
+        consumer.disconnect()
