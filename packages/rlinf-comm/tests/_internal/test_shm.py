@@ -121,6 +121,33 @@ def test_reader_views_without_copy_and_release_fires_when_views_die(pool):
     reader.close()
 
 
+@pytest.mark.parametrize("consumer", ["numpy", "numpy-slice", "pyarrow", "torch"])
+def test_release_waits_for_every_buffer_built_on_the_view(pool, consumer):
+    """Regression: `np.frombuffer(view)` re-exports from the mapping and drops `view`; the
+    release must still wait for the arrays, or the owner reuses the segment under them."""
+    seg = pool.acquire(4096)
+    reader = shm.SegmentReader()
+    fired: list[int] = []
+    view = reader.open_view(seg.name, 0, 800, on_release=lambda: fired.append(1))
+    if consumer == "numpy":
+        held = np.frombuffer(view, dtype=np.int64, count=50, offset=400).reshape(5, 10)
+    elif consumer == "numpy-slice":
+        held = np.frombuffer(view[8:], dtype=np.int64)
+    elif consumer == "pyarrow":
+        pa = pytest.importorskip("pyarrow")
+        held = pa.py_buffer(view)
+    else:
+        torch = pytest.importorskip("torch")
+        held = torch.frombuffer(view, dtype=torch.uint8)
+    del view
+    gc.collect()
+    assert fired == [], f"released while a {consumer} buffer still uses the segment"
+    del held
+    gc.collect()
+    assert fired == [1]
+    reader.close()
+
+
 def test_reader_refuses_foreign_names_and_bad_ranges(pool):
     reader = shm.SegmentReader()
     for bad in ["../etc/passwd", "psm_123", "rlinf-XYZ", "rlinf-" + "a" * 10]:

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import structlog
 
 from rlinf.comm.errors import TransportError
@@ -330,10 +331,16 @@ class SegmentReader:
             if offset < 0 or length < 0 or offset + length > len(mapping):
                 raise TransportError(f"expected [{offset}, {offset + length}) inside segment "
                                      f"{name!r} of {len(mapping)} bytes")
-            view = memoryview(mapping)[offset:offset + length]
+            # The finalizer must sit on the object every derived buffer keeps alive. A
+            # memoryview is the wrong anchor: `np.frombuffer(view)` re-exports from the
+            # mmap and lets `view` die while the arrays live, so the release would fire
+            # early and the owner would reuse the segment under live arrays. An ndarray
+            # exporter is kept alive by everything built on it (numpy views, memoryviews,
+            # pyarrow and torch buffers).
+            anchor = np.frombuffer(memoryview(mapping)[offset:offset + length], dtype=np.uint8)
         if on_release is not None:
-            weakref.finalize(view, on_release)
-        return view
+            weakref.finalize(anchor, on_release)
+        return memoryview(anchor)
 
     def close(self) -> None:
         with self._lock:

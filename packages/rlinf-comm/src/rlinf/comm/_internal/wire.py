@@ -157,7 +157,6 @@ class Connection:
         prefix = _PREFIX.pack(_MAGIC, len(header_bytes), len(views))
         lengths = struct.pack(f"!{len(views)}Q", *(v.nbytes for v in views))
         out = [memoryview(prefix + lengths + header_bytes)] + [v for v in views if v.nbytes]
-        total = sum(v.nbytes for v in out)
         deadline = self._deadline(timeout)
         with self._send_lock:
             self._check_open()
@@ -172,7 +171,6 @@ class Connection:
             except PeerDiedError:
                 self.close("peer died during send")
                 raise
-        log.debug("frame_sent", peer=self.peer_address, nbytes=total, buffers=len(views))
 
     # -- receiving --------------------------------------------------------------------
     def recv(self, *, timeout: float | None = None) -> tuple[dict[str, Any], list[memoryview]]:
