@@ -107,7 +107,17 @@ def recv_and_hang(store: TCPStore, peer: str, me: str) -> None:
     time.sleep(120)
 
 
+def put_numbered(store: TCPStore, channel_name: str, me: str, count: int, size: int) -> None:
+    """Put items i = 0..count-1, each {"x": [i] * size}, then wait until all are released."""
+    channel = Channel.connect(channel_name, store=store, timeout=60)
+    for i in range(count):
+        channel.put({"x": np.full(size, i, dtype=np.int64)}, timeout=60)
+    channel.flush(timeout=120)
+    channel.disconnect()
+
+
 ROLES = {
+    "put_numbered": (put_numbered, (str, str, int, int)),
     "produce": (produce, (str, str, int, int)),
     "consume": (consume, (str, str, int, str)),
     "put_and_hang": (put_and_hang, (str, str, int)),

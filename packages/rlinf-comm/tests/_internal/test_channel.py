@@ -204,6 +204,22 @@ def test_many_producers_and_consumers_lose_and_duplicate_nothing(
             assert np.all(np.diff(seqs) > 0)
 
 
+@pytest.mark.parametrize("size", [8, 100_000])
+def test_items_a_consumer_still_holds_are_never_overwritten(
+    store: TCPStore, endpoint: Endpoint, size: int
+) -> None:
+    """Regression: with back-pressure the producer recycles released segments; an item the
+    consumer still references must never be released, so its bytes must stay intact."""
+    count = 40
+    with Channel.create("hold", store=store, maxsize=4) as channel:
+        proc = spawn("put_numbered", store, "hold", "producer-0", count, size)
+        held = [channel.get(timeout=60)["x"] for _ in range(count)]
+        corrupted = [i for i, x in enumerate(held) if not np.all(x == i)]
+        assert corrupted == [], f"items overwritten under the consumer: {corrupted[:10]}"
+        del held
+        wait_exit(proc)
+
+
 def test_killed_producer_leaves_no_segments_and_consumers_get_an_error(
     store: TCPStore, endpoint: Endpoint
 ) -> None:
