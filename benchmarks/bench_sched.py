@@ -1,15 +1,20 @@
-"""Benchmark the M2Flow planner on paper-like workloads from 8 to 1024 devices.
+"""Benchmark the M2Flow planner on paper-like workloads from 4 to 1024 devices.
 
 For every workload (see `sched_workloads.py` for the cost models and where their numbers
-come from) and cluster size it plans with `rlinf.sched.planner.plan`, compares the chosen
-plan's simulated iteration time with the best collocated-only and disaggregated-only plans,
-and, where the space is small enough, with `exhaustive_search` over the same micro-batch
-candidates (device ranges in steps of `unit`). Prints a table and, as the last line, a JSON
-object: ``max_gap_vs_exhaustive`` (planner time / exhaustive time - 1, worst case; ≤ 0 means
-the planner, which also searches finer than `unit`, found a plan at least as fast),
-``min_speedup_vs_best_fixed`` (best fixed-mode time / planner time, worst case) and
-``plan_seconds_1024`` (slowest planning time on 1024 devices). "n/a" marks a fixed mode with
-no feasible plan (e.g. too few devices to give every component its own memory).
+come from) and cluster size it plans with `rlinf.sched.planner.plan` and compares the chosen
+plan's simulated iteration time with the best collocated-only and disaggregated-only plans.
+On small clusters (4 to 16 devices, `small_cluster_workloads`) it also runs
+`exhaustive_search` at a one-device step over the planner's micro-batch candidates (exact
+branch and bound: the true optimum of the planner's space) and, for information, the
+large-cluster search alone (``PlannerOptions(exact_limit=0)``).
+
+Prints a table and, as the last line, a JSON object: ``max_gap_vs_exhaustive`` (planner time
+/ exhaustive time - 1, worst case over the ``exhaustive_cases`` one-device-step comparisons),
+``max_gap_search_only`` (the same for the large-cluster search alone),
+``min_speedup_vs_best_fixed`` (best fixed-mode time / planner time, worst case),
+``plan_seconds_1024`` (slowest planning time on 1024 devices) and ``cases``. "n/a" marks a
+fixed mode with no feasible plan (e.g. too few devices to give every component its own
+memory).
 
 Launch: ``tox -e bench-sched`` or ``python benchmarks/bench_sched.py [--quick]``.
 """
@@ -22,95 +27,113 @@ import logging
 import math
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sched_workloads import Workload, all_workloads
+from sched_workloads import Workload, all_workloads, small_cluster_workloads
 
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
 
 MAX_CHUNKS = 8
-EXHAUSTIVE_LIMIT = 20_000
 
 
-def exhaustive_unit(workload: Workload, devices: int) -> int | None:
-    """Smallest range step (in devices) that keeps the exhaustive space under the limit."""
-    comps = len(workload.workflow.components)
-    unit = 1
-    while unit <= devices:
-        if devices % unit == 0:
-            slots = devices // unit
-            if (slots * (slots + 1) // 2) ** comps <= EXHAUSTIVE_LIMIT:
-                return unit
-        unit *= 2
-    return None
+@dataclass(frozen=True)
+class Case:
+    """One planned workload on one cluster size."""
+
+    workload: str
+    devices: int
+    spec: str
+    mode: str
+    time: float
+    seconds: float
+    micro_batch: dict[str, int]
+    collocated: float
+    disaggregated: float
+    exhaustive: float | None = None
+    """Step-1 exhaustive optimum (small clusters only)."""
+    search_only: float | None = None
+    """The large-cluster search alone (small clusters only)."""
 
 
-def run_case(workload: Workload, devices: int, *, with_exhaustive: bool) -> dict[str, object]:
-    """Plan one workload on one cluster size and compare with the baselines."""
-    cluster = Cluster.uniform(devices // 8, 8, "80GiB", "H100")
+def cluster_of(devices: int) -> Cluster:
+    """H100-like nodes of up to 8 devices."""
+    return Cluster.uniform(max(1, devices // 8), min(devices, 8), "80GiB", "H100")
+
+
+def run_case(workload: Workload, devices: int, *, exact: bool) -> Case:
+    """Plan one workload on one cluster size; with `exact`, compare with step-1 exhaustive."""
+    cluster = cluster_of(devices)
     options = PlannerOptions(max_chunks=MAX_CHUNKS)
     started = time.perf_counter()
     result = plan(workload.workflow, workload.cost, cluster, options=options)
     seconds = time.perf_counter() - started
     best = result.best
-    row: dict[str, object] = {
-        "workload": workload.name, "devices": devices, "plan": best.spec,
-        "mode": best.mode.value, "time": best.predicted_time, "seconds": seconds,
-        "micro_batch": dict(best.micro_batch),
-    }
-    for kind in ("collocated", "disaggregated"):
-        base = result.baselines.get(kind)
-        row[kind] = base.predicted_time if base else math.inf
-    unit = exhaustive_unit(workload, devices) if with_exhaustive else None
-    if unit is not None:
-        exh = exhaustive_search(workload.workflow, workload.cost, cluster, unit=unit,
+    fixed = {k: (p.predicted_time if (p := result.baselines.get(k)) else math.inf)
+             for k in ("collocated", "disaggregated")}
+    exhaustive = search_only = None
+    if exact:
+        exh = exhaustive_search(workload.workflow, workload.cost, cluster, unit=1,
                                 max_chunks=MAX_CHUNKS, keep=1)
-        row["exhaustive"] = exh.best.predicted_time
-        row["unit"] = unit
-    return row
+        exhaustive = exh.best.predicted_time
+        alone = plan(workload.workflow, workload.cost, cluster,
+                     options=PlannerOptions(max_chunks=MAX_CHUNKS, exact_limit=0))
+        search_only = alone.best.predicted_time
+    return Case(workload.name, devices, best.spec, best.mode.value, best.predicted_time,
+                seconds, dict(best.micro_batch), fixed["collocated"], fixed["disaggregated"],
+                exhaustive, search_only)
+
+
+def _ratio(base: float, t: float) -> str:
+    return f"{base / t:.2f}x" if math.isfinite(base) else "n/a"
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the suite and print the table and the JSON summary line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="only the smallest cluster sizes")
+    parser.add_argument("--quick", action="store_true",
+                        help="only the small clusters and each workload's smallest other one")
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    rows = []
+    cases = []
+    for workload, sizes in small_cluster_workloads():
+        for devices in sizes:
+            cases.append(run_case(workload, devices, exact=True))
+    done = {(c.workload, c.devices) for c in cases}
     for workload, sizes in all_workloads():
-        for i, devices in enumerate(sizes[:1] if args.quick else sizes):
-            rows.append(run_case(workload, devices, with_exhaustive=i == 0))
+        for devices in sizes[:1] if args.quick else sizes:
+            if (workload.name, devices) not in done:
+                cases.append(run_case(workload, devices, exact=False))
     header = (f"{'workload':<20} {'dev':>5} {'mode':<13} {'pred s':>8} {'vs coll':>8} "
-              f"{'vs disagg':>9} {'vs exh':>12} {'plan s':>7}  chosen plan / micro-batches")
+              f"{'vs disagg':>9} {'vs exh':>8} {'search':>8} {'plan s':>7}  "
+              "chosen plan / micro-batches")
     print(header)
     print("-" * len(header))
-    gaps, speedups, seconds_1024 = [], [], []
-    for r in rows:
-        t = float(r["time"])  # type: ignore[arg-type]
-        coll, dis = float(r["collocated"]), float(r["disaggregated"])  # type: ignore[arg-type]
-        speedups.append(min(coll, dis) / t)
-        exh = ""
-        if "exhaustive" in r:
-            gap = t / float(r["exhaustive"]) - 1  # type: ignore[arg-type]
-            gaps.append(gap)
-            exh = f"{gap:+.2%} u{r['unit']}"
-        if r["devices"] == 1024:
-            seconds_1024.append(float(r["seconds"]))  # type: ignore[arg-type]
-        vs_coll = f"{coll / t:.2f}x" if math.isfinite(coll) else "n/a"
-        vs_dis = f"{dis / t:.2f}x" if math.isfinite(dis) else "n/a"
-        print(f"{r['workload']:<20} {r['devices']:>5} {r['mode']:<13} {t:>8.2f} "
-              f"{vs_coll:>8} {vs_dis:>9} {exh:>12} {float(r['seconds']):>7.2f}  "  # type: ignore[arg-type]
-              f"{r['plan']}  {r['micro_batch']}")
+    gaps, search_gaps, speedups, seconds_1024 = [], [], [], []
+    for c in cases:
+        speedups.append(min(c.collocated, c.disaggregated) / c.time)
+        exh = search = ""
+        if c.exhaustive is not None and c.search_only is not None:
+            gaps.append(c.time / c.exhaustive - 1)
+            search_gaps.append(c.search_only / c.exhaustive - 1)
+            exh, search = f"{gaps[-1]:+.2%}", f"{search_gaps[-1]:+.2%}"
+        if c.devices == 1024:
+            seconds_1024.append(c.seconds)
+        print(f"{c.workload:<20} {c.devices:>5} {c.mode:<13} {c.time:>8.2f} "
+              f"{_ratio(c.collocated, c.time):>8} {_ratio(c.disaggregated, c.time):>9} "
+              f"{exh:>8} {search:>8} {c.seconds:>7.2f}  {c.spec}  {c.micro_batch}")
     summary = {
         "max_gap_vs_exhaustive": round(max(gaps), 6) if gaps else None,
+        "max_gap_search_only": round(max(search_gaps), 6) if search_gaps else None,
         "min_speedup_vs_best_fixed": round(min(speedups), 6),
         "plan_seconds_1024": round(max(seconds_1024), 3) if seconds_1024 else None,
-        "cases": len(rows),
+        "cases": len(cases),
+        "exhaustive_cases": len(gaps),
     }
     print(json.dumps(summary))
     return 0

@@ -146,23 +146,24 @@ def embodied(*, gpu_render: bool, envs: int = 512, steps: int = 32) -> Workload:
     return Workload(name, wf, cost, f"7B VLA, {envs} envs × {steps} steps, {what}")
 
 
-def moe(batch: int = 2048) -> Workload:
-    """GRPO on a large MoE (100B total, 10B active): expert-parallel groups of 8 devices."""
-    params, active = 100e9, 10e9
+def moe(batch: int = 2048, *, params: float = 100e9, active: float = 10e9, ep: int = 8,
+        actor_min: int = 32, name: str = "grpo-moe-100b") -> Workload:
+    """GRPO on an MoE (default 100B total, 10B active): expert-parallel groups of `ep`
+    devices; the actor needs at least `actor_min` devices."""
     train = _train_per_item(active, 0.25)
     wf = Workflow(
         components=(
-            Component("rollout", streaming=True, completion=LONG_TAIL, device_multiple=8),
+            Component("rollout", streaming=True, completion=LONG_TAIL, device_multiple=ep),
             Component("reward", resource="cpu"),
-            Component("inference", device_multiple=8, min_devices=8),
-            Component("actor", device_multiple=8, min_devices=32),
+            Component("inference", device_multiple=ep, min_devices=ep),
+            Component("actor", device_multiple=ep, min_devices=actor_min),
         ),
         edges=(
             Edge("rollout", "reward", bytes_per_item=4 * TOKENS),
             Edge("reward", "inference", bytes_per_item=4 * TOKENS + 4),
             Edge("inference", "actor", bytes_per_item=12 * TOKENS),
         ),
-        global_batch=batch, name="grpo-moe-100b",
+        global_batch=batch, name=name,
     )
     cost = AnalyticCostModel({
         "rollout": AnalyticCost(fixed=2.0, per_item=6_000 / 2_000, tail=0.1,
@@ -173,7 +174,8 @@ def moe(batch: int = 2048) -> Workload:
         "actor": AnalyticCost(fixed=2.0, per_item=train, sync=2.0, sharded=16 * params,
                               replicated=16 * GIB, switch=20.0),
     })
-    return Workload("grpo-moe-100b", wf, cost, "MoE 100B/10B-active GRPO, EP groups of 8")
+    return Workload(name, wf, cost, f"MoE {params / 1e9:.0f}B/{active / 1e9:.1f}B-active GRPO, "
+                    f"EP groups of {ep}")
 
 
 def all_workloads() -> list[tuple[Workload, tuple[int, ...]]]:
@@ -185,4 +187,21 @@ def all_workloads() -> list[tuple[Workload, tuple[int, ...]]]:
         (embodied(gpu_render=False), (8, 64, 1024)),
         (embodied(gpu_render=True), (8, 64, 1024)),
         (moe(), (64, 256, 1024)),
+    ]
+
+
+def small_cluster_workloads() -> list[tuple[Workload, tuple[int, ...]]]:
+    """Every workload on 4 to 16 devices, where exhaustive search at a one-device step is
+    feasible: the same workloads (batches unchanged: the search space does not depend on
+    them), except the MoE, scaled to 16B total / 2.5B active with EP groups of 4, an actor
+    on at least 4 devices and a batch of 512 (the 100B model needs 32 devices for its
+    optimizer state). Not on 16 devices: PPO with a critic (five components) and the MoE,
+    whose exact search there takes minutes."""
+    return [
+        (grpo("grpo-1.5b", params=1.5e9, decode_tps=15_000, tp=1, batch=4096), (4, 8, 16)),
+        (grpo("grpo-7b", params=7.6e9, decode_tps=5_000, tp=2, batch=2048), (4, 8, 16)),
+        (ppo_critic(), (4, 8)),
+        (embodied(gpu_render=False), (4, 8, 16)),
+        (embodied(gpu_render=True), (4, 8, 16)),
+        (moe(512, params=16e9, active=2.5e9, ep=4, actor_min=4, name="grpo-moe-16b"), (4, 8)),
     ]

@@ -1,21 +1,26 @@
 """The M2Flow planner: search placements and micro-batch granularity, scored by simulation.
 
-`plan` is the entry point (exact on small clusters, a bounded coarse-to-fine search on large
-ones); `exhaustive_search` is the brute-force reference used by tests and the benchmark.
+`plan` is the entry point (a bounded coarse-to-fine search, followed on small clusters by
+exact branch and bound); `exhaustive_search` is the reference used by tests and the benchmark
+(branch and bound, or with ``prune=False`` brute force).
 """
 
+from rlinf.sched.planner.branch import FIXED_MODES, BranchResult, branch_and_bound
 from rlinf.sched.planner.exhaustive import exhaustive_candidates, exhaustive_search
 from rlinf.sched.planner.search import SPAN, BlockLayout, PlannerOptions, block_layouts, plan
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored, chunk_choices
 
 __all__ = [
+    "FIXED_MODES",
     "SPAN",
     "BlockLayout",
+    "BranchResult",
     "Candidate",
     "Evaluator",
     "PlannerOptions",
     "Scored",
     "block_layouts",
+    "branch_and_bound",
     "chunk_choices",
     "exhaustive_candidates",
     "exhaustive_search",

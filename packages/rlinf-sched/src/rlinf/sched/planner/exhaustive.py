@@ -3,9 +3,10 @@
 Every component may take any contiguous range of devices (in steps of `unit` devices), so
 collocated, disaggregated (with every split), partially overlapping and hybrid placements,
 and placements that leave devices idle, are all enumerated; each with every combination of
-micro-batch sizes from the candidate set. With ``prune=True`` (the default) candidates are
-visited in lower-bound order and the search stops once the bound reaches the `keep`-th best
-time found: branch and bound, still exact. ``prune=False`` simulates everything.
+micro-batch sizes from the candidate set. With ``prune=True`` (the default) this is the exact
+branch and bound of `rlinf.sched.planner.branch` (same best `keep` times, a tiny fraction of
+the simulations; simulations are shared between candidates with one signature).
+``prune=False`` simulates every candidate with every micro-batch combination.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.plan import PlanResult
-from rlinf.sched.planner.space import Candidate, Evaluator, Scored
+from rlinf.sched.planner.branch import branch_and_bound
+from rlinf.sched.planner.space import Candidate, Evaluator
 from rlinf.sched.workflow import Workflow
 
 __all__ = ["exhaustive_candidates", "exhaustive_search"]
@@ -58,32 +60,37 @@ def exhaustive_search(
     """The best `keep` plans over the whole range × micro-batch space (see module docstring).
 
     Raises:
-        PlanningError: the space exceeds `max_candidates`, or nothing fits.
+        PlanningError: the search would score more than `max_candidates` placements (all of
+            them without pruning), or nothing fits.
     """
     started = time.perf_counter()
     ev = Evaluator(workflow, cost, cluster, max_chunks=max_chunks)
-    cands = exhaustive_candidates(ev, unit=unit)
-    if len(cands) > max_candidates:
-        raise PlanningError(f"exhaustive search over {len(cands)} placements exceeds "
-                            f"max_candidates={max_candidates}: use a larger unit or plan()")
     if prune:
-        cands.sort(key=ev.lower_bound)
-    top: list[Scored] = []
-    for cand in cands:
-        if prune and len(top) >= keep and ev.lower_bound(cand) >= top[-1].time:
-            break
-        scored = ev.best(cand, exhaustive=True)
-        if scored is None:
-            continue
-        top.append(scored)
-        top.sort(key=lambda s: (s.time, s.candidate))
-        del top[keep:]
+        found = branch_and_bound(ev, unit=unit, keep=keep, max_leaves=max_candidates)
+        if not found.complete:
+            raise PlanningError(f"exhaustive search scored {max_candidates} placements without "
+                                f"finishing: raise max_candidates, use a larger unit or plan()")
+        top, visited = found.top, found.leaves
+    else:
+        cands = exhaustive_candidates(ev, unit=unit)
+        if len(cands) > max_candidates:
+            raise PlanningError(f"exhaustive search over {len(cands)} placements exceeds "
+                                f"max_candidates={max_candidates}: use a larger unit or plan()")
+        top = []
+        for cand in cands:
+            scored = ev.best(cand, exhaustive=True)
+            if scored is None:
+                continue
+            top.append(scored)
+            top.sort(key=lambda s: (s.time, s.candidate))
+            del top[keep:]
+        visited = len(cands)
     if not top:
         raise PlanningError(f"no placement of {list(workflow.names)} fits on "
                             f"{cluster.num_devices} devices: every candidate exceeds memory")
     plans = tuple(ev.to_plan(s) for s in top)
     seconds = time.perf_counter() - started
-    _log.debug("exhaustive_search", candidates=len(cands), simulations=ev.simulations,
+    _log.debug("exhaustive_search", candidates=visited, simulations=ev.simulations,
                best=plans[0].predicted_time, seconds=round(seconds, 3))
     return PlanResult(plans, {}, ev.simulations, seconds)
 

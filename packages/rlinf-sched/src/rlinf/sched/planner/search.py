@@ -1,8 +1,10 @@
 """The M2Flow planner: temporal, spatial and hybrid placements × micro-batch granularity.
 
-Small clusters (the range space has at most `PlannerOptions.exact_limit` placements) are
-planned exactly, by branch and bound over every range per component. Large ones by a search
-that scales to thousands of devices:
+Every cluster is planned by a search that scales to thousands of devices (below). On small
+clusters (at most `PlannerOptions.exact_devices` devices) exact branch and bound over every
+range per component and every micro-batch combination follows, seeded with the search's
+plans (`rlinf.sched.planner.branch`), for the plans and for each fixed-mode baseline; if it
+scores more than `exact_limit` placements it stops and keeps the best found so far.
 
 1. **Layouts.** Each component goes to one device block or spans every block; blocks are
    labelled in order of first use, so ``(0, 0, 0)`` is collocated, ``(0, 1, 2)`` fully
@@ -34,7 +36,7 @@ from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.plan import ExecutionPlan, PlanResult
-from rlinf.sched.planner.exhaustive import exhaustive_candidates
+from rlinf.sched.planner.branch import FIXED_MODES, branch_and_bound
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored
 from rlinf.sched.workflow import Workflow
 
@@ -59,9 +61,12 @@ class PlannerOptions:
     """Coarse candidates refined (plus the best collocated and disaggregated ones)."""
     keep: int = 5
     """Plans returned (best first)."""
+    exact_devices: int = 16
+    """On clusters of at most this many devices, follow the search with exact branch and bound
+    over every range placement (`rlinf.sched.planner.branch`)."""
     exact_limit: int = 3000
-    """Plan exactly (branch and bound over every range) when there are at most this many
-    range placements."""
+    """Most placements branch and bound scores (per search) before it stops and keeps the
+    best found so far; 0 turns it off."""
     min_step: int | None = None
     """Finest block-size step in devices; None means ``max(1, N // 256)``."""
     idle_devices: bool = True
@@ -154,11 +159,10 @@ def plan(
     started = time.perf_counter()
     ev = Evaluator(workflow, cost, cluster, max_chunks=opts.max_chunks)
     n = cluster.num_devices
-    space = (n * (n + 1) // 2) ** len(workflow.components)
-    if space <= opts.exact_limit:
-        scored, baselines = _exact(ev, keep=opts.keep)
-    else:
-        scored, baselines = _heuristic(ev, opts)
+    scored, baselines = _heuristic(ev, opts)
+    exact = False
+    if n <= opts.exact_devices and opts.exact_limit > 0:
+        scored, baselines, exact = _exact(ev, opts, scored, baselines)
     if not scored:
         raise PlanningError(f"no placement of {list(workflow.names)} fits on {n} devices: "
                             "every candidate exceeds device memory or the parallelism limits")
@@ -172,7 +176,7 @@ def plan(
     seconds = time.perf_counter() - started
     _log.info("plan", workflow=workflow.name, devices=n, best=plans[0].spec,
               time=round(plans[0].predicted_time, 4), simulations=ev.simulations,
-              seconds=round(seconds, 3))
+              exact=exact, seconds=round(seconds, 3))
     return PlanResult(tuple(plans[: opts.keep]), base_plans, ev.simulations, seconds)
 
 
@@ -186,26 +190,24 @@ def _fixed_kind(candidate: Candidate, num_devices: int) -> str | None:
     return None
 
 
-def _exact(ev: Evaluator, *, keep: int) -> tuple[list[Scored], dict[str, Scored]]:
-    """Branch and bound over every range placement; baselines are searched in full."""
-    n = ev.cluster.num_devices
-    cands = exhaustive_candidates(ev)
-    cands.sort(key=ev.lower_bound)
-    top: list[Scored] = []
-    baselines: dict[str, Scored] = {}
-    for cand in cands:
-        kind = _fixed_kind(cand, n)
-        if len(top) >= keep and ev.lower_bound(cand) >= top[-1].time and kind is None:
+def _exact(ev: Evaluator, opts: PlannerOptions, scored: list[Scored],
+           baselines: dict[str, Scored]) -> tuple[list[Scored], dict[str, Scored], bool]:
+    """Branch and bound from the heuristic's plans, for the plans and for each fixed mode;
+    True when every search finished within `exact_limit` leaves (the plans are optimal)."""
+    found = branch_and_bound(ev, keep=opts.keep, seeds=scored, max_leaves=opts.exact_limit)
+    exact = found.complete
+    out = dict(baselines)
+    for kind in FIXED_MODES:
+        seeds = [baselines[kind]] if kind in baselines else []
+        try:
+            fixed = branch_and_bound(ev, keep=1, mode=kind, seeds=seeds,
+                                     max_leaves=opts.exact_limit)
+        except PlanningError:  # the mode cannot place every component
             continue
-        scored = ev.best(cand)
-        if scored is None:
-            continue
-        if kind is not None and (kind not in baselines or scored.time < baselines[kind].time):
-            baselines[kind] = scored
-        top.append(scored)
-        top.sort(key=lambda s: (s.time, s.candidate))
-        del top[keep:]
-    return top + list(baselines.values()), baselines
+        exact = exact and fixed.complete
+        if fixed.top:
+            out[kind] = fixed.top[0]
+    return found.top + list(out.values()), out, exact
 
 
 @dataclass(frozen=True)

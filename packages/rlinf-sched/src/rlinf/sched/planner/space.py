@@ -4,6 +4,12 @@ A candidate placement gives every component one contiguous device range ``[start
 (collocated: all the same range; disaggregated: disjoint ranges; hybrid: anything else, e.g.
 ``env: 0-3, rollout: 4-7, actor: 0-7``). `Evaluator` scores a candidate by simulation, picks
 its best micro-batches, memoises everything, and gives a cheap lower bound used for pruning.
+
+Simulations are memoised by the candidate's *signature*: the device count of each component,
+the set of distinct atoms (which components share a device group, and its device memory)
+and which components sit on the same node. A simulation reads nothing else of the placement,
+so candidates with one signature (e.g. translations of a layout inside a node) share one
+simulation, exactly.
 """
 
 from __future__ import annotations
@@ -24,12 +30,16 @@ from rlinf.sched.plan import ExecutionPlan
 from rlinf.sched.simulator import CachedCostModel, Layout, SimulationResult, simulate_layout
 from rlinf.sched.workflow import Workflow
 
-__all__ = ["Candidate", "Evaluator", "Scored", "chunk_choices"]
+__all__ = ["Candidate", "Evaluator", "Scored", "Signature", "chunk_choices"]
 
 _log = structlog.get_logger(__name__)
 
 Candidate = tuple[tuple[int, int], ...]
 """One ``(start, stop)`` device range per component, in `Workflow.names` order."""
+
+Signature = tuple[tuple[int, ...], frozenset[tuple[int, int]], tuple[int, ...]]
+"""What a simulation reads of a candidate: device counts, atoms as (component bit mask,
+device memory), and per component the first component on its node (-1: spans nodes)."""
 
 
 def chunk_choices(workflow: Workflow, *, max_chunks: int) -> dict[str, tuple[int, ...]]:
@@ -74,6 +84,7 @@ class Evaluator:
         self.enumerate_limit = enumerate_limit
         self.simulations = 0
         self._sim: dict[tuple[Candidate, tuple[int, ...]], SimulationResult | None] = {}
+        self._by_signature: dict[tuple[Signature, tuple[int, ...]], SimulationResult | None] = {}
         self._work: dict[tuple[str, int, int], float] = {}
         self._memo: dict[Any, Any] = {}
         memories = {d.memory_bytes for d in cluster.devices}
@@ -117,6 +128,24 @@ class Evaluator:
             comp_sets={n: frozenset(a) for n, a in comp_atoms.items()},
         )
 
+    def signature(self, candidate: Candidate) -> Signature:
+        """The candidate's simulation signature (module docstring)."""
+        cuts = sorted({b for rng in candidate for b in rng})
+        atoms: set[tuple[int, int]] = set()
+        for lo, hi in itertools.pairwise(cuts):
+            mask = 0
+            for i, (s, e) in enumerate(candidate):
+                if s <= lo < e:
+                    mask |= 1 << i
+            if mask:
+                memory = self._uniform_memory if self._uniform_memory is not None else min(
+                    self.cluster.devices[d].memory_bytes for d in range(lo, hi))
+                atoms.add((mask, memory))
+        node_of = self.cluster.node_of
+        nodes = [node_of(s) if node_of(s) == node_of(e - 1) else None for s, e in candidate]
+        same = tuple(-1 if nd is None else nodes.index(nd) for nd in nodes)
+        return tuple(e - s for s, e in candidate), frozenset(atoms), same
+
     # ------------------------------------------------------------------ scoring
     def simulate(self, candidate: Candidate, sizes: Sequence[int],
                  *, record: bool = False) -> SimulationResult | None:
@@ -124,6 +153,11 @@ class Evaluator:
         key = (candidate, tuple(sizes))
         if key in self._sim and not record:
             return self._sim[key]
+        if not record:
+            by_sig = (self.signature(candidate), key[1])
+            if by_sig in self._by_signature:
+                self._sim[key] = self._by_signature[by_sig]
+                return self._sim[key]
         self.simulations += 1
         try:
             result: SimulationResult | None = simulate_layout(
@@ -133,6 +167,8 @@ class Evaluator:
         except PlanningError:
             result = None
         self._sim[key] = result
+        if not record:
+            self._by_signature[by_sig] = result
         return result
 
     def time(self, candidate: Candidate, sizes: Sequence[int]) -> float:
@@ -194,16 +230,33 @@ class Evaluator:
                     best = (t, sizes)
         return best
 
-    def best(self, candidate: Candidate, *, exhaustive: bool = False) -> Scored | None:
+    def best(self, candidate: Candidate, *, exhaustive: bool = False,
+             below: float | None = None) -> Scored | None:
         """Best micro-batches for `candidate`: every combination when there are few (or when
-        `exhaustive`), else coordinate descent from the best uniform split."""
+        `exhaustive`), else coordinate descent from the best uniform split.
+
+        With `below` (enumeration only), combinations whose `sized_bound` reaches the best time
+        found so far or `below` are not simulated: exact for every result under `below`.
+        None when nothing fits (or, with `below`, nothing can beat it).
+        """
         options = [self.choices[n] for n in self.names]
         total = math.prod(len(o) for o in options)
         if exhaustive or total <= self.enumerate_limit:
             best_t, best_sizes = math.inf, tuple(o[0] for o in options)
-            for sizes in itertools.product(*options):
+            combos = list(itertools.product(*options))
+            if below is not None:  # lowest bound first; stop once the bound cannot win
+                ranked = sorted((self.sized_bound(candidate, c), c) for c in combos)
+                combos = []
+                for bound, sizes in ranked:
+                    if bound >= below:
+                        break
+                    combos.append(sizes)
+            for sizes in combos:
+                if below is not None and \
+                        self.sized_bound(candidate, sizes) >= min(best_t, below):
+                    break
                 t = self.time(candidate, sizes)
-                if t < best_t:
+                if t < best_t or (t == best_t and sizes < best_sizes):
                     best_t, best_sizes = t, sizes
         else:
             best_t, best_sizes = self.quick(candidate)
@@ -239,17 +292,33 @@ class Evaluator:
             self._work[key] = best * self.workflow.steps_of(name)
         return self._work[key]
 
+    def sized_work(self, name: str, devices: int, size: int) -> float:
+        """Total compute seconds of `name` per iteration on `devices` devices with micro-batch
+        `size` (streaming components make one call whatever `size`)."""
+        key = (name, devices, size)
+        if key not in self._work:
+            batch = self.workflow.batch_of(name)
+            if self.workflow.component(name).streaming:
+                size = batch
+            full, rest = divmod(batch, size)
+            t = full * self.cost.time(name, batch_size=size, num_devices=devices)
+            if rest:
+                t += self.cost.time(name, batch_size=rest, num_devices=devices)
+            self._work[key] = t * self.workflow.steps_of(name)
+        return self._work[key]
+
+    def sized_bound(self, candidate: Candidate, sizes: Sequence[int]) -> float:
+        """`lower_bound` for the micro-batch `sizes` (names order)."""
+        works = [self.sized_work(n, stop - start, size)
+                 for n, (start, stop), size in zip(self.names, candidate, sizes, strict=True)]
+        return _busiest(works, candidate)
+
     def lower_bound(self, candidate: Candidate) -> float:
         """No schedule beats this: the busiest component or the busiest device, counting only
         compute (switches and waiting only add time)."""
         works = [self.work(n, stop - start)
                  for n, (start, stop) in zip(self.names, candidate, strict=True)]
-        bound = max(works)
-        cuts = sorted({b for rng in candidate for b in rng})
-        for lo in cuts[:-1]:
-            load = sum(w for w, (s, e) in zip(works, candidate, strict=True) if s <= lo < e)
-            bound = max(bound, load)
-        return bound
+        return _busiest(works, candidate)
 
     # ------------------------------------------------------------------ results
     def to_plan(self, scored: Scored, *, label: str = "") -> ExecutionPlan:
@@ -260,3 +329,18 @@ class Evaluator:
         granularity = {e.key: scored.micro_batch[e.dst] for e in self.workflow.edges}
         return ExecutionPlan(placement, dict(scored.micro_batch), granularity, scored.time,
                              scored.result.utilisation, label or placement.mode.value)
+
+
+BOUND_SLACK = 1e-9
+"""Relative amount bounds are shaved by, so that summing the same call times in another
+order than the simulator does can never lift a bound above a simulated time."""
+
+
+def _busiest(works: Sequence[float], candidate: Candidate) -> float:
+    """The busiest component or device: each device runs its components one at a time."""
+    bound = max(works)
+    cuts = sorted({b for rng in candidate for b in rng})
+    for lo in cuts[:-1]:
+        load = sum(w for w, (s, e) in zip(works, candidate, strict=True) if s <= lo < e)
+        bound = max(bound, load)
+    return bound * (1 - BOUND_SLACK)

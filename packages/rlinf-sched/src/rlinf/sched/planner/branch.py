@@ -1,0 +1,147 @@
+"""Exact branch and bound over range placements.
+
+Components are placed one at a time (largest least work first), each on every allowed
+contiguous range in steps of `unit` devices. A partial placement's bound is its busiest
+component or device counting compute only (`Evaluator.lower_bound` restricted to the
+components placed so far); placing more components only adds load, so a subtree whose bound
+reaches the `keep`-th best time found cannot contain a better plan and is cut. Children are
+visited in bound order, so good plans come early. At a leaf every micro-batch combination is
+tried, except those whose own bound (`Evaluator.sized_bound`) cannot beat the threshold.
+The result is the same best `keep` times as simulating everything.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from rlinf.sched.errors import PlanningError
+from rlinf.sched.planner.space import BOUND_SLACK, Candidate, Evaluator, Scored
+
+__all__ = ["FIXED_MODES", "BranchResult", "branch_and_bound"]
+
+FIXED_MODES = ("collocated", "disaggregated")
+"""Modes `branch_and_bound` can be restricted to."""
+
+
+@dataclass
+class BranchResult:
+    """The best plans found and whether the search finished (so they are the optimum)."""
+
+    top: list[Scored] = field(default_factory=list)
+    """Best first, distinct candidates."""
+    complete: bool = True
+    """False when `max_leaves` stopped the search early."""
+    leaves: int = 0
+    """Placements scored (those not cut by the bound)."""
+
+
+class _Top:
+    """The `keep` best distinct candidates, by (time, candidate)."""
+
+    def __init__(self, keep: int, seeds: Iterable[Scored]) -> None:
+        self.keep = keep
+        self.items: list[Scored] = []
+        for s in seeds:
+            self.offer(s)
+
+    def threshold(self) -> float:
+        return self.items[-1].time if len(self.items) >= self.keep else math.inf
+
+    def offer(self, scored: Scored) -> None:
+        same = [s for s in self.items if s.candidate == scored.candidate]
+        if same and same[0].time <= scored.time:
+            return
+        self.items = [s for s in self.items if s.candidate != scored.candidate]
+        self.items.append(scored)
+        self.items.sort(key=lambda s: (s.time, s.candidate))
+        del self.items[self.keep:]
+
+
+def branch_and_bound(
+    ev: Evaluator,
+    *,
+    unit: int = 1,
+    keep: int = 5,
+    mode: str | None = None,
+    seeds: Iterable[Scored] = (),
+    max_leaves: int | None = None,
+) -> BranchResult:
+    """The best `keep` range placements with their best micro-batches (module docstring).
+
+    Args:
+        mode: ``"collocated"`` (every component on all devices) or ``"disaggregated"``
+            (disjoint ranges covering every device); None for any placement.
+        seeds: already scored candidates (e.g. from the heuristic search) to start from; they
+            only tighten the threshold sooner.
+        max_leaves: stop after scoring this many placements (`BranchResult.complete` is then
+            False); None for no limit.
+    """
+    n = ev.cluster.num_devices
+    comps = ev.workflow.components
+    if unit < 1 or n % unit:
+        raise PlanningError(f"unit={unit} does not divide the {n} devices: expected a divisor")
+    if mode is not None and mode not in FIXED_MODES:
+        raise PlanningError(f"mode={mode!r}: expected one of {FIXED_MODES} or None")
+    bounds = range(0, n + 1, unit)
+    choices: list[list[tuple[float, int, int]]] = []
+    for c in comps:
+        ranges = [(s, e) for s in bounds for e in bounds if e > s and c.allows(e - s)]
+        if mode == "collocated":
+            ranges = [r for r in ranges if r == (0, n)]
+        if not ranges:
+            raise PlanningError(f"component {c.name!r} cannot be placed on {n} devices in units "
+                                f"of {unit}: check its device_multiple/min_devices/max_devices")
+        choices.append(sorted((ev.work(c.name, e - s), s, e) for s, e in ranges))
+    # Heaviest first: the bound grows fastest near the root.
+    order = sorted(range(len(comps)), key=lambda i: -choices[i][0][0])
+    top = _Top(keep, seeds)
+    result = BranchResult()
+    load = [0.0] * n
+    used = [0] * n
+    placed: list[tuple[int, int]] = [(0, 0)] * len(comps)
+    shave = 1 - BOUND_SLACK
+
+    def leaf() -> bool:
+        cand: Candidate = tuple(placed)
+        if mode == "disaggregated" and sum(e - s for s, e in cand) != n:
+            return True
+        if max_leaves is not None and result.leaves >= max_leaves:
+            result.complete = False
+            return False
+        result.leaves += 1
+        limit = top.threshold()
+        scored = ev.best(cand, exhaustive=True, below=limit)
+        if scored is not None and scored.time <= limit:
+            top.offer(scored)
+        return True
+
+    def visit(depth: int, bound: float) -> bool:
+        if depth == len(order):
+            return leaf()
+        i = order[depth]
+        children = []
+        for work, s, e in choices[i]:
+            if mode == "disaggregated" and any(used[s:e]):
+                continue
+            children.append((max(bound, work, max(load[s:e]) + work), work, s, e))
+        children.sort()
+        for child_bound, work, s, e in children:
+            if child_bound * shave >= top.threshold():
+                break
+            placed[i] = (s, e)
+            for d in range(s, e):
+                load[d] += work
+                used[d] += 1
+            go_on = visit(depth + 1, child_bound)
+            for d in range(s, e):
+                load[d] -= work
+                used[d] -= 1
+            if not go_on:
+                return False
+        return True
+
+    visit(0, 0.0)
+    result.top = list(top.items)
+    return result
