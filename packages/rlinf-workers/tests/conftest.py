@@ -28,3 +28,36 @@ def ray_cluster() -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
+
+
+# -- tiny LLM fixtures shared by the actor, inference, reward, rollout and weight-sync tests --
+# Imported lazily so tests that need no language model do not pay for transformers.
+
+
+def _small_lm_config():  # type: ignore[no-untyped-def]
+    from rlinf.workers.models import TinyLMConfig
+
+    return TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                        intermediate_size=128, attn_implementation="eager")
+
+
+@pytest.fixture(scope="session")
+def tokenizer():  # type: ignore[no-untyped-def]
+    from rlinf.workers.models import build_char_tokenizer
+
+    return build_char_tokenizer()
+
+
+@pytest.fixture
+def model(tokenizer):  # type: ignore[no-untyped-def]
+    """A fresh tiny model per test (tests train and overwrite it)."""
+    from rlinf.workers.models import build_tiny_causal_lm
+
+    return build_tiny_causal_lm(_small_lm_config(), seed=0, tokenizer=tokenizer)
+
+
+@pytest.fixture(scope="session")
+def problems():  # type: ignore[no-untyped-def]
+    from rlinf.envs.math import ProblemGenerator
+
+    return ProblemGenerator().generate(6)
