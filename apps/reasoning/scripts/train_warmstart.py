@@ -16,12 +16,16 @@ allowed ("57-83=" → "-26"); held-out problems are a hash-defined 10% of that s
 Deterministic: seeded model init, seeded problem streams, one torch thread. The same command
 writes the same weights on the same torch build.
 
-Run (from the repository root, ~2 min on one core of a shared 2-core machine)::
+Run (from the repository root; 124 s measured on one thread of a shared 2-core machine)::
 
     .venv/bin/python apps/reasoning/scripts/train_warmstart.py
 
-Reached with the defaults (seed 0): see ``warmstart.json`` in the assets folder; at the
-time of writing held-out greedy accuracy 0.35 on 400 problems, sampled (T=1) 0.29.
+Reached with the defaults (800 steps of 128 problems, seeds 0; torch 2.13.0 CPU): held-out
+greedy accuracy 0.300 on 400 distinct problems, sampled (T=1) 0.2225 — recorded in
+``warmstart.json``. The stop point was chosen from this curve of the same run continued
+(greedy / sampled held-out accuracy): step 400 0.07/0.04, 600 0.14/0.09, 800 0.30/0.22,
+1000 0.47/0.38, 1200 0.55/0.43, 1600 0.62/0.51, 2400 0.64/0.58. Weights: 0.5M parameters,
+2.0 MB in fp32.
 """
 
 from __future__ import annotations

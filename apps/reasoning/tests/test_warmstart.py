@@ -6,6 +6,10 @@ signal) or an over-trained one (too high: RL has no room to show a gain).
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import torch
 from rlinf_reasoning import WARMSTART_DIR, load_warmstart
 from rlinf_reasoning.evaluate import accuracy, generate
@@ -59,3 +63,14 @@ def test_metadata_records_its_accuracy() -> None:
     low, high = ACCURACY_BAND
     assert low <= meta["heldout_accuracy"]["greedy"] <= high
     assert meta["template"] == "short"
+
+
+def test_headroom_script_runs_with_a_tiny_budget() -> None:
+    script = Path(__file__).resolve().parents[1] / "scripts" / "check_rl_headroom.py"
+    result = subprocess.run(
+        [sys.executable, str(script), "--steps", "2", "--prompts-per-step", "4",
+         "--eval-every", "1", "--eval-problems", "16"],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "held-out greedy accuracy" in result.stdout
