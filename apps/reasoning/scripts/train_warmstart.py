@@ -67,7 +67,7 @@ class TrainConfig:
     """Decoder layers."""
     intermediate_size: int = 512
     """MLP width."""
-    steps: int = 300
+    steps: int = 800
     """Optimizer steps; the stop point that leaves the model partly competent."""
     batch_size: int = 128
     """Problems per step."""
