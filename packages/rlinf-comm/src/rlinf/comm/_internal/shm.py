@@ -340,7 +340,7 @@ class SegmentReader:
             anchor = np.frombuffer(memoryview(mapping)[offset:offset + length], dtype=np.uint8)
         if on_release is not None:
             weakref.finalize(anchor, on_release)
-        return memoryview(anchor)
+        return anchor.data  # a memoryview exported by `anchor`, which it keeps alive
 
     def close(self) -> None:
         with self._lock:
