@@ -5,10 +5,6 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,40 +17,9 @@ from rlinf.comm import (
     PeerDiedError,
     TCPStore,
     Work,
-    new_token,
 )
-from rlinf.comm._internal.store import format_address
 
-WORKERS = Path(__file__).with_name("comm_workers.py")
-
-
-@pytest.fixture
-def token(monkeypatch: pytest.MonkeyPatch) -> bytes:
-    token = new_token()
-    monkeypatch.setenv("RLINF_COMM_TOKEN", token.hex())
-    return token
-
-
-@pytest.fixture
-def store(token: bytes) -> Iterator[TCPStore]:
-    with TCPStore.serve(token=token, timeout=60) as owner:
-        assert isinstance(owner, TCPStore)
-        yield owner
-
-
-@pytest.fixture
-def endpoint(store: TCPStore) -> Iterator[Endpoint]:
-    ep = Endpoint("main", store=store).make_current()
-    yield ep
-    ep.close()
-
-
-def spawn(role: str, store: TCPStore, *args: object, node: str | None = None) -> subprocess.Popen:
-    env = dict(os.environ)
-    if node is not None:
-        env["RLINF_TEST_NODE"] = node
-    cmd = [sys.executable, str(WORKERS), role, format_address(store.address), *map(str, args)]
-    return subprocess.Popen(cmd, env=env)
+from .procs import spawn
 
 
 @pytest.mark.parametrize(
