@@ -41,6 +41,7 @@ from typing import Any
 
 import structlog
 
+from rlinf.sched._files import load_mapping
 from rlinf.sched.errors import ClusterError
 
 __all__ = ["Cluster", "Device", "Node", "parse_bytes"]
@@ -295,32 +296,11 @@ class Cluster:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Cluster:
         """Read a JSON (``.json``) or YAML (``.yaml``/``.yml``) cluster description."""
-        p = Path(path)
-        try:
-            text = p.read_text()
-        except OSError as exc:
-            raise ClusterError(f"cannot read cluster file {str(p)!r}: {exc}") from exc
-        if p.suffix.lower() in (".yaml", ".yml"):
-            try:
-                import yaml
-            except ImportError as exc:
-                raise ClusterError(
-                    f"reading {str(p)!r} needs PyYAML: install it with "
-                    "`pip install 'rlinf-sched[yaml]'`, or write the file as JSON"
-                ) from exc
-            try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as exc:
-                raise ClusterError(f"cluster file {str(p)!r} is not valid YAML: {exc}") from exc
-        else:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                raise ClusterError(f"cluster file {str(p)!r} is not valid JSON: {exc}") from exc
+        data = load_mapping(path, error=ClusterError, what="cluster")
         try:
             return cls.from_dict(data)
         except ClusterError as exc:
-            raise ClusterError(f"in cluster file {str(p)!r}: {exc}") from exc
+            raise ClusterError(f"in cluster file {str(path)!r}: {exc}") from exc
 
     def to_dict(self) -> dict[str, Any]:
         """The file schema, with consecutive identical nodes folded into one `count` entry."""
