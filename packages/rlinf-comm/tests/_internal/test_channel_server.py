@@ -8,6 +8,7 @@ transports; tests/_internal/test_channel.py covers the whole path with payloads.
 from __future__ import annotations
 
 import queue
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -155,6 +156,12 @@ def test_dead_producer_is_reported_to_consumers(server: ChannelServer, token: by
     producer, consumer = Client(server, token, "p"), Client(server, token, "c")
     producer.put(1, 2)
     producer.peer.close()
+    # The owner learns of the death on the producer's connection, concurrently with the
+    # consumer's request on another: wait until it has, or the get may win the race.
+    deadline = time.monotonic() + 10
+    while len(server._clients) > 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert len(server._clients) == 1, "the owner never noticed the producer's death"
     with pytest.raises(PeerDiedError, match="producer 'p' died and 2 of its queued items"):
         consumer.get(timeout=5)
     with pytest.raises(CommTimeoutError):  # reported once; then the key is just empty
