@@ -72,6 +72,8 @@ _PREFIX = struct.Struct("!4sII")
 _MAX_HEADER_BYTES = 64 << 20
 _MAX_BUFFERS = 1 << 16
 _ALIGN = 64  # Arrow's preferred buffer alignment; receivers decode zero-copy from it.
+# One encoder for every frame: `json.dumps` with options builds a new one per call.
+_encode_header = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def _as_bytes_view(buf: Any) -> memoryview:
@@ -145,8 +147,7 @@ class Connection:
              timeout: float | None = None) -> None:
         """Send one frame. The buffers are read in place (not copied) during the call."""
         try:
-            header_bytes = json.dumps(header, separators=(",", ":"),
-                                      allow_nan=False).encode()
+            header_bytes = _encode_header(header).encode()
         except (TypeError, ValueError) as exc:
             raise CodecError(f"expected a JSON-serialisable header dict, got {exc}") from exc
         if not isinstance(header, dict):
@@ -206,7 +207,8 @@ class Connection:
 
     def _recv_rest(self, pview: memoryview, first: int,
                    deadline: Deadline) -> tuple[dict[str, Any], list[memoryview]]:
-        recv_exact_into(self._sock, pview[first:], deadline, "recv frame prefix")
+        if first < _PREFIX.size:
+            recv_exact_into(self._sock, pview[first:], deadline, "recv frame prefix")
         magic, header_len, nbuf = _PREFIX.unpack(pview)
         if magic != _MAGIC:
             raise CodecError(f"expected frame magic {_MAGIC!r}, got {bytes(magic)!r}")
