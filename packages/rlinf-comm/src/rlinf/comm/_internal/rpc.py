@@ -88,7 +88,10 @@ class RpcPeer:
         self._read_lock = threading.Lock()
         self._direct = 0
         self._last_direct = 0.0
-        self._direct_cond = threading.Condition()
+        # Direct readers take the plain lock (cheaper than entering the condition); the
+        # reader thread sleeps on the condition built on it.
+        self._direct_lock = threading.Lock()
+        self._direct_cond = threading.Condition(self._direct_lock)
 
     def start(self) -> RpcPeer:
         self._reader.start()
@@ -174,33 +177,38 @@ class RpcPeer:
         frame over: a thread handoff per message costs more than the message itself. The
         reader thread stands aside meanwhile (frames are still read one at a time).
         """
-        if self._fd is None:
+        fd = self._fd
+        if fd is None:
             return
-        with self._direct_cond:
+        monotonic = time.monotonic
+        with self._direct_lock:
             self._direct += 1
         try:
-            while not done() and not self.closed:
-                left = deadline - time.monotonic()
+            # A poll object per call: one object may not be polled from two threads at once.
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            while not done() and self._closed is None:
+                left = deadline - monotonic()
                 if left <= 0:
                     return
                 # Another thread reading this connection dispatches our frame as well.
                 if not self._read_lock.acquire(timeout=min(left, 0.002)):
                     continue
                 try:
-                    while not done() and not self.closed:
-                        left = deadline - time.monotonic()
+                    while not done() and self._closed is None:
+                        left = deadline - monotonic()
                         if left <= 0:
                             return
-                        if self._readable(min(left, 0.05)) and not self._read_one():
+                        if poller.poll(int(min(left, 0.05) * 1000)) and not self._read_one():
                             return
                 finally:
                     self._read_lock.release()
         finally:
             # No notify: the reader thread resumes on its own once direct reads stop for
             # `_DIRECT_LINGER_S` (waking it after every read would fight us for the GIL).
-            with self._direct_cond:
+            with self._direct_lock:
                 self._direct -= 1
-                self._last_direct = time.monotonic()
+                self._last_direct = monotonic()
 
     def _readable(self, timeout: float) -> bool:
         if self._fd is None:
