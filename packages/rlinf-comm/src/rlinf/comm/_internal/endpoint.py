@@ -611,7 +611,7 @@ class Endpoint:
                 waiter = inbox.waiters.popleft() if inbox.waiters else None
                 if waiter is None:
                     inbox.messages.append((header, buffers, peer))
-                else:
+                elif waiter.deadline >= 0:  # an irecv's timer (a blocking recv has none)
                     self._deadlines.cancel(waiter.deadline)
             if waiter is not None:
                 self._fulfil(waiter.future, (header, buffers, peer))
@@ -643,7 +643,8 @@ class Endpoint:
             if waiters:
                 inbox.waiters.clear()
             for waiter in waiters:
-                self._deadlines.cancel(waiter.deadline)
+                if waiter.deadline >= 0:
+                    self._deadlines.cancel(waiter.deadline)
         for waiter in waiters:
             waiter.future.set_exception(errors.PeerDiedError(reason))
 
