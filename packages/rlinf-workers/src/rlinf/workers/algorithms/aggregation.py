@@ -18,8 +18,9 @@ import enum
 
 import torch
 
+from rlinf.workers.algorithms._config_enum import parse_config_enum
 from rlinf.workers.algorithms.masked import check_same_shape, masked_mean
-from rlinf.workers.errors import ConfigError, ShapeError
+from rlinf.workers.errors import ShapeError
 
 __all__ = ["LossAggregation", "aggregate_loss"]
 
@@ -34,15 +35,7 @@ class LossAggregation(enum.Enum):
     @classmethod
     def parse(cls, value: LossAggregation | str) -> LossAggregation:
         """Accept the enum or its string value (as written in configs)."""
-        if isinstance(value, LossAggregation):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            accepted = [m.value for m in cls]
-            raise ConfigError(
-                f"unknown loss aggregation {value!r}; expected one of {accepted}"
-            ) from None
+        return parse_config_enum(cls, value, what="loss aggregation")
 
 
 def aggregate_loss(

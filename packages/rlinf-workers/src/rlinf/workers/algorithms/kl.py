@@ -16,8 +16,8 @@ import enum
 
 import torch
 
+from rlinf.workers.algorithms._config_enum import parse_config_enum
 from rlinf.workers.algorithms.masked import check_same_shape
-from rlinf.workers.errors import ConfigError
 
 __all__ = ["KLEstimator", "kl_penalty"]
 
@@ -35,15 +35,7 @@ class KLEstimator(enum.Enum):
     @classmethod
     def parse(cls, value: KLEstimator | str) -> KLEstimator:
         """Accept the enum or its string value (as written in configs)."""
-        if isinstance(value, KLEstimator):
-            return value
-        try:
-            return cls(value)
-        except ValueError:
-            accepted = [m.value for m in cls]
-            raise ConfigError(
-                f"unknown KL estimator {value!r}; expected one of {accepted}"
-            ) from None
+        return parse_config_enum(cls, value, what="KL estimator")
 
 
 def kl_penalty(
