@@ -1,0 +1,152 @@
+"""`rlinf-embodied`: train an embodied policy with PPO or GRPO, configured with Hydra.
+
+    rlinf-embodied                                  # PPO on InvertedPendulum-v5, CPU
+    rlinf-embodied task=pickcube run.iterations=3 placement=hybrid
+    rlinf-embodied placement=auto --dry-run         # profile, print the planner's ranked plans
+    rlinf-embodied --run-dir runs/a --resume        # continue from the latest checkpoint
+
+Arguments of the form ``key=value`` (or ``group=option``) are Hydra overrides of the
+composed config (`conf/config.yaml`); the config is validated completely before any worker
+starts, and a bad one exits with status 2 and a message naming the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rlinf.workers.errors import ConfigError, MissingExtraError
+from rlinf_embodied.config import AppConfig, from_omegaconf
+from rlinf_embodied.errors import CheckpointMismatchError
+from rlinf_embodied.schema import describe_fields, to_dict
+
+__all__ = ["CONF_DIR", "compose_config", "main"]
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+"""The app's Hydra config directory (shipped inside the wheel)."""
+
+BASE_CONFIG = "rlinf_embodied_base"
+"""Name under which the dataclass defaults are stored for `conf/config.yaml`'s defaults list."""
+
+EXIT_CONFIG = 2
+"""Exit status of a rejected config or command line."""
+EXIT_TARGET_MISSED = 3
+"""Exit status with --check-target when the trained policy missed the task's threshold."""
+
+
+def _group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def compose_config(overrides: Sequence[str] = ()) -> Any:
+    """The composed OmegaConf config of `conf/config.yaml` with Hydra `overrides` applied."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.config_store import ConfigStore
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    # Every key with its dataclass default, so that `key=value` works for keys the YAML files
+    # leave out while a misspelt key is still rejected.
+    ConfigStore.instance().store(name=BASE_CONFIG, node=to_dict(AppConfig()))
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3",
+                                   job_name="rlinf-embodied"):
+            return compose(config_name="config", overrides=list(overrides))
+    except (HydraException, OmegaConfBaseException) as exc:
+        groups = "; ".join(f"{g}: {', '.join(_group_options(g))}" for g in ("task", "placement"))
+        raise ConfigError(f"cannot compose the config with overrides {list(overrides)}: "
+                          f"{str(exc).strip()} (config groups: {groups}; keys: "
+                          "rlinf-embodied --help)") from exc
+
+
+def _help_text() -> str:
+    lines = [__doc__.strip() if __doc__ else "", "", "Config groups:"]
+    for group in ("task", "placement"):
+        lines.append(f"  {group}=" + "|".join(_group_options(group)))
+    lines += ["", "Config keys (override with key=value; defaults are the dataclass defaults,"
+              " the selected task and placement files may change them):"]
+    for key, type_name, default, doc in describe_fields(AppConfig):
+        shown = "required" if default is dataclasses.MISSING else repr(default)
+        lines.append(f"  {key}  ({type_name}, default {shown})")
+        if doc:
+            lines.append(f"      {doc}")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rlinf-embodied", add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides, key=value")
+    parser.add_argument("-h", "--help", action="store_true", help="show keys and exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the resolved config and the execution plan, then exit")
+    parser.add_argument("--run-dir", type=Path, default=None, help="overrides run.run_dir")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in the run dir")
+    parser.add_argument("--check-target", action="store_true",
+                        help=f"exit with status {EXIT_TARGET_MISSED} when the trained policy "
+                        "misses the task's threshold")
+    parser.add_argument("--log-level", default="warning", help="structlog level of the app")
+    return parser
+
+
+def load_config(overrides: Sequence[str], *, run_dir: Path | None = None) -> AppConfig:
+    """Compose, validate and apply `--run-dir`: the `AppConfig` of one command line."""
+    cfg = from_omegaconf(compose_config(overrides))
+    if run_dir is not None:
+        cfg = dataclasses.replace(cfg, run=dataclasses.replace(cfg.run, run_dir=str(run_dir)))
+    return cfg
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `rlinf-embodied` command; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.help:
+        print(_help_text())
+        return 0
+    bad = [o for o in args.overrides if "=" not in o]
+    if bad:
+        print(f"rlinf-embodied: error: {bad[0]!r} is not an override: expected key=value "
+              "(see rlinf-embodied --help)", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        cfg = load_config(args.overrides, run_dir=args.run_dir)
+    except (ConfigError, MissingExtraError) as exc:
+        print(f"rlinf-embodied: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    from rlinf.workers.telemetry import configure_logging
+
+    configure_logging(level=args.log_level)
+    import yaml
+
+    if args.dry_run:
+        from rlinf_embodied.run import dry_run
+
+        print(yaml.safe_dump(to_dict(cfg), sort_keys=False).rstrip())
+        try:
+            print(dry_run(cfg))
+        except (ConfigError, MissingExtraError) as exc:
+            print(f"rlinf-embodied: error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        return 0
+    from rlinf_embodied.run import train
+
+    try:
+        summary = train(cfg, resume=args.resume)
+    except (CheckpointMismatchError, ConfigError, MissingExtraError) as exc:
+        print(f"rlinf-embodied: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.check_target and summary.target_reached is False:
+        return EXIT_TARGET_MISSED
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover - `python -m rlinf_embodied.cli`
+    sys.exit(main())

@@ -1,0 +1,386 @@
+"""The app's config: frozen dataclasses, one-line docstring per field (the `--help` text).
+
+`from_omegaconf` turns the composed Hydra config into an `AppConfig` and checks everything
+that can be checked before a Ray worker starts: unknown keys, types, ranges, cross-field
+constraints, the env id and the extra its backend needs, and the placement against the
+workflow's components and the number of devices. Every failure is an `AppConfigError` (or
+`AppMissingExtraError`) naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlinf.sched import ExecutionMode, Placement, PlacementError, parse_placement
+from rlinf_embodied.errors import AppConfigError, AppMissingExtraError
+from rlinf_embodied.schema import from_mapping
+
+__all__ = [
+    "COMPONENTS",
+    "AlgorithmConfig",
+    "AppConfig",
+    "EnvConfig",
+    "PlacementConfig",
+    "PolicyConfig",
+    "RunConfig",
+    "VLASettings",
+    "from_omegaconf",
+    "resolve_placement",
+    "split_env_id",
+]
+
+COMPONENTS = ("env", "rollout", "actor")
+"""Components of the embodied workflow, in the order placements name them."""
+
+BACKENDS = ("gym", "maniskill")
+"""Simulator backends an env id may name (`backend:task`)."""
+
+_NAMED_PLACEMENTS = ("collocated", "hybrid", "disaggregated", "auto")
+
+
+@dataclass(frozen=True)
+class EnvConfig:
+    """The simulated task."""
+
+    id: str = "gym:InvertedPendulum-v5"
+    """Task as backend:name: gym:<gymnasium id> (MuJoCo) or maniskill:<ManiSkill3 task>."""
+    num_envs: int = 8
+    """Simulators stepped in parallel (all pipeline stages together)."""
+    pipeline_stages: int = 2
+    """Stage groups the envs are split into; one group steps while the policy serves another."""
+    max_episode_steps: int | None = None
+    """Override of the task's time limit (null: the task's own)."""
+    obs: Literal["state", "pixels"] = "state"
+    """Observation the policy sees: the state vector or a rendered camera image."""
+    image_size: int = 32
+    """Side in pixels of square camera images (obs=pixels) and of evaluation video frames."""
+    instruction: str = ""
+    """Language instruction given to a VLA policy (empty: the task id)."""
+
+    def __post_init__(self) -> None:
+        backend, _, task = self.id.partition(":")
+        if backend not in BACKENDS or not task:
+            raise AppConfigError("env.id", self.id, f"'<backend>:<task>' with backend one of "
+                                 f"{list(BACKENDS)}, e.g. 'gym:InvertedPendulum-v5'")
+        if self.num_envs < 1:
+            raise AppConfigError("env.num_envs", self.num_envs, "an integer >= 1")
+        if not 1 <= self.pipeline_stages <= self.num_envs:
+            raise AppConfigError("env.pipeline_stages", self.pipeline_stages,
+                                 f"an integer in [1, env.num_envs={self.num_envs}]")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise AppConfigError("env.max_episode_steps", self.max_episode_steps,
+                                 "an integer >= 1 or null")
+        if not 8 <= self.image_size <= 512:
+            raise AppConfigError("env.image_size", self.image_size, "an integer in [8, 512]")
+
+
+@dataclass(frozen=True)
+class VLASettings:
+    """Size of the tiny OpenVLA-style policy (policy.kind=vla)."""
+
+    hidden_size: int = 64
+    """Width of the decoder."""
+    num_layers: int = 2
+    """Decoder layers."""
+    num_heads: int = 4
+    """Attention heads."""
+    num_bins: int = 32
+    """Uniform action bins over [-1, 1] per action dimension."""
+    patch_size: int = 8
+    """Side of the square image patches; must divide env.image_size."""
+    max_instruction_tokens: int = 32
+    """Instruction tokens (left-padded or truncated)."""
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_layers", "num_heads", "num_bins", "patch_size",
+                     "max_instruction_tokens"):
+            value = getattr(self, name)
+            if value < 1:
+                raise AppConfigError(f"policy.vla.{name}", value, "an integer >= 1")
+        if self.hidden_size % self.num_heads:
+            raise AppConfigError("policy.vla.num_heads", self.num_heads,
+                                 f"a divisor of policy.vla.hidden_size={self.hidden_size}")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """The policy network."""
+
+    kind: Literal["mlp", "cnn", "vla"] = "mlp"
+    """mlp for state observations, cnn for pixels, vla: tiny vision-language-action model."""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """Widths of the MLP layers of the actor and critic trunks (mlp, cnn)."""
+    cnn_channels: tuple[int, ...] = (16, 32)
+    """Channels of the 3x3 stride-2 conv layers (cnn)."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the Gaussian policy (mlp, cnn)."""
+    vla: VLASettings = field(default_factory=VLASettings)
+    """Shape of the VLA (kind=vla)."""
+
+    def __post_init__(self) -> None:
+        if not self.hidden_sizes or min(self.hidden_sizes) < 1:
+            raise AppConfigError("policy.hidden_sizes", list(self.hidden_sizes),
+                                 "a non-empty list of integers >= 1")
+        if not self.cnn_channels or min(self.cnn_channels) < 1:
+            raise AppConfigError("policy.cnn_channels", list(self.cnn_channels),
+                                 "a non-empty list of integers >= 1")
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """The RL algorithm and its hyper-parameters."""
+
+    name: Literal["ppo", "grpo"] = "ppo"
+    """ppo: clipped surrogate with a critic and GAE; grpo: critic-free, same-start groups."""
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE lambda (ppo)."""
+    clip_ratio: float = 0.2
+    """Probability-ratio clip of the surrogate."""
+    value_clip: float | None = None
+    """Clip range of the value loss around the rollout values (null: plain squared error)."""
+    value_coef: float = 0.5
+    """Weight of the value loss (ppo)."""
+    entropy_coef: float = 0.0
+    """Weight of the entropy bonus."""
+    max_grad_norm: float = 0.5
+    """Gradient-norm clip."""
+    epochs: int = 10
+    """Passes over each rollout."""
+    num_minibatches: int = 8
+    """Minibatches per pass."""
+    normalize_advantages: bool = True
+    """Whiten advantages per minibatch (ppo)."""
+    grpo_group_size: int = 4
+    """Envs per GRPO group, all starting each episode from one state; divides env.num_envs."""
+
+    def __post_init__(self) -> None:
+        positive = {"lr": self.lr, "max_grad_norm": self.max_grad_norm,
+                    "clip_ratio": self.clip_ratio}
+        for name, value in positive.items():
+            if not value > 0:
+                raise AppConfigError(f"algorithm.{name}", value, "a number > 0")
+        for name in ("gamma", "gae_lambda"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise AppConfigError(f"algorithm.{name}", value, "a number in [0, 1]")
+        for name in ("value_coef", "entropy_coef"):
+            value = getattr(self, name)
+            if value < 0:
+                raise AppConfigError(f"algorithm.{name}", value, "a number >= 0")
+        if self.value_clip is not None and self.value_clip <= 0:
+            raise AppConfigError("algorithm.value_clip", self.value_clip, "a number > 0 or null")
+        for name in ("epochs", "num_minibatches", "grpo_group_size"):
+            value = getattr(self, name)
+            if value < 1:
+                raise AppConfigError(f"algorithm.{name}", value, "an integer >= 1")
+
+
+@dataclass(frozen=True)
+class PlacementConfig:
+    """Where the env, rollout (policy inference) and actor (training) workers run."""
+
+    spec: str = "collocated"
+    """collocated, hybrid, disaggregated, auto (the planner decides after profiling), or an
+    explicit spec such as 'env: 0, rollout: 1, actor: 0-1' over components env, rollout, actor."""
+    num_devices: int = 1
+    """Devices to place on (without a GPU each is a CPU slot)."""
+
+    def __post_init__(self) -> None:
+        if self.num_devices < 1:
+            raise AppConfigError("placement.num_devices", self.num_devices, "an integer >= 1")
+        if not self.spec.strip():
+            raise AppConfigError("placement.spec", self.spec,
+                                 f"one of {list(_NAMED_PLACEMENTS)} or an explicit spec")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Length, outputs and evaluation of the run."""
+
+    iterations: int = 60
+    """Training iterations (rollout, update, weight sync)."""
+    rollout_steps: int = 64
+    """Env steps per env per iteration."""
+    seed: int = 0
+    """Seeds envs, weights, sampling and shuffling."""
+    run_dir: str = "runs/embodied"
+    """Where metrics, checkpoints, plots, trace and video go (--run-dir overrides)."""
+    checkpoint_every: int = 10
+    """Save a checkpoint every this many iterations (and after the last); 0: only the last."""
+    eval_every: int = 0
+    """Evaluate every this many iterations (besides before and after training); 0: never."""
+    eval_episodes: int = 8
+    """Episodes per evaluation (deterministic policy, fresh env seeds)."""
+    eval_max_episode_steps: int | None = None
+    """Time limit of evaluation episodes (null: env.max_episode_steps, else the task's)."""
+    target_return: float | None = None
+    """Evaluation mean return the trained policy must reach (the task's threshold), or null."""
+    target_success_rate: float | None = None
+    """Evaluation success rate the trained policy must reach (tasks with success), or null."""
+    video: bool = True
+    """Record one evaluation episode of the trained policy as run_dir/eval.gif."""
+    trace: bool = False
+    """Write a Chrome trace of every worker's spans (and the planner's predicted Gantt)."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where the policy and actor run; simulators always run on the CPU."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (older ones are pruned)."""
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "rollout_steps", "eval_episodes", "keep_checkpoints"):
+            value = getattr(self, name)
+            if value < 1:
+                raise AppConfigError(f"run.{name}", value, "an integer >= 1")
+        for name in ("checkpoint_every", "eval_every"):
+            value = getattr(self, name)
+            if value < 0:
+                raise AppConfigError(f"run.{name}", value, "an integer >= 0 (0: never)")
+        if self.eval_max_episode_steps is not None and self.eval_max_episode_steps < 1:
+            raise AppConfigError("run.eval_max_episode_steps", self.eval_max_episode_steps,
+                                 "an integer >= 1 or null")
+        if self.target_success_rate is not None and not 0 <= self.target_success_rate <= 1:
+            raise AppConfigError("run.target_success_rate", self.target_success_rate,
+                                 "a number in [0, 1] or null")
+        if not self.run_dir:
+            raise AppConfigError("run.run_dir", self.run_dir, "a non-empty path")
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Everything one `rlinf-embodied` run needs."""
+
+    env: EnvConfig = field(default_factory=EnvConfig)
+    """The simulated task."""
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    """The policy network."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The RL algorithm."""
+    placement: PlacementConfig = field(default_factory=PlacementConfig)
+    """Where the workers run."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Length, outputs and evaluation of the run."""
+
+    def __post_init__(self) -> None:
+        env, policy, algo, run = self.env, self.policy, self.algorithm, self.run
+        wants_pixels = policy.kind in ("cnn", "vla")
+        if wants_pixels != (env.obs == "pixels"):
+            need = "pixels" if wants_pixels else "state"
+            raise AppConfigError("env.obs", env.obs,
+                                 f"{need!r} for policy.kind={policy.kind!r} (mlp reads states, "
+                                 "cnn and vla read images)")
+        if policy.kind == "vla" and env.image_size % policy.vla.patch_size:
+            raise AppConfigError("policy.vla.patch_size", policy.vla.patch_size,
+                                 f"a divisor of env.image_size={env.image_size}")
+        samples = env.num_envs * run.rollout_steps
+        if algo.num_minibatches > samples:
+            raise AppConfigError("algorithm.num_minibatches", algo.num_minibatches,
+                                 f"at most the {samples} samples of a rollout "
+                                 "(env.num_envs x run.rollout_steps)")
+        if algo.name == "grpo" and env.num_envs % algo.grpo_group_size:
+            raise AppConfigError("algorithm.grpo_group_size", algo.grpo_group_size,
+                                 f"a divisor of env.num_envs={env.num_envs}")
+
+
+def split_env_id(env_id: str) -> tuple[str, str]:
+    """``"gym:InvertedPendulum-v5"`` → ``("gym", "InvertedPendulum-v5")``."""
+    backend, _, task = env_id.partition(":")
+    return backend, task
+
+
+def _check_env(cfg: EnvConfig) -> None:
+    """The backend's packages are installed and know the task (no simulator is built)."""
+    backend, task = split_env_id(cfg.id)
+    if backend == "maniskill":
+        if importlib.util.find_spec("mani_skill") is None:
+            raise AppMissingExtraError(f"env.id={cfg.id!r}", "maniskill", "mani_skill")
+        from rlinf.envs.embodied.backends.maniskill import MANISKILL_TASKS
+
+        if task not in MANISKILL_TASKS:
+            import gymnasium as gym
+            import mani_skill.envs  # noqa: F401  (registers ManiSkill's tasks)
+
+            if task not in gym.registry:
+                raise AppConfigError("env.id", cfg.id, f"a ManiSkill3 task, e.g. "
+                                     f"{', '.join('maniskill:' + t for t in MANISKILL_TASKS[:4])}")
+        return
+    import gymnasium as gym
+
+    from rlinf.envs.embodied.backends.gym_backend import MUJOCO_TASKS
+
+    if task not in gym.registry:
+        raise AppConfigError("env.id", cfg.id, "a registered gymnasium id, e.g. "
+                             f"{', '.join('gym:' + t for t in MUJOCO_TASKS[:4])}")
+
+
+def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COMPONENTS
+                      ) -> Placement:
+    """The placement `cfg` names (mode AUTO for ``auto``).
+
+    Named modes on N devices: collocated puts every component on 0..N-1; hybrid (N >= 2)
+    gives env the first half, rollout the second and lets the actor span all of them (env
+    and rollout pipeline, the actor time-shares); disaggregated (N >= 3) gives each its own
+    block. An explicit spec is parsed as written.
+    """
+    spec, n = cfg.spec.strip(), cfg.num_devices
+    env, rollout, actor = components
+    if spec == "hybrid":
+        if n < 2:
+            raise AppConfigError("placement.num_devices", n,
+                                 "at least 2 devices for placement 'hybrid' (env and rollout "
+                                 "each need their own)")
+        half = n // 2
+        spec = (f"{env}: 0-{half - 1}, {rollout}: {half}-{n - 1}, {actor}: 0-{n - 1}")
+        mode: ExecutionMode | None = ExecutionMode.HYBRID
+    elif spec == "disaggregated":
+        if n < 3:
+            raise AppConfigError("placement.num_devices", n,
+                                 "at least 3 devices for placement 'disaggregated' (one block "
+                                 "each for env, rollout and actor)")
+        a, b = n // 3, 2 * n // 3
+        spec = f"{env}: 0-{a - 1}, {rollout}: {a}-{b - 1}, {actor}: {b}-{n - 1}"
+        mode = ExecutionMode.DISAGGREGATED
+    else:
+        mode = None
+    try:
+        return parse_placement(spec, components=components, num_devices=n, mode=mode)
+    except PlacementError as exc:
+        raise AppConfigError("placement.spec", cfg.spec,
+                             f"a valid placement of {list(components)} on placement.num_devices="
+                             f"{n} devices ({exc})") from exc
+
+
+def validate(cfg: AppConfig) -> None:
+    """The checks of `from_omegaconf` that look at the installation (extras, env ids, GPU)."""
+    _check_env(cfg.env)
+    resolve_placement(cfg.placement)
+    if cfg.run.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise AppConfigError("run.device", "cuda", "'cpu' (no CUDA device is visible)")
+
+
+def from_omegaconf(cfg: Any) -> AppConfig:
+    """Validate a composed Hydra/OmegaConf config (or a plain mapping) into an `AppConfig`.
+
+    Raises:
+        AppConfigError: unknown key, wrong type, out-of-range value, impossible placement,
+            unknown env id.
+        AppMissingExtraError: the env's backend is not installed (names the app extra).
+    """
+    from omegaconf import DictConfig, OmegaConf
+
+    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+    if not isinstance(data, Mapping):
+        raise AppConfigError("<root>", data, "a mapping with keys env, policy, algorithm, "
+                             "placement, run")
+    app = from_mapping(AppConfig, {str(k): v for k, v in data.items()})
+    validate(app)
+    return app

@@ -1,0 +1,55 @@
+"""Typed errors of the embodied app.
+
+They derive from `rlinf.workers.errors` (so a caller catching `ConfigError` or
+`MissingExtraError` from the library also catches the app's) and survive pickling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
+
+__all__ = ["AppConfigError", "AppMissingExtraError", "CheckpointMismatchError"]
+
+
+class AppConfigError(ConfigError):
+    """A config key has a wrong type, an out-of-range value or is not a known key."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        super().__init__(f"config key {key!r} = {value!r} is invalid: expected {allowed}")
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.value, self.allowed))
+
+
+class AppMissingExtraError(MissingExtraError):
+    """The config needs an optional dependency of the app; the message names the app extra."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        ImportError.__init__(
+            self,
+            f"{feature} needs the {module!r} module, which is not installed; install it with "
+            f"`pip install 'rlinf-embodied[{extra}]'`",
+        )
+        self.feature = feature
+        self.extra = extra
+        self.module = module
+
+
+class CheckpointMismatchError(WorkersError, ValueError):
+    """`--resume` found a checkpoint written by a run of a different config."""
+
+    def __init__(self, path: str, differences: tuple[str, ...]) -> None:
+        super().__init__(
+            f"checkpoint {path} was written by a different config ({'; '.join(differences)}); "
+            "resume with the same config (only run.iterations may change) or use a new run_dir"
+        )
+        self.path = path
+        self.differences = differences
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.differences))

@@ -1,0 +1,162 @@
+"""Config validation: good configs load, bad ones fail with the key, value and what is allowed,
+without starting Ray."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+from rlinf_embodied.cli import compose_config, load_config
+from rlinf_embodied.config import (
+    AppConfig,
+    PlacementConfig,
+    from_omegaconf,
+    resolve_placement,
+)
+from rlinf_embodied.errors import AppConfigError, AppMissingExtraError
+from rlinf_embodied.schema import describe_fields, field_docs, to_dict
+
+from rlinf.workers.errors import ConfigError, MissingExtraError
+
+HAS_MANISKILL = importlib.util.find_spec("mani_skill") is not None
+
+
+def test_default_config_is_the_mujoco_task():
+    cfg = load_config([])
+    assert cfg.env.id == "gym:InvertedPendulum-v5"
+    assert cfg.run.target_return == 500.0
+    assert cfg.placement.spec == "collocated"
+    assert cfg.algorithm.lr == pytest.approx(3e-4)
+
+
+@pytest.mark.parametrize("task", ["inverted_pendulum", "pickcube", "vla_tiny"])
+@pytest.mark.parametrize("placement", ["collocated", "hybrid", "disaggregated", "auto"])
+def test_every_shipped_task_and_placement_composes(task, placement):
+    raw = compose_config([f"task={task}", f"placement={placement}"])
+    if task == "pickcube" and not HAS_MANISKILL:
+        with pytest.raises(AppMissingExtraError, match=r"rlinf-embodied\[maniskill\]"):
+            from_omegaconf(raw)
+        return
+    cfg = from_omegaconf(raw)
+    assert cfg.placement.spec == placement
+
+
+def test_round_trip_through_plain_data():
+    cfg = load_config(["run.iterations=3", "policy.hidden_sizes=[32,16]"])
+    assert from_omegaconf(to_dict(cfg)) == cfg
+    assert cfg.policy.hidden_sizes == (32, 16)
+
+
+@pytest.mark.parametrize(("override", "key", "allowed"), [
+    ("run.iterations=0", "run.iterations", "an integer >= 1"),
+    ("run.iterations=2.5", "run.iterations", "an integer"),
+    ("algorithm.lr=fast", "algorithm.lr", "a number"),
+    ("algorithm.lr=-1", "algorithm.lr", "a number > 0"),
+    ("algorithm.gamma=1.5", "algorithm.gamma", "[0, 1]"),
+    ("algorithm.name=sac", "algorithm.name", "one of ['ppo', 'grpo']"),
+    ("env.id=InvertedPendulum-v5", "env.id", "'<backend>:<task>'"),
+    ("env.id=gym:NoSuchEnv-v0", "env.id", "a registered gymnasium id"),
+    ("env.pipeline_stages=9", "env.pipeline_stages", "[1, env.num_envs=8]"),
+    ("policy.kind=cnn", "env.obs", "'pixels' for policy.kind='cnn'"),
+    ("policy.hidden_sizes=[]", "policy.hidden_sizes", "non-empty"),
+    ("run.video=maybe", "run.video", "true or false"),
+    ("algorithm.num_minibatches=100000", "algorithm.num_minibatches", "at most the 512"),
+    ("placement.num_devices=0", "placement.num_devices", ">= 1"),
+    ("placement.spec=everywhere", "placement.spec", "a valid placement"),
+])
+def test_bad_value_names_key_value_and_allowed(override, key, allowed):
+    with pytest.raises(AppConfigError) as info:
+        load_config([override])
+    assert info.value.key == key
+    assert allowed in str(info.value)
+    assert f"{key!r}" in str(info.value)
+
+
+def test_unknown_key_in_a_mapping_is_rejected():
+    data = to_dict(load_config([]))
+    data["run"]["iteratoins"] = 5
+    with pytest.raises(AppConfigError, match=r"'run\.iteratoins'.*accepts.*iterations"):
+        from_omegaconf(data)
+    with pytest.raises(ConfigError, match=r"Could not override 'run\.iteratoins'"):
+        load_config(["run.iteratoins=5"])
+
+
+@pytest.mark.parametrize(("spec", "devices", "message"), [
+    ("hybrid", 1, "at least 2 devices for placement 'hybrid'"),
+    ("disaggregated", 2, "at least 3 devices for placement 'disaggregated'"),
+    ("env: 0, rollout: 3, actor: 0", 2, "out of range"),
+    ("env: 0, rollout: 1", 2, "missing"),
+    ("env: 0, rollout: 1, actor: 0, critic: 1", 2, "unknown component 'critic'"),
+])
+def test_impossible_placements_are_rejected(spec, devices, message):
+    with pytest.raises(AppConfigError, match=message):
+        resolve_placement(PlacementConfig(spec=spec, num_devices=devices))
+
+
+@pytest.mark.parametrize(("spec", "devices", "mode", "expected"), [
+    ("collocated", 2, "collocated", "env,rollout,actor: 0-1"),
+    ("hybrid", 2, "hybrid", "env: 0, rollout: 1, actor: 0-1"),
+    ("disaggregated", 3, "disaggregated", "env: 0, rollout: 1, actor: 2"),
+    ("auto", 2, "auto", "auto"),
+    ("env: 0, rollout: 1, actor: 0-1", 2, "hybrid", "env: 0, rollout: 1, actor: 0-1"),
+])
+def test_named_placements_resolve(spec, devices, mode, expected):
+    placement = resolve_placement(PlacementConfig(spec=spec, num_devices=devices))
+    assert placement.mode.value == mode
+    assert placement.to_spec() == expected
+
+
+@pytest.mark.skipif(HAS_MANISKILL, reason="checks the error when mani_skill is NOT installed")
+def test_missing_maniskill_names_the_app_extra():
+    with pytest.raises(MissingExtraError, match=r"pip install 'rlinf-embodied\[maniskill\]'"):
+        load_config(["task=pickcube"])
+
+
+def test_every_field_has_a_docstring():
+    keys = list(describe_fields(AppConfig))
+    assert len(keys) > 40
+    missing = [key for key, _, _, doc in keys if not doc]
+    assert not missing
+    assert field_docs(AppConfig).keys() == {"env", "policy", "algorithm", "placement", "run"}
+
+
+def _ray_processes() -> set[int]:
+    import psutil
+
+    found = set()
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "ray/core/src/ray" in cmd or "gcs_server" in cmd or "raylet" in cmd:
+            found.add(proc.info["pid"])
+    return found
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run.iterations=-3"], "'run.iterations' = -3 is invalid"),
+    (["placement=hybrid", "placement.num_devices=1"], "'placement.num_devices' = 1"),
+    (["run.nope=1"], "Could not override 'run.nope'"),
+    (["task=nope"], "Could not find 'task/nope'"),
+    (["iterations"], "is not an override"),
+])
+def test_malformed_config_exits_nonzero_before_ray(tmp_path, argv, message):
+    before = _ray_processes()
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlinf_embodied.cli", *argv, "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "RAY_ADDRESS": ""})
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()  # nothing ran
+    assert _ray_processes() <= before  # no Ray process was started
+
+
+def test_help_lists_keys_with_docstrings():
+    proc = subprocess.run([sys.executable, "-m", "rlinf_embodied.cli", "--help"],
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert "run.checkpoint_every" in proc.stdout
+    assert "Save a checkpoint every this many iterations" in proc.stdout
+    assert "placement=auto|collocated|disaggregated|hybrid" in proc.stdout
