@@ -1,0 +1,141 @@
+"""``rlinf-reasoning``: GRPO/PPO on math from the command line.
+
+    rlinf-reasoning                                     # the default run (see README)
+    rlinf-reasoning run.steps=30 placement=disaggregated algorithm=ppo cluster.cpu_slots=4
+    rlinf-reasoning "placement='rollout: 0, actor,reward,inference: 1'"
+    rlinf-reasoning placement=auto --dry-run            # profile, print the ranked plans, stop
+    rlinf-reasoning --run-dir runs/a --resume           # continue from the latest checkpoint
+
+Arguments other than the flags are Hydra overrides of ``conf/config.yaml`` (``key=value``,
+``algorithm=ppo`` picks ``conf/algorithm/ppo.yaml``). The composed config is validated into a
+`ReasoningConfig` before anything starts; a bad one exits with status 2 and one line naming
+the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from rlinf.workers.errors import ConfigError
+from rlinf_reasoning._schema import describe
+from rlinf_reasoning.config import ReasoningConfig, config_dict, from_omegaconf
+
+__all__ = ["CONF_DIR", "compose_config", "main", "parse_args"]
+
+CONF_DIR = Path(__file__).resolve().parent / "conf"
+"""The Hydra config folder shipped in the package."""
+
+EXIT_CONFIG = 2
+"""Exit status of a config error."""
+
+
+def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The flags and the Hydra overrides of `argv`."""
+    parser = argparse.ArgumentParser(
+        prog="rlinf-reasoning", add_help=False,
+        description="RL (GRPO/PPO) on math reasoning with RLinf; KEY=VALUE overrides the config.")
+    parser.add_argument("-h", "--help", action="store_true",
+                        help="show this help and every config key, then exit")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the resolved config and the placement/plan (for "
+                             "placement=auto: profile and print the ranked plans), then exit")
+    parser.add_argument("--run-dir", default=None,
+                        help="folder for metrics, checkpoints, plots (sets run.run_dir)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from the latest checkpoint in the run folder")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="Hydra overrides, e.g. run.steps=30 algorithm=ppo")
+    args = parser.parse_args(list(argv))
+    return args, list(args.overrides)
+
+
+def help_text() -> str:
+    """Usage, flags and every config key with its type, default and docstring."""
+    lines = [__doc__.strip().split("\n\n")[1] if __doc__ else "", "", "Flags:",
+             "  -h, --help       this help",
+             "  --dry-run        print the resolved config and plan, then exit",
+             "  --run-dir DIR    run folder (sets run.run_dir)",
+             "  --resume         continue from the latest checkpoint in the run folder",
+             "", "Config keys (KEY=VALUE; groups: algorithm=grpo|ppo):"]
+    section = ""
+    for info in describe(ReasoningConfig):
+        head = info.key.split(".")[0] if "." in info.key else ""
+        if head != section:
+            section = head
+            lines.append(f"  {head}:")
+        default = "null" if info.default is None else info.default
+        if isinstance(default, tuple):
+            default = list(default)
+        lines.append(f"    {info.key} ({info.type}, default {default})")
+        lines.append(f"        {info.doc}")
+    return "\n".join(lines)
+
+
+def compose_config(overrides: Sequence[str], *, run_dir: str | None = None) -> Any:
+    """The composed `DictConfig`; InvalidConfigError-style ConfigError on a bad override."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    all_overrides = list(overrides)
+    if run_dir is not None:
+        all_overrides.append(f"run.run_dir={run_dir}")
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+            return compose(config_name="config", overrides=all_overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        message = " ".join(str(exc).split())
+        raise ConfigError(f"cannot apply the overrides {all_overrides}: {message}; run "
+                          "`rlinf-reasoning --help` for the keys and their types") from exc
+
+
+def _print_config(cfg: ReasoningConfig, out: TextIO) -> None:
+    print("config:", file=out)
+    for key, value in config_dict(cfg).items():
+        print(f"  {key}: {'null' if value is None else value}", file=out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``rlinf-reasoning``; returns the exit status."""
+    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.help:
+        print(help_text())
+        return 0
+    from rlinf.workers.telemetry import configure_logging
+
+    configure_logging(level="warning")
+    try:
+        cfg = from_omegaconf(compose_config(overrides, run_dir=args.run_dir))
+    except ConfigError as exc:
+        print(f"rlinf-reasoning: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    configure_logging(level=cfg.run.log_level)
+    if args.dry_run:
+        from rlinf_reasoning.run import dry_run
+
+        _print_config(cfg, sys.stdout)
+        try:
+            dry_run(cfg, out=sys.stdout)
+        except ConfigError as exc:
+            print(f"rlinf-reasoning: config error: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        return 0
+    from rlinf_reasoning.run import train
+
+    try:
+        train(cfg, resume=args.resume, overrides=overrides)
+    except ConfigError as exc:
+        print(f"rlinf-reasoning: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        print("rlinf-reasoning: interrupted; resume with --resume", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

