@@ -21,7 +21,7 @@ def _scalars(run_dir: Path, tag: str) -> list[tuple[int, float]]:
 
 def test_records_hold_step_time_then_metrics(tmp_path: Path) -> None:
     with MetricsWriter(tmp_path, tensorboard=False) as w:
-        w.write(1, {"loss": 0.5, "reward": np.float32(0.25), "tokens": 128})
+        w.write(1, {"loss": 0.5, "reward": np.float32(0.25), "tokens": 128})  # type: ignore[dict-item]
         w.write(2, {"loss": 0.25})
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     first = json.loads(lines[0])

@@ -74,7 +74,7 @@ class CheckpointStore:
         return self.root / f"step-{step:08d}"
 
     def save(
-        self, step: int, write: Callable[[Path], None], *, meta: Mapping[str, Any]
+        self, step: int, write: Callable[[Path], object], *, meta: Mapping[str, Any]
     ) -> Path:
         """Write the checkpoint of `step` and make it the latest; returns its directory.
 

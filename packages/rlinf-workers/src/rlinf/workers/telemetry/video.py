@@ -38,8 +38,8 @@ def _check_frames(frames: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
 
 def _write_gif(stack: np.ndarray, path: Path, fps: int) -> None:
     image = require("PIL.Image", feature="GIF video", extra="telemetry")
-    mode = {1: "L", 3: "RGB", 4: "RGBA"}[stack.shape[-1]]
-    pictures = [image.fromarray(f[..., 0] if mode == "L" else f, mode=mode) for f in stack]
+    gray = stack.shape[-1] == 1
+    pictures = [image.fromarray(np.ascontiguousarray(f[..., 0] if gray else f)) for f in stack]
     pictures[0].save(path, format="GIF", save_all=True, append_images=pictures[1:],
                      duration=max(1, round(1000 / fps)), loop=0, optimize=False)
 
