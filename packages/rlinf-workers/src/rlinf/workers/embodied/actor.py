@@ -23,6 +23,7 @@ from torch import nn
 
 from rlinf.workers.algorithms import gae, grpo_advantages, ppo_policy_loss, value_loss
 from rlinf.workers.algorithms.masked import masked_whiten
+from rlinf.workers.embodied.vla_policy import VLAActorCritic, VLAPolicyConfig
 from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models.policy import ActorCritic, PolicyConfig, build_actor_critic
@@ -36,8 +37,9 @@ __all__ = ["EmbodiedActorConfig", "EmbodiedActorWorker", "first_episode_mask"]
 class EmbodiedActorConfig:
     """Training of an embodied actor-critic."""
 
-    policy: PolicyConfig
-    """Network shape; must match the rollout worker's."""
+    policy: PolicyConfig | VLAPolicyConfig | None = None
+    """Network: an MLP/CNN actor-critic, or a tiny VLA in its task; must match the rollout
+    worker's (None: filled in by whoever launches the actor, e.g. the app's flow)."""
     algorithm: Literal["ppo", "grpo"] = "ppo"
     """PPO with a critic and GAE, or critic-free GRPO over blocks of same-start episodes."""
     seed: int = 0
@@ -95,7 +97,13 @@ class EmbodiedActorWorker(Worker):
         self.config = config
         if config.num_threads is not None:
             torch.set_num_threads(config.num_threads)
-        self.model: ActorCritic = build_actor_critic(config.policy, seed=config.seed)
+        if config.policy is None:
+            raise ConfigError("EmbodiedActorConfig.policy is None: give the actor the network "
+                              "it trains (a PolicyConfig or VLAPolicyConfig)")
+        self.model: ActorCritic | VLAActorCritic = (
+            VLAActorCritic(config.policy, seed=config.seed)
+            if isinstance(config.policy, VLAPolicyConfig)
+            else build_actor_critic(config.policy, seed=config.seed))
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.step = 0

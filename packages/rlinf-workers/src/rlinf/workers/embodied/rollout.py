@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -147,6 +148,19 @@ class PolicyRolloutWorker(Worker):
     def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Load parameters (e.g. from `EmbodiedActorWorker.get_weights`)."""
         self.model.load_state_dict(dict(weights))
+
+    def state(self) -> dict[str, Any]:
+        """Weights and every env's sampling-stream position (resume continues the streams)."""
+        return {"weights": self.get_weights(),
+                "streams": {i: g.bit_generator.state for i, g in self._streams.items()}}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of `state`."""
+        self.set_weights(state["weights"])
+        self._streams = {}
+        for index, position in state["streams"].items():
+            stream = self._stream(int(index))
+            stream.bit_generator.state = position
 
     def onload(self) -> None:
         """Move the policy onto its device."""

@@ -152,6 +152,12 @@ class TinyVLA(nn.Module):
         return VLASample(tokens=tokens, action=self.tokens_to_action(tokens),
                          log_prob=log_prob, value=value)
 
+    def value(self, images: torch.Tensor, instructions: Sequence[str]) -> torch.Tensor:
+        """``[N]`` critic estimate of the observations (one pass over the prefix)."""
+        embeds, mask = self._prefix(images, instructions)
+        _, hidden = self._run(embeds, mask)
+        return self.value_head(hidden[:, -1]).squeeze(-1)
+
     def evaluate(self, images: torch.Tensor, instructions: Sequence[str], tokens: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Differentiable ``(log_prob [N], entropy [N], value [N])`` of given action tokens,

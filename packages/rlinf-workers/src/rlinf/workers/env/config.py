@@ -31,6 +31,11 @@ class EnvWorkerConfig:
     (GRPO compares the episodes of a block); 1 gives every env its own states."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments for the task's constructor."""
+    pixels: tuple[int, int] | None = None
+    """Observe rendered frames of this (height, width) as ``uint8 (3, H, W)`` instead of the
+    task's state vector (gymnasium tasks; for VLA policies). None: the task's observations."""
+    instruction: str = ""
+    """Language instruction of the task for VLA policies ("" : the task id)."""
 
     def __post_init__(self) -> None:
         if self.num_envs < 1:
@@ -38,6 +43,8 @@ class EnvWorkerConfig:
         if not 1 <= self.pipeline_stages <= self.num_envs:
             raise ConfigError(f"pipeline_stages must be in [1, num_envs={self.num_envs}], "
                               f"got {self.pipeline_stages}")
+        if self.pixels is not None and (len(self.pixels) != 2 or min(self.pixels) < 1):
+            raise ConfigError(f"pixels must be (height, width) >= 1 or None, got {self.pixels}")
         size = self.same_start_group_size
         if size < 1 or self.num_envs % size:
             raise ConfigError(f"same_start_group_size must be >= 1 and divide num_envs="

@@ -17,7 +17,7 @@ from rlinf.envs.embodied.backends import gym_backend
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["make_same_start_env"]
+__all__ = ["block_seeded", "make_same_start_env"]
 
 
 class _BlockSeeded:
@@ -51,6 +51,10 @@ def make_same_start_env(config: EnvWorkerConfig) -> VectorEnv:
         config.env_name, num_envs=config.num_envs, render_size=(128, 128),
         max_episode_steps=config.max_episode_steps, env_kwargs=dict(config.env_kwargs),
     )
-    size = config.same_start_group_size
-    wrapped = [_BlockSeeded(env, i % size) for i, env in enumerate(envs)]
+    wrapped = block_seeded(envs, config.same_start_group_size)
     return LoopVectorEnv(wrapped, seed=config.seed, name=config.env_name)
+
+
+def block_seeded(envs: list[SingleEnv], size: int) -> list[SingleEnv]:
+    """`envs` wrapped so that each consecutive block of `size` shares one reset seed."""
+    return [_BlockSeeded(env, i % size) for i, env in enumerate(envs)]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -30,11 +30,16 @@ from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats, VectorEnv, make_vector_env
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
+from rlinf.workers.env.pixels import make_pixel_env
 from rlinf.workers.env.same_start import make_same_start_env
+from rlinf.workers.env.state import capture_env_state, restore_env_state
 from rlinf.workers.env.trajectory import Trajectory, TrajectoryBuilder
 from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.runtime.worker import Worker
+
+if TYPE_CHECKING:
+    from rlinf.workers.telemetry import TraceRecorder
 
 __all__ = ["EnvRollout", "EnvWorker"]
 
@@ -68,8 +73,10 @@ class EnvWorker(Worker):
     def __init__(self, context: WorkerContext, *, config: EnvWorkerConfig) -> None:
         super().__init__(context)
         self.config = config
-        if config.same_start_group_size > 1:
-            self.env: VectorEnv = make_same_start_env(config)
+        if config.pixels is not None:
+            self.env: VectorEnv = make_pixel_env(config)
+        elif config.same_start_group_size > 1:
+            self.env = make_same_start_env(config)
         else:
             self.env = make_vector_env(
                 config.env_name, num_envs=config.num_envs, seed=config.seed,
@@ -95,6 +102,23 @@ class EnvWorker(Worker):
     def action_space(self) -> gym.Space[Any]:
         """Action space of one env."""
         return self.env.single_action_space
+
+    @property
+    def instruction(self) -> str:
+        """The task's language instruction (the config's, else the task id)."""
+        return self.config.instruction or self.config.env_name
+
+    def state(self) -> dict[str, Any]:
+        """Simulator state and current observations: `load_state` continues from here exactly
+        (gymnasium MuJoCo tasks; see `rlinf.workers.env.state`)."""
+        return {"env": capture_env_state(self.env),
+                "obs": None if self._obs is None else [o.copy() for o in self._obs]}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Inverse of `state` on an env worker built from the same config."""
+        restore_env_state(self.env, state["env"])
+        obs = state["obs"]
+        self._obs = None if obs is None else [np.array(o) for o in obs]
 
     def reset(self, *, seed: int | None = None) -> None:
         """Start new episodes in every env (env i seeded with seed + i when given)."""
@@ -124,8 +148,9 @@ class EnvWorker(Worker):
         return action
 
     def rollout(self, *, num_steps: int, sink: ObsSink, source: ActionSource,
-                timeout: float | None = 60.0) -> EnvRollout:
-        """Run `num_steps` steps of every env through the protocol in the module docstring."""
+                timeout: float | None = 60.0, trace: TraceRecorder | None = None) -> EnvRollout:
+        """Run `num_steps` steps of every env through the protocol in the module docstring;
+        `trace` records one ``env_step`` span per stage group and step."""
         if num_steps < 1:
             raise ConfigError(f"num_steps must be >= 1, got {num_steps}")
         obs = self._obs if self._obs is not None else self._reset(None)
@@ -140,6 +165,7 @@ class EnvWorker(Worker):
         for t in range(num_steps):
             for g, group in enumerate(self.groups):
                 waited = time.perf_counter()
+                wall = time.time()
                 reply = source.get(key=stage_key(g), timeout=timeout)
                 began = time.perf_counter()
                 builders[g].add_policy(obs[g], dict(reply.tensors))
@@ -147,6 +173,9 @@ class EnvWorker(Worker):
                 ended = time.perf_counter()
                 wait_s += began - waited
                 step_s += ended - began
+                if trace is not None:
+                    trace.add("env_step", wall + (began - waited), wall + (ended - waited),
+                              stage=g, step=t)
                 builders[g].add_step(result.reward, result.terminated, result.truncated)
                 obs[g] = np.asarray(result.obs)
                 sink.put(self._message(g, obs[g], np.asarray(result.info["final_obs"]),

@@ -1,0 +1,117 @@
+"""Brief per-component profiles of an embodied run, for the planner (`rlinf.sched.plan`).
+
+`measure_components` times, on fresh copies (the run's own simulators, sampling streams and
+optimizer are untouched):
+
+- ``env``: one `step` of a stage group of each batch size (real task, random actions);
+- ``rollout``: one `infer` of a micro-batch of each size (real observations of the task);
+- ``actor``: one PPO/GRPO update of ``size × rollout_steps`` samples on each thread count
+  in `actor_devices` (a CPU device is a core slot, one torch thread each).
+
+Each point is the median of `repeats` timed calls after a warm-up (the actor: one call after
+a warm-up update; an update is long enough to be stable). `rlinf.sched.fit_profile` turns
+the `Profile` into cost curves.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
+
+import numpy as np
+import torch
+
+from rlinf.comm import Batch
+from rlinf.sched import Measurement, Profile
+from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
+from rlinf.workers.embodied.roles.policy_role import build_rollout_policy
+from rlinf.workers.embodied.rollout import PolicyRolloutConfig
+from rlinf.workers.embodied.vla_policy import VLARolloutConfig
+from rlinf.workers.env.config import EnvWorkerConfig
+from rlinf.workers.env.trajectory import Trajectory
+from rlinf.workers.env.worker import EnvWorker
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.runtime.context import WorkerContext
+
+__all__ = ["measure_components", "synthetic_trajectory"]
+
+_CONTEXT = WorkerContext(role="profile", rank=0, world_size=1)
+
+
+def _median_seconds(call: Callable[[], object], repeats: int) -> float:
+    call()  # warm-up: first-call allocations, lazy initialisation
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _point(component: str, batch: int, devices: int, seconds: float) -> Measurement:
+    return Measurement(component, batch, devices, seconds, 0, memory_source="none",
+                       timestamp=time.time())
+
+
+def synthetic_trajectory(obs: np.ndarray, action_shape: tuple[int, ...], *, steps: int,
+                         seed: int = 0) -> Trajectory:
+    """A `steps`-long trajectory of ``len(obs)`` envs repeating `obs` with random actions and
+    rewards (for timing updates; shapes and dtypes as a real rollout's)."""
+    rng = np.random.default_rng(seed)
+    n = len(obs)
+    shape = (steps, n)
+    return Trajectory(
+        obs=np.broadcast_to(obs, (steps, *obs.shape)).copy(),
+        actions=rng.uniform(-1, 1, size=(*shape, *action_shape)).astype(np.float32),
+        log_probs=rng.normal(-1, 0.1, size=shape).astype(np.float32),
+        values=np.zeros(shape, np.float32), next_values=np.zeros(shape, np.float32),
+        rewards=rng.normal(size=shape).astype(np.float32),
+        terminated=np.zeros(shape, bool), truncated=np.zeros(shape, bool),
+        env_indices=np.arange(n, dtype=np.int64))
+
+
+def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | VLARolloutConfig,
+                       actor: EmbodiedActorConfig, rollout_steps: int,
+                       batch_sizes: Sequence[int], repeats: int = 5,
+                       actor_devices: Sequence[int] = (1, 2)) -> Profile:
+    """Profile of ``env``, ``rollout`` and ``actor`` (module docstring)."""
+    sizes = sorted(set(int(b) for b in batch_sizes))
+    if not sizes or sizes[0] < 1 or repeats < 1 or rollout_steps < 1:
+        raise ConfigError(f"need batch sizes >= 1, repeats >= 1 and rollout_steps >= 1, got "
+                          f"{batch_sizes}, {repeats}, {rollout_steps}")
+    threads = torch.get_num_threads()
+    points: list[Measurement] = []
+    try:
+        torch.set_num_threads(1)
+        policy = build_rollout_policy(_CONTEXT, replace(rollout, num_threads=1))
+        for size in sizes:
+            worker = EnvWorker(_CONTEXT, config=replace(env, num_envs=size, pipeline_stages=1))
+            try:
+                group = worker.groups[0]
+                obs = np.asarray(group.reset(seed=env.seed)[0])
+                space = worker.action_space
+                space.seed(env.seed)
+                actions = np.stack([space.sample() for _ in range(size)])
+                points.append(_point("env", size, 1, _median_seconds(
+                    partial(group.step, actions), repeats)))
+                batch = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(size, bool),
+                               "env_index": np.arange(size)}, meta={"bootstrap": False})
+                points.append(_point("rollout", size, 1, _median_seconds(
+                    partial(policy.infer, batch), repeats)))
+                traj = synthetic_trajectory(obs, tuple(space.shape or ()), steps=rollout_steps,
+                                            seed=env.seed)
+                for devices in actor_devices:
+                    torch.set_num_threads(devices)
+                    trainer = EmbodiedActorWorker(_CONTEXT, config=replace(
+                        actor, num_threads=devices))
+                    seconds = _median_seconds(partial(trainer.train, traj), 1)
+                    points.append(_point("actor", size * rollout_steps, devices, seconds))
+                    torch.set_num_threads(1)
+            finally:
+                worker.shutdown()
+    finally:
+        torch.set_num_threads(threads)
+    return Profile(tuple(points), metadata={"env": env.env_name, "rollout_steps": rollout_steps})

@@ -1,0 +1,44 @@
+"""Embodied roles: the env, rollout-policy and actor workers as Ray actors of a macro flow.
+
+- `EnvRole` runs an `EnvWorker`; observations out and actions in through rlinf.comm
+  channels (`RoleLink`) to a `PolicyRole`, stage groups pipelined across the two processes,
+  or with the policy inline when env and policy are collocated (they take turns).
+- `PolicyRole` serves rollout inference (MLP/CNN or the tiny VLA).
+- `ActorRole` trains (PPO/GRPO), checkpoints with every RNG and hands out weights.
+
+Every role sets torch's threads to its device count, records spans with a
+`rlinf.workers.telemetry.TraceRecorder`, and holds its devices through the device lock
+while computing when the flow configured one, so roles placed together take turns.
+"""
+
+from rlinf.workers.embodied.roles.actor_role import ActorRole, TrainReport
+from rlinf.workers.embodied.roles.base import RoleBase
+from rlinf.workers.embodied.roles.env_role import (
+    EnvDescription,
+    EnvRole,
+    RolloutReport,
+    describe_env,
+)
+from rlinf.workers.embodied.roles.link import RoleLink, open_channels
+from rlinf.workers.embodied.roles.policy_role import (
+    PolicyRole,
+    RolloutPolicy,
+    build_rollout_policy,
+    serve_stages,
+)
+
+__all__ = [
+    "ActorRole",
+    "EnvDescription",
+    "EnvRole",
+    "PolicyRole",
+    "RoleBase",
+    "RoleLink",
+    "RolloutPolicy",
+    "RolloutReport",
+    "TrainReport",
+    "build_rollout_policy",
+    "describe_env",
+    "open_channels",
+    "serve_stages",
+]

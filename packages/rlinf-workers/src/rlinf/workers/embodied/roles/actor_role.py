@@ -1,0 +1,75 @@
+"""`ActorRole`: PPO/GRPO training as a Ray worker; weights out, checkpoints with every RNG."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+
+from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
+from rlinf.workers.embodied.roles.base import RoleBase
+from rlinf.workers.env.trajectory import Trajectory
+from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.telemetry import Span
+
+__all__ = ["ActorRole", "TrainReport"]
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """What one update produced."""
+
+    stats: dict[str, float]
+    """Mean loss terms and diagnostics over the update's minibatches."""
+    seconds: float
+    """Wall time of the update."""
+    spans: tuple[Span, ...]
+    """One ``train`` span."""
+
+
+class ActorRole(RoleBase):
+    """Owns the trainable policy (an `EmbodiedActorWorker`) in its own process."""
+
+    def __init__(self, context: WorkerContext, *, config: EmbodiedActorConfig,
+                 trace: bool = False, num_threads: int | None = None,
+                 devices: Sequence[int] | None = None) -> None:
+        super().__init__(context, trace=trace, num_threads=num_threads, devices=devices)
+        self.actor = EmbodiedActorWorker(context, config=config)
+
+    def train(self, trajectory: Trajectory) -> TrainReport:
+        """`epochs` × `num_minibatches` updates on one rollout."""
+        started = time.perf_counter()
+        # Arrays from Ray's object store are read-only views; torch wants writable memory.
+        trajectory = Trajectory(**{f.name: np.array(getattr(trajectory, f.name))
+                                   for f in fields(Trajectory)})
+        with self.computing(), self.trace.span("train", samples=trajectory.rewards.size):
+            stats = self.actor.train(trajectory)
+        return TrainReport(stats=stats, seconds=time.perf_counter() - started,
+                           spans=tuple(self.drain_spans()))
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of the parameters, for the rollout policy."""
+        return self.actor.get_weights()
+
+    def state(self) -> dict[str, Any]:
+        """Model, optimizer, shuffling generator, step, and this process's global RNGs."""
+        return {"actor": self.actor.state(), "torch_rng": torch.get_rng_state(),
+                "numpy_rng": np.random.get_state(), "python_rng": random.getstate()}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Inverse of `state`."""
+        self.actor.load_state(state["actor"])
+        torch.set_rng_state(state["torch_rng"])
+        np.random.set_state(state["numpy_rng"])
+        random.setstate(state["python_rng"])
+
+    def onload(self) -> None:
+        """Move the model onto its device (the actor trains where it was built)."""
+
+    def offload(self) -> None:
+        """Nothing to free: the CPU actor keeps its state in host memory."""

@@ -1,0 +1,113 @@
+"""`PolicyRole`: policy inference as its own Ray worker, serving an env role over channels."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from rlinf.comm import Channel
+from rlinf.workers.embodied.roles.base import RoleBase
+from rlinf.workers.embodied.roles.link import RoleLink, open_channels
+from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
+from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
+from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.telemetry import Span, TraceRecorder
+
+__all__ = ["PolicyRole", "RolloutPolicy", "build_rollout_policy", "serve_stages"]
+
+RolloutPolicy = PolicyRolloutWorker | VLARolloutWorker
+"""A policy that answers observation micro-batches (`infer`) and syncs weights."""
+
+
+def build_rollout_policy(context: WorkerContext,
+                         config: PolicyRolloutConfig | VLARolloutConfig) -> RolloutPolicy:
+    """The MLP/CNN rollout worker or the VLA one, by config type."""
+    if isinstance(config, VLARolloutConfig):
+        return VLARolloutWorker(context, config=config)
+    if isinstance(config, PolicyRolloutConfig):
+        return PolicyRolloutWorker(context, config=config)
+    raise ConfigError(f"expected a PolicyRolloutConfig or VLARolloutConfig, got "
+                      f"{type(config).__name__}")
+
+
+def serve_stages(policy: RolloutPolicy, *, source: ActionSource, sink: ObsSink, num_steps: int,
+                 num_stages: int, timeout: float | None, trace: TraceRecorder) -> int:
+    """The policy side of the env worker's protocol (``num_steps + 1`` batches per stage, the
+    last for bootstrapping), with one ``infer`` span per stage group and step."""
+    if num_steps < 1 or num_stages < 1:
+        raise ConfigError(f"num_steps and num_stages must be >= 1, got {num_steps}, "
+                          f"{num_stages}")
+    answered = 0
+    for step in range(num_steps + 1):
+        for stage in range(num_stages):
+            key = stage_key(stage)
+            batch = source.get(key=key, timeout=timeout)
+            start = time.time()
+            sink.put(policy.infer(batch), key=key)
+            trace.add("infer", start, time.time(), stage=stage, step=step)
+            answered += 1
+    return answered
+
+
+class PolicyRole(RoleBase):
+    """Runs rollout inference in its own process (module docstring)."""
+
+    def __init__(self, context: WorkerContext, *, config: PolicyRolloutConfig | VLARolloutConfig,
+                 link: RoleLink, trace: bool = False, num_threads: int | None = None) -> None:
+        super().__init__(context, trace=trace, num_threads=num_threads)
+        self.policy = build_rollout_policy(context, config)
+        self.link = link
+        self._channels: tuple[Channel, Channel] | None = None
+
+    def open_link(self) -> None:
+        """Create the observations channel and connect to the env role's actions channel."""
+        if self._channels is None:
+            self._channels = open_channels(self.link.observations, self.link.actions,
+                                           store=self.link.store, timeout=self.link.timeout)
+
+    def serve(self, *, num_steps: int, num_stages: int) -> list[Span]:
+        """Answer one rollout of the env role; returns this call's spans."""
+        if self._channels is None:
+            raise ConfigError("PolicyRole.serve before open_link(): connect the roles first")
+        observations, actions = self._channels
+        with self.computing():
+            serve_stages(self.policy, source=observations, sink=actions, num_steps=num_steps,
+                         num_stages=num_stages, timeout=self.link.timeout, trace=self.trace)
+        return self.drain_spans()
+
+    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+        """Load the actor's parameters."""
+        self.policy.set_weights(weights)
+
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        """The serving parameters."""
+        return self.policy.get_weights()
+
+    def state(self) -> dict[str, Any]:
+        """Weights and sampling-generator positions."""
+        return self.policy.state()
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Inverse of `state`."""
+        self.policy.load_state(state)
+
+    def onload(self) -> None:
+        """Move the model onto its device."""
+        self.policy.onload()
+
+    def offload(self) -> None:
+        """Move the model to host memory."""
+        self.policy.offload()
+
+    def shutdown(self) -> None:
+        """Disconnect the channels, then the base worker's resources."""
+        if self._channels is not None:
+            for channel in self._channels:
+                channel.disconnect()
+            self._channels = None
+        super().shutdown()
