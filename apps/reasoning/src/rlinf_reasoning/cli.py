@@ -49,7 +49,7 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="continue from the latest checkpoint in the run folder")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="Hydra overrides, e.g. run.steps=30 algorithm=ppo")
-    args = parser.parse_args(list(argv))
+    args = parser.parse_intermixed_args(list(argv))
     return args, list(args.overrides)
 
 

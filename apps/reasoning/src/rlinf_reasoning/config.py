@@ -87,7 +87,7 @@ class DataConfig:
     """Distinct problems per training step."""
     heldout_size: Positive = 400
     """Held-out problems for the greedy accuracy (distinct when generated)."""
-    template: Literal["short", "plain", "boxed"] = "short"
+    template: Literal["short", "plain", "chat"] = "short"
     """Prompt template of rlinf.envs.math.format_prompt ("short" for tiny char models)."""
 
     def __post_init__(self) -> None:
@@ -196,6 +196,8 @@ class RunConfig:
     """Transport of actor → rollout weight updates (auto: from the placement)."""
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     """Log level of the app and its workers."""
+    predict: bool = True
+    """Profile the roles briefly at start to price a fixed plan (auto always profiles)."""
     profile_batches: tuple[Positive, ...] = (8, 16)
     """placement=auto: prompts per profiling call (two sizes or more fit the cost curves)."""
 
@@ -242,8 +244,11 @@ class ReasoningConfig:
 
 
 def component_names(cfg: ReasoningConfig) -> tuple[str, ...]:
-    """Components of the macro flow (what placements must place), in flow order."""
-    if cfg.algorithm.recompute_logprobs:
+    """Components of the macro flow (what placements must place), in flow order.
+
+    The inference role runs when old log-probs are recomputed or a KL reference is needed.
+    """
+    if cfg.algorithm.recompute_logprobs or cfg.algorithm.kl_coef > 0:
         return ("rollout", "reward", "inference", "actor")
     return ("rollout", "reward", "actor")
 

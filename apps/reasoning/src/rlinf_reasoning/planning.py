@@ -1,0 +1,150 @@
+"""The execution plan of a run: a fixed placement, or ``auto`` (profile → fit → plan).
+
+- Fixed placements (``collocated``, ``disaggregated``, explicit specs) become an
+  `ExecutionPlan` with `rlinf_reasoning.flow.fixed_plan`; edges carry one rollout
+  micro-batch of groups per message.
+- ``auto`` launches a short profiling flow (collocated on every device), times each role
+  at `run.profile_batches` with `ReasoningFlow.measure`, fits cost curves
+  (`rlinf.sched.fit_profile`) and asks the M2Flow planner (`rlinf.sched.plan`) for ranked
+  plans of `reasoning_workflow(spec)` on this cluster; the fastest is launched.
+- Any plan can be priced from a profile (`predict`): the discrete-event simulation of one
+  iteration gives the predicted time, set on the plan, and the Gantt the trace shows next to
+  the measured timeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import TextIO
+
+import structlog
+
+from rlinf.envs.math import MathProblem
+from rlinf.sched import (
+    Cluster,
+    ExecutionPlan,
+    PlanResult,
+    Profile,
+    SimulationResult,
+    fit_profile,
+    plan,
+    simulate,
+)
+from rlinf_reasoning.config import ReasoningConfig, component_names
+from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan, reasoning_workflow
+from rlinf_reasoning.placement import resolve_placement
+
+__all__ = [
+    "PlanChoice",
+    "auto_plan",
+    "describe_plan",
+    "format_plans",
+    "planned_fixed",
+    "predict",
+    "profile_flow",
+    "profiling_problems",
+]
+
+_log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    """The plan a run launches, and how it was chosen."""
+
+    plan: ExecutionPlan
+    """The plan launched (predicted_time set when a profile priced it)."""
+    ranked: PlanResult | None = None
+    """``auto``: the planner's ranked plans and fixed-mode baselines."""
+    profile: Profile | None = None
+    """The measured profile the prediction comes from."""
+    simulation: SimulationResult | None = None
+    """The simulated iteration of `plan` (with its intervals), when priced."""
+
+
+def planned_fixed(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> ExecutionPlan:
+    """The plan of a fixed placement (not ``auto``), unpriced (predicted_time 0)."""
+    placement = resolve_placement(cfg.placement, component_names(cfg), num_devices)
+    return fixed_plan(spec, placement.to_spec(), num_devices=num_devices,
+                      granularity_groups=cfg.rollout.groups_per_micro_batch)
+
+
+def profiling_problems(cfg: ReasoningConfig, source: ProblemSource) -> list[MathProblem]:
+    """Enough training problems for the largest profiling batch (read, never trained on)."""
+    need = max(cfg.run.profile_batches)
+    problems: list[MathProblem] = []
+    position = 0
+    while len(problems) < need:
+        problems.extend(source.batch(position))
+        position += 1
+    return problems[:need]
+
+
+def profile_flow(flow: ReasoningFlow, cfg: ReasoningConfig, source: ProblemSource) -> Profile:
+    """Time every role of `flow` at each `run.profile_batches` size (trajectory unchanged)."""
+    group = cfg.rollout.group_size
+    sizes = sorted({prompts * group for prompts in cfg.run.profile_batches})
+    profile = flow.measure(profiling_problems(cfg, source), batch_sizes=sizes)
+    _log.info("profiled", sizes=sizes, measurements=len(profile.measurements))
+    return profile
+
+
+def _simulated_micro_batches(plan: ExecutionPlan, spec: FlowSpec) -> dict[str, int]:
+    """Items per call as the flow runs them: the rollout and the actor take the whole batch,
+    the stages between them one message (the edge's granularity) per call."""
+    micro = dict(plan.micro_batch)
+    batch = spec.prompts_per_step * spec.rollout.group_size
+    for edge, items in plan.granularity.items():
+        dst = edge.split("->", 1)[1]
+        if dst not in ("actor", "rollout"):
+            micro[dst] = min(int(items), batch)
+    micro["actor"] = batch
+    micro["rollout"] = batch
+    return micro
+
+
+def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile,
+            cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
+    """`plan_` with the predicted iteration time and utilisation of its simulation."""
+    cost = fit_profile(profile)
+    simulation = simulate(reasoning_workflow(spec), plan_.placement, cost, cluster,
+                          micro_batch=_simulated_micro_batches(plan_, spec), record=True)
+    priced = dataclasses.replace(plan_, predicted_time=simulation.iteration_time,
+                                 utilisation=simulation.utilisation)
+    return priced, simulation
+
+
+def auto_plan(spec: FlowSpec, profile: Profile, cluster: Cluster) -> PlanChoice:
+    """The planner's ranked plans for `spec` on `cluster` from `profile`; the best is chosen."""
+    result = plan(reasoning_workflow(spec), fit_profile(profile), cluster)
+    best = result.best
+    cost = fit_profile(profile)
+    simulation = simulate(reasoning_workflow(spec), best.placement, cost, cluster,
+                          micro_batch=best.micro_batch, record=True)
+    return PlanChoice(plan=best, ranked=result, profile=profile, simulation=simulation)
+
+
+def format_plans(result: PlanResult, out: TextIO, *, limit: int = 5) -> None:
+    """Print the ranked plans and the fixed-mode baselines with predicted iteration times."""
+    print("planner: ranked plans (predicted seconds per iteration)", file=out)
+    for i, p in enumerate(result.ranked[:limit], start=1):
+        marker = "*" if i == 1 else " "
+        print(f" {marker}{i}. {p.predicted_time:8.3f} s  {p.mode.value:13s} {p.spec}  "
+              f"micro-batch {dict(p.micro_batch)}", file=out)
+    for name, p in sorted(result.baselines.items()):
+        print(f"    best {name:13s} {p.predicted_time:8.3f} s  {p.spec}", file=out)
+    print(f"    ({result.evaluated} simulations, {result.seconds:.2f} s)", file=out)
+
+
+def describe_plan(p: ExecutionPlan, out: TextIO, *, predicted: bool) -> None:
+    """Print a plan's mode, placement, ranks, micro-batches and (if priced) predicted time."""
+    print(f"plan: {p.mode.value} — {p.spec}", file=out)
+    for comp in p.placement:
+        print(f"  {comp.component:9s} devices {list(comp.devices)}  ranks {comp.num_procs}",
+              file=out)
+    print(f"  granularity (items per message): {dict(p.granularity)}", file=out)
+    if predicted:
+        print(f"  predicted iteration time: {p.predicted_time:.3f} s "
+              f"(utilisation {p.utilisation:.0%})", file=out)

@@ -1,0 +1,279 @@
+"""The training loop of ``rlinf-reasoning``, top to bottom.
+
+    config → problems (pure function of seed and step) → FlowSpec → execution plan
+    (fixed placement, or auto: profile → fit → plan) → launch the flow → held-out greedy
+    accuracy before → for each step: flow.step → metrics (JSONL + TensorBoard) → progress
+    → held-out accuracy every `eval_every` → checkpoint every `checkpoint_every`
+    → learning curve, trace, summary
+
+Resuming (`train(..., resume=True)`) reloads the latest checkpoint of the run folder after
+checking that it was written with the same config (except ``run.steps``), keeps its
+execution plan, drops the metric records of steps that are about to be redone and continues
+from the next step with the same problems and random draws, so the metrics equal those of an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+import structlog
+
+from rlinf.sched import Cluster, Profile
+from rlinf.workers.telemetry import (
+    CheckpointStore,
+    MetricsWriter,
+    ProgressDisplay,
+    Span,
+    read_metrics,
+)
+from rlinf_reasoning.config import ReasoningConfig, config_dict
+from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.errors import ResumeError
+from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan
+from rlinf_reasoning.planning import (
+    PlanChoice,
+    auto_plan,
+    describe_plan,
+    format_plans,
+    planned_fixed,
+    predict,
+    profile_flow,
+)
+from rlinf_reasoning.report import (
+    HELDOUT_KEY,
+    Summary,
+    median_or_none,
+    print_summary,
+    write_curve,
+    write_summary,
+    write_trace,
+)
+from rlinf_reasoning.resume import CHECKPOINT_DIR, Checkpoint, checkpoint_meta, find_resume_point
+from rlinf_reasoning.spec import flow_spec
+
+__all__ = ["CONFIG_FILE", "PLAN_FILE", "PROFILE_FILE", "dry_run", "train"]
+
+_log = structlog.get_logger(__name__)
+
+CONFIG_FILE = "config.json"
+"""The resolved config and the overrides, in the run folder."""
+PROFILE_FILE = "profile.json"
+"""The measured profile the plan was priced with (reused on resume)."""
+PLAN_FILE = "plan.json"
+"""``auto``: the planner's ranked plans."""
+METRICS_FILE = "metrics.jsonl"
+PROGRESS_KEYS = ("reward/accuracy", HELDOUT_KEY, "time/step")
+
+
+def _init_ray() -> bool:
+    """Start Ray for this run unless it is running; True if this call started it."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return True
+
+
+def _cluster(cfg: ReasoningConfig) -> Cluster:
+    return Cluster.discover(use_ray=True, cpu_slots=cfg.cluster.cpu_slots)
+
+
+def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: ProblemSource,
+                *, out: TextIO) -> PlanChoice:
+    """A fixed placement's plan (unpriced), or ``auto``'s chosen plan (profiled and priced).
+
+    ``auto`` launches a profiling flow collocated on every device, measures it, closes it
+    and plans; its ranked plans are printed to `out`.
+    """
+    if cfg.placement.strip().lower() != "auto":
+        return PlanChoice(plan=planned_fixed(cfg, spec, cluster.num_devices))
+    probe_plan = fixed_plan(spec, "collocated", num_devices=cluster.num_devices,
+                            granularity_groups=cfg.rollout.groups_per_micro_batch)
+    print(f"auto: profiling on {cluster.num_devices} device(s) at "
+          f"{list(cfg.run.profile_batches)} prompts per call ...", file=out, flush=True)
+    with ReasoningFlow.launch(spec, probe_plan, cluster=cluster) as probe:
+        profile = profile_flow(probe, cfg, source)
+    choice = auto_plan(spec, profile, cluster)
+    if choice.ranked is not None:
+        format_plans(choice.ranked, out)
+    return choice
+
+
+def dry_run(cfg: ReasoningConfig, *, out: TextIO = sys.stdout) -> PlanChoice:
+    """Print the plan the run would launch; for ``auto``, profile and print the ranked plans.
+
+    Fixed placements start nothing; ``auto`` starts Ray and a short profiling flow, but never
+    trains.
+    """
+    spec = flow_spec(cfg)
+    if cfg.placement.strip().lower() != "auto":
+        from rlinf_reasoning.config import cluster_size
+
+        choice = PlanChoice(plan=planned_fixed(cfg, spec, cluster_size(cfg)))
+        describe_plan(choice.plan, out, predicted=False)
+        print("  (predicted iteration time: profiled when the run starts)", file=out)
+        return choice
+    owns_ray = _init_ray()
+    try:
+        choice = choose_plan(cfg, spec, _cluster(cfg), ProblemSource(cfg), out=out)
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
+    describe_plan(choice.plan, out, predicted=True)
+    return choice
+
+
+@dataclass(frozen=True)
+class _Session:
+    """What one invocation of `train` works with."""
+
+    cfg: ReasoningConfig
+    spec: FlowSpec
+    cluster: Cluster
+    source: ProblemSource
+    run_dir: Path
+    store: CheckpointStore
+    ckpt: Checkpoint | None
+    overrides: tuple[str, ...]
+    started: float
+    out: TextIO
+
+
+def _check_run_dir(run_dir: Path, store: CheckpointStore, cfg: ReasoningConfig,
+                   resume: bool) -> Checkpoint | None:
+    if not resume:
+        if (run_dir / METRICS_FILE).exists() or store.latest() is not None:
+            raise ResumeError(f"run folder {run_dir} already holds a run: pass --resume to "
+                              "continue it, or choose another --run-dir")
+        return None
+    ckpt = find_resume_point(store, cfg)
+    if ckpt.step >= cfg.run.steps:
+        raise ResumeError(f"the latest checkpoint in {run_dir} is at step {ckpt.step}, and "
+                          f"run.steps={cfg.run.steps}: nothing to do; raise run.steps to train "
+                          "longer")
+    return ckpt
+
+
+def _write_config(run_dir: Path, cfg: ReasoningConfig, overrides: Sequence[str]) -> None:
+    (run_dir / CONFIG_FILE).write_text(json.dumps(
+        {"config": config_dict(cfg), "overrides": list(overrides)}, indent=2) + "\n")
+
+
+def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str] = (),
+          out: TextIO = sys.stdout) -> Summary:
+    """Run (or resume) training as `cfg` says; prints and returns the summary."""
+    started = time.perf_counter()
+    run_dir = Path(cfg.run.run_dir).expanduser()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store = CheckpointStore(run_dir / CHECKPOINT_DIR, keep=cfg.run.keep_checkpoints)
+    ckpt = _check_run_dir(run_dir, store, cfg, resume)
+    source = ProblemSource(cfg)
+    spec = flow_spec(cfg)
+    _write_config(run_dir, cfg, overrides)
+    owns_ray = _init_ray()
+    try:
+        session = _Session(cfg=cfg, spec=spec, cluster=_cluster(cfg), source=source,
+                           run_dir=run_dir, store=store, ckpt=ckpt, overrides=tuple(overrides),
+                           started=started, out=out)
+        if ckpt is not None:
+            choice = PlanChoice(plan=ckpt.plan)
+            print(f"resuming from step {ckpt.step} ({ckpt.path})", file=out)
+        else:
+            choice = choose_plan(cfg, spec, session.cluster, source, out=out)
+        with ReasoningFlow.launch(spec, choice.plan, cluster=session.cluster,
+                                  trace=cfg.run.trace) as flow:
+            choice = _priced(session, choice, flow)
+            describe_plan(choice.plan, out, predicted=choice.simulation is not None)
+            return _loop(session, flow, choice)
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
+
+
+def _priced(session: _Session, choice: PlanChoice, flow: ReasoningFlow) -> PlanChoice:
+    """`choice` with a predicted iteration: auto is priced already; a fixed plan is profiled
+    on the launched flow (or, on resume, priced from the saved profile)."""
+    run_dir = session.run_dir
+    if choice.simulation is not None and choice.profile is not None:
+        choice.profile.save(run_dir / PROFILE_FILE)
+        if choice.ranked is not None:
+            choice.ranked.save(run_dir / PLAN_FILE)
+        return choice
+    if not session.cfg.run.predict:
+        return choice
+    if session.ckpt is not None and (run_dir / PROFILE_FILE).is_file():
+        profile = Profile.load(run_dir / PROFILE_FILE)
+    else:
+        profile = profile_flow(flow, session.cfg, session.source)
+        profile.save(run_dir / PROFILE_FILE)
+    priced, simulation = predict(choice.plan, session.spec, profile, session.cluster)
+    return PlanChoice(plan=priced, ranked=choice.ranked, profile=profile, simulation=simulation)
+
+
+def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary:
+    cfg, ckpt, run_dir, source = session.cfg, session.ckpt, session.run_dir, session.source
+    held = source.heldout
+    run = cfg.run
+    if ckpt is not None:
+        flow.load(ckpt.path)
+        before, start, prior_seconds = ckpt.heldout_before, ckpt.step, ckpt.seconds
+    else:
+        before, start, prior_seconds = flow.evaluate(held), 0, 0.0
+    after = before
+    step_seconds: list[float] = []
+    samples = 0
+    spans: list[Span] = []
+    last_spans: list[Span] = []
+    loop_start = time.perf_counter()
+    with MetricsWriter(run_dir, tensorboard=run.tensorboard,
+                       resume_step=start + 1 if ckpt is not None else None) as writer, \
+            ProgressDisplay(run.steps, desc="train", start=start, keys=PROGRESS_KEYS) as progress:
+        if ckpt is None:
+            writer.write(0, {HELDOUT_KEY: before})
+        for step in range(start + 1, run.steps + 1):
+            result = flow.step(step, source.batch(step - 1))
+            record = {**result.metrics, "rollout/samples": float(result.samples),
+                      "rollout/tokens": float(result.tokens)}
+            step_seconds.append(result.seconds)
+            samples += result.samples
+            if result.spans:
+                last_spans = list(result.spans)
+                spans.extend(result.spans)
+            if step == run.steps or (run.eval_every and step % run.eval_every == 0):
+                after = flow.evaluate(held)
+                record[HELDOUT_KEY] = after
+            writer.write(step, record)
+            progress.update(step, record)
+            if step == run.steps or (run.checkpoint_every and step % run.checkpoint_every == 0):
+                seconds = prior_seconds + time.perf_counter() - loop_start
+                session.store.save(step, flow.save, meta=checkpoint_meta(
+                    cfg, step=step, heldout_before=before, plan=choice.plan, seconds=seconds,
+                    overrides=session.overrides))
+    wall = prior_seconds + time.perf_counter() - loop_start
+    records = read_metrics(run_dir / METRICS_FILE)
+    write_curve(records, run_dir)
+    if run.trace and spans:
+        write_trace(run_dir, spans, last_spans, choice.simulation)
+    summary = Summary(
+        heldout_before=before, heldout_after=after, steps=run.steps, wall_seconds=wall,
+        total_seconds=time.perf_counter() - session.started, samples=samples,
+        samples_per_s=samples / sum(step_seconds) if step_seconds else 0.0,
+        mode=choice.plan.mode.value, placement=choice.plan.spec,
+        predicted_iteration_s=choice.plan.predicted_time if choice.simulation else None,
+        measured_iteration_s=median_or_none(step_seconds))
+    write_summary(summary, run_dir)
+    print_summary(summary, session.out)
+    _log.info("run_done", **summary.to_dict())
+    return summary

@@ -1,0 +1,164 @@
+"""`from_omegaconf`: good configs load, every kind of bad one is rejected naming the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from omegaconf import OmegaConf
+from rlinf_reasoning.cli import compose_config
+from rlinf_reasoning.config import (
+    ReasoningConfig,
+    component_names,
+    config_dict,
+    config_differences,
+    config_hash,
+    from_omegaconf,
+)
+from rlinf_reasoning.errors import InvalidConfigError
+
+from rlinf.workers.errors import ConfigError
+
+
+def load(*overrides: str, devices: int = 2) -> ReasoningConfig:
+    return from_omegaconf(compose_config(list(overrides)), num_devices=devices)
+
+
+def test_default_config_matches_the_dataclass_defaults() -> None:
+    assert load() == ReasoningConfig()
+
+
+def test_yaml_lists_every_key() -> None:
+    composed = OmegaConf.to_container(compose_config([]))
+    assert isinstance(composed, dict)
+    from rlinf_reasoning._schema import describe
+
+    flat_yaml = config_dict(from_omegaconf(composed, num_devices=2))
+    assert set(flat_yaml) == {k.key for k in describe(ReasoningConfig)}
+    assert set(OmegaConf.to_container(compose_config([]))["algorithm"]) == {  # type: ignore[index]
+        k.key.split(".", 1)[1] for k in describe(ReasoningConfig) if k.key.startswith("algorithm.")}
+
+
+def test_ppo_group_and_overrides() -> None:
+    cfg = load("algorithm=ppo", "run.steps=3", "rollout.temperature=0.7", "data.seed=5")
+    assert cfg.algorithm.name == "ppo"
+    assert cfg.run.steps == 3
+    assert cfg.rollout.temperature == 0.7
+    assert cfg.data_seed == 5
+    assert load("run.seed=9").data_seed == 9
+
+
+@pytest.mark.parametrize("spec", [
+    "collocated", "auto", "rollout: 0, actor,reward,inference: 1",
+    "actor,rollout,reward,inference: 0-1", "actor: 0-1, rollout: 0, reward,inference: 1",
+])
+def test_good_placements(spec: str) -> None:
+    assert load(f"placement='{spec}'").placement == spec
+
+
+def test_disaggregated_needs_a_device_per_component() -> None:
+    with pytest.raises(InvalidConfigError, match=r"cluster\.cpu_slots=4"):
+        load("placement=disaggregated", devices=2)
+    assert load("placement=disaggregated", devices=4).placement == "disaggregated"
+    # Without the inference worker three devices suffice.
+    load("placement=disaggregated", "algorithm.recompute_logprobs=false", devices=3)
+
+
+BAD: list[tuple[tuple[str, ...], str, str]] = [
+    # (overrides, key named in the message, a phrase of what is allowed)
+    (("rollout.group_size=0",), "rollout.group_size", ">= 1"),
+    (("rollout.group_size=1",), "rollout.group_size", "at least 2 for GRPO"),
+    (("rollout.group_size=abc",), "rollout.group_size", "type int"),
+    (("rollout.group_size=2.5",), "rollout.group_size", "type int"),
+    (("rollout.temperature=0",), "rollout.temperature", "> 0"),
+    (("rollout.top_p=1.5",), "rollout.top_p", "in (0, 1]"),
+    (("rollout.engine=tgi",), "rollout.engine", "'hf', 'vllm', 'sglang'"),
+    (("rollout.engine=sglang",), "rollout.engine", "SGLang runs only on a GPU"),
+    (("algorithm.lr=-1",), "algorithm.lr", "> 0"),
+    (("algorithm.lr=fast",), "algorithm.lr", "type float"),
+    (("algorithm.kl_estimator=k9",), "algorithm.kl_estimator", "low-var-kl"),
+    (("algorithm.lam=2",), "algorithm.lam", "in [0, 1]"),
+    (("algorithm.name=dpo",), "algorithm.name", "'grpo', 'ppo'"),
+    (("run.steps=0",), "run.steps", ">= 1"),
+    (("run.trace=maybe",), "run.trace", "type bool"),
+    (("run.trace=1",), "run.trace", "type bool"),
+    (("run.profile_batches=[8]",), "run.profile_batches", "two different batch sizes"),
+    (("data.level=9",), "data.level", "in [1, 5]"),
+    (("data.prompts_per_step=-4",), "data.prompts_per_step", ">= 1"),
+    (("data.path=/nonexistent/problems.jsonl",), "data.path", "existing"),
+    (("data.path=problems.csv",), "data.path", ".jsonl, .json or .parquet"),
+    (("data.heldout_path=/tmp/x.jsonl",), "data", "needs data.path"),
+    (("model.dir=/nonexistent/model",), "model.dir", "existing folder"),
+    (("model.num_heads=3",), "model", "must divide hidden_size"),
+    (("+model.colour=red",), "model.colour", "section 'model' has dir"),
+    (("+extra=1",), "extra", "the top level has model, data"),
+    (("cluster.cpu_slots=0",), "cluster.cpu_slots", ">= 1"),
+    (("placement=",), "placement", "'collocated'"),
+    (("placement=everywhere",), "placement", "'collocated', 'disaggregated', 'auto'"),
+    (("placement='rollout: 0, actor: 2, reward,inference: 1'",), "placement",
+     "out of range"),
+    (("placement='rollout: 0, actor: 1'",), "placement", "missing"),
+    (("placement='rollout: 0, critic: 1, actor,reward,inference: 1'",), "placement",
+     "unknown component 'critic'"),
+    (("placement='rollout: 0, rollout: 1, actor,reward,inference: 1'",), "placement",
+     "placed twice"),
+    (("placement='rollout: 1-0, actor,reward,inference: 1'",), "placement", "reversed"),
+    (("placement='rollout: 0-1, actor: 1-2, reward,inference: 0'",), "placement",
+     "only partly overlap"),
+    (("placement='rollout 0, actor,reward,inference: 1'",), "placement", "syntax"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key", "allowed"), BAD,
+                         ids=[" ".join(o) for o, _, _ in BAD])
+def test_bad_configs_name_key_value_and_allowed(overrides: tuple[str, ...], key: str,
+                                                allowed: str) -> None:
+    devices = 3 if "partly" in allowed else 2
+    with pytest.raises(InvalidConfigError) as info:
+        load(*overrides, devices=devices)
+    assert info.value.key == key
+    assert allowed in str(info.value)
+    assert isinstance(info.value, ConfigError) and isinstance(info.value, ValueError)
+
+
+def test_unknown_override_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="Could not override 'nosuch'"):
+        compose_config(["nosuch=1"])
+    with pytest.raises(ConfigError, match="algorithm"):
+        compose_config(["algorithm=sac"])
+
+
+def test_plain_mapping_and_partial_sections() -> None:
+    cfg = from_omegaconf({"run": {"steps": 3}, "placement": "auto"}, num_devices=1)
+    assert cfg.run.steps == 3 and cfg.placement == "auto"
+    with pytest.raises(InvalidConfigError, match="a mapping"):
+        from_omegaconf({"run": 3}, num_devices=1)
+
+
+def test_a_device_index_the_cluster_lacks_uses_the_discovered_cluster(tmp_path: Path) -> None:
+    with pytest.raises(InvalidConfigError, match="has 3 device"):
+        from_omegaconf({"placement": "rollout: 0, actor: 3, reward,inference: 1",
+                        "cluster": {"cpu_slots": 3}})
+
+
+def test_components_follow_recompute_logprobs() -> None:
+    assert component_names(ReasoningConfig()) == ("rollout", "reward", "inference", "actor")
+    assert "inference" not in component_names(load("algorithm.recompute_logprobs=false"))
+
+
+def test_config_hash_ignores_only_the_run_length() -> None:
+    base = load()
+    assert config_hash(base) == config_hash(load("run.steps=7", "run.run_dir=/tmp/elsewhere"))
+    other = load("algorithm.lr=0.001")
+    assert config_hash(base) != config_hash(other)
+    diffs = config_differences(config_dict(base), config_dict(other))
+    assert diffs == ("algorithm.lr: 0.0003 -> 0.001",)
+
+
+def test_errors_survive_pickling() -> None:
+    import pickle
+
+    err = InvalidConfigError("run.steps", 0, "a value >= 1")
+    back: Any = pickle.loads(pickle.dumps(err))
+    assert (back.key, back.value, str(back)) == ("run.steps", 0, str(err))
