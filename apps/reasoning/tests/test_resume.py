@@ -1,0 +1,87 @@
+"""Checkpoint meta and the checks ``--resume`` makes (no flow needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rlinf_reasoning.config import ReasoningConfig, from_omegaconf
+from rlinf_reasoning.errors import CheckpointMismatchError, ResumeError
+from rlinf_reasoning.flow import fixed_plan
+from rlinf_reasoning.resume import checkpoint_meta, find_resume_point
+from rlinf_reasoning.run import _check_run_dir
+from rlinf_reasoning.spec import flow_spec
+
+from rlinf.workers.telemetry import CheckpointStore
+
+
+def config(**run: object) -> ReasoningConfig:
+    return from_omegaconf({"run": run, "algorithm": {"lr": 3e-4}}, num_devices=2)
+
+
+def save(store: CheckpointStore, cfg: ReasoningConfig, step: int) -> Path:
+    plan = fixed_plan(flow_spec(cfg), "collocated", num_devices=2)
+
+    def write(directory: Path) -> None:
+        (directory / "actor").mkdir()
+        (directory / "actor" / "weights").write_text(str(step))
+
+    return store.save(step, write, meta=checkpoint_meta(
+        cfg, step=step, heldout_before=0.25, plan=plan, seconds=12.5,
+        overrides=["algorithm.lr=3e-4"]))
+
+
+def test_latest_checkpoint_round_trips(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    cfg = config(steps=10)
+    save(store, cfg, 2)
+    path = save(store, cfg, 4)
+    # A longer run (and another folder path) may resume it.
+    ckpt = find_resume_point(store, config(steps=50, run_dir="/elsewhere"))
+    assert (ckpt.step, ckpt.path, ckpt.data_position) == (4, path, 4)
+    assert ckpt.heldout_before == 0.25 and ckpt.seconds == 12.5
+    assert ckpt.plan.mode.value == "collocated"
+    assert set(ckpt.plan.placement.component_names) == {"rollout", "reward", "inference", "actor"}
+
+
+def test_a_different_config_is_refused_naming_the_difference(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    save(store, config(steps=10), 3)
+    other = from_omegaconf({"algorithm": {"lr": 1e-3}, "run": {"seed": 4}}, num_devices=2)
+    with pytest.raises(CheckpointMismatchError) as info:
+        find_resume_point(store, other)
+    message = str(info.value)
+    assert "algorithm.lr: 0.0003 -> 0.001" in message
+    assert "run.seed: 0 -> 4" in message
+    assert "algorithm.lr=3e-4" in message  # the original overrides, to pass again
+    assert "run.steps" in message
+    assert isinstance(info.value, ResumeError)
+
+
+def test_no_checkpoint_and_unreadable_meta(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "ckpt")
+    with pytest.raises(ResumeError, match="no checkpoint"):
+        find_resume_point(store, config())
+    from rlinf_reasoning.config import config_hash
+
+    store.save(1, lambda d: None, meta={"config_hash": config_hash(config())})
+    with pytest.raises(ResumeError, match="unreadable meta"):
+        find_resume_point(store, config())
+
+
+def test_run_dir_guards(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoints")
+    cfg = config(steps=4)
+    assert _check_run_dir(tmp_path, store, cfg, resume=False) is None
+    save(store, cfg, 4)
+    with pytest.raises(ResumeError, match="already holds a run"):
+        _check_run_dir(tmp_path, store, cfg, resume=False)
+    with pytest.raises(ResumeError, match="nothing to do"):
+        _check_run_dir(tmp_path, store, cfg, resume=True)
+    ckpt = _check_run_dir(tmp_path, store, config(steps=6), resume=True)
+    assert ckpt is not None and ckpt.step == 4
+    fresh = tmp_path / "fresh"
+    (fresh).mkdir()
+    (fresh / "metrics.jsonl").write_text('{"step": 0}\n')
+    with pytest.raises(ResumeError, match="already holds a run"):
+        _check_run_dir(fresh, CheckpointStore(fresh / "checkpoints"), cfg, resume=False)
