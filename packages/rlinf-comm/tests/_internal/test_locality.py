@@ -6,6 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import types
+
+import numpy as np
 
 from rlinf.comm._internal.locality import Locality, local_gpu_uuids
 
@@ -44,3 +47,50 @@ def test_other_hosts_differ():
     far = Locality("elsewhere/boot", here.pid)
     assert not here.same_node(far)
     assert not here.same_process(far)
+
+
+def test_explicit_node_identity_splits_one_host_into_nodes(monkeypatch):
+    from rlinf.comm._internal.locality import NODE_ID_ENV
+    from rlinf.comm._internal.transports import select_transport
+
+    monkeypatch.setenv(NODE_ID_ENV, "node-a")
+    a = Locality.current(probe_gpus=False)
+    monkeypatch.setenv(NODE_ID_ENV, "node-b")
+    b = Locality.current(probe_gpus=False)
+    monkeypatch.setenv(NODE_ID_ENV, "node-a")
+    assert a.host_id.endswith("/node:node-a")
+    assert not a.same_node(b)
+    assert a.same_node(Locality.current(probe_gpus=False))
+    batch = {"x": np.zeros(4)}
+    assert select_transport(a, Locality(b.host_id, 1), batch) == "tcp"
+    assert select_transport(a, Locality(a.host_id, 1), batch) == "shm"
+
+
+class _FakeRay:
+    """Stands in for a connected `ray` module: only what node_identity reads."""
+
+    def __init__(self, node_id, initialized=True):
+        self._node_id, self._initialized = node_id, initialized
+
+    def is_initialized(self):
+        return self._initialized
+
+    def get_runtime_context(self):
+        return types.SimpleNamespace(get_node_id=lambda: self._node_id)
+
+
+def test_ray_node_id_is_part_of_the_host_id_when_connected(monkeypatch):
+    from rlinf.comm._internal.locality import NODE_ID_ENV, node_identity
+
+    monkeypatch.delenv(NODE_ID_ENV, raising=False)
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay("aa11", initialized=False))
+    plain = Locality.current(probe_gpus=False)
+    assert node_identity() == "" and "/node:" not in plain.host_id
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay("aa11"))
+    head = Locality.current(probe_gpus=False)
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay("bb22"))
+    worker = Locality.current(probe_gpus=False)
+    assert head.host_id == plain.host_id + "/node:aa11"
+    assert not head.same_node(worker)
+    monkeypatch.setenv(NODE_ID_ENV, "explicit")  # the explicit identity wins over Ray's
+    assert node_identity() == "explicit"

@@ -2,7 +2,11 @@
 
 Two processes share a node when their ``host_id`` matches. The id combines the host
 name with the kernel's boot id, so two containers that share a host name but not a
-kernel (or two boots of one machine) never look alike. GPUs are named by UUID, not by
+kernel (or two boots of one machine) never look alike, and with the node's identity when
+one is known: the environment variable ``RLINF_NODE_ID`` if set, else the Ray node id of a
+process connected to Ray. Two Ray nodes started on one machine (a test cluster) are then
+two nodes, as they would be on separate machines; a process joins its Ray node's identity
+once connected, so create endpoints after ``ray.init()``. GPUs are named by UUID, not by
 index: ``CUDA_VISIBLE_DEVICES`` renumbers devices per process, UUIDs do not.
 """
 
@@ -16,14 +20,39 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Locality", "local_gpu_uuids"]
+__all__ = ["NODE_ID_ENV", "Locality", "local_gpu_uuids", "node_identity"]
+
+NODE_ID_ENV = "RLINF_NODE_ID"
+"""Environment variable naming this process's node explicitly (overrides Ray's node id)."""
+
+
+def node_identity() -> str:
+    """This process's node beyond its host: `NODE_ID_ENV`, else the Ray node id, else "".
+
+    Ray is consulted only when this process already imported and initialized it (never
+    imported here).
+    """
+    explicit = os.environ.get(NODE_ID_ENV, "").strip()
+    if explicit:
+        return explicit
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return ""
+    try:
+        if ray.is_initialized():
+            return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # a half-initialized or shutting-down Ray has no usable node id
+        return ""
+    return ""
 
 
 def _host_id() -> str:
     boot = ""
     with contextlib.suppress(OSError):
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    return f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+    host = f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
+    node = node_identity()
+    return f"{host}/node:{node}" if node else host
 
 
 def local_gpu_uuids() -> tuple[str, ...]:

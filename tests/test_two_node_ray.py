@@ -1,0 +1,281 @@
+"""The runtime on a two-node Ray cluster on one machine: ranks on different nodes talk TCP.
+
+`ray.cluster_utils.Cluster` starts a head node and a second node (separate raylets and
+object stores) on this host, each with one CPU and a custom resource naming it, so a group
+of two one-CPU ranks lands one rank per node. rlinf.comm treats the two Ray nodes as two
+nodes (their locality carries the Ray node id), so tensors between the ranks travel the
+cross-node path (Arrow IPC over TCP), while a rank and the driver on the head node use
+shared memory. A rank killed on the other node surfaces as `WorkerDiedError` naming it.
+
+The cluster lives in a private RAY_TMPDIR: a plain ``ray.init()`` elsewhere on this machine
+must not find its address file and join it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+ray = pytest.importorskip("ray")
+torch = pytest.importorskip("torch")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+from rlinf.comm import Channel, Endpoint, RayStore, new_token  # noqa: E402
+from rlinf.comm._internal import transports  # noqa: E402
+from rlinf.workers.errors import WorkerCallError, WorkerDiedError  # noqa: E402
+from rlinf.workers.runtime import (  # noqa: E402
+    DispatchSpec,
+    Gather,
+    Worker,
+    WorkerContext,
+    WorkerGroup,
+)
+
+# Two raylets and two torch workers: ~25-60 s on a 2-core machine.
+pytestmark = pytest.mark.slow
+
+# Test modules are not importable in Ray's worker processes: ship these classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+NODE_RESOURCES = ("node_a", "node_b")  # head, second node
+TENSOR_ROWS = 256  # 256 x 1024 float32 = 1 MiB: well above the inline (eager) limit
+
+
+def make_tensors(seed: int) -> dict[str, Any]:
+    """A deterministic batch of several dtypes, large enough to use a transport."""
+    gen = torch.Generator().manual_seed(seed)
+    return {
+        "hidden": torch.randn(TENSOR_ROWS, 1024, generator=gen),
+        "tokens": torch.randint(0, 50_000, (TENSOR_ROWS, 64), generator=gen),
+        "logp": torch.randn(TENSOR_ROWS, 64, generator=gen).to(torch.bfloat16),
+        "mask": torch.rand(TENSOR_ROWS, 64, generator=gen) > 0.5,
+    }
+
+
+def assert_same(got: dict[str, Any], want: dict[str, Any]) -> None:
+    assert sorted(got) == sorted(want)
+    for name, tensor in want.items():
+        received = torch.as_tensor(got[name])
+        assert received.dtype == tensor.dtype, name
+        assert torch.equal(received, tensor), name
+
+
+def count_transport_opens(counter: Counter[str]) -> Callable[[], None]:
+    """Count, in this process, every payload opened by the shm and tcp transports.
+
+    Wraps the process's transport instances (observation only: the payload still opens
+    through the real transport); returns a function that removes the wrappers.
+    """
+    wrapped = []
+    for name in ("shm", "tcp"):
+        transport = transports.get_transport(name)
+        original = transport.open
+
+        def counted(*args: Any, _name: str = name, _original: Any = original,
+                    **kwargs: Any) -> Any:
+            counter[_name] += 1
+            return _original(*args, **kwargs)
+
+        transport.open = counted  # type: ignore[method-assign]
+        wrapped.append(transport)
+
+    def restore() -> None:
+        for transport in wrapped:
+            del transport.open
+
+    return restore
+
+
+class Peer(Worker):
+    """One rank with its own rlinf.comm endpoint, named ``peer-<rank>``."""
+
+    def __init__(self, context: WorkerContext, *, store_name: str, token: bytes) -> None:
+        super().__init__(context)
+        self.store = RayStore(store_name)
+        self.endpoint = Endpoint(f"peer-{context.rank}", store=self.store, token=token)
+        self.opened: Counter[str] = Counter()
+        count_transport_opens(self.opened)
+        self.channel: Channel | None = None
+        self.producer: Channel
+
+    def where(self) -> dict[str, Any]:
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "locality": self.endpoint.locality.to_dict()}
+
+    def send(self, dst: str, seed: int) -> None:
+        self.endpoint.send(make_tensors(seed), dst, timeout=60)
+
+    def recv(self, src: str, timeout: float = 60) -> tuple[dict[str, Any], dict[str, int]]:
+        before = Counter(self.opened)
+        batch = self.endpoint.recv(src, timeout=timeout)
+        tensors = {n: torch.as_tensor(a).clone() for n, a in batch.tensors.items()}
+        return tensors, dict(self.opened - before)
+
+    def create_channel(self, name: str) -> None:
+        self.channel = Channel.create(name, store=self.store, endpoint=self.endpoint)
+
+    def put_items(self, name: str, seeds: list[int]) -> None:
+        """Put items and keep the handle: a producer's payloads live in its memory."""
+        self.producer = Channel.connect(name, store=self.store, endpoint=self.endpoint,
+                                        timeout=60)
+        for seed in seeds:
+            self.producer.put(make_tensors(seed))
+
+    def flush_items(self) -> None:
+        """Wait until the consumer released every item (the acks crossed back)."""
+        self.producer.flush(timeout=60)
+        self.producer.disconnect()
+
+    def get_items(self, count: int) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        assert self.channel is not None
+        before = Counter(self.opened)
+        items = []
+        for _ in range(count):
+            batch = self.channel.get(timeout=60)
+            items.append({n: torch.as_tensor(a).clone() for n, a in batch.tensors.items()})
+            del batch  # the payload is released once its arrays die
+        return items, dict(self.opened - before)
+
+    def shutdown(self) -> None:
+        if self.channel is not None:
+            self.channel.disconnect()
+        self.endpoint.close()
+        super().shutdown()
+
+
+def on(rank: int) -> DispatchSpec:
+    """Call one rank, return its result."""
+    return DispatchSpec(gather=Gather.FIRST, ranks=(rank,))
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[Any]:
+    private = tempfile.mkdtemp(prefix="rl2n-")  # short: Ray's socket paths must stay < 108
+    saved = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = private
+    cluster = cluster_utils.Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "resources": {NODE_RESOURCES[0]: 1},
+                        "include_dashboard": False},
+    )
+    try:
+        cluster.add_node(num_cpus=1, resources={NODE_RESOURCES[1]: 1})
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved
+
+
+def node_names() -> dict[str, str]:
+    """Ray node id → "node_a"/"node_b" from each node's custom resource."""
+    out = {}
+    for node in ray.nodes():
+        if node["Alive"]:
+            out[node["NodeID"]] = next(r for r in NODE_RESOURCES if r in node["Resources"])
+    return out
+
+
+@pytest.fixture(scope="module")
+def peers(two_nodes: Any) -> Iterator[tuple[WorkerGroup, str, bytes]]:
+    store_name = f"two-node-{os.getpid()}-{new_token().hex()[:6]}"
+    token = new_token()
+    group = WorkerGroup.launch(
+        Peer, role="peer", num_ranks=2, num_cpus_per_rank=1.0,
+        init_kwargs={"store_name": store_name, "token": token},
+        env_vars={"RAY_AUTH_MODE": os.environ["RAY_AUTH_MODE"]},
+        launch_timeout=180, call_timeout=120,
+    )
+    try:
+        yield group, store_name, token
+    finally:
+        group.kill()
+
+
+def test_ranks_on_two_nodes_exchange_tensors_over_tcp(
+    peers: tuple[WorkerGroup, str, bytes],
+) -> None:
+    group = peers[0]
+    names = node_names()
+    where = group.call("where")
+    assert {names[w["node_id"]] for w in where} == set(NODE_RESOURCES)  # one rank per node
+    assert [info.node_id for info in group.infos] == [w["node_id"] for w in where]
+    loc = [transports.Locality.from_dict(w["locality"]) for w in where]
+    assert not loc[0].same_node(loc[1])
+    assert transports.select_transport(loc[0], loc[1], make_tensors(0)) == "tcp"
+
+    # point to point, both directions: the receiver opened exactly one TCP payload
+    for src, dst, seed in ((1, 0, 11), (0, 1, 12)):
+        group.call("send", f"peer-{dst}", seed, spec=on(src))
+        got, opened = group.call("recv", f"peer-{src}", spec=on(dst))
+        assert_same(got, make_tensors(seed))
+        assert opened == {"tcp": 1}
+
+    # a channel owned by rank 0; rank 1 (other node) produces, rank 0 consumes: the
+    # consumer fetches each payload from the producer's node over TCP
+    group.call("create_channel", "cross", spec=on(0))
+    group.call("put_items", "cross", [21, 22, 23], spec=on(1))
+    items, opened = group.call("get_items", 3, spec=on(0))
+    for item, seed in zip(items, (21, 22, 23), strict=True):
+        assert_same(item, make_tensors(seed))
+    assert opened == {"tcp": 3}
+    group.call("flush_items", spec=on(1))
+
+
+def test_same_node_pair_still_uses_shared_memory(peers: tuple[WorkerGroup, str, bytes]) -> None:
+    """Control: the driver (head node) gets shm from the head-node rank, TCP from the other."""
+    group, store_name, token = peers
+    names = node_names()
+    head_rank = next(i for i, info in enumerate(group.infos)
+                     if names[info.node_id] == NODE_RESOURCES[0])
+    opened: Counter[str] = Counter()
+    restore = count_transport_opens(opened)
+    with contextlib.ExitStack() as cleanup:
+        cleanup.callback(restore)
+        driver = cleanup.enter_context(Endpoint("driver", store=RayStore(store_name), token=token))
+        assert "/node:" in driver.locality.host_id  # the driver joined the head node's identity
+        for rank, seed, want in ((head_rank, 31, "shm"), (1 - head_rank, 32, "tcp")):
+            before = Counter(opened)
+            group.call("send", "driver", seed, spec=on(rank))
+            batch = driver.recv(f"peer-{rank}", timeout=60)
+            assert_same(dict(batch.tensors), make_tensors(seed))
+            assert dict(opened - before) == {want: 1}
+            del batch
+
+
+def test_killed_rank_on_the_other_node_raises_worker_died(
+    peers: tuple[WorkerGroup, str, bytes],
+) -> None:
+    """Runs last: it kills one of the module's ranks."""
+    group, _store, _token = peers
+    names = node_names()
+    far = next(i for i, info in enumerate(group.infos) if names[info.node_id] == NODE_RESOURCES[1])
+    near = 1 - far
+    # connect the pair first, then kill the far rank in the middle of a blocking recv
+    group.call("send", f"peer-{far}", 41, spec=on(near))
+    group.call("recv", f"peer-{near}", spec=on(far))
+    pending = group.call_async("recv", f"peer-{near}", 90.0, spec=on(far))
+    os.kill(group.infos[far].pid, signal.SIGKILL)
+    with pytest.raises(WorkerDiedError, match=f"'peer' rank {far}") as died:
+        pending.result(timeout=60)
+    assert died.value.rank == far and died.value.method == "recv"
+    # the survivor on the head node learns it too: sending to the dead peer fails, typed
+    with pytest.raises(WorkerCallError, match="PeerDiedError") as failed:
+        group.call("send", f"peer-{far}", 42, spec=on(near))
+    assert failed.value.rank == near
