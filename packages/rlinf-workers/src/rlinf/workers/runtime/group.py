@@ -91,6 +91,11 @@ class GroupFuture:
         """The ranks this call went to, in gather order."""
         return self._ranks
 
+    @property
+    def refs(self) -> tuple[ray.ObjectRef, ...]:
+        """Ray object refs of the ranks' results (to ``ray.wait`` on several calls at once)."""
+        return tuple(self._refs)
+
     def done(self) -> bool:
         """True when every rank has finished (successfully or not); never blocks."""
         if self._results is not None:

@@ -1,0 +1,136 @@
+"""`ActorRole`: collects its shard of an iteration's groups, trains, and serves weights.
+
+Groups arrive in any order; the role sorts them by index and trains on their concatenation,
+so the optimizer sees the same batch whatever the placement and timing. The optimizer steps
+only once every group of the shard arrived (``ActorConfig`` decides how many steps follow).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import response_log_probs
+from rlinf.workers.reasoning.routing import Routing
+from rlinf.workers.reasoning.setup import RoleSetup
+from rlinf.workers.reasoning.sync import WeightSenderRole
+from rlinf.workers.rollout.batch import RolloutBatch
+from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.weight_sync import Bucket
+
+__all__ = ["ActorRole"]
+
+
+class ActorRole(WeightSenderRole):
+    """Actor rank (see the module docstring). Call `build` after the group's process group
+    is up (DDP/FSDP2 wrap the model at construction)."""
+
+    def __init__(self, context: WorkerContext, *, setup: RoleSetup, config: ActorConfig,
+                 bucket_bytes: int = 64 << 20) -> None:
+        super().__init__(context, setup=setup)
+        self.config = config
+        self.bucket_bytes = bucket_bytes
+        self._actor: ActorWorker | None = None
+        self._pad_id = 0
+
+    def build(self) -> None:
+        """Construct the trainer (wrapping the model for data parallelism if distributed)."""
+        model, tokenizer = self.setup.model_factory()
+        self._pad_id = int(tokenizer.pad_token_id)
+        self._actor = ActorWorker(model, config=self.config, device=self.device)
+        self.offload()  # components start offloaded: the first turn onloads
+
+    @property
+    def actor(self) -> ActorWorker:
+        """The trainer; ConfigError before `build`."""
+        if self._actor is None:
+            raise ConfigError("ActorRole.build() must run before the actor is used")
+        return self._actor
+
+    # -- training --------------------------------------------------------------------------
+
+    def collect(self, step: int, in_channel: str, *, routing: Routing,
+                granularity: int) -> RolloutBatch:
+        """This rank's groups of iteration `step`, concatenated in index order."""
+        shard = routing.actor_shard(self.rank)
+        received: dict[int, RolloutBatch] = {}
+        for message in self.receive(in_channel, step=step, count=len(shard),
+                                    group_size=routing.group_size, granularity=granularity):
+            for index, group in message:
+                if index not in shard or index in received:
+                    raise ConfigError(f"actor rank {self.rank} got group {index}, expected "
+                                      f"each of {shard.start}..{shard.stop - 1} once")
+                received[index] = group
+        return RolloutBatch.concat([received[i] for i in shard], pad_token_id=self._pad_id)
+
+    def train(self, step: int, in_channel: str, *, routing: Routing,
+              granularity: int) -> dict[str, float]:
+        """Collect this rank's shard of iteration `step`, then train on it (one turn)."""
+        batch = self.collect(step, in_channel, routing=routing, granularity=granularity)
+        return self.train_batch(batch, step=step)
+
+    def train_batch(self, batch: RolloutBatch, *, step: int = -1) -> dict[str, float]:
+        """Train on `batch` in one device turn; returns the trainer's metrics."""
+        with self.turn("train", step=step, rows=batch.num_rows):
+            return self.actor.train(batch)
+
+    def profile_train(self, batch: RolloutBatch) -> float:
+        """Seconds to train on `batch`; model, optimizer and step are restored afterwards,
+        so profiling never changes the training trajectory."""
+        import time
+
+        actor = self.actor
+        modules = actor._modules()
+        saved_model = copy.deepcopy(modules.state_dict())
+        saved_optim = copy.deepcopy(actor.optimizer.state_dict())
+        saved_step = actor.global_step
+        with self.turn("profile_train", rows=batch.num_rows):
+            start = time.perf_counter()
+            actor.train(batch)
+            seconds = time.perf_counter() - start
+            modules.load_state_dict(saved_model)
+            actor.optimizer.load_state_dict(saved_optim)
+            actor.global_step = saved_step
+        return seconds
+
+    def log_probs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, R]`` log-probs of `batch`'s responses under the trainer's current weights."""
+        with self.turn("log_probs", rows=batch.num_rows), torch.no_grad():
+            return response_log_probs(
+                self.actor.model, prompt_ids=batch.prompt_ids.to(self.device),
+                prompt_mask=batch.prompt_mask.to(self.device),
+                response_ids=batch.response_ids.to(self.device),
+                response_mask=batch.response_mask.to(self.device),
+                temperature=self.config.temperature).float().cpu()
+
+    # -- weights, checkpoints, context switching -------------------------------------------
+
+    def buckets(self) -> Iterator[Bucket]:
+        """The policy in buckets of at most ``bucket_bytes``."""
+        return self.actor.state_dict_for_rollout(bucket_bytes=self.bucket_bytes)
+
+    def save(self, directory: str) -> None:
+        """Write this rank's model, optimizer (+ critic), RNG state and step."""
+        with self.turn("save"):
+            self.actor.save_checkpoint(str(Path(directory)))
+
+    def load(self, directory: str) -> int:
+        """Restore what `save` wrote; returns the trainer's step."""
+        with self.turn("load"):
+            self.actor.load_checkpoint(str(Path(directory)))
+        return self.actor.global_step
+
+    def onload(self) -> None:
+        """Parameters and optimizer state back onto the device."""
+        if self._actor is not None:
+            self._actor.onload()
+
+    def offload(self) -> None:
+        """Parameters and optimizer state to host memory."""
+        if self._actor is not None:
+            self._actor.offload()

@@ -1,0 +1,87 @@
+"""`InferenceRole`: old (and reference) log-probs of groups as they arrive."""
+
+from __future__ import annotations
+
+import copy
+
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.inference import InferenceConfig, InferenceWorker
+from rlinf.workers.reasoning.routing import Routing, pack_group, rank_key
+from rlinf.workers.reasoning.setup import RoleSetup
+from rlinf.workers.reasoning.sync import WeightReceiverRole
+from rlinf.workers.rollout.batch import RolloutBatch
+from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.weight_sync import WeightTarget
+
+__all__ = ["InferenceRole"]
+
+
+class InferenceRole(WeightReceiverRole):
+    """Inference rank: ``old_log_probs`` under the current policy (it follows the actor's
+    weights) and, with `reference`, ``ref_log_probs`` under the frozen initial policy."""
+
+    def __init__(
+        self, context: WorkerContext, *, setup: RoleSetup, temperature: float,
+        micro_batch_size: int = 16, recompute: bool = True, reference: bool = False,
+    ) -> None:
+        super().__init__(context, setup=setup)
+        if not (recompute or reference):
+            raise ConfigError("an inference role needs recompute=True or reference=True")
+        model, _ = setup.model_factory()
+        base = InferenceConfig(micro_batch_size=micro_batch_size, temperature=temperature)
+        self.policy = InferenceWorker(copy.deepcopy(model) if reference else model,
+                                      config=base, device=self.device) if recompute else None
+        self.reference = InferenceWorker(
+            model, config=InferenceConfig(role="reference", micro_batch_size=micro_batch_size,
+                                          temperature=temperature),
+            device=self.device) if reference else None
+        self.offload()  # components start offloaded: the first turn onloads
+
+    def annotate(self, group: RolloutBatch) -> RolloutBatch:
+        """`group` with its old and/or reference log-probs."""
+        if self.policy is not None:
+            group = self.policy.annotate(group)
+        if self.reference is not None:
+            group = self.reference.annotate(group)
+        return group
+
+    def process(self, step: int, in_channel: str, out_channel: str, *, routing: Routing,
+                granularity: int) -> int:
+        """Annotate this rank's groups of iteration `step` from `in_channel` and put them
+        into `out_channel`, keyed by their actor rank; returns the groups processed."""
+        out = self.channel(out_channel)
+        done = 0
+        for message in self.receive(in_channel, step=step,
+                                    count=routing.count("inference", self.rank),
+                                    group_size=routing.group_size, granularity=granularity):
+            with self.turn("inference", step=step, groups=len(message)):
+                for index, group in message:
+                    annotated = self.annotate(group)
+                    out.put(pack_group(annotated, index=index, step=step),
+                            weight=annotated.num_rows, key=rank_key(routing.actor_rank(index)))
+                    done += 1
+        return done
+
+    def log_probs(self, batch: RolloutBatch) -> RolloutBatch:
+        """`batch` annotated (for probes and profiling)."""
+        with self.turn("inference", rows=batch.num_rows):
+            return self.annotate(batch)
+
+    def weight_target(self) -> WeightTarget:
+        """The policy copy follows the actor."""
+        if self.policy is None:
+            raise ConfigError("this inference role only scores the reference; it takes no "
+                              "weights")
+        return self.policy
+
+    def onload(self) -> None:
+        """Move the models back onto the device."""
+        for worker in (self.policy, self.reference):
+            if worker is not None:
+                worker.onload()
+
+    def offload(self) -> None:
+        """Move the models to host memory."""
+        for worker in (self.policy, self.reference):
+            if worker is not None:
+                worker.offload()

@@ -1,0 +1,147 @@
+"""`RolloutRole`: generates an iteration's groups and streams each one out as it finishes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from rlinf.envs.math import MathProblem
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.reasoning.routing import Routing, pack_group, rank_key
+from rlinf.workers.reasoning.setup import RoleSetup, draw_seed
+from rlinf.workers.reasoning.sync import WeightReceiverRole
+from rlinf.workers.reward import RewardConfig, RewardWorker
+from rlinf.workers.rollout import (
+    HFRolloutEngine,
+    RolloutBatch,
+    RolloutEngine,
+    RolloutWorker,
+    RolloutWorkerConfig,
+    SamplingConfig,
+)
+from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.weight_sync import WeightTarget
+
+__all__ = ["EngineName", "RolloutRole", "build_engine"]
+
+EngineName = Literal["hf", "vllm", "sglang"]
+
+
+def build_engine(
+    engine: EngineName, setup: RoleSetup, *, device: Any, model_path: str | None,
+    seed: int, options: Mapping[str, Any],
+) -> tuple[RolloutEngine, Any]:
+    """The rollout engine and tokenizer; vLLM and SGLang load the HF checkpoint at
+    `model_path` (the tokenizer always comes from the model factory)."""
+    model, tokenizer = setup.model_factory()
+    if engine == "hf":
+        # "host" keeps the weights across a context switch (a no-op on CPU); "discard"
+        # (engine_options) frees more but needs a weight sync before the next generate.
+        options = {"offload_policy": "host", **options}
+        return HFRolloutEngine(model, eos_token_id=int(tokenizer.eos_token_id),
+                               pad_token_id=int(tokenizer.pad_token_id), device=device,
+                               **options), tokenizer
+    if model_path is None:
+        raise ConfigError(f"the {engine} engine loads a Hugging Face checkpoint folder: pass "
+                          "model_path (config.json + weights + tokenizer)")
+    del model
+    if engine == "vllm":
+        from rlinf.workers.rollout import VllmRolloutEngine
+
+        return VllmRolloutEngine(model_path, seed=seed, **options), tokenizer
+    if engine == "sglang":
+        from rlinf.workers.rollout import SglangRolloutEngine
+
+        return SglangRolloutEngine(model_path, seed=seed, **options), tokenizer
+    raise ConfigError(f"engine must be 'hf', 'vllm' or 'sglang', got {engine!r}")
+
+
+class RolloutRole(WeightReceiverRole):
+    """Rollout rank: its share of an iteration's micro-batches, groups streamed to reward."""
+
+    def __init__(
+        self, context: WorkerContext, *, setup: RoleSetup, config: RolloutWorkerConfig,
+        engine: EngineName = "hf", model_path: str | None = None,
+        engine_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(context, setup=setup)
+        self.engine_name = engine
+        built, tokenizer = build_engine(engine, setup, device=self.device,
+                                        model_path=model_path, seed=setup.seed,
+                                        options=dict(engine_options or {}))
+        self.worker = RolloutWorker(built, tokenizer, config=config)
+        self.config = config
+
+    # -- generation ------------------------------------------------------------------------
+
+    def generate(self, step: int, problems: Sequence[MathProblem], out_channel: str, *,
+                 routing: Routing) -> dict[str, float]:
+        """Generate this rank's micro-batches of iteration `step` and put each group into
+        `out_channel` (keyed by its reward rank) the moment its micro-batch finishes.
+
+        Micro-batch ``k`` samples with ``draw_seed(seed, step, k)``. The rank holds its
+        devices for the whole call (generation is one long turn). Returns its statistics.
+        """
+        channel = self.channel(out_channel)
+        cfg = self.config
+        stats = {"groups": 0.0, "responses": 0.0, "response_tokens": 0.0, "stopped": 0.0}
+        with self.turn("generate", step=step):
+            for k in routing.rollout_micro_batches(self.rank):
+                indices = routing.micro_batch_groups(k)
+                sampling = dataclasses.replace(cfg.sampling,
+                                               seed=draw_seed(self.setup.seed, step, k))
+                groups: list[RolloutBatch] = []
+                with self.trace.span("micro_batch", step=step, index=k, groups=len(indices)):
+                    self.worker.rollout([problems[i] for i in indices], sink=groups.append,
+                                        sampling=sampling)
+                for index, group in zip(indices, groups, strict=True):
+                    channel.put(pack_group(group, index=index, step=step),
+                                weight=group.num_rows, key=rank_key(routing.reward_rank(index)))
+                    stats["groups"] += 1
+                    stats["responses"] += group.num_rows
+                    stats["response_tokens"] += float(group.response_mask.sum())
+                    stats["stopped"] += float(group.stopped.sum())
+        return stats
+
+    def generate_batch(self, problems: Sequence[MathProblem], *,
+                       sampling: SamplingConfig | None = None) -> RolloutBatch:
+        """All groups for `problems` in one batch (probes, evaluation, profiling)."""
+        with self.turn("generate_batch", problems=len(problems)):
+            return self.worker.generate_batch(problems, sampling=sampling)
+
+    def evaluate(self, problems: Sequence[MathProblem], *, reward: RewardConfig,
+                 max_new_tokens: int) -> tuple[float, int]:
+        """``(correct, answered)`` of one greedy response per problem under `reward`."""
+        if not problems:
+            return 0.0, 0
+        greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+        single = dataclasses.replace(self.config, group_size=1)
+        worker = RolloutWorker(self.worker.engine, self.worker.tokenizer, config=single)
+        with self.turn("evaluate", problems=len(problems)):
+            batch = worker.generate_batch(problems, sampling=greedy)
+        scored, stats = RewardWorker(self.worker.tokenizer, config=reward).compute_rewards(batch)
+        del scored
+        return stats.accuracy * stats.responses, stats.responses
+
+    # -- weights and context switching -----------------------------------------------------
+
+    def weight_target(self) -> WeightTarget:
+        """The engine loads the buckets."""
+        return self.worker
+
+    def onload(self) -> None:
+        """Bring the engine back (its weights are refilled by the next sync)."""
+        self.worker.onload()
+
+    def offload(self) -> None:
+        """Free the engine's memory for the role that takes the device."""
+        self.worker.offload()
+
+    def shutdown(self) -> None:
+        """Stop the engine (vLLM / SGLang hold resources), then the base cleanup."""
+        stop = getattr(self.worker.engine, "shutdown", None)
+        if callable(stop):
+            stop()
+        super().shutdown()
+

@@ -1,0 +1,60 @@
+"""What every reasoning role is built from: `RoleSetup`, and the seeding rule of the flow."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from rlinf.workers.errors import ConfigError
+
+__all__ = ["ModelFactory", "RoleSetup", "draw_seed"]
+
+ModelFactory = Callable[[], tuple[nn.Module, PreTrainedTokenizerBase]]
+"""Builds the initial policy and its tokenizer in the worker's process (picklable: Ray ships
+it to every rank, e.g. ``functools.partial(load_warmstart, path=...)``)."""
+
+
+@dataclass(frozen=True)
+class RoleSetup:
+    """Options shared by every role of one flow."""
+
+    model_factory: ModelFactory
+    """Builds the initial policy and tokenizer (every role starts from equal weights)."""
+    seed: int = 0
+    """Root seed: every random draw of the flow derives from it (see `draw_seed`)."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where the roles compute; on CUDA each rank uses its placement device's GPU."""
+    trace: bool = False
+    """Record one span per stage and micro-batch (`rlinf.workers.telemetry.TraceRecorder`)."""
+    lock_timeout: float = 600.0
+    """Seconds a role waits for its devices (collocated roles take turns)."""
+    io_timeout: float = 600.0
+    """Seconds a role waits for its next input on a channel."""
+    store_name: str = ""
+    """Name of the flow's `rlinf.comm.RayStore` (channel rendezvous); empty: no channels."""
+    token: bytes | None = field(default=None, repr=False)
+    """The run's `rlinf.comm` token (None: env ``RLINF_COMM_TOKEN``); kept out of reprs."""
+
+    def __post_init__(self) -> None:
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.lock_timeout <= 0 or self.io_timeout <= 0:
+            raise ConfigError(f"lock_timeout and io_timeout must be > 0, got "
+                              f"{self.lock_timeout} and {self.io_timeout}")
+
+
+def draw_seed(seed: int, step: int, index: int, *, purpose: int = 0) -> int:
+    """Sampling seed of micro-batch `index` of iteration `step`: a pure function of its
+    arguments, so a draw does not depend on which rank makes it, in what order, or after a
+    resume. `purpose` separates streams (0: training rollouts; others: probes, profiling)."""
+    if min(step, index, purpose) < 0:
+        raise ConfigError(f"step, index and purpose must be >= 0, got {step}, {index}, "
+                          f"{purpose}")
+    entropy = [seed & 0xFFFFFFFF, seed >> 32 & 0xFFFFFFFF, step, index, purpose]
+    state = np.random.SeedSequence(entropy).generate_state(2)
+    return int(state[0]) << 31 | int(state[1]) >> 1
