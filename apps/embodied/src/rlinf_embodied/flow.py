@@ -116,6 +116,9 @@ class EmbodiedSpec:
     """Torch threads per role (None: the role's device count)."""
     link_timeout: float = 120.0
     """Seconds a rollout waits for one micro-batch before failing (dead or stuck peer)."""
+    link_transport: Literal["p2p", "channel"] = "p2p"
+    """How env and policy processes exchange micro-batches: rlinf.comm point-to-point
+    messages (one per micro-batch) or named channels (two owner round trips per item)."""
 
     def __post_init__(self) -> None:
         if self.rollout_steps < 1:
@@ -347,7 +350,8 @@ class EmbodiedFlow:
                 probe.shutdown()
             rollout_config, actor_config = _policy_configs(spec, description)
             link = RoleLink(f"embodied-{run}-obs", f"embodied-{run}-actions",
-                            store=f"embodied-{run}-store", timeout=spec.link_timeout)
+                            store=f"embodied-{run}-store", timeout=spec.link_timeout,
+                            transport=spec.link_transport)
             env_group = WorkerGroup.launch(
                 EnvRole, placement=placement.components["env"], init_kwargs={
                     "config": env_config, **role_opts,
@@ -439,6 +443,12 @@ class EmbodiedFlow:
     def _reset_seed(self, step: int) -> int:
         return self.spec.env.seed + (step + 1) * self.spec.env.num_envs
 
+    def get_weights(self) -> dict[str, torch.Tensor]:
+        """The actor's current parameters (CPU copies)."""
+        self._check_open()
+        weights: dict[str, torch.Tensor] = self._groups.actor.call("get_weights")[0]
+        return weights
+
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, *, num_episodes: int, seed: int, record_video: bool = False,
                  max_steps: int = 1000) -> EvalResult:
@@ -452,7 +462,7 @@ class EmbodiedFlow:
         policy_config = replace(self._rollout_config, deterministic=True, seed=seed,
                                 num_threads=None)
         policy = build_rollout_policy(context, policy_config)
-        policy.set_weights(self._groups.actor.call("get_weights")[0])
+        policy.set_weights(self.get_weights())
         worker = EnvWorker(context, config=replace(
             self.spec.env, num_envs=num_episodes, seed=seed, pipeline_stages=num_episodes,
             same_start_group_size=1))

@@ -19,7 +19,8 @@ from rlinf.workers.embodied.roles.env_role import (
     RolloutReport,
     describe_env,
 )
-from rlinf.workers.embodied.roles.link import RoleLink, open_channels
+from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_channels, open_link
+from rlinf.workers.embodied.roles.peer import PeerLink
 from rlinf.workers.embodied.roles.policy_role import (
     PolicyRole,
     RolloutPolicy,
@@ -31,6 +32,8 @@ __all__ = [
     "ActorRole",
     "EnvDescription",
     "EnvRole",
+    "LinkEnds",
+    "PeerLink",
     "PolicyRole",
     "RoleBase",
     "RoleLink",
@@ -40,5 +43,6 @@ __all__ = [
     "build_rollout_policy",
     "describe_env",
     "open_channels",
+    "open_link",
     "serve_stages",
 ]

@@ -19,10 +19,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlinf.comm import Batch, Channel
+from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats
 from rlinf.workers.embodied.roles.base import RoleBase
-from rlinf.workers.embodied.roles.link import RoleLink, open_channels
+from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
 from rlinf.workers.embodied.roles.policy_role import RolloutPolicy, build_rollout_policy
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
@@ -131,19 +131,19 @@ class EnvRole(RoleBase):
         self.link = link
         self.policy: RolloutPolicy | None = (
             build_rollout_policy(context, policy) if policy is not None else None)
-        self._channels: tuple[Channel, Channel] | None = None
+        self._ends: LinkEnds | None = None
 
     def describe(self) -> EnvDescription:
         """Spaces and instruction of the task."""
         return describe_env(self.env)
 
     def open_link(self) -> None:
-        """Create the actions channel and connect to the policy role's observations channel."""
+        """Open this side of the link (actions in, observations out)."""
         if self.link is None:
             raise ConfigError("this EnvRole runs its policy inline; it has no link to open")
-        if self._channels is None:
-            self._channels = open_channels(self.link.actions, self.link.observations,
-                                           store=self.link.store, timeout=self.link.timeout)
+        if self._ends is None:
+            self._ends = open_link(self.link, inbound=self.link.actions,
+                                   outbound=self.link.observations)
 
     def rollout(self, *, num_steps: int) -> RolloutReport:
         """One rollout of `num_steps` steps of every env (continuing open episodes)."""
@@ -153,11 +153,10 @@ class EnvRole(RoleBase):
                 result = self.env.rollout(num_steps=num_steps, sink=link, source=link,
                                           trace=self.trace)
             else:
-                if self._channels is None or self.link is None:
+                if self._ends is None or self.link is None:
                     raise ConfigError("EnvRole.rollout before open_link(): connect the roles")
-                actions, observations = self._channels
-                result = self.env.rollout(num_steps=num_steps, sink=observations,
-                                          source=actions, timeout=self.link.timeout,
+                result = self.env.rollout(num_steps=num_steps, sink=self._ends.outbound,
+                                          source=self._ends.inbound, timeout=self.link.timeout,
                                           trace=self.trace)
         return RolloutReport(
             trajectory=Trajectory.concat(result.trajectories), episodes=result.episodes,
@@ -194,10 +193,9 @@ class EnvRole(RoleBase):
 
     def shutdown(self) -> None:
         """Disconnect the channels, close the simulators, then the base worker's resources."""
-        if self._channels is not None:
-            for channel in self._channels:
-                channel.disconnect()
-            self._channels = None
+        if self._ends is not None:
+            self._ends.close()
+            self._ends = None
         self.env.shutdown()
 
         super().shutdown()

@@ -8,9 +8,8 @@ from typing import Any
 
 import torch
 
-from rlinf.comm import Channel
 from rlinf.workers.embodied.roles.base import RoleBase
-from rlinf.workers.embodied.roles.link import RoleLink, open_channels
+from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
 from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
@@ -62,21 +61,21 @@ class PolicyRole(RoleBase):
         super().__init__(context, trace=trace, num_threads=num_threads)
         self.policy = build_rollout_policy(context, config)
         self.link = link
-        self._channels: tuple[Channel, Channel] | None = None
+        self._ends: LinkEnds | None = None
 
     def open_link(self) -> None:
-        """Create the observations channel and connect to the env role's actions channel."""
-        if self._channels is None:
-            self._channels = open_channels(self.link.observations, self.link.actions,
-                                           store=self.link.store, timeout=self.link.timeout)
+        """Open this side of the link (observations in, actions out)."""
+        if self._ends is None:
+            self._ends = open_link(self.link, inbound=self.link.observations,
+                                   outbound=self.link.actions)
 
     def serve(self, *, num_steps: int, num_stages: int) -> list[Span]:
         """Answer one rollout of the env role; returns this call's spans."""
-        if self._channels is None:
+        if self._ends is None:
             raise ConfigError("PolicyRole.serve before open_link(): connect the roles first")
-        observations, actions = self._channels
         with self.computing():
-            serve_stages(self.policy, source=observations, sink=actions, num_steps=num_steps,
+            serve_stages(self.policy, source=self._ends.inbound, sink=self._ends.outbound,
+                         num_steps=num_steps,
                          num_stages=num_stages, timeout=self.link.timeout, trace=self.trace)
         return self.drain_spans()
 
@@ -106,8 +105,7 @@ class PolicyRole(RoleBase):
 
     def shutdown(self) -> None:
         """Disconnect the channels, then the base worker's resources."""
-        if self._channels is not None:
-            for channel in self._channels:
-                channel.disconnect()
-            self._channels = None
+        if self._ends is not None:
+            self._ends.close()
+            self._ends = None
         super().shutdown()
