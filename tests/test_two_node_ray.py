@@ -111,7 +111,9 @@ class Peer(Worker):
 
     def where(self) -> dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
-                "locality": self.endpoint.locality.to_dict()}
+                "node_ip": ray.util.get_node_ip_address(),
+                "locality": self.endpoint.locality.to_dict(),
+                "address": list(self.endpoint.address)}
 
     def send(self, dst: str, seed: int) -> None:
         self.endpoint.send(make_tensors(seed), dst, timeout=60)
@@ -216,6 +218,8 @@ def test_ranks_on_two_nodes_exchange_tensors_over_tcp(
     where = group.call("where")
     assert {names[w["node_id"]] for w in where} == set(NODE_RESOURCES)  # one rank per node
     assert [info.node_id for info in group.infos] == [w["node_id"] for w in where]
+    # endpoints listen on the node's address (reachable from other nodes), not loopback
+    assert all(w["address"][0] == w["node_ip"] for w in where)
     loc = [transports.Locality.from_dict(w["locality"]) for w in where]
     assert not loc[0].same_node(loc[1])
     assert transports.select_transport(loc[0], loc[1], make_tensors(0)) == "tcp"

@@ -69,8 +69,9 @@ def test_explicit_node_identity_splits_one_host_into_nodes(monkeypatch):
 class _FakeRay:
     """Stands in for a connected `ray` module: only what node_identity reads."""
 
-    def __init__(self, node_id, initialized=True):
+    def __init__(self, node_id, initialized=True, ip="127.0.0.1"):
         self._node_id, self._initialized = node_id, initialized
+        self.util = types.SimpleNamespace(get_node_ip_address=lambda: ip)
 
     def is_initialized(self):
         return self._initialized
@@ -94,3 +95,22 @@ def test_ray_node_id_is_part_of_the_host_id_when_connected(monkeypatch):
     assert not head.same_node(worker)
     monkeypatch.setenv(NODE_ID_ENV, "explicit")  # the explicit identity wins over Ray's
     assert node_identity() == "explicit"
+
+
+def test_endpoints_listen_where_other_nodes_reach_them(monkeypatch, store):
+    from rlinf.comm import Endpoint, EndpointConfig
+    from rlinf.comm._internal.locality import HOST_ENV, default_listen_host
+
+    monkeypatch.delenv(HOST_ENV, raising=False)
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    assert default_listen_host() == "127.0.0.1"  # no Ray, no setting: loopback
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay("aa11", ip="10.1.2.3"))
+    assert default_listen_host() == "10.1.2.3"  # connected to Ray: the node's own IP
+    monkeypatch.setitem(sys.modules, "ray", _FakeRay("aa11", initialized=False, ip="10.1.2.3"))
+    assert default_listen_host() == "127.0.0.1"
+    monkeypatch.setenv(HOST_ENV, "127.0.0.1")  # the setting wins
+    with Endpoint("listen-default", store=store) as ep:
+        assert ep.config.host == "127.0.0.1" and ep.address[0] == "127.0.0.1"
+    with Endpoint("listen-explicit", store=store,
+                  config=EndpointConfig(host="localhost")) as ep:
+        assert ep.config.host == "localhost"

@@ -25,7 +25,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 import structlog
@@ -34,6 +34,7 @@ from rlinf.comm import errors
 from rlinf.comm._internal import codec, shm, wire
 from rlinf.comm._internal import endpoint_layout as layout
 from rlinf.comm._internal import transports as tp
+from rlinf.comm._internal.locality import default_listen_host
 from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
 from rlinf.comm._internal.store import Store, check_timeout
 from rlinf.comm._internal.work import Work
@@ -46,8 +47,10 @@ log = structlog.get_logger(__name__)
 class EndpointConfig:
     """Options of an `Endpoint`."""
 
-    host: str = "127.0.0.1"
-    """Interface to listen on; another node must be able to reach it (e.g. the node's IP)."""
+    host: str = ""
+    """Interface to listen on; another node must be able to reach it. Empty: env
+    RLINF_COMM_HOST, else this node's IP when the process is connected to Ray, else
+    127.0.0.1 (see `locality.default_listen_host`)."""
     timeout: float = 300.0
     """Seconds a blocking call waits when the caller passes `timeout=None`."""
     connect_timeout: float = 30.0
@@ -181,7 +184,7 @@ class Endpoint:
         self.name = name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.store = store
         self.token = token if token is not None else wire.default_token()
-        self.config = config
+        self.config = config if config.host else replace(config, host=default_listen_host())
         self.locality = locality if locality is not None else tp.Locality.current()
         if config.pool_free_bytes is not None:
             pool = shm.default_pool()
@@ -200,7 +203,7 @@ class Endpoint:
         self._deadlines = Deadlines(name=f"endpoint-{self.name}")
         self._closed = False
         self._server = RpcServer(
-            name=f"endpoint {self.name}", token=self.token, host=config.host,
+            name=f"endpoint {self.name}", token=self.token, host=self.config.host,
             on_message=self._on_incoming, on_close=self._incoming_closed,
         )
         self.address = self._server.address

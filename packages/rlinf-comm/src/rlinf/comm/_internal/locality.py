@@ -20,10 +20,39 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-__all__ = ["NODE_ID_ENV", "Locality", "local_gpu_uuids", "node_identity"]
+__all__ = [
+    "HOST_ENV", "NODE_ID_ENV", "Locality", "default_listen_host", "local_gpu_uuids",
+    "node_identity",
+]
 
 NODE_ID_ENV = "RLINF_NODE_ID"
 """Environment variable naming this process's node explicitly (overrides Ray's node id)."""
+HOST_ENV = "RLINF_COMM_HOST"
+"""Environment variable naming the address this process's endpoints listen on."""
+
+
+def _connected_ray() -> Any:
+    """The `ray` module if this process imported and initialized it, else None."""
+    ray = sys.modules.get("ray")
+    try:
+        return ray if ray is not None and ray.is_initialized() else None
+    except Exception:  # a half-initialized or shutting-down Ray counts as not connected
+        return None
+
+
+def default_listen_host() -> str:
+    """Where endpoints listen when not told: `HOST_ENV`, else this node's IP as Ray knows it
+    (reachable from the other nodes of the Ray cluster), else ``127.0.0.1``."""
+    explicit = os.environ.get(HOST_ENV, "").strip()
+    if explicit:
+        return explicit
+    ray = _connected_ray()
+    if ray is not None:
+        try:
+            return str(ray.util.get_node_ip_address())
+        except Exception:  # no address known: stay on loopback (single node)
+            return "127.0.0.1"
+    return "127.0.0.1"
 
 
 def node_identity() -> str:
@@ -35,15 +64,13 @@ def node_identity() -> str:
     explicit = os.environ.get(NODE_ID_ENV, "").strip()
     if explicit:
         return explicit
-    ray = sys.modules.get("ray")
+    ray = _connected_ray()
     if ray is None:
         return ""
     try:
-        if ray.is_initialized():
-            return str(ray.get_runtime_context().get_node_id())
-    except Exception:  # a half-initialized or shutting-down Ray has no usable node id
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # a shutting-down Ray has no usable node id
         return ""
-    return ""
 
 
 def _host_id() -> str:
