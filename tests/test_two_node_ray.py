@@ -6,6 +6,8 @@ of two one-CPU ranks lands one rank per node. rlinf.comm treats the two Ray node
 nodes (their locality carries the Ray node id), so tensors between the ranks travel the
 cross-node path (Arrow IPC over TCP), while a rank and the driver on the head node use
 shared memory. A rank killed on the other node surfaces as `WorkerDiedError` naming it.
+Last, the reasoning app's `ReasoningFlow` runs one step unchanged with its roles on three
+Ray nodes (rollout and actor apart, weights synced by a gloo broadcast across nodes).
 
 The cluster lives in a private RAY_TMPDIR: a plain ``ray.init()`` elsewhere on this machine
 must not find its address file and join it.
@@ -14,10 +16,12 @@ must not find its address file and join it.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -48,7 +52,7 @@ pytestmark = pytest.mark.slow
 # Test modules are not importable in Ray's worker processes: ship these classes by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
-NODE_RESOURCES = ("node_a", "node_b")  # head, second node
+NODE_RESOURCES = ("node_a", "node_b", "node_c")  # head, second node, third (flow test)
 TENSOR_ROWS = 256  # 256 x 1024 float32 = 1 MiB: well above the inline (eager) limit
 
 
@@ -216,7 +220,7 @@ def test_ranks_on_two_nodes_exchange_tensors_over_tcp(
     group = peers[0]
     names = node_names()
     where = group.call("where")
-    assert {names[w["node_id"]] for w in where} == set(NODE_RESOURCES)  # one rank per node
+    assert {names[w["node_id"]] for w in where} == set(NODE_RESOURCES[:2])  # a rank per node
     assert [info.node_id for info in group.infos] == [w["node_id"] for w in where]
     # endpoints listen on the node's address (reachable from other nodes), not loopback
     assert all(w["address"][0] == w["node_ip"] for w in where)
@@ -283,3 +287,59 @@ def test_killed_rank_on_the_other_node_raises_worker_died(
     with pytest.raises(WorkerCallError, match="PeerDiedError") as failed:
         group.call("send", f"peer-{far}", 42, spec=on(near))
     assert failed.value.rank == near
+    group.kill()  # frees both CPUs for the next test
+
+
+def _wait_for_cpus(total: float, *, timeout: float = 60.0) -> None:
+    """Ray returns a killed actor's CPUs asynchronously: wait until all are free again."""
+    deadline = time.monotonic() + timeout
+    while ray.available_resources().get("CPU", 0.0) < total:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Ray still holds CPUs of killed actors after {timeout} s: "
+                               f"{ray.available_resources()}")
+        time.sleep(0.2)
+
+
+def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes: Any) -> None:
+    """The reasoning app's flow runs unchanged across Ray nodes: rollout and actor on
+    different nodes, weights actor → rollout by gloo broadcast over TCP.
+
+    The flow places ranks by CPU demand only (one CPU per rank here), so a third one-CPU
+    node makes the layout certain: each of the three roles gets a node of its own.
+    """
+    flow_mod = pytest.importorskip("rlinf_reasoning.flow")
+    from rlinf.envs.math import ProblemGenerator
+    from rlinf.sched import Cluster
+    from rlinf.workers.actor import ActorConfig
+    from rlinf.workers.models import TinyLMConfig
+    from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
+
+    two_nodes.add_node(num_cpus=1, resources={NODE_RESOURCES[2]: 1})
+    two_nodes.wait_for_nodes()
+    _wait_for_cpus(3)
+    spec = flow_mod.FlowSpec(
+        model_config=TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                                  intermediate_size=128, attn_implementation="eager"),
+        rollout=RolloutWorkerConfig(group_size=2, groups_per_micro_batch=2,
+                                    sampling=SamplingConfig(max_new_tokens=8, temperature=1.0),
+                                    template="short"),
+        actor=ActorConfig(lr=1e-3, micro_batch_size=4, mini_batch_size=None, epochs=1,
+                          kl_coef=0.0, temperature=1.0, parallelism="ddp"),
+        recompute_logprobs=False, prompts_per_step=4, timeout=240.0)
+    # One logical CPU device per Ray node, as the flow's weight-sync choice needs to know.
+    cluster = Cluster.from_dict({"nodes": [
+        {"count": 3, "devices": 1, "device_memory": "1GiB", "device_kind": "cpu",
+         "hostname": "node"}]})
+    plan = flow_mod.fixed_plan(spec, "rollout: 0, reward: 1, actor: 2", num_devices=3,
+                               granularity_groups=2)
+    names = node_names()
+    assert len(names) == 3
+    problems = ProblemGenerator().generate(4)
+    with flow_mod.ReasoningFlow.launch(spec, plan, cluster=cluster) as flow:
+        nodes = {role: names[group.infos[0].node_id] for role, group in flow.groups.items()}
+        assert sorted(nodes.values()) == sorted(NODE_RESOURCES), nodes  # a node per role
+        assert nodes["rollout"] != nodes["actor"]
+        assert flow.transport == "gloo"  # cross-node CPU weight sync
+        result = flow.step(1, problems)
+    assert result.samples == 4 * 2 and result.tokens > 0
+    assert all(math.isfinite(v) for v in result.metrics.values()), result.metrics
