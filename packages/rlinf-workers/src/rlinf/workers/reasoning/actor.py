@@ -71,6 +71,7 @@ class ActorRole(WeightSenderRole):
     def train(self, step: int, in_channel: str, *, routing: Routing,
               granularity: int) -> dict[str, float]:
         """Collect this rank's shard of iteration `step`, then train on it (one turn)."""
+        self.actor  # noqa: B018 - fail before consuming the shard if build() did not run
         batch = self.collect(step, in_channel, routing=routing, granularity=granularity)
         return self.train_batch(batch, step=step)
 

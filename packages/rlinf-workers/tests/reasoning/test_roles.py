@@ -1,0 +1,202 @@
+"""Each reasoning role on its own, built in this process (no Ray actors), wired by channels.
+
+The channels live on a `RayStore` of the shared local Ray instance; the roles' own methods
+(generate, process, train, export/receive weights) run exactly as they do inside workers.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from rlinf.comm import Channel, Endpoint, RayStore, new_token
+from rlinf.envs.math import MathProblem, ProblemGenerator
+from rlinf.workers.actor import ActorConfig
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
+from rlinf.workers.reasoning import (
+    ActorRole,
+    InferenceRole,
+    RewardRole,
+    RoleSetup,
+    RolloutRole,
+    Routing,
+    rank_key,
+    unpack_group,
+)
+from rlinf.workers.reward import RewardConfig
+from rlinf.workers.rollout import RolloutBatch, RolloutWorkerConfig, SamplingConfig
+from rlinf.workers.runtime import WorkerContext
+
+CONFIG = TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                      intermediate_size=128, attn_implementation="eager")
+ROLLOUT = RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2,
+                              sampling=SamplingConfig(max_new_tokens=4))
+
+
+def tiny_model() -> tuple[torch.nn.Module, object]:
+    tokenizer = build_char_tokenizer()
+    return build_tiny_causal_lm(CONFIG, seed=0, tokenizer=tokenizer), tokenizer
+
+
+class Wiring:
+    """A store, this process's endpoint and the channels of one test."""
+
+    def __init__(self) -> None:
+        self.token = new_token()
+        self.store_name = f"rlinf-test-{uuid.uuid4().hex[:8]}"
+        store = RayStore(self.store_name)
+        self.endpoint = Endpoint(store=store, token=self.token).make_current()
+        self.store = store
+        self.channels: dict[str, Channel] = {}
+
+    def setup(self) -> RoleSetup:
+        return RoleSetup(model_factory=tiny_model, seed=7, store_name=self.store_name,
+                         token=self.token, trace=True, io_timeout=60.0)
+
+    def channel(self, name: str) -> str:
+        full = f"{self.store_name}/{name}"
+        self.channels[name] = Channel.create(full, store=self.store, endpoint=self.endpoint)
+        return full
+
+    def close(self) -> None:
+        for channel in self.channels.values():
+            channel.disconnect()
+
+
+@pytest.fixture
+def wiring(ray_cluster: None) -> Iterator[Wiring]:
+    wires = Wiring()
+    try:
+        yield wires
+    finally:
+        wires.close()
+
+
+@pytest.fixture(scope="module")
+def problems() -> list[MathProblem]:
+    return ProblemGenerator().generate(5)
+
+
+def ctx(role: str, rank: int = 0, world: int = 1) -> WorkerContext:
+    return WorkerContext(role=role, rank=rank, world_size=world, devices=(rank,))
+
+
+def routing(groups: int, rollout_ranks: int = 1, **ranks: int) -> Routing:
+    counts = {"reward_ranks": 1, "inference_ranks": 1, "actor_ranks": 1, **ranks}
+    return Routing(groups=groups, groups_per_micro_batch=2, group_size=4,
+                   rollout_ranks=rollout_ranks, **counts)
+
+
+def drain(channel: Channel, count: int, *, key: str, step: int) -> dict[int, RolloutBatch]:
+    return dict(unpack_group(channel.get(key=key, timeout=60), step=step) for _ in range(count))
+
+
+def test_rollout_groups_do_not_depend_on_how_many_ranks_generate_them(
+        wiring: Wiring, problems: list[MathProblem]) -> None:
+    out = wiring.channel("rollout->reward")
+    one = RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT)
+    stats = one.generate(3, problems, out, routing=routing(5))
+    assert stats["groups"] == 5 and stats["responses"] == 20
+    alone = drain(wiring.channels["rollout->reward"], 5, key=rank_key(0), step=3)
+    # two ranks, each generating its micro-batches; groups go to reward rank index % 2
+    for rank in range(2):
+        role = RolloutRole(ctx("rollout", rank, 2), setup=wiring.setup(), config=ROLLOUT)
+        role.generate(3, problems, out, routing=routing(5, 2, reward_ranks=2))
+    split = {**drain(wiring.channels["rollout->reward"], 3, key=rank_key(0), step=3),
+             **drain(wiring.channels["rollout->reward"], 2, key=rank_key(1), step=3)}
+    assert sorted(split) == sorted(alone) == list(range(5))
+    for index in range(5):
+        assert torch.equal(split[index].response_ids, alone[index].response_ids)
+        torch.testing.assert_close(split[index].rollout_log_probs,
+                                   alone[index].rollout_log_probs)
+        assert split[index].answers == (problems[index].answer,) * 4
+    # another step draws other samples
+    one.generate(4, problems, out, routing=routing(5))
+    other = drain(wiring.channels["rollout->reward"], 5, key=rank_key(0), step=4)
+    assert any(not torch.equal(other[i].response_ids, alone[i].response_ids) for i in range(5))
+    assert {s.name for s in one.drain_spans()} >= {"generate", "micro_batch"}
+
+
+def test_reward_and_inference_annotate_each_group_and_route_it_on(
+        wiring: Wiring, problems: list[MathProblem]) -> None:
+    names = [wiring.channel(n) for n in ("rollout->reward", "reward->inference",
+                                         "inference->actor")]
+    route = routing(4, actor_ranks=2)
+    RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT).generate(
+        0, problems[:4], names[0], routing=route)
+    reward = RewardRole(ctx("reward"), setup=wiring.setup(),
+                        config=RewardConfig(format_penalty=1.0))
+    totals = reward.process(0, names[0], names[1], routing=route, granularity=2,
+                            next_role="inference")
+    assert totals["responses"] == 16
+    assert -16 <= totals["reward_sum"] <= 16 and 0 <= totals["correct"] <= 16
+    inference = InferenceRole(ctx("inference"), setup=wiring.setup(), temperature=1.0,
+                              reference=True)
+    assert inference.process(0, names[1], names[2], routing=route, granularity=1) == 4
+    channel = wiring.channels["inference->actor"]
+    shards = {**drain(channel, 2, key=rank_key(0), step=0),
+              **drain(channel, 2, key=rank_key(1), step=0)}
+    assert sorted(shards) == [0, 1, 2, 3]
+    for group in shards.values():
+        assert group.rewards is not None and group.old_log_probs is not None
+        # same weights everywhere: recomputed and reference log-probs equal the rollout's
+        torch.testing.assert_close(group.old_log_probs, group.rollout_log_probs,
+                                   atol=1e-5, rtol=0)
+        torch.testing.assert_close(group.ref_log_probs, group.rollout_log_probs,
+                                   atol=1e-5, rtol=0)
+
+
+def test_actor_orders_groups_trains_and_its_weights_reach_the_rollout(
+        wiring: Wiring, problems: list[MathProblem]) -> None:
+    names = [wiring.channel(n) for n in ("rollout->reward", "reward->actor")]
+    route = routing(4, inference_ranks=0)
+    rollout = RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT)
+    rollout.generate(1, problems[:4], names[0], routing=route)
+    RewardRole(ctx("reward"), setup=wiring.setup(), config=RewardConfig(format_penalty=1.0)
+               ).process(1, names[0], names[1], routing=route, granularity=4, next_role="actor")
+    actor = ActorRole(ctx("actor"), setup=wiring.setup(),
+                      config=ActorConfig(parallelism="none", lr=1e-2, micro_batch_size=8),
+                      bucket_bytes=16_000)
+    with pytest.raises(ConfigError, match="build"):
+        actor.train(1, names[1], routing=route, granularity=1)
+    actor.build()
+    batch = actor.collect(1, names[1], routing=route, granularity=3)
+    assert batch.num_rows == 16
+    assert batch.answers == tuple(p.answer for p in problems[:4] for _ in range(4))
+    metrics = actor.train_batch(batch, step=1)
+    assert metrics["grad_norm"] > 0
+
+    probe = rollout.generate_batch(problems[:2], sampling=SamplingConfig(max_new_tokens=4,
+                                                                         seed=1))
+    assert (actor.log_probs(probe) - probe.rollout_log_probs).abs().max() > 1e-3  # stale
+    handles = actor.export_weights("shm")
+    assert len(handles) > 1  # several buckets
+    assert rollout.receive_weights("shm", handles) == len(handles)
+    actor.release_weights(handles)
+    probe = rollout.generate_batch(problems[:2], sampling=SamplingConfig(max_new_tokens=4,
+                                                                         seed=1))
+    torch.testing.assert_close(actor.log_probs(probe), probe.rollout_log_probs,
+                               atol=1e-5, rtol=0)
+    actor.shutdown()
+    rollout.shutdown()
+
+
+def test_profile_train_leaves_the_trainer_unchanged(
+        wiring: Wiring, problems: list[MathProblem]) -> None:
+    rollout = RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT)
+    reward = RewardRole(ctx("reward"), setup=wiring.setup(), config=RewardConfig(
+        format_penalty=1.0))
+    batch = reward.score(rollout.generate_batch(problems[:2], sampling=SamplingConfig(
+        max_new_tokens=4, seed=3)))
+    actor = ActorRole(ctx("actor"), setup=wiring.setup(),
+                      config=ActorConfig(parallelism="none", lr=1e-2))
+    actor.build()
+    before = {k: v.clone() for k, v in actor.actor.model.state_dict().items()}
+    assert actor.profile_train(batch) > 0
+    after = actor.actor.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert actor.actor.global_step == 0
