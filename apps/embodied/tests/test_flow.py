@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,7 +132,7 @@ def test_load_rejects_what_is_not_a_checkpoint(collocated, tmp_path):
 
 
 def test_spec_and_plan_errors_are_typed():
-    with pytest.raises(ConfigError, match="env.pixels"):
+    with pytest.raises(ConfigError, match=r"env\.pixels"):
         EmbodiedSpec(env=SPEC.env, policy=VLAConfig(image_shape=(3, 16, 16), action_dim=1),
                      actor=SPEC.actor, rollout_steps=4)
     with pytest.raises(ConfigError, match="reset_every_iteration"):
@@ -160,7 +160,7 @@ def test_vla_ppo_step_on_pixels(tmp_path):
                          num_heads=2, max_instruction_tokens=16),
         actor=EmbodiedActorConfig(epochs=1, num_minibatches=2, lr=1e-3),
         rollout_steps=4, torch_threads=1, link_timeout=60.0)
-    with EmbodiedFlow.launch(spec, fixed_plan(spec, "hybrid")) as flow:
+    with EmbodiedFlow.launch(spec, fixed_plan(spec, "collocated")) as flow:
         before = flow.get_weights()
         result = flow.step(0)
         after = flow.get_weights()
@@ -180,8 +180,6 @@ def test_killed_env_rank_raises_worker_died_naming_it():
     try:
         pid = flow._groups.env.infos[0].pid
         started = time.monotonic()
-        import threading
-
         threading.Timer(1.0, os.kill, (pid, signal.SIGKILL)).start()
         with pytest.raises(WorkerDiedError) as caught:
             flow.step(0)
@@ -190,11 +188,6 @@ def test_killed_env_rank_raises_worker_died_naming_it():
         assert time.monotonic() - started < 20.0  # no wait for the policy's link timeout
     finally:
         flow.close()
-
-
-def test_closed_flow_refuses_work(tmp_path: Path):
-    flow = EmbodiedFlow.launch(SPEC, fixed_plan(SPEC, "collocated"))
-    flow.close()
     flow.close()  # idempotent
     with pytest.raises(ConfigError, match="closed"):
-        flow.step(0)
+        flow.step(1)

@@ -8,8 +8,8 @@ optimizer are untouched):
 - ``actor``: one PPO/GRPO update of ``size × rollout_steps`` samples on each thread count
   in `actor_devices` (a CPU device is a core slot, one torch thread each).
 
-Each point is the median of `repeats` timed calls after a warm-up (the actor: one call after
-a warm-up update; an update is long enough to be stable). `rlinf.sched.fit_profile` turns
+Each point is the median of `repeats` timed calls after a warm-up (the actor: of
+``max(1, repeats // 3)`` updates; an update lasts long enough to vary less). `rlinf.sched.fit_profile` turns
 the `Profile` into cost curves.
 """
 
@@ -107,7 +107,8 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
                     torch.set_num_threads(devices)
                     trainer = EmbodiedActorWorker(_CONTEXT, config=replace(
                         actor, num_threads=devices))
-                    seconds = _median_seconds(partial(trainer.train, traj), 1)
+                    seconds = _median_seconds(partial(trainer.train, traj),
+                                              max(1, repeats // 3))
                     points.append(_point("actor", size * rollout_steps, devices, seconds))
                     torch.set_num_threads(1)
             finally:

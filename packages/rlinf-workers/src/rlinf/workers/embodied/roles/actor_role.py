@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import random
 import time
 from collections.abc import Sequence
@@ -57,8 +58,9 @@ class ActorRole(RoleBase):
         return self.actor.get_weights()
 
     def state(self) -> dict[str, Any]:
-        """Model, optimizer, shuffling generator, step, and this process's global RNGs."""
-        return {"actor": self.actor.state(), "torch_rng": torch.get_rng_state(),
+        """Model, optimizer, shuffling generator, step, and this process's global RNGs (a
+        copy: later training does not change it)."""
+        return {"actor": copy.deepcopy(self.actor.state()), "torch_rng": torch.get_rng_state(),
                 "numpy_rng": np.random.get_state(), "python_rng": random.getstate()}
 
     def load_state(self, state: dict[str, Any]) -> None:

@@ -1,0 +1,303 @@
+"""Embodied PPO throughput: RLinf (collocated, hybrid-pipelined, `auto`) vs Stable-Baselines3.
+
+Setting (stated in the output): a gymnasium MuJoCo task, N envs in 2 stage groups, an MLP
+actor-critic (separate policy and value MLPs of two tanh layers, as SB3's ``MlpPolicy``)
+whose width is calibrated so that one policy forward of a stage group costs about one env
+step of that group — simulation and inference cost the same, the case where pipelining
+them can pay most (ideally 2x). Every contender runs PPO with the same envs, rollout length
+(``n_steps``), epochs, minibatch count and network.
+
+Contenders, in one run (each: `--warmup` untimed iterations, then `--iterations` timed;
+medians; an iteration is rollout + update + weight sync):
+
+- ``collocated``: env and policy take turns in one process on device 0, actor on device 0;
+- ``hybrid``: env process on device 0 and policy process on device 1, stage groups
+  pipelined over rlinf.comm point-to-point messages; the actor on devices 0-1;
+- ``auto``: `EmbodiedFlow.measure` → `rlinf.sched.fit_profile` → `rlinf.sched.plan` over
+  the 2 CPU devices → launch the chosen plan;
+- SB3 PPO with ``DummyVecEnv`` and with ``SubprocVecEnv`` (fork; one process per env).
+
+For every rlinf mode the planner's simulator prices the same plan with the fitted profile;
+predicted and measured seconds per iteration stand side by side. The last line is one JSON
+object: ``hybrid_speedup_vs_collocated``, ``speedup_vs_sb3`` (best rlinf mode over the
+faster SB3 vector env, env steps/s), ``max_prediction_error`` (largest |predicted -
+measured| / measured), and details.
+
+Launch: ``tox -e bench-embodied`` (full setting) or ``tox -e bench-embodied -- --quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import numpy as np
+import torch
+from rlinf_embodied.flow import EmbodiedFlow, EmbodiedSpec, embodied_workflow, fixed_plan
+
+from rlinf.comm import Batch
+from rlinf.sched import Cluster, ExecutionPlan, fit_profile, plan, simulate
+from rlinf.workers.embodied.actor import EmbodiedActorConfig
+from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
+from rlinf.workers.env import EnvWorker, EnvWorkerConfig
+from rlinf.workers.models.policy import PolicyConfig
+from rlinf.workers.runtime import WorkerContext
+
+CONTEXT = WorkerContext(role="bench", rank=0, world_size=1)
+WIDTHS = (32, 64, 128, 192, 256, 384, 512, 768, 1024)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every contender trains."""
+
+    env: str
+    num_envs: int
+    stages: int
+    rollout_steps: int
+    epochs: int
+    minibatches: int
+    hidden: int
+    env_step_s: float
+    infer_s: float
+
+
+def _median_time(call: Any, repeats: int) -> float:
+    call()
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def calibrate(env_name: str, num_envs: int, stages: int, *, repeats: int) -> tuple[int, float,
+                                                                                  float]:
+    """Width whose stage-group forward (`PolicyRolloutWorker.infer`) best matches one env
+    step of a stage group; returns (width, env step seconds, inference seconds)."""
+    torch.set_num_threads(1)
+    group = num_envs // stages
+    worker = EnvWorker(CONTEXT, config=EnvWorkerConfig(env_name, num_envs=group, seed=0))
+    try:
+        view = worker.groups[0]
+        obs = np.asarray(view.reset(seed=0)[0])
+        space = worker.action_space
+        space.seed(0)
+        actions = np.stack([space.sample() for _ in range(group)])
+        step_s = _median_time(lambda: view.step(actions), repeats)
+        obs_dim, act_dim = obs.shape[1], int(np.prod(space.shape or ()))
+    finally:
+        worker.shutdown()
+    batch = Batch({"obs": obs.astype(np.float32), "final_obs": obs.astype(np.float32),
+                   "final_mask": np.zeros(group, bool), "env_index": np.arange(group)})
+    best: tuple[float, int, float] | None = None
+    for width in WIDTHS:
+        policy = PolicyRolloutWorker(CONTEXT, config=PolicyRolloutConfig(
+            policy=PolicyConfig(obs_shape=(obs_dim,), action_dim=act_dim,
+                                hidden_sizes=(width, width)), num_threads=1))
+        infer_s = _median_time(lambda p=policy: p.infer(batch), repeats)
+        gap = abs(math.log(infer_s / step_s))
+        if best is None or gap < best[0]:
+            best = (gap, width, infer_s)
+    assert best is not None
+    return best[1], step_s, best[2]
+
+
+def make_spec(s: Setting, *, obs_dim: int, act_dim: int) -> EmbodiedSpec:
+    return EmbodiedSpec(
+        env=EnvWorkerConfig(s.env, num_envs=s.num_envs, pipeline_stages=s.stages, seed=0),
+        policy=PolicyConfig(obs_shape=(obs_dim,), action_dim=act_dim,
+                            hidden_sizes=(s.hidden, s.hidden)),
+        actor=EmbodiedActorConfig(epochs=s.epochs, num_minibatches=s.minibatches),
+        rollout_steps=s.rollout_steps, seed=0)
+
+
+BREAKDOWN = ("rollout_seconds", "train_seconds", "sync_seconds", "env_step_seconds",
+             "env_wait_seconds")
+
+
+def time_flow(flow: EmbodiedFlow, *, warmup: int, iterations: int) -> dict[str, float]:
+    """Medians over the timed iterations: seconds per iteration and where they went."""
+    for step in range(warmup):
+        flow.step(step)
+    results = [flow.step(warmup + i) for i in range(iterations)]
+    out = {"seconds": statistics.median(r.seconds for r in results)}
+    for key in BREAKDOWN:
+        out[key] = statistics.median(r.metrics[key] for r in results)
+    return out
+
+
+def predict(spec: EmbodiedSpec, chosen: ExecutionPlan, cost: Any, cluster: Cluster) -> float:
+    result = simulate(embodied_workflow(spec), chosen.placement, cost, cluster,
+                      micro_batch=dict(chosen.micro_batch))
+    return float(result.iteration_time)
+
+
+def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int) -> list[float]:
+    """Seconds per PPO iteration (collect n_steps from every env + update) of SB3."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    class Clock(BaseCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.starts: list[float] = []
+
+        def _on_rollout_start(self) -> None:
+            self.starts.append(time.perf_counter())
+
+        def _on_step(self) -> bool:
+            return True
+
+    makers = [lambda: gym.make(s.env) for _ in range(s.num_envs)]
+    env = DummyVecEnv(makers) if vec == "dummy" else SubprocVecEnv(makers, start_method="fork")
+    try:
+        torch.set_num_threads(1)
+        model = PPO("MlpPolicy", env, n_steps=s.rollout_steps,
+                    batch_size=s.num_envs * s.rollout_steps // s.minibatches,
+                    n_epochs=s.epochs, seed=0, device="cpu", verbose=0,
+                    policy_kwargs={"net_arch": {"pi": [s.hidden] * 2, "vf": [s.hidden] * 2}})
+        clock = Clock()
+        total = warmup + iterations + 1  # the last start closes the last timed iteration
+        model.learn(total_timesteps=s.num_envs * s.rollout_steps * total, callback=clock)
+        clock.starts.append(time.perf_counter())
+    finally:
+        env.close()
+    gaps = np.diff(clock.starts)
+    return [float(g) for g in gaps[warmup:warmup + iterations]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small setting, few iterations")
+    parser.add_argument("--env", default="HalfCheetah-v5")
+    parser.add_argument("--num-envs", type=int, default=None)
+    parser.add_argument("--rollout-steps", type=int, default=None)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--minibatches", type=int, default=4)
+    parser.add_argument("--warmup", type=int, default=None)
+    parser.add_argument("--iterations", type=int, default=None)
+    parser.add_argument("--hidden", type=int, default=None,
+                        help="MLP width (default: calibrated, forward of a group = env step)")
+    parser.add_argument("--skip-sb3-subproc", action="store_true")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    num_envs = args.num_envs or (32 if quick else 64)
+    rollout_steps = args.rollout_steps or (32 if quick else 64)
+    warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
+    iterations = args.iterations or (3 if quick else 7)
+    stages = 2
+    repeats = 3 if quick else 7
+
+    import ray
+
+    hidden, step_s, infer_s = calibrate(args.env, num_envs, stages, repeats=20)
+    if args.hidden:
+        hidden = args.hidden
+    setting = Setting(args.env, num_envs, stages, rollout_steps, args.epochs, args.minibatches,
+                      hidden, step_s, infer_s)
+    probe = EnvWorker(CONTEXT, config=EnvWorkerConfig(args.env, num_envs=1))
+    obs_dim = int(np.prod(probe.observation_space.shape or ()))
+    act_dim = int(np.prod(probe.action_space.shape or ()))
+    probe.shutdown()
+    spec = make_spec(setting, obs_dim=obs_dim, act_dim=act_dim)
+    print(f"# setting: {args.env}, {num_envs} envs in {stages} stage groups of "
+          f"{num_envs // stages}, rollout {rollout_steps} steps, PPO {args.epochs} epochs x "
+          f"{args.minibatches} minibatches, MLP {hidden}x{hidden} (policy and value)")
+    print(f"# calibration: env step of a group {step_s * 1e3:.2f} ms, policy forward of a "
+          f"group {infer_s * 1e3:.2f} ms (ratio {infer_s / step_s:.2f})")
+    print(f"# load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians of "
+          f"{iterations} iterations after {warmup} warm-up", flush=True)
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    cluster = Cluster.discover(use_ray=False, cpu_slots=2)
+    rows: dict[str, dict[str, Any]] = {}
+    cost = None
+    try:
+        for mode in ("collocated", "hybrid"):
+            chosen = fixed_plan(spec, mode)
+            with EmbodiedFlow.launch(spec, chosen) as flow:
+                timing = time_flow(flow, warmup=warmup, iterations=iterations)
+                if cost is None:  # profile once, on the idle collocated flow
+                    sizes = [num_envs // 4, num_envs // 2, num_envs]
+                    cost = fit_profile(flow.measure(batch_sizes=sizes, repeats=repeats))
+            rows[mode] = {"plan": chosen.spec, **timing,
+                          "predicted": predict(spec, chosen, cost, cluster)}
+            print(f"# {mode}: {rows[mode]}", flush=True)
+        assert cost is not None
+        planned = plan(embodied_workflow(spec), cost, cluster).best
+        with EmbodiedFlow.launch(spec, planned) as flow:
+            timing = time_flow(flow, warmup=warmup, iterations=iterations)
+        rows["auto"] = {"plan": f"{planned.spec} /{num_envs // planned.micro_batch['env']}",
+                        **timing, "predicted": predict(spec, planned, cost, cluster)}
+        print(f"# auto: {rows['auto']}", flush=True)
+    finally:
+        ray.shutdown()
+
+    samples = num_envs * rollout_steps
+    sb3: dict[str, float] = {}
+    for vec in ("dummy", "subproc"):
+        if vec == "subproc" and args.skip_sb3_subproc:
+            continue
+        sb3[vec] = statistics.median(run_sb3(setting, vec, warmup=warmup,
+                                             iterations=iterations))
+        print(f"# sb3 {vec}: {sb3[vec]:.3f} s/iteration", flush=True)
+
+    print()
+    print("plan: placement /stage groups; s/iter: measured median (rollout, train, weight sync:")
+    print("their medians; env: time in env.step, wait: env waiting for actions); pred: simulated")
+    print(f"{'contender':<17} {'plan':<34} {'s/iter':>7} {'pred':>7} {'err':>6} "
+          f"{'steps/s':>8} {'rollout':>8} {'env':>6} {'wait':>6} {'train':>6} {'sync':>6}")
+    errors = []
+    for mode, row in rows.items():
+        err = abs(row["predicted"] - row["seconds"]) / row["seconds"]
+        errors.append(err)
+        plan_text = row["plan"] if mode == "auto" else f"{row['plan']} /{stages}"
+        print(f"rlinf {mode:<11} {plan_text:<34} {row['seconds']:>7.3f} "
+              f"{row['predicted']:>7.3f} {err:>6.1%} {samples / row['seconds']:>8.0f} "
+              f"{row['rollout_seconds']:>8.3f} {row['env_step_seconds']:>6.3f} "
+              f"{row['env_wait_seconds']:>6.3f} {row['train_seconds']:>6.3f} "
+              f"{row['sync_seconds']:>6.3f}")
+    for vec, seconds in sb3.items():
+        where = "one process" if vec == "dummy" else "one process per env (fork)"
+        print(f"sb3 {vec + 'VecEnv':<13} {where:<34} {seconds:>7.3f} {'':>7} {'':>6} "
+              f"{samples / seconds:>8.0f}")
+    best_mode = min(rows, key=lambda m: rows[m]["seconds"])
+    best_sb3 = min(sb3, key=lambda v: sb3[v])
+    summary = {
+        "hybrid_speedup_vs_collocated": rows["collocated"]["seconds"] / rows["hybrid"]["seconds"],
+        "speedup_vs_sb3": sb3[best_sb3] / rows[best_mode]["seconds"],
+        "max_prediction_error": max(errors),
+        "best_mode": best_mode, "sb3_vec_env": best_sb3,
+        "env_steps_per_s": {m: samples / r["seconds"] for m, r in rows.items()}
+        | {f"sb3_{v}": samples / t for v, t in sb3.items()},
+        "predicted_s": {m: r["predicted"] for m, r in rows.items()},
+        "measured_s": {m: r["seconds"] for m, r in rows.items()},
+        "breakdown_s": {m: {k: r[k] for k in BREAKDOWN} for m, r in rows.items()},
+        "auto_plan": rows["auto"]["plan"],
+        "setting": {"env": args.env, "num_envs": num_envs, "stages": stages,
+                    "rollout_steps": rollout_steps, "epochs": args.epochs,
+                    "minibatches": args.minibatches, "hidden": hidden,
+                    "env_step_ms": step_s * 1e3, "infer_ms": infer_s * 1e3},
+        "load_average": os.getloadavg()[0],
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""Embodied roles in-process (no Ray): inline rollouts, the p2p link, actor checkpoints, threads."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from rlinf.comm import Batch, Endpoint, TCPStore, new_token
+from rlinf.workers.embodied import EmbodiedActorConfig, PolicyRolloutConfig, run_collocated
+from rlinf.workers.embodied.profiling import synthetic_trajectory
+from rlinf.workers.embodied.roles import (
+    ActorRole,
+    EnvRole,
+    PeerLink,
+    RoleLink,
+    build_rollout_policy,
+    serve_stages,
+)
+from rlinf.workers.env import EnvWorkerConfig, LinkTimeoutError, Trajectory
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import PolicyConfig
+from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.telemetry import TraceRecorder
+
+from .conftest import make_policy
+
+POLICY = PolicyConfig(obs_shape=(4,), action_dim=1, hidden_sizes=(16, 16))
+
+
+def context(role: str, devices: tuple[int, ...] = (0,)) -> WorkerContext:
+    return WorkerContext(role=role, rank=0, world_size=1, devices=devices)
+
+
+def env_config(**options) -> EnvWorkerConfig:
+    return EnvWorkerConfig("InvertedPendulum-v5", **{"num_envs": 4, "pipeline_stages": 2,
+                                                     "seed": 2, **options})
+
+
+def test_inline_env_role_equals_collocated_driver_and_records_spans(make_env):
+    role = EnvRole(context("env"), config=env_config(),
+                   policy=PolicyRolloutConfig(policy=POLICY, seed=5), trace=True)
+    try:
+        report = role.rollout(num_steps=6)
+    finally:
+        role.shutdown()
+    ref = run_collocated(make_env(num_envs=4, pipeline_stages=2, seed=2),
+                         build_rollout_policy(context("x"), PolicyRolloutConfig(policy=POLICY,
+                                                                                seed=5)),
+                         num_steps=6)
+    want = Trajectory.concat(ref.trajectories)
+    for field in ("obs", "actions", "rewards", "log_probs", "values", "next_values"):
+        np.testing.assert_array_equal(getattr(report.trajectory, field), getattr(want, field))
+    names = [(s.track, s.name) for s in report.spans]
+    assert names.count(("env/0", "env_step")) == 6 * 2  # one per stage group and step
+    assert names.count(("env/0", "infer")) == 7 * 2  # plus the bootstrap batches
+    assert report.env_steps == 24
+
+
+def test_env_role_needs_exactly_one_of_link_and_policy():
+    with pytest.raises(ConfigError, match="exactly one"):
+        EnvRole(context("env"), config=env_config())
+    with pytest.raises(ConfigError, match="distinct"):
+        RoleLink("same", "same")
+    with pytest.raises(ConfigError, match="transport"):
+        RoleLink("a", "b", transport="carrier-pigeon")  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def endpoints(monkeypatch):
+    token = new_token()
+    monkeypatch.setenv("RLINF_COMM_TOKEN", token.hex())
+    with TCPStore.serve(token=token, timeout=60) as store:
+        env_ep, policy_ep = Endpoint("env-end", store=store), Endpoint("policy-end", store=store)
+        yield env_ep, policy_ep
+        env_ep.close()
+        policy_ep.close()
+
+
+def test_peer_link_carries_the_protocol_like_the_inline_driver(make_env, endpoints):
+    env_ep, policy_ep = endpoints
+    env_side = PeerLink(env_ep, "policy-end", timeout=30)
+    policy_side = PeerLink(policy_ep, "env-end", timeout=30)
+    policy = make_policy(4, 1, seed=3)
+    failure: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            serve_stages(policy, source=policy_side, sink=policy_side, num_steps=9,
+                         num_stages=2, timeout=30, trace=TraceRecorder("p", enabled=False))
+        except BaseException as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    got = make_env(num_envs=4, pipeline_stages=2, seed=8).rollout(
+        num_steps=9, sink=env_side, source=env_side, timeout=30)
+    thread.join(timeout=30)
+    assert not failure and not thread.is_alive()
+    ref = run_collocated(make_env(num_envs=4, pipeline_stages=2, seed=8), make_policy(4, 1, seed=3),
+                         num_steps=9)
+    a, b = Trajectory.concat(ref.trajectories), Trajectory.concat(got.trajectories)
+    for field in ("obs", "actions", "rewards", "log_probs", "values", "next_values"):
+        np.testing.assert_array_equal(getattr(b, field), getattr(a, field), err_msg=field)
+
+
+def test_peer_link_files_other_keys_and_times_out(endpoints):
+    env_ep, policy_ep = endpoints
+    sender = PeerLink(env_ep, "policy-end", timeout=5)
+    receiver = PeerLink(policy_ep, "env-end", timeout=5)
+    sender.put(Batch({"x": np.arange(3)}), key="stage1")
+    sender.put(Batch({"x": np.arange(4)}), key="stage0")
+    assert len(receiver.get(key="stage0").tensors["x"]) == 4
+    assert len(receiver.get(key="stage1").tensors["x"]) == 3  # filed on the way
+    with pytest.raises(LinkTimeoutError, match="stage0"):
+        receiver.get(key="stage0", timeout=0.2)
+
+
+def _trajectory(seed: int) -> Trajectory:
+    obs = np.random.default_rng(seed).normal(size=(4, 4)).astype(np.float32)
+    return synthetic_trajectory(obs, (1,), steps=8, seed=seed)
+
+
+def test_actor_role_state_resumes_bit_for_bit_with_global_rngs():
+    config = EmbodiedActorConfig(policy=POLICY, epochs=2, num_minibatches=4, seed=1)
+    first = ActorRole(context("actor", (0, 1)), config=config, trace=True)
+    report = first.train(_trajectory(0))
+    assert [s.name for s in report.spans] == ["train"] and report.seconds > 0
+    saved = first.state()
+    first.train(_trajectory(1))
+    draw = torch.rand(3)
+    second = ActorRole(context("actor", (0, 1)), config=config)
+    torch.manual_seed(123)  # disturb the global generator: load_state must restore it
+    second.load_state(saved)
+    second.train(_trajectory(1))
+    for key, value in first.get_weights().items():
+        torch.testing.assert_close(second.get_weights()[key], value, rtol=0, atol=0)
+    torch.testing.assert_close(torch.rand(3), draw, rtol=0, atol=0)
+
+
+def test_roles_run_one_torch_thread_per_device():
+    actor = ActorRole(context("actor", (0,)), config=EmbodiedActorConfig(policy=POLICY),
+                      devices=(0, 1))
+    assert actor.role_devices == (0, 1) and actor.num_threads == 2
+    with actor.computing():  # no device lock configured: computing only sets threads
+        assert torch.get_num_threads() == 2
+    env = EnvRole(context("env"), config=env_config(), num_threads=1,
+                  policy=PolicyRolloutConfig(policy=POLICY))
+    try:
+        assert env.num_threads == 1
+    finally:
+        env.shutdown()
+        torch.set_num_threads(1)
