@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -187,6 +188,7 @@ def two_nodes() -> Iterator[Any]:
             os.environ.pop("RAY_TMPDIR", None)
         else:
             os.environ["RAY_TMPDIR"] = saved
+        shutil.rmtree(private, ignore_errors=True)  # session logs and spilled objects
 
 
 def node_names() -> dict[str, str]:
