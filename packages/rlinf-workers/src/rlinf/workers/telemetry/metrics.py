@@ -29,6 +29,7 @@ TENSORBOARD_DIR = "tensorboard"
 """Name of the TensorBoard event directory inside a run directory."""
 
 _RESERVED = ("step", "time")
+_TB_FLUSH_S = 5
 log = structlog.get_logger(__name__)
 
 
@@ -111,8 +112,10 @@ class MetricsWriter:
             tb = require("torch.utils.tensorboard", feature="TensorBoard metrics",
                          extra="telemetry")
             require("tensorboard", feature="TensorBoard metrics", extra="telemetry")
+            # TensorBoard is a view (the JSONL file is the record): it flushes every few
+            # seconds in the background instead of on every write (~2 ms for 20 scalars).
             self._tb = tb.SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR),
-                                        purge_step=resume_step)
+                                        purge_step=resume_step, flush_secs=_TB_FLUSH_S)
         self._file = self.path.open("a", encoding="utf-8")
 
     def _prepare(self, resume_step: int | None) -> None:
@@ -151,6 +154,10 @@ class MetricsWriter:
             for k, v in values.items():
                 if math.isfinite(v):
                     self._tb.add_scalar(k, v, global_step=int(step))
+
+    def flush(self) -> None:
+        """Push buffered TensorBoard events to disk now (the JSONL file never buffers)."""
+        if self._tb is not None:
             self._tb.flush()
 
     def close(self) -> None:
