@@ -2,6 +2,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -93,3 +98,34 @@ def test_tensorboard_purges_redone_steps_on_resume(tmp_path: Path) -> None:
             w.write(s, {"loss": 10.0 * s})
     got = dict(_scalars(tmp_path, "loss"))
     assert got == {0: 0.0, 1: 1.0, 2: 20.0, 3: 30.0}
+
+
+_KILLED_WRITER = textwrap.dedent("""
+    import sys, time
+    from pathlib import Path
+    from rlinf.workers.telemetry import MetricsWriter
+
+    w = MetricsWriter(Path(sys.argv[1]), tensorboard=False)
+    for step in range(5):
+        w.write(step, {"x": float(step)})
+    print("written", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_sigkill_after_writes_loses_nothing(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == "written":
+                break
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    assert [r["x"] for r in read_metrics(tmp_path)] == [0.0, 1.0, 2.0, 3.0, 4.0]
