@@ -38,6 +38,7 @@ from rlinf_reasoning.placement import resolve_placement
 
 __all__ = [
     "PlanChoice",
+    "ProfileCosts",
     "auto_plan",
     "describe_plan",
     "format_plans",
@@ -62,6 +63,29 @@ class PlanChoice:
     """The measured profile the prediction comes from."""
     simulation: SimulationResult | None = None
     """The simulated iteration of `plan` (with its intervals), when priced."""
+
+
+class ProfileCosts:
+    """`rlinf.sched.CostModel` of a measured profile; memory the profile did not measure
+    (``memory_source="none"``, e.g. CPU slots sharing host memory) is priced at 0 bytes, so
+    it constrains no placement, instead of failing the simulation."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.fitted = fit_profile(profile)
+
+    def time(self, component: str, *, batch_size: int, num_devices: int) -> float:
+        """Fitted seconds of one call."""
+        return self.fitted.time(component, batch_size=batch_size, num_devices=num_devices)
+
+    def memory(self, component: str, *, batch_size: int, num_devices: int) -> int:
+        """Fitted peak bytes per device, or 0 when the profile did not measure memory."""
+        if component not in self.fitted.memory_curves:
+            return 0
+        return self.fitted.memory(component, batch_size=batch_size, num_devices=num_devices)
+
+    def switch_time(self, component: str) -> float:
+        """Measured offload + onload seconds (0 if never switched)."""
+        return self.fitted.switch_time(component)
 
 
 def planned_fixed(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> ExecutionPlan:
@@ -108,8 +132,7 @@ def _simulated_micro_batches(plan: ExecutionPlan, spec: FlowSpec) -> dict[str, i
 def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile,
             cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
     """`plan_` with the predicted iteration time and utilisation of its simulation."""
-    cost = fit_profile(profile)
-    simulation = simulate(reasoning_workflow(spec), plan_.placement, cost, cluster,
+    simulation = simulate(reasoning_workflow(spec), plan_.placement, ProfileCosts(profile), cluster,
                           micro_batch=_simulated_micro_batches(plan_, spec), record=True)
     priced = dataclasses.replace(plan_, predicted_time=simulation.iteration_time,
                                  utilisation=simulation.utilisation)
@@ -118,9 +141,9 @@ def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile,
 
 def auto_plan(spec: FlowSpec, profile: Profile, cluster: Cluster) -> PlanChoice:
     """The planner's ranked plans for `spec` on `cluster` from `profile`; the best is chosen."""
-    result = plan(reasoning_workflow(spec), fit_profile(profile), cluster)
+    cost = ProfileCosts(profile)
+    result = plan(reasoning_workflow(spec), cost, cluster)
     best = result.best
-    cost = fit_profile(profile)
     simulation = simulate(reasoning_workflow(spec), best.placement, cost, cluster,
                           micro_batch=best.micro_batch, record=True)
     return PlanChoice(plan=best, ranked=result, profile=profile, simulation=simulation)

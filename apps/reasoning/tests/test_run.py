@@ -1,0 +1,207 @@
+"""``rlinf-reasoning`` end to end in a subprocess with a tiny budget (2 steps, 4 x 4, 4 tokens).
+
+Every placement mode runs the real flow (Ray workers, channels, device lock, weight sync);
+the same seed must give the same metrics in every mode, ``auto`` must plan and report its
+predicted and measured iteration times, and a run killed with SIGKILL right after a
+checkpoint must, with ``--resume``, finish with the metrics and weights of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+pytestmark = pytest.mark.timeout(900)
+
+TINY = (
+    "run.steps=2", "data.prompts_per_step=4", "rollout.group_size=4",
+    "rollout.max_new_tokens=4", "rollout.groups_per_micro_batch=2", "data.heldout_size=16",
+    "run.profile_batches=[2,4]", "algorithm.micro_batch_size=16", "run.eval_every=1",
+    "run.checkpoint_every=1", "run.log_level=warning",
+)
+"""2 steps of 4 prompts x 4 responses, 4 new tokens: every stage runs, in seconds."""
+
+
+def cli_command(run_dir: Path, *overrides: str) -> list[str]:
+    """The ``rlinf-reasoning`` command line of a tiny run in `run_dir`."""
+    return [sys.executable, "-m", "rlinf_reasoning.cli", *TINY, *overrides,
+            "--run-dir", str(run_dir)]
+
+
+def cli_env() -> dict[str, str]:
+    """Environment of a CLI subprocess (one OpenMP thread per process)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def run_cli(run_dir: Path, *overrides: str,
+            timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    """Run a tiny training run to completion; fails the test with its output otherwise."""
+    proc = subprocess.run(cli_command(run_dir, *overrides), capture_output=True, text=True,
+                          timeout=timeout, env=cli_env(), check=False)
+    if proc.returncode != 0:
+        pytest.fail(f"rlinf-reasoning exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
+                    f"stderr:\n{proc.stderr[-4000:]}")
+    return proc
+
+
+def stable(record: Mapping[str, float]) -> dict[str, float]:
+    """The metrics of a record that do not depend on timing."""
+    return {k: v for k, v in record.items()
+            if not k.startswith(("time", "throughput/")) and "seconds" not in k
+            and not k.endswith("_per_s")}
+
+
+def read_jsonl(path: Path) -> list[dict[str, float]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def assert_same_metrics(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[str, float]],
+                        *, tol: float = 1e-4) -> None:
+    """Same steps, same stable keys, values equal within `tol` (relative and absolute)."""
+    assert [r["step"] for r in a] == [r["step"] for r in b]
+    for ra, rb in zip(a, b, strict=True):
+        sa, sb = stable(ra), stable(rb)
+        assert sa.keys() == sb.keys(), (ra["step"], sorted(sa.keys() ^ sb.keys()))
+        for k in sa:
+            assert math.isclose(sa[k], sb[k], rel_tol=tol, abs_tol=tol), \
+                f"step {ra['step']} {k}: {sa[k]} != {sb[k]}"
+
+
+@pytest.fixture(scope="module")
+def reference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One collocated tiny run with the trace on; other tests compare against it."""
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    proc = run_cli(run_dir, "placement=collocated", "run.trace=true")
+    return run_dir, proc.stdout
+
+
+def test_outputs_are_well_formed(reference_run: tuple[Path, str]) -> None:
+    run_dir, stdout = reference_run
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert 0.0 <= records[0]["heldout/accuracy"] <= 1.0
+    for r in records[1:]:
+        assert {"reward/accuracy", "heldout/accuracy", "time/step"} <= r.keys()
+        assert r["rollout/samples"] == 16
+    # TensorBoard: an event file whose scalars include the held-out accuracy.
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("heldout/accuracy")] == [0, 1, 2]
+    for png in ("learning_curve.png", "timeline.png"):
+        data = (run_dir / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = struct.unpack(">II", data[16:24])
+        assert width > 100 and height > 100
+    trace = json.loads((run_dir / "trace.json").read_text())
+    events_ = trace["traceEvents"] if isinstance(trace, dict) else trace
+    pids = {e["pid"] for e in events_ if e.get("ph") == "X"}
+    assert len(pids) == 2, "measured and predicted timelines side by side"
+    names = {e["name"] for e in events_ if e.get("ph") == "X"}
+    assert names, "the trace has spans"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["mode"] == "collocated"
+    assert summary["heldout_before"] == records[0]["heldout/accuracy"]
+    assert summary["heldout_after"] == records[-1]["heldout/accuracy"]
+    assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
+    assert "held-out greedy accuracy:" in stdout and "samples/s" in stdout
+    assert (run_dir / "checkpoints" / "LATEST").read_text().strip() == "step-00000002"
+
+
+@pytest.mark.parametrize("overrides", [
+    ("placement=disaggregated", "cluster.cpu_slots=4"),
+    ("placement='rollout: 0, actor,reward,inference: 1'",),
+], ids=["disaggregated", "hybrid"])
+def test_every_mode_gives_the_same_metrics(reference_run: tuple[Path, str], tmp_path: Path,
+                                           overrides: tuple[str, ...]) -> None:
+    ref_dir, _ = reference_run
+    proc = run_cli(tmp_path / "run", *overrides, "run.predict=false")
+    mode = "disaggregated" if "disaggregated" in overrides[0] else "hybrid"
+    assert f"mode: {mode}" in proc.stdout
+    assert_same_metrics(read_jsonl(ref_dir / "metrics.jsonl"),
+                        read_jsonl(tmp_path / "run" / "metrics.jsonl"), tol=1e-3)
+
+
+def test_auto_plans_and_reports_predicted_and_measured_times(tmp_path: Path) -> None:
+    proc = run_cli(tmp_path / "run", "placement=auto", "run.steps=1")
+    assert "planner: ranked plans" in proc.stdout
+    assert " *1. " in proc.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
+    assert "predicted" in proc.stdout and "vs measured" in proc.stdout
+    plans = json.loads((tmp_path / "run" / "plan.json").read_text())
+    assert plans["best"]["spec"] == summary["placement"]
+
+
+def _kill_tree(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the run and every process it started (Ray's too), children first."""
+    parent = psutil.Process(proc.pid)
+    for child in parent.children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.send_signal(signal.SIGKILL)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+
+
+def _weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
+    path = run_dir / "checkpoints" / f"step-{step:08d}" / "actor" / "rank0.pt"
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    return {k: v for k, v in state["model"].items() if isinstance(v, torch.Tensor)}
+
+
+def test_resume_after_sigkill_matches_an_uninterrupted_run(
+        reference_run: tuple[Path, str], tmp_path: Path) -> None:
+    ref_dir, _ = reference_run
+    run_dir = tmp_path / "run"
+    args = ("placement=collocated", "run.trace=true")
+    proc = subprocess.Popen(cli_command(run_dir, *args), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=cli_env())
+    latest = run_dir / "checkpoints" / "LATEST"
+    deadline = time.monotonic() + 600
+    try:
+        while not (latest.exists() and latest.read_text().strip() == "step-00000001"):
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended before its first checkpoint:\n{proc.stdout.read()}"
+                            if proc.stdout else "the run ended early")
+            if time.monotonic() > deadline:
+                pytest.fail("no checkpoint within 600 s")
+            time.sleep(0.05)
+    finally:
+        _kill_tree(proc)
+        if proc.stdout:
+            proc.stdout.close()
+    killed = read_jsonl(run_dir / "metrics.jsonl")
+    assert killed[-1]["step"] <= 2
+    resumed = run_cli(run_dir, *args, "--resume")
+    assert "resuming from step 1" in resumed.stdout
+    assert_same_metrics(read_jsonl(ref_dir / "metrics.jsonl"),
+                        read_jsonl(run_dir / "metrics.jsonl"), tol=1e-5)
+    ref, got = _weights(ref_dir, 2), _weights(run_dir, 2)
+    assert ref.keys() == got.keys()
+    for name, tensor in ref.items():
+        torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_resume_refuses_a_changed_config(reference_run: tuple[Path, str]) -> None:
+    ref_dir, _ = reference_run
+    proc = subprocess.run(cli_command(ref_dir, "placement=collocated", "run.trace=true",
+                                      "run.steps=3", "algorithm.lr=0.001", "--resume"),
+                          capture_output=True, text=True, env=cli_env(), timeout=120,
+                          check=False)
+    assert proc.returncode == 2
+    assert "algorithm.lr: 0.0003 -> 0.001" in proc.stderr
+    assert "Traceback" not in proc.stderr
