@@ -67,9 +67,9 @@ class EnvConfig:
                                  f"{list(BACKENDS)}, e.g. 'gym:InvertedPendulum-v5'")
         if self.num_envs < 1:
             raise AppConfigError("env.num_envs", self.num_envs, "an integer >= 1")
-        if not 1 <= self.pipeline_stages <= self.num_envs:
+        if not 1 <= self.pipeline_stages <= self.num_envs or self.num_envs % self.pipeline_stages:
             raise AppConfigError("env.pipeline_stages", self.pipeline_stages,
-                                 f"an integer in [1, env.num_envs={self.num_envs}]")
+                                 f"a divisor of env.num_envs={self.num_envs}")
         if self.max_episode_steps is not None and self.max_episode_steps < 1:
             raise AppConfigError("env.max_episode_steps", self.max_episode_steps,
                                  "an integer >= 1 or null")
@@ -218,8 +218,8 @@ class RunConfig:
     """Evaluate every this many iterations (besides before and after training); 0: never."""
     eval_episodes: int = 8
     """Episodes per evaluation (deterministic policy, fresh env seeds)."""
-    eval_max_episode_steps: int | None = None
-    """Time limit of evaluation episodes (null: env.max_episode_steps, else the task's)."""
+    eval_max_steps: int = 1000
+    """Steps an evaluation may take; every evaluation episode must end by then (time limit)."""
     target_return: float | None = None
     """Evaluation mean return the trained policy must reach (the task's threshold), or null."""
     target_success_rate: float | None = None
@@ -242,9 +242,8 @@ class RunConfig:
             value = getattr(self, name)
             if value < 0:
                 raise AppConfigError(f"run.{name}", value, "an integer >= 0 (0: never)")
-        if self.eval_max_episode_steps is not None and self.eval_max_episode_steps < 1:
-            raise AppConfigError("run.eval_max_episode_steps", self.eval_max_episode_steps,
-                                 "an integer >= 1 or null")
+        if self.eval_max_steps < 1:
+            raise AppConfigError("run.eval_max_steps", self.eval_max_steps, "an integer >= 1")
         if self.target_success_rate is not None and not 0 <= self.target_success_rate <= 1:
             raise AppConfigError("run.target_success_rate", self.target_success_rate,
                                  "a number in [0, 1] or null")
@@ -278,6 +277,10 @@ class AppConfig:
         if policy.kind == "vla" and env.image_size % policy.vla.patch_size:
             raise AppConfigError("policy.vla.patch_size", policy.vla.patch_size,
                                  f"a divisor of env.image_size={env.image_size}")
+        if env.max_episode_steps is not None and run.eval_max_steps < env.max_episode_steps:
+            raise AppConfigError("run.eval_max_steps", run.eval_max_steps,
+                                 f"at least env.max_episode_steps={env.max_episode_steps} "
+                                 "(evaluation episodes must end within it)")
         samples = env.num_envs * run.rollout_steps
         if algo.num_minibatches > samples:
             raise AppConfigError("algorithm.num_minibatches", algo.num_minibatches,
@@ -323,37 +326,47 @@ def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COM
                       ) -> Placement:
     """The placement `cfg` names (mode AUTO for ``auto``).
 
-    Named modes on N devices: collocated puts every component on 0..N-1; hybrid (N >= 2)
-    gives env the first half, rollout the second and lets the actor span all of them (env
-    and rollout pipeline, the actor time-shares); disaggregated (N >= 3) gives each its own
-    block. An explicit spec is parsed as written.
+    The env and rollout components are one process on one device each; the actor is one
+    process spanning its devices (one torch thread per device). Named modes on N devices:
+    collocated (N = 1) puts every component on device 0, taking turns; hybrid (N >= 2) puts
+    env on 0 and rollout on 1, pipelined, with the actor spanning 0..N-1; disaggregated
+    (N >= 3) gives env 0, rollout 1 and the actor 2..N-1. An explicit spec is parsed as
+    written.
     """
     spec, n = cfg.spec.strip(), cfg.num_devices
     env, rollout, actor = components
-    if spec == "hybrid":
+    mode: ExecutionMode | None = None
+    if spec == "collocated":
+        if n != 1:
+            raise AppConfigError("placement.num_devices", n,
+                                 "1 for placement 'collocated' (env and rollout each run as one "
+                                 "process on one device, so all three share device 0; use "
+                                 "'hybrid' or 'disaggregated' to spread over more devices)")
+        spec, mode = f"{env},{rollout},{actor}: 0", ExecutionMode.COLLOCATED
+    elif spec == "hybrid":
         if n < 2:
             raise AppConfigError("placement.num_devices", n,
                                  "at least 2 devices for placement 'hybrid' (env and rollout "
                                  "each need their own)")
-        half = n // 2
-        spec = (f"{env}: 0-{half - 1}, {rollout}: {half}-{n - 1}, {actor}: 0-{n - 1}")
-        mode: ExecutionMode | None = ExecutionMode.HYBRID
+        spec, mode = f"{env}: 0, {rollout}: 1, {actor}: 0-{n - 1}", ExecutionMode.HYBRID
     elif spec == "disaggregated":
         if n < 3:
             raise AppConfigError("placement.num_devices", n,
-                                 "at least 3 devices for placement 'disaggregated' (one block "
-                                 "each for env, rollout and actor)")
-        a, b = n // 3, 2 * n // 3
-        spec = f"{env}: 0-{a - 1}, {rollout}: {a}-{b - 1}, {actor}: {b}-{n - 1}"
-        mode = ExecutionMode.DISAGGREGATED
-    else:
-        mode = None
+                                 "at least 3 devices for placement 'disaggregated' (one each "
+                                 "for env, rollout and actor)")
+        spec, mode = f"{env}: 0, {rollout}: 1, {actor}: 2-{n - 1}", ExecutionMode.DISAGGREGATED
     try:
-        return parse_placement(spec, components=components, num_devices=n, mode=mode)
+        placement = parse_placement(spec, components=components, num_devices=n, mode=mode)
     except PlacementError as exc:
         raise AppConfigError("placement.spec", cfg.spec,
                              f"a valid placement of {list(components)} on placement.num_devices="
                              f"{n} devices ({exc})") from exc
+    for name in (env, rollout):
+        if name in placement.components and placement.components[name].num_procs != 1:
+            raise AppConfigError("placement.spec", cfg.spec,
+                                 f"{name!r} on exactly one device with one process (it runs as "
+                                 f"one process), got {placement.components[name].to_spec()!r}")
+    return placement
 
 
 def validate(cfg: AppConfig) -> None:

@@ -1,0 +1,156 @@
+"""From the config's placement to an `ExecutionPlan`: fixed placements as written, `auto`
+through a short profile and the M2Flow planner.
+
+A fixed placement keeps the env's pipeline stage groups as the env and rollout micro-batch
+(``num_envs / pipeline_stages`` envs per message) and trains on the whole rollout. `auto`
+launches a short-lived profiling flow (collocated), has it measure each component at a few
+batch sizes (`EmbodiedFlow.measure`), fits cost curves (`rlinf.sched.fit_profile`) and
+plans `embodied_workflow(spec)` on the cluster; the best plan is then launched for
+training. A fixed plan is `priced` the same way when a profile is taken (tracing), so its
+predicted Gantt chart can be drawn beside the measured one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+import structlog
+
+from rlinf.sched import (
+    Cluster,
+    ExecutionMode,
+    ExecutionPlan,
+    FittedCostModel,
+    Placement,
+    Profile,
+    SimulationResult,
+    Workflow,
+    fit_profile,
+    parse_placement,
+    plan,
+    simulate,
+)
+from rlinf_embodied.config import AppConfig, PlacementConfig, resolve_placement
+
+__all__ = [
+    "PlanChoice",
+    "choose_plan",
+    "cluster_for",
+    "fixed_plan",
+    "format_plans",
+    "priced",
+    "profile_batch_sizes",
+    "simulate_plan",
+]
+
+_log = structlog.get_logger(__name__)
+
+Measure = Callable[[Sequence[int]], Profile]
+"""Runs a short profiling flow at the given batch sizes and returns its profile."""
+
+
+@dataclass(frozen=True)
+class PlanChoice:
+    """The plan a run uses and how it was chosen."""
+
+    plan: ExecutionPlan
+    """The plan the training flow is launched with."""
+    ranked: tuple[ExecutionPlan, ...]
+    """The planner's ranked plans, best first (auto); just `plan` otherwise."""
+    cost: FittedCostModel | None
+    """Cost curves fitted to the profile, when one was taken."""
+    profile: Profile | None
+    """The measured profile (auto, or a fixed placement with tracing on)."""
+    profile_seconds: float
+    """Wall time of profiling and planning."""
+
+
+def cluster_for(cfg: PlacementConfig) -> Cluster:
+    """The devices placements are validated against: this machine, with `num_devices` CPU
+    slots when it has no GPU (no Ray needed)."""
+    return Cluster.discover(use_ray=False, cpu_slots=cfg.num_devices)
+
+
+def _placement_on(cfg: PlacementConfig, workflow: Workflow, cluster: Cluster) -> Placement:
+    placement = resolve_placement(cfg, components=workflow.names)
+    if placement.num_devices != cluster.num_devices:  # e.g. GPUs discovered: re-validate
+        placement = parse_placement(placement.to_spec(), components=workflow.names,
+                                    num_devices=cluster.num_devices)
+    return placement
+
+
+def fixed_plan(placement: Placement, workflow: Workflow, *, pipeline_stages: int,
+               label: str = "") -> ExecutionPlan:
+    """The unpriced plan (predicted time NaN) of a placement the config fixes: env and
+    rollout exchange one stage group per message, the actor trains on the whole rollout."""
+    micro = {}
+    for name in workflow.names:
+        batch = workflow.batch_of(name)
+        in_loop = workflow.loop_of(name) is not None
+        micro[name] = max(1, batch // pipeline_stages) if in_loop else batch
+    granularity = {e.key: micro[e.dst] for e in workflow.edges}
+    return ExecutionPlan(placement, micro, granularity, math.nan, math.nan,
+                         label or placement.mode.value)
+
+
+def simulate_plan(chosen: ExecutionPlan, workflow: Workflow, cost: FittedCostModel,
+                  cluster: Cluster) -> SimulationResult:
+    """One simulated iteration of `chosen`, with every busy interval (for a Gantt chart)."""
+    return simulate(workflow, chosen.placement, cost, cluster,
+                    micro_batch=chosen.micro_batch, record=True)
+
+
+def profile_batch_sizes(num_envs: int, pipeline_stages: int) -> tuple[int, ...]:
+    """Env counts to profile at: a stage group and all envs (a linear cost curve through
+    them; one env as well when there is a single stage group)."""
+    group = max(1, num_envs // pipeline_stages)
+    return tuple(sorted({group, num_envs} if group < num_envs else {1, num_envs}))
+
+
+def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
+                measure: Measure | None) -> PlanChoice:
+    """The plan for `cfg`: the fixed placement as written, or for `auto` the best plan of
+    the M2Flow planner over a profile taken by `measure`."""
+    placement = _placement_on(cfg.placement, workflow, cluster)
+    if placement.mode is not ExecutionMode.AUTO:
+        chosen = fixed_plan(placement, workflow, pipeline_stages=cfg.env.pipeline_stages)
+        return PlanChoice(chosen, (chosen,), None, None, 0.0)
+    if measure is None:
+        raise ValueError("placement 'auto' needs a profiling function")
+    started = time.perf_counter()
+    profile = measure(profile_batch_sizes(cfg.env.num_envs, cfg.env.pipeline_stages))
+    cost = fit_profile(profile)
+    result = plan(workflow, cost, cluster)
+    seconds = time.perf_counter() - started
+    chosen = result.ranked[0]
+    _log.info("plan_chosen", spec=chosen.spec, mode=chosen.mode.value,
+              predicted_s=round(chosen.predicted_time, 4), seconds=round(seconds, 2))
+    return PlanChoice(chosen, result.ranked, cost, profile, seconds)
+
+
+def priced(choice: PlanChoice, profile: Profile, workflow: Workflow, cluster: Cluster
+           ) -> PlanChoice:
+    """`choice` with cost curves fitted to `profile` and its plan's simulated time (a fixed
+    placement, profiled after launch so that its predicted Gantt can be drawn)."""
+    cost = fit_profile(profile)
+    result = simulate(workflow, choice.plan.placement, cost, cluster,
+                      micro_batch=choice.plan.micro_batch)
+    plan_ = replace(choice.plan, predicted_time=result.iteration_time,
+                    utilisation=result.utilisation)
+    return PlanChoice(plan_, (plan_,), cost, profile, choice.profile_seconds)
+
+
+def format_plans(choice: PlanChoice) -> str:
+    """The plan (or the planner's ranked plans) as readable lines."""
+    lines = []
+    for i, p in enumerate(choice.ranked):
+        mark = "*" if p == choice.plan else " "
+        predicted = "n/a (no profile)" if math.isnan(p.predicted_time) else (
+            f"{p.predicted_time:.4f} s/iteration, utilisation {p.utilisation:.2f}")
+        micro = ", ".join(f"{k}={v}" for k, v in p.micro_batch.items())
+        lines.append(f"{mark} {i + 1}. [{p.mode.value}] {p.spec} | micro-batch {micro} | "
+                     f"predicted {predicted}")
+    return "\n".join(lines)

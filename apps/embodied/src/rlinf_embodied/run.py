@@ -1,0 +1,343 @@
+"""The training loop of the app: plan, launch the flow, evaluate, train, checkpoint, report.
+
+    spec, workflow ← config               (spec.py; the env is probed for its shapes)
+    plan           ← fixed placement, or profile + M2Flow planner for `auto` (planning.py)
+    flow           ← EmbodiedFlow.launch(spec, plan)
+    evaluate the initial policy                                   → metrics.jsonl step 0
+    for step in 1..iterations: flow.step → metrics (+ evaluation every eval_every)
+                               → checkpoint every checkpoint_every and after the last
+    evaluate the trained policy (+ one episode recorded as eval.gif)
+    learning curve PNG, optional Chrome trace + timeline PNG, summary (printed + JSON)
+
+`--resume` continues from the latest checkpoint in the run directory: the flow's state
+(policy, critic, optimizer, RNG, env state) is restored, metrics records past the
+checkpoint are dropped (they are redone), and the run goes on as if never interrupted. A
+checkpoint written by a different config (other than `run.iterations`) is refused.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+import structlog
+
+from rlinf.sched import Cluster, Profile, Workflow
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.telemetry import (
+    CheckpointStore,
+    MetricsWriter,
+    ProgressDisplay,
+    Span,
+    plot_learning_curve,
+    plot_timeline,
+    predicted_spans,
+    read_metrics,
+    write_chrome_trace,
+    write_video,
+)
+from rlinf_embodied.config import AppConfig, PlacementConfig, resolve_placement
+from rlinf_embodied.errors import CheckpointMismatchError
+from rlinf_embodied.planning import (
+    Measure,
+    PlanChoice,
+    choose_plan,
+    cluster_for,
+    fixed_plan,
+    format_plans,
+    priced,
+    profile_batch_sizes,
+    simulate_plan,
+)
+from rlinf_embodied.schema import to_dict
+from rlinf_embodied.spec import build_spec
+from rlinf_embodied.summary import RunSummary, target_reached
+
+if TYPE_CHECKING:
+    from rlinf_embodied.flow import EmbodiedFlow, EmbodiedSpec, EvalResult
+
+__all__ = ["RESUMABLE_KEYS", "check_resumable", "dry_run", "train"]
+
+_log = structlog.get_logger(__name__)
+
+RESUMABLE_KEYS = frozenset({"run.iterations", "run.run_dir"})
+"""Config keys that may differ between a checkpoint and the run resuming from it."""
+
+CHECKPOINT_DIR = "checkpoints"
+EVAL_SEED_OFFSET = 1_000_003
+"""Evaluation envs are seeded away from training envs (run.seed + this)."""
+PROFILE_REPEATS = 3
+"""Timed calls per profiled point (median; after a warm-up call)."""
+_TRACE_ITERATIONS = 5
+"""Iterations whose spans go into the Chrome trace (the first ones of the run segment)."""
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, Mapping):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def check_resumable(saved: Mapping[str, Any], cfg: AppConfig, *, path: str) -> None:
+    """Refuse a checkpoint whose config differs from `cfg` outside `RESUMABLE_KEYS`."""
+    old, new = _flatten(saved), _flatten(to_dict(cfg))
+    diffs = tuple(f"{k}: {old.get(k, '<absent>')!r} -> {new.get(k, '<absent>')!r}"
+                  for k in sorted(old.keys() | new.keys())
+                  if k not in RESUMABLE_KEYS and old.get(k) != new.get(k))
+    if diffs:
+        raise CheckpointMismatchError(path, diffs)
+
+
+@contextmanager
+def _ray_session(cfg: AppConfig) -> Iterator[None]:
+    """Ray for the run: connect to ``RAY_ADDRESS`` when set, else start a local instance
+    (stopped afterwards); an already initialised Ray is used as is."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if not os.environ.get("RAY_ADDRESS"):
+        # One CPU resource per process the placement may start, however few cores there
+        # are: the processes share the cores (the OS schedules them), Ray only counts.
+        options |= {"num_cpus": max(4, 3 * cfg.placement.num_devices + 2),
+                    "include_dashboard": False}
+    ray.init(**options)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> Measure:
+    """A `Measure` that launches a short-lived collocated flow, has it profile each
+    component (`EmbodiedFlow.measure`) and closes it."""
+    from rlinf_embodied.flow import EmbodiedFlow
+
+    def measure(batch_sizes: Sequence[int]) -> Profile:
+        placement = resolve_placement(PlacementConfig(spec="collocated", num_devices=1),
+                                      components=workflow.names)
+        plan = fixed_plan(placement, workflow, pipeline_stages=cfg.env.pipeline_stages)
+        with EmbodiedFlow.launch(spec, plan) as flow:
+            return flow.measure(batch_sizes=batch_sizes, repeats=PROFILE_REPEATS)
+
+    return measure
+
+
+def _choose(cfg: AppConfig, spec: EmbodiedSpec) -> tuple[PlanChoice, Workflow, Cluster]:
+    from rlinf_embodied.flow import embodied_workflow
+
+    workflow = embodied_workflow(spec)
+    cluster = cluster_for(cfg.placement)
+    choice = choose_plan(cfg, workflow, cluster,
+                         measure=_profiling_flow(spec, cfg, workflow))
+    return choice, workflow, cluster
+
+
+def dry_run(cfg: AppConfig) -> str:
+    """The plan the run would use (for `auto`: profiles briefly, returns the ranked plans)."""
+    spec = build_spec(cfg)
+    if cfg.placement.spec.strip() == "auto":
+        with _ray_session(cfg):
+            choice, _, _ = _choose(cfg, spec)
+        head = (f"plan (auto: profiled and planned in {choice.profile_seconds:.1f} s; the "
+                "M2Flow planner's ranked plans, * = chosen):")
+    else:
+        choice, _, _ = _choose(cfg, spec)
+        head = "plan (fixed placement; predicted times need a profile: placement=auto):"
+    return f"{head}\n{format_plans(choice)}"
+
+
+@dataclass
+class _Progress:
+    """What a checkpoint carries besides the flow's own state."""
+
+    step: int = 0
+    env_steps: int = 0
+    wall_seconds: float = 0.0
+    iteration_seconds: list[float] = field(default_factory=list)
+    before: dict[str, Any] = field(default_factory=dict)
+
+    def meta(self, cfg: AppConfig, choice: PlanChoice) -> dict[str, Any]:
+        return {"config": to_dict(cfg), "step": self.step, "env_steps": self.env_steps,
+                "wall_seconds": self.wall_seconds,
+                "iteration_seconds": self.iteration_seconds, "before": self.before,
+                "plan": choice.plan.to_dict()}
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> _Progress:
+        return cls(step=int(meta["step"]), env_steps=int(meta["env_steps"]),
+                   wall_seconds=float(meta["wall_seconds"]),
+                   iteration_seconds=[float(s) for s in meta["iteration_seconds"]],
+                   before=dict(meta["before"]))
+
+
+def _eval_metrics(result: EvalResult) -> dict[str, float]:
+    out = {"eval_return": result.mean_return}
+    if result.success_rate is not None:
+        out["eval_success_rate"] = result.success_rate
+    return out
+
+
+def _existing_run(run_dir: Path) -> bool:
+    return (run_dir / "metrics.jsonl").exists() or any((run_dir / CHECKPOINT_DIR).glob("step-*"))
+
+
+def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None) -> RunSummary:
+    """Run (or resume) training as the config says; returns and prints the summary."""
+    out = stream or sys.stdout
+    run_dir = Path(cfg.run.run_dir)
+    if not resume and _existing_run(run_dir):
+        raise ConfigError(f"run directory {run_dir} already holds a run: pass --resume to "
+                          "continue it or choose a new --run-dir (nothing was overwritten)")
+    store = CheckpointStore(run_dir / CHECKPOINT_DIR, keep=cfg.run.keep_checkpoints)
+    latest = store.latest() if resume else None
+    if latest is not None:
+        check_resumable(latest[2]["config"], cfg, path=str(latest[1]))
+    elif resume:
+        print(f"no checkpoint in {run_dir / CHECKPOINT_DIR}: starting from scratch", file=out)
+    spec = build_spec(cfg)
+    with _ray_session(cfg):
+        choice, workflow, cluster = _choose(cfg, spec)
+        from rlinf_embodied.flow import EmbodiedFlow
+
+        flow = EmbodiedFlow.launch(spec, choice.plan, cluster=cluster, trace=cfg.run.trace)
+        try:
+            if cfg.run.trace and choice.cost is None:  # price the fixed plan for its Gantt
+                choice = priced(choice, flow.measure(batch_sizes=profile_batch_sizes(
+                    cfg.env.num_envs, cfg.env.pipeline_stages), repeats=PROFILE_REPEATS),
+                    workflow, cluster)
+            if not math.isnan(choice.plan.predicted_time):
+                print(f"plan: [{choice.plan.mode.value}] {choice.plan.spec}; the planner "
+                      f"predicts {choice.plan.predicted_time:.3f} s/iteration", file=out)
+            summary = _loop(cfg, flow, choice=choice, workflow=workflow, cluster=cluster,
+                            store=store, latest=latest, out=out)
+        finally:
+            flow.close()
+    print(summary.format(), file=out)
+    return summary
+
+
+def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: Workflow,
+          cluster: Cluster, store: CheckpointStore, latest: tuple[int, Path, dict[str, Any]] | None,
+          out: TextIO) -> RunSummary:
+    run, run_dir = cfg.run, Path(cfg.run.run_dir)
+    eval_seed = run.seed + EVAL_SEED_OFFSET
+    if latest is not None:
+        flow.load(latest[1])
+        progress = _Progress.from_meta(latest[2])
+        print(f"resumed from {latest[1]} (step {progress.step})", file=out)
+    else:
+        progress = _Progress()
+    spans: list[Span] = []
+    with MetricsWriter(run_dir, resume_step=progress.step + 1 if latest else None) as metrics:
+        if latest is None:
+            before = flow.evaluate(num_episodes=run.eval_episodes, seed=eval_seed,
+                                   max_steps=run.eval_max_steps)
+            progress.before = _eval_metrics(before)
+            metrics.write(0, progress.before)
+        display = ProgressDisplay(run.iterations, desc=cfg.env.id, start=progress.step,
+                                  stream=out, keys=("episode_return", "success_rate",
+                                                    "env_steps_per_s", "eval_return"))
+        segment_start = progress.step
+        last_eval: dict[str, float] = {}
+        try:
+            for step in range(progress.step + 1, run.iterations + 1):
+                started = time.perf_counter()
+                result = flow.step(step)
+                record = dict(result.metrics)
+                progress.env_steps += result.env_steps
+                progress.iteration_seconds.append(result.seconds)
+                record["env_steps"] = progress.env_steps
+                if run.trace and step - segment_start <= _TRACE_ITERATIONS:
+                    spans.extend(result.spans)
+                metrics.write(step, record)
+                if run.eval_every and step % run.eval_every == 0 and step != run.iterations:
+                    last_eval = _eval_metrics(flow.evaluate(
+                        num_episodes=run.eval_episodes, seed=eval_seed,
+                        max_steps=run.eval_max_steps))
+                    metrics.write(step, last_eval)
+                display.update(step, record | last_eval)
+                progress.step = step
+                progress.wall_seconds += time.perf_counter() - started
+                if step == run.iterations or (run.checkpoint_every
+                                              and step % run.checkpoint_every == 0):
+                    store.save(step, flow.save, meta=progress.meta(cfg, choice))
+        finally:
+            display.close()
+        final = flow.evaluate(num_episodes=run.eval_episodes, seed=eval_seed,
+                              max_steps=run.eval_max_steps, record_video=run.video)
+        after = _eval_metrics(final)
+        if progress.step == run.iterations and not _has_final_eval(run_dir, run.iterations):
+            metrics.write(run.iterations, after)
+    _write_outputs(cfg, final, spans, choice=choice, workflow=workflow, cluster=cluster,
+                   out=out)
+    return _summarise(cfg, choice, progress, after)
+
+
+def _has_final_eval(run_dir: Path, step: int) -> bool:
+    return any(r.get("step") == step and "eval_return" in r
+               for r in read_metrics(run_dir / "metrics.jsonl"))
+
+
+def _write_outputs(cfg: AppConfig, final: EvalResult, spans: Sequence[Span], *,
+                   choice: PlanChoice, workflow: Workflow, cluster: Cluster,
+                   out: TextIO) -> None:
+    run_dir = Path(cfg.run.run_dir)
+    records = read_metrics(run_dir / "metrics.jsonl")
+    ys = [y for y in ("episode_return", "eval_return", "success_rate", "eval_success_rate")
+          if any(y in r for r in records)]
+    plot_learning_curve(records, ys=ys, path=run_dir / "learning_curve.png",
+                        title=f"{cfg.env.id} ({cfg.algorithm.name})")
+    if cfg.run.video and final.frames is not None and len(final.frames):
+        write_video(final.frames, run_dir / "eval.gif", fps=30)
+    if cfg.run.trace and spans:
+        predicted: list[Span] = []
+        if choice.cost is not None:
+            sim = simulate_plan(choice.plan, workflow, choice.cost, cluster)
+            origin = min(s.start for s in spans)
+            predicted = predicted_spans(sim, origin=origin)
+        write_chrome_trace(run_dir / "trace.json", spans, predicted=predicted)
+        plot_timeline(run_dir / "timeline.png", spans, predicted)
+        print(f"trace: {run_dir / 'trace.json'} (chrome://tracing or ui.perfetto.dev), "
+              f"timeline: {run_dir / 'timeline.png'}", file=out)
+
+
+def _summarise(cfg: AppConfig, choice: PlanChoice, progress: _Progress,
+               after: Mapping[str, float]) -> RunSummary:
+    run = cfg.run
+    before = progress.before
+    success_after = after.get("eval_success_rate")
+    reached = target_reached(mean_return=after["eval_return"], success_rate=success_after,
+                             target_return=run.target_return,
+                             target_success_rate=run.target_success_rate)
+    predicted = choice.plan.predicted_time
+    seconds = progress.wall_seconds
+    summary = RunSummary(
+        task=cfg.env.id, algorithm=cfg.algorithm.name, mode=choice.plan.mode.value,
+        placement=choice.plan.spec, iterations=progress.step,
+        eval_return_before=float(before.get("eval_return", math.nan)),
+        eval_return_after=after["eval_return"],
+        success_before=before.get("eval_success_rate"), success_after=success_after,
+        target_return=run.target_return, target_success_rate=run.target_success_rate,
+        target_reached=reached, wall_seconds=seconds, env_steps=progress.env_steps,
+        env_steps_per_s=progress.env_steps / seconds if seconds > 0 else 0.0,
+        measured_iteration_s=(statistics.median(progress.iteration_seconds)
+                              if progress.iteration_seconds else math.nan),
+        predicted_iteration_s=None if math.isnan(predicted) else predicted,
+        run_dir=str(Path(run.run_dir)))
+    summary.save(Path(run.run_dir) / "summary.json")
+    return summary

@@ -1,0 +1,137 @@
+"""From the app config to the flow's `EmbodiedSpec`: worker configs and network shapes.
+
+The policy's input and output shapes come from the task itself: one simulator is built in
+the driver (state observations, or rendered frames for pixel policies), its observation and
+action spaces read, and closed again, before any worker starts. A task that cannot be built
+here fails here, with the simulator's own error.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlinf.workers.embodied.actor import EmbodiedActorConfig
+from rlinf.workers.embodied.vla import VLAConfig
+from rlinf.workers.embodied.vla_policy import VLAPolicyConfig
+from rlinf.workers.env.config import EnvWorkerConfig
+from rlinf.workers.models.policy import PolicyConfig as NetworkConfig
+from rlinf_embodied.config import AppConfig, split_env_id
+from rlinf_embodied.errors import AppConfigError
+
+if TYPE_CHECKING:
+    from rlinf_embodied.flow import EmbodiedSpec
+
+__all__ = [
+    "actor_config",
+    "build_spec",
+    "env_worker_config",
+    "policy_config",
+    "probe_spaces",
+    "resets_every_iteration",
+]
+
+
+def env_worker_config(cfg: AppConfig) -> EnvWorkerConfig:
+    """The env workers' config: task, env count, stage groups, GRPO same-start blocks."""
+    env = cfg.env
+    _, task = split_env_id(env.id)
+    grpo = cfg.algorithm.name == "grpo"
+    return EnvWorkerConfig(
+        env_name=task, num_envs=env.num_envs, pipeline_stages=env.pipeline_stages,
+        seed=cfg.run.seed, max_episode_steps=env.max_episode_steps,
+        same_start_group_size=cfg.algorithm.grpo_group_size if grpo else 1,
+        pixels=(env.image_size, env.image_size) if env.obs == "pixels" else None,
+        instruction=env.instruction)
+
+
+def probe_spaces(env_cfg: EnvWorkerConfig) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    """Observation and action space of one env of `env_cfg` (built and closed here)."""
+    from rlinf.envs.embodied import make_vector_env
+    from rlinf.workers.env.pixels import make_pixel_env
+
+    one = EnvWorkerConfig(env_name=env_cfg.env_name, num_envs=1, seed=env_cfg.seed,
+                          max_episode_steps=env_cfg.max_episode_steps, pixels=env_cfg.pixels,
+                          env_kwargs=env_cfg.env_kwargs)
+    env = (make_pixel_env(one) if one.pixels is not None else
+           make_vector_env(one.env_name, num_envs=1, seed=one.seed,
+                           max_episode_steps=one.max_episode_steps, env_kwargs=one.env_kwargs))
+    try:
+        return env.single_observation_space, env.single_action_space
+    finally:
+        env.close()
+
+
+def _action_shape(space: gym.Space[Any], env_id: str) -> tuple[int, bool]:
+    if isinstance(space, gym.spaces.Discrete):
+        return int(space.n), True
+    if isinstance(space, gym.spaces.Box) and len(space.shape) == 1:
+        return int(space.shape[0]), False
+    raise AppConfigError("env.id", env_id, f"a task with a Discrete or 1-d Box action space, "
+                         f"got {space}")
+
+
+def policy_config(cfg: AppConfig, obs_space: gym.Space[Any], action_space: gym.Space[Any]
+                  ) -> NetworkConfig | VLAPolicyConfig:
+    """The network of `cfg.policy` sized for the task's spaces."""
+    pol = cfg.policy
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise AppConfigError("env.id", cfg.env.id, f"a task with array observations, got "
+                             f"{obs_space}")
+    action_dim, discrete = _action_shape(action_space, cfg.env.id)
+    if pol.kind != "vla":
+        return NetworkConfig(obs_shape=tuple(int(d) for d in obs_space.shape),
+                             action_dim=action_dim, discrete=discrete,
+                             hidden_sizes=pol.hidden_sizes, cnn_channels=pol.cnn_channels,
+                             init_log_std=pol.init_log_std)
+    if discrete or not isinstance(action_space, gym.spaces.Box):
+        raise AppConfigError("policy.kind", "vla", "'mlp' or 'cnn' for a discrete-action task "
+                             "(the VLA decodes continuous action bins)")
+    low, high = np.asarray(action_space.low, float), np.asarray(action_space.high, float)
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise AppConfigError("policy.kind", "vla", "a task with a bounded action box for "
+                             "the VLA's action bins")
+    v = pol.vla
+    network = VLAConfig(
+        image_shape=(3, cfg.env.image_size, cfg.env.image_size), action_dim=action_dim,
+        num_bins=v.num_bins, patch_size=v.patch_size,
+        max_instruction_tokens=v.max_instruction_tokens, hidden_size=v.hidden_size,
+        num_layers=v.num_layers, num_heads=v.num_heads)
+    _, task = split_env_id(cfg.env.id)
+    return VLAPolicyConfig(vla=network, action_low=tuple(low.tolist()),
+                           action_high=tuple(high.tolist()),
+                           instruction=cfg.env.instruction or task)
+
+
+def actor_config(cfg: AppConfig, policy: NetworkConfig | VLAPolicyConfig) -> EmbodiedActorConfig:
+    """The actor's training config from `cfg.algorithm`."""
+    a = cfg.algorithm
+    return EmbodiedActorConfig(
+        policy=policy, algorithm=a.name, seed=cfg.run.seed, lr=a.lr, gamma=a.gamma,
+        gae_lambda=a.gae_lambda, clip_ratio=a.clip_ratio, value_clip=a.value_clip,
+        value_coef=a.value_coef, entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
+        epochs=a.epochs, num_minibatches=a.num_minibatches,
+        normalize_advantages=a.normalize_advantages, grpo_group_size=a.grpo_group_size)
+
+
+def build_spec(cfg: AppConfig) -> EmbodiedSpec:
+    """The flow's spec for `cfg` (builds one simulator to read the task's shapes)."""
+    from rlinf_embodied.flow import EmbodiedSpec
+
+    env = env_worker_config(cfg)
+    obs_space, action_space = probe_spaces(env)
+    policy = policy_config(cfg, obs_space, action_space)
+    return EmbodiedSpec(env=env, policy=policy, actor=actor_config(cfg, policy),
+                        rollout_steps=cfg.run.rollout_steps, seed=cfg.run.seed,
+                        device=cfg.run.device,
+                        reset_every_iteration=resets_every_iteration(cfg))
+
+
+def resets_every_iteration(cfg: AppConfig) -> bool:
+    """Whether every iteration starts from fresh seeded resets: GRPO compares each env's
+    first episode of a rollout, and ManiSkill3's simulator state cannot be checkpointed (a
+    resumed run must not depend on it)."""
+    backend, _ = split_env_id(cfg.env.id)
+    return cfg.algorithm.name == "grpo" or backend == "maniskill"

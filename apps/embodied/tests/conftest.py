@@ -1,0 +1,106 @@
+"""Fixtures of the app's end-to-end tests: the real CLI in a subprocess, tiny budgets.
+
+Starting Ray costs ~10 s on the shared 2-core machine, so CLI runs connect (``RAY_ADDRESS``)
+to one local Ray instance per test session. It is owned by a helper process, not by the
+pytest process, so tests that `ray.init` in-process (test_flow.py) are unaffected; closing
+the helper's stdin shuts that instance down.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+BASE_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+            "TOKENIZERS_PARALLELISM": "false"}
+
+_HELPER = """
+import sys, ray
+ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
+print(ray.get_runtime_context().gcs_address, flush=True)
+sys.stdin.read()
+ray.shutdown()
+"""
+
+# Tiny budgets every run test shares (2 iterations of 4 envs x 16 steps, tiny MLP).
+TINY = ("run.iterations=2", "run.rollout_steps=16", "env.num_envs=4", "env.pipeline_stages=2",
+        "algorithm.epochs=2", "algorithm.num_minibatches=4", "policy.hidden_sizes=[16,16]",
+        "run.eval_episodes=2", "env.max_episode_steps=50", "run.eval_max_steps=50",
+        "run.checkpoint_every=1")
+
+
+@pytest.fixture(scope="session")
+def ray_address() -> Iterator[str]:
+    """The GCS address of a Ray instance that lives as long as the test session."""
+    helper = subprocess.Popen([sys.executable, "-c", _HELPER], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=BASE_ENV)
+    try:
+        assert helper.stdout is not None
+        address = helper.stdout.readline().strip()
+        if not address:
+            pytest.fail("the Ray helper process did not start Ray")
+        yield address
+    finally:
+        assert helper.stdin is not None
+        helper.stdin.close()
+        try:
+            helper.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            helper.kill()
+
+
+def run_cli(args: Sequence[str], *, ray_address: str | None, timeout: float = 240,
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m rlinf_embodied.cli *args`, connected to `ray_address` when given."""
+    env = {**BASE_ENV, "RAY_ADDRESS": ray_address or "", **(extra_env or {})}
+    return subprocess.run([sys.executable, "-m", "rlinf_embodied.cli", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env,
+                          check=False)
+
+
+def summary_of(run_dir: Path) -> dict[str, object]:
+    """The run's summary.json."""
+    loaded: dict[str, object] = json.loads((run_dir / "summary.json").read_text())
+    return loaded
+
+
+def check_outputs(run_dir: Path, *, iterations: int, video: bool = True) -> list[dict[str, float]]:
+    """Every output of a finished run exists and is well-formed; returns the metrics."""
+    from PIL import Image
+
+    from rlinf.workers.telemetry import read_metrics
+
+    records = read_metrics(run_dir / "metrics.jsonl")
+    steps = [int(r["step"]) for r in records]
+    assert steps == sorted(steps) and steps[0] == 0 and steps[-1] == iterations
+    train = [r for r in records if "policy_loss" in r]
+    assert [int(r["step"]) for r in train] == list(range(1, iterations + 1))
+    for r in train:
+        assert r["env_steps_per_s"] > 0 and r["entropy"] == r["entropy"]  # finite, not NaN
+    env_steps = [r["env_steps"] for r in train]
+    assert env_steps == sorted(env_steps) and env_steps[0] > 0
+    evals = [r for r in records if "eval_return" in r]
+    assert {int(r["step"]) for r in evals} >= {0, iterations}
+    events = list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and all(e.stat().st_size > 0 for e in events)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(run_dir / "tensorboard"))
+    acc.Reload()
+    assert {"policy_loss", "eval_return", "env_steps_per_s"} <= set(acc.Tags()["scalars"])
+    assert len(acc.Scalars("policy_loss")) == iterations
+    with Image.open(run_dir / "learning_curve.png") as png:
+        assert png.format == "PNG" and min(png.size) > 100
+    if video:
+        with Image.open(run_dir / "eval.gif") as gif:
+            assert gif.format == "GIF" and gif.n_frames >= 2
+    summary = summary_of(run_dir)
+    assert summary["iterations"] == iterations
+    assert summary["eval_return_after"] == evals[-1]["eval_return"]
+    return records

@@ -1,0 +1,35 @@
+"""`--dry-run`: the resolved config and the plan, nothing trained (auto: the ranked plans)."""
+
+from __future__ import annotations
+
+import yaml
+
+from .conftest import run_cli
+
+
+def test_dry_run_prints_config_and_fixed_plan(tmp_path):
+    proc = run_cli(["placement=hybrid", "run.iterations=7", "--dry-run", "--run-dir",
+                    str(tmp_path / "run")], ray_address=None, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    config_text, _, plan_text = proc.stdout.partition("plan (")
+    config = yaml.safe_load(config_text)
+    assert config["run"]["iterations"] == 7
+    assert config["env"]["id"] == "gym:InvertedPendulum-v5"
+    assert config["placement"] == {"spec": "hybrid", "num_devices": 2}
+    assert "[hybrid] env: 0, rollout: 1, actor: 0-1" in plan_text
+    assert "micro-batch env=8, rollout=8, actor=2048" in plan_text
+    assert not (tmp_path / "run").exists()
+
+
+def test_dry_run_auto_prints_the_planners_ranked_plans(tmp_path, ray_address):
+    proc = run_cli(["placement=auto", "env.num_envs=4", "run.rollout_steps=8",
+                    "algorithm.num_minibatches=4", "--dry-run", "--run-dir",
+                    str(tmp_path / "run")], ray_address=ray_address, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "plan (auto: profiled and planned in" in proc.stdout
+    plans = [line for line in proc.stdout.splitlines() if "s/iteration" in line]
+    assert len(plans) >= 2, proc.stdout
+    assert plans[0].startswith("* 1.")  # the best plan is the chosen one
+    times = [float(line.split("predicted ")[1].split(" s/iteration")[0]) for line in plans]
+    assert times == sorted(times) and times[0] > 0
+    assert not (tmp_path / "run").exists()

@@ -1,0 +1,19 @@
+"""`placement=auto` end to end: profile, plan with M2Flow, launch the best plan, report the
+predicted against the measured iteration time."""
+
+from __future__ import annotations
+
+from .conftest import TINY, check_outputs, run_cli, summary_of
+
+
+def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
+    run_dir = tmp_path / "run"
+    proc = run_cli([*TINY, "placement=auto", "run.video=false", "--run-dir", str(run_dir)],
+                   ray_address=ray_address, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    check_outputs(run_dir, iterations=2, video=False)
+    summary = summary_of(run_dir)
+    assert summary["mode"] in {"collocated", "hybrid", "disaggregated"}
+    assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
+    assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in proc.stdout
+    assert "(planner predicted" in proc.stdout  # the summary puts both side by side
