@@ -39,5 +39,11 @@ def test_timeline_puts_measured_above_predicted(tmp_path: Path) -> None:
     only = _pixels(plot_timeline(tmp_path / "m.png", measured))
     assert both.shape[0] > only.shape[0]
     assert both.shape[1] == only.shape[1]
+    # the measured rank and the predicted component of one role share a colour: tab10's
+    # first (actor sorts first) appears in the upper and in the lower panel
+    blue = np.all(np.abs(both.astype(int) - (31, 119, 180)) <= 2, axis=-1)
+    rows = np.nonzero(blue.any(axis=1))[0]
+    half = both.shape[0] // 2
+    assert (rows < half).any() and (rows > half).any()
     with pytest.raises(ConfigError, match="no spans"):
         plot_timeline(tmp_path / "e.png", [])

@@ -63,11 +63,17 @@ def plot_learning_curve(
     return _save(fig, path)
 
 
+def _role(track: str) -> str:
+    """``"rollout/0"`` → ``"rollout"``: measured ranks and predicted components share colours."""
+    return track.split("/", 1)[0]
+
+
 def plot_timeline(path: Path, measured: Sequence[Span], predicted: Sequence[Span] = ()) -> Path:
     """Gantt chart of spans, one row per track: measured above predicted on one time axis.
 
-    Times are seconds from the earliest span of either kind; spans with the same name share
-    a colour in both panels. Returns `path` (PNG).
+    Times are seconds from the earliest span of either kind. Bars take the colour of their
+    track's role (``"actor/1"`` and the predicted ``"actor"`` match); switch spans
+    (offload + onload) are grey and hatched. Returns `path` (PNG).
     """
     if not measured and not predicted:
         raise ConfigError("plot_timeline got no spans; record some with TraceRecorder or "
@@ -75,27 +81,34 @@ def plot_timeline(path: Path, measured: Sequence[Span], predicted: Sequence[Span
     groups = [(label, list(spans)) for label, spans in
               (("measured", measured), ("predicted", predicted)) if spans]
     origin = min(s.start for _label, spans in groups for s in spans)
-    names = sorted({s.name for _label, spans in groups for s in spans})
+    roles = sorted({_role(s.track) for _label, spans in groups for s in spans})
     colormaps = require("matplotlib", feature="plots", extra="telemetry").colormaps
-    cmap = colormaps["tab20" if len(names) > 10 else "tab10"]
-    colour = {n: cmap(i % cmap.N) for i, n in enumerate(names)}
+    cmap = colormaps["tab20" if len(roles) > 10 else "tab10"]
+    colour = {r: cmap(i % cmap.N) for i, r in enumerate(roles)}
     rows = [len({s.track for s in spans}) for _label, spans in groups]
     fig = _figure(10.0, 0.45 * sum(rows) + 1.4 * len(groups) + 0.6)
     axes = fig.subplots(len(groups), 1, sharex=True, squeeze=False,
                         gridspec_kw={"height_ratios": [max(r, 1) for r in rows]})[:, 0]
+    switched = False
     for ax, (label, spans) in zip(axes, groups, strict=True):
         tracks = sorted({s.track for s in spans})
         row = {t: i for i, t in enumerate(tracks)}
         for s in spans:
+            switch = s.name == "switch"
+            switched |= switch
             ax.broken_barh([(s.start - origin, max(s.duration, 1e-9))],
-                           (row[s.track] - 0.4, 0.8), facecolors=colour[s.name],
-                           edgecolor="black", linewidth=0.3)
+                           (row[s.track] - 0.4, 0.8),
+                           facecolors="lightgrey" if switch else colour[_role(s.track)],
+                           hatch="//" if switch else None, edgecolor="black", linewidth=0.3)
         ax.set_yticks(range(len(tracks)), labels=tracks)
         ax.set_ylim(len(tracks) - 0.5, -0.5)
         ax.set_title(label, loc="left", fontsize="medium")
         ax.grid(True, axis="x", alpha=0.3)
     axes[-1].set_xlabel("seconds")
     patches = require("matplotlib.patches", feature="plots", extra="telemetry")
-    handles = [patches.Patch(color=colour[n], label=n) for n in names[:20]]
+    handles = [patches.Patch(color=colour[r], label=r) for r in roles[:20]]
+    if switched:
+        handles.append(patches.Patch(facecolor="lightgrey", hatch="//", edgecolor="black",
+                                     label="switch"))
     fig.legend(handles=handles, loc="outside right upper", fontsize="small")
     return _save(fig, path)
