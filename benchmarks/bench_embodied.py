@@ -14,10 +14,13 @@ medians; an iteration is rollout + update + weight sync):
 - ``hybrid``: env process on device 0 and policy process on device 1, stage groups
   pipelined over rlinf.comm point-to-point messages; the actor on devices 0-1;
 - ``auto``: `EmbodiedFlow.measure` → `rlinf.sched.fit_profile` → `rlinf.sched.plan` over
-  the 2 CPU devices → launch the chosen plan;
+  the 2 CPU devices → launch the chosen plan (placement and stage groups);
 - SB3 PPO with ``DummyVecEnv`` and with ``SubprocVecEnv`` (fork; one process per env).
 
-For every rlinf mode the planner's simulator prices the same plan with the fitted profile;
+The profile (`EmbodiedFlow.measure` on the hybrid flow: env steps, policy forwards and actor
+updates at several batch sizes, plus round trips of stage-group messages between the env and
+policy processes, which `link_cluster` turns into the simulator's transfer rate) is fitted
+once; for every rlinf mode the planner's simulator prices the same plan with it, and the
 predicted and measured seconds per iteration stand side by side. The last line is one JSON
 object: ``hybrid_speedup_vs_collocated``, ``speedup_vs_sb3`` (best rlinf mode over the
 faster SB3 vector env, env steps/s), ``max_prediction_error`` (largest |predicted -
@@ -43,7 +46,13 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import numpy as np
 import torch
-from rlinf_embodied.flow import EmbodiedFlow, EmbodiedSpec, embodied_workflow, fixed_plan
+from rlinf_embodied.flow import (
+    EmbodiedFlow,
+    EmbodiedSpec,
+    embodied_workflow,
+    fixed_plan,
+    link_cluster,
+)
 
 from rlinf.comm import Batch
 from rlinf.sched import Cluster, ExecutionPlan, fit_profile, plan, simulate
@@ -186,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", default="HalfCheetah-v5")
     parser.add_argument("--num-envs", type=int, default=None)
     parser.add_argument("--rollout-steps", type=int, default=None)
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--minibatches", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--minibatches", type=int, default=2)
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--hidden", type=int, default=None,
@@ -195,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-sb3-subproc", action="store_true")
     args = parser.parse_args(argv)
     quick = args.quick
-    num_envs = args.num_envs or (32 if quick else 64)
+    num_envs = args.num_envs or 64
     rollout_steps = args.rollout_steps or (32 if quick else 64)
     warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
     iterations = args.iterations or (3 if quick else 7)
@@ -226,19 +235,25 @@ def main(argv: list[str] | None = None) -> int:
              configure_logging=False)
     cluster = Cluster.discover(use_ray=False, cpu_slots=2)
     rows: dict[str, dict[str, Any]] = {}
-    cost = None
+    plans: dict[str, ExecutionPlan] = {}
     try:
         for mode in ("collocated", "hybrid"):
-            chosen = fixed_plan(spec, mode)
-            with EmbodiedFlow.launch(spec, chosen) as flow:
-                timing = time_flow(flow, warmup=warmup, iterations=iterations)
-                if cost is None:  # profile once, on the idle collocated flow
+            plans[mode] = fixed_plan(spec, mode)
+            with EmbodiedFlow.launch(spec, plans[mode]) as flow:
+                rows[mode] = {"plan": plans[mode].spec,
+                              **time_flow(flow, warmup=warmup, iterations=iterations)}
+                if mode == "hybrid":  # profile once; this flow also has a link to measure
                     sizes = [num_envs // 4, num_envs // 2, num_envs]
-                    cost = fit_profile(flow.measure(batch_sizes=sizes, repeats=repeats))
-            rows[mode] = {"plan": chosen.spec, **timing,
-                          "predicted": predict(spec, chosen, cost, cluster)}
+                    profile = flow.measure(batch_sizes=sizes, repeats=repeats)
             print(f"# {mode}: {rows[mode]}", flush=True)
-        assert cost is not None
+        cost = fit_profile(profile)
+        cluster = link_cluster(cluster, spec, profile)
+        link = [m.seconds for m in profile.measurements if m.component == "link"]
+        print(f"# profile: link round trip of a stage group {np.median(link) * 1e3:.2f} ms; "
+              f"fitted env/rollout/actor curves from {len(profile.measurements)} points",
+              flush=True)
+        for mode in ("collocated", "hybrid"):
+            rows[mode]["predicted"] = predict(spec, plans[mode], cost, cluster)
         planned = plan(embodied_workflow(spec), cost, cluster).best
         with EmbodiedFlow.launch(spec, planned) as flow:
             timing = time_flow(flow, warmup=warmup, iterations=iterations)

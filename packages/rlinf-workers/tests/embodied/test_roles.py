@@ -151,3 +151,22 @@ def test_roles_run_one_torch_thread_per_device():
     finally:
         env.shutdown()
         torch.set_num_threads(1)
+
+
+def test_measure_components_profiles_every_component_for_the_planner():
+    from rlinf.sched import fit_profile
+    from rlinf.workers.embodied.profiling import measure_components
+
+    profile = measure_components(
+        env=env_config(pipeline_stages=1), rollout=PolicyRolloutConfig(policy=POLICY),
+        actor=EmbodiedActorConfig(policy=POLICY, epochs=1, num_minibatches=2),
+        rollout_steps=4, batch_sizes=[2, 4], repeats=2, actor_devices=(1,))
+    assert {(m.component, m.batch_size) for m in profile.measurements} == {
+        ("env", 2), ("env", 4), ("rollout", 2), ("rollout", 4), ("actor", 8), ("actor", 16)}
+    assert all(m.seconds > 0 for m in profile.measurements)
+    cost = fit_profile(profile)
+    assert cost.time("actor", batch_size=16, num_devices=1) > 0
+    with pytest.raises(ConfigError, match="batch sizes"):
+        measure_components(env=env_config(), rollout=PolicyRolloutConfig(policy=POLICY),
+                           actor=EmbodiedActorConfig(policy=POLICY), rollout_steps=4,
+                           batch_sizes=[])

@@ -6,12 +6,12 @@ import numpy as np
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco
 
-from rlinf.workers.embodied import InlinePolicyLink  # noqa: E402
-from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker  # noqa: E402
-from rlinf.workers.env import Trajectory  # noqa: E402
-from rlinf.workers.models import PolicyConfig  # noqa: E402
+from rlinf.workers.embodied import InlinePolicyLink
+from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
+from rlinf.workers.env import Trajectory
+from rlinf.workers.models import PolicyConfig
 
-from .conftest import CONTEXT  # noqa: E402
+from .conftest import CONTEXT
 
 
 def test_pixel_env_observes_frames_and_final_frames(make_env):

@@ -9,6 +9,11 @@
   (policy in a second thread); `run_pipelined_process` serves from a `PolicyProcess`.
 - `vla.TinyVLA`: image + instruction → discretised action tokens (OpenVLA style) through a
   tiny Qwen2 built from a config, with `act`/`evaluate` and a value head.
+- `vla_policy`: the VLA behind the same protocol (`VLARolloutWorker`) and the PPO actor
+  (`VLAActorCritic`, `VLAPolicyConfig` with the env's action box and instruction).
+- `roles`: `EnvRole`, `PolicyRole`, `ActorRole` — the workers as Ray actors of the app's
+  macro flow (env ↔ policy over rlinf.comm, stage groups pipelined across processes).
+- `profiling.measure_components`: per-component profile for the planner.
 - `loop.train` / `loop.evaluate_policy`: the in-process training loop and evaluation;
   `python -m rlinf.workers.embodied.throughput` measures the drivers' env steps/s.
 """

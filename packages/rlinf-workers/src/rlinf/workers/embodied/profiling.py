@@ -3,18 +3,22 @@
 `measure_components` times, on fresh copies (the run's own simulators, sampling streams and
 optimizer are untouched):
 
-- ``env``: one `step` of a stage group of each batch size (real task, random actions);
+- ``env``: the env worker's share of one protocol step of a stage group of each batch size
+  (simulator step, trajectory bookkeeping, messages), from short rollouts against a policy
+  stand-in that answers instantly with fixed actions;
 - ``rollout``: one `infer` of a micro-batch of each size (real observations of the task);
 - ``actor``: one PPO/GRPO update of ``size × rollout_steps`` samples on each thread count
-  in `actor_devices` (a CPU device is a core slot, one torch thread each).
+  in `actor_devices` (a CPU device is a core slot, one torch thread each), plus publishing
+  the weights (serialise, deserialise, load into a rollout policy) as the weight sync does.
 
 Each point is the median of `repeats` timed calls after a warm-up (the actor: of
-``max(1, repeats // 3)`` updates; an update lasts long enough to vary less). `rlinf.sched.fit_profile` turns
-the `Profile` into cost curves.
+``max(1, repeats // 3)`` updates; an update lasts long enough to vary less).
+`rlinf.sched.fit_profile` turns the `Profile` into cost curves.
 """
 
 from __future__ import annotations
 
+import pickle
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -27,7 +31,7 @@ import torch
 from rlinf.comm import Batch
 from rlinf.sched import Measurement, Profile
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
-from rlinf.workers.embodied.roles.policy_role import build_rollout_policy
+from rlinf.workers.embodied.roles.policy_role import RolloutPolicy, build_rollout_policy
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
 from rlinf.workers.env.config import EnvWorkerConfig
@@ -73,6 +77,38 @@ def synthetic_trajectory(obs: np.ndarray, action_shape: tuple[int, ...], *, step
         env_indices=np.arange(n, dtype=np.int64))
 
 
+class _InstantPolicy:
+    """Sink and source answering every observation batch at once with fixed actions."""
+
+    def __init__(self, actions: np.ndarray) -> None:
+        self._actions = actions
+        self._replies: dict[str | None, list[Batch]] = {}
+
+    def put(self, item: Batch, *, key: str | None = None) -> None:
+        count = len(item.tensors["env_index"])
+        zeros = np.zeros(count, np.float32)
+        self._replies.setdefault(key, []).append(Batch({
+            "action": self._actions[:count], "log_prob": zeros, "value": zeros,
+            "final_value": zeros}))
+
+    def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
+        return self._replies[key].pop(0)
+
+
+def _env_step_seconds(worker: EnvWorker, actions: np.ndarray, *, repeats: int) -> float:
+    """Seconds per stage-group step of the env worker's side of the protocol."""
+    steps = 8
+    link = _InstantPolicy(actions)
+    return _median_seconds(
+        lambda: worker.rollout(num_steps=steps, sink=link, source=link), repeats) / steps
+
+
+def _train_and_publish(trainer: EmbodiedActorWorker, policy: RolloutPolicy,
+                       traj: Trajectory) -> None:
+    trainer.train(traj)
+    policy.set_weights(pickle.loads(pickle.dumps(trainer.get_weights())))
+
+
 def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | VLARolloutConfig,
                        actor: EmbodiedActorConfig, rollout_steps: int,
                        batch_sizes: Sequence[int], repeats: int = 5,
@@ -90,13 +126,12 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
         for size in sizes:
             worker = EnvWorker(_CONTEXT, config=replace(env, num_envs=size, pipeline_stages=1))
             try:
-                group = worker.groups[0]
-                obs = np.asarray(group.reset(seed=env.seed)[0])
+                obs = np.asarray(worker.groups[0].reset(seed=env.seed)[0])
                 space = worker.action_space
                 space.seed(env.seed)
                 actions = np.stack([space.sample() for _ in range(size)])
-                points.append(_point("env", size, 1, _median_seconds(
-                    partial(group.step, actions), repeats)))
+                points.append(_point("env", size, 1, _env_step_seconds(
+                    worker, actions, repeats=max(1, repeats // 2))))
                 batch = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(size, bool),
                                "env_index": np.arange(size)}, meta={"bootstrap": False})
                 points.append(_point("rollout", size, 1, _median_seconds(
@@ -107,7 +142,7 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
                     torch.set_num_threads(devices)
                     trainer = EmbodiedActorWorker(_CONTEXT, config=replace(
                         actor, num_threads=devices))
-                    seconds = _median_seconds(partial(trainer.train, traj),
+                    seconds = _median_seconds(partial(_train_and_publish, trainer, policy, traj),
                                               max(1, repeats // 3))
                     points.append(_point("actor", size * rollout_steps, devices, seconds))
                     torch.set_num_threads(1)

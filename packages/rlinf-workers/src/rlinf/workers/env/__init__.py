@@ -10,6 +10,8 @@ from rlinf.workers.env.link import (
     ObsSink,
     stage_key,
 )
+from rlinf.workers.env.pixels import PixelObservation, make_pixel_env
+from rlinf.workers.env.state import capture_env_state, restore_env_state
 from rlinf.workers.env.trajectory import Trajectory, TrajectoryBuilder
 from rlinf.workers.env.worker import EnvRollout, EnvWorker
 
@@ -22,7 +24,11 @@ __all__ = [
     "LinkClosedError",
     "LinkTimeoutError",
     "ObsSink",
+    "PixelObservation",
     "Trajectory",
     "TrajectoryBuilder",
+    "capture_env_state",
+    "make_pixel_env",
+    "restore_env_state",
     "stage_key",
 ]

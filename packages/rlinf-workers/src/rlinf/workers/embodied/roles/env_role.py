@@ -23,7 +23,7 @@ from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats
 from rlinf.workers.embodied.roles.base import RoleBase
 from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
-from rlinf.workers.embodied.roles.policy_role import RolloutPolicy, build_rollout_policy
+from rlinf.workers.embodied.roles.policy_role import PING, RolloutPolicy, build_rollout_policy
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
 from rlinf.workers.env.config import EnvWorkerConfig
@@ -162,6 +162,24 @@ class EnvRole(RoleBase):
             trajectory=Trajectory.concat(result.trajectories), episodes=result.episodes,
             env_steps=result.env_steps, seconds=result.seconds, step_seconds=result.step_seconds,
             wait_seconds=result.wait_seconds, spans=tuple(self.drain_spans()))
+
+    def ping(self, *, count: int, batch_size: int) -> float:
+        """Median round trip (seconds) of an observation-sized micro-batch of `batch_size`
+        envs to the policy role and back (it runs `echo(count=count)`): the link's cost per
+        message pair, for the planner's model of pipelined placements."""
+        if self._ends is None or self.link is None:
+            raise ConfigError("EnvRole.ping needs an open link (not an inline policy)")
+        obs = np.zeros((batch_size, *(self.env.observation_space.shape or ())),
+                       dtype=self.env.observation_space.dtype)
+        message = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(batch_size, bool),
+                         "env_index": np.arange(batch_size)})
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            self._ends.outbound.put(message, key=PING)
+            self._ends.inbound.get(key=PING, timeout=self.link.timeout)
+            times.append(time.perf_counter() - started)
+        return float(np.median(times))
 
     def reset(self, *, seed: int | None = None) -> None:
         """Start new episodes in every env (env i seeded with seed + i when given)."""

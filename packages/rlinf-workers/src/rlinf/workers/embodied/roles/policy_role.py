@@ -17,7 +17,10 @@ from rlinf.workers.errors import ConfigError
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span, TraceRecorder
 
-__all__ = ["PolicyRole", "RolloutPolicy", "build_rollout_policy", "serve_stages"]
+__all__ = ["PING", "PolicyRole", "RolloutPolicy", "build_rollout_policy", "serve_stages"]
+
+PING = "ping"
+"""Link key of `EnvRole.ping` / `PolicyRole.echo` messages."""
 
 RolloutPolicy = PolicyRolloutWorker | VLARolloutWorker
 """A policy that answers observation micro-batches (`infer`) and syncs weights."""
@@ -78,6 +81,14 @@ class PolicyRole(RoleBase):
                          num_steps=num_steps,
                          num_stages=num_stages, timeout=self.link.timeout, trace=self.trace)
         return self.drain_spans()
+
+    def echo(self, *, count: int) -> None:
+        """Send back `count` messages under key ``"ping"`` as they arrive (`EnvRole.ping`)."""
+        if self._ends is None:
+            raise ConfigError("PolicyRole.echo before open_link(): connect the roles first")
+        for _ in range(count):
+            self._ends.outbound.put(self._ends.inbound.get(key=PING, timeout=self.link.timeout),
+                                    key=PING)
 
     def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
         """Load the actor's parameters."""
