@@ -80,11 +80,19 @@ def assert_same_metrics(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[st
                 f"step {ra['step']} {k}: {sa[k]} != {sb[k]}"
 
 
+REFERENCE = ("placement=collocated", "cluster.cpu_slots=1", "run.trace=true")
+"""Overrides of the reference run (and of the run that is killed and resumed)."""
+
+
 @pytest.fixture(scope="module")
 def reference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """One collocated tiny run with the trace on; other tests compare against it."""
+    """One collocated tiny run with the trace on; other tests compare against it.
+
+    One CPU slot, so the actor has one rank as in the other modes' runs: a multi-rank actor
+    averages per-rank loss means, which differs from one rank's batch mean in the last digits.
+    """
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    proc = run_cli(run_dir, "placement=collocated", "run.trace=true")
+    proc = run_cli(run_dir, *REFERENCE)
     return run_dir, proc.stdout
 
 
@@ -115,6 +123,7 @@ def test_outputs_are_well_formed(reference_run: tuple[Path, str]) -> None:
     assert names, "the trace has spans"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["mode"] == "collocated"
+    assert summary["placement"] == "rollout,reward,inference,actor: 0"
     assert summary["heldout_before"] == records[0]["heldout/accuracy"]
     assert summary["heldout_after"] == records[-1]["heldout/accuracy"]
     assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
@@ -167,7 +176,7 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(
         reference_run: tuple[Path, str], tmp_path: Path) -> None:
     ref_dir, _ = reference_run
     run_dir = tmp_path / "run"
-    args = ("placement=collocated", "run.trace=true")
+    args = REFERENCE
     proc = subprocess.Popen(cli_command(run_dir, *args), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=cli_env())
     latest = run_dir / "checkpoints" / "LATEST"
@@ -198,8 +207,8 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(
 
 def test_resume_refuses_a_changed_config(reference_run: tuple[Path, str]) -> None:
     ref_dir, _ = reference_run
-    proc = subprocess.run(cli_command(ref_dir, "placement=collocated", "run.trace=true",
-                                      "run.steps=3", "algorithm.lr=0.001", "--resume"),
+    proc = subprocess.run(cli_command(ref_dir, *REFERENCE, "run.steps=3", "algorithm.lr=0.001",
+                                      "--resume"),
                           capture_output=True, text=True, env=cli_env(), timeout=120,
                           check=False)
     assert proc.returncode == 2
