@@ -435,7 +435,8 @@ class ReasoningFlow:
                         futures[owner[ref]].rank_results(timeout=self.spec.timeout)
                         raise
         except WorkersError:
-            self.close()
+            # The other ranks may be blocked on channels for good: kill, do not ask.
+            self.close(kill=True)
             raise
         return {name: future.rank_results(timeout=self.spec.timeout)
                 for name, future in futures.items()}
@@ -603,14 +604,18 @@ class ReasoningFlow:
         return sorted((s for spans in gathered.values() for rank in spans for s in rank),
                       key=lambda s: (s.start, s.track))
 
-    def close(self) -> None:
-        """Stop every worker group, the channels, the device lock (and Ray if it started it)."""
+    def close(self, *, kill: bool = False) -> None:
+        """Stop every worker group (`kill`: without their shutdown hooks, for ranks that may
+        be stuck), the channels, the device lock, and Ray if the flow started it."""
         if self._closed:
             return
         self._closed = True
         for group in self.groups.values():
             with contextlib.suppress(Exception):
-                group.shutdown(timeout=30.0)
+                if kill:
+                    group.kill()
+                else:
+                    group.shutdown(timeout=30.0)
         _close_all(self._resources)
         if self._owns_ray:
             import ray
@@ -654,8 +659,12 @@ def _cpus_per_rank(placement: Placement) -> float:
     import ray
 
     ranks = sum(c.num_procs for c in placement)
-    available = float(ray.available_resources().get("CPU", 1.0))
-    return max(0.01, min(1.0, round(available / ranks, 2)))
+    available = float(ray.available_resources().get("CPU", 0.0))
+    share = min(1.0, int(100 * available / ranks) / 100)
+    if share < 0.01:
+        raise ConfigError(f"Ray has {available:g} CPUs free for {ranks} worker ranks; close "
+                          "other flows (ReasoningFlow.close) or start Ray with more CPUs")
+    return share
 
 
 def _launch_role(worker_cls: type[ReasoningRole], role: str, *, placement: Placement,
