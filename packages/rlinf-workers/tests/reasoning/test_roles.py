@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from transformers import PreTrainedTokenizerBase
 
 from rlinf.comm import Channel, Endpoint, RayStore, new_token
 from rlinf.envs.math import MathProblem, ProblemGenerator
@@ -37,7 +38,7 @@ ROLLOUT = RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2,
                               sampling=SamplingConfig(max_new_tokens=4))
 
 
-def tiny_model() -> tuple[torch.nn.Module, object]:
+def tiny_model() -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
     tokenizer = build_char_tokenizer()
     return build_tiny_causal_lm(CONFIG, seed=0, tokenizer=tokenizer), tokenizer
 
