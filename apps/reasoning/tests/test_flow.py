@@ -8,6 +8,7 @@ Both flows share one local Ray instance (``ray.init(num_cpus=2)``) for the modul
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +25,7 @@ from rlinf_reasoning.flow import (
 from rlinf_reasoning.warmstart import WARMSTART_DIR, warmstart_task
 
 from rlinf.envs.math import MathProblem, ProblemGenerator
-from rlinf.sched import ExecutionMode
+from rlinf.sched import ExecutionMode, Profile
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
@@ -76,6 +77,7 @@ def collocated(ray_local: None, problems: list[list[MathProblem]],
     with ReasoningFlow.launch(SPEC, fixed_plan(SPEC, COLLOCATED, num_devices=1),
                               trace=True) as flow:
         assert flow.transport == "shm"
+        profile = flow.measure(problems[2], batch_sizes=[4, 16])
         steps = [flow.step(0, problems[0])]
         ckpt = tmp_path_factory.mktemp("ckpt")
         flow.save(ckpt)
@@ -84,7 +86,7 @@ def collocated(ray_local: None, problems: list[list[MathProblem]],
         resumed = flow.step(1, problems[1])
         accuracy = flow.evaluate(problems[2])
     # closed before the next flow launches: two flows do not fit in two CPUs
-    return {"steps": steps, "resumed": resumed, "accuracy": accuracy}
+    return {"steps": steps, "resumed": resumed, "accuracy": accuracy, "profile": profile}
 
 
 def test_collocated_step_trains_and_syncs_exactly(collocated: dict[str, object]) -> None:
@@ -103,6 +105,16 @@ def test_collocated_step_trains_and_syncs_exactly(collocated: dict[str, object])
     assert 0.0 <= collocated["accuracy"] <= 1.0  # type: ignore[operator]
 
 
+def test_measure_profiles_every_role_at_each_batch_size(collocated: dict[str, object]) -> None:
+    profile: Profile = collocated["profile"]  # type: ignore[assignment]
+    assert set(profile.components) == set(flow_components(SPEC))
+    for role in flow_components(SPEC):
+        assert sorted(m.batch_size for m in profile.of(role)) == [4, 16]
+        assert all(m.seconds > 0 for m in profile.of(role))
+    # measuring before step 0 left the trajectory alone: the disaggregated flow, which
+    # measures nothing, reproduces the collocated steps (test below)
+
+
 def test_save_load_step_reproduces_the_uninterrupted_step(
         collocated: dict[str, object]) -> None:
     same_metrics(collocated["steps"][1], collocated["resumed"])  # type: ignore[index, arg-type]
@@ -115,8 +127,10 @@ def test_disaggregated_gives_the_collocated_metrics_and_a_dead_rank_is_named(
 
     plan = fixed_plan(SPEC, DISAGGREGATED, num_devices=4, granularity_groups=2)
     assert plan.mode is ExecutionMode.DISAGGREGATED
-    flow = ReasoningFlow.launch(SPEC, plan)
+    # weights travel by collective broadcast (gloo here, NCCL on GPUs)
+    flow = ReasoningFlow.launch(dataclasses.replace(SPEC, weight_sync="nccl"), plan)
     try:
+        assert flow.transport == "gloo"
         for step in range(2):
             result = flow.step(step, problems[step])
             same_metrics(result, collocated["steps"][step])  # type: ignore[index]
