@@ -59,11 +59,12 @@ def test_round_trip_through_plain_data():
     ("algorithm.name=sac", "algorithm.name", "one of ['ppo', 'grpo']"),
     ("env.id=InvertedPendulum-v5", "env.id", "'<backend>:<task>'"),
     ("env.id=gym:NoSuchEnv-v0", "env.id", "a registered gymnasium id"),
-    ("env.pipeline_stages=9", "env.pipeline_stages", "[1, env.num_envs=8]"),
+    ("env.pipeline_stages=3", "env.pipeline_stages", "a divisor of env.num_envs=16"),
+    ("run.eval_max_steps=0", "run.eval_max_steps", ">= 1"),
     ("policy.kind=cnn", "env.obs", "'pixels' for policy.kind='cnn'"),
     ("policy.hidden_sizes=[]", "policy.hidden_sizes", "non-empty"),
     ("run.video=maybe", "run.video", "true or false"),
-    ("algorithm.num_minibatches=100000", "algorithm.num_minibatches", "at most the 512"),
+    ("algorithm.num_minibatches=100000", "algorithm.num_minibatches", "at most the 2048"),
     ("placement.num_devices=0", "placement.num_devices", ">= 1"),
     ("placement.spec=everywhere", "placement.spec", "a valid placement"),
 ])
@@ -73,6 +74,11 @@ def test_bad_value_names_key_value_and_allowed(override, key, allowed):
     assert info.value.key == key
     assert allowed in str(info.value)
     assert f"{key!r}" in str(info.value)
+
+
+def test_evaluation_must_outlast_the_episode_limit():
+    with pytest.raises(AppConfigError, match=r"at least env\.max_episode_steps=200"):
+        load_config(["env.max_episode_steps=200", "run.eval_max_steps=100"])
 
 
 def test_unknown_key_in_a_mapping_is_rejected():
@@ -85,6 +91,9 @@ def test_unknown_key_in_a_mapping_is_rejected():
 
 
 @pytest.mark.parametrize(("spec", "devices", "message"), [
+    ("collocated", 2, "1 for placement 'collocated'"),
+    ("env: 0-1, rollout: 0, actor: 1", 2, "'env' on exactly one device"),
+    ("env: 0, rollout: 1 x2, actor: 0", 2, "'rollout' on exactly one device"),
     ("hybrid", 1, "at least 2 devices for placement 'hybrid'"),
     ("disaggregated", 2, "at least 3 devices for placement 'disaggregated'"),
     ("env: 0, rollout: 3, actor: 0", 2, "out of range"),
@@ -97,9 +106,11 @@ def test_impossible_placements_are_rejected(spec, devices, message):
 
 
 @pytest.mark.parametrize(("spec", "devices", "mode", "expected"), [
-    ("collocated", 2, "collocated", "env,rollout,actor: 0-1"),
+    ("collocated", 1, "collocated", "env,rollout,actor: 0"),
     ("hybrid", 2, "hybrid", "env: 0, rollout: 1, actor: 0-1"),
+    ("hybrid", 4, "hybrid", "env: 0, rollout: 1, actor: 0-3"),
     ("disaggregated", 3, "disaggregated", "env: 0, rollout: 1, actor: 2"),
+    ("disaggregated", 4, "disaggregated", "env: 0, rollout: 1, actor: 2-3"),
     ("auto", 2, "auto", "auto"),
     ("env: 0, rollout: 1, actor: 0-1", 2, "hybrid", "env: 0, rollout: 1, actor: 0-1"),
 ])
