@@ -40,6 +40,7 @@ import dataclasses
 import json
 import logging
 import os
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -135,15 +136,14 @@ def make_batches(settings: Settings) -> list[list[MathProblem]]:
 def run_rlinf(settings: Settings, mode: Mode, engine: str,
               batches: Sequence[Sequence[MathProblem]]) -> RunResult:
     """Time `mode` with `engine`, then profile it and price its placement."""
-    from rlinf.sched import Cluster
+    from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan
+
+    from rlinf.sched import Cluster, parse_placement
     from rlinf.workers.actor import ActorConfig
     from rlinf.workers.reward import RewardConfig
     from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
-    from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan
 
     cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
-    from rlinf.sched import parse_placement
-
     parsed = parse_placement(mode.placement, components=("rollout", "reward", "actor"),
                              num_devices=mode.devices)
     rollout_ranks = parsed.components["rollout"].num_procs
@@ -191,8 +191,6 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
         sizes = sorted({max(settings.group_size, settings.rows // 4), settings.rows // 2})
         profile = flow.measure(probe, batch_sizes=sizes)
     predicted = price(plan, spec, profile, cluster)
-    import statistics
-
     return RunResult(
         name=f"rlinf {mode.name} ({engine})", system="rlinf", engine=engine,
         seconds=seconds, samples=samples, tokens=tokens, placement=mode.placement,
@@ -227,8 +225,9 @@ def price(plan: Any, spec: Any, profile: Any, cluster: Any) -> float:
     Calls are sized as the flow makes them: the rollout and the actor take the whole batch
     (split over their ranks), the reward role one message (the edge's granularity) per call.
     """
-    from rlinf.sched import fit_profile, simulate
     from rlinf_reasoning.flow import reasoning_workflow
+
+    from rlinf.sched import fit_profile, simulate
 
     rows = spec.prompts_per_step * spec.rollout.group_size
     micro = {name: rows for name in plan.micro_batch}
