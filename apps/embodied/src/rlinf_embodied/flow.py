@@ -62,8 +62,10 @@ from rlinf.workers.embodied.roles import (
     RoleLink,
     RolloutReport,
     TrainReport,
+    Weights,
     build_rollout_policy,
     describe_env,
+    weights_from_wire,
 )
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla import VLAConfig
@@ -412,9 +414,10 @@ class EmbodiedFlow:
     def _rollout_target(self) -> WorkerGroup:
         return self._groups.env if self._groups.policy is None else self._groups.policy
 
-    def _sync_weights(self) -> float:
+    def _sync_weights(self, weights: Weights | None = None) -> float:
         started = time.perf_counter()
-        weights = self._groups.actor.call("get_weights")[0]
+        if weights is None:
+            weights = self._groups.actor.call("get_weights")[0]
         self._rollout_target().call("set_weights", weights)
         return time.perf_counter() - started
 
@@ -442,7 +445,7 @@ class EmbodiedFlow:
         trained: TrainReport = self._groups.actor.call("train", report.trajectory)[0]
         train_s = time.perf_counter() - started - rollout_s
         sync_start = time.time()
-        sync_s = self._sync_weights()
+        sync_s = self._sync_weights(trained.weights)
         seconds = time.perf_counter() - started
         metrics: dict[str, float] = {
             **_episode_metrics(report.episodes), **trained.stats,
@@ -464,8 +467,7 @@ class EmbodiedFlow:
     def get_weights(self) -> dict[str, torch.Tensor]:
         """The actor's current parameters (CPU copies)."""
         self._check_open()
-        weights: dict[str, torch.Tensor] = self._groups.actor.call("get_weights")[0]
-        return weights
+        return weights_from_wire(self._groups.actor.call("get_weights")[0])
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self, *, num_episodes: int, seed: int, record_video: bool = False,

@@ -12,7 +12,12 @@ while computing when the flow configured one, so roles placed together take turn
 """
 
 from rlinf.workers.embodied.roles.actor_role import ActorRole, TrainReport
-from rlinf.workers.embodied.roles.base import RoleBase
+from rlinf.workers.embodied.roles.base import (
+    RoleBase,
+    Weights,
+    weights_from_wire,
+    weights_to_wire,
+)
 from rlinf.workers.embodied.roles.env_role import (
     EnvDescription,
     EnvRole,
@@ -40,9 +45,12 @@ __all__ = [
     "RolloutPolicy",
     "RolloutReport",
     "TrainReport",
+    "Weights",
     "build_rollout_policy",
     "describe_env",
     "open_channels",
     "open_link",
     "serve_stages",
+    "weights_from_wire",
+    "weights_to_wire",
 ]

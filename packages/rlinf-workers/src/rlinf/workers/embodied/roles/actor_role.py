@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
-from rlinf.workers.embodied.roles.base import RoleBase
+from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_to_wire
 from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span
@@ -31,6 +31,8 @@ class TrainReport:
     """Wall time of the update."""
     spans: tuple[Span, ...]
     """One ``train`` span."""
+    weights: Weights
+    """The updated parameters, for the rollout policy (saves a separate call)."""
 
 
 class ActorRole(RoleBase):
@@ -51,11 +53,11 @@ class ActorRole(RoleBase):
         with self.computing(), self.trace.span("train", samples=trajectory.rewards.size):
             stats = self.actor.train(trajectory)
         return TrainReport(stats=stats, seconds=time.perf_counter() - started,
-                           spans=tuple(self.drain_spans()))
+                           spans=tuple(self.drain_spans()), weights=self.get_weights())
 
-    def get_weights(self) -> dict[str, torch.Tensor]:
-        """A CPU copy of the parameters, for the rollout policy."""
-        return self.actor.get_weights()
+    def get_weights(self) -> Weights:
+        """A CPU copy of the parameters, for the rollout policy (`weights_to_wire`)."""
+        return weights_to_wire(self.actor.get_weights())
 
     def state(self) -> dict[str, Any]:
         """Model, optimizer, shuffling generator, step, and this process's global RNGs (a

@@ -3,15 +3,32 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.runtime.worker import Worker
 from rlinf.workers.telemetry import Span, TraceRecorder
 
-__all__ = ["RoleBase"]
+__all__ = ["RoleBase", "Weights", "weights_from_wire", "weights_to_wire"]
+
+Weights = Mapping[str, "np.ndarray | torch.Tensor"]
+"""Parameters as they travel between roles: numpy arrays (Ray's object store hands them
+over without pickling the data; torch tensors it copies), torch tensors where numpy has no
+dtype for them (bfloat16)."""
+
+
+def weights_to_wire(weights: Mapping[str, torch.Tensor]) -> dict[str, np.ndarray | torch.Tensor]:
+    """CPU numpy copies of `weights` (tensors numpy cannot hold stay tensors)."""
+    return {k: v.detach().cpu().numpy() if v.dtype != torch.bfloat16 else v.detach().cpu()
+            for k, v in weights.items()}
+
+
+def weights_from_wire(weights: Weights) -> dict[str, torch.Tensor]:
+    """Torch tensors owning their memory (received arrays may be read-only views)."""
+    return {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in weights.items()}
 
 
 class RoleBase(Worker):

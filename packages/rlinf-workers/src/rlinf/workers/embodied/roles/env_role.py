@@ -17,11 +17,10 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import torch
 
 from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats
-from rlinf.workers.embodied.roles.base import RoleBase
+from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_from_wire
 from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
 from rlinf.workers.embodied.roles.policy_role import PING, RolloutPolicy, build_rollout_policy
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
@@ -185,9 +184,9 @@ class EnvRole(RoleBase):
         """Start new episodes in every env (env i seeded with seed + i when given)."""
         self.env.reset(seed=seed)
 
-    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+    def set_weights(self, weights: Weights) -> None:
         """Load the actor's parameters into the inline policy."""
-        self._inline().set_weights(weights)
+        self._inline().set_weights(weights_from_wire(weights))
 
     def _inline(self) -> RolloutPolicy:
         if self.policy is None:

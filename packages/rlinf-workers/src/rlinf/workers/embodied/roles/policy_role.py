@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rlinf.workers.embodied.roles.base import RoleBase
+from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_from_wire
 from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
@@ -90,9 +90,9 @@ class PolicyRole(RoleBase):
             self._ends.outbound.put(self._ends.inbound.get(key=PING, timeout=self.link.timeout),
                                     key=PING)
 
-    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None:
+    def set_weights(self, weights: Weights) -> None:
         """Load the actor's parameters."""
-        self.policy.set_weights(weights)
+        self.policy.set_weights(weights_from_wire(weights))
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """The serving parameters."""
