@@ -114,6 +114,11 @@ def test_impossible_placements_are_rejected(spec, devices, message):
     ("auto", 2, "auto", "auto"),
     ("env: 0, rollout: 1, actor: 0-1", 2, "hybrid", "env: 0, rollout: 1, actor: 0-1"),
 ])
+def test_an_explicit_spec_on_the_command_line_needs_quotes():
+    cfg = load_config(["placement=hybrid", "placement.spec='env: 1, rollout: 0, actor: 0-1'"])
+    assert resolve_placement(cfg.placement).to_spec() == "env: 1, rollout: 0, actor: 0-1"
+
+
 def test_named_placements_resolve(spec, devices, mode, expected):
     placement = resolve_placement(PlacementConfig(spec=spec, num_devices=devices))
     assert placement.mode.value == mode

@@ -63,15 +63,26 @@ def compose_config(overrides: Sequence[str] = ()) -> Any:
                           "rlinf-embodied --help)") from exc
 
 
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def _help_text() -> str:
+    defaults = _flat(to_dict(from_omegaconf(compose_config())))
     lines = [__doc__.strip() if __doc__ else "", "", "Config groups:"]
     for group in ("task", "placement"):
         lines.append(f"  {group}=" + "|".join(_group_options(group)))
-    lines += ["", "Config keys (override with key=value; defaults are the dataclass defaults,"
-              " the selected task and placement files may change them):"]
-    for key, type_name, default, doc in describe_fields(AppConfig):
-        shown = "required" if default is dataclasses.MISSING else repr(default)
-        lines.append(f"  {key}  ({type_name}, default {shown})")
+    lines += ["", "Config keys (key=value; the value shown is the default config's: "
+              "task=inverted_pendulum, placement=collocated). A value with commas or spaces "
+              "needs quotes, e.g. placement.spec='env: 0, rollout: 1, actor: 0-1':"]
+    for key, type_name, _default, doc in describe_fields(AppConfig):
+        lines.append(f"  {key}={defaults.get(key)!r}  ({type_name})")
         if doc:
             lines.append(f"      {doc}")
     return "\n".join(lines)
