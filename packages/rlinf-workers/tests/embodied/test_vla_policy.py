@@ -85,3 +85,16 @@ def test_bad_vla_configs_and_shapes_are_rejected():
         EmbodiedActorWorker(CONTEXT, config=EmbodiedActorConfig())
     with pytest.raises(ShapeError, match="pixels"):
         VLAActorCritic(POLICY, seed=0).value(torch.zeros(1, 3, 8, 8, dtype=torch.uint8))
+
+
+@pytest.mark.gpu
+def test_rollout_worker_runs_on_cuda():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    worker = VLARolloutWorker(CONTEXT, config=VLARolloutConfig(policy=POLICY, seed=1,
+                                                              device="cuda"))
+    obs = frames(3)
+    reply = worker.infer(Batch({"obs": obs, "final_obs": obs, "final_mask": np.ones(3, bool),
+                                "env_index": np.arange(3)}))
+    assert reply.tensors["action"].shape == (3, 2)
+    assert np.isfinite(reply.tensors["final_value"]).all()

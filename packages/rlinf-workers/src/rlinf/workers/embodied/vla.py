@@ -112,9 +112,12 @@ class TinyVLA(nn.Module):
         text = self.tokenizer(list(instructions), padding="max_length", truncation=True,
                               max_length=cfg.max_instruction_tokens, return_tensors="pt")
         embed = self.lm.get_input_embeddings()
-        prefix = torch.cat([self.patch_embed(patches), embed(text["input_ids"])], dim=1)
-        mask = torch.cat([torch.ones(len(images), self.num_patches, dtype=torch.long),
-                          text["attention_mask"]], dim=1)
+        device = images.device
+        prefix = torch.cat([self.patch_embed(patches), embed(text["input_ids"].to(device))],
+                           dim=1)
+        mask = torch.cat([torch.ones(len(images), self.num_patches, dtype=torch.long,
+                                     device=device),
+                          text["attention_mask"].to(device)], dim=1)
         return prefix, mask
 
     def _run(self, embeds: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -136,9 +139,9 @@ class TinyVLA(nn.Module):
         """Decode one action token per dimension (sampled, or the most likely bin)."""
         embeds, mask = self._prefix(images, instructions)
         prefix_len = embeds.shape[1]
-        log_prob = torch.zeros(len(images))
-        tokens = torch.empty(len(images), 0, dtype=torch.long)
-        value = torch.zeros(len(images))
+        log_prob = torch.zeros(len(images), device=images.device)
+        tokens = torch.empty(len(images), 0, dtype=torch.long, device=images.device)
+        value = torch.zeros(len(images), device=images.device)
         for _ in range(self.config.action_dim):
             logits, hidden = self._run(embeds, mask)
             if tokens.shape[1] == 0:

@@ -133,7 +133,8 @@ class VLARolloutWorker(Worker):
             torch.set_num_threads(config.num_threads)
         self._device = torch.device(config.device)
         self.model = VLAActorCritic(config.policy, seed=config.seed).eval().to(self._device)
-        self.generator = torch.Generator().manual_seed(config.seed)
+        # On the model's device: torch.multinomial samples with a generator of its device.
+        self.generator = torch.Generator(device=self._device).manual_seed(config.seed)
 
     def _tensor(self, array: Any) -> torch.Tensor:
         return torch.as_tensor(np.asarray(array)).to(self._device)
