@@ -20,7 +20,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from rlinf.workers.errors import ConfigError
+from rlinf.sched.errors import SchedError
+from rlinf.workers.errors import ConfigError, WorkersError
 from rlinf_reasoning._schema import describe
 from rlinf_reasoning.config import ReasoningConfig, config_dict, from_omegaconf
 
@@ -31,6 +32,8 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 EXIT_CONFIG = 2
 """Exit status of a config error."""
+EXIT_FAILED = 1
+"""Exit status of a run that failed (a worker died, planning failed)."""
 
 
 def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -132,8 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rlinf-reasoning: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
-        print("rlinf-reasoning: interrupted; resume with --resume", file=sys.stderr)
+        print("rlinf-reasoning: interrupted; continue with --resume", file=sys.stderr)
         return 130
+    except (WorkersError, SchedError) as exc:
+        # A dead or stuck worker, a failed plan: the checkpoints written so far are intact.
+        print(f"rlinf-reasoning: run failed: {type(exc).__name__}: {exc}; continue from the "
+              "last checkpoint with --resume", file=sys.stderr)
+        return EXIT_FAILED
     return 0
 
 
