@@ -43,6 +43,19 @@ def test_log_probs_match_the_shared_log_prob_function(model, tokenizer, temperat
     assert (batch.rollout_log_probs[batch.response_mask.bool()] < 0).all()
 
 
+def test_log_probs_without_kept_logits_are_the_same(model, tokenizer):
+    # A zero budget forces the memory-bounded path: one extra forward pass instead of
+    # keeping every step's logits (what a large vocabulary needs).
+    sampling = SamplingConfig(max_new_tokens=6, temperature=0.9, seed=5)
+    kept = _engine(model, tokenizer).generate(_prompts(tokenizer), sampling=sampling)
+    lean = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=tokenizer.pad_token_id, logits_budget_bytes=0)
+    recomputed = lean.generate(_prompts(tokenizer), sampling=sampling)
+    assert [s.response_token_ids for s in recomputed] == [s.response_token_ids for s in kept]
+    for a, b in zip(recomputed, kept, strict=True):
+        assert a.log_probs == pytest.approx(b.log_probs, abs=1e-5)
+
+
 def test_greedy_takes_the_argmax_and_left_padding_does_not_change_it(model, tokenizer):
     engine = _engine(model, tokenizer)
     greedy = SamplingConfig(max_new_tokens=4, temperature=0.0)

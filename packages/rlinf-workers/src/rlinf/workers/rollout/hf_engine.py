@@ -9,6 +9,11 @@ that pass cost a third of the rollout). They agree with `response_log_probs` on 
 weights up to the float noise of cached vs. uncached attention (~1e-6), so the off-policy
 ratio of the first PPO step is 1 up to that noise. They are log-probs of the temperature-
 scaled *full* distribution; top-p/top-k only restrict which tokens can be drawn.
+
+Keeping every step's logits costs ``batch x max_new_tokens x vocab`` floats: fine for tiny
+vocabularies, 19 GB for 512 x 64 tokens of a 150k vocabulary. Above `logits_budget_bytes`
+the engine does not keep them and recomputes the log-probs with `response_log_probs` in one
+extra forward pass (memory bounded by its micro-batch) instead.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import torch
 from torch import nn
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models import response_mask_from_eos, token_log_probs
+from rlinf.workers.models import response_log_probs, response_mask_from_eos, token_log_probs
 from rlinf.workers.rollout.batch import left_pad
 from rlinf.workers.rollout.offload import (
     OffloadPolicy,
@@ -43,14 +48,19 @@ class HFRolloutEngine:
     def __init__(
         self, model: nn.Module, *, eos_token_id: int, pad_token_id: int,
         device: torch.device | str | None = None, offload_policy: OffloadPolicy | None = None,
+        logits_budget_bytes: int = 1 << 30,
     ) -> None:
         """Serve `model` on `device` (default: where its parameters are).
 
         `offload_policy` defaults to ``host`` on CUDA (weights wait in CPU memory) and
         ``discard`` on CPU, where keeping a "host copy" would free nothing: after a
         discarding offload the engine refuses to generate until `update_weights` has
-        supplied every parameter again.
+        supplied every parameter again. `logits_budget_bytes` bounds the per-step logits a
+        call may keep for its log-probs (see the module docstring).
         """
+        if logits_budget_bytes < 0:
+            raise ConfigError(f"logits_budget_bytes must be >= 0, got {logits_budget_bytes}")
+        self.logits_budget_bytes = logits_budget_bytes
         self.model = model
         self.eos_token_id = eos_token_id
         self.pad_token_id = pad_token_id
@@ -92,14 +102,23 @@ class HFRolloutEngine:
                                                            enabled=sampling.seed is not None):
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
+            vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
+            keep = 4 * len(prompt_token_ids) * sampling.max_new_tokens * vocab
+            keep_logits = 0 < keep <= self.logits_budget_bytes
             out = self.model.generate(  # type: ignore[operator]
                 input_ids=prompt_ids, attention_mask=prompt_mask, return_dict_in_generate=True,
-                output_logits=True, **options)
+                output_logits=keep_logits, **options)
             response_ids = out.sequences[:, prompt_ids.shape[1]:]
             response_mask = response_mask_from_eos(response_ids, eos_token_id=self.eos_token_id)
-            # One [B, V] tensor of raw logits per generated position.
-            logits = torch.stack(out.logits, dim=1).float() / sampling.logprob_temperature
-            log_probs = token_log_probs(logits, response_ids) * response_mask
+            if keep_logits:
+                # One [B, V] tensor of raw logits per generated position.
+                logits = torch.stack(out.logits, dim=1).float() / sampling.logprob_temperature
+                log_probs = token_log_probs(logits, response_ids) * response_mask
+            else:
+                log_probs = response_log_probs(
+                    self.model, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                    response_ids=response_ids, response_mask=response_mask,
+                    temperature=sampling.logprob_temperature, micro_batch_size=64)
             lengths = response_mask.sum(dim=1).tolist()
             rows = response_ids.tolist()
             values = log_probs.tolist()
