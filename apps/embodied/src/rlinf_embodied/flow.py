@@ -498,9 +498,11 @@ class EmbodiedFlow:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         torch.save(self._groups.actor.call("state")[0], directory / "actor.pt")
-        if self._groups.policy is not None:
-            torch.save(self._groups.policy.call("state")[0], directory / "policy.pt")
-        env_state = None if self.spec.reset_every_iteration else self._groups.env.call("state")[0]
+        policy = (self._groups.policy.call("state")[0] if self._groups.policy is not None
+                  else self._groups.env.call("policy_state")[0])
+        torch.save(policy, directory / "policy.pt")
+        env_state = (None if self.spec.reset_every_iteration
+                     else self._groups.env.call("state")[0]["env"])
         torch.save({"format": _FORMAT, "env": env_state, "stages": self.stages,
                     "inline": self.inline}, directory / "env.pt")
 
@@ -511,6 +513,7 @@ class EmbodiedFlow:
         try:
             meta = torch.load(directory / "env.pt", weights_only=False)
             actor = torch.load(directory / "actor.pt", weights_only=False)
+            policy_state = torch.load(directory / "policy.pt", weights_only=False)
         except FileNotFoundError as exc:
             raise ConfigError(f"{directory} is not an embodied flow checkpoint (missing "
                               f"{Path(exc.filename or '').name}): pass a directory written by "
@@ -522,23 +525,16 @@ class EmbodiedFlow:
             raise ConfigError(f"the checkpoint ran {meta['stages']} stage groups, this flow "
                               f"{self.stages}: sampling differs by grouping; use the same plan "
                               "micro-batch")
-        self._groups.actor.call("load_state", actor)
         env_state = meta["env"]
-        policy_state = (env_state or {}).get("policy")
-        if policy_state is None and (directory / "policy.pt").exists():
-            policy_state = torch.load(directory / "policy.pt", weights_only=False)
-        if env_state is not None:
-            self._groups.env.call("load_state", {"env": env_state["env"], "policy": None})
-        elif not self.spec.reset_every_iteration:
+        if env_state is None and not self.spec.reset_every_iteration:
             raise ConfigError(f"{directory} has no env state (saved with "
                               "reset_every_iteration=True) but this spec continues episodes")
-        if policy_state is not None:
-            target = self._rollout_target()
-            if target is self._groups.env:
-                target.call("load_state", {"env": env_state["env"], "policy": policy_state}
-                            if env_state is not None else {"env": None, "policy": policy_state})
-            else:
-                target.call("load_state", policy_state)
+        self._groups.actor.call("load_state", actor)
+        if self._groups.policy is None:
+            self._groups.env.call("load_state", {"env": env_state, "policy": policy_state})
+        else:
+            self._groups.env.call("load_state", {"env": env_state, "policy": None})
+            self._groups.policy.call("load_state", policy_state)
         self._sync_weights()
 
     # ------------------------------------------------------------------ profiling

@@ -170,3 +170,23 @@ def test_measure_components_profiles_every_component_for_the_planner():
         measure_components(env=env_config(), rollout=PolicyRolloutConfig(policy=POLICY),
                            actor=EmbodiedActorConfig(policy=POLICY), rollout_steps=4,
                            batch_sizes=[])
+
+
+def test_inline_env_role_state_restores_env_and_sampling_streams_separately():
+    config = env_config(max_episode_steps=7)
+    policy = PolicyRolloutConfig(policy=POLICY, seed=5)
+    first = EnvRole(context("env"), config=config, policy=policy)
+    second = EnvRole(context("env"), config=config, policy=policy)
+    try:
+        first.rollout(num_steps=5)
+        saved = first.state()
+        assert saved["policy"] is not None and first.policy_state() is not None
+        expected = first.rollout(num_steps=9).trajectory
+        second.load_state({"env": saved["env"], "policy": None})  # env only ...
+        second.load_state({"env": None, "policy": saved["policy"]})  # ... then the streams
+        got = second.rollout(num_steps=9).trajectory
+        np.testing.assert_array_equal(got.actions, expected.actions)
+        np.testing.assert_array_equal(got.obs, expected.obs)
+    finally:
+        first.shutdown()
+        second.shutdown()

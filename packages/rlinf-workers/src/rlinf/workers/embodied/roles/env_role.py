@@ -195,14 +195,18 @@ class EnvRole(RoleBase):
 
     def state(self) -> dict[str, Any]:
         """Simulator state, current observations and (inline) the policy's sampling state."""
-        return {"env": self.env.state(),
-                "policy": None if self.policy is None else self.policy.state()}
+        return {"env": self.env.state(), "policy": self.policy_state()}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        """Inverse of `state`."""
-        self.env.load_state(state["env"])
-        if self.policy is not None and state.get("policy") is not None:
-            self.policy.load_state(state["policy"])
+        """Inverse of `state`; a None part is left as it is."""
+        if state.get("env") is not None:
+            self.env.load_state(state["env"])
+        if state.get("policy") is not None:
+            self._inline().load_state(state["policy"])
+
+    def policy_state(self) -> dict[str, Any] | None:
+        """The inline policy's weights and sampling streams (None without one)."""
+        return None if self.policy is None else self.policy.state()
 
     def render(self) -> np.ndarray:
         """Frames of every env, ``uint8 (N, H, W, 3)``."""
