@@ -2,7 +2,8 @@
 
 Everything optional is imported lazily and every failure falls back: no nvidia-ml-py or no
 driver (``NVMLError``) means no GPUs here; Ray not imported or not initialized in this process
-means a single-node cluster.
+means a single-node cluster. Nodes found through Ray carry their Ray node id, so workers
+can be pinned to the node that owns their devices.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,21 +86,26 @@ def _has_nvlink(pynvml: Any, handle: Any) -> bool:
     return False
 
 
-def _cpu_node(hostname: str, address: str, cpus: int, memory: int, slots: int) -> dict[str, Any]:
+def _cpu_node(
+    hostname: str, address: str, cpus: int, memory: int, slots: int,
+    *, ray_node_id: str | None = None,
+) -> dict[str, Any]:
     per_slot = memory // slots if memory else 0
     return {
         "hostname": hostname, "address": address, "devices": [("cpu", per_slot, "cpu")] * slots,
-        "nvlink": False, "cpus": cpus, "memory_bytes": memory,
+        "nvlink": False, "cpus": cpus, "memory_bytes": memory, "ray_node_id": ray_node_id,
     }
 
 
 def _gpu_node(
-    hostname: str, address: str, gpus: list[LocalGpu], cpus: int, memory: int
+    hostname: str, address: str, gpus: list[LocalGpu], cpus: int, memory: int,
+    *, ray_node_id: str | None = None,
 ) -> dict[str, Any]:
     return {
         "hostname": hostname, "address": address,
         "devices": [(g.name, g.memory_bytes, "cuda") for g in gpus],
         "nvlink": any(g.nvlink for g in gpus), "cpus": cpus, "memory_bytes": memory,
+        "ray_node_id": ray_node_id,
     }
 
 
@@ -122,28 +128,52 @@ def discover_nodes(*, use_ray: bool, cpu_slots: int | None) -> Iterator[dict[str
 
 
 def _ray_nodes(ray: Any, cpu_slots: int | None) -> Iterator[dict[str, Any]]:
-    local_ip = ray.util.get_node_ip_address()
-    alive = [n for n in ray.nodes() if n.get("Alive")]
-    alive.sort(key=lambda n: (n.get("NodeManagerAddress") != local_ip, n.get("NodeID", "")))
-    local_done = False
+    yield from ray_nodes(ray.nodes(), local_node_id=_local_node_id(ray),
+                         local_ip=ray.util.get_node_ip_address(), cpu_slots=cpu_slots)
+
+
+def _local_node_id(ray: Any) -> str:
+    """The Ray node id of this process ("" if Ray cannot say)."""
+    try:
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception as exc:  # a driver always has one; never fail discovery over it
+        _log.debug("ray_node_id_unavailable", error=str(exc))
+        return ""
+
+
+def ray_nodes(
+    nodes: Sequence[Mapping[str, Any]], *, local_node_id: str, local_ip: str,
+    cpu_slots: int | None,
+) -> Iterator[dict[str, Any]]:
+    """Nodes from ``ray.nodes()`` records: alive ones only, this process's node first (by
+    node id, else by IP: several Ray nodes may share one machine's IP), then by address and
+    node id; each carries its ``ray_node_id``. GPUs of the local node come from nvidia-ml-py.
+    """
+    alive = [n for n in nodes if n.get("Alive")]
+    local = next((n for n in alive if local_node_id and n.get("NodeID") == local_node_id),
+                 next((n for n in alive if n.get("NodeManagerAddress") == local_ip), None))
+    alive.sort(key=lambda n: (n is not local, str(n.get("NodeManagerAddress", "")),
+                              str(n.get("NodeID", ""))))
     for node in alive:
         res = node.get("Resources", {})
         address = str(node.get("NodeManagerAddress", ""))
         hostname = str(node.get("NodeManagerHostname", address))
+        node_id = str(node["NodeID"]) if node.get("NodeID") else None
         cpus = int(res.get("CPU", 0))
         memory = int(res.get("memory", 0))
         num_gpus = int(res.get("GPU", 0))
-        if address == local_ip and not local_done:
-            local_done = True
+        if node is local:
             gpus = local_gpus()
             if gpus:
-                yield _gpu_node(hostname, address, gpus[: num_gpus or len(gpus)], cpus, memory)
+                yield _gpu_node(hostname, address, gpus[: num_gpus or len(gpus)], cpus, memory,
+                                ray_node_id=node_id)
                 continue
         if num_gpus:
             kinds = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
             kind = kinds[0] if kinds else "gpu"
             mem = known_gpu_memory(kind) or 0
             gpus = [LocalGpu(kind, mem, False)] * num_gpus
-            yield _gpu_node(hostname, address, gpus, cpus, memory)
+            yield _gpu_node(hostname, address, gpus, cpus, memory, ray_node_id=node_id)
         else:
-            yield _cpu_node(hostname, address, cpus, memory, cpu_slots or max(cpus, 1))
+            yield _cpu_node(hostname, address, cpus, memory, cpu_slots or max(cpus, 1),
+                            ray_node_id=node_id)

@@ -3,7 +3,8 @@
 Devices have global indices ``0..num_devices-1`` numbered node by node; placements refer to
 these indices. Three ways to get a `Cluster`:
 
-- `Cluster.discover()` — this machine (and, when Ray is initialized, every alive Ray node).
+- `Cluster.discover()` — this machine (and, when Ray is initialized, every alive Ray node,
+  each `Node` carrying its Ray node id so ranks can be pinned to it).
   GPUs come from nvidia-ml-py (model, memory, NVLink) on the local node and from Ray's
   ``GPU``/``accelerator_type:*`` resources on others. A node without GPUs offers logical CPU
   devices, one per CPU core slot, so every execution mode runs for real on a CPU box.
@@ -135,6 +136,11 @@ class Node:
     """Host memory in bytes (0 if unknown)."""
     address: str = ""
     """IP address where known (Ray's node manager address)."""
+    ray_node_id: str | None = None
+    """Ray node id (hex) of a node discovered from a live Ray cluster; None for clusters
+    built from a description (`from_dict`, `from_file`, `uniform`) or without Ray. Ranks
+    placed on this node's devices are pinned to it; not written by `to_dict` (it names one
+    Ray session only)."""
 
 
 @dataclass(frozen=True)
@@ -362,7 +368,9 @@ class Cluster:
         """Discover the cluster this process runs in.
 
         With `use_ray` and Ray already initialized in this process (this never starts Ray),
-        every alive Ray node is a node; otherwise only this machine. GPUs of this machine are
+        every alive Ray node is a node (this process's node first, then the others by
+        address and node id), carrying its `Node.ray_node_id`; otherwise only this machine.
+        GPUs of this machine are
         read through nvidia-ml-py, those of other nodes from Ray's resources. A node without
         GPUs gets `cpu_slots` logical CPU devices (default: its usable CPU cores; pass more to
         oversubscribe a small box, e.g. 8 to try an 8-device placement on 2 cores).
@@ -409,10 +417,11 @@ class _Builder:
         cpus: int = 0,
         memory_bytes: int = 0,
         address: str = "",
+        ray_node_id: str | None = None,
     ) -> None:
         self.nodes.append({
             "hostname": hostname, "devices": list(devices), "nvlink": nvlink, "cpus": cpus,
-            "memory_bytes": memory_bytes, "address": address,
+            "memory_bytes": memory_bytes, "address": address, "ray_node_id": ray_node_id,
         })
 
     def build(
@@ -427,7 +436,7 @@ class _Builder:
                 devices.append(Device(len(devices), n, local, kind, memory, backend))
             nodes.append(Node(
                 n, info["hostname"], tuple(indices), info["nvlink"], info["cpus"],
-                info["memory_bytes"], info["address"],
+                info["memory_bytes"], info["address"], info["ray_node_id"],
             ))
         return Cluster(
             tuple(nodes), tuple(devices), name, intra_node_bandwidth, inter_node_bandwidth

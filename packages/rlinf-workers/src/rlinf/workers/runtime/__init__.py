@@ -14,6 +14,7 @@ from rlinf.workers.runtime.dispatch import (
 )
 from rlinf.workers.runtime.group import GroupFuture, WorkerGroup
 from rlinf.workers.runtime.logs import configure_worker_logging
+from rlinf.workers.runtime.nodes import on_one_node, rank_node_ids, same_node
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = [
@@ -31,6 +32,9 @@ __all__ = [
     "WorkerInfo",
     "concat_values",
     "configure_worker_logging",
+    "on_one_node",
     "rank_devices",
+    "rank_node_ids",
+    "same_node",
     "split_value",
 ]

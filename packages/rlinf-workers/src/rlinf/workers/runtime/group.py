@@ -5,6 +5,9 @@ turns the pending call into `WorkerDiedError` naming role, rank and node as soon
 reports the death; a rank that does not answer in time turns it into `WorkerTimeoutError`
 naming the missing ranks. The first failing rank fails the call at once: its peers may be
 blocked in a collective waiting for it and would never finish.
+
+Given a cluster discovered from the live Ray cluster, each rank is pinned (hard node
+affinity) to the Ray node that owns its placement device; see `rlinf.workers.runtime.nodes`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from typing import Any
 import ray
 import structlog
 from ray import exceptions as ray_errors
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rlinf.sched.cluster import Cluster
 from rlinf.sched.placement import ComponentPlacement
 from rlinf.workers.errors import (
     ConfigError,
@@ -37,6 +42,7 @@ from rlinf.workers.runtime.dispatch import (
     gather_results,
     split_arguments,
 )
+from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = ["GroupFuture", "WorkerGroup"]
@@ -68,6 +74,27 @@ def _translate(
                                    cause=cause)
         return WorkerCallError(role, rank, method=method, detail=str(exc), node=node)
     return exc
+
+
+def _pinned_nodes(
+    role: str, placement: ComponentPlacement | None, cluster: Cluster | None, *,
+    cpus: float, gpus: float,
+) -> tuple[str, ...] | None:
+    """Ray node id per rank when `cluster` names Ray nodes, checked against the live cluster."""
+    if cluster is None or all(node.ray_node_id is None for node in cluster.nodes):
+        return None
+    if placement is None:
+        _log.warning("worker_group_not_pinned", role=role,
+                      reason="cluster given without a placement: no devices to place by")
+        return None
+    live = [node for node in ray.nodes() if node.get("Alive")]
+    alive = {str(node["NodeID"]): str(node.get("NodeManagerAddress", "")) for node in live}
+    node_ids = rank_node_ids(placement, cluster, alive=alive)
+    if node_ids is not None:
+        totals = {str(node["NodeID"]): dict(node.get("Resources", {})) for node in live}
+        check_node_capacity(role, node_ids, per_rank={"CPU": cpus, "GPU": gpus},
+                            totals=totals)
+    return node_ids
 
 
 class GroupFuture:
@@ -162,6 +189,7 @@ class WorkerGroup:
         role: str | None = None,
         num_ranks: int | None = None,
         placement: ComponentPlacement | None = None,
+        cluster: Cluster | None = None,
         num_cpus_per_rank: float = 1.0,
         num_gpus_per_rank: float = 0.0,
         init_kwargs: Mapping[str, Any] | None = None,
@@ -176,11 +204,15 @@ class WorkerGroup:
 
         The rank count comes from `placement` (devices x processes per device) or
         `num_ranks`; each rank's `WorkerContext.devices` is its device in the placement
-        (a CPU slot without GPUs). Ray reserves `num_cpus_per_rank` CPUs (fractions allowed)
-        and `num_gpus_per_rank` GPUs per rank. `init_kwargs` go to the worker's
-        ``__init__`` after its context. With `device_lock_address`/`device_lock_token`
-        (an `rlinf.sched.DeviceLockServer`), ranks can `Worker.hold_devices` to time-share
-        their devices with collocated components. Requires ``ray.init()`` first.
+        (a CPU slot without GPUs). When `cluster` came from `Cluster.discover()` on the live
+        Ray cluster (its nodes carry Ray node ids), rank r runs on the Ray node that owns its
+        device, and a device the live cluster lacks raises `ConfigError` before any rank
+        starts; without such a cluster Ray puts ranks wherever it has room. Ray reserves
+        `num_cpus_per_rank` CPUs (fractions allowed) and `num_gpus_per_rank` GPUs per rank.
+        `init_kwargs` go to the worker's ``__init__`` after its context. With
+        `device_lock_address`/`device_lock_token` (an `rlinf.sched.DeviceLockServer`), ranks
+        can `Worker.hold_devices` to time-share their devices with collocated components.
+        Requires ``ray.init()`` first.
         """
         if not issubclass(worker_cls, Worker):
             raise ConfigError(f"{worker_cls!r} is not a subclass of rlinf.workers Worker")
@@ -195,6 +227,8 @@ class WorkerGroup:
         world = placement.num_procs if placement is not None else num_ranks
         if world is None or world < 1:
             raise ConfigError(f"need num_ranks >= 1 or a placement, got num_ranks={num_ranks}")
+        node_ids = _pinned_nodes(role, placement, cluster, cpus=num_cpus_per_rank,
+                                 gpus=num_gpus_per_rank)
         name = f"{role}-{uuid.uuid4().hex[:8]}"
         remote_cls = ray.remote(worker_cls)
         actors: list[Any] = []
@@ -211,6 +245,9 @@ class WorkerGroup:
             }
             if env_vars:
                 options["runtime_env"] = {"env_vars": dict(env_vars)}
+            if node_ids is not None:
+                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                    node_id=node_ids[rank], soft=False)
             actors.append(remote_cls.options(**options).remote(context, **dict(init_kwargs or {})))
         group = cls(role=role, name=name, worker_cls=worker_cls, actors=actors,
                     call_timeout=call_timeout)
@@ -221,7 +258,7 @@ class WorkerGroup:
             raise
         group._infos = tuple(infos)
         _log.info("worker_group_launched", role=role, group=name, world_size=world,
-                  nodes=sorted({info.node_ip for info in infos}))
+                  nodes=sorted({info.node_ip for info in infos}), pinned=node_ids is not None)
         return group
 
     @property
