@@ -31,7 +31,8 @@ import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -59,6 +60,7 @@ from rlinf.workers.embodied.roles import (
     EnvDescription,
     EnvRole,
     PolicyRole,
+    RoleBase,
     RoleLink,
     RolloutReport,
     TrainReport,
@@ -302,7 +304,6 @@ class _Groups:
     env: WorkerGroup
     actor: WorkerGroup
     policy: WorkerGroup | None = None
-    extra: list[Any] = field(default_factory=list)
 
     def all(self) -> list[WorkerGroup]:
         return [g for g in (self.env, self.policy, self.actor) if g is not None]
@@ -372,25 +373,38 @@ class EmbodiedFlow:
             link = RoleLink(f"embodied-{run}-obs", f"embodied-{run}-actions",
                             store=f"embodied-{run}-store", timeout=spec.link_timeout,
                             transport=spec.link_transport)
-            env_group = WorkerGroup.launch(
-                EnvRole, placement=placement.components["env"], init_kwargs={
+            # The groups start concurrently: each launch waits seconds for its processes.
+            jobs: dict[str, tuple[type[RoleBase], dict[str, Any]]] = {
+                "env": (EnvRole, {"placement": placement.components["env"], "init_kwargs": {
                     "config": env_config, **role_opts,
-                    **({"policy": rollout_config} if inline else {"link": link})}, **common)
-            launched.append(env_group)
-            policy_group = None
+                    **({"policy": rollout_config} if inline else {"link": link})}}),
+                # One process spanning the actor's devices (one torch thread per device).
+                "actor": (ActorRole, {"role": "actor", "num_ranks": 1, "init_kwargs": {
+                    "config": actor_config, **role_opts,
+                    "devices": placement.devices_of("actor")}}),
+            }
             if not inline:
-                policy_group = WorkerGroup.launch(
-                    PolicyRole, placement=placement.components["rollout"],
-                    init_kwargs={"config": rollout_config, "link": link, **role_opts}, **common)
-                launched.append(policy_group)
+                jobs["rollout"] = (PolicyRole, {
+                    "placement": placement.components["rollout"],
+                    "init_kwargs": {"config": rollout_config, "link": link, **role_opts}})
+            with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+                futures = {name: pool.submit(WorkerGroup.launch, cls_, **options, **common)
+                           for name, (cls_, options) in jobs.items()}
+                started: dict[str, WorkerGroup] = {}
+                errors: list[BaseException] = []
+                for name, future in futures.items():
+                    try:
+                        started[name] = future.result()
+                        launched.append(started[name])
+                    except BaseException as exc:
+                        errors.append(exc)
+            if errors:
+                raise errors[0]
+            env_group, actor_group = started["env"], started["actor"]
+            policy_group = started.get("rollout")
+            if policy_group is not None:
                 _wait([env_group.call_async("open_link"),
                        policy_group.call_async("open_link")], spec.link_timeout)
-            # One process spanning the actor's devices (one torch thread per device).
-            actor_group = WorkerGroup.launch(
-                ActorRole, role="actor", num_ranks=1, init_kwargs={
-                    "config": actor_config, **role_opts,
-                    "devices": placement.devices_of("actor")}, **common)
-            launched.append(actor_group)
         except BaseException:
             for group in launched:
                 group.kill()
