@@ -100,7 +100,8 @@ def test_collocated_step_trains_and_syncs_exactly(collocated: dict[str, object])
     assert m["weight_sync/inference_logprob_max_abs_diff"] < 1e-4
     tracks = {span.track for span in first.spans}
     assert tracks == {f"{role}/0" for role in flow_components(SPEC)}
-    assert {"generate", "micro_batch", "reward", "inference", "train"} <= {
+    assert {"generate", "micro_batch", "reward", "inference", "train_micro_batch",
+            "optimizer_step", "export_weights", "receive_weights"} <= {
         span.name for span in first.spans}
     assert 0.0 <= collocated["accuracy"] <= 1.0  # type: ignore[operator]
 

@@ -97,6 +97,10 @@ class FlowSpec:
     """Algorithm (grpo|ppo), optimizer, clipping, KL, micro-batch (`rlinf.workers.actor`)."""
     recompute_logprobs: bool = True
     """Run the inference role for old log-probs (False: trust the rollout's)."""
+    stream_actor: bool = True
+    """The actor computes each micro-batch's gradients as soon as its groups arrive and
+    steps once all arrived (GRPO, one epoch, one step per iteration; otherwise, or False:
+    it collects its shard, then trains)."""
     weight_sync: WeightSync = "auto"
     """Actor → rollout transport; "auto" derives it from the placement."""
     seed: int = 0
@@ -372,7 +376,7 @@ class ReasoningFlow:
                 granularity=self._granularity("reward", "inference"))
         futures["actor"] = self.groups["actor"].call_async(
             "train", step, self._channel_name(names[-2], "actor"), routing=routing,
-            granularity=self._granularity(names[-2], "actor"))
+            granularity=self._granularity(names[-2], "actor"), stream=spec.stream_actor)
         results = self._wait(futures)
         generated = time.perf_counter() - start
         sync_start = time.perf_counter()

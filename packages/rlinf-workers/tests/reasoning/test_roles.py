@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -25,6 +26,7 @@ from rlinf.workers.reasoning import (
     RoleSetup,
     RolloutRole,
     Routing,
+    pack_group,
     rank_key,
     unpack_group,
 )
@@ -201,3 +203,51 @@ def test_profile_train_leaves_the_trainer_unchanged(
     after = actor.actor.model.state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before)
     assert actor.actor.global_step == 0
+
+
+def record_steps(optimizer: torch.optim.Optimizer, out: list[torch.Tensor]) -> None:
+    """Make `optimizer.step` first append a copy of every gradient to `out`."""
+    step = optimizer.step
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        out.extend(p.grad.clone() for g in optimizer.param_groups for p in g["params"]
+                   if p.grad is not None)
+        return step(*args, **kwargs)
+
+    optimizer.step = recording  # type: ignore[method-assign]
+
+
+def test_streamed_training_steps_like_training_on_the_whole_shard(
+        wiring: Wiring, problems: list[MathProblem]) -> None:
+    """Micro-batch gradients accumulated as groups arrive, one step at the end, give the
+    update of `ActorWorker.train` on the collected shard (up to float summation order)."""
+    names = [wiring.channel(n) for n in ("rollout->reward", "reward->actor")]
+    route = routing(5, inference_ranks=0)
+    RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT).generate(
+        2, problems, names[0], routing=route)
+    reward = RewardRole(ctx("reward"), setup=wiring.setup(),
+                        config=RewardConfig(format_penalty=1.0))
+    reward.process(2, names[0], names[1], routing=route, granularity=1, next_role="actor")
+    arrived = drain(wiring.channels["reward->actor"], 5, key=rank_key(0), step=2)
+    config = ActorConfig(parallelism="none", lr=1e-2, micro_batch_size=8)
+    streamed, whole = (ActorRole(ctx("actor"), setup=wiring.setup(), config=config)
+                       for _ in range(2))
+    streamed.build()
+    whole.build()
+    # the gradient each optimizer step applies
+    grads: dict[int, list[torch.Tensor]] = {id(streamed): [], id(whole): []}
+    for role in (streamed, whole):
+        record_steps(role.actor.optimizer, grads[id(role)])
+    channel = wiring.channels["reward->actor"]
+    for index in (3, 0, 4, 2, 1):  # out of order: the actor waits for consecutive groups
+        channel.put(pack_group(arrived[index], index=index, step=2), weight=4, key=rank_key(0))
+    metrics = streamed.train(2, names[1], routing=route, granularity=2, stream=True)
+    assert {s.name for s in streamed.drain_spans()} >= {"train_micro_batch", "optimizer_step"}
+    reference = whole.train_batch(RolloutBatch.concat([arrived[i] for i in range(5)],
+                                                      pad_token_id=0))
+    for key in ("policy_loss", "entropy", "grad_norm"):
+        assert metrics[key] == pytest.approx(reference[key], rel=1e-4, abs=1e-6), key
+    assert len(grads[id(streamed)]) == len(grads[id(whole)]) > 0
+    for a, b in zip(grads[id(streamed)], grads[id(whole)], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+    assert streamed.actor.global_step == whole.actor.global_step == 1

@@ -22,7 +22,7 @@ from torch import nn
 from rlinf.workers.actor import checkpoint as ckpt
 from rlinf.workers.actor.config import ActorConfig
 from rlinf.workers.actor.critic import TokenValueModel, build_critic_from_policy
-from rlinf.workers.actor.parallel import full_named_tensors, unwrap, wrap
+from rlinf.workers.actor.parallel import full_named_tensors, is_distributed, unwrap, wrap
 from rlinf.workers.algorithms import (
     LossAggregation,
     aggregate_loss,
@@ -101,6 +101,69 @@ class ActorWorker:
         result = {key: sum(v) / len(v) for key, v in history.items()}
         result["advantage_mean"] = float(masked_mean(data["advantages"], data["response_mask"]))
         _log.info("actor_trained", step=self.global_step, **result)
+        return result
+
+    # -- streaming: gradients of micro-batches as they arrive, one step at the end ------------
+
+    @property
+    def can_stream(self) -> bool:
+        """Whether `accumulate`/`step_accumulated` apply: GRPO (advantages are per group),
+        one epoch, one optimizer step per batch, no FSDP2 (its gradients are sharded)."""
+        cfg = self.config
+        return (cfg.algorithm == "grpo" and cfg.epochs == 1 and cfg.mini_batch_size is None
+                and not (is_distributed() and cfg.parallelism == "fsdp2"))
+
+    def accumulate(self, batch: RolloutBatch) -> tuple[float, dict[str, float]]:
+        """Forward/backward `batch` (whole groups) without stepping; returns its loss units
+        and its metrics summed over them.
+
+        Gradients accumulate as the *sum* of per-unit losses; `step_accumulated` divides by
+        the total units, so the step equals that of the aggregated loss of every batch
+        accumulated since the last step. Under DDP no gradient is synchronised here.
+        """
+        if not self.can_stream:
+            raise ConfigError("accumulate needs GRPO with epochs=1, mini_batch_size=None and "
+                              "no FSDP2; use train() for this config")
+        if batch.rewards is None:
+            raise ConfigError("the batch has no rewards; run the reward worker first")
+        data = self._prepare(batch)
+        units = self._units(data["response_mask"])
+        if units == 0:
+            return 0.0, {}
+        with contextlib.ExitStack() as stack:
+            for module in (self.policy, self.critic):
+                no_sync = getattr(module, "no_sync", None)
+                if no_sync is not None:
+                    stack.enter_context(no_sync())
+            loss, metrics = self._micro_loss(data, slice(None))
+            (loss * units).backward()
+        return units, {key: value * units for key, value in metrics.items()}
+
+    def step_accumulated(self, units: float, metric_sums: dict[str, float]) -> dict[str, float]:
+        """Average the accumulated gradients over `units` (all ranks' units under DDP), clip,
+        step; returns the metrics averaged over units, plus ``grad_norm``."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        total = units
+        if is_distributed():
+            import torch.distributed as dist
+
+            counted = torch.tensor([units], dtype=torch.float64, device=self.device)
+            dist.all_reduce(counted)
+            total = float(counted)
+            for param in params:
+                if param.grad is not None:
+                    dist.all_reduce(param.grad)
+        result = {key: value / units for key, value in metric_sums.items()} if units else {}
+        if total > 0:
+            for param in params:
+                if param.grad is not None:
+                    param.grad.div_(total)
+            if self.config.max_grad_norm is not None:
+                norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+                result["grad_norm"] = float(norm)
+            self.optimizer.step()
+            self.global_step += 1
+        self.optimizer.zero_grad(set_to_none=True)
         return result
 
     def _prepare(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:

@@ -68,12 +68,47 @@ class ActorRole(WeightSenderRole):
                 received[index] = group
         return RolloutBatch.concat([received[i] for i in shard], pad_token_id=self._pad_id)
 
-    def train(self, step: int, in_channel: str, *, routing: Routing,
-              granularity: int) -> dict[str, float]:
-        """Collect this rank's shard of iteration `step`, then train on it (one turn)."""
-        self.actor  # noqa: B018 - fail before consuming the shard if build() did not run
-        batch = self.collect(step, in_channel, routing=routing, granularity=granularity)
-        return self.train_batch(batch, step=step)
+    def train(self, step: int, in_channel: str, *, routing: Routing, granularity: int,
+              stream: bool = False) -> dict[str, float]:
+        """Train on this rank's shard of iteration `step`.
+
+        With `stream` (and a config the trainer can stream, `ActorWorker.can_stream`), the
+        gradients of each micro-batch (``micro_batch_size`` rows of consecutive groups, at
+        least one group) are computed as soon as its groups arrived, one device turn each,
+        and the optimizer steps once after the last; otherwise the shard is collected first
+        and trained in one turn. Either way the micro-batches are the same whatever the
+        placement, so the result is too.
+        """
+        actor = self.actor  # fail before consuming the shard if build() did not run
+        if not (stream and actor.can_stream):
+            batch = self.collect(step, in_channel, routing=routing, granularity=granularity)
+            return self.train_batch(batch, step=step)
+        shard = routing.actor_shard(self.rank)
+        size = max(1, self.config.micro_batch_size // routing.group_size)
+        chunks = [range(start, min(start + size, shard.stop))
+                  for start in range(shard.start, shard.stop, size)]
+        received: dict[int, RolloutBatch] = {}
+        units, done = 0.0, 0
+        sums: dict[str, float] = {}
+        for message in self.receive(in_channel, step=step, count=len(shard),
+                                    group_size=routing.group_size, granularity=granularity):
+            for index, group in message:
+                if index not in shard or index in received:
+                    raise ConfigError(f"actor rank {self.rank} got group {index}, expected "
+                                      f"each of {shard.start}..{shard.stop - 1} once")
+                received[index] = group
+            while done < len(chunks) and all(i in received for i in chunks[done]):
+                batch = RolloutBatch.concat([received[i] for i in chunks[done]],
+                                            pad_token_id=self._pad_id)
+                with self.turn("train_micro_batch", step=step, index=done,
+                               rows=batch.num_rows):
+                    part, metrics = actor.accumulate(batch)
+                units += part
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + value
+                done += 1
+        with self.turn("optimizer_step", step=step):
+            return actor.step_accumulated(units, sums)
 
     def train_batch(self, batch: RolloutBatch, *, step: int = -1) -> dict[str, float]:
         """Train on `batch` in one device turn; returns the trainer's metrics."""
