@@ -6,6 +6,9 @@ of two one-CPU ranks lands one rank per node. rlinf.comm treats the two Ray node
 nodes (their locality carries the Ray node id), so tensors between the ranks travel the
 cross-node path (Arrow IPC over TCP), while a rank and the driver on the head node use
 shared memory. A rank killed on the other node surfaces as `WorkerDiedError` naming it.
+With a cluster discovered from Ray (`Cluster.discover()`: its nodes carry Ray node ids) a
+group pins rank i to the node that owns its placement device, and a placement naming a
+device of a node Ray does not have fails with `ConfigError` before any rank starts.
 Last, the reasoning app's `ReasoningFlow` runs one step unchanged with its roles on three
 Ray nodes (rollout and actor apart, weights synced by a gloo broadcast across nodes).
 
@@ -38,7 +41,9 @@ cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 from rlinf.comm import Channel, Endpoint, RayStore, new_token  # noqa: E402
 from rlinf.comm._internal import transports  # noqa: E402
-from rlinf.workers.errors import WorkerCallError, WorkerDiedError  # noqa: E402
+from rlinf.sched import Cluster  # noqa: E402
+from rlinf.sched.placement import ComponentPlacement  # noqa: E402
+from rlinf.workers.errors import ConfigError, WorkerCallError, WorkerDiedError  # noqa: E402
 from rlinf.workers.runtime import (  # noqa: E402
     DispatchSpec,
     Gather,
@@ -159,6 +164,13 @@ class Peer(Worker):
             self.channel.disconnect()
         self.endpoint.close()
         super().shutdown()
+
+
+class Where(Worker):
+    """A light rank that says which Ray node it runs on."""
+
+    def node_id(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
 
 
 def on(rank: int) -> DispatchSpec:
@@ -302,6 +314,40 @@ def _wait_for_cpus(total: float, *, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+def test_placement_pins_each_rank_to_the_node_owning_its_device(two_nodes: Any) -> None:
+    """Two CPU slots per node: devices 0-1 on the head node, 2-3 on the second. Ranks on
+    devices (1, 2, 3) land head, second, second; unpinned, Ray would fill the head first."""
+    _wait_for_cpus(2)
+    cluster = Cluster.discover(cpu_slots=2)
+    names = node_names()
+    assert [names[str(n.ray_node_id)] for n in cluster.nodes] == list(NODE_RESOURCES[:2])
+    devices = (1, 2, 3)
+    group = WorkerGroup.launch(Where, placement=ComponentPlacement("where", devices),
+                               cluster=cluster, num_cpus_per_rank=0.25, launch_timeout=180,
+                               call_timeout=60)
+    try:
+        reported = group.call("node_id")
+        owners = [cluster.nodes[cluster.node_of(d)].ray_node_id for d in devices]
+        assert reported == owners
+        assert [names[r] for r in reported] == ["node_a", "node_b", "node_b"]
+        assert [info.node_id for info in group.infos] == reported
+    finally:
+        group.kill()
+
+
+def _named_actors(prefix: str) -> list[str]:
+    return [a for a in ray.util.list_named_actors() if a.startswith(prefix)]
+
+
+def test_placement_beyond_the_live_nodes_fails_before_any_rank_starts(two_nodes: Any) -> None:
+    cluster = Cluster.discover(cpu_slots=2)  # devices 0-3
+    with pytest.raises(ConfigError, match=r"rank 1 on device 4, but no node of the Ray "
+                                          r"cluster has it: .*devices 0-1.*devices 2-3"):
+        WorkerGroup.launch(Where, placement=ComponentPlacement("missing", (0, 4)),
+                           cluster=cluster, num_cpus_per_rank=0.25)
+    assert _named_actors("missing-") == []  # no rank was created, not even rank 0
+
+
 def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes: Any) -> None:
     """The reasoning app's flow runs unchanged across Ray nodes: rollout and actor on
     different nodes, weights actor → rollout by gloo broadcast over TCP.
@@ -345,3 +391,26 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
         result = flow.step(1, problems)
     assert result.samples == 4 * 2 and result.tokens > 0
     assert all(math.isfinite(v) for v in result.metrics.values()), result.metrics
+
+
+def test_placement_on_a_node_that_left_fails_before_any_rank_starts(two_nodes: Any) -> None:
+    """Runs after the flow test (which added a third node): discover, remove that node, and
+    launch on its device."""
+    if len(two_nodes.worker_nodes) < 2:
+        two_nodes.add_node(num_cpus=1, resources={NODE_RESOURCES[2]: 1})
+        two_nodes.wait_for_nodes()
+    cluster = Cluster.discover(cpu_slots=1)  # a device per node: 0 head, 1 and 2 the others
+    names = node_names()
+    third = next(n for n in cluster.nodes if names[str(n.ray_node_id)] == NODE_RESOURCES[2])
+    leaving = next(n for n in two_nodes.worker_nodes if n.node_id == third.ray_node_id)
+    two_nodes.remove_node(leaving)
+    deadline = time.monotonic() + 60
+    while any(n["NodeID"] == third.ray_node_id and n["Alive"] for n in ray.nodes()):
+        assert time.monotonic() < deadline, "Ray still reports the removed node alive"
+        time.sleep(0.2)
+    (device,) = third.devices
+    with pytest.raises(ConfigError, match=rf"rank 1 on device {device} of node "
+                                          rf"{third.index} .*not alive in the Ray cluster"):
+        WorkerGroup.launch(Where, placement=ComponentPlacement("left", (0, device)),
+                           cluster=cluster, num_cpus_per_rank=0.25)
+    assert _named_actors("left-") == []

@@ -1,0 +1,64 @@
+"""Cluster discovery from Ray's node records (no Ray cluster: records as ``ray.nodes()``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rlinf.sched import _discovery
+from rlinf.sched._discovery import ray_nodes
+from rlinf.sched.cluster import Cluster, _Builder
+
+
+def record(node_id: str, address: str, *, cpus: float, alive: bool = True,
+           **resources: float) -> dict[str, Any]:
+    return {"NodeID": node_id, "Alive": alive, "NodeManagerAddress": address,
+            "NodeManagerHostname": f"host-{address}",
+            "Resources": {"CPU": cpus, "memory": 4e9, **resources}}
+
+
+def build(infos: list[dict[str, Any]]) -> Cluster:
+    builder = _Builder()
+    for info in infos:
+        builder.add_node(**info)
+    return builder.build(name="t", intra_node_bandwidth=1.0, inter_node_bandwidth=1.0)
+
+
+@pytest.fixture(autouse=True)
+def no_local_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_discovery, "local_gpus", list)
+
+
+def test_nodes_carry_ray_ids_local_first() -> None:
+    nodes = [record("cc", "10.0.0.3", cpus=1), record("bb", "10.0.0.1", cpus=2),
+             record("dd", "10.0.0.9", cpus=4, alive=False), record("aa", "10.0.0.1", cpus=1)]
+    # two Ray nodes share the driver's IP (one machine): the driver's node id decides
+    cluster = build(list(ray_nodes(nodes, local_node_id="bb", local_ip="10.0.0.1",
+                                   cpu_slots=None)))
+    assert [n.ray_node_id for n in cluster.nodes] == ["bb", "aa", "cc"]  # dead node left out
+    assert [n.devices for n in cluster.nodes] == [(0, 1), (2,), (3,)]
+    assert [n.address for n in cluster.nodes] == ["10.0.0.1", "10.0.0.1", "10.0.0.3"]
+    # descriptions do not carry session-bound ids
+    assert all(n.ray_node_id is None for n in Cluster.from_dict(cluster.to_dict()).nodes)
+
+
+def test_gpu_nodes_and_cpu_slots() -> None:
+    nodes = [record("aa", "10.0.0.1", cpus=8),
+             record("bb", "10.0.0.2", cpus=16, GPU=2, **{"accelerator_type:H100": 1})]
+    cluster = build(list(ray_nodes(nodes, local_node_id="aa", local_ip="10.0.0.1",
+                                   cpu_slots=3)))
+    assert [d.kind for d in cluster.devices] == ["cpu"] * 3 + ["H100"] * 2
+    assert cluster.nodes[1].ray_node_id == "bb"
+    assert cluster.node_of(4) == 1
+
+
+def test_local_node_by_ip_without_a_node_id() -> None:
+    nodes = [record("aa", "10.0.0.1", cpus=1), record("bb", "10.0.0.2", cpus=1)]
+    infos = list(ray_nodes(nodes, local_node_id="", local_ip="10.0.0.2", cpu_slots=None))
+    assert [i["ray_node_id"] for i in infos] == ["bb", "aa"]
+
+
+def test_discovery_without_ray_has_no_node_ids() -> None:
+    cluster = Cluster.discover(use_ray=False, cpu_slots=2)
+    assert [n.ray_node_id for n in cluster.nodes] == [None]
