@@ -214,3 +214,14 @@ def test_resume_refuses_a_changed_config(reference_run: tuple[Path, str]) -> Non
     assert proc.returncode == 2
     assert "algorithm.lr: 0.0003 -> 0.001" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_auto_dry_run_prints_ranked_plans_and_trains_nothing(tmp_path: Path) -> None:
+    proc = subprocess.run(cli_command(tmp_path / "run", "placement=auto", "--dry-run"),
+                          capture_output=True, text=True, env=cli_env(), timeout=400,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "  placement: auto" in proc.stdout
+    assert "planner: ranked plans (predicted seconds per iteration)" in proc.stdout
+    assert " *1. " in proc.stdout and "predicted iteration time:" in proc.stdout
+    assert not (tmp_path / "run").exists()

@@ -214,7 +214,7 @@ class ReasoningConfig:
     """How responses are generated."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """The RL algorithm and its optimizer."""
-    placement: str = "collocated"
+    placement: str = "rollout: 0, actor,reward,inference: 1"
     """collocated, disaggregated, auto, or a spec like 'rollout: 0, actor,reward,inference: 1'."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     """The devices placements refer to."""
