@@ -12,10 +12,10 @@ from rlinf.sched.cluster import Cluster, _Builder
 
 
 def record(node_id: str, address: str, *, cpus: float, alive: bool = True,
-           **resources: float) -> dict[str, Any]:
+           resources: dict[str, float] | None = None) -> dict[str, Any]:
     return {"NodeID": node_id, "Alive": alive, "NodeManagerAddress": address,
             "NodeManagerHostname": f"host-{address}",
-            "Resources": {"CPU": cpus, "memory": 4e9, **resources}}
+            "Resources": {"CPU": cpus, "memory": 4e9, **(resources or {})}}
 
 
 def build(infos: list[dict[str, Any]]) -> Cluster:
@@ -45,7 +45,8 @@ def test_nodes_carry_ray_ids_local_first() -> None:
 
 def test_gpu_nodes_and_cpu_slots() -> None:
     nodes = [record("aa", "10.0.0.1", cpus=8),
-             record("bb", "10.0.0.2", cpus=16, GPU=2, **{"accelerator_type:H100": 1})]
+             record("bb", "10.0.0.2", cpus=16,
+                    resources={"GPU": 2, "accelerator_type:H100": 1})]
     cluster = build(list(ray_nodes(nodes, local_node_id="aa", local_ip="10.0.0.1",
                                    cpu_slots=3)))
     assert [d.kind for d in cluster.devices] == ["cpu"] * 3 + ["H100"] * 2
