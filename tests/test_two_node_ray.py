@@ -352,12 +352,13 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
     """The reasoning app's flow runs unchanged across Ray nodes: rollout and actor on
     different nodes, weights actor → rollout by gloo broadcast over TCP.
 
-    The flow places ranks by CPU demand only (one CPU per rank here), so a third one-CPU
-    node makes the layout certain: each of the three roles gets a node of its own.
+    Three one-CPU nodes and one CPU per rank make the layout certain even where the flow
+    places ranks by CPU demand only: each of the three roles gets a node of its own. The
+    cluster is discovered, so a flow that hands it to `WorkerGroup.launch` pins each role to
+    the node of its device.
     """
     flow_mod = pytest.importorskip("rlinf_reasoning.flow")
     from rlinf.envs.math import ProblemGenerator
-    from rlinf.sched import Cluster
     from rlinf.workers.actor import ActorConfig
     from rlinf.workers.models import TinyLMConfig
     from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
@@ -374,10 +375,9 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
         actor=ActorConfig(lr=1e-3, micro_batch_size=4, mini_batch_size=None, epochs=1,
                           kl_coef=0.0, temperature=1.0, parallelism="ddp"),
         recompute_logprobs=False, prompts_per_step=4, timeout=240.0)
-    # One logical CPU device per Ray node, as the flow's weight-sync choice needs to know.
-    cluster = Cluster.from_dict({"nodes": [
-        {"count": 3, "devices": 1, "device_memory": "1GiB", "device_kind": "cpu",
-         "hostname": "node"}]})
+    # One logical CPU device per Ray node, discovered: each node carries its Ray node id.
+    cluster = Cluster.discover(cpu_slots=1)
+    assert cluster.num_devices == 3 and all(n.ray_node_id for n in cluster.nodes)
     plan = flow_mod.fixed_plan(spec, "rollout: 0, reward: 1, actor: 2", num_devices=3,
                                granularity_groups=2)
     names = node_names()
