@@ -50,7 +50,7 @@ def test_ppo_group_and_overrides() -> None:
 
 
 @pytest.mark.parametrize("spec", [
-    "collocated", "auto", "rollout: 0, actor,reward,inference: 1",
+    "collocated", "auto", "hybrid", "rollout: 0, actor,reward,inference: 1",
     "actor,rollout,reward,inference: 0-1", "actor: 0-1, rollout: 0, reward,inference: 1",
 ])
 def test_good_placements(spec: str) -> None:
@@ -95,7 +95,7 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
     (("+extra=1",), "extra", "the top level has model, data"),
     (("cluster.cpu_slots=0",), "cluster.cpu_slots", ">= 1"),
     (("placement=",), "placement", "'collocated'"),
-    (("placement=everywhere",), "placement", "'collocated', 'disaggregated', 'auto'"),
+    (("placement=everywhere",), "placement", "'collocated', 'disaggregated', 'hybrid', 'auto'"),
     (("placement='rollout: 0, actor: 2, reward,inference: 1'",), "placement",
      "out of range"),
     (("placement='rollout: 0, actor: 1'",), "placement", "missing"),
@@ -142,9 +142,24 @@ def test_a_device_index_the_cluster_lacks_uses_the_discovered_cluster(tmp_path: 
                         "cluster": {"cpu_slots": 3}})
 
 
+def test_hybrid_keyword_splits_rollout_from_the_rest() -> None:
+    from rlinf_reasoning.placement import resolve_placement
+
+    names = ("rollout", "reward", "inference", "actor")
+    two = resolve_placement("hybrid", names, 2)
+    assert two.mode.value == "hybrid" and two.to_spec() == "rollout: 0, reward,inference,actor: 1"
+    assert resolve_placement("hybrid", names, 5).devices_of("actor") == (3, 4)
+    three = resolve_placement("hybrid", ("rollout", "reward", "actor"), 2)
+    assert three.devices_of("actor") == (1,)
+    with pytest.raises(InvalidConfigError, match="at least 2 devices"):
+        resolve_placement("hybrid", names, 1)
+
+
 def test_components_follow_recompute_logprobs() -> None:
     assert component_names(ReasoningConfig()) == ("rollout", "reward", "inference", "actor")
     assert "inference" not in component_names(load("algorithm.recompute_logprobs=false"))
+    assert "inference" in component_names(load("algorithm.recompute_logprobs=false",
+                                               "algorithm.kl_coef=0.1"))
 
 
 def test_config_hash_ignores_only_the_run_length() -> None:

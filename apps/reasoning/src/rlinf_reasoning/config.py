@@ -214,8 +214,8 @@ class ReasoningConfig:
     """How responses are generated."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """The RL algorithm and its optimizer."""
-    placement: str = "rollout: 0, actor,reward,inference: 1"
-    """collocated, disaggregated, auto, or a spec like 'rollout: 0, actor,reward,inference: 1'."""
+    placement: str = "hybrid"
+    """collocated, disaggregated, hybrid, auto, or a spec like 'rollout: 0, actor,reward: 1'."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     """The devices placements refer to."""
     run: RunConfig = field(default_factory=RunConfig)

@@ -1,6 +1,8 @@
 """The app's ``placement`` setting → a validated `rlinf.sched.Placement`.
 
 ``collocated``, ``auto`` and explicit specs go through `rlinf.sched.parse_placement`.
+``hybrid`` puts the rollout on the first half of the devices (rounded up) and every other
+role, taking turns, on the rest: on two CPU slots ``rollout: 0, reward,inference,actor: 1``.
 ``disaggregated`` (which the scheduler leaves to the planner) gets a fixed split here: each
 component on its own devices, one device for each light component (reward, inference) and
 the rest divided between rollout and actor, so the mode can be run without profiling.
@@ -24,13 +26,19 @@ from rlinf.sched import (
 )
 from rlinf_reasoning.errors import InvalidConfigError
 
-__all__ = ["HEAVY_COMPONENTS", "disaggregated_placement", "resolve_placement"]
+__all__ = [
+    "HEAVY_COMPONENTS",
+    "disaggregated_placement",
+    "hybrid_placement",
+    "resolve_placement",
+]
 
 HEAVY_COMPONENTS = ("rollout", "actor")
 """Components that get the spare devices of a disaggregated split (rollout first)."""
 
 _KEY = "placement"
-_ALLOWED = ("'collocated', 'disaggregated', 'auto', or a spec naming every component once, "
+_ALLOWED = ("'collocated', 'disaggregated', 'hybrid', 'auto', or a spec naming every component "
+            "once, "
             "e.g. 'rollout: 0, actor,reward,inference: 1'")
 
 
@@ -58,6 +66,21 @@ def disaggregated_placement(components: Sequence[str], num_devices: int) -> Plac
     return Placement(ordered, derive_mode(ordered.values()), num_devices)
 
 
+def hybrid_placement(components: Sequence[str], num_devices: int) -> Placement:
+    """The rollout on devices ``0..ceil(n/2)-1``, the other roles collocated on the rest."""
+    if num_devices < 2 or "rollout" not in components:
+        raise InvalidConfigError(
+            _KEY, "hybrid",
+            f"a cluster of at least 2 devices (it has {num_devices}): use 'collocated', or set "
+            "cluster.cpu_slots=2")
+    split = (num_devices + 1) // 2
+    rollout = tuple(range(split))
+    rest = tuple(range(split, num_devices))
+    comps = {name: ComponentPlacement(name, rollout if name == "rollout" else rest)
+             for name in components}
+    return Placement(comps, derive_mode(comps.values()), num_devices)
+
+
 def _check_overlaps(placement: Placement, spec: str) -> None:
     items = list(placement)
     for i, a in enumerate(items):
@@ -82,6 +105,8 @@ def resolve_placement(spec: str, components: Sequence[str], num_devices: int) ->
     keyword = spec.strip().lower()
     if keyword == "disaggregated":
         return disaggregated_placement(components, num_devices)
+    if keyword == "hybrid":
+        return hybrid_placement(components, num_devices)
     try:
         placement = parse_placement(spec, components=components, num_devices=num_devices)
     except PlacementError as exc:
