@@ -10,7 +10,8 @@ TRL at ``num_iterations=1``, it makes no extra old-log-prob pass.
 
 Contenders, in one run:
 
-- TRL ``GRPOTrainer`` (HF ``generate``), see `reasoning_trl.py` for its settings;
+- TRL ``GRPOTrainer`` (HF ``generate``), see `reasoning_trl.py` for its settings, once with
+  torch's default threads and once with one thread; the faster is the baseline;
 - rlinf `ReasoningFlow` with the HF engine in each placement mode: collocated
   (every role on both CPU devices, 2 ranks each, taking turns), hybrid (rollout on device 0,
   reward and actor sharing device 1) and disaggregated (one device per role; 3 logical
@@ -24,8 +25,8 @@ fixed placement priced by the planner's simulator (`rlinf.sched.simulate`, throu
 `rlinf_reasoning.planning.predict`): the predicted seconds per iteration stand beside the
 measured ones.
 
-The last line is one JSON object: ``speedup_vs_trl`` (best rlinf run, any engine, over TRL
-in samples/s), ``speedup_vs_trl_hf`` (best rlinf run with HF rollout over TRL),
+The last line is one JSON object: ``speedup_vs_trl`` (best rlinf run, any engine, over the
+best TRL run in samples/s), ``speedup_vs_trl_hf`` (best rlinf run with HF rollout over TRL),
 ``max_prediction_error`` (largest |predicted - measured| / measured over the rlinf runs), and
 details.
 
@@ -268,15 +269,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[RunResult] = []
     started = time.perf_counter()
     if not args.no_trl:
+        import torch
         from reasoning_trl import run_trl
 
-        print("TRL GRPOTrainer ...", flush=True)
-        results.append(run_trl(
-            batches, model_config=settings.model, model_seed=settings.seed,
-            group_size=settings.group_size, max_new_tokens=settings.max_new_tokens,
-            temperature=settings.temperature, lr=settings.lr,
-            micro_batch_size=settings.micro_batch_size, max_grad_norm=1.0, clip_ratio=0.2,
-            seed=settings.seed, warmup=settings.warmup))
+        # torch's default (one thread per core) and, on a multi-core box, one thread: the
+        # faster is TRL's baseline (a single process gains from both cores on a quiet
+        # machine but loses badly to spinning OpenMP threads on a busy one).
+        for threads in dict.fromkeys((torch.get_num_threads(), 1)):
+            print(f"TRL GRPOTrainer ({threads} threads) ...", flush=True)
+            results.append(run_trl(
+                batches, model_config=settings.model, model_seed=settings.seed,
+                group_size=settings.group_size, max_new_tokens=settings.max_new_tokens,
+                temperature=settings.temperature, lr=settings.lr,
+                micro_batch_size=settings.micro_batch_size, max_grad_norm=1.0,
+                clip_ratio=0.2, seed=settings.seed, warmup=settings.warmup, threads=threads))
     import ray
 
     # Ray's CPU count only gates scheduling here (each role sets its own torch threads from

@@ -37,9 +37,35 @@ def run_trl(
     batches: Sequence[Sequence[MathProblem]], *, model_config: TinyLMConfig, model_seed: int,
     group_size: int, max_new_tokens: int, temperature: float, lr: float,
     micro_batch_size: int, max_grad_norm: float, clip_ratio: float, seed: int,
-    warmup: int, template: str = "short",
+    warmup: int, template: str = "short", threads: int | None = None,
 ) -> RunResult:
-    """Train ``len(batches)`` GRPO steps with TRL; the first `warmup` are not timed."""
+    """Train ``len(batches)`` GRPO steps with TRL; the first `warmup` are not timed.
+
+    `threads` sets torch's intra-op threads for the run (None: torch's default, one per
+    core); the previous setting is restored afterwards.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        return _run(batches, model_config=model_config, model_seed=model_seed,
+                    group_size=group_size, max_new_tokens=max_new_tokens,
+                    temperature=temperature, lr=lr, micro_batch_size=micro_batch_size,
+                    max_grad_norm=max_grad_norm, clip_ratio=clip_ratio, seed=seed,
+                    warmup=warmup, template=template)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _run(
+    batches: Sequence[Sequence[MathProblem]], *, model_config: TinyLMConfig, model_seed: int,
+    group_size: int, max_new_tokens: int, temperature: float, lr: float,
+    micro_batch_size: int, max_grad_norm: float, clip_ratio: float, seed: int,
+    warmup: int, template: str,
+) -> RunResult:
+    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -101,6 +127,6 @@ def run_trl(
                            f"lengths; expected {len(batches)}")
     timed = slice(warmup, None)
     return RunResult(
-        name="trl GRPOTrainer (hf generate)", system="trl", engine="hf",
+        name=f"trl GRPOTrainer ({torch.get_num_threads()} threads)", system="trl", engine="hf",
         seconds=seconds[timed], samples=[samples_per_step] * len(seconds[timed]),
         tokens=[round(m * samples_per_step) for m in timer.lengths[timed]])

@@ -41,6 +41,14 @@ def test_speedups_pick_the_best_run_overall_and_with_hf():
     assert (verdict["best"], verdict["best_hf"]) == ("vllm", "colloc")
 
 
+def test_the_baseline_is_the_fastest_trl_setting():
+    results = [_run("trl 2 threads", "trl", "hf", [4.0]), _run("trl 1 thread", "trl", "hf", [2.0]),
+               _run("colloc", "rlinf", "hf", [1.0])]
+    verdict = summarize(results)
+    assert verdict["trl_samples_per_s"] == pytest.approx(256.0)
+    assert verdict["speedup_vs_trl_hf"] == pytest.approx(2.0)
+
+
 def test_missing_sides_give_none_not_a_number():
     only_ours = summarize([_run("colloc", "rlinf", "hf", [1.0])])
     assert only_ours["speedup_vs_trl"] is None and only_ours["max_prediction_error"] is None
