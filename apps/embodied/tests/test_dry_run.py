@@ -14,7 +14,7 @@ def test_dry_run_prints_config_and_fixed_plan(tmp_path):
     config_text, _, plan_text = proc.stdout.partition("plan (")
     config = yaml.safe_load(config_text)
     assert config["run"]["iterations"] == 7
-    assert config["env"]["id"] == "gym:InvertedPendulum-v5"
+    assert config["env"]["id"] == "gym:InvertedDoublePendulum-v5"
     assert config["placement"] == {"spec": "hybrid", "num_devices": 2}
     assert "[hybrid] env: 0, rollout: 1, actor: 0-1" in plan_text
     assert "micro-batch env=8, rollout=8, actor=2048" in plan_text

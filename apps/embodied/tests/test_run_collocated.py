@@ -15,13 +15,13 @@ def test_collocated_run_writes_every_output(tmp_path, ray_address):
     assert summary["mode"] == "collocated"
     assert summary["placement"] == "env,rollout,actor: 0"
     assert summary["env_steps"] == 2 * 4 * 16
-    assert summary["target_return"] == 500.0 and summary["target_reached"] is False
+    assert summary["target_return"] == 5000.0 and summary["target_reached"] is False
     before = next(r for r in records if r["step"] == 0)
     assert summary["eval_return_before"] == before["eval_return"]
     # The printed summary says before -> after, the threshold and the mode.
     out = proc.stdout
     assert "evaluation return" in out and "->" in out
-    assert "return >= 500: NOT reached" in out
+    assert "return >= 5000: NOT reached" in out
     assert "mode                collocated: env,rollout,actor: 0" in out
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == [
         "step-00000001", "step-00000002"]

@@ -1,6 +1,6 @@
 """`rlinf-embodied`: train an embodied policy with PPO or GRPO, configured with Hydra.
 
-    rlinf-embodied                                  # PPO on InvertedPendulum-v5, CPU
+    rlinf-embodied                                  # PPO on InvertedDoublePendulum-v5, CPU
     rlinf-embodied task=pickcube run.iterations=3 placement=hybrid
     rlinf-embodied placement=auto --dry-run         # profile, print the planner's ranked plans
     rlinf-embodied --run-dir runs/a --resume        # continue from the latest checkpoint
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlinf.workers.errors import ConfigError, MissingExtraError
+from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
 from rlinf_embodied.config import AppConfig, from_omegaconf
 from rlinf_embodied.errors import CheckpointMismatchError
 from rlinf_embodied.schema import describe_fields, to_dict
@@ -34,6 +34,8 @@ BASE_CONFIG = "rlinf_embodied_base"
 
 EXIT_CONFIG = 2
 """Exit status of a rejected config or command line."""
+EXIT_FAILED = 1
+"""Exit status when a worker died or timed out during the run."""
 EXIT_TARGET_MISSED = 3
 """Exit status with --check-target when the trained policy missed the task's threshold."""
 
@@ -79,7 +81,7 @@ def _help_text() -> str:
     for group in ("task", "placement"):
         lines.append(f"  {group}=" + "|".join(_group_options(group)))
     lines += ["", "Config keys (key=value; the value shown is the default config's: "
-              "task=inverted_pendulum, placement=collocated). A value with commas or spaces "
+              "task=inverted_double_pendulum, placement=collocated). A value with commas or spaces "
               "needs quotes, e.g. placement.spec='env: 0, rollout: 1, actor: 0-1':"]
     for key, type_name, _default, doc in describe_fields(AppConfig):
         lines.append(f"  {key}={defaults.get(key)!r}  ({type_name})")
@@ -154,6 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CheckpointMismatchError, ConfigError, MissingExtraError) as exc:
         print(f"rlinf-embodied: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except WorkersError as exc:  # a worker died or timed out: what was written is kept
+        print(f"rlinf-embodied: error: {exc}\nmetrics and checkpoints so far are in "
+              f"{cfg.run.run_dir}; continue with: rlinf-embodied <same overrides> --run-dir "
+              f"{cfg.run.run_dir} --resume", file=sys.stderr)
+        return EXIT_FAILED
     if args.check_target and summary.target_reached is False:
         return EXIT_TARGET_MISSED
     return 0

@@ -224,7 +224,7 @@ def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None)
                 print(f"plan: [{choice.plan.mode.value}] {choice.plan.spec}; the planner "
                       f"predicts {choice.plan.predicted_time:.3f} s/iteration", file=out)
             summary = _loop(cfg, flow, choice=choice, workflow=workflow, cluster=cluster,
-                            store=store, latest=latest, out=out)
+                            store=store, latest=latest, resuming=resume, out=out)
         finally:
             flow.close()
     print(summary.format(), file=out)
@@ -233,7 +233,7 @@ def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None)
 
 def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: Workflow,
           cluster: Cluster, store: CheckpointStore, latest: tuple[int, Path, dict[str, Any]] | None,
-          out: TextIO) -> RunSummary:
+          resuming: bool, out: TextIO) -> RunSummary:
     run, run_dir = cfg.run, Path(cfg.run.run_dir)
     eval_seed = run.seed + EVAL_SEED_OFFSET
     if latest is not None:
@@ -243,7 +243,9 @@ def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: W
     else:
         progress = _Progress()
     spans: list[Span] = []
-    with MetricsWriter(run_dir, resume_step=progress.step + 1 if latest else None) as metrics:
+    # Records past the checkpoint are redone; resuming without one redoes everything.
+    resume_step = progress.step + 1 if latest is not None else (0 if resuming else None)
+    with MetricsWriter(run_dir, resume_step=resume_step) as metrics:
         if latest is None:
             before = flow.evaluate(num_episodes=run.eval_episodes, seed=eval_seed,
                                    max_steps=run.eval_max_steps)
