@@ -41,6 +41,7 @@ SPEC = FlowSpec(
     prompts_per_step=4, seed=3, sync_check=True, timeout=120.0)
 COLLOCATED = "rollout,reward,inference,actor: 0"
 DISAGGREGATED = "rollout: 0, reward: 1, inference: 2, actor: 3"
+HYBRID = "rollout,reward,inference: 0, actor: 0-1"
 VOLATILE = ("time/", "throughput/")
 
 
@@ -143,6 +144,18 @@ def test_disaggregated_gives_the_collocated_metrics_and_a_dead_rank_is_named(
             flow.step(2, problems[2])
     finally:
         flow.close()
+
+
+@pytest.mark.slow
+def test_hybrid_with_a_data_parallel_actor_gives_the_collocated_metrics(
+        collocated: dict[str, object], problems: list[list[MathProblem]]) -> None:
+    """Two DDP actor ranks (gloo), each streaming its half of the groups: the gradient and
+    the metrics are those of the whole batch, as with one rank."""
+    plan = fixed_plan(SPEC, HYBRID, num_devices=2)
+    assert plan.mode is ExecutionMode.HYBRID
+    with ReasoningFlow.launch(SPEC, plan) as flow:
+        assert flow.groups["actor"].world_size == 2
+        same_metrics(flow.step(0, problems[0]), collocated["steps"][0])  # type: ignore[index]
 
 
 def test_bad_placements_and_specs_say_what_to_fix() -> None:

@@ -130,34 +130,42 @@ class ActorWorker:
         units = self._units(data["response_mask"])
         if units == 0:
             return 0.0, {}
-        with contextlib.ExitStack() as stack:
-            for module in (self.policy, self.critic):
-                no_sync = getattr(module, "no_sync", None)
-                if no_sync is not None:
-                    stack.enter_context(no_sync())
-            loss, metrics = self._micro_loss(data, slice(None))
-            (loss * units).backward()
+        # The unwrapped model: no DDP collective (buffer broadcast, gradient all-reduce) runs
+        # per micro-batch; `reduce_accumulated` sums the gradients once, at the end.
+        loss, metrics = self._micro_loss(data, slice(None), model=unwrap(self.policy))
+        (loss * units).backward()
         return units, {key: value * units for key, value in metrics.items()}
 
-    def step_accumulated(self, units: float, metric_sums: dict[str, float]) -> dict[str, float]:
-        """Average the accumulated gradients over `units` (all ranks' units under DDP), clip,
-        step; returns the metrics averaged over units, plus ``grad_norm``."""
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        total = units
-        if is_distributed():
-            import torch.distributed as dist
+    def reduce_accumulated(
+        self, units: float, metric_sums: dict[str, float]
+    ) -> tuple[float, dict[str, float]]:
+        """Under DDP, sum the accumulated gradients, units and metric sums over all ranks (a
+        collective: every rank calls it with the same metric keys); else return them as is."""
+        if not is_distributed():
+            return units, dict(metric_sums)
+        import torch.distributed as dist
 
-            counted = torch.tensor([units], dtype=torch.float64, device=self.device)
-            dist.all_reduce(counted)
-            total = float(counted)
-            for param in params:
+        keys = sorted(metric_sums)
+        counted = torch.tensor([units, *(metric_sums[k] for k in keys)], dtype=torch.float64,
+                               device=self.device)
+        dist.all_reduce(counted)
+        for group in self.optimizer.param_groups:
+            for param in group["params"]:
                 if param.grad is not None:
                     dist.all_reduce(param.grad)
+        values = counted.tolist()
+        return float(values[0]), dict(zip(keys, values[1:], strict=True))
+
+    def step_accumulated(self, units: float, metric_sums: dict[str, float]) -> dict[str, float]:
+        """Average the accumulated gradients over `units` (after `reduce_accumulated` under
+        DDP: every rank's), clip, step; returns the metrics averaged over those units, plus
+        ``grad_norm``."""
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
         result = {key: value / units for key, value in metric_sums.items()} if units else {}
-        if total > 0:
+        if units > 0:
             for param in params:
                 if param.grad is not None:
-                    param.grad.div_(total)
+                    param.grad.div_(units)
             if self.config.max_grad_norm is not None:
                 norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
                 result["grad_norm"] = float(norm)
@@ -237,12 +245,12 @@ class ActorWorker:
         return sums
 
     def _micro_loss(
-        self, data: dict[str, torch.Tensor], rows: slice
+        self, data: dict[str, torch.Tensor], rows: slice, *, model: nn.Module | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
         cfg = self.config
         mask = data["response_mask"][rows]
         log_probs, entropy = response_log_probs_and_entropy(
-            self.policy, prompt_ids=data["prompt_ids"][rows],
+            model if model is not None else self.policy, prompt_ids=data["prompt_ids"][rows],
             prompt_mask=data["prompt_mask"][rows], response_ids=data["response_ids"][rows],
             response_mask=mask, temperature=cfg.temperature)
         policy = ppo_policy_loss(
@@ -311,6 +319,20 @@ class ActorWorker:
         if self.critic is not None:
             modules["critic"] = unwrap(self.critic)
         return modules
+
+    def snapshot(self) -> dict[str, Any]:
+        """A deep copy of the trainable state (modules, optimizer, step) in memory."""
+        import copy
+
+        return {"modules": copy.deepcopy(self._modules().state_dict()),
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+                "step": self.global_step}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Return to a `snapshot` (e.g. after a profiling run that must leave no trace)."""
+        self._modules().load_state_dict(snapshot["modules"])
+        self.optimizer.load_state_dict(snapshot["optimizer"])
+        self.global_step = int(snapshot["step"])
 
     # -- offload / onload ------------------------------------------------------------------
 

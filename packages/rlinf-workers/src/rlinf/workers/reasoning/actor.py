@@ -7,7 +7,7 @@ only once every group of the shard arrived (``ActorConfig`` decides how many ste
 
 from __future__ import annotations
 
-import copy
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,6 +82,7 @@ class ActorRole(WeightSenderRole):
         actor = self.actor  # fail before consuming the shard if build() did not run
         if not (stream and actor.can_stream):
             batch = self.collect(step, in_channel, routing=routing, granularity=granularity)
+            self._all_collected()
             return self.train_batch(batch, step=step)
         shard = routing.actor_shard(self.rank)
         size = max(1, self.config.micro_batch_size // routing.group_size)
@@ -107,8 +108,20 @@ class ActorRole(WeightSenderRole):
                 for key, value in metrics.items():
                     sums[key] = sums.get(key, 0.0) + value
                 done += 1
+        # Collectives run outside device turns: a peer rank may still need this device
+        # (through the roles that feed it) before it can join.
+        units, sums = actor.reduce_accumulated(units, sums)
         with self.turn("optimizer_step", step=step):
             return actor.step_accumulated(units, sums)
+
+    def _all_collected(self) -> None:
+        """Wait (holding no device) until every actor rank has its shard: training runs DDP
+        collectives inside a device turn, and a rank still waiting for its groups may need
+        the very device a peer would hold while blocked in that collective."""
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            dist.barrier()
 
     def train_batch(self, batch: RolloutBatch, *, step: int = -1) -> dict[str, float]:
         """Train on `batch` in one device turn; returns the trainer's metrics."""
@@ -118,20 +131,13 @@ class ActorRole(WeightSenderRole):
     def profile_train(self, batch: RolloutBatch) -> float:
         """Seconds to train on `batch`; model, optimizer and step are restored afterwards,
         so profiling never changes the training trajectory."""
-        import time
-
         actor = self.actor
-        modules = actor._modules()
-        saved_model = copy.deepcopy(modules.state_dict())
-        saved_optim = copy.deepcopy(actor.optimizer.state_dict())
-        saved_step = actor.global_step
         with self.turn("profile_train", rows=batch.num_rows):
+            saved = actor.snapshot()
             start = time.perf_counter()
             actor.train(batch)
             seconds = time.perf_counter() - start
-            modules.load_state_dict(saved_model)
-            actor.optimizer.load_state_dict(saved_optim)
-            actor.global_step = saved_step
+            actor.restore(saved)
         return seconds
 
     def log_probs(self, batch: RolloutBatch) -> torch.Tensor:
