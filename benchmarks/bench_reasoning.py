@@ -22,8 +22,8 @@ Each contender runs `--warmup` untimed iterations, then `--iterations` timed one
 shows medians. For every rlinf run the flow is then profiled (`ReasoningFlow.measure` at half
 and all of the batch, on one rank), the profile fitted (`rlinf.sched.fit_profile`) and the same
 fixed placement priced by the planner's simulator (`rlinf.sched.simulate`, through
-`rlinf_reasoning.planning.predict`): the predicted seconds per iteration stand beside the
-measured ones.
+`rlinf_reasoning.planning.predict`, exactly as ``rlinf-reasoning`` prices a run): the
+predicted seconds per iteration stand beside the measured ones.
 
 The last line is one JSON object: ``speedup_vs_trl`` (best rlinf run, any engine, over the
 best TRL run in samples/s), ``speedup_vs_trl_hf`` (best rlinf run with HF rollout over TRL),
@@ -47,7 +47,6 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import structlog
 
@@ -138,6 +137,7 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
               batches: Sequence[Sequence[MathProblem]]) -> RunResult:
     """Time `mode` with `engine`, then profile it and price its placement."""
     from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan
+    from rlinf_reasoning.planning import predict
 
     from rlinf.sched import Cluster, parse_placement
     from rlinf.workers.actor import ActorConfig
@@ -191,54 +191,12 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
         probe = [p for b in batches for p in b]
         sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
         profile = flow.measure(probe, batch_sizes=sizes)
-    predicted = price(plan, spec, profile, cluster)
+    priced, _ = predict(plan, spec, profile, cluster)
     return RunResult(
         name=f"rlinf {mode.name} ({engine})", system="rlinf", engine=engine,
         seconds=seconds, samples=samples, tokens=tokens, placement=mode.placement,
-        predicted=predicted,
+        predicted=priced.predicted_time,
         extra={k: statistics.median(v) for k, v in parts.items()})
-
-
-class _CpuCosts:
-    """The fitted cost model, with no device memory for components measured without any
-    (CPU roles: `ReasoningFlow.measure` records ``memory_source="none"``)."""
-
-    def __init__(self, fitted: Any) -> None:
-        self.fitted = fitted
-
-    def time(self, component: str, *, batch_size: int, num_devices: int) -> float:
-        return float(self.fitted.time(component, batch_size=batch_size,
-                                      num_devices=num_devices))
-
-    def memory(self, component: str, *, batch_size: int, num_devices: int) -> int:
-        if component not in self.fitted.memory_curves:
-            return 0
-        return int(self.fitted.memory(component, batch_size=batch_size,
-                                      num_devices=num_devices))
-
-    def switch_time(self, component: str) -> float:
-        return float(self.fitted.switch_time(component))
-
-
-def price(plan: Any, spec: Any, profile: Any, cluster: Any) -> float:
-    """The planner's simulated seconds per iteration of `plan` from `profile`.
-
-    Calls are sized as the flow makes them: the rollout and the actor take the whole batch
-    (split over their ranks), the reward role one message (the edge's granularity) per call.
-    """
-    from rlinf_reasoning.flow import reasoning_workflow
-
-    from rlinf.sched import fit_profile, simulate
-
-    rows = spec.prompts_per_step * spec.rollout.group_size
-    micro = {name: rows for name in plan.micro_batch}
-    for edge, items in plan.granularity.items():
-        dst = edge.split("->", 1)[1]
-        if dst not in ("rollout", "actor"):
-            micro[dst] = min(int(items), rows)
-    result = simulate(reasoning_workflow(spec), plan.placement, _CpuCosts(fit_profile(profile)),
-                      cluster, micro_batch=micro)
-    return float(result.iteration_time)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
