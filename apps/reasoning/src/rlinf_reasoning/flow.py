@@ -61,7 +61,7 @@ from rlinf.workers.reasoning import (
 from rlinf.workers.reward import RewardConfig
 from rlinf.workers.rollout import RolloutBatch, RolloutWorkerConfig, SamplingConfig
 from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, GroupFuture, WorkerGroup
-from rlinf.workers.telemetry.trace import Span
+from rlinf.workers.telemetry import Span
 from rlinf.workers.weight_sync import choose_transport
 from rlinf_reasoning.warmstart import METADATA_FILE, WARMSTART_DIR, load_warmstart
 

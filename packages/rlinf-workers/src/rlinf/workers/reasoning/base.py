@@ -26,7 +26,7 @@ from rlinf.workers.reasoning.routing import rank_key, unpack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.runtime import Worker, WorkerContext
-from rlinf.workers.telemetry.trace import Span, TraceRecorder
+from rlinf.workers.telemetry import Span, TraceRecorder
 
 __all__ = ["ReasoningRole"]
 
