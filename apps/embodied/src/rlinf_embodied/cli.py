@@ -37,6 +37,8 @@ EXIT_CONFIG = 2
 EXIT_FAILED = 1
 """Exit status when a worker died or timed out during the run."""
 EXIT_TARGET_MISSED = 3
+EXIT_INTERRUPTED = 130
+"""Exit status after Ctrl-C (SIGINT)."""
 """Exit status with --check-target when the trained policy missed the task's threshold."""
 
 
@@ -161,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{cfg.run.run_dir}; continue with: rlinf-embodied <same overrides> --run-dir "
               f"{cfg.run.run_dir} --resume", file=sys.stderr)
         return EXIT_FAILED
+    except KeyboardInterrupt:  # workers are stopped by the run's cleanup; outputs are kept
+        print(f"rlinf-embodied: interrupted; continue with --run-dir {cfg.run.run_dir} "
+              "--resume", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if args.check_target and summary.target_reached is False:
         return EXIT_TARGET_MISSED
     return 0
