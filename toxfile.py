@@ -38,4 +38,5 @@ def tox_env_teardown(tox_env: ToxEnv) -> None:
         return
     size_gib = _size_bytes(env_dir) / 2**30
     shutil.rmtree(env_dir, ignore_errors=True)
-    print(f"{tox_env.name}: reclaimed {size_gib:.2f} GiB (env removed; RLINF_TOX_RECLAIM=0 keeps it)")
+    print(f"{tox_env.name}: reclaimed {size_gib:.2f} GiB (env removed; "
+          "RLINF_TOX_RECLAIM=0 keeps it)")
