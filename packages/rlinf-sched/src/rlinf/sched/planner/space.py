@@ -186,42 +186,51 @@ class Evaluator:
         return tuple(out)
 
     def pipelined(self, candidate: Candidate) -> tuple[bool, ...]:
-        """Which components have a producer or consumer on disjoint devices (only those gain
-        from micro-batches: splitting a component that shares devices only adds calls)."""
+        """Which components have a producer or consumer on other devices than their own (only
+        those gain from micro-batches: splitting a component whose neighbours take turns on
+        exactly its devices only adds calls). Nested and partly overlapping ranges count: in
+        ``a: 0-2, b: 0``, devices 1-2 keep producing while device 0 consumes."""
         ranges = dict(zip(self.names, candidate, strict=True))
-
-        def disjoint(a: str, b: str) -> bool:
-            (s1, e1), (s2, e2) = ranges[a], ranges[b]
-            return e1 <= s2 or e2 <= s1
-
-        return tuple(any(disjoint(e.src, e.dst) for e in self.workflow.edges
+        return tuple(any(ranges[e.src] != ranges[e.dst] for e in self.workflow.edges
                          if n in (e.src, e.dst)) for n in self.names)
 
     def coarse(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
-        """A few simulations: whole batches, and 2 or 4 micro-batches where stages pipeline."""
+        """A few simulations: whole batches, and 2 or 4 micro-batches where stages pipeline
+        (everywhere there, only in the producers, or only in the sinks)."""
         split = self.pipelined(candidate)
         best = (math.inf, self.uniform_sizes(1))
         tried: set[tuple[int, ...]] = set()
         for chunks in (1, 2, 4):
-            sizes = self.uniform_sizes(chunks, split=split)
-            if sizes in tried:
-                continue
-            tried.add(sizes)
-            t = self.time(candidate, sizes)
-            if t < best[0]:
-                best = (t, sizes)
+            for mask in self._split_masks(split):
+                sizes = self.uniform_sizes(chunks, split=mask)
+                if sizes in tried:
+                    continue
+                tried.add(sizes)
+                t = self.time(candidate, sizes)
+                if t < best[0]:
+                    best = (t, sizes)
         return best
 
+    def _split_masks(self, split: tuple[bool, ...]) -> tuple[tuple[bool, ...], ...]:
+        """`split`, and `split` restricted to the producers or to the sinks: a last stage
+        (typically training, one optimizer step) may want the whole batch to save its per-call
+        cost (e.g. a gradient all-reduce per micro-batch) while its producers stream, or a
+        costly-per-call producer may hand a whole batch to a consumer that streams on."""
+        sources = {e.src for e in self.workflow.edges}
+        feeders = tuple(s and n in sources for s, n in zip(split, self.names, strict=True))
+        sinks = tuple(s and n not in sources for s, n in zip(split, self.names, strict=True))
+        return tuple(dict.fromkeys((split, feeders, sinks)))
+
     def quick(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
-        """Best time over uniform splits (1, 2, 4, … chunks everywhere, or only where stages
-        pipeline across disjoint devices): a fast score."""
+        """Best time over uniform splits (1, 2, 4, … chunks everywhere, or in the `coarse`
+        patterns): a fast score."""
         best = (math.inf, self.uniform_sizes(1))
         levels = max(len(o) for o in self.choices.values())
         split = self.pipelined(candidate)
         tried: set[tuple[int, ...]] = set()
+        masks = (None, *self._split_masks(split))
         for level in range(levels):
-            for sizes in (self.uniform_sizes(1 << level, split=split),
-                          self.uniform_sizes(1 << level)):
+            for sizes in (self.uniform_sizes(1 << level, split=mask) for mask in masks):
                 if sizes in tried:
                     continue
                 tried.add(sizes)
