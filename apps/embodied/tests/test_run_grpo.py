@@ -3,15 +3,9 @@ from one state (`algorithm.grpo_group_size`), each iteration from fresh seeded r
 
 from __future__ import annotations
 
-import pytest
-
 from .conftest import TINY, check_outputs, run_cli, summary_of
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "EmbodiedFlow.launch probes the task with replace(env_config, num_envs=1, "
-    "pipeline_stages=1), keeping same_start_group_size > 1, which EnvWorkerConfig rejects; "
-    "remove this mark once flow.py also sets same_start_group_size=1 there"))
 def test_grpo_run(tmp_path, ray_address):
     run_dir = tmp_path / "run"
     proc = run_cli([*TINY, "algorithm.name=grpo", "algorithm.grpo_group_size=2",

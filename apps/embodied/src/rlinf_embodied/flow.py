@@ -364,7 +364,8 @@ class EmbodiedFlow:
         launched: list[WorkerGroup] = []
         try:
             probe = EnvWorker(WorkerContext(role="probe", rank=0, world_size=1),
-                              config=replace(env_config, num_envs=1, pipeline_stages=1))
+                              config=replace(env_config, num_envs=1, pipeline_stages=1,
+                                             same_start_group_size=1))
             try:
                 description = describe_env(probe)
             finally:
