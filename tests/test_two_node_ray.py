@@ -352,10 +352,9 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
     """The reasoning app's flow runs unchanged across Ray nodes: rollout and actor on
     different nodes, weights actor → rollout by gloo broadcast over TCP.
 
-    Three one-CPU nodes and one CPU per rank make the layout certain even where the flow
-    places ranks by CPU demand only: each of the three roles gets a node of its own. The
-    cluster is discovered, so a flow that hands it to `WorkerGroup.launch` pins each role to
-    the node of its device.
+    The cluster is discovered (its nodes carry Ray node ids), and the flow hands it to
+    `WorkerGroup.launch`, so each role runs on the node that owns its device; the weight-sync
+    transport follows the nodes the ranks report.
     """
     flow_mod = pytest.importorskip("rlinf_reasoning.flow")
     from rlinf.envs.math import ProblemGenerator
@@ -386,6 +385,10 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
     with flow_mod.ReasoningFlow.launch(spec, plan, cluster=cluster) as flow:
         nodes = {role: names[group.infos[0].node_id] for role, group in flow.groups.items()}
         assert sorted(nodes.values()) == sorted(NODE_RESOURCES), nodes  # a node per role
+        for role, group in flow.groups.items():  # pinned: the node that owns its device
+            (device,) = plan.placement.devices_of(role)
+            owner = cluster.nodes[cluster.node_of(device)].ray_node_id
+            assert group.infos[0].node_id == owner, (role, device)
         assert nodes["rollout"] != nodes["actor"]
         assert flow.transport == "gloo"  # cross-node CPU weight sync
         result = flow.step(1, problems)

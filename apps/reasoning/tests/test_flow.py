@@ -169,6 +169,14 @@ def test_bad_placements_and_specs_say_what_to_fix() -> None:
         FlowSpec(rollout=RolloutWorkerConfig(sampling=SamplingConfig(temperature=0.7)))
     with pytest.raises(ConfigError, match="engine"):
         FlowSpec(engine="tgi")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="not in-process"):
+        FlowSpec(weight_sync="inprocess")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="needs device='cuda'"):
+        FlowSpec(weight_sync="cuda_ipc")
+    ipc = dataclasses.replace(SPEC, device="cuda", weight_sync="cuda_ipc")
+    apart = fixed_plan(ipc, "rollout: 0, reward,inference,actor: 1", num_devices=2)
+    with pytest.raises(ConfigError, match="same devices"):
+        ReasoningFlow.launch(ipc, apart)  # refused before Ray or any worker starts
 
 
 def test_workflow_is_the_macro_flow_the_planner_sees() -> None:

@@ -192,8 +192,9 @@ class RunConfig:
     """Write a Chrome trace of the real timeline next to the planner's predicted one."""
     tensorboard: bool = True
     """Also write TensorBoard scalars (metrics.jsonl is always written)."""
-    weight_sync: Literal["auto", "inprocess", "shm", "cuda_ipc", "nccl"] = "auto"
-    """Transport of actor → rollout weight updates (auto: from the placement)."""
+    weight_sync: Literal["auto", "shm", "cuda_ipc", "nccl"] = "auto"
+    """Transport of actor → rollout weight updates (auto: from the placement; nccl means
+    gloo on CPU; cuda_ipc needs CUDA and actor and rollout on the same devices)."""
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     """Log level of the app and its workers."""
     predict: bool = True
@@ -228,6 +229,9 @@ class ReasoningConfig:
         if self.rollout.engine == "sglang" and self.cluster.device == "cpu":
             raise InvalidConfigError("rollout.engine", "sglang",
                                      "'hf' or 'vllm' on CPU (SGLang runs only on a GPU)")
+        if self.run.weight_sync == "cuda_ipc" and self.cluster.device != "cuda":
+            raise InvalidConfigError("run.weight_sync", "cuda_ipc",
+                                     "'auto', 'shm' or 'nccl' on CPU (CUDA IPC shares GPU memory)")
         if len(set(self.run.profile_batches)) < 2:
             raise InvalidConfigError("run.profile_batches", list(self.run.profile_batches),
                                      "at least two different batch sizes to fit cost curves")
@@ -294,10 +298,17 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
         raise InvalidConfigError("<root>", data, "a mapping of config sections")
     config = build(ReasoningConfig, {str(k): v for k, v in data.items()})
     _check_paths(config)
+    from rlinf.sched import ExecutionMode
     from rlinf_reasoning.placement import resolve_placement
 
     devices = num_devices if num_devices is not None else cluster_size(config)
-    resolve_placement(config.placement, component_names(config), devices)
+    placement = resolve_placement(config.placement, component_names(config), devices)
+    if config.run.weight_sync == "cuda_ipc" and placement.mode is not ExecutionMode.AUTO and \
+            placement.devices_of("actor") != placement.devices_of("rollout"):
+        raise InvalidConfigError(
+            "run.weight_sync", "cuda_ipc",
+            f"'auto' or 'nccl' for placement {placement.to_spec()!r}: CUDA IPC needs actor and "
+            "rollout on the same devices")
     return config
 
 

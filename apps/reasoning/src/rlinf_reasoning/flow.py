@@ -60,7 +60,13 @@ from rlinf.workers.reasoning import (
 )
 from rlinf.workers.reward import RewardConfig
 from rlinf.workers.rollout import RolloutBatch, RolloutWorkerConfig, SamplingConfig
-from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, GroupFuture, WorkerGroup
+from rlinf.workers.runtime import (
+    PER_RANK_ALL,
+    RANK_ZERO,
+    GroupFuture,
+    WorkerGroup,
+    on_one_node,
+)
 from rlinf.workers.telemetry import Span
 from rlinf.workers.weight_sync import choose_transport
 from rlinf_reasoning.warmstart import METADATA_FILE, WARMSTART_DIR, load_warmstart
@@ -76,7 +82,9 @@ __all__ = [
 
 _log = structlog.get_logger(__name__)
 
-WeightSync = Literal["auto", "inprocess", "shm", "cuda_ipc", "nccl", "gloo"]
+WeightSync = Literal["auto", "shm", "cuda_ipc", "nccl", "gloo"]
+"""Actor → rollout transports of a flow (every role is its own Ray worker, so never
+in-process)."""
 
 
 @dataclass(frozen=True)
@@ -124,9 +132,12 @@ class FlowSpec:
     def __post_init__(self) -> None:
         if self.engine not in ("hf", "vllm", "sglang"):
             raise ConfigError(f"engine must be 'hf', 'vllm' or 'sglang', got {self.engine!r}")
-        if self.weight_sync not in ("auto", "inprocess", "shm", "cuda_ipc", "nccl", "gloo"):
-            raise ConfigError(f"weight_sync must be one of auto, inprocess, shm, cuda_ipc, "
-                              f"nccl, gloo; got {self.weight_sync!r}")
+        if self.weight_sync not in ("auto", "shm", "cuda_ipc", "nccl", "gloo"):
+            raise ConfigError(f"weight_sync must be one of auto, shm, cuda_ipc, nccl, gloo "
+                              f"(every role runs in its own Ray worker, so not in-process); "
+                              f"got {self.weight_sync!r}")
+        if self.weight_sync == "cuda_ipc" and self.device != "cuda":
+            raise ConfigError("weight_sync='cuda_ipc' needs device='cuda'; use 'auto'")
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         if self.prompts_per_step < 1 or self.timeout <= 0:
@@ -295,8 +306,8 @@ class ReasoningFlow:
                               trace=trace, lock_timeout=spec.timeout, io_timeout=spec.timeout,
                               store_name=f"rlinf-flow-{flow_id}", token=token)
             launch = functools.partial(
-                _launch_role, placement=placement, lock=lock, device=spec.device,
-                cpus=_cpus_per_rank(placement), timeout=spec.timeout)
+                _launch_role, placement=placement, cluster=cluster, lock=lock,
+                device=spec.device, cpus=_cpus_per_rank(placement), timeout=spec.timeout)
             roles: dict[str, tuple[type[ReasoningRole], dict[str, Any]]] = {
                 "rollout": (RolloutRole, {
                     "setup": setup, "config": spec.rollout, "engine": spec.engine,
@@ -328,7 +339,7 @@ class ReasoningFlow:
                 actor.init_process_group(backend="nccl" if spec.device == "cuda" else "gloo",
                                          timeout=spec.timeout)
             actor.call("build", timeout=spec.timeout)
-            transport = _transport(spec, placement, cluster)
+            transport = _transport(spec, placement, groups)
             flow = cls(spec, plan, groups=groups, channels=channels, transport=transport,
                        resources=resources, owns_ray=owns_ray, trace=trace)
         except BaseException:
@@ -652,6 +663,10 @@ def _check_placement(spec: FlowSpec, placement: Placement) -> Placement:
         raise ConfigError(f"the placement places {sorted(placed)} but the flow's roles are "
                           f"{sorted(wanted)}; write e.g. "
                           f"'{','.join(flow_components(spec))}: 0' (collocated)")
+    if spec.weight_sync == "cuda_ipc" and \
+            placement.devices_of("actor") != placement.devices_of("rollout"):
+        raise ConfigError(f"weight_sync='cuda_ipc' needs actor and rollout on the same devices, "
+                          f"but the placement is {placement.to_spec()!r}; use 'auto'")
     return placement
 
 
@@ -672,12 +687,14 @@ def _cpus_per_rank(placement: Placement) -> float:
 
 
 def _launch_role(worker_cls: type[ReasoningRole], role: str, *, placement: Placement,
-                 lock: Mapping[str, Any], device: str, cpus: float,
+                 cluster: Cluster | None, lock: Mapping[str, Any], device: str, cpus: float,
                  timeout: float, init_kwargs: Mapping[str, Any]) -> WorkerGroup:
+    # A cluster discovered from the live Ray cluster pins each rank to its device's node.
     sharing = max(len(placement.sharing(d)) for d in placement.devices_of(role))
     gpus = (1.0 / (sharing * placement.procs_per_device(role))) if device == "cuda" else 0.0
     return WorkerGroup.launch(
-        worker_cls, placement=placement.components[role], num_cpus_per_rank=cpus,
+        worker_cls, placement=placement.components[role], cluster=cluster,
+        num_cpus_per_rank=cpus,
         num_gpus_per_rank=gpus, init_kwargs=init_kwargs,
         launch_timeout=timeout, call_timeout=timeout, **lock)
 
@@ -696,21 +713,19 @@ def _engine_model_path(spec: FlowSpec, resources: list[Any]) -> str | None:
     return folder.name
 
 
-def _transport(spec: FlowSpec, placement: Placement, cluster: Cluster | None) -> str:
+def _transport(spec: FlowSpec, placement: Placement, groups: Mapping[str, WorkerGroup]) -> str:
     actor = set(placement.devices_of("actor"))
     rollout = set(placement.devices_of("rollout"))
-    same_node = cluster is None or all(cluster.same_node(a, b) for a in actor for b in rollout)
+    # Where the ranks really run (their reported Ray nodes), not where the plan meant them.
+    same_node = on_one_node((*groups["actor"].infos, *groups["rollout"].infos))
     auto = choose_transport(same_process=False, same_node=same_node,
                             same_device=actor == rollout, on_gpu=spec.device == "cuda")
     wanted = spec.weight_sync
     if wanted == "auto":
         return auto
-    if wanted == "inprocess":
-        raise ConfigError("weight_sync='inprocess' needs actor and rollout in one process, but "
-                          "the flow runs every role in its own Ray worker; use 'auto'")
-    if wanted == "cuda_ipc" and (spec.device != "cuda" or actor != rollout):
-        raise ConfigError("weight_sync='cuda_ipc' needs device='cuda' and actor and rollout "
-                          "on the same devices; use 'auto'")
+    if wanted == "shm" and not same_node:
+        raise ConfigError("weight_sync='shm' needs actor and rollout on one node, but Ray runs "
+                          "them on different nodes; use 'auto' (gloo/nccl across nodes)")
     if wanted == "shm" and spec.device == "cuda":
         _log.warning("weight_sync_shm_on_gpu", detail="weights travel through host memory")
     if wanted == "nccl" and spec.device == "cpu":
