@@ -37,9 +37,9 @@ EXIT_CONFIG = 2
 EXIT_FAILED = 1
 """Exit status when a worker died or timed out during the run."""
 EXIT_TARGET_MISSED = 3
+"""Exit status with --check-target when the trained policy missed the task's threshold."""
 EXIT_INTERRUPTED = 130
 """Exit status after Ctrl-C (SIGINT)."""
-"""Exit status with --check-target when the trained policy missed the task's threshold."""
 
 
 def _group_options(group: str) -> list[str]:

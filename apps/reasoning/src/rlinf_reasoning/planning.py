@@ -1,6 +1,6 @@
 """The execution plan of a run: a fixed placement, or ``auto`` (profile → fit → plan).
 
-- Fixed placements (``collocated``, ``disaggregated``, explicit specs) become an
+- Fixed placements (``collocated``, ``hybrid``, ``disaggregated``, explicit specs) become an
   `ExecutionPlan` with `rlinf_reasoning.flow.fixed_plan`; edges carry one rollout
   micro-batch of groups per message.
 - ``auto`` launches a short profiling flow (collocated on every device), times each role

@@ -47,3 +47,18 @@ def test_timeline_puts_measured_above_predicted(tmp_path: Path) -> None:
     assert (rows < half).any() and (rows > half).any()
     with pytest.raises(ConfigError, match="no spans"):
         plot_timeline(tmp_path / "e.png", [])
+
+
+def test_measured_onload_and_offload_are_drawn_as_switches(tmp_path: Path) -> None:
+    # The device-lock turns workers record (onload/offload) get the simulator's switch look:
+    # light grey bars, no role colour of their own.
+    grey = (211, 211, 211)
+
+    def has_grey(spans: list[Span]) -> bool:
+        image = _pixels(plot_timeline(tmp_path / "t.png", spans)).astype(int)
+        return bool(np.all(np.abs(image - grey) <= 2, axis=-1).sum() > 200)
+
+    work = [Span("actor/0", "train", 0.0, 1.0)]
+    assert not has_grey(work)
+    for name in ("onload", "offload", "switch"):
+        assert has_grey([*work, Span("actor/0", name, 1.0, 3.0)]), name

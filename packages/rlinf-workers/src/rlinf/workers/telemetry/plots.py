@@ -68,12 +68,17 @@ def _role(track: str) -> str:
     return track.split("/", 1)[0]
 
 
+SWITCH_SPANS = frozenset({"switch", "onload", "offload"})
+"""Span names drawn as context switches: the simulator's ``switch`` intervals and the
+device-lock turns workers record (``onload``/``offload``)."""
+
+
 def plot_timeline(path: Path, measured: Sequence[Span], predicted: Sequence[Span] = ()) -> Path:
     """Gantt chart of spans, one row per track: measured above predicted on one time axis.
 
     Times are seconds from the earliest span of either kind. Bars take the colour of their
-    track's role (``"actor/1"`` and the predicted ``"actor"`` match); switch spans
-    (offload + onload) are grey and hatched. Returns `path` (PNG).
+    track's role (``"actor/1"`` and the predicted ``"actor"`` match); context switches
+    (`SWITCH_SPANS`) are grey and hatched. Returns `path` (PNG).
     """
     if not measured and not predicted:
         raise ConfigError("plot_timeline got no spans; record some with TraceRecorder or "
@@ -94,7 +99,7 @@ def plot_timeline(path: Path, measured: Sequence[Span], predicted: Sequence[Span
         tracks = sorted({s.track for s in spans})
         row = {t: i for i, t in enumerate(tracks)}
         for s in spans:
-            switch = s.name == "switch"
+            switch = s.name in SWITCH_SPANS
             switched |= switch
             ax.broken_barh([(s.start - origin, max(s.duration, 1e-9))],
                            (row[s.track] - 0.4, 0.8),
