@@ -17,3 +17,13 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
     assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
     assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in proc.stdout
     assert "(planner predicted" in proc.stdout  # the summary puts both side by side
+
+    # Resuming keeps the checkpoint's plan (its stage groups are part of the saved state):
+    # no new profile, so the very same prediction, not a fresh measurement's.
+    longer = run_cli([*TINY, "placement=auto", "run.video=false", "run.iterations=3",
+                      "--run-dir", str(run_dir), "--resume"], ray_address=ray_address,
+                     timeout=300)
+    assert longer.returncode == 0, longer.stderr
+    assert "resumed from" in longer.stdout
+    assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in longer.stdout
+    assert summary_of(run_dir)["mode"] == summary["mode"]

@@ -11,8 +11,9 @@
 
 `--resume` continues from the latest checkpoint in the run directory: the flow's state
 (policy, critic, optimizer, RNG, env state) is restored, metrics records past the
-checkpoint are dropped (they are redone), and the run goes on as if never interrupted. A
-checkpoint written by a different config (other than `run.iterations`) is refused.
+checkpoint are dropped (they are redone), and the run goes on as if never interrupted, with
+the checkpoint's plan (`auto` is not profiled again). A checkpoint written by a different
+config (other than `run.iterations`) is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
-from rlinf.sched import Cluster, Profile, Workflow
+from rlinf.sched import Cluster, ExecutionPlan, Profile, Workflow
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.telemetry import (
     CheckpointStore,
@@ -147,6 +148,15 @@ def _choose(cfg: AppConfig, spec: EmbodiedSpec) -> tuple[PlanChoice, Workflow, C
     return choice, workflow, cluster
 
 
+def _resumed_choice(spec: EmbodiedSpec, cfg: AppConfig, stored: Mapping[str, Any]
+                    ) -> tuple[PlanChoice, Workflow, Cluster]:
+    from rlinf_embodied.flow import embodied_workflow
+
+    chosen = ExecutionPlan.from_dict(stored)
+    return (PlanChoice(chosen, (chosen,), None, None, 0.0), embodied_workflow(spec),
+            cluster_for(cfg.placement))
+
+
 def dry_run(cfg: AppConfig) -> str:
     """The plan the run would use (for `auto`: profiles briefly, returns the ranked plans)."""
     spec = build_spec(cfg)
@@ -211,7 +221,12 @@ def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None)
         print(f"no checkpoint in {run_dir / CHECKPOINT_DIR}: starting from scratch", file=out)
     spec = build_spec(cfg)
     with _ray_session(cfg):
-        choice, workflow, cluster = _choose(cfg, spec)
+        if latest is not None and "plan" in latest[2]:
+            # The checkpoint's stage groups are part of its state: keep its plan (an `auto`
+            # run is not profiled again, which could pick other stage groups).
+            choice, workflow, cluster = _resumed_choice(spec, cfg, latest[2]["plan"])
+        else:
+            choice, workflow, cluster = _choose(cfg, spec)
         from rlinf_embodied.flow import EmbodiedFlow
 
         flow = EmbodiedFlow.launch(spec, choice.plan, cluster=cluster, trace=cfg.run.trace)

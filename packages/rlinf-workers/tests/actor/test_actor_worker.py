@@ -53,22 +53,63 @@ def test_a_step_raises_the_log_prob_of_the_rewarded_sample(algorithm):
         assert metrics["value_loss"] > 0
 
 
+def _train_recording_gradient(actor: ActorWorker, batch) -> dict[str, torch.Tensor]:
+    """Train one step; returns the accumulated gradient the optimizer stepped with."""
+    seen: dict[str, torch.Tensor] = {}
+    step = actor.optimizer.step
+
+    def recording_step(*args, **kwargs):
+        seen.update({n: p.grad.clone() for n, p in actor.model.named_parameters()
+                     if p.grad is not None})
+        return step(*args, **kwargs)
+
+    actor.optimizer.step = recording_step  # type: ignore[method-assign]
+    actor.train(batch)
+    return seen
+
+
 @pytest.mark.parametrize("aggregation",
                          ["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"])
 def test_micro_batch_accumulation_equals_one_big_batch(aggregation):
+    # Micro-batches of 1, 3 and 8 rows (grouped by response length, padding cut) accumulate
+    # the gradient of the whole batch's aggregated loss.
     batch = make_batch()
-    results = []
+    grads, params = [], []
     for micro in (1, 3, 8):
         actor = ActorWorker(_model(), config=ActorConfig(
             lr=1e-2, parallelism="none", micro_batch_size=micro, aggregation=aggregation,
             max_grad_norm=None))
-        actor.train(batch)
-        results.append(_params(actor))
-    for name in results[0]:
-        # Adam divides by |g|: a float-rounding difference in a near-zero gradient shows
-        # up as ~1e-6 in the parameter, while a real mismatch would be ~lr = 1e-2.
-        torch.testing.assert_close(results[1][name], results[0][name], atol=2e-5, rtol=1e-4)
-        torch.testing.assert_close(results[2][name], results[0][name], atol=2e-5, rtol=1e-4)
+        grads.append(_train_recording_gradient(actor, batch))
+        params.append(_params(actor))
+    assert set(grads[0]) == set(grads[1]) == set(grads[2]) and grads[0]
+    scale = max(float(g.abs().max()) for g in grads[0].values())
+    for name in grads[0]:
+        # Float rounding of differently ordered sums: ~1e-7 of gradients up to ~0.2.
+        for other in (grads[1], grads[2]):
+            torch.testing.assert_close(other[name], grads[0][name], atol=1e-6 * max(scale, 1),
+                                       rtol=1e-5)
+    for name in params[0]:
+        # Adam divides by |g|: a rounding difference in a near-zero gradient moves that
+        # parameter by up to ~1e-4, while a real mismatch would be ~lr = 1e-2.
+        for other in (params[1], params[2]):
+            torch.testing.assert_close(other[name], params[0][name], atol=2e-4, rtol=1e-4)
+
+
+def test_micro_batches_group_similar_lengths_and_cut_padding():
+    batch = make_batch()
+    actor = ActorWorker(_model(), config=ActorConfig(parallelism="none", micro_batch_size=3))
+    data = actor._prepare(batch)
+    lengths = batch.response_mask.sum(-1)
+    micros = actor._micro_batches(data, torch.arange(batch.num_rows))
+    assert [len(m["response_mask"]) for m in micros] == [3, 3, 2]
+    widths = [m["response_mask"].shape[1] for m in micros]
+    # Longest responses first, each micro-batch only as wide as its longest row.
+    seen = torch.cat([m["response_mask"].sum(-1) for m in micros])
+    assert seen.tolist() == sorted(lengths.tolist(), reverse=True)
+    assert widths == [int(m["response_mask"].sum(-1).max()) for m in micros] == [4, 3, 2]
+    for m in micros:
+        assert m["prompt_mask"][:, 0].any()  # no all-padding leading prompt column
+        assert m["advantages"].shape == m["old_log_probs"].shape == m["response_ids"].shape
 
 
 def test_ppo_critic_fits_the_returns_over_steps():

@@ -4,7 +4,11 @@ One `train` call = ``epochs`` passes over the batch; each pass splits it into mi
 (one optimizer step each) and each mini-batch into micro-batches whose gradients
 accumulate. Each micro-batch's loss is weighted by its share of the mini-batch's loss units
 (tokens for token-mean, sequences for the seq-mean modes), so the accumulated gradient is
-exactly the gradient of the mini-batch's aggregated loss, whatever the micro-batch size.
+exactly the gradient of the mini-batch's aggregated loss, whatever the micro-batch size and
+whichever rows go together. That freedom is used: micro-batches gather rows of similar
+response length and drop the padding columns no row of theirs uses, so short responses
+are not computed out to the longest one's length (padding costs nothing in the loss, but a
+forward/backward over it costs as much as over real tokens).
 Under DDP every rank trains on its own shard and gradients are averaged at the last
 micro-batch (``no_sync`` before it).
 """
@@ -127,14 +131,19 @@ class ActorWorker:
         if batch.rewards is None:
             raise ConfigError("the batch has no rewards; run the reward worker first")
         data = self._prepare(batch)
-        units = self._units(data["response_mask"])
-        if units == 0:
-            return 0.0, {}
-        # The unwrapped model: no DDP collective (buffer broadcast, gradient all-reduce) runs
-        # per micro-batch; `reduce_accumulated` sums the gradients once, at the end.
-        loss, metrics = self._micro_loss(data, slice(None), model=unwrap(self.policy))
-        (loss * units).backward()
-        return units, {key: value * units for key, value in metrics.items()}
+        total = self._units(data["response_mask"])
+        sums: dict[str, float] = {}
+        for micro in self._micro_batches(data, torch.arange(batch.num_rows)):
+            units = self._units(micro["response_mask"])
+            if units == 0:
+                continue
+            # The unwrapped model: no DDP collective (buffer broadcast, gradient all-reduce)
+            # runs per micro-batch; `reduce_accumulated` sums the gradients once, at the end.
+            loss, metrics = self._micro_loss(micro, model=unwrap(self.policy))
+            (loss * units).backward()
+            for key, value in metrics.items():
+                sums[key] = sums.get(key, 0.0) + value * units
+        return total, sums
 
     def reduce_accumulated(
         self, units: float, metric_sums: dict[str, float]
@@ -221,16 +230,14 @@ class ActorWorker:
     def _optimizer_step(self, data: dict[str, torch.Tensor], rows: slice) -> dict[str, float]:
         cfg = self.config
         total_units = self._units(data["response_mask"][rows])
-        start, stop = rows.start, rows.stop
-        micro_slices = [slice(s, min(s + cfg.micro_batch_size, stop))
-                        for s in range(start, stop, cfg.micro_batch_size)]
+        micros = self._micro_batches(data, torch.arange(rows.start, rows.stop))
         sums: dict[str, float] = {}
-        for i, micro in enumerate(micro_slices):
-            units = self._units(data["response_mask"][micro])
+        for i, micro in enumerate(micros):
+            units = self._units(micro["response_mask"])
             if units == 0 or total_units == 0:
                 continue
-            with self._no_sync(last=i == len(micro_slices) - 1):
-                loss, metrics = self._micro_loss(data, micro)
+            with self._no_sync(last=i == len(micros) - 1):
+                loss, metrics = self._micro_loss(micro)
                 (loss * (units / total_units)).backward()
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value * units / total_units
@@ -244,17 +251,28 @@ class ActorWorker:
         self.global_step += 1
         return sums
 
+    def _micro_batches(self, data: dict[str, torch.Tensor],
+                       rows: torch.Tensor) -> list[dict[str, torch.Tensor]]:
+        """`rows` of `data` in micro-batches of at most ``micro_batch_size`` rows, longest
+        responses first, each cut to the prompt and response columns its rows use."""
+        lengths = data["response_mask"][rows].sum(dim=-1)
+        ordered = rows[torch.argsort(lengths, descending=True, stable=True)]
+        size = self.config.micro_batch_size
+        return [_rows_without_padding(data, ordered[i:i + size])
+                for i in range(0, len(ordered), size)]
+
     def _micro_loss(
-        self, data: dict[str, torch.Tensor], rows: slice, *, model: nn.Module | None = None
+        self, data: dict[str, torch.Tensor], *, model: nn.Module | None = None
     ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss and metrics of one micro-batch (every row of `data`)."""
         cfg = self.config
-        mask = data["response_mask"][rows]
+        mask = data["response_mask"]
         log_probs, entropy = response_log_probs_and_entropy(
-            model if model is not None else self.policy, prompt_ids=data["prompt_ids"][rows],
-            prompt_mask=data["prompt_mask"][rows], response_ids=data["response_ids"][rows],
+            model if model is not None else self.policy, prompt_ids=data["prompt_ids"],
+            prompt_mask=data["prompt_mask"], response_ids=data["response_ids"],
             response_mask=mask, temperature=cfg.temperature)
         policy = ppo_policy_loss(
-            log_probs, data["old_log_probs"][rows], data["advantages"][rows], mask,
+            log_probs, data["old_log_probs"], data["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
             dual_clip=cfg.dual_clip, aggregation=self._agg)
         loss = policy.loss
@@ -266,13 +284,13 @@ class ActorWorker:
         if cfg.entropy_coef:
             loss = loss - cfg.entropy_coef * entropy_loss
         if cfg.kl_coef:
-            kl = aggregate_loss(kl_penalty(log_probs, data["ref_log_probs"][rows],
+            kl = aggregate_loss(kl_penalty(log_probs, data["ref_log_probs"],
                                            estimator=cfg.kl_estimator), mask, mode=self._agg)
             loss = loss + cfg.kl_coef * kl
             metrics["kl"] = _scalar(kl)
         if self.critic is not None:
-            vl = value_loss(self._values(data, rows), data["old_values"][rows],
-                            data["returns"][rows], mask, clip_range=cfg.value_clip,
+            vl = value_loss(self._values(data, slice(None)), data["old_values"],
+                            data["returns"], mask, clip_range=cfg.value_clip,
                             aggregation=self._agg)
             loss = loss + cfg.value_coef * vl.loss
             metrics.update(value_loss=_scalar(vl.loss),
@@ -352,6 +370,29 @@ class ActorWorker:
         for module in self._modules().values():
             move_module(module, self.device)
         move_optimizer_state(self.optimizer, self.device)
+
+
+_PROMPT_ALIGNED = ("prompt_ids", "prompt_mask")
+"""`ActorWorker._prepare` tensors laid out like the left-padded prompts; every other
+two-dimensional one is laid out like the right-padded responses."""
+
+
+def _rows_without_padding(data: dict[str, torch.Tensor],
+                          rows: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`rows` of every tensor of `data`, without the leading prompt columns and trailing
+    response columns that are padding in all of those rows (the model sees the same tokens
+    at the same positions, which restart at each row's first valid token)."""
+    prompt_used = data["prompt_mask"][rows].any(dim=0).nonzero()
+    first = int(prompt_used[0]) if len(prompt_used) else data["prompt_mask"].shape[1]
+    response_used = data["response_mask"][rows].any(dim=0).nonzero()
+    width = int(response_used[-1]) + 1 if len(response_used) else 0
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in data.items():
+        picked = tensor[rows]
+        if picked.dim() == 2:
+            picked = picked[:, first:] if name in _PROMPT_ALIGNED else picked[:, :width]
+        out[name] = picked
+    return out
 
 
 def _scalar(value: torch.Tensor) -> float:
