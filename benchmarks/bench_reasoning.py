@@ -117,12 +117,16 @@ class Mode:
     """Placement spec over the logical CPU devices."""
     devices: int
     """Logical CPU devices (``Cluster.discover(cpu_slots=...)``)."""
+    chunks: int
+    """Rollout micro-batches per rollout rank and iteration: 1 where the actor takes turns
+    with the rollout on the same devices (streaming would only add turns), more where it
+    trains on its own devices while the rollout goes on (pipelining)."""
 
 
 MODES = (
-    Mode("collocated", "rollout,reward,actor: 0-1", 2),
-    Mode("hybrid", "rollout: 0, reward,actor: 1", 2),
-    Mode("disaggregated", "rollout: 0, reward: 1, actor: 2", 3),
+    Mode("collocated", "rollout,reward,actor: 0-1", 2, chunks=1),
+    Mode("hybrid", "rollout: 0, reward,actor: 1", 2, chunks=8),
+    Mode("disaggregated", "rollout: 0, reward: 1, actor: 2", 3, chunks=8),
 )
 
 
@@ -148,8 +152,8 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
     parsed = parse_placement(mode.placement, components=("rollout", "reward", "actor"),
                              num_devices=mode.devices)
     rollout_ranks = parsed.components["rollout"].num_procs
-    # Each rollout rank generates its share of the prompts in one batch.
-    per_call = max(1, settings.prompts // rollout_ranks)
+    # Each rollout rank generates its share of the prompts in `mode.chunks` micro-batches.
+    per_call = max(1, settings.prompts // (rollout_ranks * mode.chunks))
     options: dict[str, object] = {}
     if engine == "vllm":
         options = {"max_model_len": 128 + settings.max_new_tokens,

@@ -21,11 +21,13 @@ from rlinf_reasoning.flow import (
     fixed_plan,
     flow_components,
     reasoning_workflow,
+    rollout_completion,
+    streams_actor,
 )
 from rlinf_reasoning.warmstart import WARMSTART_DIR, warmstart_task
 
 from rlinf.envs.math import MathProblem, ProblemGenerator
-from rlinf.sched import ExecutionMode, Profile
+from rlinf.sched import Component, ExecutionMode, Placement, Profile, parse_placement
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
@@ -101,9 +103,12 @@ def test_collocated_step_trains_and_syncs_exactly(collocated: dict[str, object])
     assert m["weight_sync/inference_logprob_max_abs_diff"] < 1e-4
     tracks = {span.track for span in first.spans}
     assert tracks == {f"{role}/0" for role in flow_components(SPEC)}
-    assert {"generate", "micro_batch", "reward", "inference", "train_micro_batch",
-            "optimizer_step", "export_weights", "receive_weights"} <= {
-        span.name for span in first.spans}
+    # Collocated, the actor gets the device after the whole generation: it trains its shard
+    # in one turn (no streamed micro-batches, `streams_actor`).
+    names = {span.name for span in first.spans}
+    assert {"generate", "micro_batch", "reward", "inference", "train", "export_weights",
+            "receive_weights"} <= names
+    assert "train_micro_batch" not in names
     assert 0.0 <= collocated["accuracy"] <= 1.0  # type: ignore[operator]
 
 
@@ -177,6 +182,32 @@ def test_bad_placements_and_specs_say_what_to_fix() -> None:
     apart = fixed_plan(ipc, "rollout: 0, reward,inference,actor: 1", num_devices=2)
     with pytest.raises(ConfigError, match="same devices"):
         ReasoningFlow.launch(ipc, apart)  # refused before Ray or any worker starts
+
+
+def test_the_actor_streams_only_beside_the_rollout() -> None:
+    four = ("rollout", "reward", "inference", "actor")
+
+    def placed(spec: str) -> Placement:
+        return parse_placement(spec, components=four, num_devices=3)
+
+    assert streams_actor(SPEC, placed("rollout: 0, reward,inference,actor: 1"))
+    assert streams_actor(SPEC, placed("rollout: 0, reward,inference: 1, actor: 1-2"))
+    assert not streams_actor(SPEC, placed("rollout,reward,inference,actor: 0-1"))
+    assert not streams_actor(SPEC, placed("rollout: 0-1, reward,inference,actor: 1"))  # nested
+    assert not streams_actor(dataclasses.replace(SPEC, stream_actor=False),
+                             placed("rollout: 0, reward,inference,actor: 1"))
+    ppo = dataclasses.replace(SPEC, actor=dataclasses.replace(SPEC.actor, algorithm="ppo"))
+    assert not streams_actor(ppo, placed("rollout: 0, reward,inference,actor: 1"))
+
+
+def test_rollout_completion_is_a_staircase_of_micro_batches() -> None:
+    # 8 prompts on 2 ranks in micro-batches of 2: each rank's groups leave in 2 steps.
+    component = Component("rollout", streaming=True, completion=rollout_completion(8, 2, 2))
+    assert component.time_fraction(0.25) == pytest.approx(0.5)
+    assert component.time_fraction(0.5) == pytest.approx(0.5)
+    assert component.time_fraction(0.75) == pytest.approx(1.0)
+    whole = Component("rollout", streaming=True, completion=rollout_completion(8, 1, 8))
+    assert whole.time_fraction(0.1) == pytest.approx(1.0)  # one micro-batch: all at the end
 
 
 def test_workflow_is_the_macro_flow_the_planner_sees() -> None:

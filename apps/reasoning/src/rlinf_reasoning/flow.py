@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import math
 import tempfile
 import time
 import uuid
@@ -78,6 +79,7 @@ __all__ = [
     "fixed_plan",
     "flow_components",
     "reasoning_workflow",
+    "streams_actor",
 ]
 
 _log = structlog.get_logger(__name__)
@@ -106,9 +108,10 @@ class FlowSpec:
     recompute_logprobs: bool = True
     """Run the inference role for old log-probs (False: trust the rollout's)."""
     stream_actor: bool = True
-    """The actor computes each micro-batch's gradients as soon as its groups arrive and
-    steps once all arrived (GRPO, one epoch, one step per iteration; otherwise, or False:
-    it collects its shard, then trains)."""
+    """Where the actor has devices of its own (none shared with the rollout, so there is
+    generation to overlap), it computes each micro-batch's gradients as soon as its groups
+    arrive and steps once all arrived (`streams_actor`); otherwise, or False, it collects
+    its shard, then trains (micro-batches then group rows of similar length)."""
     weight_sync: WeightSync = "auto"
     """Actor → rollout transport; "auto" derives it from the placement."""
     seed: int = 0
@@ -217,8 +220,11 @@ def _edges(spec: FlowSpec) -> list[tuple[str, str]]:
     return list(itertools.pairwise(names))
 
 
-def reasoning_workflow(spec: FlowSpec, *, prompts_per_step: int | None = None) -> Workflow:
-    """The macro flow as the planner sees it: items are responses (sequences)."""
+def reasoning_workflow(spec: FlowSpec, *, prompts_per_step: int | None = None,
+                       rollout_ranks: int = 1) -> Workflow:
+    """The macro flow as the planner sees it: items are responses (sequences). The rollout
+    is one streaming call whose groups come out a rollout micro-batch at a time
+    (`rollout_completion`), each of its `rollout_ranks` ranks generating its share."""
     prompts = prompts_per_step or spec.prompts_per_step
     group = spec.rollout.group_size
     response = spec.rollout.sampling.max_new_tokens
@@ -227,7 +233,9 @@ def reasoning_workflow(spec: FlowSpec, *, prompts_per_step: int | None = None) -
     per_edge = {"reward": tokens + 4, "inference": tokens + 4 * response + 4,
                 "actor": tokens + 4 * response + 4}
     components = [
-        Component("rollout", resource="gpu", streaming=True),
+        Component("rollout", resource="gpu", streaming=True,
+                  completion=rollout_completion(
+                      prompts, rollout_ranks, spec.rollout.groups_per_micro_batch)),
         Component("reward", resource="cpu"),
         *([Component("inference", resource="gpu")] if spec.uses_inference else []),
         Component("actor", resource="gpu"),
@@ -235,6 +243,30 @@ def reasoning_workflow(spec: FlowSpec, *, prompts_per_step: int | None = None) -
     edges = [Edge(src, dst, bytes_per_item=float(per_edge[dst])) for src, dst in _edges(spec)]
     return Workflow(tuple(components), tuple(edges), global_batch=prompts * group,
                     name=f"{spec.actor.algorithm}-math")
+
+
+def rollout_completion(prompts: int, ranks: int, groups_per_micro_batch: int
+                       ) -> tuple[tuple[float, float], ...]:
+    """(item fraction, time fraction) points of a rollout whose ranks each generate their
+    share of `prompts` in micro-batches of `groups_per_micro_batch` prompts: a staircase,
+    every micro-batch's groups leaving together when it ends (`rlinf.sched.Component`)."""
+    share = math.ceil(prompts / max(1, ranks))
+    steps = max(1, math.ceil(share / groups_per_micro_batch))
+    jump = 1e-6  # items of micro-batch i ramp up over this sliver, i.e. at once
+    points: list[tuple[float, float]] = []
+    for i in range(1, steps + 1):
+        points += [((i - 1) / steps + jump, i / steps), (i / steps, i / steps)]
+    return tuple(points)
+
+
+def streams_actor(spec: FlowSpec, placement: Placement) -> bool:
+    """Whether the actor trains micro-batch by micro-batch as groups arrive (see
+    `FlowSpec.stream_actor`): only where no actor device is also a rollout device, since a
+    device the rollout shares is held by it for its whole generation."""
+    actor = placement.components["actor"]
+    shared = set(actor.devices) & set(placement.devices_of("rollout"))
+    return (spec.stream_actor and not shared
+            and spec.actor.can_stream(distributed=actor.num_procs > 1))
 
 
 def fixed_plan(spec: FlowSpec, placement: str, *, num_devices: int,
@@ -387,7 +419,8 @@ class ReasoningFlow:
                 granularity=self._granularity("reward", "inference"))
         futures["actor"] = self.groups["actor"].call_async(
             "train", step, self._channel_name(names[-2], "actor"), routing=routing,
-            granularity=self._granularity(names[-2], "actor"), stream=spec.stream_actor)
+            granularity=self._granularity(names[-2], "actor"),
+            stream=streams_actor(spec, self.plan.placement))
         results = self._wait(futures)
         generated = time.perf_counter() - start
         sync_start = time.perf_counter()

@@ -27,13 +27,20 @@ from rlinf.sched import (
     PlanResult,
     Profile,
     SimulationResult,
+    Workflow,
     fit_profile,
     plan,
     simulate,
 )
 from rlinf_reasoning.config import ReasoningConfig, component_names
 from rlinf_reasoning.data import ProblemSource
-from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan, reasoning_workflow
+from rlinf_reasoning.flow import (
+    FlowSpec,
+    ReasoningFlow,
+    fixed_plan,
+    reasoning_workflow,
+    streams_actor,
+)
 from rlinf_reasoning.placement import resolve_placement
 
 __all__ = [
@@ -41,6 +48,7 @@ __all__ = [
     "ProfileCosts",
     "auto_plan",
     "describe_plan",
+    "execution_workflow",
     "format_plans",
     "planned_fixed",
     "predict",
@@ -116,23 +124,36 @@ def profile_flow(flow: ReasoningFlow, cfg: ReasoningConfig, source: ProblemSourc
 
 
 def _simulated_micro_batches(plan: ExecutionPlan, spec: FlowSpec) -> dict[str, int]:
-    """Items per call as the flow runs them: the rollout and the actor take the whole batch,
-    the stages between them one message (the edge's granularity) per call."""
+    """Items per call as the flow runs them: the rollout is one streaming call, the stages
+    after it take one message (the edge's granularity) per call, and the actor trains its
+    micro-batches as they arrive where it streams (`streams_actor`: ``micro_batch_size``
+    rows of whole groups per rank), else the whole batch at once."""
     micro = dict(plan.micro_batch)
-    batch = spec.prompts_per_step * spec.rollout.group_size
+    group = spec.rollout.group_size
+    batch = spec.prompts_per_step * group
     for edge, items in plan.granularity.items():
         dst = edge.split("->", 1)[1]
         if dst not in ("actor", "rollout"):
             micro[dst] = min(int(items), batch)
-    micro["actor"] = batch
     micro["rollout"] = batch
+    micro["actor"] = batch
+    if streams_actor(spec, plan.placement):
+        chunk = max(1, spec.actor.micro_batch_size // group) * group
+        micro["actor"] = min(batch, chunk * plan.placement.components["actor"].num_procs)
     return micro
+
+
+def execution_workflow(plan: ExecutionPlan, spec: FlowSpec) -> Workflow:
+    """`reasoning_workflow` for the rollout ranks `plan` launches."""
+    return reasoning_workflow(spec, rollout_ranks=plan.placement.components["rollout"].num_procs)
 
 
 def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile,
             cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
-    """`plan_` with the predicted iteration time and utilisation of its simulation."""
-    simulation = simulate(reasoning_workflow(spec), plan_.placement, ProfileCosts(profile), cluster,
+    """`plan_` with the predicted iteration time and utilisation of its simulation, run the
+    way the flow executes it (`_simulated_micro_batches`)."""
+    simulation = simulate(execution_workflow(plan_, spec), plan_.placement,
+                          ProfileCosts(profile), cluster,
                           micro_batch=_simulated_micro_batches(plan_, spec), record=True)
     priced = dataclasses.replace(plan_, predicted_time=simulation.iteration_time,
                                  utilisation=simulation.utilisation)
@@ -140,13 +161,21 @@ def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile,
 
 
 def auto_plan(spec: FlowSpec, profile: Profile, cluster: Cluster) -> PlanChoice:
-    """The planner's ranked plans for `spec` on `cluster` from `profile`; the best is chosen."""
-    cost = ProfileCosts(profile)
-    result = plan(reasoning_workflow(spec), cost, cluster)
-    best = result.best
-    simulation = simulate(reasoning_workflow(spec), best.placement, cost, cluster,
-                          micro_batch=best.micro_batch, record=True)
-    return PlanChoice(plan=best, ranked=result, profile=profile, simulation=simulation)
+    """The planner's ranked plans for `spec` on `cluster` from `profile`, each (and each
+    fixed-mode baseline) priced again as the flow will run it (`predict`: the flow keeps the
+    config's rollout and actor micro-batches, which the planner may have chosen otherwise);
+    the fastest by that price is chosen."""
+    result = plan(reasoning_workflow(spec), ProfileCosts(profile), cluster)
+    candidates = {(p.spec, tuple(sorted(p.granularity.items()))): p
+                  for p in (*result.ranked, *result.baselines.values())}
+    priced = sorted((predict(p, spec, profile, cluster) for p in candidates.values()),
+                    key=lambda pair: pair[0].predicted_time)
+    best, simulation = priced[0]
+    ranked = dataclasses.replace(
+        result, ranked=tuple(p for p, _ in priced),
+        baselines={name: predict(p, spec, profile, cluster)[0]
+                   for name, p in result.baselines.items()})
+    return PlanChoice(plan=best, ranked=ranked, profile=profile, simulation=simulation)
 
 
 def format_plans(result: PlanResult, out: TextIO, *, limit: int = 5) -> None:

@@ -43,7 +43,7 @@ def make_batch() -> RolloutBatch:
 
 def config(parallelism: str) -> ActorConfig:
     return ActorConfig(parallelism=parallelism, lr=1e-2, micro_batch_size=1,  # type: ignore[arg-type]
-                       aggregation="seq-mean-token-mean", max_grad_norm=1.0)
+                       aggregation="token-mean", max_grad_norm=1.0)
 
 
 def _full(actor: ActorWorker) -> dict[str, torch.Tensor]:

@@ -55,7 +55,8 @@ def test_ddp_and_fsdp2_ranks_end_identical_and_equal_to_one_process_on_the_whole
         assert ranks[0].keys() == ranks[1].keys() == reference.keys(), mode
         for name in reference:
             torch.testing.assert_close(ranks[0][name], ranks[1][name], atol=0, rtol=0)
-            # seq-mean aggregation over equal shards: the averaged gradient is the full one
+            # token-mean over shards of 11 and 12 tokens: every rank weighs its tokens by
+            # all ranks' count, so the summed gradient is the whole batch's
             torch.testing.assert_close(ranks[0][name], reference[name], atol=2e-5, rtol=1e-4,
                                        msg=lambda m, mode=mode, name=name: f"{mode} {name}: {m}")
         for output in outputs:  # checkpoint/resume under DDP and FSDP2, on every rank

@@ -21,7 +21,9 @@ class ActorConfig:
     algorithm: Algorithm = "grpo"
     """"grpo": group-normalised outcome advantages; "ppo": critic + GAE."""
     parallelism: Parallelism = "ddp"
-    """Data parallelism when a process group is initialised: DDP or FSDP2 (fully_shard)."""
+    """Data parallelism when a process group is initialised: DDP (parameters broadcast from
+    rank 0 at start) or FSDP2 (fully_shard); "none" wraps nothing. Without FSDP2 gradients
+    are summed over the ranks once per optimizer step."""
     lr: float = 1e-4
     """AdamW learning rate (policy and critic)."""
     weight_decay: float = 0.0
@@ -79,3 +81,10 @@ class ActorConfig:
                               f"{self.temperature}")
         LossAggregation.parse(self.aggregation)
         KLEstimator.parse(self.kl_estimator)
+
+    def can_stream(self, *, distributed: bool) -> bool:
+        """Whether gradients can accumulate micro-batch by micro-batch as data arrives, with
+        one optimizer step at the end (`ActorWorker.accumulate`): GRPO (advantages are per
+        group), one epoch, one step per batch, and no sharded (FSDP2) gradients."""
+        return (self.algorithm == "grpo" and self.epochs == 1 and self.mini_batch_size is None
+                and not (distributed and self.parallelism == "fsdp2"))

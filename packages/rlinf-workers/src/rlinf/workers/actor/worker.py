@@ -15,7 +15,6 @@ micro-batch (``no_sync`` before it).
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,7 +34,6 @@ from rlinf.workers.algorithms import (
     gae,
     grpo_advantages,
     kl_penalty,
-    masked_mean,
     masked_whiten,
     place_at_last_token,
     ppo_policy_loss,
@@ -103,7 +101,6 @@ class ActorWorker:
                 for key, value in metrics.items():
                     history.setdefault(key, []).append(value)
         result = {key: sum(v) / len(v) for key, v in history.items()}
-        result["advantage_mean"] = float(masked_mean(data["advantages"], data["response_mask"]))
         _log.info("actor_trained", step=self.global_step, **result)
         return result
 
@@ -111,11 +108,8 @@ class ActorWorker:
 
     @property
     def can_stream(self) -> bool:
-        """Whether `accumulate`/`step_accumulated` apply: GRPO (advantages are per group),
-        one epoch, one optimizer step per batch, no FSDP2 (its gradients are sharded)."""
-        cfg = self.config
-        return (cfg.algorithm == "grpo" and cfg.epochs == 1 and cfg.mini_batch_size is None
-                and not (is_distributed() and cfg.parallelism == "fsdp2"))
+        """Whether `accumulate`/`step_accumulated` apply (`ActorConfig.can_stream`)."""
+        return self.config.can_stream(distributed=is_distributed())
 
     def accumulate(self, batch: RolloutBatch) -> tuple[float, dict[str, float]]:
         """Forward/backward `batch` (whole groups) without stepping; returns its loss units
@@ -139,7 +133,7 @@ class ActorWorker:
                 continue
             # The unwrapped model: no DDP collective (buffer broadcast, gradient all-reduce)
             # runs per micro-batch; `reduce_accumulated` sums the gradients once, at the end.
-            loss, metrics = self._micro_loss(micro, model=unwrap(self.policy))
+            loss, metrics = self._micro_loss(micro, policy=unwrap(self.policy))
             (loss * units).backward()
             for key, value in metrics.items():
                 sums[key] = sums.get(key, 0.0) + value * units
@@ -149,21 +143,51 @@ class ActorWorker:
         self, units: float, metric_sums: dict[str, float]
     ) -> tuple[float, dict[str, float]]:
         """Under DDP, sum the accumulated gradients, units and metric sums over all ranks (a
-        collective: every rank calls it with the same metric keys); else return them as is."""
+        collective: every rank calls it, also one that received nothing); else return them
+        as is."""
         if not is_distributed():
             return units, dict(metric_sums)
+        self._all_reduce_gradients()
+        return self._sum_over_ranks(units, metric_sums)
+
+    def _sum_over_ranks(self, units: float,
+                        metric_sums: dict[str, float]) -> tuple[float, dict[str, float]]:
+        """`units` and every metric of `metric_keys` summed over the ranks (0 where a rank
+        has none)."""
         import torch.distributed as dist
 
-        keys = sorted(metric_sums)
-        counted = torch.tensor([units, *(metric_sums[k] for k in keys)], dtype=torch.float64,
-                               device=self.device)
+        keys = self.metric_keys
+        counted = torch.tensor([units, *(metric_sums.get(k, 0.0) for k in keys)],
+                               dtype=torch.float64, device=self.device)
         dist.all_reduce(counted)
-        for group in self.optimizer.param_groups:
-            for param in group["params"]:
-                if param.grad is not None:
-                    dist.all_reduce(param.grad)
         values = counted.tolist()
         return float(values[0]), dict(zip(keys, values[1:], strict=True))
+
+    def _all_reduce_gradients(self) -> None:
+        """Sum every parameter's gradient over the ranks in one flat buffer (a rank that
+        computed none contributes zeros)."""
+        import torch.distributed as dist
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        for param in params:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+        grads = [param.grad for param in params if param.grad is not None]
+        flat = _flatten_dense_tensors(grads)
+        dist.all_reduce(flat)
+        for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+            grad.copy_(summed)
+
+    @property
+    def metric_keys(self) -> tuple[str, ...]:
+        """Names of the per-micro-batch training metrics this config reports."""
+        keys = ["advantage_mean", "approx_kl", "clip_fraction", "entropy", "policy_loss"]
+        if self.config.kl_coef:
+            keys.append("kl")
+        if self.critic is not None:
+            keys += ["value_clip_fraction", "value_loss"]
+        return tuple(sorted(keys))
 
     def step_accumulated(self, units: float, metric_sums: dict[str, float]) -> dict[str, float]:
         """Average the accumulated gradients over `units` (after `reduce_accumulated` under
@@ -214,10 +238,12 @@ class ActorWorker:
         data.update(advantages=advantages * mask, returns=returns * mask, old_values=values)
         return data
 
-    def _values(self, data: dict[str, torch.Tensor], rows: slice) -> torch.Tensor:
-        if self.critic is None:
+    def _values(self, data: dict[str, torch.Tensor], rows: slice, *,
+                critic: nn.Module | None = None) -> torch.Tensor:
+        critic = critic if critic is not None else self.critic
+        if critic is None:
             raise ConfigError("PPO needs a critic; this actor was built without one")
-        result: torch.Tensor = self.critic(
+        result: torch.Tensor = critic(
             prompt_ids=data["prompt_ids"][rows], prompt_mask=data["prompt_mask"][rows],
             response_ids=data["response_ids"][rows], response_mask=data["response_mask"][rows])
         return result
@@ -228,28 +254,48 @@ class ActorWorker:
         return float((mask.sum(dim=-1) > 0).sum())
 
     def _optimizer_step(self, data: dict[str, torch.Tensor], rows: slice) -> dict[str, float]:
+        """One optimizer step on `rows`: every rank's micro-batches weigh by their share of
+        all ranks' loss units, so the step equals one process training on the whole
+        mini-batch. With a process group and no FSDP2 (DDP, or no wrapper) the gradients are
+        summed by hand once at the end (backward runs on the unwrapped model), which also
+        serves a rank whose rows are all empty."""
         cfg = self.config
-        total_units = self._units(data["response_mask"][rows])
-        micros = self._micro_batches(data, torch.arange(rows.start, rows.stop))
+        distributed = is_distributed()
+        sharded = distributed and cfg.parallelism == "fsdp2"
+        by_hand = distributed and not sharded
+        policy = unwrap(self.policy) if by_hand else self.policy
+        critic = None if self.critic is None else (
+            unwrap(self.critic) if by_hand else self.critic)
+        local_units = self._units(data["response_mask"][rows])
+        total_units = self._sum_over_ranks(local_units, {})[0] if distributed else local_units
+        # FSDP2 averages gradients over ranks; scaling by the rank count makes that a sum.
+        scale = float(torch.distributed.get_world_size()) if sharded else 1.0
         sums: dict[str, float] = {}
-        for i, micro in enumerate(micros):
-            units = self._units(micro["response_mask"])
-            if units == 0 or total_units == 0:
-                continue
-            with self._no_sync(last=i == len(micros) - 1):
-                loss, metrics = self._micro_loss(micro)
-                (loss * (units / total_units)).backward()
-            for key, value in metrics.items():
-                sums[key] = sums.get(key, 0.0) + value * units / total_units
+        if total_units > 0:
+            for micro in self._micro_batches(data, torch.arange(rows.start, rows.stop)):
+                units = self._units(micro["response_mask"])
+                # FSDP2 ranks must run the same forwards (they gather parameters together).
+                if units == 0 and not sharded:
+                    continue
+                loss, metrics = self._micro_loss(micro, policy=policy, critic=critic)
+                (loss * (units * scale / total_units)).backward()
+                for key, value in metrics.items():
+                    sums[key] = sums.get(key, 0.0) + value * units
+        if by_hand:
+            self._all_reduce_gradients()
+        if distributed:
+            sums = self._sum_over_ranks(0.0, sums)[1]
+        result = {key: value / total_units for key, value in sums.items()} if total_units else {}
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        if cfg.max_grad_norm is not None:
+        if cfg.max_grad_norm is not None and total_units > 0:
             norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            sums["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor")
-                                      else norm)
-        self.optimizer.step()
+            result["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor")
+                                        else norm)
+        if total_units > 0:
+            self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
-        return sums
+        return result
 
     def _micro_batches(self, data: dict[str, torch.Tensor],
                        rows: torch.Tensor) -> list[dict[str, torch.Tensor]]:
@@ -262,23 +308,28 @@ class ActorWorker:
                 for i in range(0, len(ordered), size)]
 
     def _micro_loss(
-        self, data: dict[str, torch.Tensor], *, model: nn.Module | None = None
+        self, data: dict[str, torch.Tensor], *, policy: nn.Module | None = None,
+        critic: nn.Module | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Loss and metrics of one micro-batch (every row of `data`)."""
+        """Loss and metrics of one micro-batch (every row of `data`), computed with `policy`
+        and `critic` (default: the modules as wrapped for data parallelism)."""
         cfg = self.config
         mask = data["response_mask"]
         log_probs, entropy = response_log_probs_and_entropy(
-            model if model is not None else self.policy, prompt_ids=data["prompt_ids"],
+            policy if policy is not None else self.policy, prompt_ids=data["prompt_ids"],
             prompt_mask=data["prompt_mask"], response_ids=data["response_ids"],
             response_mask=mask, temperature=cfg.temperature)
-        policy = ppo_policy_loss(
+        surrogate = ppo_policy_loss(
             log_probs, data["old_log_probs"], data["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
             dual_clip=cfg.dual_clip, aggregation=self._agg)
-        loss = policy.loss
-        metrics = {"policy_loss": _scalar(policy.loss),
-                   "clip_fraction": _scalar(policy.clip_fraction),
-                   "approx_kl": _scalar(policy.approx_kl)}
+        loss = surrogate.loss
+        metrics = {"policy_loss": _scalar(surrogate.loss),
+                   "clip_fraction": _scalar(surrogate.clip_fraction),
+                   "approx_kl": _scalar(surrogate.approx_kl),
+                   # aggregated like the loss, so streamed and whole-batch training agree
+                   "advantage_mean": _scalar(aggregate_loss(data["advantages"], mask,
+                                                            mode=self._agg))}
         entropy_loss = aggregate_loss(entropy, mask, mode=self._agg)
         metrics["entropy"] = _scalar(entropy_loss)
         if cfg.entropy_coef:
@@ -289,23 +340,13 @@ class ActorWorker:
             loss = loss + cfg.kl_coef * kl
             metrics["kl"] = _scalar(kl)
         if self.critic is not None:
-            vl = value_loss(self._values(data, slice(None)), data["old_values"],
+            vl = value_loss(self._values(data, slice(None), critic=critic), data["old_values"],
                             data["returns"], mask, clip_range=cfg.value_clip,
                             aggregation=self._agg)
             loss = loss + cfg.value_coef * vl.loss
             metrics.update(value_loss=_scalar(vl.loss),
                            value_clip_fraction=_scalar(vl.clip_fraction))
         return loss, metrics
-
-    def _no_sync(self, *, last: bool) -> contextlib.AbstractContextManager[Any]:
-        """DDP's ``no_sync`` on every wrapped module except at the last micro-batch."""
-        stack = contextlib.ExitStack()
-        if not last:
-            for module in (self.policy, self.critic):
-                no_sync = getattr(module, "no_sync", None)
-                if no_sync is not None:
-                    stack.enter_context(no_sync())
-        return stack
 
     # -- weights for the rollout -----------------------------------------------------------
 
@@ -382,10 +423,11 @@ def _rows_without_padding(data: dict[str, torch.Tensor],
     """`rows` of every tensor of `data`, without the leading prompt columns and trailing
     response columns that are padding in all of those rows (the model sees the same tokens
     at the same positions, which restart at each row's first valid token)."""
+    # At least one column each: an all-empty micro-batch still runs (FSDP2 ranks must).
     prompt_used = data["prompt_mask"][rows].any(dim=0).nonzero()
-    first = int(prompt_used[0]) if len(prompt_used) else data["prompt_mask"].shape[1]
+    first = int(prompt_used[0]) if len(prompt_used) else data["prompt_mask"].shape[1] - 1
     response_used = data["response_mask"][rows].any(dim=0).nonzero()
-    width = int(response_used[-1]) + 1 if len(response_used) else 0
+    width = int(response_used[-1]) + 1 if len(response_used) else 1
     out: dict[str, torch.Tensor] = {}
     for name, tensor in data.items():
         picked = tensor[rows]
