@@ -116,6 +116,36 @@ def test_cpu_components_never_switch_but_still_take_turns() -> None:
     assert r.switch_seconds == 0
 
 
+def test_a_ready_consumer_fills_the_gap_its_producer_leaves_on_a_shared_device() -> None:
+    # a on device 0 (1 s/item) feeds b, which shares device 1 with its consumer c
+    # (b 0.25 s/item, c 1 s/item); 4 items in micro-batches of 1. Device 1 runs b0 at 1,
+    # then c0 while a makes item 2, and so on: b_k at k+1 .. k+1.25, c_k right after it.
+    wf = chain("a", "b", "c", batch=4)
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=0.25),
+                              "c": AnalyticCost(per_item=1.0)})
+    r = run(wf, "a: 0, b,c: 1", cost, Cluster.uniform(1, 2, 100, "H100"),
+            micro_batch={"a": 1, "b": 1, "c": 1})
+    spans = [(i.component, i.chunk, i.start, i.end) for i in r.device_intervals(1)]
+    assert spans == [("b", 0, 1.0, 1.25), ("c", 0, 1.25, 2.25), ("b", 1, 2.25, 2.5),
+                     ("c", 1, 2.5, 3.5), ("b", 2, 3.5, 3.75), ("c", 2, 3.75, 4.75),
+                     ("b", 3, 4.75, 5.0), ("c", 3, 5.0, 6.0)]
+    assert r.iteration_time == pytest.approx(6.0)  # all of b before c would end at 8.0
+
+
+def test_without_idle_time_a_component_keeps_the_device_for_its_calls() -> None:
+    # a and b share both devices, every micro-batch of a is ready at once: a's four calls
+    # run back to back before b's (no interleaving, hence no extra switch).
+    wf = chain("a", "b", batch=4)
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0, replicated=60, switch=0.5),
+                              "b": AnalyticCost(per_item=1.0, replicated=60, switch=0.5)})
+    r = run(wf, "a,b: 0", cost, Cluster.uniform(1, 1, 100, "H100"),
+            micro_batch={"a": 1, "b": 1})
+    order = [(i.component, i.kind) for i in r.device_intervals(0)]
+    assert order == [("a", "switch"), *[("a", "compute")] * 4, ("b", "switch"),
+                     *[("b", "compute")] * 4]
+    assert r.iteration_time == pytest.approx(9.0)
+
+
 def test_component_larger_than_a_device_is_an_error() -> None:
     wf = chain("a", "b")
     cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0, sharded=300),

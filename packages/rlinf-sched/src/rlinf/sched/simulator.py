@@ -11,9 +11,12 @@ The model, kept small enough to compute by hand:
   the batch, plus a transfer of its bytes over ``min(|src devices|, |dst devices|)`` links of
   the cluster's intra- or inter-node bandwidth (free when both use the same device set).
   Transfers overlap compute and do not contend.
-- Components on disjoint devices run concurrently; components sharing a device take turns in
-  dependency order (all micro-batches of one component before the next one's, step by step in
-  loops). When the GPU components of a device do not fit in its memory together, a component
+- Components on disjoint devices run concurrently. On shared devices the call that can start
+  earliest goes first (ties: dependency order), as the device lock grants turns: without idle
+  time each component keeps the device for all its calls (step by step in loops), while a
+  consumer's ready micro-batch fills a gap in which its producer waits (e.g. a trainer
+  sharing a device with a reward stage that a rollout elsewhere feeds piecemeal).
+  When the GPU components of a device do not fit in its memory together, a component
   that gets the device back pays ``cost.switch_time(c)`` (offload + onload) first; the device
   starts switching as soon as it is free. Nothing is resident at the start of an iteration
   (the steady state of a repeated iteration). CPU components need no device memory and never
@@ -286,61 +289,101 @@ def simulate_layout(
         bws = [_bandwidth(layout, cluster, inp.src, name) for inp in inputs]
         prepared[name] = (comp, calls, durations, list(zip(inputs, bws, strict=True)),
                           workflow.steps_of(name))
-    for name, step in _schedule(workflow):
-        comp, calls, durations, inputs, _ = prepared[name]
-        atoms = layout.comp_atoms[name]
-        ndev = layout.comp_devices[name]
-        gpu = comp.resource == "gpu"
-        needs_switch = gpu and any(not coresident[a] for a in atoms)
-        out: list[float] = []
-        for j, dur in enumerate(durations):
-            ready = 0.0
-            for inp, bw in inputs:
-                if inp.rule == 0:
-                    src_step = step
-                elif inp.rule == 1:
-                    if step == 0:
-                        continue
-                    src_step = step - 1
-                elif inp.rule == 2:
-                    if step > 0:
-                        continue
-                    src_step = prepared[inp.src][4] - 1
-                else:
-                    src_step = prepared[inp.src][4] - 1
-                if inp.streaming:
-                    s0, d0 = streams[(inp.src, src_step)]
-                    t = s0 + d0 * inp.fraction[j]
-                else:
-                    t = ends[(inp.src, src_step)][inp.index[j]]
-                if inp.nbytes[j] > 0:
-                    t += inp.nbytes[j] / bw
-                ready = max(ready, t)
+    tasks = list(_schedule(workflow))
+    state = {name: (layout.comp_atoms[name], layout.comp_devices[name],
+                    comp.resource == "gpu",
+                    comp.resource == "gpu" and any(not coresident[a]
+                                                   for a in layout.comp_atoms[name]))
+             for name, (comp, *_rest) in prepared.items()}
+    done_steps: dict[str, int] = {name: 0 for name in prepared}
+
+    def ready_time(name: str, step: int, j: int) -> float | None:
+        """When call j of (name, step) has its inputs; None while a producer call it needs
+        is not placed yet."""
+        ready = 0.0
+        for inp, bw in prepared[name][3]:
+            if inp.rule == 0:
+                src_step = step
+            elif inp.rule == 1:
+                if step == 0:
+                    continue
+                src_step = step - 1
+            elif inp.rule == 2:
+                if step > 0:
+                    continue
+                src_step = prepared[inp.src][4] - 1
+            else:
+                src_step = prepared[inp.src][4] - 1
+            if inp.streaming:
+                stream = streams.get((inp.src, src_step))
+                if stream is None:
+                    return None
+                t = stream[0] + stream[1] * inp.fraction[j]
+            else:
+                placed = ends.get((inp.src, src_step))
+                if placed is None or len(placed) <= inp.index[j]:
+                    return None
+                t = placed[inp.index[j]]
+            if inp.nbytes[j] > 0:
+                t += inp.nbytes[j] / bw
+            ready = max(ready, t)
+        return ready
+
+    # List scheduling: repeatedly start the call that can start earliest (ties: dependency
+    # order), so a device's idle gap goes to whichever component has work ready, as the
+    # device lock grants turns; without gaps each component keeps the device for its calls.
+    active = list(range(len(tasks)))
+    while active:
+        best: tuple[float, int, float, float, float] | None = None  # start, task, ...
+        for ti in active:
+            name, step = tasks[ti]
+            if done_steps[name] < step:
+                continue  # its previous step is not placed yet
+            j = len(ends.get((name, step), ()))
+            ready = ready_time(name, step, j)
+            if ready is None:
+                continue
+            atoms, _ndev, _gpu, needs_switch = state[name]
             device_free = max(free[a] for a in atoms)
             start = ready if ready > device_free else device_free
+            sw = 0.0
             if needs_switch and any(not coresident[a] and last[a] != name for a in atoms):
                 sw = cost.switch_time(name)
                 if sw > 0:
-                    switch_total += sw
-                    if record:
-                        intervals.append(Interval(name, _devices(layout, atoms), device_free,
-                                                  device_free + sw, "switch", step, j))
                     start = max(ready, device_free + sw)
-            end = start + dur
-            for a in atoms:
-                free[a] = end
-                if gpu:
-                    last[a] = name
-            busy[name] += dur
-            device_seconds += dur * ndev
-            horizon = max(horizon, end)
-            out.append(end)
+            if best is None or start < best[0]:
+                best = (start, ti, ready, device_free, sw)
+        if best is None:  # pragma: no cover - _schedule is a topological order
+            raise PlanningError("the workflow's dependencies could not be scheduled")
+        start, ti, _ready, device_free, sw = best
+        name, step = tasks[ti]
+        comp, _calls, durations, _edges, _steps = prepared[name]
+        atoms, ndev, gpu, _needs = state[name]
+        out = ends.setdefault((name, step), [])
+        j = len(out)
+        dur = durations[j]
+        if sw > 0:
+            switch_total += sw
             if record:
-                intervals.append(Interval(name, _devices(layout, atoms), start, end, "compute",
-                                          step, j))
-            if comp.streaming:
-                streams[(name, step)] = (start, dur)
-        ends[(name, step)] = out
+                intervals.append(Interval(name, _devices(layout, atoms), device_free,
+                                          device_free + sw, "switch", step, j))
+        end = start + dur
+        for a in atoms:
+            free[a] = end
+            if gpu:
+                last[a] = name
+        busy[name] += dur
+        device_seconds += dur * ndev
+        horizon = max(horizon, end)
+        out.append(end)
+        if record:
+            intervals.append(Interval(name, _devices(layout, atoms), start, end, "compute",
+                                      step, j))
+        if comp.streaming:
+            streams[(name, step)] = (start, dur)
+        if len(out) == len(durations):
+            active.remove(ti)
+            done_steps[name] = step + 1
     util = device_seconds / (cluster.num_devices * horizon) if horizon > 0 else 0.0
     return SimulationResult(horizon, min(1.0, util), busy, switch_total, tuple(intervals))
 

@@ -186,13 +186,23 @@ class Evaluator:
         return tuple(out)
 
     def pipelined(self, candidate: Candidate) -> tuple[bool, ...]:
-        """Which components have a producer or consumer on other devices than their own (only
-        those gain from micro-batches: splitting a component whose neighbours take turns on
-        exactly its devices only adds calls). Nested and partly overlapping ranges count: in
-        ``a: 0-2, b: 0``, devices 1-2 keep producing while device 0 consumes."""
+        """Which components may gain from micro-batches: those connected (through edges) to
+        an edge between different device ranges. Splitting where every neighbour takes turns
+        on exactly the same devices only adds calls; but once some stage streams across
+        devices, every stage along the chain can work on a micro-batch while the others wait
+        (in ``a: 0-2, b: 0`` devices 1-2 go on producing while device 0 consumes; in
+        ``a: 0, b,c: 1`` c fills device 1 while b waits for a's next micro-batch)."""
         ranges = dict(zip(self.names, candidate, strict=True))
-        return tuple(any(ranges[e.src] != ranges[e.dst] for e in self.workflow.edges
-                         if n in (e.src, e.dst)) for n in self.names)
+        edges = self.workflow.edges
+        flagged = {n for e in edges if ranges[e.src] != ranges[e.dst] for n in (e.src, e.dst)}
+        grown = True
+        while grown:
+            grown = False
+            for e in edges:
+                if (e.src in flagged) != (e.dst in flagged):
+                    flagged |= {e.src, e.dst}
+                    grown = True
+        return tuple(n in flagged for n in self.names)
 
     def coarse(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
         """A few simulations: whole batches, and 2 or 4 micro-batches where stages pipeline
