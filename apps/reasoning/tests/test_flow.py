@@ -80,7 +80,7 @@ def collocated(ray_local: None, problems: list[list[MathProblem]],
     with ReasoningFlow.launch(SPEC, fixed_plan(SPEC, COLLOCATED, num_devices=1),
                               trace=True) as flow:
         assert flow.transport == "shm"
-        profile = flow.measure(problems[2], batch_sizes=[4, 16])
+        profile = flow.measure(problems[2], batch_sizes=[12, 16])
         steps = [flow.step(0, problems[0])]
         ckpt = tmp_path_factory.mktemp("ckpt")
         flow.save(ckpt)
@@ -116,7 +116,9 @@ def test_measure_profiles_every_role_at_each_batch_size(collocated: dict[str, ob
     profile: Profile = collocated["profile"]  # type: ignore[assignment]
     assert set(profile.components) == set(flow_components(SPEC))
     for role in flow_components(SPEC):
-        assert sorted(m.batch_size for m in profile.of(role)) == [4, 16]
+        # the actor also at its streamed micro-batch (8 rows: 2 groups of 4)
+        sizes = [8, 12, 16] if role == "actor" else [12, 16]
+        assert sorted(m.batch_size for m in profile.of(role)) == sizes
         assert all(m.seconds > 0 for m in profile.of(role))
     # measuring before step 0 left the trajectory alone: the disaggregated flow, which
     # measures nothing, reproduces the collocated steps (test below)

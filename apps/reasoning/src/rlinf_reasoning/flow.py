@@ -606,17 +606,36 @@ class ReasoningFlow:
         group = self.spec.rollout.group_size
         profile = Profile(metadata={"source": "ReasoningFlow.measure",
                                     "placement": self.plan.spec})
-        for size in batch_sizes:
+        smallest: RolloutBatch | None = None
+        for size in sorted(batch_sizes, reverse=True):
             prompts = max(1, size // group)
             if prompts > len(problems):
                 raise ConfigError(f"batch size {size} needs {prompts} problems, got "
                                   f"{len(problems)}")
             rows = prompts * group
-            profile = profile.merge(self._measure_once(problems[:prompts], rows))
+            measured, smallest = self._measure_once(problems[:prompts], rows)
+            profile = profile.merge(measured)
+        # A streaming actor trains micro-batch by micro-batch: time that size too, so the
+        # cost curve is right where the simulation will call it.
+        chunk = max(1, self.spec.actor.micro_batch_size // group) * group
+        if smallest is not None and self.spec.actor.can_stream(distributed=False) and \
+                chunk < smallest.num_rows:
+            profile = profile.merge(self._measure_actor(smallest.select(slice(0, chunk))))
         self.sync_weights()
         return profile
 
-    def _measure_once(self, problems: Sequence[MathProblem], rows: int) -> Profile:
+    def _measure_actor(self, batch: RolloutBatch) -> Profile:
+        from rlinf.sched import Measurement
+
+        started = time.time()
+        train = self._wait({"actor": self.groups["actor"].call_async(
+            "profile_train", batch)})["actor"]
+        return Profile((Measurement(
+            component="actor", batch_size=batch.num_rows, num_devices=1, seconds=max(train),
+            peak_memory_bytes=0, memory_source="none", timestamp=started),))
+
+    def _measure_once(self, problems: Sequence[MathProblem],
+                      rows: int) -> tuple[Profile, RolloutBatch]:
         from rlinf.sched import Measurement
 
         sampling = SamplingConfig(
@@ -636,13 +655,11 @@ class ReasoningFlow:
             started, t0 = time.time(), time.perf_counter()
             batch = self.groups["inference"].call("log_probs", batch, spec=RANK_ZERO)
             measurements.append(("inference", time.perf_counter() - t0, started))
-        train = self._wait({"actor": self.groups["actor"].call_async(
-            "profile_train", batch)})["actor"]
-        measurements.append(("actor", max(train), time.time()))
-        return Profile(tuple(
+        measured = Profile(tuple(
             Measurement(component=name, batch_size=rows, num_devices=1, seconds=seconds,
                         peak_memory_bytes=0, memory_source="none", timestamp=stamp)
             for name, seconds, stamp in measurements))
+        return measured.merge(self._measure_actor(batch)), batch
 
     # -- traces and lifecycle ----------------------------------------------------------------
 
