@@ -207,11 +207,24 @@ class Evaluator:
     def coarse(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
         """A few simulations: whole batches, and 2 or 4 micro-batches where stages pipeline
         (everywhere there, only in the producers, or only in the sinks)."""
-        split = self.pipelined(candidate)
+        masks = self._split_masks(self.pipelined(candidate))
+        return self._best_uniform(candidate, (1, 2, 4), masks)
+
+    def quick(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
+        """Best time over uniform splits (1, 2, 4, … chunks everywhere, or in the `coarse`
+        patterns): a fast score."""
+        levels = max(len(o) for o in self.choices.values())
+        masks = (None, *self._split_masks(self.pipelined(candidate)))
+        return self._best_uniform(candidate, [1 << level for level in range(levels)], masks)
+
+    def _best_uniform(self, candidate: Candidate, chunk_counts: Sequence[int],
+                      masks: Sequence[Sequence[bool] | None]) -> tuple[float, tuple[int, ...]]:
+        """Fastest simulated time over `chunk_counts` uniform splits of each mask's
+        components (None: all), with its micro-batch sizes."""
         best = (math.inf, self.uniform_sizes(1))
         tried: set[tuple[int, ...]] = set()
-        for chunks in (1, 2, 4):
-            for mask in self._split_masks(split):
+        for chunks in chunk_counts:
+            for mask in masks:
                 sizes = self.uniform_sizes(chunks, split=mask)
                 if sizes in tried:
                     continue
@@ -230,24 +243,6 @@ class Evaluator:
         feeders = tuple(s and n in sources for s, n in zip(split, self.names, strict=True))
         sinks = tuple(s and n not in sources for s, n in zip(split, self.names, strict=True))
         return tuple(dict.fromkeys((split, feeders, sinks)))
-
-    def quick(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
-        """Best time over uniform splits (1, 2, 4, … chunks everywhere, or in the `coarse`
-        patterns): a fast score."""
-        best = (math.inf, self.uniform_sizes(1))
-        levels = max(len(o) for o in self.choices.values())
-        split = self.pipelined(candidate)
-        tried: set[tuple[int, ...]] = set()
-        masks = (None, *self._split_masks(split))
-        for level in range(levels):
-            for sizes in (self.uniform_sizes(1 << level, split=mask) for mask in masks):
-                if sizes in tried:
-                    continue
-                tried.add(sizes)
-                t = self.time(candidate, sizes)
-                if t < best[0]:
-                    best = (t, sizes)
-        return best
 
     def best(self, candidate: Candidate, *, exhaustive: bool = False,
              below: float | None = None) -> Scored | None:
