@@ -5,8 +5,12 @@ with the char tokenizer, same seed), on the same generated arithmetic prompts (s
 sees the same 64 problems everywhere), with 8 samples per prompt, 64 new tokens at
 temperature 1, and the same optimizer settings (AdamW, constant lr, grad-norm clip 1, no KL
 and no reference model, 1 PPO epoch = one optimizer step per iteration, micro-batches of
-64 rows, ratio clip 0.2, token-mean loss). rlinf runs with ``recompute_logprobs=False``: like
-TRL at ``num_iterations=1``, it makes no extra old-log-prob pass.
+64 rows, ratio clip 0.2, token-mean loss) and the same precision: ``--precision auto``
+(default) is bf16 mixed precision where the CPU has native bf16 matmuls (AVX-512 BF16 or
+AMX: TRL's ``bf16=True``, rlinf's ``precision="bf16"``, both autocast over fp32 weights and
+optimizer state), fp32 elsewhere; ``--precision fp32`` compares both in fp32. rlinf runs
+with ``recompute_logprobs=False``: like TRL at ``num_iterations=1``, it makes no extra
+old-log-prob pass.
 
 Contenders, in one run:
 
@@ -92,6 +96,10 @@ class Settings:
     """Sampling temperature (top-p 1, top-k off)."""
     seed: int = 0
     """Seed of sampling and of the model's initialisation."""
+    precision: str = "fp32"
+    """Compute precision of every contender: "fp32", or "bf16" mixed precision (bf16
+    autocast over fp32 weights and optimizer state: TRL's ``bf16=True``, rlinf's
+    ``ActorConfig.precision``; vLLM then serves bfloat16 weights)."""
 
     @property
     def rows(self) -> int:
@@ -172,7 +180,8 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
         actor=ActorConfig(lr=settings.lr, micro_batch_size=settings.micro_batch_size,
                           mini_batch_size=None, epochs=1, clip_ratio=0.2, kl_coef=0.0,
                           max_grad_norm=1.0, temperature=settings.temperature,
-                          aggregation="token-mean", parallelism="ddp"),
+                          aggregation="token-mean", parallelism="ddp",
+                          precision=settings.precision),  # type: ignore[arg-type]
         recompute_logprobs=False, seed=settings.seed, prompts_per_step=settings.prompts,
         engine_options=options)
     plan = fixed_plan(spec, mode.placement, num_devices=mode.devices,
@@ -215,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="rlinf placement modes to run (comma-separated)")
     parser.add_argument("--no-trl", action="store_true", help="skip TRL (no speedups then)")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM engine run")
+    parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                        help="every contender's precision (auto: bf16 where the CPU has "
+                             "native bf16 matmuls, else fp32)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
@@ -223,12 +235,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = dataclasses.replace(settings, iterations=args.iterations)
     if args.warmup is not None:
         settings = dataclasses.replace(settings, warmup=args.warmup)
+    settings = dataclasses.replace(settings, precision=_precision(args.precision))
     wanted = [m for m in MODES if m.name in args.modes.split(",")]
     batches = make_batches(settings)
     params = _parameters(settings.model)
     print(f"workload: {params / 1e6:.1f}M-parameter Qwen2-style model, {settings.prompts} "
           f"prompts x {settings.group_size} samples, {settings.max_new_tokens} new tokens, "
-          f"micro-batch {settings.micro_batch_size}, {settings.warmup} warm-up + "
+          f"micro-batch {settings.micro_batch_size}, {settings.precision}, "
+          f"{settings.warmup} warm-up + "
           f"{settings.iterations} timed iterations each", flush=True)
     results: list[RunResult] = []
     started = time.perf_counter()
@@ -246,7 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 group_size=settings.group_size, max_new_tokens=settings.max_new_tokens,
                 temperature=settings.temperature, lr=settings.lr,
                 micro_batch_size=settings.micro_batch_size, max_grad_norm=1.0,
-                clip_ratio=0.2, seed=settings.seed, warmup=settings.warmup, threads=threads))
+                clip_ratio=0.2, seed=settings.seed, warmup=settings.warmup, threads=threads,
+                bf16=settings.precision == "bf16"))
     import ray
 
     # Ray's CPU count only gates scheduling here (each role sets its own torch threads from
@@ -276,8 +291,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict = summarize(results)
     verdict["wall_seconds"] = round(time.perf_counter() - started, 1)
     verdict["quick"] = args.quick
+    verdict["precision"] = settings.precision
     print(json.dumps(verdict))
     return 0
+
+
+def _precision(choice: str) -> str:
+    """`choice`, with "auto" resolved: bf16 where oneDNN has native bf16 kernels (AVX-512
+    BF16 / AMX; elsewhere bf16 is emulated and slower than fp32)."""
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
 
 
 def _parameters(config: TinyLMConfig) -> int:

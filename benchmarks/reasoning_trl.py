@@ -9,8 +9,9 @@ TRL 1.16's source (`trl/trainer/grpo_trainer.py`):
   (prompts × group in one ``generate`` call), and ``old_per_token_logps`` is *not* computed
   (TRL uses the detached current log-probs instead) — no extra forward pass;
 - no vLLM (TRL with vLLM on CPU fails at its first weight sync here), no gradient
-  checkpointing, fp32, no logging of completions, constant learning rate, no shuffling (the
-  prompts of step ``i`` are exactly the ones rlinf trains on at step ``i``).
+  checkpointing, the benchmark's precision (``bf16=True``: accelerate's bf16 autocast over
+  fp32 weights, as rlinf's bf16), no logging of completions, constant learning rate, no
+  shuffling (the prompts of step ``i`` are exactly the ones rlinf trains on at step ``i``).
 
 One optimizer step = one iteration: generation of prompts × group responses, reward, one
 AdamW step over micro-batches of `micro_batch_size` rows. Its wall time is taken between
@@ -37,12 +38,13 @@ def run_trl(
     batches: Sequence[Sequence[MathProblem]], *, model_config: TinyLMConfig, model_seed: int,
     group_size: int, max_new_tokens: int, temperature: float, lr: float,
     micro_batch_size: int, max_grad_norm: float, clip_ratio: float, seed: int,
-    warmup: int, template: str = "short", threads: int | None = None,
+    warmup: int, template: str = "short", threads: int | None = None, bf16: bool = False,
 ) -> RunResult:
     """Train ``len(batches)`` GRPO steps with TRL; the first `warmup` are not timed.
 
     `threads` sets torch's intra-op threads for the run (None: torch's default, one per
-    core); the previous setting is restored afterwards.
+    core); the previous setting is restored afterwards. `bf16` trains with TRL's ``bf16=True``
+    (accelerate's bf16 autocast, generation included).
     """
     import torch
 
@@ -54,7 +56,7 @@ def run_trl(
                     group_size=group_size, max_new_tokens=max_new_tokens,
                     temperature=temperature, lr=lr, micro_batch_size=micro_batch_size,
                     max_grad_norm=max_grad_norm, clip_ratio=clip_ratio, seed=seed,
-                    warmup=warmup, template=template)
+                    warmup=warmup, template=template, bf16=bf16)
     finally:
         torch.set_num_threads(previous)
 
@@ -63,7 +65,7 @@ def _run(
     batches: Sequence[Sequence[MathProblem]], *, model_config: TinyLMConfig, model_seed: int,
     group_size: int, max_new_tokens: int, temperature: float, lr: float,
     micro_batch_size: int, max_grad_norm: float, clip_ratio: float, seed: int,
-    warmup: int, template: str,
+    warmup: int, template: str, bf16: bool,
 ) -> RunResult:
     import torch
     from datasets import Dataset
@@ -113,7 +115,7 @@ def _run(
             lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
             max_grad_norm=max_grad_norm, beta=0.0, num_iterations=1, epsilon=clip_ratio,
             loss_type="dapo", scale_rewards="group", max_steps=len(batches),
-            logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=False,
+            logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, bf16=bf16,
             seed=seed, data_seed=seed, shuffle_dataset=False, disable_tqdm=True,
             log_completions=False, dataloader_num_workers=0,
         )

@@ -40,6 +40,14 @@ def test_yaml_lists_every_key() -> None:
         k.key.split(".", 1)[1] for k in describe(ReasoningConfig) if k.key.startswith("algorithm.")}
 
 
+def test_precision_reaches_every_role() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    assert flow_spec(load()).actor.precision == "fp32"
+    # the flow hands the actor's precision to rollout and inference (RoleSetup.precision)
+    assert flow_spec(load("model.precision=bf16")).actor.precision == "bf16"
+
+
 def test_ppo_group_and_overrides() -> None:
     cfg = load("algorithm=ppo", "run.steps=3", "rollout.temperature=0.7", "data.seed=5")
     assert cfg.algorithm.name == "ppo"
@@ -74,6 +82,7 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
     (("rollout.temperature=0",), "rollout.temperature", "> 0"),
     (("rollout.top_p=1.5",), "rollout.top_p", "in (0, 1]"),
     (("rollout.engine=tgi",), "rollout.engine", "'hf', 'vllm', 'sglang'"),
+    (("model.precision=fp16",), "model.precision", "'fp32', 'bf16'"),
     (("rollout.engine=sglang",), "rollout.engine", "SGLang runs only on a GPU"),
     (("algorithm.lr=-1",), "algorithm.lr", "> 0"),
     (("algorithm.lr=fast",), "algorithm.lr", "type float"),

@@ -60,6 +60,9 @@ class ModelConfig:
     """From scratch: key/value heads (must divide num_heads)."""
     intermediate_size: Positive = 512
     """From scratch: width of the MLP's hidden layer."""
+    precision: Literal["fp32", "bf16"] = "fp32"
+    """Compute precision of every role: fp32, or bf16 autocast over fp32 weights and
+    optimizer state (vLLM/SGLang then serve bfloat16 weights)."""
 
     def __post_init__(self) -> None:
         if self.from_scratch and self.dir is not None:

@@ -335,7 +335,8 @@ class ReasoningFlow:
                 host, port = server.address
                 lock = {"device_lock_address": f"{host}:{port}", "device_lock_token": token}
             setup = RoleSetup(model_factory=_factory(spec), seed=spec.seed, device=spec.device,
-                              trace=trace, lock_timeout=spec.timeout, io_timeout=spec.timeout,
+                              precision=spec.actor.precision, trace=trace,
+                              lock_timeout=spec.timeout, io_timeout=spec.timeout,
                               store_name=f"rlinf-flow-{flow_id}", token=token)
             launch = functools.partial(
                 _launch_role, placement=placement, cluster=cluster, lock=lock,

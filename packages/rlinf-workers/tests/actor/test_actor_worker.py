@@ -95,6 +95,26 @@ def test_micro_batch_accumulation_equals_one_big_batch(aggregation):
             torch.testing.assert_close(other[name], params[0][name], atol=2e-4, rtol=1e-4)
 
 
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_bf16_autocast_trains_fp32_weights_with_gradients_close_to_fp32(algorithm):
+    batch = make_batch()
+    grads, dtypes = {}, {}
+    for precision in ("fp32", "bf16"):
+        actor = ActorWorker(_model(), config=ActorConfig(
+            algorithm=algorithm, lr=1e-2, parallelism="none", micro_batch_size=3,
+            max_grad_norm=None, precision=precision))
+        grads[precision] = _train_recording_gradient(actor, batch)
+        dtypes[precision] = {p.dtype for p in actor.model.parameters()}
+        dtypes[precision] |= {v.dtype for state in actor.optimizer.state.values()
+                              for v in state.values() if v.ndim > 0}
+    assert dtypes["bf16"] == dtypes["fp32"] == {torch.float32}
+    flat = {k: torch.cat([g.flatten() for g in v.values()]) for k, v in grads.items()}
+    # bf16 keeps 8 mantissa bits: the gradient is the same direction, not the same bits.
+    cosine = torch.nn.functional.cosine_similarity(flat["bf16"], flat["fp32"], dim=0)
+    assert cosine > 0.99
+    assert not torch.equal(flat["bf16"], flat["fp32"])  # the matmuls really ran in bf16
+
+
 def test_micro_batches_group_similar_lengths_and_cut_padding():
     batch = make_batch()
     actor = ActorWorker(_model(), config=ActorConfig(parallelism="none", micro_batch_size=3))
@@ -218,3 +238,5 @@ def test_config_validation():
         ActorConfig(aggregation="sum")
     with pytest.raises(ConfigError):
         ActorConfig(micro_batch_size=0)
+    with pytest.raises(ConfigError, match="precision"):
+        ActorConfig(precision="fp16")  # type: ignore[arg-type]

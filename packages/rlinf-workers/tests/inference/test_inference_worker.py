@@ -35,6 +35,17 @@ def test_actor_role_reproduces_the_rollout_log_probs(model, tokenizer, problems,
     assert (annotated.old_log_probs[~batch.response_mask.bool()] == 0).all()
 
 
+def test_bf16_scores_near_fp32_and_bad_precision_is_refused(model, tokenizer, problems):
+    batch = _rollout(model, tokenizer, problems, temperature=0.9)
+    worker = InferenceWorker(model, config=InferenceConfig(temperature=0.9, precision="bf16"))
+    scored = worker.compute_log_probs(batch)
+    assert scored.dtype == torch.float32
+    torch.testing.assert_close(scored, batch.rollout_log_probs, atol=0.1, rtol=0)
+    assert not torch.equal(scored, batch.rollout_log_probs)
+    with pytest.raises(ConfigError, match="precision"):
+        InferenceConfig(precision="fp64")  # type: ignore[arg-type]
+
+
 def test_reference_role_scores_under_its_own_model(model, tokenizer, problems):
     batch = _rollout(model, tokenizer, problems)
     reference = build_tiny_causal_lm(TinyLMConfig(hidden_size=64, intermediate_size=128,

@@ -3,7 +3,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm, response_log_probs
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import (
+    TinyLMConfig,
+    build_tiny_causal_lm,
+    compute_precision,
+    response_log_probs,
+)
 from rlinf.workers.rollout import HFRolloutEngine, RolloutBatch, RolloutError, SamplingConfig
 
 
@@ -54,6 +60,28 @@ def test_log_probs_without_kept_logits_are_the_same(model, tokenizer):
     assert [s.response_token_ids for s in recomputed] == [s.response_token_ids for s in kept]
     for a, b in zip(recomputed, kept, strict=True):
         assert a.log_probs == pytest.approx(b.log_probs, abs=1e-5)
+
+
+def test_bf16_generation_reports_the_log_probs_of_its_own_precision(model, tokenizer):
+    engine = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id, precision="bf16")
+    sampling = SamplingConfig(max_new_tokens=5, temperature=0.9, seed=2)
+    samples = engine.generate(_prompts(tokenizer), sampling=sampling)
+    batch = RolloutBatch.from_samples(samples, answers=["0"] * 3, group_size=1,
+                                      pad_token_id=tokenizer.pad_token_id)
+    args = {"prompt_ids": batch.prompt_ids, "prompt_mask": batch.prompt_mask,
+            "response_ids": batch.response_ids, "response_mask": batch.response_mask,
+            "temperature": sampling.logprob_temperature}
+    with torch.no_grad(), compute_precision("bf16", "cpu"):
+        same_precision = response_log_probs(model, **args)
+    with torch.no_grad():
+        fp32 = response_log_probs(model, **args)
+    torch.testing.assert_close(batch.rollout_log_probs, same_precision, atol=2e-2, rtol=0)
+    torch.testing.assert_close(batch.rollout_log_probs, fp32, atol=0.1, rtol=0)
+    assert next(model.parameters()).dtype == torch.float32
+    with pytest.raises(ConfigError, match="precision"):
+        HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+                        pad_token_id=tokenizer.pad_token_id, precision="fp8")
 
 
 def test_greedy_takes_the_argmax_and_left_padding_does_not_change_it(model, tokenizer):

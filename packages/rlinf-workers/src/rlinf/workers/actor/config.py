@@ -7,6 +7,7 @@ from typing import Literal
 
 from rlinf.workers.algorithms import KLEstimator, LossAggregation
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.models.precision import Precision, check_precision
 
 __all__ = ["ActorConfig", "Algorithm", "Parallelism"]
 
@@ -66,6 +67,9 @@ class ActorConfig:
     """PPO: clip range of the value update (None: unclipped)."""
     whiten_advantages: bool = True
     """PPO: normalise advantages over the batch's valid tokens."""
+    precision: Precision = "fp32"
+    """Forward/backward precision: "fp32", or "bf16" autocast (parameters, gradients and
+    optimizer state stay fp32). The flow gives the rollout and inference roles the same."""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("grpo", "ppo"):
@@ -81,6 +85,7 @@ class ActorConfig:
                               f"{self.temperature}")
         LossAggregation.parse(self.aggregation)
         KLEstimator.parse(self.kl_estimator)
+        check_precision(self.precision)
 
     def can_stream(self, *, distributed: bool) -> bool:
         """Whether gradients can accumulate micro-batch by micro-batch as data arrives, with

@@ -9,8 +9,10 @@ whichever rows go together. That freedom is used: micro-batches gather rows of s
 response length and drop the padding columns no row of theirs uses, so short responses
 are not computed out to the longest one's length (padding costs nothing in the loss, but a
 forward/backward over it costs as much as over real tokens).
-Under DDP every rank trains on its own shard and gradients are averaged at the last
-micro-batch (``no_sync`` before it).
+Under data parallelism every rank trains on its own shard; each micro-batch's loss is
+weighted by its share of all ranks' units, and gradients are summed over ranks once per
+optimizer step. With ``precision="bf16"`` forwards run under bf16 autocast over the fp32
+parameters.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from rlinf.workers.algorithms import (
     value_loss,
 )
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models import response_log_probs_and_entropy
+from rlinf.workers.models import compute_precision, response_log_probs_and_entropy
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import empty_device_cache, move_module, move_optimizer_state
 from rlinf.workers.weight_sync.buckets import Bucket, iter_buckets
@@ -243,10 +245,12 @@ class ActorWorker:
         critic = critic if critic is not None else self.critic
         if critic is None:
             raise ConfigError("PPO needs a critic; this actor was built without one")
-        result: torch.Tensor = critic(
-            prompt_ids=data["prompt_ids"][rows], prompt_mask=data["prompt_mask"][rows],
-            response_ids=data["response_ids"][rows], response_mask=data["response_mask"][rows])
-        return result
+        with compute_precision(self.config.precision, self.device):
+            result: torch.Tensor = critic(
+                prompt_ids=data["prompt_ids"][rows], prompt_mask=data["prompt_mask"][rows],
+                response_ids=data["response_ids"][rows],
+                response_mask=data["response_mask"][rows])
+        return result.float()
 
     def _units(self, mask: torch.Tensor) -> float:
         if self._agg is LossAggregation.TOKEN_MEAN:
@@ -315,10 +319,11 @@ class ActorWorker:
         and `critic` (default: the modules as wrapped for data parallelism)."""
         cfg = self.config
         mask = data["response_mask"]
-        log_probs, entropy = response_log_probs_and_entropy(
-            policy if policy is not None else self.policy, prompt_ids=data["prompt_ids"],
-            prompt_mask=data["prompt_mask"], response_ids=data["response_ids"],
-            response_mask=mask, temperature=cfg.temperature)
+        with compute_precision(cfg.precision, self.device):
+            log_probs, entropy = response_log_probs_and_entropy(
+                policy if policy is not None else self.policy, prompt_ids=data["prompt_ids"],
+                prompt_mask=data["prompt_mask"], response_ids=data["response_ids"],
+                response_mask=mask, temperature=cfg.temperature)
         surrogate = ppo_policy_loss(
             log_probs, data["old_log_probs"], data["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models import response_log_probs
+from rlinf.workers.models import Precision, check_precision, compute_precision, response_log_probs
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import empty_device_cache, move_module
 from rlinf.workers.rollout.types import NamedTensors
@@ -39,6 +39,8 @@ class InferenceConfig:
     """Rows per forward pass (bounds peak activation memory)."""
     temperature: float = 1.0
     """Sampling temperature of the rollout (log-probs are of the scaled distribution)."""
+    precision: Precision = "fp32"
+    """Forward precision: "fp32" or "bf16" autocast (as the actor trains)."""
 
     def __post_init__(self) -> None:
         if self.role not in ("actor", "reference"):
@@ -46,6 +48,7 @@ class InferenceConfig:
         if self.micro_batch_size < 1 or self.temperature <= 0:
             raise ConfigError(f"micro_batch_size must be >= 1 and temperature > 0, got "
                               f"{self.micro_batch_size} and {self.temperature}")
+        check_precision(self.precision)
 
 
 class InferenceWorker:
@@ -65,7 +68,7 @@ class InferenceWorker:
 
     def compute_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
         """``[B, R]`` float32 log-probs of `batch`'s responses (0 on padding), on CPU."""
-        with torch.no_grad():
+        with torch.no_grad(), compute_precision(self.config.precision, self.device):
             log_probs = response_log_probs(
                 self.model,
                 prompt_ids=batch.prompt_ids.to(self.device),

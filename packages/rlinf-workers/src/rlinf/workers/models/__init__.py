@@ -16,6 +16,7 @@ from rlinf.workers.models.policy import (
     PolicyConfig,
     build_actor_critic,
 )
+from rlinf.workers.models.precision import Precision, check_precision, compute_precision
 from rlinf.workers.models.tokenizer import (
     ARITHMETIC_ALPHABET,
     SPECIAL_TOKENS,
@@ -30,10 +31,13 @@ __all__ = [
     "ActionSample",
     "ActorCritic",
     "PolicyConfig",
+    "Precision",
     "TinyLMConfig",
     "build_actor_critic",
     "build_char_tokenizer",
     "build_tiny_causal_lm",
+    "check_precision",
+    "compute_precision",
     "load_tokenizer",
     "position_ids_from_mask",
     "response_log_probs",

@@ -15,7 +15,7 @@ import torch
 
 from rlinf.workers.actor import ActorConfig, ActorWorker
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models import response_log_probs
+from rlinf.workers.models import compute_precision, response_log_probs
 from rlinf.workers.reasoning.routing import Routing
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reasoning.sync import WeightSenderRole
@@ -141,8 +141,10 @@ class ActorRole(WeightSenderRole):
         return seconds
 
     def log_probs(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[B, R]`` log-probs of `batch`'s responses under the trainer's current weights."""
-        with self.turn("log_probs", rows=batch.num_rows), torch.no_grad():
+        """``[B, R]`` log-probs of `batch`'s responses under the trainer's current weights,
+        at the training precision (bf16 agrees with a bf16 rollout to ~1e-2, not 1e-6)."""
+        with self.turn("log_probs", rows=batch.num_rows), torch.no_grad(), \
+                compute_precision(self.config.precision, self.device):
             return response_log_probs(
                 self.actor.model, prompt_ids=batch.prompt_ids.to(self.device),
                 prompt_mask=batch.prompt_mask.to(self.device),

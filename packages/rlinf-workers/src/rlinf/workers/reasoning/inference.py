@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.inference import InferenceConfig, InferenceWorker
@@ -28,12 +29,12 @@ class InferenceRole(WeightReceiverRole):
         if not (recompute or reference):
             raise ConfigError("an inference role needs recompute=True or reference=True")
         model, _ = setup.model_factory()
-        base = InferenceConfig(micro_batch_size=micro_batch_size, temperature=temperature)
+        base = InferenceConfig(micro_batch_size=micro_batch_size, temperature=temperature,
+                               precision=setup.precision)
         self.policy = InferenceWorker(copy.deepcopy(model) if reference else model,
                                       config=base, device=self.device) if recompute else None
         self.reference = InferenceWorker(
-            model, config=InferenceConfig(role="reference", micro_batch_size=micro_batch_size,
-                                          temperature=temperature),
+            model, config=dataclasses.replace(base, role="reference"),
             device=self.device) if reference else None
         self.offload()  # components start offloaded: the first turn onloads
 

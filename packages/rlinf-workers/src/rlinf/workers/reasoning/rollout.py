@@ -38,7 +38,7 @@ def build_engine(
     if engine == "hf":
         # "host" keeps the weights across a context switch (a no-op on CPU); "discard"
         # (engine_options) frees more but needs a weight sync before the next generate.
-        options = {"offload_policy": "host", **options}
+        options = {"offload_policy": "host", "precision": setup.precision, **options}
         return HFRolloutEngine(model, eos_token_id=int(tokenizer.eos_token_id),
                                pad_token_id=int(tokenizer.pad_token_id), device=device,
                                **options), tokenizer
@@ -46,6 +46,7 @@ def build_engine(
         raise ConfigError(f"the {engine} engine loads a Hugging Face checkpoint folder: pass "
                           "model_path (config.json + weights + tokenizer)")
     del model
+    options = {"dtype": "bfloat16" if setup.precision == "bf16" else "float32", **options}
     if engine == "vllm":
         from rlinf.workers.rollout import VllmRolloutEngine
 

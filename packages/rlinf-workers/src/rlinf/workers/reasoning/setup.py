@@ -11,6 +11,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.models.precision import Precision, check_precision
 
 __all__ = ["ModelFactory", "RoleSetup", "draw_seed"]
 
@@ -29,6 +30,9 @@ class RoleSetup:
     """Root seed: every random draw of the flow derives from it (see `draw_seed`)."""
     device: Literal["cpu", "cuda"] = "cpu"
     """Where the roles compute; on CUDA each rank uses its placement device's GPU."""
+    precision: Precision = "fp32"
+    """Forward precision of rollout and inference ("bf16": autocast; vLLM and SGLang serve
+    bfloat16 weights); the flow sets it to the actor's."""
     trace: bool = False
     """Record one span per stage and micro-batch (`rlinf.workers.telemetry.TraceRecorder`)."""
     lock_timeout: float = 600.0
@@ -43,6 +47,7 @@ class RoleSetup:
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        check_precision(self.precision)
         if self.lock_timeout <= 0 or self.io_timeout <= 0:
             raise ConfigError(f"lock_timeout and io_timeout must be > 0, got "
                               f"{self.lock_timeout} and {self.io_timeout}")

@@ -26,7 +26,14 @@ import torch
 from torch import nn
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models import response_log_probs, response_mask_from_eos, token_log_probs
+from rlinf.workers.models import (
+    Precision,
+    check_precision,
+    compute_precision,
+    response_log_probs,
+    response_mask_from_eos,
+    token_log_probs,
+)
 from rlinf.workers.rollout.batch import left_pad
 from rlinf.workers.rollout.offload import (
     OffloadPolicy,
@@ -48,7 +55,7 @@ class HFRolloutEngine:
     def __init__(
         self, model: nn.Module, *, eos_token_id: int, pad_token_id: int,
         device: torch.device | str | None = None, offload_policy: OffloadPolicy | None = None,
-        logits_budget_bytes: int = 1 << 30,
+        logits_budget_bytes: int = 1 << 30, precision: Precision = "fp32",
     ) -> None:
         """Serve `model` on `device` (default: where its parameters are).
 
@@ -56,8 +63,10 @@ class HFRolloutEngine:
         ``discard`` on CPU, where keeping a "host copy" would free nothing: after a
         discarding offload the engine refuses to generate until `update_weights` has
         supplied every parameter again. `logits_budget_bytes` bounds the per-step logits a
-        call may keep for its log-probs (see the module docstring).
+        call may keep for its log-probs (see the module docstring). `precision` "bf16"
+        generates under bf16 autocast (the weights stay as loaded).
         """
+        self.precision = check_precision(precision)
         if logits_budget_bytes < 0:
             raise ConfigError(f"logits_budget_bytes must be >= 0, got {logits_budget_bytes}")
         self.logits_budget_bytes = logits_budget_bytes
@@ -98,8 +107,8 @@ class HFRolloutEngine:
             options.update(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
                            top_k=sampling.top_k)
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.inference_mode(), torch.random.fork_rng(devices=devices,
-                                                           enabled=sampling.seed is not None):
+        with torch.inference_mode(), compute_precision(self.precision, self.device), \
+                torch.random.fork_rng(devices=devices, enabled=sampling.seed is not None):
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
