@@ -171,11 +171,12 @@ class ActorWorker:
         import torch.distributed as dist
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        for param in params:
-            if param.grad is None:
-                param.grad = torch.zeros_like(param)
-        grads = [param.grad for param in params if param.grad is not None]
+        grads: list[torch.Tensor] = []
+        for group in self.optimizer.param_groups:
+            for param in group["params"]:
+                if param.grad is None:
+                    param.grad = torch.zeros_like(param)
+                grads.append(param.grad)
         flat = _flatten_dense_tensors(grads)
         dist.all_reduce(flat)
         for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
