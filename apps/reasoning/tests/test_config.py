@@ -40,11 +40,12 @@ def test_yaml_lists_every_key() -> None:
         k.key.split(".", 1)[1] for k in describe(ReasoningConfig) if k.key.startswith("algorithm.")}
 
 
-def test_precision_reaches_every_role() -> None:
+def test_model_precision_becomes_the_actors() -> None:
     from rlinf_reasoning.spec import flow_spec
 
     assert flow_spec(load()).actor.precision == "fp32"
-    # the flow hands the actor's precision to rollout and inference (RoleSetup.precision)
+    # the flow hands the actor's precision to rollout and inference (RoleSetup.precision;
+    # packages/rlinf-workers/tests/reasoning/test_roles.py checks the roles follow it)
     assert flow_spec(load("model.precision=bf16")).actor.precision == "bf16"
 
 

@@ -6,6 +6,7 @@ The channels live on a `RayStore` of the shared local Ray instance; the roles' o
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -31,7 +32,12 @@ from rlinf.workers.reasoning import (
     unpack_group,
 )
 from rlinf.workers.reward import RewardConfig
-from rlinf.workers.rollout import RolloutBatch, RolloutWorkerConfig, SamplingConfig
+from rlinf.workers.rollout import (
+    HFRolloutEngine,
+    RolloutBatch,
+    RolloutWorkerConfig,
+    SamplingConfig,
+)
 from rlinf.workers.runtime import WorkerContext
 
 CONFIG = TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
@@ -122,6 +128,18 @@ def test_rollout_groups_do_not_depend_on_how_many_ranks_generate_them(
     other = drain(wiring.channels["rollout->reward"], 5, key=rank_key(0), step=4)
     assert any(not torch.equal(other[i].response_ids, alone[i].response_ids) for i in range(5))
     assert {s.name for s in one.drain_spans()} >= {"generate", "micro_batch"}
+
+
+def test_rollout_and_inference_compute_at_the_setups_precision(wiring: Wiring) -> None:
+    setup = dataclasses.replace(wiring.setup(), precision="bf16")
+    rollout = RolloutRole(ctx("rollout"), setup=setup, config=ROLLOUT)
+    assert isinstance(rollout.worker.engine, HFRolloutEngine)
+    assert rollout.worker.engine.precision == "bf16"
+    inference = InferenceRole(ctx("inference"), setup=setup, temperature=1.0, reference=True)
+    assert inference.policy is not None and inference.reference is not None
+    assert inference.policy.config.precision == inference.reference.config.precision == "bf16"
+    with pytest.raises(ConfigError, match="precision"):
+        dataclasses.replace(setup, precision="fp16")
 
 
 def test_reward_and_inference_annotate_each_group_and_route_it_on(
