@@ -306,7 +306,8 @@ class ActorWorker:
                        rows: torch.Tensor) -> list[dict[str, torch.Tensor]]:
         """`rows` of `data` in micro-batches of at most ``micro_batch_size`` rows, longest
         responses first, each cut to the prompt and response columns its rows use."""
-        lengths = data["response_mask"][rows].sum(dim=-1)
+        # Sorted on the host: `rows` are CPU indices, the data may sit on a GPU.
+        lengths = data["response_mask"][rows].sum(dim=-1).cpu()
         ordered = rows[torch.argsort(lengths, descending=True, stable=True)]
         size = self.config.micro_batch_size
         return [_rows_without_padding(data, ordered[i:i + size])
