@@ -62,7 +62,27 @@ def uuid_of(kind: str, index: int) -> str:
         torch = torch_module("CUDA device identification")
         return _format_uuid(torch.cuda.get_device_properties(index).uuid)
     cupy = cupy_module("CUDA device identification")
-    return _format_uuid(cupy.cuda.runtime.getDeviceProperties(index)["uuid"])
+    raw = cupy.cuda.runtime.getDeviceProperties(index).get("uuid")
+    if isinstance(raw, str) or (isinstance(raw, bytes | bytearray) and len(raw) >= 16):
+        return _format_uuid(raw)
+    # cupy 14 hands the 16-byte char array back cut short (seen on an H100): ask NVML for
+    # the UUID of the device at this PCI bus id, the one torch and nvidia-smi report.
+    return _nvml_uuid_at(str(cupy.cuda.Device(index).pci_bus_id))
+
+
+def _nvml_uuid_at(pci_bus_id: str) -> str:
+    try:
+        import pynvml
+    except ImportError as exc:
+        raise MissingExtraError("CUDA device identification through cupy", "cuda",
+                                "nvidia-ml-py") from exc
+    pynvml.nvmlInit()
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id.encode())
+        raw = pynvml.nvmlDeviceGetUUID(handle)
+    finally:
+        pynvml.nvmlShutdown()
+    return _format_uuid(raw.decode() if isinstance(raw, bytes) else raw)
 
 
 @functools.cache
