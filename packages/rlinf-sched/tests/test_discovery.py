@@ -63,3 +63,19 @@ def test_local_node_by_ip_without_a_node_id() -> None:
 def test_discovery_without_ray_has_no_node_ids() -> None:
     cluster = Cluster.discover(use_ray=False, cpu_slots=2)
     assert [n.ray_node_id for n in cluster.nodes] == [None]
+
+
+def test_gpus_false_makes_every_node_cpu_slots(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_discovery, "local_gpus",
+                        lambda: [_discovery.LocalGpu("H100", 80 << 30, True)])
+    nodes = [record("aa", "10.0.0.1", cpus=8, resources={"GPU": 1}),
+             record("bb", "10.0.0.2", cpus=16, resources={"GPU": 2})]
+    with_gpus = build(list(ray_nodes(nodes, local_node_id="aa", local_ip="10.0.0.1",
+                                     cpu_slots=2)))
+    assert [d.kind for d in with_gpus.devices] == ["H100", "gpu", "gpu"]
+    slots = build(list(ray_nodes(nodes, local_node_id="aa", local_ip="10.0.0.1",
+                                 cpu_slots=2, gpus=False)))
+    assert [d.kind for d in slots.devices] == ["cpu"] * 4
+    local = Cluster.discover(use_ray=False, cpu_slots=3, gpus=False)
+    assert not local.has_gpus and local.num_devices == 3
+    assert Cluster.discover(use_ray=False, cpu_slots=3).has_gpus  # the GPU counts by default

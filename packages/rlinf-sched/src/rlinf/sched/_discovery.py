@@ -109,27 +109,30 @@ def _gpu_node(
     }
 
 
-def discover_nodes(*, use_ray: bool, cpu_slots: int | None) -> Iterator[dict[str, Any]]:
-    """Keyword arguments for `_Builder.add_node`, one dict per node."""
+def discover_nodes(*, use_ray: bool, cpu_slots: int | None,
+                   gpus: bool = True) -> Iterator[dict[str, Any]]:
+    """Keyword arguments for `_Builder.add_node`, one dict per node (``gpus=False``: every
+    node as CPU slots, its GPUs not counted as devices)."""
     if cpu_slots is not None and cpu_slots < 1:
         from rlinf.sched.errors import ClusterError
 
         raise ClusterError(f"cpu_slots={cpu_slots}: expected at least one slot per node")
     ray = sys.modules.get("ray") if use_ray else None  # initialized Ray implies imported Ray
     if ray is not None and ray.is_initialized():
-        yield from _ray_nodes(ray, cpu_slots)
+        yield from _ray_nodes(ray, cpu_slots, gpus)
         return
     hostname, cpus, memory = local_hostname(), usable_cpus(), host_memory_bytes()
-    gpus = local_gpus()
-    if gpus:
-        yield _gpu_node(hostname, "", gpus, cpus, memory)
+    found = local_gpus() if gpus else []
+    if found:
+        yield _gpu_node(hostname, "", found, cpus, memory)
     else:
         yield _cpu_node(hostname, "", cpus, memory, cpu_slots or cpus)
 
 
-def _ray_nodes(ray: Any, cpu_slots: int | None) -> Iterator[dict[str, Any]]:
+def _ray_nodes(ray: Any, cpu_slots: int | None, gpus: bool) -> Iterator[dict[str, Any]]:
     yield from ray_nodes(ray.nodes(), local_node_id=_local_node_id(ray),
-                         local_ip=ray.util.get_node_ip_address(), cpu_slots=cpu_slots)
+                         local_ip=ray.util.get_node_ip_address(), cpu_slots=cpu_slots,
+                         gpus=gpus)
 
 
 def _local_node_id(ray: Any) -> str:
@@ -143,11 +146,12 @@ def _local_node_id(ray: Any) -> str:
 
 def ray_nodes(
     nodes: Sequence[Mapping[str, Any]], *, local_node_id: str, local_ip: str,
-    cpu_slots: int | None,
+    cpu_slots: int | None, gpus: bool = True,
 ) -> Iterator[dict[str, Any]]:
     """Nodes from ``ray.nodes()`` records: alive ones only, this process's node first (by
     node id, else by IP: several Ray nodes may share one machine's IP), then by address and
-    node id; each carries its ``ray_node_id``. GPUs of the local node come from nvidia-ml-py.
+    node id; each carries its ``ray_node_id``. GPUs of the local node come from nvidia-ml-py;
+    ``gpus=False`` makes every node CPU slots.
     """
     alive = [n for n in nodes if n.get("Alive")]
     local = next((n for n in alive if local_node_id and n.get("NodeID") == local_node_id),
@@ -161,19 +165,19 @@ def ray_nodes(
         node_id = str(node["NodeID"]) if node.get("NodeID") else None
         cpus = int(res.get("CPU", 0))
         memory = int(res.get("memory", 0))
-        num_gpus = int(res.get("GPU", 0))
-        if node is local:
-            gpus = local_gpus()
-            if gpus:
-                yield _gpu_node(hostname, address, gpus[: num_gpus or len(gpus)], cpus, memory,
-                                ray_node_id=node_id)
+        num_gpus = int(res.get("GPU", 0)) if gpus else 0
+        if node is local and gpus:
+            found = local_gpus()
+            if found:
+                yield _gpu_node(hostname, address, found[: num_gpus or len(found)], cpus,
+                                memory, ray_node_id=node_id)
                 continue
         if num_gpus:
             kinds = [k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")]
             kind = kinds[0] if kinds else "gpu"
             mem = known_gpu_memory(kind) or 0
-            gpus = [LocalGpu(kind, mem, False)] * num_gpus
-            yield _gpu_node(hostname, address, gpus, cpus, memory, ray_node_id=node_id)
+            yield _gpu_node(hostname, address, [LocalGpu(kind, mem, False)] * num_gpus, cpus,
+                            memory, ray_node_id=node_id)
         else:
             yield _cpu_node(hostname, address, cpus, memory, cpu_slots or max(cpus, 1),
                             ray_node_id=node_id)

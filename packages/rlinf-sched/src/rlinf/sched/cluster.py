@@ -364,7 +364,8 @@ class Cluster:
             p.write_text(json.dumps(data, indent=2) + "\n")
 
     @classmethod
-    def discover(cls, *, use_ray: bool = True, cpu_slots: int | None = None) -> Cluster:
+    def discover(cls, *, use_ray: bool = True, cpu_slots: int | None = None,
+                 gpus: bool = True) -> Cluster:
         """Discover the cluster this process runs in.
 
         With `use_ray` and Ray already initialized in this process (this never starts Ray),
@@ -373,12 +374,15 @@ class Cluster:
         GPUs of this machine are
         read through nvidia-ml-py, those of other nodes from Ray's resources. A node without
         GPUs gets `cpu_slots` logical CPU devices (default: its usable CPU cores; pass more to
-        oversubscribe a small box, e.g. 8 to try an 8-device placement on 2 cores).
+        oversubscribe a small box, e.g. 8 to try an 8-device placement on 2 cores). With
+        ``gpus=False`` every node is CPU slots: for workflows whose placement devices are
+        processes on cores while GPUs are shared through Ray (rlinf-embodied with a CUDA
+        policy).
         """
         from rlinf.sched._discovery import discover_nodes
 
         builder = _Builder()
-        for info in discover_nodes(use_ray=use_ray, cpu_slots=cpu_slots):
+        for info in discover_nodes(use_ray=use_ray, cpu_slots=cpu_slots, gpus=gpus):
             builder.add_node(**info)
         cluster = builder.build(
             name="discovered",
