@@ -200,3 +200,11 @@ def test_killed_env_rank_raises_worker_died_naming_it():
     flow.close()  # idempotent
     with pytest.raises(ConfigError, match="closed"):
         flow.step(1)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error on a GPU-less cluster")
+def test_cuda_device_on_a_cluster_without_gpus_says_what_to_do() -> None:
+    spec = EmbodiedSpec(env=SPEC.env, policy=SPEC.policy, actor=SPEC.actor,
+                        rollout_steps=SPEC.rollout_steps, device="cuda")
+    with pytest.raises(ConfigError, match="has 0 GPUs"):
+        EmbodiedFlow.launch(spec, fixed_plan(spec, "hybrid"))

@@ -195,16 +195,17 @@ def embodied_workflow(spec: EmbodiedSpec) -> Workflow:
     steps over ``num_envs`` items, then the actor over every sample.
 
     Env and rollout each run as one process (`max_devices=1`); the actor's one process uses
-    one thread per device. On a CPU cluster every component is a ``cpu`` resource.
+    one thread per device. Placement devices are CPU slots, so every component is a ``cpu``
+    resource; with ``device="cuda"`` the policy and actor processes also share the machine's
+    GPU through Ray, which the profile's measured times carry.
     """
-    resource = "gpu" if spec.device == "cuda" else "cpu"
     n = spec.env.num_envs
     obs = _obs_bytes(spec)
     return Workflow(
         components=(
             Component("env", kind="env", resource="cpu", batch=n, max_devices=1),
-            Component("rollout", kind="rollout", resource=resource, batch=n, max_devices=1),
-            Component("actor", kind="actor", resource=resource,
+            Component("rollout", kind="rollout", resource="cpu", batch=n, max_devices=1),
+            Component("actor", kind="actor", resource="cpu",
                       batch=spec.samples_per_iteration),
         ),
         edges=(
@@ -258,6 +259,22 @@ def link_cluster(cluster: Cluster, spec: EmbodiedSpec, profile: Profile) -> Clus
                    ("env->rollout", "rollout->env"))
     rates = [per_item * m.batch_size / m.seconds for m in points if m.seconds > 0]
     return replace(cluster, intra_node_bandwidth=float(np.median(rates)))
+
+
+def _gpus_per_role(spec: EmbodiedSpec, inline: bool) -> float:
+    """Ray GPUs for each process that computes on CUDA: the policy's (the env process when
+    inline, else the policy process) and the actor's share one GPU, so each reserves half
+    of it and Ray gives both the same ``CUDA_VISIBLE_DEVICES``. Simulators stay on CPU."""
+    if spec.device != "cuda":
+        return 0.0
+    import ray
+
+    available = float(ray.cluster_resources().get("GPU", 0.0))
+    if available < 1.0:
+        raise ConfigError(f"device='cuda' but the Ray cluster has {available:g} GPUs: start "
+                          "Ray on a machine with a GPU (ray.init detects it) or use "
+                          "device='cpu'")
+    return 0.5
 
 
 def _stages_of(spec: EmbodiedSpec, plan: ExecutionPlan) -> int:
@@ -352,6 +369,7 @@ class EmbodiedFlow:
         stages = _stages_of(spec, plan)
         env_config = replace(spec.env, pipeline_stages=stages)
         inline = bool(set(placement.devices_of("env")) & set(placement.devices_of("rollout")))
+        gpus = _gpus_per_role(spec, inline)
         token = new_token()
         lock = DeviceLockServer(token=token, num_devices=num_devices)
         host, port = lock.address
@@ -378,16 +396,18 @@ class EmbodiedFlow:
             jobs: dict[str, tuple[type[RoleBase], dict[str, Any]]] = {
                 "env": (EnvRole, {"placement": placement.components["env"], "init_kwargs": {
                     "config": env_config, **role_opts,
-                    **({"policy": rollout_config} if inline else {"link": link})}}),
+                    **({"policy": rollout_config} if inline else {"link": link})},
+                    "num_gpus_per_rank": gpus if inline else 0.0}),
                 # One process spanning the actor's devices (one torch thread per device).
                 "actor": (ActorRole, {"role": "actor", "num_ranks": 1, "init_kwargs": {
                     "config": actor_config, **role_opts,
-                    "devices": placement.devices_of("actor")}}),
+                    "devices": placement.devices_of("actor")}, "num_gpus_per_rank": gpus}),
             }
             if not inline:
                 jobs["rollout"] = (PolicyRole, {
                     "placement": placement.components["rollout"],
-                    "init_kwargs": {"config": rollout_config, "link": link, **role_opts}})
+                    "init_kwargs": {"config": rollout_config, "link": link, **role_opts},
+                    "num_gpus_per_rank": gpus})
             with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
                 futures = {name: pool.submit(WorkerGroup.launch, cls_, **options, **common)
                            for name, (cls_, options) in jobs.items()}
@@ -617,7 +637,7 @@ def _policy_configs(spec: EmbodiedSpec, desc: EnvDescription
             instruction=desc.instruction)
         rollout: PolicyRolloutConfig | VLARolloutConfig = VLARolloutConfig(
             policy=vla, seed=spec.seed, device=spec.device)
-        return rollout, replace(spec.actor, policy=vla, seed=spec.seed)
+        return rollout, replace(spec.actor, policy=vla, seed=spec.seed, device=spec.device)
     policy = spec.policy
     if tuple(policy.obs_shape) != desc.obs_shape:
         raise ConfigError(f"PolicyConfig.obs_shape={policy.obs_shape} but {spec.env.env_name!r} "
@@ -628,7 +648,7 @@ def _policy_configs(spec: EmbodiedSpec, desc: EnvDescription
                           f"{policy.discrete}) does not fit {spec.env.env_name!r}'s actions "
                           f"(shape {desc.action_shape}, discrete: {desc.discrete_actions})")
     return (PolicyRolloutConfig(policy=policy, seed=spec.seed, device=spec.device),
-            replace(spec.actor, policy=policy, seed=spec.seed))
+            replace(spec.actor, policy=policy, seed=spec.seed, device=spec.device))
 
 
 def _evaluate(worker: EnvWorker, policy: Any, *, max_steps: int,

@@ -84,7 +84,8 @@ def test_grpo_needs_the_whole_worker_in_env_order(make_env):
         _actor(algorithm="grpo").train(part)
 
 
-@pytest.mark.parametrize("options", [{"algorithm": "a2c"}, {"epochs": 0}, {"lr": 0.0}])
+@pytest.mark.parametrize("options", [{"algorithm": "a2c"}, {"epochs": 0}, {"lr": 0.0},
+                                     {"device": "gpu"}, {"device": "cuda:x"}])
 def test_config_rejects_bad_values(options):
     with pytest.raises(ConfigError):
         EmbodiedActorConfig(policy=POLICY, **options)
@@ -94,3 +95,47 @@ def test_too_many_minibatches_is_a_config_error(make_env):
     traj = _trajectory(make_env, num_envs=1, steps=2)
     with pytest.raises(ConfigError, match="num_minibatches"):
         _actor(num_minibatches=8).train(traj)
+
+
+def test_offload_and_onload_keep_the_training_state(make_env):
+    traj = _trajectory(make_env, num_envs=4)
+    moved, kept = _actor(seed=5), _actor(seed=5)
+    moved.train(traj)
+    kept.train(traj)
+    moved.offload()
+    assert all(p.device.type == "cpu" for p in moved.model.parameters())
+    moved.onload()
+    moved.train(traj)
+    kept.train(traj)
+    for key, value in kept.get_weights().items():
+        assert torch.equal(moved.get_weights()[key], value), key
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error without a GPU")
+def test_cuda_actor_without_a_gpu_says_what_to_do():
+    with pytest.raises(ConfigError, match="sees no CUDA device"):
+        _actor(device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_actor_trains_like_the_cpu_actor_and_checkpoints_across_devices(make_env, tmp_path):
+    traj = _trajectory(make_env, num_envs=4)
+    cpu, gpu = _actor(seed=7), _actor(seed=7, device="cuda")
+    assert all(p.device.type == "cuda" for p in gpu.model.parameters())
+    cpu_stats, gpu_stats = cpu.train(traj), gpu.train(traj)
+    for key in ("policy_loss", "value_loss", "entropy"):
+        assert gpu_stats[key] == pytest.approx(cpu_stats[key], rel=1e-3, abs=1e-5), key
+    for key, value in cpu.get_weights().items():  # get_weights hands out CPU copies
+        torch.testing.assert_close(gpu.get_weights()[key], value, rtol=1e-4, atol=1e-5)
+    gpu.offload()
+    assert torch.cuda.memory_allocated() == 0 or all(
+        p.device.type == "cpu" for p in gpu.model.parameters())
+    gpu.onload()
+    path = gpu.save_checkpoint(tmp_path / "gpu.pt")
+    on_cpu = _actor(seed=1)
+    on_cpu.load_checkpoint(path)  # written on the GPU, resumed on the CPU
+    gpu.train(traj)
+    on_cpu.train(traj)
+    for key, value in on_cpu.get_weights().items():
+        torch.testing.assert_close(gpu.get_weights()[key], value, rtol=1e-3, atol=1e-4)

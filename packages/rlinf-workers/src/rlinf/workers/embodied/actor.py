@@ -13,6 +13,7 @@ episode gets that advantage; steps after the episode's end are masked out.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -70,8 +71,13 @@ class EmbodiedActorConfig:
     """Episodes per GRPO group (= the env worker's `same_start_group_size`)."""
     num_threads: int | None = None
     """Torch intra-op threads of this process (None: torch's default); see rollout.py."""
+    device: str = "cpu"
+    """Torch device the model, optimizer state and updates live on ("cpu", "cuda",
+    "cuda:N"); weights leave as CPU copies and checkpoints load onto it."""
 
     def __post_init__(self) -> None:
+        if not (self.device == "cpu" or re.fullmatch(r"cuda(:\d+)?", self.device)):
+            raise ConfigError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.algorithm not in ("ppo", "grpo"):
             raise ConfigError(f"algorithm must be 'ppo' or 'grpo', got {self.algorithm!r}")
         if self.epochs < 1 or self.num_minibatches < 1 or self.grpo_group_size < 1:
@@ -104,19 +110,27 @@ class EmbodiedActorWorker(Worker):
             VLAActorCritic(config.policy, seed=config.seed)
             if isinstance(config.policy, VLAPolicyConfig)
             else build_actor_critic(config.policy, seed=config.seed))
+        self.device = torch.device(config.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"EmbodiedActorConfig.device={config.device!r} but this process "
+                              "sees no CUDA device: launch it with a GPU or use device='cpu'")
+        self.model.to(self.device)  # before the optimizer: its state follows the parameters
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.step = 0
 
+    def _tensor(self, array: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(array).to(self.device)
+
     def _targets(self, traj: Trajectory) -> dict[str, torch.Tensor]:
         """Per-sample tensors ``[T, N]``: advantages, returns and the sample mask."""
-        rewards = torch.from_numpy(traj.rewards)
-        term = torch.from_numpy(traj.terminated)
-        trunc = torch.from_numpy(traj.truncated)
+        rewards = self._tensor(traj.rewards)
+        term = self._tensor(traj.terminated)
+        trunc = self._tensor(traj.truncated)
         cfg = self.config
         if cfg.algorithm == "ppo":
-            adv, ret = gae(rewards.T, torch.from_numpy(traj.values).T,
-                           next_values=torch.from_numpy(traj.next_values).T, gamma=cfg.gamma,
+            adv, ret = gae(rewards.T, self._tensor(traj.values).T,
+                           next_values=self._tensor(traj.next_values).T, gamma=cfg.gamma,
                            lam=cfg.gae_lambda, terminated=term.T, truncated=trunc.T)
             return {"advantages": adv.T, "returns": ret.T, "mask": torch.ones_like(rewards)}
         if not np.array_equal(traj.env_indices, np.arange(traj.num_envs)):
@@ -134,10 +148,10 @@ class EmbodiedActorWorker(Worker):
         with self.measure(batch_size=trajectory.num_steps * trajectory.num_envs):
             targets = self._targets(trajectory)
             flat = {
-                "obs": torch.from_numpy(trajectory.obs).flatten(0, 1),
-                "actions": torch.from_numpy(trajectory.actions).flatten(0, 1),
-                "log_probs": torch.from_numpy(trajectory.log_probs).flatten(0, 1),
-                "values": torch.from_numpy(trajectory.values).flatten(0, 1),
+                "obs": self._tensor(trajectory.obs).flatten(0, 1),
+                "actions": self._tensor(trajectory.actions).flatten(0, 1),
+                "log_probs": self._tensor(trajectory.log_probs).flatten(0, 1),
+                "values": self._tensor(trajectory.values).flatten(0, 1),
                 **{k: v.flatten(0, 1) for k, v in targets.items()},
             }
             stats = self._epochs(flat)
@@ -156,7 +170,8 @@ class EmbodiedActorWorker(Worker):
         updates = 0
         self.model.train()
         for _ in range(cfg.epochs):
-            order = torch.randperm(size, generator=self.generator)
+            # Shuffled on the CPU generator: the same order (and checkpoint) on every device.
+            order = torch.randperm(size, generator=self.generator).to(self.device)
             for idx in order.chunk(cfg.num_minibatches):
                 for key, value in self._update({k: v[idx] for k, v in flat.items()}).items():
                     sums[key] = sums.get(key, 0.0) + value
@@ -194,6 +209,24 @@ class EmbodiedActorWorker(Worker):
         self.optimizer.step()
         return stats
 
+    def _move(self, device: torch.device) -> None:
+        self.model.to(device)
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and key != "step":  # Adam's step: CPU
+                    state[key] = value.to(device)
+
+    def onload(self) -> None:
+        """Move the model and the optimizer state onto `config.device`."""
+        self._move(self.device)
+
+    def offload(self) -> None:
+        """Move the model and the optimizer state to host memory, freeing the device
+        (`onload` before training again)."""
+        self._move(torch.device("cpu"))
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
     def get_weights(self) -> dict[str, torch.Tensor]:
         """A CPU copy of the parameters, for `PolicyRolloutWorker.set_weights`."""
         return {k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()}
@@ -219,4 +252,6 @@ class EmbodiedActorWorker(Worker):
 
     def load_checkpoint(self, path: str | os.PathLike[str]) -> None:
         """Restore a checkpoint written by `save_checkpoint`."""
-        self.load_state(torch.load(Path(path), weights_only=False))
+        # Onto the CPU first: a checkpoint written on a GPU loads anywhere, and
+        # load_state_dict copies into the parameters on this actor's device.
+        self.load_state(torch.load(Path(path), map_location="cpu", weights_only=False))

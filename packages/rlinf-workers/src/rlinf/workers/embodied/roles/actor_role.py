@@ -73,7 +73,9 @@ class ActorRole(RoleBase):
         random.setstate(state["python_rng"])
 
     def onload(self) -> None:
-        """Move the model onto its device (the actor trains where it was built)."""
+        """Move the model and optimizer state onto the actor's device."""
+        self.actor.onload()
 
     def offload(self) -> None:
-        """Nothing to free: the CPU actor keeps its state in host memory."""
+        """Move the model and optimizer state to host memory (frees a GPU)."""
+        self.actor.offload()
