@@ -29,6 +29,8 @@ faster SB3 vector env, env steps/s), ``max_prediction_error`` (largest |predicte
 measured| / measured), and details.
 
 Launch: ``tox -e bench-embodied`` (full setting) or ``tox -e bench-embodied -- --quick``.
+``--device cuda`` (`main_cuda`) puts every contender's policy and updates on one GPU, the
+simulators on CPU cores: collocated, hybrid and SB3 (``device="cuda"``), no planner.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ from rlinf.workers.runtime import WorkerContext
 
 CONTEXT = WorkerContext(role="bench", rank=0, world_size=1)
 WIDTHS = (32, 64, 128, 192, 256, 384, 512, 768, 1024)
+# A GPU forward of an MLP costs a few kernel launches and copies, below an env step at any
+# width whose orthogonal init on the CPU takes seconds: the calibration takes the closest
+# width up to 4096 (8192 would take minutes of init per model).
+CUDA_WIDTHS = (256, 512, 1024, 2048, 4096)
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,7 @@ class Setting:
     hidden: int
     env_step_s: float
     infer_s: float
+    device: str = "cpu"
 
 
 def _median_time(call: Any, repeats: int) -> float:
@@ -97,10 +104,11 @@ def _median_time(call: Any, repeats: int) -> float:
     return statistics.median(times)
 
 
-def calibrate(env_name: str, num_envs: int, stages: int, *, repeats: int) -> tuple[int, float,
-                                                                                  float]:
-    """Width whose stage-group forward (`PolicyRolloutWorker.infer`) best matches one env
-    step of a stage group; returns (width, env step seconds, inference seconds)."""
+def calibrate(env_name: str, num_envs: int, stages: int, *, repeats: int,
+              device: str = "cpu") -> tuple[int, float, float]:
+    """Width whose stage-group forward (`PolicyRolloutWorker.infer` on `device`) best
+    matches one env step of a stage group; returns (width, env step seconds, inference
+    seconds)."""
     torch.set_num_threads(1)
     group = num_envs // stages
     worker = EnvWorker(CONTEXT, config=EnvWorkerConfig(env_name, num_envs=group, seed=0))
@@ -117,14 +125,15 @@ def calibrate(env_name: str, num_envs: int, stages: int, *, repeats: int) -> tup
     batch = Batch({"obs": obs.astype(np.float32), "final_obs": obs.astype(np.float32),
                    "final_mask": np.zeros(group, bool), "env_index": np.arange(group)})
     best: tuple[float, int, float] | None = None
-    for width in WIDTHS:
+    for width in CUDA_WIDTHS if device == "cuda" else WIDTHS:
         policy = PolicyRolloutWorker(CONTEXT, config=PolicyRolloutConfig(
             policy=PolicyConfig(obs_shape=(obs_dim,), action_dim=act_dim,
-                                hidden_sizes=(width, width)), num_threads=1))
-        infer_s = _median_time(lambda p=policy: p.infer(batch), repeats)
+                                hidden_sizes=(width, width)), num_threads=1, device=device))
+        infer_s = _median_time(lambda p=policy: p.infer(batch), repeats)  # infer syncs
         gap = abs(math.log(infer_s / step_s))
         if best is None or gap < best[0]:
             best = (gap, width, infer_s)
+        del policy
     assert best is not None
     return best[1], step_s, best[2]
 
@@ -135,7 +144,7 @@ def make_spec(s: Setting, *, obs_dim: int, act_dim: int) -> EmbodiedSpec:
         policy=PolicyConfig(obs_shape=(obs_dim,), action_dim=act_dim,
                             hidden_sizes=(s.hidden, s.hidden)),
         actor=EmbodiedActorConfig(epochs=s.epochs, num_minibatches=s.minibatches),
-        rollout_steps=s.rollout_steps, seed=0)
+        rollout_steps=s.rollout_steps, seed=0, device=s.device)  # type: ignore[arg-type]
 
 
 BREAKDOWN = ("rollout_seconds", "train_seconds", "sync_seconds", "env_step_seconds",
@@ -185,7 +194,7 @@ def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
         torch.set_num_threads(threads)
         model = PPO("MlpPolicy", env, n_steps=s.rollout_steps,
                     batch_size=s.num_envs * s.rollout_steps // s.minibatches,
-                    n_epochs=s.epochs, seed=0, device="cpu", verbose=0,
+                    n_epochs=s.epochs, seed=0, device=s.device, verbose=0,
                     policy_kwargs={"net_arch": {"pi": [s.hidden] * 2, "vf": [s.hidden] * 2}})
         clock = Clock()
         total = warmup + iterations + 1  # the last start closes the last timed iteration
@@ -210,7 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=None,
                         help="MLP width (default: calibrated, forward of a group = env step)")
     parser.add_argument("--skip-sb3-subproc", action="store_true")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where policies and updates compute (every contender); cuda "
+                             "runs collocated, hybrid and SB3, with no planner predictions")
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        return main_cuda(args)
     quick = args.quick
     num_envs = args.num_envs or 64
     rollout_steps = args.rollout_steps or (32 if quick else 64)
@@ -331,6 +345,80 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": os.getloadavg()[0],
     }
     print(json.dumps(summary))
+    return 0
+
+
+def main_cuda(args: argparse.Namespace) -> int:
+    """The GPU setting: policy and actor on one CUDA GPU, simulators on CPU cores; width
+    calibrated on the GPU. Collocated (env then policy, in one process) vs hybrid (env
+    process and GPU policy process pipelined over stage groups) vs SB3 PPO with
+    ``device="cuda"``. `auto` and the planner's predictions need a profile of a GPU cluster
+    and are not run here (``max_prediction_error`` is null)."""
+    import ray
+
+    num_envs, stages = args.num_envs or 64, 2
+    rollout_steps = args.rollout_steps or (32 if args.quick else 64)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    iterations = args.iterations or (3 if args.quick else 7)
+    hidden, step_s, infer_s = calibrate(args.env, num_envs, stages, repeats=20, device="cuda")
+    hidden = args.hidden or hidden
+    setting = Setting(args.env, num_envs, stages, rollout_steps, args.epochs, args.minibatches,
+                      hidden, step_s, infer_s, device="cuda")
+    probe = EnvWorker(CONTEXT, config=EnvWorkerConfig(args.env, num_envs=1))
+    obs_dim = int(np.prod(probe.observation_space.shape or ()))
+    act_dim = int(np.prod(probe.action_space.shape or ()))
+    probe.shutdown()
+    spec = make_spec(setting, obs_dim=obs_dim, act_dim=act_dim)
+    print(f"# setting (cuda: {torch.cuda.get_device_name()}): {args.env}, {num_envs} envs in "
+          f"{stages} stage groups, rollout {rollout_steps} steps, PPO {args.epochs} epochs x "
+          f"{args.minibatches} minibatches, MLP {hidden}x{hidden} (policy and value)")
+    print(f"# calibration: env step of a group {step_s * 1e3:.2f} ms, GPU policy forward of a "
+          f"group {infer_s * 1e3:.2f} ms (ratio {infer_s / step_s:.2f})")
+    print(f"# {os.cpu_count()} cores; medians of {iterations} iterations after {warmup} "
+          "warm-up", flush=True)
+    ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        for mode in ("collocated", "hybrid"):
+            with EmbodiedFlow.launch(spec, fixed_plan(spec, mode)) as flow:
+                rows[mode] = time_flow(flow, warmup=warmup, iterations=iterations)
+            print(f"# {mode}: {rows[mode]}", flush=True)
+    finally:
+        ray.shutdown()
+    samples = num_envs * rollout_steps
+    sb3: dict[int, float] = {}
+    for threads in dict.fromkeys((os.cpu_count() or 1, 1)):
+        sb3[threads] = statistics.median(run_sb3(setting, "dummy", warmup=warmup,
+                                                 iterations=iterations, threads=threads))
+        print(f"# sb3 dummy, cuda, {threads} threads: {sb3[threads]:.3f} s/iteration",
+              flush=True)
+    print()
+    print(f"{'contender':<26} {'s/iter':>7} {'steps/s':>8} {'rollout':>8} {'env':>6} "
+          f"{'wait':>6} {'train':>6} {'sync':>6}")
+    for mode, row in rows.items():
+        print(f"rlinf {mode:<20} {row['seconds']:>7.3f} {samples / row['seconds']:>8.0f} "
+              f"{row['rollout_seconds']:>8.3f} {row['env_step_seconds']:>6.3f} "
+              f"{row['env_wait_seconds']:>6.3f} {row['train_seconds']:>6.3f} "
+              f"{row['sync_seconds']:>6.3f}")
+    for threads, seconds in sb3.items():
+        print(f"{'sb3 DummyVecEnv, ' + str(threads) + ' thr':<26} {seconds:>7.3f} "
+              f"{samples / seconds:>8.0f}")
+    best_mode = min(rows, key=lambda m: rows[m]["seconds"])
+    best_threads = min(sb3, key=lambda t: sb3[t])
+    print(json.dumps({
+        "device": "cuda", "gpu": torch.cuda.get_device_name(),
+        "hybrid_speedup_vs_collocated": rows["collocated"]["seconds"] / rows["hybrid"]["seconds"],
+        "speedup_vs_sb3": sb3[best_threads] / rows[best_mode]["seconds"],
+        "max_prediction_error": None, "best_mode": best_mode, "sb3_threads": best_threads,
+        "env_steps_per_s": {m: samples / r["seconds"] for m, r in rows.items()}
+        | {f"sb3_dummy_{t}thr": samples / v for t, v in sb3.items()},
+        "breakdown_s": {m: {k: r[k] for k in BREAKDOWN} for m, r in rows.items()},
+        "setting": {"env": args.env, "num_envs": num_envs, "stages": stages,
+                    "rollout_steps": rollout_steps, "epochs": args.epochs,
+                    "minibatches": args.minibatches, "hidden": hidden,
+                    "env_step_ms": step_s * 1e3, "infer_ms": infer_s * 1e3},
+    }))
     return 0
 
 
