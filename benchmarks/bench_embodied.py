@@ -43,7 +43,7 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -91,7 +91,7 @@ class Setting:
     hidden: int
     env_step_s: float
     infer_s: float
-    device: str = "cpu"
+    device: Literal["cpu", "cuda"] = "cpu"
 
 
 def _median_time(call: Any, repeats: int) -> float:
@@ -105,7 +105,7 @@ def _median_time(call: Any, repeats: int) -> float:
 
 
 def calibrate(env_name: str, num_envs: int, stages: int, *, repeats: int,
-              device: str = "cpu") -> tuple[int, float, float]:
+              device: Literal["cpu", "cuda"] = "cpu") -> tuple[int, float, float]:
     """Width whose stage-group forward (`PolicyRolloutWorker.infer` on `device`) best
     matches one env step of a stage group; returns (width, env step seconds, inference
     seconds)."""
@@ -144,7 +144,29 @@ def make_spec(s: Setting, *, obs_dim: int, act_dim: int) -> EmbodiedSpec:
         policy=PolicyConfig(obs_shape=(obs_dim,), action_dim=act_dim,
                             hidden_sizes=(s.hidden, s.hidden)),
         actor=EmbodiedActorConfig(epochs=s.epochs, num_minibatches=s.minibatches),
-        rollout_steps=s.rollout_steps, seed=0, device=s.device)  # type: ignore[arg-type]
+        rollout_steps=s.rollout_steps, seed=0, device=s.device)
+
+
+def build_setting(args: argparse.Namespace, device: Literal["cpu", "cuda"]
+                  ) -> tuple[Setting, EmbodiedSpec]:
+    """The command line's setting, its width calibrated on `device` unless ``--hidden``
+    names one, and the spec every rlinf contender runs."""
+    num_envs, stages = args.num_envs or 64, 2
+    hidden, step_s, infer_s = calibrate(args.env, num_envs, stages, repeats=20, device=device)
+    setting = Setting(args.env, num_envs, stages,
+                      args.rollout_steps or (32 if args.quick else 64), args.epochs,
+                      args.minibatches, args.hidden or hidden, step_s, infer_s, device=device)
+    probe = EnvWorker(CONTEXT, config=EnvWorkerConfig(args.env, num_envs=1))
+    obs_dim = int(np.prod(probe.observation_space.shape or ()))
+    act_dim = int(np.prod(probe.action_space.shape or ()))
+    probe.shutdown()
+    return setting, make_spec(setting, obs_dim=obs_dim, act_dim=act_dim)
+
+
+def timing_of(args: argparse.Namespace) -> tuple[int, int]:
+    """(warm-up, timed) iterations of every contender."""
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
+    return warmup, args.iterations or (3 if args.quick else 7)
 
 
 BREAKDOWN = ("rollout_seconds", "train_seconds", "sync_seconds", "env_step_seconds",
@@ -225,26 +247,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.device == "cuda":
         return main_cuda(args)
-    quick = args.quick
-    num_envs = args.num_envs or 64
-    rollout_steps = args.rollout_steps or (32 if quick else 64)
-    warmup = args.warmup if args.warmup is not None else (1 if quick else 2)
-    iterations = args.iterations or (3 if quick else 7)
-    stages = 2
-    repeats = 3 if quick else 7
-
     import ray
 
-    hidden, step_s, infer_s = calibrate(args.env, num_envs, stages, repeats=20)
-    if args.hidden:
-        hidden = args.hidden
-    setting = Setting(args.env, num_envs, stages, rollout_steps, args.epochs, args.minibatches,
-                      hidden, step_s, infer_s)
-    probe = EnvWorker(CONTEXT, config=EnvWorkerConfig(args.env, num_envs=1))
-    obs_dim = int(np.prod(probe.observation_space.shape or ()))
-    act_dim = int(np.prod(probe.action_space.shape or ()))
-    probe.shutdown()
-    spec = make_spec(setting, obs_dim=obs_dim, act_dim=act_dim)
+    warmup, iterations = timing_of(args)
+    repeats = 3 if args.quick else 7
+    setting, spec = build_setting(args, "cpu")
+    num_envs, stages, rollout_steps = setting.num_envs, setting.stages, setting.rollout_steps
+    hidden, step_s, infer_s = setting.hidden, setting.env_step_s, setting.infer_s
     print(f"# setting: {args.env}, {num_envs} envs in {stages} stage groups of "
           f"{num_envs // stages}, rollout {rollout_steps} steps, PPO {args.epochs} epochs x "
           f"{args.minibatches} minibatches, MLP {hidden}x{hidden} (policy and value)")
@@ -356,19 +365,10 @@ def main_cuda(args: argparse.Namespace) -> int:
     and are not run here (``max_prediction_error`` is null)."""
     import ray
 
-    num_envs, stages = args.num_envs or 64, 2
-    rollout_steps = args.rollout_steps or (32 if args.quick else 64)
-    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
-    iterations = args.iterations or (3 if args.quick else 7)
-    hidden, step_s, infer_s = calibrate(args.env, num_envs, stages, repeats=20, device="cuda")
-    hidden = args.hidden or hidden
-    setting = Setting(args.env, num_envs, stages, rollout_steps, args.epochs, args.minibatches,
-                      hidden, step_s, infer_s, device="cuda")
-    probe = EnvWorker(CONTEXT, config=EnvWorkerConfig(args.env, num_envs=1))
-    obs_dim = int(np.prod(probe.observation_space.shape or ()))
-    act_dim = int(np.prod(probe.action_space.shape or ()))
-    probe.shutdown()
-    spec = make_spec(setting, obs_dim=obs_dim, act_dim=act_dim)
+    warmup, iterations = timing_of(args)
+    setting, spec = build_setting(args, "cuda")
+    num_envs, stages, rollout_steps = setting.num_envs, setting.stages, setting.rollout_steps
+    hidden, step_s, infer_s = setting.hidden, setting.env_step_s, setting.infer_s
     print(f"# setting (cuda: {torch.cuda.get_device_name()}): {args.env}, {num_envs} envs in "
           f"{stages} stage groups, rollout {rollout_steps} steps, PPO {args.epochs} epochs x "
           f"{args.minibatches} minibatches, MLP {hidden}x{hidden} (policy and value)")
