@@ -28,6 +28,7 @@ from rlinf.workers.embodied.vla_policy import VLAActorCritic, VLAPolicyConfig
 from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models.policy import ActorCritic, PolicyConfig, build_actor_critic
+from rlinf.workers.rollout.offload import empty_device_cache, move_module, move_optimizer_state
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.runtime.worker import Worker
 
@@ -209,23 +210,17 @@ class EmbodiedActorWorker(Worker):
         self.optimizer.step()
         return stats
 
-    def _move(self, device: torch.device) -> None:
-        self.model.to(device)
-        for state in self.optimizer.state.values():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor) and key != "step":  # Adam's step: CPU
-                    state[key] = value.to(device)
-
     def onload(self) -> None:
         """Move the model and the optimizer state onto `config.device`."""
-        self._move(self.device)
+        move_module(self.model, self.device)
+        move_optimizer_state(self.optimizer, self.device)
 
     def offload(self) -> None:
         """Move the model and the optimizer state to host memory, freeing the device
         (`onload` before training again)."""
-        self._move(torch.device("cpu"))
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        move_module(self.model, "cpu")
+        move_optimizer_state(self.optimizer, "cpu")
+        empty_device_cache(self.device)
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """A CPU copy of the parameters, for `PolicyRolloutWorker.set_weights`."""
