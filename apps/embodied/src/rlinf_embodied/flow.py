@@ -261,7 +261,7 @@ def link_cluster(cluster: Cluster, spec: EmbodiedSpec, profile: Profile) -> Clus
     return replace(cluster, intra_node_bandwidth=float(np.median(rates)))
 
 
-def _gpus_per_role(spec: EmbodiedSpec, inline: bool) -> float:
+def _gpus_per_role(spec: EmbodiedSpec) -> float:
     """Ray GPUs for each process that computes on CUDA: the policy's (the env process when
     inline, else the policy process) and the actor's share one GPU, so each reserves half
     of it and Ray gives both the same ``CUDA_VISIBLE_DEVICES``. Simulators stay on CPU."""
@@ -369,7 +369,7 @@ class EmbodiedFlow:
         stages = _stages_of(spec, plan)
         env_config = replace(spec.env, pipeline_stages=stages)
         inline = bool(set(placement.devices_of("env")) & set(placement.devices_of("rollout")))
-        gpus = _gpus_per_role(spec, inline)
+        gpus = _gpus_per_role(spec)
         token = new_token()
         lock = DeviceLockServer(token=token, num_devices=num_devices)
         host, port = lock.address
