@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from rlinf.comm._internal.shm import SegmentPool, SegmentReader
+from rlinf.comm.shm import SegmentPool, SegmentReader
 from rlinf.workers.weight_sync.buckets import Bucket
 from rlinf.workers.weight_sync.flat import TensorMeta, flatten_bucket, plan_layout, unflatten_bucket
 from rlinf.workers.weight_sync.inprocess import WeightTarget
