@@ -12,7 +12,7 @@ import pytest
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
 from rlinf.sched.cli import main
 from rlinf.sched.cluster import Cluster
-from rlinf.sched.plan import PlanResult
+from rlinf.sched.execution_plan import PlanResult
 from rlinf.sched.workflow import Component, Edge, Loop, Workflow
 
 

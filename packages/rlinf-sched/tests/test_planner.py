@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.errors import PlanningError
+from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.placement import ExecutionMode, parse_placement
-from rlinf.sched.plan import ExecutionPlan, PlanResult
 from rlinf.sched.planner import (
     PlannerOptions,
     block_layouts,

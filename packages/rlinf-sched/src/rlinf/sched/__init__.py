@@ -20,6 +20,7 @@ from rlinf.sched.errors import (
     ProfileError,
     SchedError,
 )
+from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.placement import (
     ComponentPlacement,
     ExecutionMode,
@@ -28,7 +29,6 @@ from rlinf.sched.placement import (
     format_devices,
     parse_placement,
 )
-from rlinf.sched.plan import ExecutionPlan, PlanResult
 from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
 from rlinf.sched.profiler import (
     CostCurve,

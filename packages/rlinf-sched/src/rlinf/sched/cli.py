@@ -21,7 +21,7 @@ from pathlib import Path
 from rlinf.sched.analytic_costs import load_cost_model
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.errors import SchedError
-from rlinf.sched.plan import ExecutionPlan, PlanResult
+from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
 from rlinf.sched.simulator import simulate
 from rlinf.sched.workflow import Workflow
