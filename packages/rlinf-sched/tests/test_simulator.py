@@ -165,3 +165,38 @@ def test_bad_micro_batch_and_missing_component() -> None:
     placement = parse_placement("a: 0-1", components=["a"], num_devices=2)
     with pytest.raises(PlanningError, match="not placed"):
         simulate(wf, placement, cost, cluster)
+
+
+def test_switches_evict_least_recently_used_so_a_pair_that_fits_stays() -> None:
+    # a and b fit together (40 + 40 of 100), c needs 90: c evicts both, then a and b each
+    # onload once; with one-at-a-time switching b would also switch while a is resident.
+    wf = chain("a", "b", "c", batch=1)
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0, replicated=40, switch=0.5),
+                              "b": AnalyticCost(per_item=1.0, replicated=40, switch=0.5),
+                              "c": AnalyticCost(per_item=1.0, replicated=90, switch=0.5)})
+    r = run(wf, "a,b,c: 0", cost, Cluster.uniform(1, 1, 100, "H100"))
+    assert r.switch_counts == {"a": 1, "b": 1, "c": 1}
+    assert r.switches == 3
+    assert r.iteration_time == pytest.approx(3 + 1.5)
+    # a loop that revisits a and b: they stay co-resident across steps, c never returns.
+    wf = Workflow((Component("a"), Component("b"), Component("c")),
+                  (Edge("a", "b"), Edge("b", "a", feedback=True), Edge("b", "c")),
+                  global_batch=1, loops=(Loop(("a", "b"), steps=3),))
+    r = run(wf, "a,b,c: 0", cost, Cluster.uniform(1, 1, 100, "H100"))
+    assert r.switch_counts == {"a": 1, "b": 1, "c": 1}
+
+
+def test_a_switch_starts_once_the_input_has_arrived() -> None:
+    # a on device 0 takes 4 s; b and c share device 1 and cannot co-reside. c runs first
+    # (no input); b's switch begins when a's output arrives at 4, not when c frees the
+    # device at 1 (the lock is requested with the input in hand).
+    wf = Workflow((Component("a"), Component("b"), Component("c")),
+                  (Edge("a", "b"),), global_batch=1)
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=4.0),
+                              "b": AnalyticCost(per_item=1.0, replicated=60, switch=2.0),
+                              "c": AnalyticCost(per_item=1.0, replicated=60, switch=2.0)})
+    r = run(wf, "a: 0, b,c: 1", cost, Cluster.uniform(1, 2, 100, "H100"))
+    spans = [(i.component, i.kind, i.start, i.end) for i in r.device_intervals(1)]
+    assert spans == [("c", "switch", 0, 2), ("c", "compute", 2, 3),
+                     ("b", "switch", 4, 6), ("b", "compute", 6, 7)]
+    assert r.iteration_time == pytest.approx(7.0)

@@ -16,11 +16,15 @@ The model, kept small enough to compute by hand:
   time each component keeps the device for all its calls (step by step in loops), while a
   consumer's ready micro-batch fills a gap in which its producer waits (e.g. a trainer
   sharing a device with a reward stage that a rollout elsewhere feeds piecemeal).
-  When the GPU components of a device do not fit in its memory together, a component
-  that gets the device back pays ``cost.switch_time(c)`` (offload + onload) first; the device
-  starts switching as soon as it is free. Nothing is resident at the start of an iteration
-  (the steady state of a repeated iteration). CPU components need no device memory and never
-  switch. A component whose own memory exceeds a device's raises `PlanningError`.
+  Context switches follow the one switch rule of `rlinf.sched.residency`, the same rule the
+  device lock applies: components that fit in a device's memory together stay co-resident
+  and never switch; a component that is not resident when it gets the device pays
+  ``cost.switch_time(c)`` (offload + onload), evicting least recently used residents until
+  it fits. A switch starts once the device is free *and* the call's input has arrived (the
+  lock is requested with the input in hand). The residents at the start of the iteration are
+  those at its end (the steady state of a repeated iteration). CPU components need no device
+  memory and never switch. A component whose own memory exceeds a device's raises
+  `PlanningError`.
 
 The result gives the iteration time, utilisation (compute device-seconds over all devices ×
 time) and, on request, every busy interval for a Gantt chart.
@@ -37,6 +41,7 @@ from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.placement import Placement
+from rlinf.sched.residency import Residency
 from rlinf.sched.workflow import Component, Workflow
 
 __all__ = ["CachedCostModel", "Interval", "SimulationResult", "simulate"]
@@ -70,6 +75,14 @@ class SimulationResult:
     """Seconds spent switching, summed over switches (wall time)."""
     intervals: tuple[Interval, ...] = ()
     """Every compute and switch interval, when simulated with ``record=True``."""
+    switch_counts: Mapping[str, int] = field(default_factory=dict)
+    """Per component: how many of its calls paid a context switch (each call switches all
+    the component's devices at once)."""
+
+    @property
+    def switches(self) -> int:
+        """Context switches in the iteration, over all components."""
+        return sum(self.switch_counts.values())
 
     def device_intervals(self, device: int) -> list[Interval]:
         """The recorded intervals that occupy `device`, by start time."""
@@ -263,16 +276,9 @@ def simulate_layout(
     layout-independent dependency tables per micro-batch choice.
     """
     sizes = chunk_sizes(workflow, micro_batch)
-    coresident = _coresidence(workflow, layout, cost, sizes)
-    free = [0.0] * len(layout.atoms)
-    last: list[str | None] = [None] * len(layout.atoms)
-    ends: dict[tuple[str, int], list[float]] = {}  # (component, step) → per-call end times
-    streams: dict[tuple[str, int], tuple[float, float]] = {}  # streaming: (start, duration)
-    busy: dict[str, float] = {n: 0.0 for n in workflow.names}
-    device_seconds = switch_total = horizon = 0.0
-    intervals: list[Interval] = []
-    prepared: dict[str, tuple[Component, list[int], list[float], list[tuple[_Input, float]],
-                              int]] = {}
+    memory = _memory(workflow, layout, cost, sizes)
+    tracked = _tracked_atoms(workflow, layout, memory)
+    prepared: dict[str, _Prepared] = {}
     for comp in workflow.components:
         name = comp.name
         batch = workflow.batch_of(name)
@@ -287,21 +293,64 @@ def simulate_layout(
             if memo is not None:
                 memo[key] = inputs
         bws = [_bandwidth(layout, cluster, inp.src, name) for inp in inputs]
-        prepared[name] = (comp, calls, durations, list(zip(inputs, bws, strict=True)),
-                          workflow.steps_of(name))
+        atoms = layout.comp_atoms[name]
+        prepared[name] = _Prepared(
+            comp, durations, list(zip(inputs, bws, strict=True)), workflow.steps_of(name),
+            atoms, layout.comp_devices[name],
+            tuple(a for a in atoms if a in tracked) if comp.resource == "gpu" else ())
     tasks = list(_schedule(workflow))
-    state = {name: (layout.comp_atoms[name], layout.comp_devices[name],
-                    comp.resource == "gpu",
-                    comp.resource == "gpu" and any(not coresident[a]
-                                                   for a in layout.comp_atoms[name]))
-             for name, (comp, *_rest) in prepared.items()}
+    if not tracked:
+        return _run(workflow, layout, cost, cluster, prepared, tasks, {}, memory, record)[0]
+    # Steady state: the residents at the start are those at the end. Start from the state a
+    # replay of the calls in dependency order leaves, then once more from the simulated end
+    # state when the list schedule ordered the calls differently.
+    start = _replayed_residents(layout, tasks, prepared, tracked, memory)
+    result, end = _run(workflow, layout, cost, cluster, prepared, tasks, start, memory, record)
+    if end != start:
+        result, _ = _run(workflow, layout, cost, cluster, prepared, tasks, end, memory, record)
+    return result
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A component's calls and inputs, precomputed once per simulation."""
+
+    comp: Component
+    durations: list[float]
+    edges: list[tuple[_Input, float]]
+    steps: int
+    atoms: tuple[int, ...]
+    ndev: int
+    switching_atoms: tuple[int, ...]
+    """The component's atoms whose residents do not all fit together (empty for CPU ones)."""
+
+
+_Residents = dict[int, tuple[str, ...]]
+"""Per tracked atom: its residents, least recently used first."""
+
+
+def _run(
+    workflow: Workflow, layout: Layout, cost: CostModel, cluster: Cluster,
+    prepared: Mapping[str, _Prepared], tasks: Sequence[tuple[str, int]], start: _Residents,
+    memory: Mapping[str, int], record: bool,
+) -> tuple[SimulationResult, _Residents]:
+    residency = {a: Residency[str](layout.atom_memory[a],
+                                   ((n, memory[n]) for n in start.get(a, ())))
+                 for a in {a for p in prepared.values() for a in p.switching_atoms}}
+    free = [0.0] * len(layout.atoms)
+    ends: dict[tuple[str, int], list[float]] = {}  # (component, step) → per-call end times
+    streams: dict[tuple[str, int], tuple[float, float]] = {}  # streaming: (start, duration)
+    busy: dict[str, float] = {n: 0.0 for n in workflow.names}
+    switch_counts: dict[str, int] = {}
+    device_seconds = switch_total = horizon = 0.0
+    intervals: list[Interval] = []
     done_steps: dict[str, int] = {name: 0 for name in prepared}
 
     def ready_time(name: str, step: int, j: int) -> float | None:
         """When call j of (name, step) has its inputs; None while a producer call it needs
         is not placed yet."""
         ready = 0.0
-        for inp, bw in prepared[name][3]:
+        for inp, bw in prepared[name].edges:
             if inp.rule == 0:
                 src_step = step
             elif inp.rule == 1:
@@ -311,9 +360,9 @@ def simulate_layout(
             elif inp.rule == 2:
                 if step > 0:
                     continue
-                src_step = prepared[inp.src][4] - 1
+                src_step = prepared[inp.src].steps - 1
             else:
-                src_step = prepared[inp.src][4] - 1
+                src_step = prepared[inp.src].steps - 1
             if inp.streaming:
                 stream = streams.get((inp.src, src_step))
                 if stream is None:
@@ -334,7 +383,7 @@ def simulate_layout(
     # device lock grants turns; without gaps each component keeps the device for its calls.
     active = list(range(len(tasks)))
     while active:
-        best: tuple[float, int, float, float, float] | None = None  # start, task, ...
+        best: tuple[float, int, float, float] | None = None  # start, task, switch start, sw
         for ti in active:
             name, step = tasks[ti]
             if done_steps[name] < step:
@@ -343,49 +392,63 @@ def simulate_layout(
             ready = ready_time(name, step, j)
             if ready is None:
                 continue
-            atoms, _ndev, _gpu, needs_switch = state[name]
-            device_free = max(free[a] for a in atoms)
-            start = ready if ready > device_free else device_free
+            prep = prepared[name]
+            begin = max(ready, max(free[a] for a in prep.atoms))
             sw = 0.0
-            if needs_switch and any(not coresident[a] and last[a] != name for a in atoms):
+            if any(name not in residency[a] for a in prep.switching_atoms):
                 sw = cost.switch_time(name)
-                if sw > 0:
-                    start = max(ready, device_free + sw)
+            start = begin + sw
             if best is None or start < best[0]:
-                best = (start, ti, ready, device_free, sw)
+                best = (start, ti, begin, sw)
         if best is None:  # pragma: no cover - _schedule is a topological order
             raise PlanningError("the workflow's dependencies could not be scheduled")
-        start, ti, _ready, device_free, sw = best
+        start, ti, begin, sw = best
         name, step = tasks[ti]
-        comp, _calls, durations, _edges, _steps = prepared[name]
-        atoms, ndev, gpu, _needs = state[name]
+        prep = prepared[name]
         out = ends.setdefault((name, step), [])
         j = len(out)
-        dur = durations[j]
-        if sw > 0:
+        dur = prep.durations[j]
+        switched = False
+        for a in prep.switching_atoms:
+            switched |= residency[a].admit(name, memory[name]).onload
+        if switched:
+            switch_counts[name] = switch_counts.get(name, 0) + 1
             switch_total += sw
-            if record:
-                intervals.append(Interval(name, _devices(layout, atoms), device_free,
-                                          device_free + sw, "switch", step, j))
+            if record and sw > 0:
+                intervals.append(Interval(name, _devices(layout, prep.atoms), begin, start,
+                                          "switch", step, j))
         end = start + dur
-        for a in atoms:
+        for a in prep.atoms:
             free[a] = end
-            if gpu:
-                last[a] = name
         busy[name] += dur
-        device_seconds += dur * ndev
+        device_seconds += dur * prep.ndev
         horizon = max(horizon, end)
         out.append(end)
         if record:
-            intervals.append(Interval(name, _devices(layout, atoms), start, end, "compute",
+            intervals.append(Interval(name, _devices(layout, prep.atoms), start, end, "compute",
                                       step, j))
-        if comp.streaming:
+        if prep.comp.streaming:
             streams[(name, step)] = (start, dur)
-        if len(out) == len(durations):
+        if len(out) == len(prep.durations):
             active.remove(ti)
             done_steps[name] = step + 1
     util = device_seconds / (cluster.num_devices * horizon) if horizon > 0 else 0.0
-    return SimulationResult(horizon, min(1.0, util), busy, switch_total, tuple(intervals))
+    result = SimulationResult(horizon, min(1.0, util), busy, switch_total, tuple(intervals),
+                              switch_counts)
+    return result, {a: r.resident for a, r in residency.items()}
+
+
+def _replayed_residents(
+    layout: Layout, tasks: Sequence[tuple[str, int]], prepared: Mapping[str, _Prepared],
+    tracked: Iterable[int], memory: Mapping[str, int],
+) -> _Residents:
+    """Residents after admitting the calls in dependency order twice (a steady-state guess)."""
+    residency = {a: Residency[str](layout.atom_memory[a]) for a in tracked}
+    for _ in range(2):
+        for name, _step in tasks:
+            for a in prepared[name].switching_atoms:
+                residency[a].admit(name, memory[name])
+    return {a: r.resident for a, r in residency.items()}
 
 
 def _schedule(workflow: Workflow) -> Iterable[tuple[str, int]]:
@@ -414,12 +477,15 @@ def _bandwidth(layout: Layout, cluster: Cluster, src: str, dst: str) -> float:
     return per_link * links
 
 
-def _coresidence(
+def _memory(
     workflow: Workflow, layout: Layout, cost: CostModel, sizes: Mapping[str, int]
-) -> list[bool]:
-    need: list[int] = [0] * len(layout.atoms)
+) -> dict[str, int]:
+    """Bytes per device of each component at its micro-batch (0 for CPU components);
+    refuses a component that does not fit its devices alone."""
+    memory: dict[str, int] = {}
     for c in workflow.components:
         if c.resource != "gpu":
+            memory[c.name] = 0
             continue
         mem = cost.memory(c.name, batch_size=sizes[c.name], num_devices=layout.comp_devices[c.name])
         for a in layout.comp_atoms[c.name]:
@@ -430,8 +496,17 @@ def _coresidence(
                     f"but its devices have {layout.atom_memory[a]}: give it more devices or a "
                     "smaller micro-batch"
                 )
-            need[a] += mem
-    return [need[a] <= layout.atom_memory[a] for a in range(len(layout.atoms))]
+        memory[c.name] = mem
+    return memory
+
+
+def _tracked_atoms(workflow: Workflow, layout: Layout, memory: Mapping[str, int]) -> set[int]:
+    """Atoms whose GPU components do not all fit together: the only ones that ever switch."""
+    need: list[int] = [0] * len(layout.atoms)
+    for c in workflow.components:
+        for a in layout.comp_atoms[c.name]:
+            need[a] += memory[c.name]
+    return {a for a in range(len(layout.atoms)) if need[a] > layout.atom_memory[a]}
 
 
 def _devices(layout: Layout, atoms: Sequence[int]) -> tuple[int, ...]:
