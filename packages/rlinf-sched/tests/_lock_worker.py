@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlinf.comm._internal.wire import default_token
+from rlinf.comm.wire import default_token
 from rlinf.sched.context_switch import CallbackOnloadable
 from rlinf.sched.device_lock import DeviceLockClient
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.comm._internal.wire import new_token
+from rlinf.comm.wire import new_token
 from rlinf.sched import DeviceLockError, DeviceLockTimeoutError, HolderDiedError
 from rlinf.sched.context_switch import CallbackOnloadable
 from rlinf.sched.device_lock import DeviceLockClient, DeviceLockServer
@@ -357,3 +357,85 @@ def test_server_as_its_own_process(token: bytes) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+def _memory_server_clients(
+    token: bytes, sizes: dict[str, int | None], *, device_memory: int | None
+) -> tuple[DeviceLockServer, dict[str, DeviceLockClient], list[str]]:
+    server = DeviceLockServer(token=token, num_devices=1, device_memory=device_memory)
+    log: list[str] = []
+    clients = {}
+    for name, size in sizes.items():
+        client = DeviceLockClient(server.address, token=token, owner=name)
+        client.register(name, CallbackOnloadable(lambda n=name: log.append(f"{n}+"),
+                                                 lambda n=name: log.append(f"{n}-")),
+                        memory_bytes=size)
+        clients[name] = client
+    return server, clients, log
+
+
+def _take_turns(clients: dict[str, DeviceLockClient], order: list[str]) -> None:
+    for name in order:
+        with clients[name].hold(0, component=name, timeout=5):
+            pass
+
+
+def _close(server: DeviceLockServer, clients: dict[str, DeviceLockClient]) -> None:
+    for client in clients.values():
+        client.close()
+    server.close()
+
+
+def test_components_that_fit_together_are_never_offloaded(token: bytes) -> None:
+    server, clients, log = _memory_server_clients(
+        token, {"rollout": 40, "actor": 50, "reward": 0}, device_memory=100)
+    try:
+        _take_turns(clients, ["rollout", "reward", "actor"] * 3)
+        assert log == ["rollout+", "reward+", "actor+"]  # first onloads, then nothing moves
+        (state,) = server.state()
+        assert sorted(tuple(r) for r in state["resident"]) == [
+            ("actor", "actor"), ("reward", "reward"), ("rollout", "rollout")]
+    finally:
+        _close(server, clients)
+
+
+def test_components_that_do_not_fit_switch_at_every_change_of_holder(token: bytes) -> None:
+    server, clients, log = _memory_server_clients(
+        token, {"rollout": 60, "actor": 60}, device_memory=100)
+    try:
+        _take_turns(clients, ["rollout", "actor", "actor", "rollout"])
+        assert log == ["rollout+", "rollout-", "actor+", "actor-", "rollout+"]
+    finally:
+        _close(server, clients)
+
+
+def test_the_lock_evicts_least_recently_used_like_the_simulator(token: bytes) -> None:
+    # a and b fit together, c needs the whole device: the same rule as
+    # test_simulator.test_switches_evict_least_recently_used_so_a_pair_that_fits_stays.
+    server, clients, log = _memory_server_clients(
+        token, {"a": 40, "b": 40, "c": 90}, device_memory=100)
+    try:
+        _take_turns(clients, ["a", "b", "a", "b", "c", "a"])
+        assert log == ["a+", "b+", "a-", "b-", "c+", "c-", "a+"]
+    finally:
+        _close(server, clients)
+
+
+def test_unknown_sizes_keep_one_component_resident(token: bytes) -> None:
+    for device_memory, size in ((None, 10), (100, None)):
+        server, clients, log = _memory_server_clients(
+            token, {"rollout": size, "actor": 10}, device_memory=device_memory)
+        try:
+            _take_turns(clients, ["rollout", "actor"])
+            assert log == ["rollout+", "rollout-", "actor+"]
+        finally:
+            _close(server, clients)
+
+
+def test_bad_memory_sizes_are_refused(token: bytes, connect: Callable[..., DeviceLockClient]
+                                      ) -> None:
+    with pytest.raises(DeviceLockError, match="device_memory"):
+        DeviceLockServer(token=token, device_memory=-1)
+    with pytest.raises(DeviceLockError, match="memory_bytes"):
+        connect("a").register("actor", CallbackOnloadable(lambda: None, lambda: None),
+                              memory_bytes=-5)

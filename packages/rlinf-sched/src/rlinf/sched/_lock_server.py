@@ -7,7 +7,8 @@ nothing pickled:
     client → server                                  server → client
     {"op": "hello", "owner": str}                    {"op": "welcome"} | {"op": "error", ...}
     {"op": "acquire", "id", "devices": [int],        {"op": "granted", "id", "devices", "onload",
-     "component": str, "timeout": float}              "died": [...], "evictions": [...]}
+     "component": str, "timeout": float,              "died": [...], "evictions": [...]}
+     "memory": int | null}
                                                      | {"op": "timeout", "id", "message"}
     {"op": "release", "id", "devices": [int]}        {"op": "released", "id"} | {"op": "error"}
     {"op": "offloaded", "evict": int,                {"op": "offload", "evict": int,
@@ -19,10 +20,14 @@ Semantics:
 - FIFO per device; a request for several devices takes them in ascending order (ordered
   acquisition: no deadlock between multi-device requests). Re-entrant: an owner that holds a
   device gets it again at once (depth + 1) and must release it as often.
-- Lazy context switching: a released device stays *resident* with its last (owner,
-  component). Granting it to someone else first sends ``offload`` to that owner and waits
-  for ``offloaded``; granting it back to the resident (owner, component) needs no switch.
-  An eviction waits while the resident owner still holds another device with that component
+- Lazy context switching under the one switch rule (`rlinf.sched.residency`, which the
+  simulator prices): a released device keeps its (owner, component) *residents*. Granting
+  it to a component that is not resident evicts residents, least recently used first, until
+  the newcomer fits in the device's memory beside the rest — every resident when the
+  device's capacity or a component's memory (``memory`` in the request, bytes per device)
+  is unknown. Each eviction sends ``offload`` to that owner and the grant waits for every
+  ``offloaded``; components that fit together stay co-resident and never switch. An
+  eviction waits while the resident owner still holds another device with that component
   (offload is per process, so it would pull state from under a running step).
 - Timeouts are enforced here: a request still waiting at its deadline gives back the
   devices it got and is answered ``timeout``.
@@ -40,12 +45,14 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
 
-from rlinf.comm._internal.wire import Connection, Listener
+from rlinf.comm.wire import Connection, Listener
 from rlinf.comm.errors import CommError, CommTimeoutError, PeerDiedError
+from rlinf.sched.residency import Residency
 
 _log = structlog.get_logger(__name__)
 
@@ -67,6 +74,8 @@ class _Request:
     component: str
     devices: list[int]
     deadline: float
+    memory: int | None = None
+    """Bytes per device the component needs (None: unknown)."""
     next: int = 0
     granted: list[int] = field(default_factory=list)
     """Devices this request took fresh (depth 0 → 1)."""
@@ -78,15 +87,20 @@ class _Request:
     done: bool = False
 
 
+_Key = tuple[_Owner, str]
+"""A resident: (owner, component)."""
+
+
 @dataclass(eq=False)
 class _Device:
     index: int
+    residency: Residency[_Key]
     holder: _Owner | None = None
     component: str = ""
     depth: int = 0
-    resident: tuple[_Owner, str] | None = None
     queue: deque[_Request] = field(default_factory=deque)
-    evicting: int | None = None
+    evicting: set[int] = field(default_factory=set)
+    """Ids of the offloads this device waits for before granting its queue's head."""
     died: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -97,8 +111,10 @@ def _name(owner: _Owner | None) -> str | None:
 class LockServerCore:
     """The lock state machine; every method runs under `self.mutex` and queues replies."""
 
-    def __init__(self, num_devices: int | None) -> None:
+    def __init__(self, num_devices: int | None,
+                 device_memory: int | Mapping[int, int] | None = None) -> None:
         self.num_devices = num_devices
+        self.device_memory = device_memory
         self.mutex = threading.Lock()
         self.devices: dict[int, _Device] = {}
         self.owners: dict[str, _Owner] = {}
@@ -114,8 +130,13 @@ class LockServerCore:
     def _device(self, index: int) -> _Device:
         dev = self.devices.get(index)
         if dev is None:
-            dev = self.devices[index] = _Device(index)
+            dev = self.devices[index] = _Device(index, Residency(self._capacity(index)))
         return dev
+
+    def _capacity(self, index: int) -> int | None:
+        if self.device_memory is None or isinstance(self.device_memory, int):
+            return self.device_memory
+        return self.device_memory.get(index)
 
     def _send(self, owner: _Owner, header: dict[str, Any]) -> None:
         if owner.alive:
@@ -140,7 +161,7 @@ class LockServerCore:
         return owner
 
     def acquire(self, owner: _Owner, rid: int, devices: list[int], component: str,
-                timeout: float) -> None:
+                timeout: float, memory: int | None = None) -> None:
         bad = [d for d in devices if d < 0 or (self.num_devices is not None
                                                and d >= self.num_devices)]
         if not devices or bad or len(set(devices)) != len(devices):
@@ -149,7 +170,13 @@ class LockServerCore:
                 f"cannot acquire devices {devices}: expected a non-empty list of distinct "
                 f"device indices in {limit}")})
             return
-        req = _Request(owner, rid, component, sorted(devices), time.monotonic() + timeout)
+        if memory is not None and memory < 0:
+            self._send(owner, {"op": "error", "id": rid, "message": (
+                f"cannot acquire devices {devices} for {component!r} with memory={memory}: "
+                "expected bytes >= 0 or null")})
+            return
+        req = _Request(owner, rid, component, sorted(devices), time.monotonic() + timeout,
+                       memory)
         owner.requests[rid] = req
         heapq.heappush(self.deadlines, (req.deadline, next(self._seq), req))
         self._continue(req)
@@ -173,27 +200,31 @@ class LockServerCore:
         })
 
     def _advance(self, dev: _Device) -> None:
-        if self.closed or dev.holder is not None or dev.evicting is not None or not dev.queue:
+        if self.closed or dev.holder is not None or dev.evicting or not dev.queue:
             return
         req = dev.queue[0]
-        resident = dev.resident
-        if resident is not None and (resident[0] is not req.owner or resident[1] != req.component):
-            res_owner, res_comp = resident
-            if res_owner.alive:
-                if self._holds_component(res_owner, res_comp):
-                    return  # evict once the owner stops using that component
+        admission = dev.residency.plan((req.owner, req.component), req.memory)
+        leaving = []
+        for key in admission.evict:
+            res_owner, res_comp = key
+            if not res_owner.alive:
+                dev.residency.discard(key)
+                continue
+            if self._holds_component(res_owner, res_comp):
+                return  # evict once the owner stops using that component
+            leaving.append(key)
+        if leaving:
+            for res_owner, res_comp in leaving:
                 evict = next(self._evict_ids)
-                dev.evicting = evict
+                dev.evicting.add(evict)
                 self.evictions[evict] = (dev.index, res_owner, res_comp, time.monotonic())
                 self._send(res_owner, {"op": "offload", "evict": evict,
                                        "component": res_comp, "device": dev.index})
-                return
-            dev.resident = None
+            return
         dev.queue.popleft()
         dev.holder, dev.component, dev.depth = req.owner, req.component, 1
-        if dev.resident is None:
+        if dev.residency.admit((req.owner, req.component), req.memory).onload:
             req.onload = True
-        dev.resident = (req.owner, req.component)
         if dev.died:
             req.died.extend(dev.died)
             dev.died = []
@@ -207,18 +238,18 @@ class LockServerCore:
         if entry is None:
             return
         index, res_owner, comp, _ = entry
-        self._finish_eviction(index, res_owner, comp, seconds=seconds, ok=ok, error=error)
+        self._finish_eviction(evict, index, res_owner, comp, seconds=seconds, ok=ok,
+                              error=error)
 
-    def _finish_eviction(self, index: int, res_owner: _Owner, comp: str, *, seconds: float,
-                         ok: bool, error: str) -> None:
+    def _finish_eviction(self, evict: int, index: int, res_owner: _Owner, comp: str, *,
+                         seconds: float, ok: bool, error: str) -> None:
         dev = self._device(index)
-        dev.evicting = None
+        dev.evicting.discard(evict)
         info = {"device": index, "owner": res_owner.name, "component": comp,
                 "seconds": seconds, "ok": ok, "error": error}
         # Offload is per process: the component left every device it was resident on.
         for other in self.devices.values():
-            if other.resident == (res_owner, comp):
-                other.resident = None
+            other.residency.discard((res_owner, comp))
         if dev.queue:
             dev.queue[0].evictions.append(info)
         if not ok:
@@ -255,11 +286,12 @@ class LockServerCore:
             self._cancel(req)
             if waiting.holder is not None:
                 what = f"held by {waiting.holder.name!r} ({waiting.component})"
-            elif waiting.evicting is not None:
+            elif waiting.evicting:
                 what = "being offloaded by its previous component"
-            elif waiting.resident is not None:
-                what = (f"waiting for {waiting.resident[0].name!r} to stop using "
-                        f"{waiting.resident[1]!r} on its other devices before offloading it")
+            elif busy := [(o, c) for o, c in waiting.residency.resident
+                          if self._holds_component(o, c)]:
+                who = " and ".join(f"{o.name!r} to stop using {c!r}" for o, c in busy)
+                what = f"waiting for {who} on its other devices before offloading it"
             else:
                 what = "queued behind other waiters"
             self._send(req.owner, {"op": "timeout", "id": req.rid, "message": (
@@ -296,12 +328,13 @@ class LockServerCore:
                     _log.warning("device_holder_died", device=dev.index, owner=owner.name,
                                  component=dev.component)
                 dev.holder, dev.depth = None, 0
-            if dev.resident is not None and dev.resident[0] is owner:
-                dev.resident = None
+            for key in dev.residency.resident:
+                if key[0] is owner:
+                    dev.residency.discard(key)
         for evict, (index, res_owner, comp, _) in list(self.evictions.items()):
             if res_owner is owner:
                 del self.evictions[evict]
-                self._finish_eviction(index, owner, comp, seconds=0.0, ok=True,
+                self._finish_eviction(evict, index, owner, comp, seconds=0.0, ok=True,
                                       error="owner died")
         if self.owners.get(owner.name) is owner:
             del self.owners[owner.name]
@@ -313,7 +346,7 @@ class LockServerCore:
             "holder": d.holder.name if d.holder else None,
             "component": d.component if d.holder else None,
             "depth": d.depth,
-            "resident": [d.resident[0].name, d.resident[1]] if d.resident else None,
+            "resident": [[o.name, c] for o, c in d.residency.resident],
             "waiting": [r.owner.name for r in d.queue],
         } for d in sorted(self.devices.values(), key=lambda d: d.index)]
 
@@ -438,8 +471,10 @@ class LockServerThreads:
         rid = int(header.get("id", 0))
         try:
             if op == "acquire":
+                memory = header.get("memory")
                 self.core.acquire(owner, rid, [int(d) for d in header["devices"]],
-                                  str(header.get("component", "")), float(header["timeout"]))
+                                  str(header.get("component", "")), float(header["timeout"]),
+                                  None if memory is None else int(memory))
             elif op == "release":
                 self.core.release(owner, rid, [int(d) for d in header["devices"]])
             elif op == "offloaded":

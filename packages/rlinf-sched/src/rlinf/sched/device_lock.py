@@ -30,10 +30,14 @@ Semantics (the protocol is in `rlinf.sched._lock_server`):
   `Grant.holder_died` (a flag, not an exception: the grant itself is valid, and the caller
   decides whether the dead peer's partial work matters). `HolderDiedError` is raised by
   `Grant.raise_if_holder_died()` for callers that want to fail.
-- **Context switching**: acquiring onloads the component through its registered `Onloadable`
-  unless it is still resident; granting a device to another component first makes the
-  resident one's process offload (lazily, only when someone else wants the device). Switch
-  times go to the `Profiler` given to the client.
+- **Context switching** under the one switch rule of `rlinf.sched.residency` (the rule the
+  simulator prices): acquiring onloads the component through its registered `Onloadable`
+  unless it is still resident; granting a device to a component that is not resident first
+  makes residents' processes offload, least recently used first, until the newcomer fits in
+  the device's memory (`DeviceLockServer(device_memory=)`, the bytes each component
+  registers with `register(..., memory_bytes=)`). Components that fit together stay
+  co-resident and never switch; with either size unknown, one component is resident at a
+  time. Switch times go to the `Profiler` given to the client.
 """
 
 from __future__ import annotations
@@ -44,14 +48,14 @@ import math
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
 import structlog
 
-from rlinf.comm._internal.wire import Address, Connection, Listener, connect
+from rlinf.comm.wire import Address, Connection, Listener, connect
 from rlinf.comm.errors import CommError, CommTimeoutError, PeerDiedError
 from rlinf.sched._lock_server import LockServerCore, LockServerThreads
 from rlinf.sched.context_switch import ContextSwitcher, Onloadable, SwitchEvent
@@ -87,11 +91,19 @@ class DeviceLockServer:
         host, port: where to listen (port 0 picks a free one; see `address`).
         token: the run's shared secret (`rlinf.comm` handshake); clients must present it.
         num_devices: if given, requests for devices outside ``0..num_devices-1`` are refused.
+        device_memory: bytes of memory of every device (an int) or per device index; None
+            (unknown) keeps one component resident per device at a time.
     """
 
     def __init__(self, *, token: bytes, host: str = "127.0.0.1", port: int = 0,
-                 num_devices: int | None = None) -> None:
-        self._core = LockServerCore(num_devices)
+                 num_devices: int | None = None,
+                 device_memory: int | Mapping[int, int] | None = None) -> None:
+        values = ([device_memory] if isinstance(device_memory, int)
+                  else list((device_memory or {}).values()))
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in values):
+            raise DeviceLockError(f"device_memory={device_memory!r}: expected bytes >= 0, per "
+                                  "device index or one int for all")
+        self._core = LockServerCore(num_devices, device_memory)
         self._threads = LockServerThreads(Listener(host, port, token=token), self._core)
         self._threads.start()
         self.address: Address = self._threads.listener.address
@@ -180,6 +192,7 @@ class DeviceLockClient:
         self.owner = owner or default_owner_id()
         self.switcher = ContextSwitcher(profiler=profiler)
         self._ids = itertools.count(1)
+        self._memory: dict[str, int | None] = {}
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
         self._gone: str | None = None
@@ -199,9 +212,19 @@ class DeviceLockClient:
         self._reader.start()
 
     # ------------------------------------------------------------------ public API
-    def register(self, component: str, target: Onloadable, *, resident: bool = False) -> None:
-        """Attach onload/offload hooks for `component` in this process."""
+    def register(self, component: str, target: Onloadable, *, resident: bool = False,
+                 memory_bytes: int | None = None) -> None:
+        """Attach onload/offload hooks for `component` in this process.
+
+        `memory_bytes` is what the component occupies on each device it holds (weights,
+        optimizer state, caches at its planned batch); the server keeps components that fit
+        together co-resident. None (unknown) makes it evict every other resident.
+        """
+        if memory_bytes is not None and (isinstance(memory_bytes, bool) or memory_bytes < 0):
+            raise DeviceLockError(f"memory_bytes={memory_bytes!r} for {component!r}: expected "
+                                  "bytes >= 0 or None")
         self.switcher.register(component, target, resident=resident)
+        self._memory[component] = memory_bytes
 
     @property
     def switch_events(self) -> tuple[SwitchEvent, ...]:
@@ -220,7 +243,9 @@ class DeviceLockClient:
         if not math.isfinite(timeout) or timeout < 0:
             raise DeviceLockError(f"timeout={timeout!r}: expected finite seconds >= 0")
         reply = self._request({"op": "acquire", "devices": devs, "component": component,
-                               "timeout": float(timeout)}, wait=timeout + _REPLY_GRACE)
+                               "timeout": float(timeout),
+                               "memory": self._memory.get(component)},
+                              wait=timeout + _REPLY_GRACE)
         op = reply.get("op")
         if op == "timeout":
             raise DeviceLockTimeoutError(f"{reply['message']} (timeout {timeout:g} s)")
@@ -352,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import signal
 
-    from rlinf.comm._internal.wire import default_token
+    from rlinf.comm.wire import default_token
 
     parser = argparse.ArgumentParser(prog="python -m rlinf.sched.device_lock",
                                      description="Serve RLinf device locks.")
