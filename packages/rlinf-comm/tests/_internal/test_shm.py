@@ -202,6 +202,20 @@ def _start_creator(mode: str) -> tuple[subprocess.Popen[str], dict]:
     raise AssertionError(f"creator exited early with {proc.wait(timeout=30)}")
 
 
+def test_the_guardian_is_detached_from_its_creator():
+    """A supervisor that SIGKILLs a dying process's children (Ray kills a killed actor's)
+    must not take the guardian with it: the guardian is not the creator's child."""
+    proc, info = _start_creator("clean")
+    try:
+        assert psutil.Process(info["guardian"]).ppid() != proc.pid
+        assert info["guardian"] not in {c.pid for c in psutil.Process(proc.pid).children()}
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=30)
+
+
 def test_sigkilled_creator_leaves_no_segment_behind():
     proc, info = _start_creator("kill")
     assert proc.wait(timeout=30) == -signal.SIGKILL
@@ -274,12 +288,14 @@ def test_concurrent_opens_survive_evictions(pool):
 def test_a_killed_guardian_is_replaced_and_learns_the_live_names():
     script = textwrap.dedent("""
         import json, os, signal, sys
+        import psutil
         from rlinf.comm._internal import shm
         pool = shm.default_pool()
         first = pool.acquire(10)
         old = shm._guardian.pid
+        guardian = psutil.Process(old)  # detached: not our child, so no waitpid
         os.kill(old, signal.SIGKILL)
-        os.waitpid(old, 0)
+        psutil.wait_procs([guardian], timeout=30)
         second = pool.acquire(2 << 20)  # the write hits a dead pipe: a new guardian
         info = {"names": [first.name, second.name], "old": old, "new": shm._guardian.pid}
         print("INFO", json.dumps(info), flush=True)

@@ -9,6 +9,11 @@ unlinked by its creator). When stdin reaches EOF — the creator exited, cleanly
 SIGKILL, because the kernel closes its pipe end either way — every name still
 registered is unlinked and the guardian exits. Only names of the form
 ``rlinf-<hex>`` are ever touched.
+
+The guardian detaches at start (it forks; the process its creator started exits at once)
+and writes its own pid as the first line of stdout: it is then nobody's child but init's,
+so a supervisor that kills a dying process's children with SIGKILL (Ray does, when an
+actor is killed) cannot take it down with the creator before it has unlinked.
 """
 
 from __future__ import annotations
@@ -31,7 +36,19 @@ def _unlink(name: str) -> None:
         print(f"rlinf-comm guardian: could not unlink {name}: {exc}", file=sys.stderr)
 
 
+def _detach() -> None:
+    """Continue in a grandchild of the creator and tell the creator its pid."""
+    import os
+
+    if os.fork() > 0:
+        os._exit(0)
+    sys.stdout.write(f"{os.getpid()}\n")
+    sys.stdout.flush()
+    sys.stdout.close()
+
+
 def main() -> int:
+    _detach()
     # Ctrl-C in the creator's terminal must not kill us before the creator is gone.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     live: set[str] = set()

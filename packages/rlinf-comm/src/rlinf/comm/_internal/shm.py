@@ -99,6 +99,7 @@ class _Guardian:
         self._pid = -1
         self._live: set[str] = set()
         self._starts = 0
+        self._guardian_pid: int | None = None
 
     def _pipe(self) -> IO[bytes] | None:
         if self._pid != os.getpid():
@@ -111,11 +112,18 @@ class _Guardian:
             self._starts += 1
             script = Path(__file__).with_name("guardian.py")
             try:
+                # The guardian detaches (see guardian.py): the process started here exits
+                # at once after printing the guardian's pid; the guardian keeps the pipe.
                 self._proc = subprocess.Popen(
                     [sys.executable, "-I", str(script)], stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL, start_new_session=True)
-            except OSError as exc:
+                    stdout=subprocess.PIPE, start_new_session=True)
+                with self._proc.stdout or open(os.devnull, "rb") as out:
+                    line = out.readline()
+                self._proc.wait()
+                self._guardian_pid = int(line)
+            except (OSError, ValueError) as exc:
                 log.warning("shm_guardian_unavailable", error=str(exc))
+                self._proc = None
                 return None
             if self._proc.stdin is not None and self._live:
                 self._proc.stdin.write(b"".join(b"+%s\n" % n.encode() for n in self._live))
@@ -146,7 +154,7 @@ class _Guardian:
 
     @property
     def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
+        return self._guardian_pid if self._proc is not None else None
 
 
 _guardian = _Guardian()
