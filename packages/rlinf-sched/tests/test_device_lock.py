@@ -416,7 +416,9 @@ def test_the_lock_evicts_least_recently_used_like_the_simulator(token: bytes) ->
         token, {"a": 40, "b": 40, "c": 90}, device_memory=100)
     try:
         _take_turns(clients, ["a", "b", "a", "b", "c", "a"])
-        assert log == ["a+", "b+", "a-", "b-", "c+", "c-", "a+"]
+        # a and b offload concurrently (two processes): their order is not defined.
+        assert log[:2] == ["a+", "b+"] and sorted(log[2:4]) == ["a-", "b-"]
+        assert log[4:] == ["c+", "c-", "a+"]
     finally:
         _close(server, clients)
 

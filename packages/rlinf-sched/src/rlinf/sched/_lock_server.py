@@ -44,14 +44,14 @@ import itertools
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 
-from rlinf.comm.wire import Connection, Listener
 from rlinf.comm.errors import CommError, CommTimeoutError, PeerDiedError
+from rlinf.comm.wire import Connection, Listener
 from rlinf.sched.residency import Residency
 
 _log = structlog.get_logger(__name__)
@@ -161,7 +161,7 @@ class LockServerCore:
         return owner
 
     def acquire(self, owner: _Owner, rid: int, devices: list[int], component: str,
-                timeout: float, memory: int | None = None) -> None:
+                timeout: float, *, memory: int | None = None) -> None:
         bad = [d for d in devices if d < 0 or (self.num_devices is not None
                                                and d >= self.num_devices)]
         if not devices or bad or len(set(devices)) != len(devices):
@@ -474,7 +474,7 @@ class LockServerThreads:
                 memory = header.get("memory")
                 self.core.acquire(owner, rid, [int(d) for d in header["devices"]],
                                   str(header.get("component", "")), float(header["timeout"]),
-                                  None if memory is None else int(memory))
+                                  memory=None if memory is None else int(memory))
             elif op == "release":
                 self.core.release(owner, rid, [int(d) for d in header["devices"]])
             elif op == "offloaded":

@@ -55,8 +55,8 @@ from typing import Any, Self
 
 import structlog
 
-from rlinf.comm.wire import Address, Connection, Listener, connect
 from rlinf.comm.errors import CommError, CommTimeoutError, PeerDiedError
+from rlinf.comm.wire import Address, Connection, Listener, connect
 from rlinf.sched._lock_server import LockServerCore, LockServerThreads
 from rlinf.sched.context_switch import ContextSwitcher, Onloadable, SwitchEvent
 from rlinf.sched.errors import DeviceLockError, DeviceLockTimeoutError, HolderDiedError

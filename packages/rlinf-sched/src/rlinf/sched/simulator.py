@@ -300,14 +300,17 @@ def simulate_layout(
             tuple(a for a in atoms if a in tracked) if comp.resource == "gpu" else ())
     tasks = list(_schedule(workflow))
     if not tracked:
-        return _run(workflow, layout, cost, cluster, prepared, tasks, {}, memory, record)[0]
+        return _run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks, residents={},
+                    memory=memory, record=record)[0]
     # Steady state: the residents at the start are those at the end. Start from the state a
     # replay of the calls in dependency order leaves, then once more from the simulated end
     # state when the list schedule ordered the calls differently.
     start = _replayed_residents(layout, tasks, prepared, tracked, memory)
-    result, end = _run(workflow, layout, cost, cluster, prepared, tasks, start, memory, record)
+    result, end = _run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks,
+                       residents=start, memory=memory, record=record)
     if end != start:
-        result, _ = _run(workflow, layout, cost, cluster, prepared, tasks, end, memory, record)
+        result, _ = _run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks,
+                         residents=end, memory=memory, record=record)
     return result
 
 
@@ -330,12 +333,12 @@ _Residents = dict[int, tuple[str, ...]]
 
 
 def _run(
-    workflow: Workflow, layout: Layout, cost: CostModel, cluster: Cluster,
-    prepared: Mapping[str, _Prepared], tasks: Sequence[tuple[str, int]], start: _Residents,
+    workflow: Workflow, layout: Layout, cost: CostModel, cluster: Cluster, *,
+    prepared: Mapping[str, _Prepared], tasks: Sequence[tuple[str, int]], residents: _Residents,
     memory: Mapping[str, int], record: bool,
 ) -> tuple[SimulationResult, _Residents]:
     residency = {a: Residency[str](layout.atom_memory[a],
-                                   ((n, memory[n]) for n in start.get(a, ())))
+                                   ((n, memory[n]) for n in residents.get(a, ())))
                  for a in {a for p in prepared.values() for a in p.switching_atoms}}
     free = [0.0] * len(layout.atoms)
     ends: dict[tuple[str, int], list[float]] = {}  # (component, step) → per-call end times
@@ -393,7 +396,7 @@ def _run(
             if ready is None:
                 continue
             prep = prepared[name]
-            begin = max(ready, max(free[a] for a in prep.atoms))
+            begin = max(ready, *(free[a] for a in prep.atoms))
             sw = 0.0
             if any(name not in residency[a] for a in prep.switching_atoms):
                 sw = cost.switch_time(name)
