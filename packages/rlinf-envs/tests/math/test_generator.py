@@ -115,3 +115,18 @@ def test_mixed_kind_produces_both() -> None:
     problems = ProblemGenerator(GeneratorConfig(kind="mixed")).generate(40)
     kinds = {p.metadata["kind"] for p in problems}
     assert kinds == {"arithmetic", "linear"}
+
+
+def test_batches_are_pure_functions_of_index_and_size() -> None:
+    config = GeneratorConfig.for_level(2, seed=5)
+    one, other = ProblemGenerator(config), ProblemGenerator(config)
+    # batch 3 alone equals batch 3 after other batches; batches differ from each other
+    assert other.batch(3, 6) == one.batch(3, 6)
+    batches = [one.batch(k, 6) for k in range(4)]
+    assert batches[3] == other.batch(3, 6)
+    assert len({tuple(p.question for p in b) for b in batches}) == 4
+    assert all(len(b) == 6 and all(p.metadata["split"] == "train" for p in b) for b in batches)
+    assert all(p.metadata["split"] == "heldout" for p in one.batch(0, 3, split="heldout"))
+    assert one.batch(0, 0) == []
+    with pytest.raises(ConfigError, match="index"):
+        one.batch(-1, 2)

@@ -169,12 +169,14 @@ class ProblemGenerator:
             metadata={"kind": "linear", "compact": f"{equation};x="},
         )
 
-    def _draws(self, split: Split) -> Iterator[MathProblem | None]:
-        """One item per random draw: the problem, or None when it was rejected."""
+    def _draws(self, split: Split, *, batch: int | None = None) -> Iterator[MathProblem | None]:
+        """One item per random draw: the problem, or None when it was rejected. `batch`
+        selects a stream of its own (see `batch`); None is the split's main stream."""
         if split not in ("train", "heldout"):
             raise ConfigError(f"split must be 'train' or 'heldout', got {split!r}")
         cfg = self.config
-        rng = random.Random(f"rlinf-math:{cfg.seed}:{split}")
+        suffix = "" if batch is None else f":batch{batch}"
+        rng = random.Random(f"rlinf-math:{cfg.seed}:{split}{suffix}")
         while True:
             kind = cfg.kind if cfg.kind != "mixed" else rng.choice(("arithmetic", "linear"))
             problem = self._arithmetic(rng) if kind == "arithmetic" else self._linear(rng)
@@ -203,12 +205,29 @@ class ProblemGenerator:
         `max_attempts` random draws (default 200 per requested problem): the configured
         space is too small, or rejects almost everything.
         """
+        return self._take(self._draws(split), count, split=split, unique=unique,
+                          max_attempts=max_attempts)
+
+    def batch(self, index: int, size: int, *, split: Split = "train") -> list[MathProblem]:
+        """The `index`-th batch of `size` problems (0-based) of `split`: a pure function of
+        the config, `index` and `size`, drawn from a stream of its own, so batch k costs
+        O(size) whatever k, and any process (a rollout worker, a resumed run) that asks for
+        batch k gets the same problems. Batches may share problems (as the stream may).
+
+        Raises GeneratorError as `generate` does.
+        """
+        if index < 0:
+            raise ConfigError(f"index must be >= 0, got {index}")
+        return self._take(self._draws(split, batch=index), size, split=split, unique=False,
+                          max_attempts=None)
+
+    def _take(self, draws: Iterator[MathProblem | None], count: int, *, split: Split,
+              unique: bool, max_attempts: int | None) -> list[MathProblem]:
         if count < 0:
             raise ConfigError(f"count must be >= 0, got {count}")
         budget = max_attempts if max_attempts is not None else 200 * max(count, 1)
         problems: list[MathProblem] = []
         seen: set[str] = set()
-        draws = self._draws(split)
         for _ in range(budget):
             if len(problems) == count:
                 return problems
