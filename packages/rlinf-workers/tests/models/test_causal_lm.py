@@ -9,7 +9,7 @@ import torch
 from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerFast
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm
+from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm, build_tiny_model
 
 
 def test_shapes_and_special_ids(
@@ -49,3 +49,13 @@ def test_config_validation(char_tokenizer: PreTrainedTokenizerFast) -> None:
         TinyLMConfig(num_heads=4, num_kv_heads=3)
     with pytest.raises(ConfigError, match="vocab_size"):
         build_tiny_causal_lm(TinyLMConfig(vocab_size=50), seed=0, tokenizer=char_tokenizer)
+
+
+def test_build_tiny_model_pairs_the_model_with_the_char_tokenizer() -> None:
+    config = TinyLMConfig(hidden_size=32, num_layers=1, intermediate_size=64)
+    model, tokenizer = build_tiny_model(config, seed=3)
+    again, _ = build_tiny_model(config, seed=3)
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id
+    assert len(tokenizer) <= config.vocab_size
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), again.parameters(),
+                                                  strict=True))

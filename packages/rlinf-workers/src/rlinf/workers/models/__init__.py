@@ -1,6 +1,6 @@
 """Models shared by the workers: tiny causal LMs, a char tokenizer, actor-critics, log-probs."""
 
-from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm
+from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm, build_tiny_model
 from rlinf.workers.models.logprobs import (
     position_ids_from_mask,
     response_log_probs,
@@ -36,6 +36,7 @@ __all__ = [
     "build_actor_critic",
     "build_char_tokenizer",
     "build_tiny_causal_lm",
+    "build_tiny_model",
     "check_precision",
     "compute_precision",
     "load_tokenizer",

@@ -13,8 +13,9 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.models.tokenizer import build_char_tokenizer
 
-__all__ = ["TinyLMConfig", "build_tiny_causal_lm"]
+__all__ = ["TinyLMConfig", "build_tiny_causal_lm", "build_tiny_model"]
 
 
 @dataclass(frozen=True)
@@ -99,3 +100,13 @@ def build_tiny_causal_lm(
         model.generation_config.eos_token_id = eos_id
     model.eval()
     return model
+
+
+def build_tiny_model(
+    config: TinyLMConfig = TinyLMConfig(), *, seed: int
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A fresh tiny model of `config` with the char tokenizer (identical for equal `seed`):
+    a model factory for the reasoning roles, e.g.
+    ``RoleSetup(model_factory=functools.partial(build_tiny_model, config, seed=0))``."""
+    tokenizer = build_char_tokenizer()
+    return build_tiny_causal_lm(config, seed=seed, tokenizer=tokenizer), tokenizer
