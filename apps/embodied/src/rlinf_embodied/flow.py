@@ -371,7 +371,8 @@ class EmbodiedFlow:
         inline = bool(set(placement.devices_of("env")) & set(placement.devices_of("rollout")))
         gpus = _gpus_per_role(spec)
         token = new_token()
-        lock = DeviceLockServer(token=token, num_devices=num_devices)
+        lock = DeviceLockServer(token=token, num_devices=num_devices,
+                                device_memory=cluster.device_memory() if cluster else None)
         host, port = lock.address
         run = uuid.uuid4().hex[:8]
         common: dict[str, Any] = {

@@ -330,7 +330,9 @@ class ReasoningFlow:
             if _shares_devices(placement):
                 from rlinf.sched import DeviceLockServer
 
-                server = DeviceLockServer(token=token, num_devices=placement.num_devices)
+                server = DeviceLockServer(
+                    token=token, num_devices=placement.num_devices,
+                    device_memory=cluster.device_memory() if cluster is not None else None)
                 resources.append(server)
                 host, port = server.address
                 lock = {"device_lock_address": f"{host}:{port}", "device_lock_token": token}

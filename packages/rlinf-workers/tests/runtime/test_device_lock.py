@@ -74,3 +74,64 @@ def test_hold_without_a_lock_server_says_how_to_fix(ray_cluster: None) -> None:
         assert isinstance(info.value.cause, ConfigError)
     finally:
         group.kill()
+
+
+class Stateless(Worker):
+    """A worker with no onload/offload: it keeps nothing on its devices."""
+
+    def step(self) -> None:
+        with self.hold_devices(timeout=60):
+            pass
+
+
+def test_groups_that_fit_on_the_device_stay_resident(ray_cluster: None) -> None:
+    # the plan's memory per component (40 + 50 of 100 bytes) fits: after the first onloads
+    # nothing moves, and a stateless group between them evicts nobody.
+    token = os.urandom(16)
+    with DeviceLockServer(token=token, num_devices=1, device_memory=100) as server:
+        host, port = server.address
+        lock = {"device_lock_address": f"{host}:{port}", "device_lock_token": token}
+        rollout = WorkerGroup.launch(Component, placement=ComponentPlacement("rollout", (0,)),
+                                     num_cpus_per_rank=0.25, memory_bytes=40, **lock)
+        actor = WorkerGroup.launch(Component, placement=ComponentPlacement("actor", (0,)),
+                                   num_cpus_per_rank=0.25, memory_bytes=50, **lock)
+        reward = WorkerGroup.launch(Stateless, placement=ComponentPlacement("reward", (0,)),
+                                    num_cpus_per_rank=0.25, **lock)
+        try:
+            for _ in range(3):
+                rollout.call("step")
+                reward.call("step")
+                actor.call("step")
+            assert rollout.call("switch_log") == [["onload"]]
+            assert actor.call("switch_log") == [["onload"]]
+            (state,) = server.state()
+            assert sorted(name.split("-")[0] for name, _ in state["resident"]) == [
+                "actor", "reward", "rollout"]
+        finally:
+            for group in (rollout, actor, reward):
+                group.shutdown()
+
+
+def test_groups_that_do_not_fit_switch_at_every_turn(ray_cluster: None) -> None:
+    token = os.urandom(16)
+    with DeviceLockServer(token=token, num_devices=1, device_memory=100) as server:
+        host, port = server.address
+        lock = {"device_lock_address": f"{host}:{port}", "device_lock_token": token}
+        rollout = WorkerGroup.launch(Component, placement=ComponentPlacement("rollout", (0,)),
+                                     num_cpus_per_rank=0.25, memory_bytes=60, **lock)
+        actor = WorkerGroup.launch(Component, placement=ComponentPlacement("actor", (0,)),
+                                   num_cpus_per_rank=0.25, memory_bytes=60, **lock)
+        try:
+            for _ in range(2):
+                rollout.call("step")
+                actor.call("step")
+            assert rollout.call("switch_log") == [["onload", "offload", "onload", "offload"]]
+            assert actor.call("switch_log") == [["onload", "offload", "onload"]]
+        finally:
+            rollout.shutdown()
+            actor.shutdown()
+
+
+def test_a_negative_memory_size_is_refused() -> None:
+    with pytest.raises(ConfigError, match="memory_bytes"):
+        WorkerContext(role="actor", rank=0, world_size=1, memory_bytes=-1)

@@ -32,6 +32,7 @@ these indices. Three ways to get a `Cluster`:
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -42,7 +43,7 @@ from typing import Any
 
 import structlog
 
-from rlinf.sched._files import load_mapping
+from rlinf.sched._files import load_mapping, read_bool, read_int, read_number
 from rlinf.sched.errors import ClusterError
 
 __all__ = ["Cluster", "Device", "Node", "parse_bytes"]
@@ -77,22 +78,29 @@ _UNITS = {
 _BYTES_RE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?\d+)?)\s*([A-Za-z]*)\s*")
 
 
-def parse_bytes(value: int | float | str) -> int:
-    """Read a byte count: an int, or a string such as ``"80GiB"``, ``"141GB"``, ``"512 MiB"``."""
-    if isinstance(value, bool):
-        raise ClusterError(f"byte count {value!r}: expected an integer or a string like '80GiB'")
-    if isinstance(value, int | float):
-        if value < 0:
-            raise ClusterError(f"byte count {value!r}: expected a non-negative number")
-        return int(value)
-    m = _BYTES_RE.fullmatch(str(value))
-    unit = m.group(2).upper() if m else ""
-    if m is None or unit not in _UNITS:
-        raise ClusterError(
-            f"byte count {value!r}: expected a number with an optional unit "
-            f"({', '.join(u for u in _UNITS if u)}), e.g. '80GiB'"
-        )
-    return int(float(m.group(1)) * _UNITS[unit])
+def parse_bytes(value: int | float | str, *, where: str = "byte count",
+                positive: bool = False) -> int:
+    """Read a byte count: an int, or a string such as ``"80GiB"``, ``"141GB"``, ``"512 MiB"``.
+
+    ClusterError names `where` (e.g. ``nodes[0].device_memory``) for anything but a finite
+    count >= 0 (> 0 with `positive`).
+    """
+    bound = "> 0" if positive else ">= 0"
+    expected = (f"expected a byte count {bound}: a number with an optional unit "
+                f"({', '.join(u for u in _UNITS if u)}), e.g. '80GiB'")
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ClusterError(f"{where} is {value!r}: {expected}")
+    if isinstance(value, str):
+        m = _BYTES_RE.fullmatch(value)
+        unit = m.group(2).upper() if m else ""
+        if m is None or unit not in _UNITS:
+            raise ClusterError(f"{where} is {value!r}: {expected}")
+        number = float(m.group(1)) * _UNITS[unit]
+    else:
+        number = float(value)
+    if not math.isfinite(number) or number < 0 or (positive and int(number) == 0):
+        raise ClusterError(f"{where} is {value!r}: {expected}")
+    return int(number)
 
 
 @dataclass(frozen=True)
@@ -159,6 +167,8 @@ class Cluster:
     def __post_init__(self) -> None:
         if not self.devices:
             raise ClusterError("a cluster needs at least one device: expected a non-empty list")
+        for label in ("intra_node_bandwidth", "inter_node_bandwidth"):
+            read_number(getattr(self, label), label, error=ClusterError, positive=True)
         for i, dev in enumerate(self.devices):
             if dev.index != i:
                 raise ClusterError(
@@ -179,6 +189,11 @@ class Cluster:
     def num_devices(self) -> int:
         """Total devices (GPUs, or CPU slots on a GPU-less node)."""
         return len(self.devices)
+
+    def device_memory(self) -> dict[int, int]:
+        """Memory of each device by global index, where it is known (> 0): what the device
+        lock's switch rule (`DeviceLockServer(device_memory=)`) fits components into."""
+        return {d.index: d.memory_bytes for d in self.devices if d.memory_bytes > 0}
 
     @property
     def num_nodes(self) -> int:
@@ -252,6 +267,11 @@ class Cluster:
             raise ClusterError(
                 f"cluster description {_short(data)}: expected a mapping with a 'nodes' list"
             )
+        unknown = set(data) - _CLUSTER_KEYS
+        if unknown:
+            raise ClusterError(
+                f"unknown key(s) {sorted(unknown)}: expected {sorted(_CLUSTER_KEYS)}"
+            )
         builder = _Builder()
         any_gpu = False
         for n, entry in enumerate(data["nodes"]):
@@ -263,16 +283,20 @@ class Cluster:
                 raise ClusterError(
                     f"{where} has unknown key(s) {sorted(unknown)}: expected {sorted(_NODE_KEYS)}"
                 )
-            count = _int(entry.get("count", 1), f"{where}.count", minimum=1)
             if "devices" not in entry or "device_memory" not in entry:
                 raise ClusterError(f"{where} needs 'devices' and 'device_memory'")
-            devices = _int(entry["devices"], f"{where}.devices", minimum=1)
+            count = read_int(entry.get("count", 1), f"{where}.count", error=ClusterError)
+            devices = read_int(entry["devices"], f"{where}.devices", error=ClusterError)
+            memory = parse_bytes(entry["device_memory"], where=f"{where}.device_memory",
+                                 positive=True)
+            nvlink = read_bool(entry.get("nvlink", False), f"{where}.nvlink", error=ClusterError)
+            cpus = read_int(entry.get("cpus", 0), f"{where}.cpus", error=ClusterError, minimum=0)
+            host_memory = parse_bytes(entry.get("memory", 0), where=f"{where}.memory")
             kind = str(entry.get("device_kind", "cpu"))
             backend = str(entry.get("backend", "cpu" if kind.lower() == "cpu" else "cuda"))
             if backend not in ("cuda", "cpu"):
                 raise ClusterError(f"{where}.backend is {backend!r}: expected 'cuda' or 'cpu'")
             any_gpu |= backend == "cuda"
-            memory = parse_bytes(entry["device_memory"])
             hostname = entry.get("hostname")
             for k in range(count):
                 host = (
@@ -284,19 +308,21 @@ class Cluster:
                     hostname=host,
                     address=str(entry.get("address", "")),
                     devices=[(kind, memory, backend)] * devices,
-                    nvlink=bool(entry.get("nvlink", False)),
-                    cpus=_int(entry.get("cpus", 0), f"{where}.cpus", minimum=0),
-                    memory_bytes=parse_bytes(entry.get("memory", 0)),
+                    nvlink=nvlink,
+                    cpus=cpus,
+                    memory_bytes=host_memory,
                 )
         if not builder.nodes:
             raise ClusterError("cluster description has no nodes: expected at least one")
         intra_default = DEFAULT_INTRA_NODE_BANDWIDTH if any_gpu else _CPU_INTRA_NODE_BANDWIDTH
         return builder.build(
             name=str(data.get("name", "")),
-            intra_node_bandwidth=float(data.get("intra_node_bandwidth", intra_default)),
-            inter_node_bandwidth=float(
-                data.get("inter_node_bandwidth", DEFAULT_INTER_NODE_BANDWIDTH)
-            ),
+            intra_node_bandwidth=read_number(
+                data.get("intra_node_bandwidth", intra_default), "intra_node_bandwidth",
+                error=ClusterError, positive=True),
+            inter_node_bandwidth=read_number(
+                data.get("inter_node_bandwidth", DEFAULT_INTER_NODE_BANDWIDTH),
+                "inter_node_bandwidth", error=ClusterError, positive=True),
         )
 
     @classmethod
@@ -400,6 +426,7 @@ class Cluster:
         return cluster
 
 
+_CLUSTER_KEYS = frozenset({"name", "intra_node_bandwidth", "inter_node_bandwidth", "nodes"})
 _NODE_KEYS = frozenset(
     {"count", "devices", "device_kind", "device_memory", "backend", "nvlink", "cpus", "memory",
      "hostname", "address"}
@@ -445,12 +472,6 @@ class _Builder:
         return Cluster(
             tuple(nodes), tuple(devices), name, intra_node_bandwidth, inter_node_bandwidth
         )
-
-
-def _int(value: Any, where: str, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ClusterError(f"{where} is {value!r}: expected an integer >= {minimum}")
-    return value
 
 
 def _short(value: Any) -> str:

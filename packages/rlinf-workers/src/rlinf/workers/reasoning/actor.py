@@ -20,6 +20,7 @@ from rlinf.workers.reasoning.routing import Routing
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reasoning.sync import WeightSenderRole
 from rlinf.workers.rollout.batch import RolloutBatch
+from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime import WorkerContext
 from rlinf.workers.weight_sync import Bucket
 
@@ -168,6 +169,12 @@ class ActorRole(WeightSenderRole):
         with self.turn("load"):
             self.actor.load_checkpoint(str(Path(directory)))
         return self.actor.global_step
+
+    def resident_memory_bytes(self) -> int | None:
+        """Model, critic, gradients and optimizer state."""
+        if self._actor is None:
+            return None
+        return state_bytes(self._actor.model, self._actor.critic, self._actor.optimizer)
 
     def onload(self) -> None:
         """Parameters and optimizer state back onto the device."""

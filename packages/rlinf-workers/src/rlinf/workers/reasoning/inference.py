@@ -11,6 +11,7 @@ from rlinf.workers.reasoning.routing import Routing, pack_group, rank_key
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reasoning.sync import WeightReceiverRole
 from rlinf.workers.rollout.batch import RolloutBatch
+from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime import WorkerContext
 from rlinf.workers.weight_sync import WeightTarget
 
@@ -74,6 +75,10 @@ class InferenceRole(WeightReceiverRole):
             raise ConfigError("this inference role only scores the reference; it takes no "
                               "weights")
         return self.policy
+
+    def resident_memory_bytes(self) -> int | None:
+        """The policy copy and the reference model."""
+        return state_bytes(*(w.model for w in (self.policy, self.reference) if w is not None))
 
     def onload(self) -> None:
         """Move the models back onto the device."""

@@ -6,6 +6,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import torch
+
 from rlinf.envs.math import MathProblem
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.reasoning.routing import Routing, pack_group, rank_key
@@ -20,6 +22,7 @@ from rlinf.workers.rollout import (
     RolloutWorkerConfig,
     SamplingConfig,
 )
+from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime import WorkerContext
 from rlinf.workers.weight_sync import WeightTarget
 
@@ -130,6 +133,12 @@ class RolloutRole(WeightReceiverRole):
     def weight_target(self) -> WeightTarget:
         """The engine loads the buckets."""
         return self.worker
+
+    def resident_memory_bytes(self) -> int | None:
+        """The engine's model when it exposes one as a torch module (HF); None for engines
+        that manage their own memory (vLLM, SGLang)."""
+        model = getattr(self.worker.engine, "model", None)
+        return state_bytes(model) if isinstance(model, torch.nn.Module) else None
 
     def onload(self) -> None:
         """Bring the engine back (its weights are refilled by the next sync)."""

@@ -24,9 +24,40 @@ __all__ = [
     "materialize_module",
     "move_module",
     "move_optimizer_state",
+    "state_bytes",
 ]
 
 OffloadPolicy = Literal["host", "discard"]
+
+
+def state_bytes(*parts: nn.Module | torch.optim.Optimizer | None) -> int:
+    """Bytes a component keeps while resident: parameters, buffers and gradients of the
+    modules, and the optimizers' state tensors; storage shared between parts (tied weights,
+    a policy copy that aliases the actor) counts once. `None` parts are skipped."""
+    seen: set[tuple[str, int]] = set()
+    total = 0
+
+    def add(tensor: torch.Tensor | None) -> None:
+        nonlocal total
+        if tensor is None:
+            return
+        storage = tensor.untyped_storage()
+        key = (str(tensor.device), storage.data_ptr())
+        if storage.nbytes() and key not in seen:
+            seen.add(key)
+            total += storage.nbytes()
+
+    for part in parts:
+        if isinstance(part, nn.Module):
+            for tensor in [*part.parameters(), *part.buffers()]:
+                add(tensor)
+                add(tensor.grad)
+        elif isinstance(part, torch.optim.Optimizer):
+            for state in part.state.values():
+                for value in state.values():
+                    if isinstance(value, torch.Tensor):
+                        add(value)
+    return total
 
 def empty_device_cache(device: torch.device) -> None:
     """Return cached allocator blocks to the driver so other components can use them."""

@@ -31,6 +31,10 @@ class WorkerContext:
     """``"host:port"`` of the run's `rlinf.sched.DeviceLockServer`; None: no device lock."""
     device_lock_token: bytes | None = field(default=None, repr=False)
     """Shared secret of the lock server (kept out of reprs and logs)."""
+    memory_bytes: int | None = None
+    """Bytes per device this component needs when it holds its devices, as the plan priced
+    it; the device lock keeps components that fit together co-resident. None: the worker's
+    own `Worker.resident_memory_bytes` decides."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:
@@ -40,6 +44,9 @@ class WorkerContext:
         if (self.device_lock_address is None) != (self.device_lock_token is None):
             raise ConfigError("device_lock_address and device_lock_token go together: "
                               "pass both or neither")
+        if self.memory_bytes is not None and (isinstance(self.memory_bytes, bool)
+                                              or self.memory_bytes < 0):
+            raise ConfigError(f"memory_bytes={self.memory_bytes!r}: expected bytes >= 0 or None")
 
 
 @dataclass(frozen=True)

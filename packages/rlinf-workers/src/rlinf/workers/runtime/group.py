@@ -197,6 +197,7 @@ class WorkerGroup:
         log_level: str = "INFO",
         device_lock_address: str | None = None,
         device_lock_token: bytes | None = None,
+        memory_bytes: int | None = None,
         launch_timeout: float = 120.0,
         call_timeout: float = 600.0,
     ) -> WorkerGroup:
@@ -211,8 +212,10 @@ class WorkerGroup:
         `num_cpus_per_rank` CPUs (fractions allowed) and `num_gpus_per_rank` GPUs per rank.
         `init_kwargs` go to the worker's ``__init__`` after its context. With
         `device_lock_address`/`device_lock_token` (an `rlinf.sched.DeviceLockServer`), ranks
-        can `Worker.hold_devices` to time-share their devices with collocated components.
-        Requires ``ray.init()`` first.
+        can `Worker.hold_devices` to time-share their devices with collocated components;
+        `memory_bytes` is what the plan priced per device for this component, so the lock
+        keeps it co-resident with components it fits beside (None: each worker's own
+        `Worker.resident_memory_bytes`). Requires ``ray.init()`` first.
         """
         if not issubclass(worker_cls, Worker):
             raise ConfigError(f"{worker_cls!r} is not a subclass of rlinf.workers Worker")
@@ -238,6 +241,7 @@ class WorkerGroup:
                 devices=rank_devices(placement, rank) if placement is not None else (rank,),
                 group_name=name, log_level=log_level,
                 device_lock_address=device_lock_address, device_lock_token=device_lock_token,
+                memory_bytes=memory_bytes,
             )
             options: dict[str, Any] = {
                 "name": f"{name}-{rank}", "num_cpus": num_cpus_per_rank,

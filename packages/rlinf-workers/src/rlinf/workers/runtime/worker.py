@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 import structlog
 
-from rlinf.sched.context_switch import Onloadable
+from rlinf.sched.context_switch import CallbackOnloadable, Onloadable
 from rlinf.sched.device_lock import DeviceLockClient, Grant
 from rlinf.sched.profiler import Profile, Profiler
 from rlinf.workers.errors import ConfigError
@@ -94,7 +94,9 @@ class Worker:
 
         If the worker implements `rlinf.sched.Onloadable` (``onload``/``offload``) it is
         registered as its role's component, starting offloaded: build state in host memory
-        (or offload it) before the first `hold_devices`.
+        (or offload it) before the first `hold_devices`. Its size per device is the plan's
+        (`WorkerContext.memory_bytes`), else `resident_memory_bytes()`: the lock keeps
+        components that fit in a device together resident (`rlinf.sched.residency`).
         """
         if self._device_lock is None:
             address, token = self.context.device_lock_address, self.context.device_lock_token
@@ -106,9 +108,22 @@ class Worker:
             client = DeviceLockClient(address, token=token, profiler=self.profiler,
                                       owner=f"{self.context.group_name}-{self.rank}")
             if isinstance(self, Onloadable):
-                client.register(self.role, self)
+                memory = self.context.memory_bytes
+                client.register(self.role, self, memory_bytes=(
+                    memory if memory is not None else self.resident_memory_bytes()))
+            else:  # nothing to move: it never needs others to leave, nor leaves itself
+                client.register(self.role, CallbackOnloadable(_nothing, _nothing),
+                                resident=True, memory_bytes=0)
             self._device_lock = client
         return self._device_lock
+
+    def resident_memory_bytes(self) -> int | None:
+        """Bytes this component keeps on each of its devices while resident (weights,
+        optimizer state, caches); None when unknown, which makes the device lock evict
+        every other component whenever this one takes a device. Override in workers that
+        can tell (`rlinf.workers.rollout.offload.state_bytes` counts modules and
+        optimizers)."""
+        return None
 
     @contextlib.contextmanager
     def hold_devices(self, *, timeout: float) -> Iterator[Grant]:
@@ -170,3 +185,7 @@ class Worker:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(role={self.role!r}, rank={self.rank}/{self.world_size})"
+
+
+def _nothing() -> None:
+    """The onload/offload of a worker that keeps no state on its devices."""

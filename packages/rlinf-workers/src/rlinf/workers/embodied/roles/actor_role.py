@@ -15,6 +15,7 @@ import torch
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
 from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_to_wire
 from rlinf.workers.env.trajectory import Trajectory
+from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span
 
@@ -71,6 +72,10 @@ class ActorRole(RoleBase):
         torch.set_rng_state(state["torch_rng"])
         np.random.set_state(state["numpy_rng"])
         random.setstate(state["python_rng"])
+
+    def resident_memory_bytes(self) -> int | None:
+        """Model, gradients and Adam state."""
+        return state_bytes(self.actor.model, self.actor.optimizer)
 
     def onload(self) -> None:
         """Move the model and optimizer state onto the actor's device."""

@@ -11,6 +11,7 @@ import torch
 from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_from_wire
 from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
+from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
 from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
 from rlinf.workers.errors import ConfigError
@@ -105,6 +106,11 @@ class PolicyRole(RoleBase):
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Inverse of `state`."""
         self.policy.load_state(state)
+
+    def resident_memory_bytes(self) -> int | None:
+        """The policy's model."""
+        model = getattr(self.policy, "model", None)
+        return state_bytes(model) if isinstance(model, torch.nn.Module) else None
 
     def onload(self) -> None:
         """Move the model onto its device."""
