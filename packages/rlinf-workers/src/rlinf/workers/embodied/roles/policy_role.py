@@ -11,10 +11,10 @@ import torch
 from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_from_wire
 from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
-from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
 from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span, TraceRecorder
 
