@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -77,3 +78,77 @@ def test_gantt_groups_devices_on_large_clusters_and_draws(tmp_path: Path) -> Non
     png = tmp_path / "g.png"
     plot_gantt(result, png, num_devices=128, components=wf.names, max_rows=16)
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("component", "field", "value", "expected"),
+    [
+        ("env", "per_item", -1, "expected a finite number >= 0"),
+        ("env", "per_item", NAN, "expected a finite number >= 0"),
+        ("actor", "replicated", INF, "expected a finite number >= 0"),
+        ("actor", "sharded", "lots", "expected a finite number >= 0"),
+        ("rollout", "switch", True, "expected a finite number >= 0"),
+        ("rollout", "fixed", None, "expected a finite number >= 0"),
+    ],
+)
+def test_bad_values_in_a_cost_file_are_refused_by_rlinf_plan(
+    run_with_bad: Any, assert_refused: Any, component: str, field: str, value: object,
+    expected: str,
+) -> None:
+    def change(document: dict[str, Any]) -> None:
+        document["components"][component][field] = value
+
+    assert_refused(run_with_bad("costs", change), f"components.{component}.{field} is ",
+                   expected)
+
+
+def _profile_document() -> dict[str, Any]:
+    ms = [Measurement(c, batch_size=b, num_devices=1, seconds=0.1 * b, peak_memory_bytes=10 * b)
+          for c in ("env", "rollout", "actor") for b in (4, 8)]
+    switches = [{"component": "actor", "direction": "onload", "seconds": 0.5, "device": 0,
+                 "timestamp": 0.0}]
+    return {**Profile(tuple(ms), (), {}).to_dict(), "switches": switches}
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "key", "expected"),
+    [
+        (("measurements", 0, "seconds"), NAN, "measurements[0].seconds is nan", "number >= 0"),
+        (("measurements", 1, "batch_size"), 0, "measurements[1].batch_size is 0",
+         "integer >= 1"),
+        (("measurements", 2, "num_devices"), 1.5, "measurements[2].num_devices is 1.5",
+         "integer >= 1"),
+        (("measurements", 3, "peak_memory_bytes"), -1,
+         "measurements[3].peak_memory_bytes is -1", "integer >= 0"),
+        (("switches", 0, "seconds"), INF, "switches[0].seconds is inf", "number >= 0"),
+    ],
+)
+def test_bad_values_in_a_profile_are_refused_by_rlinf_plan(
+    run_with_bad: Any, assert_refused: Any, where: tuple[str, int, str], value: object,
+    key: str, expected: str,
+) -> None:
+    def change(document: dict[str, Any]) -> None:
+        document.clear()
+        document.update(_profile_document())
+        section, index, field = where
+        document[section][index][field] = value
+
+    assert_refused(run_with_bad("costs", change), key, expected)
+
+
+def test_a_valid_profile_plans(run_with_bad: Any) -> None:
+    code, err, _ = run_with_bad("costs", lambda d: (d.clear(), d.update(_profile_document())))
+    assert code == 0, err
+
+
+def test_yaml_cost_file_with_exponents(tmp_path: Path) -> None:
+    # PyYAML reads 30e9 as a string; the module docstring's example must still load.
+    pytest.importorskip("yaml")
+    path = tmp_path / "c.yaml"
+    path.write_text("format: rlinf-analytic-costs/1\n"
+                    "components:\n  rollout: {fixed: 2.0, replicated: 30e9, switch: 4}\n")
+    model = load_cost_model(path)
+    assert model.memory("rollout", batch_size=1, num_devices=1) == 30 * 10**9

@@ -6,40 +6,22 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
 from rlinf.sched.cli import main
-from rlinf.sched.cluster import Cluster
 from rlinf.sched.execution_plan import PlanResult
-from rlinf.sched.workflow import Component, Edge, Loop, Workflow
+
+if TYPE_CHECKING:
+    from conftest import PlanInputs  # the fixture's type (tests/conftest.py)
 
 
-def write_inputs(tmp_path: Path) -> tuple[Path, Path, Path]:
-    wf = Workflow(
-        (Component("env"), Component("rollout"), Component("actor")),
-        (Edge("env", "rollout", bytes_per_item=1e6), Edge("rollout", "env", feedback=True),
-         Edge("rollout", "actor", bytes_per_item=1e7)),
-        global_batch=16, loops=(Loop(("env", "rollout"), 3),), name="tiny-embodied")
-    cost = AnalyticCostModel({
-        "env": AnalyticCost(fixed=0.01, per_item=0.05, replicated=50, switch=1.0),
-        "rollout": AnalyticCost(fixed=0.01, per_item=0.05, replicated=40, switch=1.0),
-        "actor": AnalyticCost(fixed=0.1, per_item=0.5, replicated=40, switch=2.0),
-    })
-    paths = (tmp_path / "wf.json", tmp_path / "costs.json", tmp_path / "cluster.json")
-    paths[0].write_text(json.dumps(wf.to_dict()))
-    paths[1].write_text(json.dumps(cost.to_dict()))
-    Cluster.uniform(1, 4, 100, "H100").to_file(paths[2])
-    return paths
-
-
-def test_cli_end_to_end_writes_plan_and_gantt(tmp_path: Path) -> None:
-    wf, costs, cl = write_inputs(tmp_path)
-    out, png = tmp_path / "plan.json", tmp_path / "plan.png"
+def test_cli_end_to_end_writes_plan_and_gantt(tmp_path: Path, plan_inputs: PlanInputs) -> None:
+    out, png = plan_inputs.out, tmp_path / "plan.png"
     proc = subprocess.run(
-        [sys.executable, "-m", "rlinf.sched.cli", str(wf), str(costs), str(cl),
-         "--out", str(out), "--gantt", str(png), "--top", "3", "--max-chunks", "4"],
+        [sys.executable, "-m", "rlinf.sched.cli",
+         *plan_inputs.args("--gantt", str(png), "--top", "3", "--max-chunks", "4")],
         capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert "tiny-embodied: 3 components on 4 devices" in proc.stdout
@@ -64,25 +46,60 @@ def test_cli_end_to_end_writes_plan_and_gantt(tmp_path: Path) -> None:
         ("cluster", json.dumps({"nodes": "many"}), "'nodes' list"),
     ],
 )
-def test_cli_reports_bad_files(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+def test_cli_reports_bad_files(plan_inputs: PlanInputs, capsys: pytest.CaptureFixture[str],
                                which: str, content: str, message: str) -> None:
-    wf, costs, cl = write_inputs(tmp_path)
-    target = {"workflow": wf, "costs": costs, "cluster": cl}[which]
-    target.write_text(content)
-    code = main([str(wf), str(costs), str(cl), "--out", str(tmp_path / "p.json"),
-                 "--gantt", ""])
+    getattr(plan_inputs, which).write_text(content)
+    code = main(plan_inputs.args("--gantt", ""))
     err = capsys.readouterr().err
     assert code == 2
     assert err.startswith("rlinf-plan: error:")
     assert message in err
 
 
-def test_cli_missing_file_and_unknown_component_cost(tmp_path: Path,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    wf, costs, cl = write_inputs(tmp_path)
-    assert main([str(tmp_path / "nope.json"), str(costs), str(cl)]) == 2
+def test_cli_missing_file_and_unknown_component_cost(
+    tmp_path: Path, plan_inputs: PlanInputs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = plan_inputs.args("--gantt", "")
+    assert main([str(tmp_path / "nope.json"), *args[1:]]) == 2
     assert "cannot read workflow file" in capsys.readouterr().err
-    costs.write_text(json.dumps({"format": "rlinf-analytic-costs/1",
-                                 "components": {"env": {"per_item": 1.0}}}))
-    assert main([str(wf), str(costs), str(cl), "--gantt", ""]) == 2
+    plan_inputs.costs.write_text(json.dumps({"format": "rlinf-analytic-costs/1",
+                                             "components": {"env": {"per_item": 1.0}}}))
+    assert main(args) == 2
     assert "no cost for component" in capsys.readouterr().err
+
+
+def test_empty_gantt_skips_the_chart(tmp_path: Path, plan_inputs: PlanInputs,
+                                     monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    # Path("") is "." — the chart used to be drawn into the working directory (and without
+    # matplotlib every run exited 2).
+    monkeypatch.chdir(tmp_path)
+    assert main(plan_inputs.args("--gantt", "")) == 0
+    out = capsys.readouterr().out
+    assert "plan written to" in out and "gantt chart written" not in out
+    assert PlanResult.load(plan_inputs.out).ranked
+    assert not list(tmp_path.rglob("*.png"))
+
+
+def test_bad_value_exits_2_with_one_line_in_a_subprocess(plan_inputs: PlanInputs) -> None:
+    # intra_node_bandwidth: 0 used to end in a ZeroDivisionError traceback.
+    document = json.loads(plan_inputs.cluster.read_text())
+    document["intra_node_bandwidth"] = 0
+    plan_inputs.cluster.write_text(json.dumps(document))
+    proc = subprocess.run([sys.executable, "-m", "rlinf.sched.cli",
+                           *plan_inputs.args("--gantt", "")],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == [
+        f"rlinf-plan: error: in cluster file {str(plan_inputs.cluster)!r}: "
+        "intra_node_bandwidth is 0: expected a finite number > 0"]
+
+
+def test_yaml_errors_are_one_line(plan_inputs: PlanInputs,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("yaml")
+    bad = plan_inputs.workflow.with_suffix(".yaml")
+    bad.write_text("global_batch: [1,\n  components: {\n")
+    assert main([str(bad), *plan_inputs.args("--gantt", "")[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not valid YAML" in err and repr(str(bad)) in err

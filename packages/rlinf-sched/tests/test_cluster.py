@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,7 +74,8 @@ def test_heterogeneous_file(tmp_path: Path) -> None:
         ({}, "expected a mapping with a 'nodes' list"),
         ({"nodes": [{"devices": 8}]}, "needs 'devices' and 'device_memory'"),
         ({"nodes": [{"devices": 0, "device_memory": 1}]}, "nodes[0].devices is 0"),
-        ({"nodes": [{"devices": 2, "device_memory": "80 parsecs"}]}, "byte count '80 parsecs'"),
+        ({"nodes": [{"devices": 2, "device_memory": "80 parsecs"}]},
+         "nodes[0].device_memory is '80 parsecs'"),
         ({"nodes": [{"devices": 2, "device_memory": 1, "gpus": 3}]}, "unknown key(s) ['gpus']"),
         ({"nodes": [{"devices": 2, "device_memory": 1, "backend": "tpu"}]}, "'cuda' or 'cpu'"),
         ({"nodes": [{"count": -1, "devices": 2, "device_memory": 1}]}, "nodes[0].count"),
@@ -172,3 +174,65 @@ def test_gpu_names_and_nvml_fallback() -> None:
         assert len(gpus) == count
         assert all(g.memory_bytes > 0 for g in gpus)
         assert Cluster.discover(use_ray=False).num_devices == count
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("intra_node_bandwidth", 0, "expected a finite number > 0"),
+        ("intra_node_bandwidth", -1e9, "expected a finite number > 0"),
+        ("intra_node_bandwidth", NAN, "expected a finite number > 0"),
+        ("intra_node_bandwidth", INF, "expected a finite number > 0"),
+        ("intra_node_bandwidth", "fast", "expected a finite number > 0"),
+        ("inter_node_bandwidth", 0, "expected a finite number > 0"),
+        ("inter_node_bandwidth", True, "expected a finite number > 0"),
+        ("nodes[0].device_memory", 0, "expected a byte count > 0"),
+        ("nodes[0].device_memory", "0GiB", "expected a byte count > 0"),
+        ("nodes[0].device_memory", -1, "expected a byte count > 0"),
+        ("nodes[0].device_memory", NAN, "expected a byte count > 0"),
+        ("nodes[0].device_memory", "1e400GiB", "expected a byte count > 0"),
+        ("nodes[0].device_memory", True, "expected a byte count > 0"),
+        ("nodes[0].memory", -1, "expected a byte count >= 0"),
+        ("nodes[0].memory", INF, "expected a byte count >= 0"),
+        ("nodes[0].devices", 0, "expected an integer >= 1"),
+        ("nodes[0].devices", 2.5, "expected an integer >= 1"),
+        ("nodes[0].devices", True, "expected an integer >= 1"),
+        ("nodes[0].count", 1.5, "expected an integer >= 1"),
+        ("nodes[0].cpus", -1, "expected an integer >= 0"),
+        ("nodes[0].nvlink", "yes", "expected true or false"),
+    ],
+)
+def test_bad_values_in_a_cluster_file_are_refused_by_rlinf_plan(
+    run_with_bad: Any, assert_refused: Any, key: str, value: object, expected: str
+) -> None:
+    def change(document: dict[str, Any]) -> None:
+        if key.startswith("nodes[0]."):
+            document["nodes"][0][key.removeprefix("nodes[0].")] = value
+        else:
+            document[key] = value
+
+    assert_refused(run_with_bad("cluster", change), f"{key} is ", expected)
+
+
+def test_a_misspelt_top_level_key_is_refused(run_with_bad: Any, assert_refused: Any) -> None:
+    # A bandwidth under a misspelt name used to be ignored in favour of the default.
+    result = run_with_bad("cluster", lambda d: d.update(intra_node_bandwith=1e9))
+    assert_refused(result, "unknown key(s) ['intra_node_bandwith']", "expected")
+
+
+def test_constructed_clusters_refuse_bad_bandwidths() -> None:
+    with pytest.raises(ClusterError, match="inter_node_bandwidth is 0"):
+        Cluster.uniform(2, 1, "1GiB", inter_node_bandwidth=0)
+    with pytest.raises(ClusterError, match="intra_node_bandwidth is nan"):
+        Cluster.uniform(1, 2, "1GiB", intra_node_bandwidth=NAN)
+
+
+def test_parse_bytes_names_its_key() -> None:
+    with pytest.raises(ClusterError, match=r"^x\.mem is nan: expected a byte count >= 0"):
+        parse_bytes(NAN, where="x.mem")
+    assert parse_bytes("0", where="x.mem") == 0
+    with pytest.raises(ClusterError, match="> 0"):
+        parse_bytes("0", where="x.mem", positive=True)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -95,3 +97,89 @@ def test_bad_files_name_the_problem(tmp_path: Path) -> None:
     bad.write_text(json.dumps({"global_batch": 4, "components": [{"name": "a", "gpus": 2}]}))
     with pytest.raises(WorkflowError, match="unknown key"):
         Workflow.from_file(bad)
+
+
+def _set(*path: str | int, value: object) -> Callable[[dict[str, Any]], None]:
+    """A change that sets document[path...] = value (deletes it for `MISSING`)."""
+
+    def change(document: dict[str, Any]) -> None:
+        target: Any = document
+        for key in path[:-1]:
+            target = target[key]
+        if value is MISSING:
+            del target[path[-1]]
+        else:
+            target[path[-1]] = value
+
+    return change
+
+
+MISSING = object()
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "key", "expected"),
+    [
+        (("global_batch",), 12.5, "global_batch is 12.5", "expected an integer >= 1"),
+        (("global_batch",), True, "global_batch is True", "expected an integer >= 1"),
+        (("global_batch",), 0, "global_batch is 0", "expected an integer >= 1"),
+        (("global_batch",), -8, "global_batch is -8", "expected an integer >= 1"),
+        (("global_batch",), "many", "global_batch is 'many'", "expected an integer >= 1"),
+        (("global_batch",), MISSING, "'global_batch'", "expected an integer >= 1"),
+        (("components", 1, "batch"), 0, "components[1].batch is 0", "integer >= 1"),
+        (("components", 1, "batch"), 2.5, "components[1].batch is 2.5", "integer >= 1"),
+        (("components", 1, "batch"), True, "components[1].batch is True", "integer >= 1"),
+        (("components", 2, "device_multiple"), 0, "components[2].device_multiple is 0",
+         "integer >= 1"),
+        (("components", 0, "min_devices"), -1, "components[0].min_devices is -1",
+         "integer >= 1"),
+        (("components", 0, "max_devices"), 0.5, "components[0].max_devices is 0.5",
+         "integer >= 1"),
+        (("components", 0, "streaming"), "false", "components[0].streaming is 'false'",
+         "expected true or false"),
+        (("components", 1, "completion"), [[NAN, 1.0]], "components[1].completion[0]",
+         "pair in [0, 1]"),
+        (("components", 1, "completion"), [[0.5, INF], [1, 1]],
+         "components[1].completion[0]", "pair in [0, 1]"),
+        (("edges", 0, "bytes_per_item"), -1, "edges[0].bytes_per_item is -1",
+         "finite number >= 0"),
+        (("edges", 0, "bytes_per_item"), NAN, "edges[0].bytes_per_item is nan",
+         "finite number >= 0"),
+        (("edges", 2, "bytes_per_item"), INF, "edges[2].bytes_per_item is inf",
+         "finite number >= 0"),
+        (("edges", 2, "bytes_per_item"), True, "edges[2].bytes_per_item is True",
+         "finite number >= 0"),
+        (("edges", 0, "items"), 0, "edges[0].items is 0", "integer >= 1"),
+        (("edges", 0, "items"), 1.5, "edges[0].items is 1.5", "integer >= 1"),
+        (("edges", 1, "feedback"), "yes", "edges[1].feedback is 'yes'", "true or false"),
+        (("loops", 0, "steps"), 0, "loops[0].steps is 0", "integer >= 1"),
+        (("loops", 0, "steps"), 2.5, "loops[0].steps is 2.5", "integer >= 1"),
+    ],
+)
+def test_bad_values_in_a_workflow_file_are_refused_by_rlinf_plan(
+    run_with_bad: Any, assert_refused: Any, path: tuple[str | int, ...], value: object,
+    key: str, expected: str,
+) -> None:
+    assert_refused(run_with_bad("workflow", _set(*path, value=value)), key, expected)
+
+
+def test_integral_floats_and_numeric_strings_are_read() -> None:
+    # JSON writers that only know floats, and PyYAML reading 1e6 as a string.
+    data = embodied().to_dict()
+    data["global_batch"] = 8.0
+    data["edges"][0]["bytes_per_item"] = "1e6"
+    data["loops"][0]["steps"] = "5"
+    wf = Workflow.from_dict(data)
+    assert wf.global_batch == 8 and wf.edges[0].bytes_per_item == 1e6 and wf.loops[0].steps == 5
+
+
+def test_constructors_refuse_fractional_and_non_finite_values() -> None:
+    with pytest.raises(WorkflowError, match=r"global_batch=12\.5"):
+        Workflow((Component("a"),), global_batch=12.5)  # type: ignore[arg-type]
+    with pytest.raises(WorkflowError, match=r"batch=2\.5"):
+        Component("a", batch=2.5)  # type: ignore[arg-type]
+    with pytest.raises(WorkflowError, match="bytes_per_item=nan"):
+        Workflow((Component("a"), Component("b")), (Edge("a", "b", bytes_per_item=NAN),))
+    with pytest.raises(WorkflowError, match="expected components and steps >= 1"):
+        Workflow((Component("a"),), loops=(Loop(("a",), 1.5),))  # type: ignore[arg-type]

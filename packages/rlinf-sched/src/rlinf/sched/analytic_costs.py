@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from rlinf.sched._files import load_mapping
+from rlinf.sched._files import load_mapping, read_number
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import ProfileError
 
@@ -127,15 +127,14 @@ class AnalyticCostModel:
         costs: dict[str, AnalyticCost] = {}
         for name, entry in comps.items():
             if not isinstance(entry, Mapping):
-                raise ProfileError(f"cost of {name!r} is {entry!r}: expected a mapping")
+                raise ProfileError(f"components.{name} is {entry!r}: expected a mapping")
             unknown = set(entry) - known
             if unknown:
-                raise ProfileError(f"cost of {name!r} has unknown key(s) {sorted(unknown)}: "
+                raise ProfileError(f"components.{name} has unknown key(s) {sorted(unknown)}: "
                                    f"expected {sorted(known)}")
-            try:
-                costs[str(name)] = AnalyticCost(**{k: float(v) for k, v in entry.items()})
-            except (TypeError, ValueError) as exc:
-                raise ProfileError(f"cost of {name!r}: {exc}") from exc
+            costs[str(name)] = AnalyticCost(**{
+                k: read_number(v, f"components.{name}.{k}", error=ProfileError)
+                for k, v in entry.items()})
         return cls(costs)
 
 

@@ -8,12 +8,14 @@ WORKFLOW is a workflow file (`rlinf.sched.workflow`), COSTS an analytic cost fil
 profiler profile (`rlinf.sched.analytic_costs.load_cost_model`), CLUSTER a cluster file
 (`rlinf.sched.cluster.Cluster.from_file`); JSON or YAML. Writes the plan document (best plan,
 alternatives, baselines) as JSON and a Gantt chart of the best plan's simulated iteration.
-Exit status 0 on success, 2 on bad input or when no plan fits.
+``--gantt ''`` skips the chart. Exit status 0 on success, 2 on bad input or when no plan fits:
+then one line on stderr names the file, the key inside it and what was expected.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -35,7 +37,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("costs", type=Path, help="analytic cost file or profiler profile")
     p.add_argument("cluster", type=Path, help="cluster file (JSON/YAML)")
     p.add_argument("--out", type=Path, default=Path("plan.json"), help="plan JSON to write")
-    p.add_argument("--gantt", type=Path, default=Path("plan.png"),
+    # A str, not a Path: Path("") is "." and would not read as "skip".
+    p.add_argument("--gantt", default="plan.png",
                    help="Gantt chart PNG of the best plan ('' to skip)")
     p.add_argument("--top", type=int, default=5, help="plans to list")
     p.add_argument("--max-chunks", type=int, default=16,
@@ -53,8 +56,10 @@ def format_table(result: PlanResult) -> str:
 
     def row(tag: str, p: ExecutionPlan) -> str:
         mb = ",".join(f"{k}={v}" for k, v in p.micro_batch.items())
+        # Costs of zero are valid (a free component): a zero-second best is 1x of itself.
+        ratio = p.predicted_time / best if best > 0 else 1.0 if p.predicted_time == 0 else math.inf
         return (f"{tag:>2} {p.mode.value:<13} {p.predicted_time:>10.3f} {p.utilisation:>5.0%} "
-                f"{p.predicted_time / best:>7.2f}x  {p.spec} | {mb}")
+                f"{ratio:>7.2f}x  {p.spec} | {mb}")
 
     lines += [row(str(i + 1), p) for i, p in enumerate(result.ranked)]
     for kind, p in result.baselines.items():
@@ -83,18 +88,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_table(result))
         result.save(args.out)
         print(f"plan written to {args.out}")
-        if str(args.gantt):
+        if args.gantt:
             best = result.best
             sim = simulate(workflow, best.placement, cost, cluster,
                            micro_batch=best.micro_batch, record=True)
             from rlinf.sched.gantt import plot_gantt
 
-            plot_gantt(sim, args.gantt, num_devices=cluster.num_devices,
+            plot_gantt(sim, Path(args.gantt), num_devices=cluster.num_devices,
                        components=workflow.names,
                        title=f"{workflow.name}: {best.spec} — {sim.iteration_time:.3g} s/iter")
             print(f"gantt chart written to {args.gantt}")
     except (SchedError, OSError) as exc:
-        print(f"rlinf-plan: error: {exc}", file=sys.stderr)
+        # One line: YAML parse errors, for one, span several.
+        message = " ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        print(f"rlinf-plan: error: {message}", file=sys.stderr)
         return 2
     return 0
 

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from rlinf.sched._files import read_int, read_number
 from rlinf.sched.errors import ProfileError
 
 __all__ = [
@@ -151,8 +152,10 @@ class Profile:
                 f"not a profile document (format {found!r}): expected format {PROFILE_FORMAT!r}"
             )
         try:
-            meas = tuple(Measurement(**m) for m in data.get("measurements", []))
-            sw = tuple(SwitchRecord(**s) for s in data.get("switches", []))
+            meas = tuple(Measurement(**_checked(m, f"measurements[{i}]", _MEASUREMENT_NUMBERS))
+                         for i, m in enumerate(_entries(data, "measurements")))
+            sw = tuple(SwitchRecord(**_checked(s, f"switches[{i}]", _SWITCH_NUMBERS))
+                       for i, s in enumerate(_entries(data, "switches")))
         except TypeError as exc:
             raise ProfileError(f"malformed profile entry: {exc}") from exc
         return cls(meas, sw, dict(data.get("metadata", {})))
@@ -185,6 +188,34 @@ class Profile:
             except ProfileError as exc:
                 raise ProfileError(f"in profile {str(f)!r}: {exc}") from exc
         return profiles[0].merge(*profiles[1:])
+
+
+# The numeric fields of a profile document: the least integer, or None for a float >= 0.
+_MEASUREMENT_NUMBERS: Mapping[str, int | None] = {
+    "batch_size": 1, "num_devices": 1, "peak_memory_bytes": 0, "seconds": None,
+    "timestamp": None,
+}
+_SWITCH_NUMBERS: Mapping[str, int | None] = {"device": -1, "seconds": None, "timestamp": None}
+
+
+def _entries(data: Mapping[str, Any], key: str) -> list[Any]:
+    value = data.get(key, [])
+    if not isinstance(value, list):
+        raise ProfileError(f"{key} is {type(value).__name__}: expected a list")
+    return value
+
+
+def _checked(entry: Any, where: str, numbers: Mapping[str, int | None]) -> dict[str, Any]:
+    """`entry` with its numeric fields checked (ProfileError names `where`.key)."""
+    if not isinstance(entry, Mapping):
+        raise ProfileError(f"{where} is {entry!r}: expected a mapping")
+    out = dict(entry)
+    for key, minimum in numbers.items():
+        if key in out:
+            out[key] = (read_number(out[key], f"{where}.{key}", error=ProfileError)
+                        if minimum is None else
+                        read_int(out[key], f"{where}.{key}", error=ProfileError, minimum=minimum))
+    return out
 
 
 # --------------------------------------------------------------------------------------------

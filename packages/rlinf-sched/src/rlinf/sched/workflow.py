@@ -28,12 +28,13 @@ File schema (JSON, or YAML with PyYAML installed)::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlinf.sched._files import load_mapping
+from rlinf.sched._files import load_mapping, read_bool, read_int, read_number
 from rlinf.sched.errors import PlanningError
 
 __all__ = ["Component", "Edge", "Loop", "Workflow", "WorkflowError"]
@@ -77,8 +78,12 @@ class Component:
             raise WorkflowError(
                 f"component {self.name!r} has resource {self.resource!r}: expected 'gpu' or 'cpu'"
             )
-        if self.batch is not None and (isinstance(self.batch, bool) or self.batch < 1):
-            raise WorkflowError(f"component {self.name!r} has batch={self.batch!r}: expected >= 1")
+        if self.batch is not None and not _is_int(self.batch, minimum=1):
+            raise WorkflowError(
+                f"component {self.name!r} has batch={self.batch!r}: expected an integer >= 1")
+        if self.max_devices is not None and not _is_int(self.max_devices, minimum=1):
+            raise WorkflowError(f"component {self.name!r} has max_devices={self.max_devices!r}: "
+                                "expected an integer >= 1")
         for label, value in (("device_multiple", self.device_multiple),
                              ("min_devices", self.min_devices)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -167,7 +172,7 @@ class Workflow:
         object.__setattr__(self, "components", tuple(self.components))
         object.__setattr__(self, "edges", tuple(self.edges))
         object.__setattr__(self, "loops", tuple(self.loops))
-        if isinstance(self.global_batch, bool) or self.global_batch < 1:
+        if not _is_int(self.global_batch, minimum=1):
             raise WorkflowError(f"global_batch={self.global_batch!r}: expected an integer >= 1")
         if not self.components:
             raise WorkflowError("a workflow needs at least one component")
@@ -182,11 +187,14 @@ class Workflow:
                                         f"expected one of {names}")
             if e.src == e.dst:
                 raise WorkflowError(f"edge {e.key} is a self-loop: expected src != dst")
-            if e.bytes_per_item < 0 or (e.items is not None and e.items < 1):
-                raise WorkflowError(f"edge {e.key}: expected bytes_per_item >= 0 and items >= 1")
+            if not _is_number(e.bytes_per_item) or (
+                    e.items is not None and not _is_int(e.items, minimum=1)):
+                raise WorkflowError(f"edge {e.key} has bytes_per_item={e.bytes_per_item!r}, "
+                                    f"items={e.items!r}: expected a finite bytes_per_item >= 0 "
+                                    "and an integer items >= 1")
         in_loop: dict[str, int] = {}
         for i, loop in enumerate(self.loops):
-            if loop.steps < 1 or not loop.components:
+            if not _is_int(loop.steps, minimum=1) or not loop.components:
                 raise WorkflowError(f"loop {i} {loop!r}: expected components and steps >= 1")
             for c in loop.components:
                 if c not in known or c in in_loop:
@@ -312,6 +320,7 @@ class Workflow:
         unknown = set(data) - {"name", "global_batch", "components", "edges", "loops"}
         if unknown:
             raise WorkflowError(f"unknown workflow key(s) {sorted(unknown)}")
+        _check_values(data)
         try:
             comps = [_component(c) for c in _list(data, "components")]
             edges = [Edge(src=str(e["src"]), dst=str(e["dst"]),
@@ -332,7 +341,8 @@ class Workflow:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> Workflow:
-        """Read a JSON or YAML (``.yaml``/``.yml``) workflow file."""
+        """Read a JSON or YAML (``.yaml``/``.yml``) workflow file; WorkflowError names the file
+        and the key (e.g. ``components[1].batch``) of a bad value."""
         data = load_mapping(path, error=WorkflowError, what="workflow")
         try:
             return cls.from_dict(data)
@@ -371,3 +381,50 @@ def _list(data: Mapping[str, Any], key: str, *, required: bool = True) -> Sequen
     if not isinstance(value, list):
         raise WorkflowError(f"workflow {key!r} is {type(value).__name__}: expected a list")
     return value
+
+
+def _is_int(value: Any, *, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)
+            and math.isfinite(value) and value >= 0)
+
+
+# Value checks of the file schema, by key: the least integer ("int", n), a finite number >= 0
+# ("number", 0), or a boolean ("bool", 0). Optional integers may also be null.
+_COMPONENT_VALUES = {
+    "batch": ("int", 1), "device_multiple": ("int", 1), "min_devices": ("int", 1),
+    "max_devices": ("int", 1), "micro_batch_multiple": ("int", 1), "streaming": ("bool", 0),
+}
+_EDGE_VALUES = {"bytes_per_item": ("number", 0), "items": ("int", 1), "feedback": ("bool", 0)}
+_LOOP_VALUES = {"steps": ("int", 1)}
+
+
+def _check_values(data: Mapping[str, Any]) -> None:
+    """Refuse a bad number or flag in a workflow document, naming its key (e.g.
+    ``components[1].batch``); structure (lists, names, unknown keys) is checked later."""
+    if "global_batch" not in data:
+        raise WorkflowError("workflow has no 'global_batch': expected an integer >= 1")
+    read_int(data["global_batch"], "global_batch", error=WorkflowError)
+    for key, checks in (("components", _COMPONENT_VALUES), ("edges", _EDGE_VALUES),
+                        ("loops", _LOOP_VALUES)):
+        entries = data.get(key)
+        for i, entry in enumerate(entries if isinstance(entries, list) else []):
+            if not isinstance(entry, Mapping):
+                continue
+            for name, (kind, minimum) in checks.items():
+                value, where = entry.get(name), f"{key}[{i}].{name}"
+                if kind == "bool" and name in entry:
+                    read_bool(value, where, error=WorkflowError)
+                elif kind == "number" and name in entry:
+                    read_number(value, where, error=WorkflowError)
+                elif kind == "int" and value is not None:
+                    read_int(value, where, error=WorkflowError, minimum=minimum)
+            points = entry.get("completion") if key == "components" else None
+            for j, point in enumerate(points if isinstance(points, list) else []):
+                if not (isinstance(point, list | tuple) and len(point) == 2 and all(
+                        _is_number(x) and x <= 1 for x in point)):
+                    raise WorkflowError(f"components[{i}].completion[{j}] is {point!r}: expected "
+                                        "an [item fraction, time fraction] pair in [0, 1]")
