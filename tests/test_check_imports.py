@@ -14,12 +14,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_imports.py"
 
-# Violations this checkout still holds while their files are being changed elsewhere; each
-# goes once its owner applies the fix (report of issue #11, items 7): delete the entry then.
+# Violations this checkout may still hold while their files are being changed elsewhere
+# (issue #11, item 7): delete an entry once the fix is in.
 TRANSITIONAL = {
-    "packages/rlinf-sched/src/rlinf/sched/_lock_server.py",  # -> rlinf.comm.wire
-    "packages/rlinf-sched/src/rlinf/sched/device_lock.py",  # -> rlinf.comm.wire
-    "packages/rlinf-sched/src/rlinf/sched/plan.py",  # alias; planner/ -> execution_plan
+    # The alias of rlinf.sched.execution_plan, kept until planner/ imports the new name.
+    "packages/rlinf-sched/src/rlinf/sched/plan.py",
 }
 
 
