@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -45,11 +46,11 @@ def load_mapping(
 def read_number(value: Any, where: str, *, error: type[Exception], positive: bool = False) -> float:
     """`value` as a finite float >= 0 (> 0 with `positive`); `error` names `where` otherwise.
 
-    Numbers and numeric strings are accepted (PyYAML reads ``30e9`` as a string); booleans,
-    NaN and infinities are not.
+    Numbers (numpy scalars too) and numeric strings are accepted (PyYAML reads ``30e9`` as a
+    string); booleans, NaN and infinities are not.
     """
     number: float | None = None
-    if isinstance(value, int | float) and not isinstance(value, bool):
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
         number = float(value)
     elif isinstance(value, str):
         try:
@@ -69,9 +70,8 @@ def read_int(value: Any, where: str, *, error: type[Exception], minimum: int = 1
     fractions (``12.5``) are not.
     """
     number: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, float) and value.is_integer():
+    if (isinstance(value, numbers.Integral) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()):
         number = int(value)
     elif isinstance(value, str):
         try:

@@ -29,6 +29,7 @@ File schema (JSON, or YAML with PyYAML installed)::
 from __future__ import annotations
 
 import math
+import numbers
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -383,12 +384,14 @@ def _list(data: Mapping[str, Any], key: str, *, required: bool = True) -> Sequen
     return value
 
 
+# numbers.Integral/Real: numpy scalars are welcome in code, booleans are not counts.
 def _is_int(value: Any, *, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
+            and value >= minimum)
 
 
 def _is_number(value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
             and math.isfinite(value) and value >= 0)
 
 
