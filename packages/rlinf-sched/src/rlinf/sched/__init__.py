@@ -39,6 +39,8 @@ from rlinf.sched.profiler import (
     fit_curve,
     fit_profile,
 )
+from rlinf.sched.replan import Call, DriftPolicy, LiveCostModel, Replan, Replanner
+from rlinf.sched.residency import Admission, Residency
 from rlinf.sched.simulator import Interval, SimulationResult, simulate
 from rlinf.sched.version import __version__
 from rlinf.sched.workflow import Component, Edge, Loop, Workflow, WorkflowError
@@ -65,8 +67,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'rlinf.sched' has no attribute {name!r}")
 
 __all__ = [
+    "Admission",
     "AnalyticCost",
     "AnalyticCostModel",
+    "Call",
     "CallbackOnloadable",
     "Cluster",
     "ClusterError",
@@ -80,6 +84,7 @@ __all__ = [
     "DeviceLockError",
     "DeviceLockServer",
     "DeviceLockTimeoutError",
+    "DriftPolicy",
     "Edge",
     "Eviction",
     "ExecutionMode",
@@ -89,6 +94,7 @@ __all__ = [
     "HolderDeath",
     "HolderDiedError",
     "Interval",
+    "LiveCostModel",
     "Loop",
     "Measurement",
     "Node",
@@ -101,6 +107,9 @@ __all__ = [
     "Profile",
     "ProfileError",
     "Profiler",
+    "Replan",
+    "Replanner",
+    "Residency",
     "SchedError",
     "SimulationResult",
     "SwitchEvent",
