@@ -1,0 +1,61 @@
+"""Profiles cached under a key of workflow, model and cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlinf.sched.cluster import Cluster
+from rlinf.sched.errors import ProfileError
+from rlinf.sched.profile_cache import ProfileCache, profile_key
+from rlinf.sched.profiler import Measurement, Profile
+from rlinf.sched.workflow import Component, Edge, Workflow
+
+WF = Workflow((Component("rollout"), Component("actor")), (Edge("rollout", "actor"),),
+              global_batch=8)
+CLUSTER = Cluster.uniform(1, 2, 10**9, "cpu")
+
+
+def measured() -> Profile:
+    return Profile((Measurement("rollout", 8, 1, 0.5, 100), Measurement("actor", 8, 1, 0.25, 50)))
+
+
+def test_the_key_changes_with_workflow_model_and_cluster() -> None:
+    key = profile_key(workflow=WF, cluster=CLUSTER, model={"hidden": 128})
+    assert key == profile_key(workflow=WF, cluster=CLUSTER, model={"hidden": 128})
+    other_wf = Workflow(WF.components, WF.edges, global_batch=16)
+    assert key != profile_key(workflow=other_wf, cluster=CLUSTER, model={"hidden": 128})
+    assert key != profile_key(workflow=WF, cluster=Cluster.uniform(1, 4, 10**9, "cpu"),
+                              model={"hidden": 128})
+    assert key != profile_key(workflow=WF, cluster=CLUSTER, model={"hidden": 256})
+
+
+def test_measures_once_then_reuses(tmp_path: Path) -> None:
+    cache = ProfileCache(tmp_path / "profiles")
+    key = profile_key(workflow=WF, cluster=CLUSTER, model={"hidden": 128})
+    calls = []
+
+    def measure() -> Profile:
+        calls.append(1)
+        return measured()
+
+    first, cached = cache.get_or_measure(key, measure)
+    assert not cached and len(calls) == 1
+    again, cached = cache.get_or_measure(key, measure)
+    assert cached and len(calls) == 1
+    assert again.measurements == first.measurements
+
+
+def test_an_unreadable_entry_is_measured_again(tmp_path: Path) -> None:
+    cache = ProfileCache(tmp_path)
+    key = profile_key(workflow=WF, cluster=CLUSTER, model={})
+    cache.path(key).write_text("{not json")
+    profile, cached = cache.get_or_measure(key, measured)
+    assert not cached and profile.measurements
+    assert cache.load(key) is not None
+
+
+def test_bad_keys_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ProfileError, match="hex"):
+        ProfileCache(tmp_path).path("../etc/passwd")
