@@ -10,11 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 from rlinf.workers.actor import ActorConfig, ActorWorker
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import FlowChannel, Sharding, StepContext
 from rlinf.workers.models import compute_precision, response_log_probs
 from rlinf.workers.reasoning.routing import Routing
 from rlinf.workers.reasoning.setup import RoleSetup
@@ -30,6 +32,9 @@ __all__ = ["ActorRole"]
 class ActorRole(WeightSenderRole):
     """Actor rank (see the module docstring). Call `build` after the group's process group
     is up (DDP/FSDP2 wrap the model at construction)."""
+
+    input_sharding: ClassVar[Sharding] = "contiguous"
+    """Each data-parallel rank trains one contiguous shard of the iteration's groups."""
 
     def __init__(self, context: WorkerContext, *, setup: RoleSetup, config: ActorConfig,
                  bucket_bytes: int = 64 << 20) -> None:
@@ -55,19 +60,11 @@ class ActorRole(WeightSenderRole):
 
     # -- training --------------------------------------------------------------------------
 
-    def collect(self, step: int, in_channel: str, *, routing: Routing,
+    def collect(self, step: int, in_channel: str | FlowChannel, *, routing: Routing,
                 granularity: int) -> RolloutBatch:
         """This rank's groups of iteration `step`, concatenated in index order."""
-        shard = routing.actor_shard(self.rank)
-        received: dict[int, RolloutBatch] = {}
-        for message in self.receive(in_channel, step=step, count=len(shard),
-                                    group_size=routing.group_size, granularity=granularity):
-            for index, group in message:
-                if index not in shard or index in received:
-                    raise ConfigError(f"actor rank {self.rank} got group {index}, expected "
-                                      f"each of {shard.start}..{shard.stop - 1} once")
-                received[index] = group
-        return RolloutBatch.concat([received[i] for i in shard], pad_token_id=self._pad_id)
+        return self._collect(step, in_channel, shard=routing.actor_shard(self.rank),
+                             group_size=routing.group_size, granularity=granularity)
 
     def train(self, step: int, in_channel: str, *, routing: Routing, granularity: int,
               stream: bool = False) -> dict[str, float]:
@@ -80,20 +77,52 @@ class ActorRole(WeightSenderRole):
         and trained in one turn. Either way the micro-batches are the same whatever the
         placement, so the result is too.
         """
+        return self._train(step, in_channel, shard=routing.actor_shard(self.rank),
+                           group_size=routing.group_size, granularity=granularity,
+                           stream=stream)
+
+    def train_step(self, ctx: StepContext, *, input_channel: FlowChannel) -> dict[str, float]:
+        """Flow entry (`rlinf.workers.flow`): train on this rank's contiguous shard of
+        iteration ``ctx.step`` as `train` does. It streams (`ActorWorker.can_stream`) only
+        where no device of the actor is shared with a source component (the rollout holds
+        a shared device for its whole generation, so there is nothing to overlap)."""
+        if input_channel.sharding != "contiguous":
+            raise ConfigError(f"the actor trains a contiguous shard, but channel "
+                              f"{input_channel.edge} splits its units {input_channel.sharding}")
+        total = input_channel.units(ctx.items[self.role])
+        stream = not any(ctx.shares_devices(self.role, source) for source in ctx.sources)
+        return self._train(ctx.step, input_channel, shard=input_channel.indices(self.rank, total),
+                           group_size=input_channel.unit,
+                           granularity=input_channel.units_per_message, stream=stream)
+
+    def _collect(self, step: int, channel: str | FlowChannel, *, shard: range, group_size: int,
+                 granularity: int) -> RolloutBatch:
+        received: dict[int, RolloutBatch] = {}
+        for message in self.receive(channel, step=step, count=len(shard),
+                                    group_size=group_size, granularity=granularity):
+            for index, group in message:
+                if index not in shard or index in received:
+                    raise ConfigError(f"actor rank {self.rank} got group {index}, expected "
+                                      f"each of {shard.start}..{shard.stop - 1} once")
+                received[index] = group
+        return RolloutBatch.concat([received[i] for i in shard], pad_token_id=self._pad_id)
+
+    def _train(self, step: int, channel: str | FlowChannel, *, shard: range, group_size: int,
+               granularity: int, stream: bool) -> dict[str, float]:
         actor = self.actor  # fail before consuming the shard if build() did not run
         if not (stream and actor.can_stream):
-            batch = self.collect(step, in_channel, routing=routing, granularity=granularity)
+            batch = self._collect(step, channel, shard=shard, group_size=group_size,
+                                  granularity=granularity)
             self._all_collected()
             return self.train_batch(batch, step=step)
-        shard = routing.actor_shard(self.rank)
-        size = max(1, self.config.micro_batch_size // routing.group_size)
+        size = max(1, self.config.micro_batch_size // group_size)
         chunks = [range(start, min(start + size, shard.stop))
                   for start in range(shard.start, shard.stop, size)]
         received: dict[int, RolloutBatch] = {}
         units, done = 0.0, 0
         sums: dict[str, float] = {}
-        for message in self.receive(in_channel, step=step, count=len(shard),
-                                    group_size=routing.group_size, granularity=granularity):
+        for message in self.receive(channel, step=step, count=len(shard),
+                                    group_size=group_size, granularity=granularity):
             for index, group in message:
                 if index not in shard or index in received:
                     raise ConfigError(f"actor rank {self.rank} got group {index}, expected "
@@ -154,6 +183,13 @@ class ActorRole(WeightSenderRole):
                 temperature=self.config.temperature).float().cpu()
 
     # -- weights, checkpoints, context switching -------------------------------------------
+
+    def parameter_norm(self) -> float:
+        """L2 norm of the policy's parameters (float64): a cheap fingerprint that moves
+        whenever an optimizer step changed the weights."""
+        with torch.no_grad():
+            squares = [p.detach().double().pow(2).sum() for p in self.actor.model.parameters()]
+            return float(torch.stack(squares).sum().sqrt())
 
     def buckets(self) -> Iterator[Bucket]:
         """The policy in buckets of at most ``bucket_bytes``."""

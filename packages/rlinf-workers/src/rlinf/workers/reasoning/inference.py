@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable, Iterable
 
+from rlinf.comm import Channel
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import FlowChannel, StepContext, rank_key
 from rlinf.workers.inference import InferenceConfig, InferenceWorker
-from rlinf.workers.reasoning.routing import Routing, pack_group, rank_key
+from rlinf.workers.reasoning.routing import Routing, pack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reasoning.sync import WeightReceiverRole
 from rlinf.workers.rollout.batch import RolloutBatch
@@ -51,16 +54,35 @@ class InferenceRole(WeightReceiverRole):
                 granularity: int) -> int:
         """Annotate this rank's groups of iteration `step` from `in_channel` and put them
         into `out_channel`, keyed by their actor rank; returns the groups processed."""
-        out = self.channel(out_channel)
+        messages = self.receive(in_channel, step=step, count=routing.count("inference", self.rank),
+                                group_size=routing.group_size, granularity=granularity)
+        return self._annotate_stream(step, messages, self.channel(out_channel),
+                                     key_of=lambda index: rank_key(routing.actor_rank(index)))
+
+    def inference_step(self, ctx: StepContext, *, input_channel: FlowChannel,
+                       output_channel: FlowChannel) -> dict[str, float]:
+        """Flow entry (`rlinf.workers.flow`): annotate this rank's groups of iteration
+        ``ctx.step`` as they arrive on `input_channel` and pass them on to
+        `output_channel`. Returns the groups annotated."""
+        total = input_channel.units(ctx.items[self.role])
+        onward = output_channel.units(ctx.items[output_channel.dst])
+        messages = self.receive(input_channel, step=ctx.step,
+                                count=len(input_channel.indices(self.rank, total)),
+                                group_size=input_channel.unit,
+                                granularity=input_channel.units_per_message)
+        done = self._annotate_stream(ctx.step, messages, self.channel(output_channel),
+                                     key_of=lambda index: output_channel.key_of(index, onward))
+        return {"groups": float(done)}
+
+    def _annotate_stream(self, step: int, messages: Iterable[list[tuple[int, RolloutBatch]]],
+                         out: Channel, *, key_of: Callable[[int], str]) -> int:
         done = 0
-        for message in self.receive(in_channel, step=step,
-                                    count=routing.count("inference", self.rank),
-                                    group_size=routing.group_size, granularity=granularity):
+        for message in messages:
             with self.turn("inference", step=step, groups=len(message)):
                 for index, group in message:
                     annotated = self.annotate(group)
                     out.put(pack_group(annotated, index=index, step=step),
-                            weight=annotated.num_rows, key=rank_key(routing.actor_rank(index)))
+                            weight=annotated.num_rows, key=key_of(index))
                     done += 1
         return done
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
+from rlinf.comm import Channel
+from rlinf.workers.flow import FlowChannel, StepContext, rank_key
 from rlinf.workers.reasoning.base import ReasoningRole
-from rlinf.workers.reasoning.routing import Routing, pack_group, rank_key
+from rlinf.workers.reasoning.routing import Routing, pack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reward import RewardConfig, RewardWorker
 from rlinf.workers.rollout.batch import RolloutBatch
@@ -28,20 +32,47 @@ class RewardRole(ReasoningRole):
         Returns summed statistics: responses, correct responses, reward sum, groups with a
         correct response.
         """
-        out = self.channel(out_channel)
         route = routing.inference_rank if next_role == "inference" else routing.actor_rank
-        totals = {"responses": 0.0, "correct": 0.0, "reward_sum": 0.0, "groups_solved": 0.0}
-        for message in self.receive(in_channel, step=step, count=routing.count("reward", self.rank),
-                                    group_size=routing.group_size, granularity=granularity):
+        messages = self.receive(in_channel, step=step, count=routing.count("reward", self.rank),
+                                group_size=routing.group_size, granularity=granularity)
+        return self._score(step, messages, self.channel(out_channel),
+                           key_of=lambda index: rank_key(route(index)))
+
+    def reward_step(self, ctx: StepContext, *, input_channel: FlowChannel,
+                    output_channel: FlowChannel) -> dict[str, float]:
+        """Flow entry (`rlinf.workers.flow`): score this rank's groups of iteration
+        ``ctx.step`` as they arrive on `input_channel` and pass them on to
+        `output_channel`. Returns accuracy, mean reward, the fraction of groups with a
+        correct response, and the responses scored."""
+        total = input_channel.units(ctx.items[self.role])
+        onward = output_channel.units(ctx.items[output_channel.dst])
+        messages = self.receive(input_channel, step=ctx.step,
+                                count=len(input_channel.indices(self.rank, total)),
+                                group_size=input_channel.unit,
+                                granularity=input_channel.units_per_message)
+        totals = self._score(ctx.step, messages, self.channel(output_channel),
+                             key_of=lambda index: output_channel.key_of(index, onward))
+        responses, groups = max(totals["responses"], 1.0), max(totals["groups"], 1.0)
+        return {"accuracy": totals["correct"] / responses,
+                "mean_reward": totals["reward_sum"] / responses,
+                "pass_at_group": totals["groups_solved"] / groups,
+                "responses": totals["responses"]}
+
+    def _score(self, step: int, messages: Iterable[list[tuple[int, RolloutBatch]]],
+               out: Channel, *, key_of: Callable[[int], str]) -> dict[str, float]:
+        totals = {"responses": 0.0, "correct": 0.0, "reward_sum": 0.0, "groups_solved": 0.0,
+                  "groups": 0.0}
+        for message in messages:
             with self.turn("reward", step=step, groups=len(message)):
                 for index, group in message:
                     scored, stats = self.worker.compute_rewards(group)
                     out.put(pack_group(scored, index=index, step=step), weight=scored.num_rows,
-                            key=rank_key(route(index)))
+                            key=key_of(index))
                     totals["responses"] += stats.responses
                     totals["correct"] += stats.accuracy * stats.responses
                     totals["reward_sum"] += stats.mean_reward * stats.responses
                     totals["groups_solved"] += stats.pass_at_group
+                    totals["groups"] += 1
         return totals
 
     def score(self, batch: RolloutBatch) -> RolloutBatch:

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import torch
 
+from rlinf.comm import Channel
 from rlinf.envs.math import MathProblem
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.reasoning.routing import Routing, pack_group, rank_key
+from rlinf.workers.flow import FlowChannel, StepContext, rank_key
+from rlinf.workers.reasoning.routing import Routing, pack_group
 from rlinf.workers.reasoning.setup import RoleSetup, draw_seed
 from rlinf.workers.reasoning.sync import WeightReceiverRole
 from rlinf.workers.reward import RewardConfig, RewardWorker
@@ -26,9 +28,14 @@ from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime import WorkerContext
 from rlinf.workers.weight_sync import WeightTarget
 
-__all__ = ["EngineName", "RolloutRole", "build_engine"]
+__all__ = ["EngineName", "ProblemSource", "RolloutRole", "build_engine"]
 
 EngineName = Literal["hf", "vllm", "sglang"]
+
+ProblemSource = Callable[[int, int], Sequence[MathProblem]]
+"""``problems(step, count)``: the `count` problems of iteration `step`, a pure function (e.g.
+``ProblemGenerator(config).batch``), so a rollout worker draws its own prompts and every
+rank, placement or resumed run reads the same ones."""
 
 
 def build_engine(
@@ -68,8 +75,10 @@ class RolloutRole(WeightReceiverRole):
         self, context: WorkerContext, *, setup: RoleSetup, config: RolloutWorkerConfig,
         engine: EngineName = "hf", model_path: str | None = None,
         engine_options: Mapping[str, Any] | None = None,
+        problems: ProblemSource | None = None,
     ) -> None:
         super().__init__(context, setup=setup)
+        self.problems = problems
         self.engine_name = engine
         built, tokenizer = build_engine(engine, setup, device=self.device,
                                         model_path=model_path, seed=setup.seed,
@@ -87,7 +96,35 @@ class RolloutRole(WeightReceiverRole):
         Micro-batch ``k`` samples with ``draw_seed(seed, step, k)``. The rank holds its
         devices for the whole call (generation is one long turn). Returns its statistics.
         """
-        channel = self.channel(out_channel)
+        return self._generate(step, problems, self.channel(out_channel), routing=routing,
+                              key_of=lambda index: rank_key(routing.reward_rank(index)))
+
+    def rollout_step(self, ctx: StepContext, *, output_channel: FlowChannel) -> dict[str, float]:
+        """Flow entry (`rlinf.workers.flow`): draw iteration ``ctx.step``'s problems from
+        the `problems` source, generate this rank's micro-batches, and put each group into
+        `output_channel` as its micro-batch finishes. Returns this rank's statistics."""
+        if self.problems is None:
+            raise ConfigError("RolloutRole needs problems= (a ProblemSource) to run as a flow "
+                              "component: it draws its own prompts")
+        if output_channel.unit != self.config.group_size:
+            raise ConfigError(f"channel {output_channel.edge} carries units of "
+                              f"{output_channel.unit} items, the rollout groups of "
+                              f"{self.config.group_size}: declare unit=group_size")
+        groups = output_channel.units(ctx.items[self.role])
+        routing = Routing(groups=groups, groups_per_micro_batch=self.config.groups_per_micro_batch,
+                          group_size=self.config.group_size, rollout_ranks=self.world_size,
+                          reward_ranks=1, inference_ranks=0, actor_ranks=1)
+        stats = self._generate(ctx.step, self.problems(ctx.step, groups),
+                               self.channel(output_channel), routing=routing,
+                               key_of=lambda index: output_channel.key_of(index, groups))
+        stats["response_length"] = stats["response_tokens"] / max(stats["responses"], 1.0)
+        return stats
+
+    def _generate(self, step: int, problems: Sequence[MathProblem], channel: Channel, *,
+                  routing: Routing, key_of: Callable[[int], str]) -> dict[str, float]:
+        if len(problems) != routing.groups:
+            raise ConfigError(f"iteration {step} has {routing.groups} groups but "
+                              f"{len(problems)} problems")
         cfg = self.config
         stats = {"groups": 0.0, "responses": 0.0, "response_tokens": 0.0, "stopped": 0.0}
         with self.turn("generate", step=step):
@@ -101,7 +138,7 @@ class RolloutRole(WeightReceiverRole):
                                         sampling=sampling)
                 for index, group in zip(indices, groups, strict=True):
                     channel.put(pack_group(group, index=index, step=step),
-                                weight=group.num_rows, key=rank_key(routing.reward_rank(index)))
+                                weight=group.num_rows, key=key_of(index))
                     stats["groups"] += 1
                     stats["responses"] += group.num_rows
                     stats["response_tokens"] += float(group.response_mask.sum())

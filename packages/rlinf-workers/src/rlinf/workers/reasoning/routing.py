@@ -14,14 +14,10 @@ from dataclasses import dataclass
 
 from rlinf.comm import Batch
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow.channels import rank_key
 from rlinf.workers.rollout.batch import RolloutBatch
 
 __all__ = ["Routing", "pack_group", "rank_key", "unpack_group"]
-
-
-def rank_key(rank: int) -> str:
-    """Channel key of consumer `rank`."""
-    return f"r{rank}"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,60 @@
+"""The flow runtime: declare an RL workflow once; the library profiles, plans, launches and
+runs it.
+
+- `MacroFlow` (`ComponentSpec`, `ChannelSpec`, `WeightSyncSpec`, and `rlinf.sched`'s
+  `Component`, `Edge`, `Loop`): the declaration; `to_sched_workflow()` is what the planner
+  prices, `fixed_plan(spec)` an unpriced plan for a placement written by hand.
+- `FlowRun.launch(flow, plan)`: worker groups on the plan's placement, a device lock where
+  devices are shared, one channel per edge owned by its consumer, weight-sync paths;
+  `step(k)` runs an iteration as named, timed phases (`IterationRecord`); `profile()`
+  turns them into an `rlinf.sched.Profile`; `close()` tears everything down (also on
+  errors and Ctrl-C).
+- `launch_auto(flow, cluster, batch_sizes=...)`: profile, fit, plan, launch the best plan
+  (`AutoReport` compares predicted and measured seconds per iteration).
+- `FlowWorker`: the base of components (device turns, channels, the runtime's entry call);
+  entry methods take ``(ctx: StepContext, *, input_channel=, output_channel=)`` where
+  ``*_channel`` are `FlowChannel`s.
+"""
+
+from rlinf.workers.flow.auto import AutoReport, launch_auto, plan_flow, profile_flow
+from rlinf.workers.flow.channels import FlowChannel, Sharding, rank_key
+from rlinf.workers.flow.context import StepContext
+from rlinf.workers.flow.declaration import ChannelSpec, ComponentSpec, MacroFlow, WeightSyncSpec
+from rlinf.workers.flow.errors import (
+    FlowClosedError,
+    FlowCycleError,
+    FlowDeclarationError,
+    UnknownComponentError,
+    WeightSyncTargetError,
+)
+from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
+from rlinf.workers.flow.run import FlowRun
+from rlinf.workers.flow.weights import WeightSync
+from rlinf.workers.flow.worker import EntryReport, FlowWorker
+
+__all__ = [
+    "AutoReport",
+    "ChannelSpec",
+    "ComponentSpec",
+    "EntryReport",
+    "FlowChannel",
+    "FlowClosedError",
+    "FlowCycleError",
+    "FlowDeclarationError",
+    "FlowRun",
+    "FlowWorker",
+    "IterationRecord",
+    "MacroFlow",
+    "PhaseRecord",
+    "Sharding",
+    "StepContext",
+    "UnknownComponentError",
+    "WeightSync",
+    "WeightSyncSpec",
+    "WeightSyncTargetError",
+    "launch_auto",
+    "plan_flow",
+    "profile_flow",
+    "profile_of",
+    "rank_key",
+]

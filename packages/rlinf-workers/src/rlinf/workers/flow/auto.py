@@ -1,0 +1,123 @@
+"""``auto``: profile the declared flow, fit cost curves, plan, launch the best plan.
+
+`profile_flow` launches short probe runs of the flow collocated on the first n devices,
+for each device count n (1 and all of the cluster's devices by default, so the fit can tell
+a component's parallel part from its fixed and collective parts), and times an iteration at
+each batch size after one discarded warm-up iteration; what it measures is what
+`FlowRun.profile` records (busy time, peak memory, onloads and offloads per component).
+Probe runs train throw-away copies and are closed before the real run starts, so the run's
+trajectory is the same as with a fixed placement. `plan_flow` fits the profile
+(`rlinf.sched.fit_profile`) and asks the M2Flow planner (`rlinf.sched.plan`) for ranked
+plans of `MacroFlow.to_sched_workflow()`; `launch_auto` launches the best one and returns
+an `AutoReport` whose `predicted_seconds` the caller compares with the measured iterations
+(`AutoReport.compare`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from rlinf.sched import (
+    Cluster,
+    ExecutionPlan,
+    PlannerOptions,
+    PlanResult,
+    Profile,
+    fit_profile,
+    plan,
+)
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow.declaration import MacroFlow
+from rlinf.workers.flow.records import IterationRecord
+from rlinf.workers.flow.run import FlowRun
+
+__all__ = ["AutoReport", "launch_auto", "plan_flow", "profile_flow"]
+
+_log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class AutoReport:
+    """How `launch_auto` chose the plan it launched."""
+
+    plan: ExecutionPlan
+    """The launched plan (the planner's best)."""
+    ranked: PlanResult
+    """Every ranked plan and the best collocated and disaggregated baselines."""
+    profile: Profile
+    """The measurements the cost curves were fitted to."""
+    profile_seconds: float
+    """Wall time spent profiling (probe launches included)."""
+
+    @property
+    def predicted_seconds(self) -> float:
+        """The simulated seconds per iteration of `plan` (weight sync not included)."""
+        return self.plan.predicted_time
+
+    def compare(self, records: Sequence[IterationRecord]) -> dict[str, float]:
+        """Predicted against measured seconds per iteration: the median over `records` of
+        the whole iteration and of its dataflow part (what the simulator models), and the
+        relative error of the latter."""
+        if not records:
+            raise ConfigError("compare needs at least one iteration record")
+        measured = statistics.median(r.seconds for r in records)
+        dataflow = statistics.median(r.metrics["time/dataflow"] for r in records)
+        predicted = self.predicted_seconds
+        return {"predicted_s": predicted, "measured_s": measured,
+                "measured_dataflow_s": dataflow,
+                "relative_error": abs(predicted - dataflow) / dataflow if dataflow > 0
+                else math.inf}
+
+
+def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
+                 device_counts: Sequence[int] | None = None,
+                 timeout: float = 600.0) -> Profile:
+    """Measure every component of `flow` at each of `batch_sizes` (global batch, items) on
+    each of `device_counts` devices (default: 1 and every device of `cluster`)."""
+    sizes = sorted(set(batch_sizes))
+    counts = sorted(set(device_counts or (1, cluster.num_devices)))
+    if not sizes or min(sizes) < 1:
+        raise ConfigError(f"batch_sizes must be >= 1 items, got {list(batch_sizes)}")
+    if not counts or counts[0] < 1 or counts[-1] > cluster.num_devices:
+        raise ConfigError(f"device_counts must lie in 1..{cluster.num_devices} (the cluster's "
+                          f"devices), got {list(device_counts or ())}")
+    profile = Profile(metadata={"flow": flow.name, "batch_sizes": sizes, "device_counts": counts})
+    names = ",".join(flow.names)
+    for n in counts:
+        probe = flow.fixed_plan(f"{names}: 0-{n - 1}", num_devices=cluster.num_devices)
+        with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
+            run.step(0, global_batch=sizes[0])  # warm-up: connections, first kernels
+            for i, size in enumerate(sizes, start=1):
+                run.step(i, global_batch=size)
+            profile = profile.merge(run.profile(skip=1))
+        _log.info("flow_profiled", flow=flow.name, devices=n, sizes=sizes)
+    return profile
+
+
+def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
+              options: PlannerOptions | None = None) -> PlanResult:
+    """Ranked plans of `flow` on `cluster`, priced by cost curves fitted to `profile`."""
+    return plan(flow.to_sched_workflow(), fit_profile(profile), cluster, options=options)
+
+
+def launch_auto(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
+                device_counts: Sequence[int] | None = None,
+                options: PlannerOptions | None = None,
+                timeout: float = 600.0) -> tuple[FlowRun, AutoReport]:
+    """Profile, fit, plan, and launch the best plan (see the module docstring)."""
+    started = time.perf_counter()
+    profile = profile_flow(flow, cluster, batch_sizes=batch_sizes, device_counts=device_counts,
+                           timeout=timeout)
+    seconds = time.perf_counter() - started
+    ranked = plan_flow(flow, profile, cluster, options=options)
+    best = ranked.best
+    _log.info("flow_planned", flow=flow.name, plan=best.spec, mode=best.mode.value,
+              predicted_s=best.predicted_time, profile_s=seconds)
+    run = FlowRun.launch(flow, best, cluster=cluster, timeout=timeout)
+    return run, AutoReport(plan=best, ranked=ranked, profile=profile, profile_seconds=seconds)

@@ -1,0 +1,106 @@
+"""`FlowChannel`: one edge's channel as its two components receive it.
+
+A flow creates one `rlinf.comm.Channel` per declared edge, owned by rank 0 of the consuming
+component's group (`FlowWorker.create_channel`): the driver never holds a channel, so no put,
+get or release goes through it. Components get a `FlowChannel` — a small picklable
+description (name, rendezvous store, who consumes it and how) — as ``input_channel=`` /
+``output_channel=`` of their entry method, and open it in their own process
+(`FlowWorker.channel`).
+
+Items of an iteration are numbered ``0..total-1`` in *units* (a unit is what one message
+carries at least: a group of `unit` responses for reasoning). Which consumer rank gets unit
+``i`` is a pure function of ``i`` (`Sharding`), so every consumer knows how many units to
+expect, keys address ranks (``"r0"``, ``"r1"``, …), and results do not depend on timing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from rlinf.workers.errors import ConfigError
+
+__all__ = ["FlowChannel", "Sharding", "rank_key"]
+
+Sharding = Literal["round_robin", "contiguous"]
+"""How a consumer's ranks split an iteration's units: ``round_robin`` (unit i to rank
+i % R) or ``contiguous`` (``torch.tensor_split``'s rule: rank r gets one contiguous shard,
+the first ranks one more) — a data-parallel trainer wants the latter."""
+
+
+def rank_key(rank: int) -> str:
+    """Channel key of consumer `rank`."""
+    return f"r{rank}"
+
+
+@dataclass(frozen=True)
+class FlowChannel:
+    """The channel of edge ``src -> dst`` (see the module docstring)."""
+
+    src: str
+    """Producing component."""
+    dst: str
+    """Consuming component (rank 0 of its group owns the channel)."""
+    name: str
+    """The `rlinf.comm.Channel` name."""
+    store: str
+    """Name of the run's `rlinf.comm.RayStore` (where the channel is found)."""
+    consumer_ranks: int
+    """Ranks of the consuming group."""
+    sharding: Sharding = "round_robin"
+    """How the consumer's ranks split the units (the consumer's `FlowWorker.input_sharding`)."""
+    unit: int = 1
+    """Items per unit (responses per group)."""
+    items_per_message: int = 1
+    """The plan's granularity of this edge: items the consumer takes per message."""
+
+    def __post_init__(self) -> None:
+        if self.consumer_ranks < 1 or self.unit < 1 or self.items_per_message < 1:
+            raise ConfigError(f"channel {self.edge}: consumer_ranks, unit and items_per_message "
+                              f"must be >= 1, got {self.consumer_ranks}, {self.unit}, "
+                              f"{self.items_per_message}")
+        if self.sharding not in ("round_robin", "contiguous"):
+            raise ConfigError(f"channel {self.edge}: sharding must be 'round_robin' or "
+                              f"'contiguous', got {self.sharding!r}")
+
+    @property
+    def edge(self) -> str:
+        """``"src->dst"``, the key of the edge in plans and workflows."""
+        return f"{self.src}->{self.dst}"
+
+    @property
+    def units_per_message(self) -> int:
+        """Units the consumer takes per message (at least one)."""
+        return max(1, self.items_per_message // self.unit)
+
+    def units(self, items: int) -> int:
+        """Units in an iteration of `items` items (`items` must be a multiple of `unit`)."""
+        if items < self.unit or items % self.unit:
+            raise ConfigError(f"channel {self.edge} carries units of {self.unit} items, but "
+                              f"the iteration has {items}: use a multiple of {self.unit}")
+        return items // self.unit
+
+    def indices(self, rank: int, total: int) -> range:
+        """The units consumer `rank` receives out of `total`, in index order."""
+        if not 0 <= rank < self.consumer_ranks:
+            raise ConfigError(f"channel {self.edge}: rank {rank} outside "
+                              f"[0, {self.consumer_ranks})")
+        if self.sharding == "round_robin":
+            return range(rank, total, self.consumer_ranks)
+        base, extra = divmod(total, self.consumer_ranks)
+        start = rank * base + min(rank, extra)
+        return range(start, start + base + (1 if rank < extra else 0))
+
+    def rank_of(self, index: int, total: int) -> int:
+        """The consumer rank that receives unit `index` of `total`."""
+        if not 0 <= index < total:
+            raise ConfigError(f"channel {self.edge}: unit {index} outside [0, {total})")
+        if self.sharding == "round_robin":
+            return index % self.consumer_ranks
+        base, extra = divmod(total, self.consumer_ranks)
+        cut = extra * (base + 1)  # the first `extra` ranks hold base + 1 units
+        return index // (base + 1) if index < cut else extra + (index - cut) // max(base, 1)
+
+    def key_of(self, index: int, total: int) -> str:
+        """The channel key unit `index` of `total` is put under."""
+        return rank_key(self.rank_of(index, total))

@@ -1,0 +1,303 @@
+"""`MacroFlow`: an RL workflow declared once — components, channels, loops, weight sync.
+
+A user declares *what* runs; the runtime (`FlowRun`, `launch_auto`) decides nothing the
+declaration already says and everything it does not (placement, granularity)::
+
+    flow = MacroFlow(
+        components=(
+            ComponentSpec(Component("rollout", batch=8), RolloutRole, entry="rollout_step",
+                          init_kwargs={"setup": setup, "config": rollout}),
+            ComponentSpec(Component("reward", resource="cpu", batch=8), RewardRole,
+                          entry="reward_step", init_kwargs={...}),
+            ComponentSpec(Component("actor", batch=8), ActorRole, entry="train_step",
+                          init_kwargs={...}, setup="build", distributed=True),
+        ),
+        channels=(ChannelSpec(Edge("rollout", "reward"), unit=2),
+                  ChannelSpec(Edge("reward", "actor"), unit=2)),
+        weight_syncs=(WeightSyncSpec("actor", ("rollout",)),),
+        global_batch=8)
+
+Each component nests the planner's own `rlinf.sched.Component` (name, resource kind,
+batch per iteration, streaming, device limits) and each channel its `rlinf.sched.Edge`, so
+`to_sched_workflow()` is the workflow the planner prices, with nothing restated. The
+runtime adds what only it needs: the worker class and its constructor arguments, the entry
+method it calls each iteration, a setup method, whether the ranks form a torch.distributed
+group, and per channel the unit a message carries at least.
+
+Every problem is found when the declaration is built and raised as a typed error naming it
+(`UnknownComponentError`, `FlowCycleError`, `WeightSyncTargetError`, or their base
+`FlowDeclarationError`).
+"""
+
+from __future__ import annotations
+
+import graphlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlinf.sched import (
+    Component,
+    Edge,
+    ExecutionPlan,
+    Loop,
+    Placement,
+    PlacementError,
+    Workflow,
+    WorkflowError,
+    parse_placement,
+)
+from rlinf.workers.flow.errors import (
+    FlowCycleError,
+    FlowDeclarationError,
+    UnknownComponentError,
+    WeightSyncTargetError,
+)
+from rlinf.workers.flow.weights import RECEIVER_METHODS, SENDER_METHODS
+from rlinf.workers.flow.worker import FlowWorker
+
+__all__ = ["ChannelSpec", "ComponentSpec", "MacroFlow", "WeightSyncSpec"]
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """One component: what the planner prices (`component`) and what the runtime launches."""
+
+    component: Component
+    """Name, resource kind (``"gpu"``/``"cpu"``), batch per iteration, streaming, device
+    limits — the planner's `rlinf.sched.Component`."""
+    worker: type[FlowWorker]
+    """The worker class each rank runs (a `FlowWorker`, so a Ray actor)."""
+    entry: str
+    """Method the runtime calls once per iteration on every rank, as
+    ``entry(ctx, input_channel=..., output_channel=...)`` (channels where the flow has them)."""
+    init_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the worker's constructor (after its `WorkerContext`)."""
+    setup: str | None = None
+    """Method called once on every rank after launch (after the process group), e.g.
+    ``"build"`` for a trainer that wraps its model for data parallelism."""
+    distributed: bool = False
+    """Join the ranks into one torch.distributed process group (gloo on CPU, NCCL on GPU)
+    when the plan gives the component more than one rank."""
+
+    @property
+    def name(self) -> str:
+        """The component's name (its `rlinf.sched.Component`'s)."""
+        return self.component.name
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    """The channel of one edge, created and owned by the consuming component's group."""
+
+    edge: Edge
+    """``src -> dst``, bytes per item, feedback — the planner's `rlinf.sched.Edge`."""
+    unit: int = 1
+    """Items a message carries at least (a group of ``group_size`` responses); the plan's
+    granularity is rounded to whole units."""
+    granularity: int | None = None
+    """Items per message in fixed plans (`MacroFlow.fixed_plan`); None: the consumer's
+    whole batch in one message."""
+
+    @property
+    def key(self) -> str:
+        """``"src->dst"``."""
+        return self.edge.key
+
+
+@dataclass(frozen=True)
+class WeightSyncSpec:
+    """Weights flowing from a trainer to the components that generate with them."""
+
+    src: str
+    """The trainer (its worker implements the sender methods, e.g.
+    `rlinf.workers.reasoning.WeightSenderRole`)."""
+    dst: tuple[str, ...]
+    """The receivers (`rlinf.workers.reasoning.WeightReceiverRole`), loaded in this order:
+    put the one that runs first in the next iteration last, so that when it shares the
+    trainer's devices it keeps them."""
+
+
+@dataclass(frozen=True)
+class MacroFlow:
+    """A whole workflow (see the module docstring)."""
+
+    components: tuple[ComponentSpec, ...]
+    """Every component, in the order the runtime starts their entry calls."""
+    channels: tuple[ChannelSpec, ...] = ()
+    """The data edges; each becomes one `rlinf.comm` channel."""
+    weight_syncs: tuple[WeightSyncSpec, ...] = ()
+    """Trainer → generator weight edges, synced after every iteration."""
+    loops: tuple[Loop, ...] = ()
+    """Components that repeat per iteration (env ↔ policy); translated for the planner, not
+    executed by `FlowRun` yet."""
+    global_batch: int | None = None
+    """Items per iteration (the planner's unit); None: the largest component batch."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where ``gpu`` components compute: on ``cuda`` their ranks reserve GPUs and weights
+    move by CUDA IPC or NCCL; on ``cpu`` every device is a CPU slot."""
+    name: str = ""
+    """Shown in plans and profiles."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "components", tuple(self.components))
+        object.__setattr__(self, "channels", tuple(self.channels))
+        object.__setattr__(self, "weight_syncs", tuple(self.weight_syncs))
+        object.__setattr__(self, "loops", tuple(self.loops))
+        if self.device not in ("cpu", "cuda"):
+            raise FlowDeclarationError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        self._check_components()
+        self._check_channels()
+        self._check_weight_syncs()
+        try:
+            self.to_sched_workflow()
+        except WorkflowError as exc:
+            raise FlowDeclarationError(f"flow {self.name or '(unnamed)'}: {exc}") from exc
+
+    # -- checks ----------------------------------------------------------------------------
+
+    def _check_components(self) -> None:
+        if not self.components:
+            raise FlowDeclarationError("a flow needs at least one ComponentSpec")
+        names = [c.name for c in self.components]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise FlowDeclarationError(f"components {repeated} are declared more than once: "
+                                       "give every ComponentSpec its own name")
+        for spec in self.components:
+            if not (isinstance(spec.worker, type) and issubclass(spec.worker, FlowWorker)):
+                raise FlowDeclarationError(
+                    f"component {spec.name!r}: worker {spec.worker!r} is not a subclass of "
+                    "rlinf.workers.flow.FlowWorker")
+            for label, method in (("entry", spec.entry), ("setup", spec.setup)):
+                if method is not None and (method.startswith("_") or not callable(
+                        getattr(spec.worker, method, None))):
+                    raise FlowDeclarationError(
+                        f"component {spec.name!r}: {label} method {method!r} is not a public "
+                        f"method of {spec.worker.__name__}")
+
+    def _check_channels(self) -> None:
+        known = self.names
+        seen: set[str] = set()
+        for channel in self.channels:
+            for end in (channel.edge.src, channel.edge.dst):
+                if end not in known:
+                    raise UnknownComponentError(
+                        f"channel {channel.key} names unknown component {end!r}: declare a "
+                        f"ComponentSpec for it or use one of {list(known)}")
+            if channel.key in seen:
+                raise FlowDeclarationError(f"channel {channel.key} is declared twice")
+            seen.add(channel.key)
+            if channel.unit < 1 or (channel.granularity is not None and channel.granularity < 1):
+                raise FlowDeclarationError(f"channel {channel.key}: unit and granularity must "
+                                           f"be >= 1, got {channel.unit}, {channel.granularity}")
+        for i, loop in enumerate(self.loops):
+            unknown = [c for c in loop.components if c not in known]
+            if unknown:
+                raise UnknownComponentError(f"loop {i} names unknown component(s) {unknown}: "
+                                            f"expected names among {list(known)}")
+        graph = graphlib.TopologicalSorter({name: set() for name in known})
+        for channel in self.channels:
+            if not channel.edge.feedback:
+                graph.add(channel.edge.dst, channel.edge.src)
+        try:
+            graph.prepare()
+        except graphlib.CycleError as exc:
+            cycle = " -> ".join(exc.args[1])
+            raise FlowCycleError(
+                f"channels form the cycle {cycle}: a cycle must be a loop — declare "
+                "Loop((members...), steps=N) and mark the edge that feeds the next step "
+                "Edge(..., feedback=True)") from exc
+
+    def _check_weight_syncs(self) -> None:
+        known = self.names
+        for sync in self.weight_syncs:
+            if sync.src not in known:
+                raise UnknownComponentError(f"weight sync from unknown component {sync.src!r}: "
+                                            f"expected one of {list(known)}")
+            if not sync.dst:
+                raise WeightSyncTargetError(f"weight sync from {sync.src!r} has no target: "
+                                            "name the components that generate with its weights")
+            missing = [d for d in sync.dst if d not in known]
+            if missing:
+                raise WeightSyncTargetError(
+                    f"weight sync {sync.src!r} -> {list(sync.dst)} targets undeclared "
+                    f"component(s) {missing}: expected names among {list(known)}")
+            for name, methods, side in ((sync.src, SENDER_METHODS, "sender"),
+                                        *((d, RECEIVER_METHODS, "receiver") for d in sync.dst)):
+                worker = self.component(name).worker
+                lacking = [m for m in methods if not callable(getattr(worker, m, None))]
+                if lacking:
+                    raise WeightSyncTargetError(
+                        f"weight sync {sync.src!r} -> {list(sync.dst)}: {name!r} "
+                        f"({worker.__name__}) is the {side} but lacks {lacking}; derive it "
+                        f"from rlinf.workers.reasoning.Weight{side.title()}Role")
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Component names in declaration order."""
+        return tuple(c.name for c in self.components)
+
+    def component(self, name: str) -> ComponentSpec:
+        """The component called `name`."""
+        for spec in self.components:
+            if spec.name == name:
+                return spec
+        raise UnknownComponentError(f"unknown component {name!r}: expected one of "
+                                    f"{list(self.names)}")
+
+    def inputs(self, name: str) -> tuple[ChannelSpec, ...]:
+        """Channels into `name` (feedback edges included)."""
+        return tuple(c for c in self.channels if c.edge.dst == name)
+
+    def outputs(self, name: str) -> tuple[ChannelSpec, ...]:
+        """Channels out of `name`."""
+        return tuple(c for c in self.channels if c.edge.src == name)
+
+    @property
+    def batch(self) -> int:
+        """Items per iteration: `global_batch`, or the largest component batch."""
+        if self.global_batch is not None:
+            return self.global_batch
+        return max((c.component.batch or 1) for c in self.components)
+
+    def items(self, global_batch: int | None = None) -> dict[str, int]:
+        """Items each component processes in an iteration of `global_batch` items (default:
+        the declared one): declared batches scaled in proportion."""
+        scale = (global_batch or self.batch) / self.batch
+        return {c.name: max(1, round((c.component.batch or self.batch) * scale))
+                for c in self.components}
+
+    def to_sched_workflow(self) -> Workflow:
+        """The workflow the planner prices (`rlinf.sched.plan`, `rlinf.sched.simulate`)."""
+        return Workflow(tuple(c.component for c in self.components),
+                        tuple(c.edge for c in self.channels), global_batch=self.batch,
+                        loops=self.loops, name=self.name)
+
+    def fixed_plan(self, placement: str | Placement, *, num_devices: int) -> ExecutionPlan:
+        """An unpriced plan (``predicted_time`` NaN) for a placement written by hand, e.g.
+        ``"collocated"`` or ``"rollout: 0, reward,actor: 1"`` (`rlinf.sched.parse_placement`):
+        every component takes its whole batch per call, every channel its `granularity`."""
+        if isinstance(placement, Placement):
+            parsed = placement
+        else:
+            try:
+                parsed = parse_placement(placement, components=self.names,
+                                         num_devices=num_devices)
+            except PlacementError as exc:
+                raise FlowDeclarationError(f"placement {placement!r}: {exc}") from exc
+        if not parsed.components:
+            raise FlowDeclarationError(
+                f"placement {placement!r} names no devices: 'auto' is planned, not fixed — use "
+                "rlinf.workers.flow.launch_auto (profile, fit, plan, launch)")
+        unknown = sorted(set(parsed.component_names) - set(self.names))
+        if unknown:
+            raise UnknownComponentError(f"placement places unknown component(s) {unknown}")
+        items = self.items()
+        return ExecutionPlan(
+            placement=parsed, micro_batch=dict(items),
+            granularity={c.key: c.granularity or items[c.edge.dst] for c in self.channels},
+            predicted_time=math.nan, utilisation=math.nan, label=parsed.mode.value)

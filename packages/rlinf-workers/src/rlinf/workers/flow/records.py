@@ -1,0 +1,128 @@
+"""What an iteration did, phase by phase, and the profile the planner fits from it.
+
+An iteration is a set of named, timed phases: one per component (its entry call, running
+side by side with the others and streaming through channels) and one per weight-sync edge.
+Each phase records when it started and ended on the driver's clock, the busiest rank's time
+inside device turns (its compute time), the items it processed on how many devices, its
+peak memory and its use of the device lock. `profile_of` turns records into an
+`rlinf.sched.Profile` — one `Measurement` per component and iteration, plus every
+onload/offload — which `rlinf.sched.fit_profile` fits and the planner prices.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlinf.sched import Measurement, Profile, Profiler
+from rlinf.workers.errors import ConfigError
+
+__all__ = ["IterationRecord", "PhaseRecord", "profile_of"]
+
+
+@dataclass(frozen=True)
+class PhaseRecord:
+    """One named phase of an iteration."""
+
+    name: str
+    """The component, or ``"weight_sync:<trainer>"``."""
+    started: float
+    """Seconds after the iteration started."""
+    ended: float
+    """Seconds after the iteration started."""
+    busy_seconds: float
+    """Compute time: the busiest rank's seconds inside device turns (the phase's duration
+    for weight sync)."""
+    items: int = 0
+    """Items processed (0 for weight sync)."""
+    num_devices: int = 0
+    """Devices the component runs on."""
+    peak_memory_bytes: int = 0
+    """Largest peak memory of a rank."""
+    memory_source: str = "none"
+    """``"cuda"``, ``"rss"`` or ``"none"``."""
+    lock_holds: int = 0
+    """Device-lock grants over all ranks."""
+    switches: tuple[tuple[str, float], ...] = ()
+    """``(direction, seconds)`` of every onload/offload over all ranks."""
+
+    @property
+    def seconds(self) -> float:
+        """Wall time of the phase."""
+        return self.ended - self.started
+
+    @property
+    def is_component(self) -> bool:
+        """Whether the phase is a component's entry call (not weight sync)."""
+        return not self.name.startswith("weight_sync:")
+
+
+@dataclass(frozen=True)
+class IterationRecord:
+    """One iteration of a flow."""
+
+    step: int
+    """The iteration's index."""
+    seconds: float
+    """Wall time, weight sync included."""
+    phases: tuple[PhaseRecord, ...]
+    """Component phases in declaration order, then weight-sync phases."""
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    """``"<component>/<key>"``: the mean over ranks of what each entry returned;
+    ``"time/<phase>"``: each phase's compute (components) or wall (weight sync) seconds;
+    ``"time/dataflow"``: until the last component finished; ``"time/iteration"``."""
+
+    def phase(self, name: str) -> PhaseRecord:
+        """The phase called `name`."""
+        for phase in self.phases:
+            if phase.name == name:
+                return phase
+        raise ConfigError(f"iteration {self.step} has no phase {name!r}; it has "
+                          f"{[p.name for p in self.phases]}")
+
+    @property
+    def lock_holds(self) -> int:
+        """Device-lock grants over all components."""
+        return sum(p.lock_holds for p in self.phases)
+
+    @property
+    def switches(self) -> int:
+        """Onloads and offloads over all components."""
+        return sum(len(p.switches) for p in self.phases)
+
+
+def iteration_metrics(phases: Sequence[PhaseRecord],
+                      rank_metrics: Mapping[str, Sequence[Mapping[str, float]]],
+                      *, seconds: float) -> dict[str, float]:
+    """The `IterationRecord.metrics` of an iteration (see there)."""
+    out: dict[str, float] = {}
+    for component, ranks in rank_metrics.items():
+        for key in dict.fromkeys(k for rank in ranks for k in rank):
+            values = [rank[key] for rank in ranks if key in rank]
+            out[f"{component}/{key}"] = statistics.fmean(values)
+    for phase in phases:
+        out[f"time/{phase.name}"] = phase.busy_seconds
+    ends = [p.ended for p in phases if p.is_component]
+    out["time/dataflow"] = max(ends) if ends else 0.0
+    out["time/iteration"] = seconds
+    return out
+
+
+def profile_of(records: Sequence[IterationRecord], *,
+               metadata: Mapping[str, Any] | None = None) -> Profile:
+    """Component measurements and switches of `records`, for `rlinf.sched.fit_profile`."""
+    profiler = Profiler(track_memory=False, metadata=dict(metadata or {}))
+    for record in records:
+        for phase in record.phases:
+            if not phase.is_component:
+                continue
+            profiler.record(Measurement(
+                component=phase.name, batch_size=max(phase.items, 1),
+                num_devices=max(phase.num_devices, 1), seconds=phase.busy_seconds,
+                peak_memory_bytes=phase.peak_memory_bytes, memory_source=phase.memory_source,
+                timestamp=0.0))
+            for direction, seconds in phase.switches:
+                profiler.record_switch(phase.name, direction, seconds)
+    return profiler.profile

@@ -1,0 +1,416 @@
+"""`FlowRun`: a declared `MacroFlow` launched on an `ExecutionPlan`, run iteration by
+iteration, and torn down.
+
+`FlowRun.launch(flow, plan)`:
+
+1. one `WorkerGroup` per component on the plan's placement (devices × processes per device
+   ranks, launched side by side; each rank reserves an equal share of Ray's free CPUs, at
+   most one, and on CUDA its share of a GPU);
+2. a `rlinf.sched.DeviceLockServer` when any device is shared — ranks hold their devices
+   through it around every unit of work (`FlowWorker.turn`), onloading and offloading;
+3. one channel per declared edge, created by rank 0 of the consuming group;
+4. torch.distributed groups for ``distributed`` components with several ranks, then each
+   component's ``setup`` method;
+5. the weight-sync path of every `WeightSyncSpec` and one initial sync.
+
+`step(k)` starts every component's entry call at once (the components stream to each
+other through their channels; the driver passes only a `StepContext` and the channel
+descriptions), waits for all of them, syncs weights, and returns an `IterationRecord` of
+named, timed phases (`rlinf.workers.flow.records`). Every wait has a deadline; the first
+rank that dies, raises or times out fails the step at once — a dead rank as
+`WorkerDiedError` naming it, even when a peer noticed first (a producer whose consumer died
+sees its channel vanish) — and the flow is then killed and closed, as on KeyboardInterrupt.
+`close()` stops every group, channel, the lock server, the rendezvous store, and Ray if the
+run started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any
+
+import ray
+import structlog
+
+from rlinf.comm import RayStore, new_token
+from rlinf.sched import Cluster, ExecutionMode, ExecutionPlan, Placement, Profile
+from rlinf.workers.errors import ConfigError, WorkerDiedError, WorkersError
+from rlinf.workers.flow.channels import FlowChannel
+from rlinf.workers.flow.context import StepContext
+from rlinf.workers.flow.declaration import ComponentSpec, MacroFlow
+from rlinf.workers.flow.errors import FlowClosedError, FlowDeclarationError
+from rlinf.workers.flow.records import IterationRecord, PhaseRecord, iteration_metrics, profile_of
+from rlinf.workers.flow.weights import WeightSync, weight_transport
+from rlinf.workers.flow.worker import EntryReport
+from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup
+
+__all__ = ["FlowRun"]
+
+_log = structlog.get_logger(__name__)
+
+_SLICE_S = 1.0
+"""Longest single ``ray.wait``: waits stay interruptible (Ctrl-C) without polling."""
+_DEATH_GRACE_S = 5.0
+"""After a rank fails, how long to look for a dead peer that explains the failure."""
+
+
+class FlowRun:
+    """The launched groups of one flow and the driver of its iterations (module docstring)."""
+
+    def __init__(self, flow: MacroFlow, plan: ExecutionPlan, *, groups: Mapping[str, WorkerGroup],
+                 channels: Mapping[str, FlowChannel], lock: Any, store: str, owns_ray: bool,
+                 timeout: float) -> None:
+        self.flow = flow
+        self.plan = plan
+        self.timeout = timeout
+        self._groups = dict(groups)
+        self._channels = dict(channels)
+        self._syncs: list[WeightSync] = []
+        self._lock = lock
+        self._store = store
+        self._owns_ray = owns_ray
+        self._records: list[IterationRecord] = []
+        self._closed = False
+
+    # -- launch ----------------------------------------------------------------------------
+
+    @classmethod
+    def launch(cls, flow: MacroFlow, plan: ExecutionPlan, *, cluster: Cluster | None = None,
+               timeout: float = 600.0, log_level: str = "WARNING") -> FlowRun:
+        """Start `flow` where `plan` places it (see the module docstring); Ray is started
+        (and stopped at `close`) if this process has not initialised it. `cluster` (from
+        `rlinf.sched.Cluster.discover()` on the live Ray cluster) pins each rank to its
+        device's node. `timeout` bounds every wait (launch, each call, each step)."""
+        placement = _checked_placement(flow, plan.placement)
+        if timeout <= 0:
+            raise ConfigError(f"timeout must be > 0, got {timeout}")
+        owns_ray = not ray.is_initialized()
+        if owns_ray:
+            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        run_id = uuid.uuid4().hex[:8]
+        store = f"rlinf-flow-{run_id}"
+        token = new_token()
+        groups: dict[str, WorkerGroup] = {}
+        lock: Any = None
+        try:
+            RayStore(store)  # the rendezvous actor channels are found through
+            options: dict[str, Any] = {
+                "env_vars": {"RLINF_COMM_TOKEN": token.hex()}, "log_level": log_level,
+                "launch_timeout": timeout, "call_timeout": timeout, "cluster": cluster}
+            if any(len(placement.sharing(d)) > 1 for d in placement.used_devices):
+                from rlinf.sched import DeviceLockServer
+
+                lock = DeviceLockServer(token=token, num_devices=placement.num_devices)
+                host, port = lock.address
+                options.update(device_lock_address=f"{host}:{port}", device_lock_token=token)
+            _launch_groups(flow, placement, options, into=groups)
+            channels = {c.key: FlowChannel(
+                src=c.edge.src, dst=c.edge.dst, name=f"{run_id}/{c.key}", store=store,
+                consumer_ranks=groups[c.edge.dst].world_size,
+                sharding=flow.component(c.edge.dst).worker.input_sharding, unit=c.unit,
+                items_per_message=int(plan.granularity.get(c.key, c.granularity or c.unit)))
+                for c in flow.channels}
+            run = cls(flow, plan, groups=groups, channels=channels, lock=lock, store=store,
+                      owns_ray=owns_ray, timeout=timeout)
+        except BaseException:
+            for group in groups.values():
+                group.kill()
+            _stop(lock, store, owns_ray)
+            raise
+        try:
+            run._wait({f"{c.dst}<-{c.src}": groups[c.dst].call_async(
+                "create_channel", c, spec=RANK_ZERO) for c in channels.values()})
+            for spec in flow.components:
+                group = groups[spec.name]
+                if spec.distributed and group.world_size > 1:
+                    group.init_process_group(backend="nccl" if flow.device == "cuda" else "gloo",
+                                             timeout=timeout)
+            run._wait({s.name: groups[s.name].call_async(s.setup) for s in flow.components
+                       if s.setup is not None})
+            for sync in flow.weight_syncs:
+                sender, receivers = groups[sync.src], [groups[d] for d in sync.dst]
+                transport = weight_transport(sender, receivers, placement=placement,
+                                             on_gpu=flow.device == "cuda")
+                run._syncs.append(WeightSync(sender, receivers, transport=transport,
+                                             wait=run._wait))
+            for weight_sync in run._syncs:
+                weight_sync.join()
+                weight_sync.sync()
+        except BaseException:
+            run.close(kill=True)
+            raise
+        _log.info("flow_launched", flow=flow.name, placement=placement.to_spec(),
+                  mode=placement.mode.value, lock=lock is not None,
+                  ranks={n: g.world_size for n, g in groups.items()},
+                  weight_sync=[s.transport for s in run._syncs])
+        return run
+
+    # -- iterations ------------------------------------------------------------------------
+
+    @property
+    def groups(self) -> Mapping[str, WorkerGroup]:
+        """The worker group of each component (for control calls: checkpoints, probes)."""
+        return dict(self._groups)
+
+    @property
+    def channels(self) -> Mapping[str, FlowChannel]:
+        """The channel of each edge ``"src->dst"``."""
+        return dict(self._channels)
+
+    @property
+    def records(self) -> tuple[IterationRecord, ...]:
+        """Every iteration run so far."""
+        return tuple(self._records)
+
+    @property
+    def uses_device_lock(self) -> bool:
+        """Whether components share devices through a device lock."""
+        return self._lock is not None
+
+    @property
+    def weight_transports(self) -> tuple[str, ...]:
+        """The transport of each weight-sync edge, in declaration order."""
+        return tuple(s.transport for s in self._syncs)
+
+    def context(self, step: int, *, global_batch: int | None = None) -> StepContext:
+        """The `StepContext` of iteration `step` (at `global_batch` items; default declared)."""
+        placement = self.plan.placement
+        return StepContext(
+            step=step, items=self.flow.items(global_batch),
+            ranks={n: g.world_size for n, g in self._groups.items()}, placement=placement,
+            micro_batch=dict(self.plan.micro_batch),
+            sources=tuple(n for n in self.flow.names if not self.flow.inputs(n)))
+
+    def step(self, step: int, *, global_batch: int | None = None) -> IterationRecord:
+        """Run iteration `step` (at `global_batch` items; default: the declared batch), then
+        sync weights. Any failure kills and closes the flow before it propagates."""
+        self._check_open()
+        ctx = self.context(step, global_batch=global_batch)
+        try:
+            t0 = time.perf_counter()
+            futures = {spec.name: self._groups[spec.name].call_async(
+                "run_entry", spec.entry, ctx, input_channel=self._input(spec),
+                output_channel=self._output(spec)) for spec in self.flow.components}
+            reports, finished = self._wait_timed(futures, t0)
+            phases = [self._phase(spec, reports[spec.name], ctx, finished[spec.name])
+                      for spec in self.flow.components]
+            for sync in self._syncs:
+                started = time.perf_counter() - t0
+                seconds = sync.sync()
+                phases.append(PhaseRecord(f"weight_sync:{sync.sender.role}", started,
+                                          started + seconds, seconds))
+            seconds = time.perf_counter() - t0
+        except BaseException:
+            self.close(kill=True)
+            raise
+        rank_metrics = {name: [r.metrics for r in reports[name]] for name in reports}
+        record = IterationRecord(step=step, seconds=seconds, phases=tuple(phases),
+                                 metrics=iteration_metrics(phases, rank_metrics, seconds=seconds))
+        self._records.append(record)
+        return record
+
+    def sync_weights(self) -> float:
+        """Sync every weight-sync edge now (e.g. after loading a checkpoint); seconds taken."""
+        self._check_open()
+        try:
+            return sum(sync.sync() for sync in self._syncs)
+        except BaseException:
+            self.close(kill=True)
+            raise
+
+    def profile(self, *, skip: int = 0) -> Profile:
+        """The measurements of every iteration but the first `skip` (warm-up), plus every
+        onload/offload, as an `rlinf.sched.Profile` (`rlinf.workers.flow.records`)."""
+        return profile_of(self._records[skip:], metadata={
+            "flow": self.flow.name, "placement": self.plan.spec})
+
+    def _input(self, spec: ComponentSpec) -> FlowChannel | None:
+        inputs = self.flow.inputs(spec.name)
+        return self._channels[inputs[0].key] if inputs else None
+
+    def _output(self, spec: ComponentSpec) -> FlowChannel | None:
+        outputs = self.flow.outputs(spec.name)
+        return self._channels[outputs[0].key] if outputs else None
+
+    def _phase(self, spec: ComponentSpec, reports: list[EntryReport], ctx: StepContext,
+               ended: float) -> PhaseRecord:
+        peak = max(reports, key=lambda r: r.peak_memory_bytes)
+        return PhaseRecord(
+            name=spec.name, started=0.0, ended=ended,
+            busy_seconds=max(r.busy_seconds for r in reports), items=ctx.items[spec.name],
+            num_devices=len(self.plan.placement.devices_of(spec.name)),
+            peak_memory_bytes=peak.peak_memory_bytes, memory_source=peak.memory_source,
+            lock_holds=sum(r.lock_holds for r in reports),
+            switches=tuple(s for r in reports for s in r.switches))
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    def _wait(self, futures: Mapping[str, GroupFuture]) -> dict[str, list[Any]]:
+        return self._wait_timed(futures, time.perf_counter())[0]
+
+    def _wait_timed(self, futures: Mapping[str, GroupFuture], t0: float
+                    ) -> tuple[dict[str, list[Any]], dict[str, float]]:
+        """Every future's per-rank results and when each finished (seconds after `t0`).
+
+        The first failing rank fails the call at once — its peers may be blocked on
+        channels for it — preferring a dead rank's `WorkerDiedError` over the errors its
+        peers saw because of it."""
+        owner = {ref: name for name, future in futures.items() for ref in future.refs}
+        left = {name: len(future.refs) for name, future in futures.items()}
+        finished: dict[str, float] = {}
+        pending = list(owner)
+        deadline = time.monotonic() + self.timeout
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                late = sorted({owner[ref] for ref in pending})
+                futures[late[0]].rank_results(timeout=0.0)  # raises WorkerTimeoutError
+            ready, pending = ray.wait(pending, num_returns=1, timeout=min(_SLICE_S, remaining))
+            for ref in ready:
+                name = owner[ref]
+                try:
+                    ray.get(ref, timeout=0)
+                except Exception:
+                    raise self._failure(futures, name, pending, owner) from None
+                left[name] -= 1
+                if not left[name]:
+                    finished[name] = time.perf_counter() - t0
+        return ({name: future.rank_results(timeout=self.timeout)
+                 for name, future in futures.items()}, finished)
+
+    def _failure(self, futures: Mapping[str, GroupFuture], name: str, pending: list[Any],
+                 owner: Mapping[Any, str]) -> BaseException:
+        error = _error_of(futures[name])
+        if isinstance(error, WorkerDiedError):
+            return error
+        deadline = time.monotonic() + _DEATH_GRACE_S
+        while pending and time.monotonic() < deadline:
+            ready, pending = ray.wait(pending, num_returns=1,
+                                      timeout=max(deadline - time.monotonic(), 0.0))
+            for ref in ready:
+                other = _error_of(futures[owner[ref]])
+                if isinstance(other, WorkerDiedError):
+                    return other
+        return error
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise FlowClosedError("this FlowRun is closed (after close() or a failed step); "
+                                  "launch a new one")
+
+    def close(self, *, kill: bool = False) -> None:
+        """Stop every group (`kill`: at once, without shutdown hooks — for ranks that may be
+        stuck), the device lock, the channel store, and Ray if the run started it."""
+        if self._closed:
+            return
+        self._closed = True
+        for group in self._groups.values():
+            with contextlib.suppress(Exception):
+                if kill:
+                    group.kill()
+                else:
+                    group.shutdown(timeout=min(self.timeout, 30.0))
+        _stop(self._lock, self._store, self._owns_ray)
+        _log.info("flow_closed", flow=self.flow.name, killed=kill)
+
+    def __enter__(self) -> FlowRun:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close(kill=exc is not None)
+
+
+def _error_of(future: GroupFuture) -> BaseException:
+    """The translated error of a call that has failed (`GroupFuture.rank_results` raises it)."""
+    try:
+        future.rank_results(timeout=_DEATH_GRACE_S)
+    except WorkersError as exc:
+        return exc
+    except Exception as exc:  # not translated: keep it as it is
+        return exc
+    return ConfigError(f"{future!r} reported a failure but every rank answered")
+
+
+def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, Any], *,
+                   into: dict[str, WorkerGroup]) -> None:
+    """Launch every component's group side by side (each waits seconds for its processes);
+    every group that started lands in `into`, also when another failed or Ctrl-C came, so
+    the caller can kill them all."""
+    cpus = _cpus_per_rank(placement)
+    with ThreadPoolExecutor(max_workers=len(flow.components)) as pool:
+        pending = {spec.name: pool.submit(
+            WorkerGroup.launch, spec.worker, placement=placement.components[spec.name],
+            num_cpus_per_rank=cpus, num_gpus_per_rank=_gpus_per_rank(flow, spec, placement),
+            init_kwargs=spec.init_kwargs, **options) for spec in flow.components}
+        try:
+            for future in pending.values():
+                future.exception()  # wait for all: the groups that start must be known
+        finally:
+            pool.shutdown(wait=True)
+            for name, future in pending.items():
+                if future.done() and not future.cancelled() and future.exception() is None:
+                    into[name] = future.result()
+    for future in pending.values():
+        error = future.exception()
+        if error is not None:
+            raise error
+
+
+def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
+    if placement.mode is ExecutionMode.AUTO:
+        raise FlowDeclarationError("the plan's placement is 'auto': plan it first "
+                                   "(rlinf.workers.flow.launch_auto) and launch the result")
+    placed, declared = set(placement.component_names), set(flow.names)
+    if placed != declared:
+        raise FlowDeclarationError(
+            f"the plan places {sorted(placed)} but the flow declares {sorted(declared)}: "
+            "place every component exactly once")
+    if flow.loops:
+        raise FlowDeclarationError(
+            f"flow {flow.name!r} declares loops {[lp.components for lp in flow.loops]}: the "
+            "runtime translates loops for the planner but does not execute them yet")
+    for name in flow.names:
+        if len(flow.inputs(name)) > 1 or len(flow.outputs(name)) > 1:
+            raise FlowDeclarationError(
+                f"component {name!r} has {len(flow.inputs(name))} input and "
+                f"{len(flow.outputs(name))} output channels: the runtime hands each entry one "
+                "input_channel and one output_channel")
+    return placement
+
+
+def _cpus_per_rank(placement: Placement) -> float:
+    """An equal share of Ray's free CPUs per rank (at most one)."""
+    ranks = sum(c.num_procs for c in placement)
+    available = float(ray.available_resources().get("CPU", 0.0))
+    share = min(1.0, int(100 * available / ranks) / 100)
+    if share < 0.01:
+        raise ConfigError(f"Ray has {available:g} CPUs free for {ranks} worker ranks; close "
+                          "other flows or start Ray with more CPUs")
+    return share
+
+
+def _gpus_per_rank(flow: MacroFlow, spec: ComponentSpec, placement: Placement) -> float:
+    """On CUDA, a GPU component's rank reserves 1/(components sharing its device × its
+    processes per device) of a GPU; CPU components and CPU flows reserve none."""
+    if flow.device != "cuda" or spec.component.resource != "gpu":
+        return 0.0
+    sharing = max(len(placement.sharing(d)) for d in placement.devices_of(spec.name))
+    return 1.0 / (sharing * placement.procs_per_device(spec.name))
+
+
+def _stop(lock: Any, store: str, owns_ray: bool) -> None:
+    if lock is not None:
+        with contextlib.suppress(Exception):
+            lock.close()
+    with contextlib.suppress(Exception):
+        ray.kill(ray.get_actor(store))
+    if owns_ray:
+        ray.shutdown()

@@ -1,0 +1,185 @@
+"""`FlowWorker`: the base of every component a flow launches (a `Worker`, so a Ray actor).
+
+What a component needs from the runtime, written once:
+
+- `turn`: hold this rank's devices through the run's device lock (when its devices are
+  shared) for one unit of work, so components placed on the same devices take turns; a
+  component that implements ``onload``/``offload`` (`rlinf.sched.Onloadable`) is registered
+  with the lock and context-switched. Time inside turns is the component's busy time.
+- `channel` / `create_channel`: open the `FlowChannel`s an entry method is handed (rank 0 of
+  a consumer owns its input channel; the driver never touches one).
+- `run_entry`: how the runtime calls the component's declared entry method each iteration —
+  it measures busy and wall time, peak memory and device-lock use, and returns them with the
+  entry's metrics as an `EntryReport` (the runtime's profile of the iteration).
+- a `TraceRecorder` on track ``"{role}/{rank}"``.
+
+Rule that keeps shared devices deadlock-free: a component never waits on a channel while
+holding its devices; it takes an input first, then the devices.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rlinf.comm import Channel, Endpoint, RayStore
+from rlinf.sched import Profiler
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow.channels import FlowChannel, Sharding
+from rlinf.workers.flow.context import StepContext
+from rlinf.workers.runtime import Worker, WorkerContext
+from rlinf.workers.telemetry import Span, TraceRecorder
+
+__all__ = ["EntryReport", "FlowWorker"]
+
+
+@dataclass(frozen=True)
+class EntryReport:
+    """What one rank's entry call did in one iteration."""
+
+    rank: int
+    """The reporting rank."""
+    metrics: Mapping[str, float]
+    """What the entry method returned."""
+    busy_seconds: float
+    """Seconds inside device turns (`FlowWorker.turn`): the component's compute time."""
+    wall_seconds: float
+    """Seconds the call took, waits on channels and devices included."""
+    started: float
+    """Unix time the call started."""
+    peak_memory_bytes: int = 0
+    """Peak memory during the call (CUDA allocator peak, or the process's peak RSS)."""
+    memory_source: str = "none"
+    """``"cuda"``, ``"rss"`` or ``"none"`` (`rlinf.sched.Measurement`)."""
+    lock_holds: int = 0
+    """Device-lock grants the call took (0 without a lock)."""
+    switches: tuple[tuple[str, float], ...] = field(default=())
+    """``(direction, seconds)`` of every onload/offload of this rank during the call."""
+
+
+class FlowWorker(Worker):
+    """Base of flow components (see the module docstring)."""
+
+    input_sharding: ClassVar[Sharding] = "round_robin"
+    """How this component's ranks split the units of its input channel (`Sharding`)."""
+
+    def __init__(self, context: WorkerContext, *, trace: bool = False,
+                 lock_timeout: float = 600.0, io_timeout: float = 600.0) -> None:
+        super().__init__(context)
+        if lock_timeout <= 0 or io_timeout <= 0:
+            raise ConfigError(f"lock_timeout and io_timeout must be > 0, got {lock_timeout} "
+                              f"and {io_timeout}")
+        self.trace = TraceRecorder(f"{context.role}/{context.rank}", enabled=trace)
+        self.lock_timeout = lock_timeout
+        self.io_timeout = io_timeout
+        self._handles: dict[str, Channel] = {}
+        self._owned: dict[str, Channel] = {}
+        self._stores: dict[str, RayStore] = {}
+        self._busy = 0.0
+        self._holds = 0
+        self._switch_seen = 0.0
+
+    # -- device turns ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def turn(self, name: str, **args: Any) -> Iterator[None]:
+        """Hold this rank's devices (if the run has a device lock) for one span of work."""
+        locked = self.context.device_lock_address is not None
+        hold = (self.hold_devices(timeout=self.lock_timeout) if locked
+                else contextlib.nullcontext())
+        with hold, self.trace.span(name, **args):
+            if locked:
+                self._holds += 1
+            start = time.perf_counter()
+            try:
+                yield
+            finally:
+                self._busy += time.perf_counter() - start
+
+    def busy_seconds(self) -> float:
+        """Seconds spent inside `turn` since the last call (then reset)."""
+        busy, self._busy = self._busy, 0.0
+        return busy
+
+    def drain_spans(self) -> list[Span]:
+        """Spans recorded since the last call, device-lock switches included."""
+        spans = self.trace.drain()
+        for event in (self._device_lock.switch_events if self._device_lock is not None else ()):
+            if event.started >= self._switch_seen:
+                spans.append(Span(self.trace.track, event.direction, event.started,
+                                  event.started + event.seconds, {"device": event.device}))
+        self._switch_seen = time.time()
+        return spans if self.trace.enabled else []
+
+    # -- channels --------------------------------------------------------------------------
+
+    def _store(self, name: str) -> RayStore:
+        store = self._stores.get(name)
+        if store is None:
+            store = self._stores[name] = RayStore(name)
+            Endpoint.current(store=store)  # this process's endpoint (token from the env)
+        return store
+
+    def create_channel(self, channel: FlowChannel) -> str:
+        """Create and serve `channel` from this process (rank 0 of its consumer, at launch)."""
+        if channel.name in self._owned:
+            return channel.name
+        handle = Channel.create(channel.name, store=self._store(channel.store))
+        self._owned[channel.name] = handle
+        self._handles[channel.name] = handle
+        return channel.name
+
+    def channel(self, channel: FlowChannel) -> Channel:
+        """This process's handle on `channel` (connected on first use, then reused)."""
+        handle = self._handles.get(channel.name)
+        if handle is None:
+            handle = Channel.connect(channel.name, store=self._store(channel.store),
+                                     timeout=self.io_timeout)
+            self._handles[channel.name] = handle
+        return handle
+
+    # -- the runtime's call ----------------------------------------------------------------
+
+    def run_entry(self, entry: str, ctx: StepContext, *,
+                  input_channel: FlowChannel | None = None,
+                  output_channel: FlowChannel | None = None) -> EntryReport:
+        """Call the entry method ``entry(ctx, input_channel=, output_channel=)`` (channels
+        only where the flow has them) and report its metrics, busy and wall time, peak
+        memory and device-lock use."""
+        method = getattr(self, entry, None)
+        if entry.startswith("_") or not callable(method):
+            raise ConfigError(f"{type(self).__name__} has no public entry method {entry!r}")
+        channels = {key: value for key, value in (("input_channel", input_channel),
+                                                  ("output_channel", output_channel))
+                    if value is not None}
+        probe = Profiler(metadata={"role": self.role, "rank": self.rank})
+        busy, holds = self._busy, self._holds
+        started, t0 = time.time(), time.perf_counter()
+        with probe.measure(self.role, batch_size=max(1, ctx.items.get(self.role, 1)),
+                           num_devices=max(1, len(self.devices))):
+            metrics = method(ctx, **channels)
+        wall = time.perf_counter() - t0
+        peak = probe.profile.measurements[-1]
+        events = self._device_lock.switch_events if self._device_lock is not None else ()
+        return EntryReport(
+            rank=self.rank, metrics={k: float(v) for k, v in dict(metrics or {}).items()},
+            busy_seconds=self._busy - busy, wall_seconds=wall, started=started,
+            peak_memory_bytes=peak.peak_memory_bytes, memory_source=peak.memory_source,
+            lock_holds=self._holds - holds,
+            switches=tuple((e.direction, e.seconds) for e in events if e.started >= started))
+
+    def shutdown(self) -> None:
+        """Drop channel handles (clients first, then the channels this rank owns)."""
+        for name, handle in list(self._handles.items()):
+            if name not in self._owned:
+                with contextlib.suppress(Exception):
+                    handle.disconnect()
+        for handle in self._owned.values():
+            with contextlib.suppress(Exception):
+                handle.disconnect()
+        self._handles.clear()
+        self._owned.clear()
+        super().shutdown()
