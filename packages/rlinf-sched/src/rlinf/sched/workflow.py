@@ -387,12 +387,12 @@ def _list(data: Mapping[str, Any], key: str, *, required: bool = True) -> Sequen
 # numbers.Integral/Real: numpy scalars are welcome in code, booleans are not counts.
 def _is_int(value: Any, *, minimum: int) -> bool:
     return (isinstance(value, numbers.Integral) and not isinstance(value, bool)
-            and value >= minimum)
+            and int(value) >= minimum)
 
 
 def _is_number(value: Any) -> bool:
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value) and value >= 0)
+            and math.isfinite(value) and float(value) >= 0)
 
 
 # Value checks of the file schema, by key: the least integer ("int", n), a finite number >= 0
