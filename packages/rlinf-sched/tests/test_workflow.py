@@ -49,6 +49,11 @@ def test_feedback_edge_must_stay_inside_one_loop() -> None:
         ({"min_devices": 4, "max_devices": 2}, "max_devices"),
         ({"completion": ((0.5, 0.7), (0.4, 1.0))}, "completion"),
         ({"completion": ((0.5, 0.5),)}, "end at"),
+        ({"micro_batch_multiple": 0}, "micro_batch_multiple"),
+        ({"batch": 10, "micro_batch_multiple": 4}, "not a multiple of micro_batch_multiple"),
+        ({"micro_batch_divides": 1}, "micro_batch_divides"),
+        ({"same_micro_batch_as": "x"}, "another component"),
+        ({"streaming": True, "same_micro_batch_as": "y"}, "streaming"),
     ],
 )
 def test_component_validation(kwargs: dict[str, object], match: str) -> None:
@@ -62,6 +67,24 @@ def test_unknown_edge_endpoint_and_duplicates() -> None:
     with pytest.raises(WorkflowError, match="duplicate"):
         Workflow((Component("a"), Component("a")))
     assert issubclass(WorkflowError, PlanningError)
+
+
+@pytest.mark.parametrize(
+    ("components", "match"),
+    [
+        ((Component("a", micro_batch_multiple=3),), "'a' has batch 8, not a multiple"),
+        ((Component("a", same_micro_batch_as="z"),), "'a' has same_micro_batch_as='z', an "
+                                                     "unknown"),
+        ((Component("a", streaming=True), Component("b", same_micro_batch_as="a")),
+         "itself follows another or streams"),
+        ((Component("a", batch=4), Component("b", same_micro_batch_as="a")),
+         r"'b' \(batch 8\) takes the micro-batch of 'a' \(batch 4\)"),
+    ],
+)
+def test_micro_batch_rules_across_components(components: tuple[Component, ...],
+                                             match: str) -> None:
+    with pytest.raises(WorkflowError, match=match):
+        Workflow(components, global_batch=8)
 
 
 def test_allows_and_time_fraction() -> None:
@@ -78,6 +101,15 @@ def test_file_round_trip_json_and_yaml(tmp_path: Path) -> None:
     path = tmp_path / "wf.json"
     path.write_text(json.dumps(wf.to_dict()))
     assert Workflow.from_file(path) == wf
+    declared = Workflow(
+        (Component("env", micro_batch_divides=True),
+         Component("rollout", micro_batch_multiple=2, same_micro_batch_as="env"),
+         Component("actor", batch=40, whole_batch=True)),
+        (Edge("env", "rollout"), Edge("rollout", "env", feedback=True),
+         Edge("rollout", "actor")), global_batch=8, loops=(Loop(("env", "rollout"), 5),))
+    path.write_text(json.dumps(declared.to_dict()))
+    assert Workflow.from_file(path) == declared
+    assert "whole_batch" not in json.dumps(wf.to_dict())  # defaults are not written
     yaml = pytest.importorskip("yaml")
     ypath = tmp_path / "wf.yaml"
     ypath.write_text(yaml.safe_dump(wf.to_dict()))
@@ -96,6 +128,11 @@ def test_bad_files_name_the_problem(tmp_path: Path) -> None:
         Workflow.from_file(bad)
     bad.write_text(json.dumps({"global_batch": 4, "components": [{"name": "a", "gpus": 2}]}))
     with pytest.raises(WorkflowError, match="unknown key"):
+        Workflow.from_file(bad)
+    bad.write_text(json.dumps({"global_batch": 4,
+                               "components": [{"name": "a", "whole_batch": "yes"}]}))
+    with pytest.raises(WorkflowError, match=r"components\[0\]\.whole_batch is 'yes': "
+                                            "expected true or false"):
         Workflow.from_file(bad)
 
 

@@ -19,6 +19,10 @@ File schema (JSON, or YAML with PyYAML installed)::
         device_multiple: 2              # optional (1): device count must be a multiple (TP size)
         min_devices: 1                  # optional (1)
         max_devices: 64                 # optional (none)
+        micro_batch_multiple: 16        # optional (1): micro-batches are whole units of this
+        micro_batch_divides: true       # optional (false): micro-batches divide the batch
+        whole_batch: true               # optional (false): always one call on the whole batch
+        same_micro_batch_as: env        # optional: runs with that component's micro-batch
     edges:
       - {src: rollout, dst: actor, bytes_per_item: 65536}      # items default to dst's batch
       - {src: rollout, dst: env, bytes_per_item: 64, feedback: true}   # step t → step t+1
@@ -69,6 +73,15 @@ class Component:
     """Fewest devices the component can run on (e.g. to hold its weights)."""
     max_devices: int | None = None
     """Most devices it can use; None for no limit."""
+    micro_batch_multiple: int = 1
+    """Micro-batches are whole multiples of this many items, the runtime's indivisible unit
+    (e.g. one GRPO group), and every device gets at least one unit per call; divides the batch."""
+    micro_batch_divides: bool = False
+    """Micro-batches must divide the batch exactly (e.g. stage groups of equal size)."""
+    whole_batch: bool = False
+    """The runtime always makes one call on the whole batch (e.g. a trainer on the full rollout)."""
+    same_micro_batch_as: str | None = None
+    """Runs with the micro-batch of this component (e.g. a policy serving an env's stage groups)."""
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -91,6 +104,26 @@ class Component:
                 raise WorkflowError(
                     f"component {self.name!r} has {label}={value!r}: expected an integer >= 1"
                 )
+        multiple = self.micro_batch_multiple
+        if isinstance(multiple, bool) or not isinstance(multiple, int) or multiple < 1:
+            raise WorkflowError(f"component {self.name!r} has micro_batch_multiple={multiple!r}: "
+                                "expected an integer >= 1")
+        if self.batch is not None and self.batch % multiple:
+            raise WorkflowError(f"component {self.name!r} has batch={self.batch}, not a multiple "
+                                f"of micro_batch_multiple={multiple}: expected whole units")
+        for label, flag in (("micro_batch_divides", self.micro_batch_divides),
+                            ("whole_batch", self.whole_batch)):
+            if not isinstance(flag, bool):
+                raise WorkflowError(f"component {self.name!r} has {label}={flag!r}: "
+                                    "expected true or false")
+        leader = self.same_micro_batch_as
+        if leader is not None and (not isinstance(leader, str) or not leader
+                                   or leader == self.name):
+            raise WorkflowError(f"component {self.name!r} has same_micro_batch_as={leader!r}: "
+                                "expected the name of another component")
+        if leader is not None and self.streaming:
+            raise WorkflowError(f"component {self.name!r} is streaming (one call per step) and "
+                                f"cannot take the micro-batch of {leader!r}: drop one of them")
         if self.max_devices is not None and self.max_devices < self.min_devices:
             raise WorkflowError(
                 f"component {self.name!r} has max_devices={self.max_devices} < "
@@ -205,7 +238,35 @@ class Workflow:
         for e in self.edges:
             if e.feedback and (e.src not in in_loop or in_loop.get(e.dst) != in_loop[e.src]):
                 raise WorkflowError(f"feedback edge {e.key} must join two components of one loop")
+        self._check_micro_batch_rules()
         object.__setattr__(self, "_order", self._topological_order(names, in_loop))
+
+    def _check_micro_batch_rules(self) -> None:
+        """Units divide each batch; `same_micro_batch_as` names a splittable component with
+        the same batch that follows no other."""
+        for c in self.components:
+            batch = self.batch_of(c.name)
+            if batch % c.micro_batch_multiple:
+                raise WorkflowError(
+                    f"component {c.name!r} has batch {batch}, not a multiple of "
+                    f"micro_batch_multiple={c.micro_batch_multiple}: expected whole units")
+            if c.same_micro_batch_as is None:
+                continue
+            if c.same_micro_batch_as not in self.names:
+                raise WorkflowError(
+                    f"component {c.name!r} has same_micro_batch_as={c.same_micro_batch_as!r}, "
+                    f"an unknown component: expected one of {list(self.names)}")
+            leader = self.component(c.same_micro_batch_as)
+            if leader.same_micro_batch_as is not None or leader.streaming:
+                raise WorkflowError(
+                    f"component {c.name!r} takes the micro-batch of {leader.name!r}, which "
+                    "itself follows another or streams: name a component with its own "
+                    "micro-batch")
+            if self.batch_of(leader.name) != batch:
+                raise WorkflowError(
+                    f"component {c.name!r} (batch {batch}) takes the micro-batch of "
+                    f"{leader.name!r} (batch {self.batch_of(leader.name)}): expected equal "
+                    "batches")
 
     def _topological_order(self, names: list[str], in_loop: Mapping[str, int]) -> tuple[str, ...]:
         preds: dict[str, set[str]] = {n: set() for n in names}
@@ -258,6 +319,14 @@ class Workflow:
         c = self.component(name)
         return c.batch if c.batch is not None else self.global_batch
 
+    def micro_batch_group(self, name: str) -> tuple[str, ...]:
+        """The components that share `name`'s micro-batch (`same_micro_batch_as`), the one
+        that owns it first; just ``(name,)`` for most components."""
+        c = self.component(name)
+        leader = c.same_micro_batch_as or c.name
+        followers = [o.name for o in self.components if o.same_micro_batch_as == leader]
+        return (leader, *followers)
+
     def steps_of(self, name: str) -> int:
         """How many times the component runs per iteration (its loop's steps, else 1)."""
         for loop in self.loops:
@@ -294,6 +363,14 @@ class Workflow:
             entry.update(device_multiple=c.device_multiple, min_devices=c.min_devices)
             if c.max_devices is not None:
                 entry["max_devices"] = c.max_devices
+            if c.micro_batch_multiple != 1:
+                entry["micro_batch_multiple"] = c.micro_batch_multiple
+            if c.micro_batch_divides:
+                entry["micro_batch_divides"] = True
+            if c.whole_batch:
+                entry["whole_batch"] = True
+            if c.same_micro_batch_as is not None:
+                entry["same_micro_batch_as"] = c.same_micro_batch_as
             comps.append(entry)
         edges = []
         for e in self.edges:
@@ -355,7 +432,8 @@ def _component(entry: Any) -> Component:
     if not isinstance(entry, Mapping) or "name" not in entry:
         raise WorkflowError(f"component entry {entry!r}: expected a mapping with a 'name'")
     known = {"name", "kind", "resource", "batch", "streaming", "completion", "device_multiple",
-             "min_devices", "max_devices"}
+             "min_devices", "max_devices", "micro_batch_multiple", "micro_batch_divides",
+             "whole_batch", "same_micro_batch_as"}
     unknown = set(entry) - known
     if unknown:
         raise WorkflowError(f"component {entry['name']!r} has unknown key(s) {sorted(unknown)}: "
@@ -370,6 +448,11 @@ def _component(entry: Any) -> Component:
         device_multiple=int(entry.get("device_multiple", 1)),
         min_devices=int(entry.get("min_devices", 1)),
         max_devices=None if entry.get("max_devices") is None else int(entry["max_devices"]),
+        micro_batch_multiple=int(entry.get("micro_batch_multiple", 1)),
+        micro_batch_divides=bool(entry.get("micro_batch_divides", False)),
+        whole_batch=bool(entry.get("whole_batch", False)),
+        same_micro_batch_as=None if entry.get("same_micro_batch_as") is None
+        else str(entry["same_micro_batch_as"]),
     )
 
 
@@ -400,6 +483,7 @@ def _is_number(value: Any) -> bool:
 _COMPONENT_VALUES = {
     "batch": ("int", 1), "device_multiple": ("int", 1), "min_devices": ("int", 1),
     "max_devices": ("int", 1), "micro_batch_multiple": ("int", 1), "streaming": ("bool", 0),
+    "micro_batch_divides": ("bool", 0), "whole_batch": ("bool", 0),
 }
 _EDGE_VALUES = {"bytes_per_item": ("number", 0), "items": ("int", 1), "feedback": ("bool", 0)}
 _LOOP_VALUES = {"steps": ("int", 1)}
