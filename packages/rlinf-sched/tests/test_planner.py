@@ -13,6 +13,7 @@ from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
+from rlinf.sched.granularity import check_micro_batches
 from rlinf.sched.placement import ExecutionMode, parse_placement
 from rlinf.sched.planner import (
     PlannerOptions,
@@ -40,24 +41,26 @@ def cluster(devices: int, nodes: int = 1) -> Cluster:
 
 
 def test_balanced_stages_with_free_switching_tie() -> None:
-    # Collocated: 16/4 + 16/4 = 8 s. Disaggregated 2+2 with 16 micro-batches of 1 item (0.5 s
-    # each): 0.5 fill + 15·0.5 + 0.5 drain = 8.5 s — equal up to the pipeline fill (1/16).
+    # Collocated: 16/4 + 16/4 = 8 s. Disaggregated 2+2 with 8 micro-batches of 2 items, one
+    # per device (1 s each): 1 fill + 7·1 + 1 drain = 9 s — equal up to the pipeline fill
+    # (1/8). Micro-batches of 1 item would leave a device of each stage idle.
     wf, cost = two_stage(replicated=10, switch=0)
     result = plan(wf, cost, cluster(4))
     coll, dis = result.baselines["collocated"], result.baselines["disaggregated"]
     assert result.best.predicted_time == pytest.approx(8.0)
     assert coll.predicted_time == pytest.approx(8.0)
-    assert dis.predicted_time == pytest.approx(8.5)
-    assert dis.predicted_time <= coll.predicted_time * (1 + 1 / 16) + 1e-9
+    assert dis.predicted_time == pytest.approx(9.0)
+    assert dis.micro_batch == {"a": 2, "b": 2}
+    assert dis.predicted_time <= coll.predicted_time * (1 + 1 / 8) + 1e-9
 
 
 def test_costly_switching_makes_spatial_win() -> None:
     # a and b cannot co-reside (60 + 60 > 100): collocated pays two 5 s switches (18 s) while
-    # the 2+2 pipeline needs none (8.5 s).
+    # the 2+2 pipeline needs none (9 s).
     wf, cost = two_stage(replicated=60, switch=5)
     result = plan(wf, cost, cluster(4))
     assert result.best.mode is ExecutionMode.DISAGGREGATED
-    assert result.best.predicted_time == pytest.approx(8.5)
+    assert result.best.predicted_time == pytest.approx(9.0)
     assert result.baselines["collocated"].predicted_time == pytest.approx(18.0)
     assert result.best.placement.devices_of("a") == (0, 1)
 
@@ -114,7 +117,8 @@ def test_cpu_simulator_next_to_gpu_policy_makes_hybrid_win() -> None:
 
 def _fixed_mode_times(wf: Workflow, cost: AnalyticCostModel, cl: Cluster,
                       max_chunks: int) -> list[float]:
-    """Independent brute force over collocated and contiguous disaggregated placements."""
+    """Independent brute force over collocated and contiguous disaggregated placements on
+    every device, with micro-batches the runtime runs (`check_micro_batches`)."""
     n = cl.num_devices
     names = wf.names
     sizes = {c: sorted({math.ceil(wf.batch_of(c) / k) for k in (1, 2, 4, 8, 16)
@@ -130,6 +134,8 @@ def _fixed_mode_times(wf: Workflow, cost: AnalyticCostModel, cl: Cluster,
         for combo in itertools.product(*(sizes[c] for c in names)):
             try:
                 mb = dict(zip(names, combo, strict=True))
+                check_micro_batches(wf, mb, devices={c: len(placement.devices_of(c))
+                                                     for c in names})
                 r = simulate(wf, placement, cost, cl, micro_batch=mb)
             except PlanningError:
                 continue
@@ -197,11 +203,16 @@ def test_large_cluster_plan_is_never_slower_than_fixed_modes() -> None:
     assert result.best.predicted_time <= min(p.predicted_time
                                              for p in result.baselines.values()) + 1e-12
     assert set(result.baselines) == {"collocated", "disaggregated"}
-    collocated = parse_placement("collocated", components=wf.names, num_devices=256)
+    # A batch of 8 items runs on at most 8 devices (one item each): collocated on 0-7.
+    collocated = parse_placement("env,rollout,actor: 0-7", components=wf.names,
+                                 num_devices=256)
     whole = simulate(wf, collocated, cost, Cluster.uniform(32, 8, MEM, "H100"))
     assert result.best.predicted_time <= whole.iteration_time
     times = [p.predicted_time for p in result.ranked]
     assert times == sorted(times)
+    for p in (*result.ranked, *result.baselines.values()):
+        check_micro_batches(wf, p.micro_batch, devices={c.component: c.num_devices
+                                                        for c in p.placement})
 
 
 def test_plan_json_round_trip(tmp_path: object) -> None:
@@ -277,10 +288,12 @@ def _chain3(costs: dict[str, AnalyticCost], *, bytes_c1_c2: float = 0.0
     ({"c0": AnalyticCost(per_item=1.0, replicated=10),
       "c1": AnalyticCost(per_item=1.0, replicated=10),
       "c2": AnalyticCost(per_item=0.125, sync=0.3, replicated=10)}, 1e9, "c0,c1: 0-2, c2: 0"),
-    # The sink with a per-call cost takes the whole batch while its producers stream.
+    # Found as "the sink with a per-call cost takes the whole batch while its producers
+    # stream" (c0: 0-1, c1: 2, c2: 0-2); with at least one item per device c0 can no longer
+    # stream single items from two devices, and the sink nested in c0's devices wins.
     ({"c0": AnalyticCost(per_item=1.0, replicated=10, switch=1.0),
       "c1": AnalyticCost(per_item=0.5, replicated=40),
-      "c2": AnalyticCost(per_item=1.0, sync=0.3, replicated=60)}, 0.0, "c0: 0-1, c1: 2, c2: 0-2"),
+      "c2": AnalyticCost(per_item=1.0, sync=0.3, replicated=60)}, 0.0, "c0,c2: 0-1, c1: 2"),
 ])
 def test_heuristic_search_finds_nested_and_whole_batch_sink_optima(
         costs: dict[str, AnalyticCost], bytes_c1_c2: float, optimum: str) -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.errors import PlanningError
+from rlinf.sched.granularity import check_micro_batches
 from rlinf.sched.placement import parse_placement
 from rlinf.sched.planner import (
     Evaluator,
@@ -37,8 +38,10 @@ costs = st.builds(
 
 @st.composite
 def workloads(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, Cluster]:
-    """Chains of 2–4 components (streaming head, CPU members, TP multiples) or an env ↔ policy
-    loop feeding a trainer, on 2–6 devices (fewer for more components), one or two nodes."""
+    """Chains of 2–4 components (streaming head, CPU members, TP multiples, micro-batch units
+    and divisors) or an env ↔ policy loop (the policy maybe on the env's micro-batch) feeding
+    a trainer (maybe whole-batch only), on 2–6 devices (fewer for more components), one or
+    two nodes."""
     if draw(st.booleans()):
         ncomp = draw(st.integers(2, 4))
         names = [f"c{i}" for i in range(ncomp)]
@@ -48,7 +51,9 @@ def workloads(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, Cluster]:
                       streaming=streaming and i == 0,
                       completion=((0.5, 0.25), (1.0, 1.0)) if streaming and i == 0
                       else ((1.0, 1.0),),
-                      device_multiple=draw(st.sampled_from([1, 1, 2])))
+                      device_multiple=draw(st.sampled_from([1, 1, 2])),
+                      micro_batch_multiple=draw(st.sampled_from([1, 1, 2])),
+                      micro_batch_divides=draw(st.booleans()))
             for i, n in enumerate(names))
         edges = tuple(Edge(a, b, bytes_per_item=draw(st.sampled_from([0.0, 1e9])))
                       for a, b in itertools.pairwise(names))
@@ -56,8 +61,10 @@ def workloads(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, Cluster]:
     else:
         names = ["env", "rollout", "actor"]
         wf = Workflow(
-            (Component("env", resource=draw(st.sampled_from(["cpu", "gpu"]))),
-             Component("rollout"), Component("actor")),
+            (Component("env", resource=draw(st.sampled_from(["cpu", "gpu"])),
+                       micro_batch_divides=draw(st.booleans())),
+             Component("rollout", same_micro_batch_as="env" if draw(st.booleans()) else None),
+             Component("actor", whole_batch=draw(st.booleans()))),
             (Edge("env", "rollout", bytes_per_item=draw(st.sampled_from([0.0, 1e8]))),
              Edge("rollout", "env", feedback=True), Edge("rollout", "actor")),
             global_batch=8, loops=(Loop(("env", "rollout"), draw(st.sampled_from([2, 3]))),))
@@ -107,6 +114,9 @@ def test_planner_finds_the_step_one_optimum(
     assert sim.iteration_time == pytest.approx(planned.best.predicted_time, rel=1e-12)
     for base in planned.baselines.values():
         assert planned.best.predicted_time <= base.predicted_time + 1e-9
+    for p in (*planned.ranked, *planned.baselines.values(), *exact.ranked):
+        check_micro_batches(wf, p.micro_batch,
+                            devices={c.component: c.num_devices for c in p.placement})
 
 
 def test_fixed_mode_search_covers_only_its_mode() -> None:

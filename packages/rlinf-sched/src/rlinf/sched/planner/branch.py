@@ -1,17 +1,21 @@
 """Exact branch and bound over range placements.
 
 Components are placed one at a time (largest least work first), each on every allowed
-contiguous range in steps of `unit` devices. A partial placement's bound is its busiest
-component or device counting compute only (`Evaluator.lower_bound` restricted to the
-components placed so far); placing more components only adds load, so a subtree whose bound
-reaches the `keep`-th best time found cannot contain a better plan and is cut. Children are
-visited in bound order, so good plans come early. At a leaf every micro-batch combination is
-tried, except those whose own bound (`Evaluator.sized_bound`) cannot beat the threshold.
-The result is the same best `keep` times as simulating everything.
+contiguous range of the evaluator's device order in steps of `unit` devices (allowed: its
+device constraints and at least one unit of its batch per device). A partial placement's
+bound is its busiest component or device counting compute only (`Evaluator.lower_bound`
+restricted to the components placed so far); placing more components only adds load, so a
+subtree whose bound reaches the `keep`-th best time found cannot contain a better plan and is
+cut. Children are visited in bound order, so good plans come early. At a leaf every runnable
+micro-batch combination (`Evaluator.options`) is tried, except those whose own bound
+(`Evaluator.sized_bound`) cannot beat the threshold. The result is the same best `keep`
+times as simulating everything. Plans are told apart by their device sets (`Scored.devices`),
+so seeds from another device order count once.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,10 +23,26 @@ from dataclasses import dataclass, field
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.planner.space import BOUND_SLACK, Candidate, Evaluator, Scored
 
-__all__ = ["FIXED_MODES", "BranchResult", "branch_and_bound"]
+__all__ = ["FIXED_MODES", "BranchResult", "branch_and_bound", "fixed_mode"]
 
 FIXED_MODES = ("collocated", "disaggregated")
-"""Modes `branch_and_bound` can be restricted to."""
+"""Modes `branch_and_bound` can be restricted to (see `fixed_mode`)."""
+
+
+def fixed_mode(ev: Evaluator, candidate: Candidate) -> str | None:
+    """``"collocated"`` when every component has the same range, of as many devices as they
+    can all use (`Evaluator.fit`: every device unless the batch or `max_devices` caps it);
+    ``"disaggregated"`` when the ranges are pairwise disjoint and cover every device, or each
+    is as large as its component can use; None otherwise (hybrid, or devices left idle)."""
+    n = ev.cluster.num_devices
+    sizes = [e - s for s, e in candidate]
+    if len(set(candidate)) == 1:
+        return "collocated" if sizes[0] == ev.fit(range(len(candidate)), n) else None
+    ordered = sorted(candidate)
+    if all(a[1] <= b[0] for a, b in itertools.pairwise(ordered)) and (
+            sum(sizes) == n or all(size == ev.fit([i], n) for i, size in enumerate(sizes))):
+        return "disaggregated"
+    return None
 
 
 @dataclass
@@ -30,7 +50,7 @@ class BranchResult:
     """The best plans found and whether the search finished (so they are the optimum)."""
 
     top: list[Scored] = field(default_factory=list)
-    """Best first, distinct candidates."""
+    """Best first, distinct device sets."""
     complete: bool = True
     """False when `max_leaves` stopped the search early."""
     leaves: int = 0
@@ -38,7 +58,7 @@ class BranchResult:
 
 
 class _Top:
-    """The `keep` best distinct candidates, by (time, candidate)."""
+    """The `keep` best distinct placements, by (time, device sets)."""
 
     def __init__(self, keep: int, seeds: Iterable[Scored]) -> None:
         self.keep = keep
@@ -50,12 +70,12 @@ class _Top:
         return self.items[-1].time if len(self.items) >= self.keep else math.inf
 
     def offer(self, scored: Scored) -> None:
-        same = [s for s in self.items if s.candidate == scored.candidate]
+        same = [s for s in self.items if s.devices == scored.devices]
         if same and same[0].time <= scored.time:
             return
-        self.items = [s for s in self.items if s.candidate != scored.candidate]
+        self.items = [s for s in self.items if s.devices != scored.devices]
         self.items.append(scored)
-        self.items.sort(key=lambda s: (s.time, s.candidate))
+        self.items.sort(key=lambda s: (s.time, s.devices))
         del self.items[self.keep:]
 
 
@@ -71,8 +91,8 @@ def branch_and_bound(
     """The best `keep` range placements with their best micro-batches (module docstring).
 
     Args:
-        mode: ``"collocated"`` (every component on all devices) or ``"disaggregated"``
-            (disjoint ranges covering every device); None for any placement.
+        mode: ``"collocated"`` or ``"disaggregated"`` placements only (`fixed_mode`: on
+            every device the components can use); None for any placement.
         seeds: already scored candidates (e.g. from the heuristic search) to start from; they
             only tighten the threshold sooner.
         max_leaves: stop after scoring this many placements (`BranchResult.complete` is then
@@ -86,13 +106,17 @@ def branch_and_bound(
         raise PlanningError(f"mode={mode!r}: expected one of {FIXED_MODES} or None")
     bounds = range(0, n + 1, unit)
     choices: list[list[tuple[float, int, int]]] = []
-    for c in comps:
-        ranges = [(s, e) for s in bounds for e in bounds if e > s and c.allows(e - s)]
-        if mode == "collocated":
-            ranges = [r for r in ranges if r == (0, n)]
+    for i, c in enumerate(comps):
+        ranges = [(s, e) for s in bounds for e in bounds if e > s and ev.can_run(i, e - s)]
+        if mode == "collocated":  # the most devices every component can use
+            common = ev.fit(range(len(comps)), n)
+            ranges = [r for r in ranges if r == (0, common)]
         if not ranges:
-            raise PlanningError(f"component {c.name!r} cannot be placed on {n} devices in units "
-                                f"of {unit}: check its device_multiple/min_devices/max_devices")
+            shared = " on the devices of every other" if mode == "collocated" else ""
+            raise PlanningError(f"component {c.name!r} cannot be placed{shared} on {n} devices "
+                                f"in units of {unit}: check its device_multiple/min_devices/"
+                                f"max_devices and that its batch "
+                                f"({ev.workflow.batch_of(c.name)} items) has a unit per device")
         choices.append(sorted((ev.work(c.name, e - s), s, e) for s, e in ranges))
     # Heaviest first: the bound grows fastest near the root.
     order = sorted(range(len(comps)), key=lambda i: -choices[i][0][0])
@@ -105,7 +129,7 @@ def branch_and_bound(
 
     def leaf() -> bool:
         cand: Candidate = tuple(placed)
-        if mode == "disaggregated" and sum(e - s for s, e in cand) != n:
+        if mode is not None and fixed_mode(ev, cand) != mode:
             return True
         if max_leaves is not None and result.leaves >= max_leaves:
             result.complete = False

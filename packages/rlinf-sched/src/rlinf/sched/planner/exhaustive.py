@@ -1,12 +1,14 @@
 """Exhaustive planning for small clusters: every range per component, every micro-batch.
 
-Every component may take any contiguous range of devices (in steps of `unit` devices), so
-collocated, disaggregated (with every split), partially overlapping and hybrid placements,
-and placements that leave devices idle, are all enumerated; each with every combination of
-micro-batch sizes from the candidate set. With ``prune=True`` (the default) this is the exact
+Every component may take any contiguous range of devices (in steps of `unit` devices) in
+each of the planner's device orders (`rlinf.sched.planner.orders`: on a mixed cluster, also
+the non-contiguous sets that group equal devices), so collocated, disaggregated (with every
+split), partially overlapping and hybrid placements, and placements that leave devices idle,
+are all enumerated; each with every combination of runnable micro-batch sizes from the
+candidate set (`Evaluator.options`). With ``prune=True`` (the default) this is the exact
 branch and bound of `rlinf.sched.planner.branch` (same best `keep` times, a tiny fraction of
-the simulations; simulations are shared between candidates with one signature).
-``prune=False`` simulates every candidate with every micro-batch combination.
+the simulations; simulations are shared between candidates with one signature, across
+orders too). ``prune=False`` simulates every candidate with every micro-batch combination.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ import structlog
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
-from rlinf.sched.plan import PlanResult
+from rlinf.sched.execution_plan import PlanResult
 from rlinf.sched.planner.branch import branch_and_bound
-from rlinf.sched.planner.space import Candidate, Evaluator
+from rlinf.sched.planner.orders import device_orders
+from rlinf.sched.planner.space import Candidate, Evaluator, Scored
 from rlinf.sched.workflow import Workflow
 
 __all__ = ["exhaustive_candidates", "exhaustive_search"]
@@ -31,18 +34,20 @@ _log = structlog.get_logger(__name__)
 
 
 def exhaustive_candidates(evaluator: Evaluator, *, unit: int = 1) -> list[Candidate]:
-    """All range candidates (multiples of `unit`) that meet the components' constraints."""
+    """All range candidates (multiples of `unit`) of the evaluator's device order that meet
+    the components' constraints (`Evaluator.can_run`)."""
     n = evaluator.cluster.num_devices
     if unit < 1 or n % unit:
         raise PlanningError(f"unit={unit} does not divide the {n} devices: expected a divisor")
     bounds = range(0, n + 1, unit)
     ranges = [(s, e) for s in bounds for e in bounds if e > s]
-    per_comp = [[r for r in ranges if c.allows(r[1] - r[0])]
-                for c in evaluator.workflow.components]
+    per_comp = [[r for r in ranges if evaluator.can_run(i, r[1] - r[0])]
+                for i in range(len(evaluator.workflow.components))]
     for c, rs in zip(evaluator.workflow.components, per_comp, strict=True):
         if not rs:
             raise PlanningError(f"component {c.name!r} cannot be placed on {n} devices in units "
-                                f"of {unit}: check its device_multiple/min_devices/max_devices")
+                                f"of {unit}: check its device_multiple/min_devices/max_devices "
+                                "and its batch")
     return [tuple(c) for c in itertools.product(*per_comp)]
 
 
@@ -56,43 +61,53 @@ def exhaustive_search(
     keep: int = 5,
     prune: bool = True,
     max_candidates: int = 200_000,
+    reorder_devices: bool = True,
 ) -> PlanResult:
     """The best `keep` plans over the whole range × micro-batch space (see module docstring).
 
+    Args:
+        reorder_devices: also search the device orders that group equal devices
+            (`rlinf.sched.planner.orders`); False keeps the cluster's own order only.
+
     Raises:
-        PlanningError: the search would score more than `max_candidates` placements (all of
-            them without pruning), or nothing fits.
+        PlanningError: the search would score more than `max_candidates` placements in one
+            device order (all of them without pruning), or nothing fits.
     """
     started = time.perf_counter()
-    ev = Evaluator(workflow, cost, cluster, max_chunks=max_chunks)
-    if prune:
-        found = branch_and_bound(ev, unit=unit, keep=keep, max_leaves=max_candidates)
-        if not found.complete:
-            raise PlanningError(f"exhaustive search scored {max_candidates} placements without "
-                                f"finishing: raise max_candidates, use a larger unit or plan()")
-        top, visited = found.top, found.leaves
-    else:
+    first = Evaluator(workflow, cost, cluster, max_chunks=max_chunks)
+    top: list[Scored] = []
+    visited = 0
+    for order in device_orders(cluster, reorder=reorder_devices):
+        ev = first.reordered(order)
+        if prune:
+            found = branch_and_bound(ev, unit=unit, keep=keep, seeds=top,
+                                     max_leaves=max_candidates)
+            if not found.complete:
+                raise PlanningError(f"exhaustive search scored {max_candidates} placements "
+                                    "without finishing: raise max_candidates, use a larger "
+                                    "unit or plan()")
+            top, visited = found.top, visited + found.leaves
+            continue
         cands = exhaustive_candidates(ev, unit=unit)
         if len(cands) > max_candidates:
             raise PlanningError(f"exhaustive search over {len(cands)} placements exceeds "
                                 f"max_candidates={max_candidates}: use a larger unit or plan()")
-        top = []
         for cand in cands:
             scored = ev.best(cand, exhaustive=True)
-            if scored is None:
+            if scored is None or any(s.devices == scored.devices for s in top):
                 continue
             top.append(scored)
-            top.sort(key=lambda s: (s.time, s.candidate))
+            top.sort(key=lambda s: (s.time, s.devices))
             del top[keep:]
-        visited = len(cands)
+        visited += len(cands)
     if not top:
         raise PlanningError(f"no placement of {list(workflow.names)} fits on "
                             f"{cluster.num_devices} devices: every candidate exceeds memory")
-    plans = tuple(ev.to_plan(s) for s in top)
+    plans = tuple(first.to_plan(s) for s in top)
     seconds = time.perf_counter() - started
-    _log.debug("exhaustive_search", candidates=visited, simulations=ev.simulations,
+    _log.debug("exhaustive_search", candidates=visited, simulations=first.simulations,
                best=plans[0].predicted_time, seconds=round(seconds, 3))
-    return PlanResult(plans, {}, ev.simulations, seconds)
+    return PlanResult(plans, {}, first.simulations, seconds)
 
 
 def best_time(result: PlanResult) -> float:

@@ -6,6 +6,12 @@ range per component and every micro-batch combination follows, seeded with the s
 plans (`rlinf.sched.planner.branch`), for the plans and for each fixed-mode baseline; if it
 scores more than `exact_limit` placements it stops and keeps the best found so far.
 
+Ranges are taken over each device order of `rlinf.sched.planner.orders` in turn (on a mixed
+cluster, orders that group equal devices, so a component may get ``0-1,6-7``; on a
+homogeneous one only the cluster's own order), and only micro-batch sizes the runtime runs
+are proposed (`rlinf.sched.granularity`: declared multiples, divisors and shared sizes, and
+at least one unit of the batch per device).
+
 1. **Layouts.** Each component goes to one device block or spans every block; blocks are
    labelled in order of first use, so ``(0, 0, 0)`` is collocated, ``(0, 1, 2)`` fully
    disaggregated and ``(0, 1, span)`` the hybrid ``env: block 0, rollout: block 1, actor: all``.
@@ -35,8 +41,9 @@ import structlog
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
-from rlinf.sched.plan import ExecutionPlan, PlanResult
-from rlinf.sched.planner.branch import FIXED_MODES, branch_and_bound
+from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
+from rlinf.sched.planner.branch import FIXED_MODES, branch_and_bound, fixed_mode
+from rlinf.sched.planner.orders import device_orders
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored
 from rlinf.sched.workflow import Workflow
 
@@ -71,6 +78,9 @@ class PlannerOptions:
     """Finest block-size step in devices; None means ``max(1, N // 256)``."""
     idle_devices: bool = True
     """Also consider leaving a block of devices idle."""
+    reorder_devices: bool = True
+    """Also search device orders that group equal devices (`rlinf.sched.planner.orders`), so
+    a component may get a non-contiguous set on a mixed cluster; no cost on a uniform one."""
 
 
 @dataclass(frozen=True)
@@ -132,11 +142,23 @@ def _compositions(total: int, parts: int) -> Iterator[tuple[int, ...]]:
         yield tuple(b - a for a, b in itertools.pairwise(edges))
 
 
-def _candidate(layout: BlockLayout, sizes: Sequence[int]) -> Candidate:
+def _candidate(ev: Evaluator, layout: BlockLayout, sizes: Sequence[int]) -> Candidate:
+    """The ranges of `layout` with blocks of `sizes` devices. Components that share a run of
+    blocks keep its first devices only when it is more than they can all use (one unit of
+    their batch per device, `max_devices`): a batch of 8 items takes 8 of a 64-device block."""
     starts = [0]
     for s in sizes:
         starts.append(starts[-1] + s)
-    return tuple((starts[lo], starts[hi]) for lo, hi in layout.ranges)
+    out = [(starts[lo], starts[hi]) for lo, hi in layout.ranges]
+    for run in set(layout.ranges):
+        members = [i for i, r in enumerate(layout.ranges) if r == run]
+        start, stop = out[members[0]]
+        if stop - start > min(ev.most_devices(i) for i in members):
+            fit = ev.fit(members, stop - start)
+            if fit:
+                for i in members:
+                    out[i] = (start, start + fit)
+    return tuple(out)
 
 
 def _largest_divisor(n: int, at_most: int) -> int:
@@ -157,47 +179,61 @@ def plan(
     """
     opts = options or PlannerOptions()
     started = time.perf_counter()
-    ev = Evaluator(workflow, cost, cluster, max_chunks=opts.max_chunks)
+    first = Evaluator(workflow, cost, cluster, max_chunks=opts.max_chunks)
+    evaluators = [first.reordered(order)
+                  for order in device_orders(cluster, reorder=opts.reorder_devices)]
     n = cluster.num_devices
-    scored, baselines = _heuristic(ev, opts)
+    scored: list[Scored] = []
+    baselines: dict[str, Scored] = {}
+    for ev in evaluators:
+        found, fixed = _heuristic(ev, opts)
+        scored += found
+        _keep_best(baselines, fixed)
     exact = False
     if n <= opts.exact_devices and opts.exact_limit > 0:
-        scored, baselines, exact = _exact(ev, opts, scored, baselines)
+        exact = True
+        for k, ev in enumerate(evaluators):
+            # Collocated is one candidate, the same in every order: searched once.
+            modes = FIXED_MODES if k == 0 else tuple(m for m in FIXED_MODES
+                                                     if m != "collocated")
+            scored, fixed, complete = _exact(ev, opts, scored, baselines, modes=modes)
+            _keep_best(baselines, fixed)
+            exact = exact and complete
     if not scored:
         raise PlanningError(f"no placement of {list(workflow.names)} fits on {n} devices: "
                             "every candidate exceeds device memory or the parallelism limits")
     plans: list[ExecutionPlan] = []
-    seen: set[Candidate] = set()
-    for s in sorted(scored, key=lambda s: (s.time, s.candidate)):
-        if s.candidate not in seen:
-            seen.add(s.candidate)
-            plans.append(ev.to_plan(s))
-    base_plans = {k: ev.to_plan(s, label=k) for k, s in baselines.items()}
+    seen: set[tuple[tuple[int, ...], ...]] = set()
+    for s in sorted(scored, key=lambda s: (s.time, s.devices)):
+        if s.devices not in seen:
+            seen.add(s.devices)
+            plans.append(first.to_plan(s))
+    base_plans = {k: first.to_plan(s, label=k) for k, s in baselines.items()}
     seconds = time.perf_counter() - started
     _log.info("plan", workflow=workflow.name, devices=n, best=plans[0].spec,
-              time=round(plans[0].predicted_time, 4), simulations=ev.simulations,
-              exact=exact, seconds=round(seconds, 3))
-    return PlanResult(tuple(plans[: opts.keep]), base_plans, ev.simulations, seconds)
+              time=round(plans[0].predicted_time, 4), simulations=first.simulations,
+              orders=len(evaluators), exact=exact, seconds=round(seconds, 3))
+    return PlanResult(tuple(plans[: opts.keep]), base_plans, first.simulations, seconds)
 
 
-def _fixed_kind(candidate: Candidate, num_devices: int) -> str | None:
-    if all(r == (0, num_devices) for r in candidate):
-        return "collocated"
-    ordered = sorted(candidate)
-    if all(a[1] <= b[0] for a, b in itertools.pairwise(ordered)) and \
-            sum(e - s for s, e in candidate) == num_devices:
-        return "disaggregated"
-    return None
+def _keep_best(baselines: dict[str, Scored], found: dict[str, Scored]) -> None:
+    """Keep in `baselines` the faster plan of each fixed mode."""
+    for kind, s in found.items():
+        if kind not in baselines or (s.time, s.devices) < (baselines[kind].time,
+                                                           baselines[kind].devices):
+            baselines[kind] = s
 
 
 def _exact(ev: Evaluator, opts: PlannerOptions, scored: list[Scored],
-           baselines: dict[str, Scored]) -> tuple[list[Scored], dict[str, Scored], bool]:
-    """Branch and bound from the heuristic's plans, for the plans and for each fixed mode;
-    True when every search finished within `exact_limit` leaves (the plans are optimal)."""
+           baselines: dict[str, Scored], *, modes: Sequence[str] = FIXED_MODES,
+           ) -> tuple[list[Scored], dict[str, Scored], bool]:
+    """Branch and bound from the heuristic's plans, for the plans and for each fixed mode
+    of `modes`; True when every search finished within `exact_limit` leaves (the plans are
+    optimal in `ev`'s device order)."""
     found = branch_and_bound(ev, keep=opts.keep, seeds=scored, max_leaves=opts.exact_limit)
     exact = found.complete
     out = dict(baselines)
-    for kind in FIXED_MODES:
+    for kind in modes:
         seeds = [baselines[kind]] if kind in baselines else []
         try:
             fixed = branch_and_bound(ev, keep=1, mode=kind, seeds=seeds,
@@ -232,7 +268,7 @@ def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[
         unit = n // units
         for parts in _compositions(units, blocks):
             sizes = tuple(p * unit for p in parts)
-            cand = _candidate(layout, sizes)
+            cand = _candidate(ev, layout, sizes)
             if ev.allowed(cand):
                 coarse.append((ev.lower_bound(cand), cand, layout, sizes, unit))
     coarse.sort(key=lambda c: (c[0], c[1]))
@@ -242,7 +278,7 @@ def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[
     best_fixed: dict[str, _Seed] = {}
     threshold = math.inf
     for bound, cand, layout, sizes, unit in coarse:
-        kind = _fixed_kind(cand, n)
+        kind = fixed_mode(ev, cand)
         fixed_done = all(k in best_fixed and bound >= best_fixed[k].time
                          for k in ("collocated", "disaggregated"))
         if bound >= threshold and fixed_done:
@@ -274,7 +310,7 @@ def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[
         if best is None:
             continue
         scored.append(best)
-        kind = _fixed_kind(cand, n)
+        kind = fixed_mode(ev, cand)
         if kind is not None and (kind not in baselines or best.time < baselines[kind].time):
             baselines[kind] = best
     return scored, baselines
@@ -315,14 +351,14 @@ def _refine(ev: Evaluator, seed: _Seed, *, min_step: int) -> Candidate:
                 trial = [size + d for size, d in zip(current, delta, strict=True)]
                 if min(trial) < 1:
                     continue
-                cand = _candidate(layout, trial)
+                cand = _candidate(ev, layout, trial)
                 if not ev.allowed(cand) or ev.lower_bound(cand) >= best_t:
                     continue
-                t = ev.time(cand, chunks)
+                t = ev.time(cand, ev.conform(cand, chunks))
                 if t < best_t - 1e-12:
                     current, best_t, improved = trial, t, True
                     break
         if step == 1:
             break
         step //= 2
-    return _candidate(layout, current)
+    return _candidate(ev, layout, current)

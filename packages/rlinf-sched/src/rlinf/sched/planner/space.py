@@ -1,23 +1,29 @@
 """The search space and the scorer shared by the exhaustive and the heuristic planner.
 
-A candidate placement gives every component one contiguous device range ``[start, stop)``
-(collocated: all the same range; disaggregated: disjoint ranges; hybrid: anything else, e.g.
-``env: 0-3, rollout: 4-7, actor: 0-7``). `Evaluator` scores a candidate by simulation, picks
-its best micro-batches, memoises everything, and gives a cheap lower bound used for pruning.
+A candidate placement gives every component one contiguous range ``[start, stop)`` of
+positions in the evaluator's device order (`rlinf.sched.planner.orders`; in the cluster's own
+order the positions are the device indices): collocated, all the same range; disaggregated,
+disjoint ranges; hybrid, anything else, e.g. ``env: 0-3, rollout: 4-7, actor: 0-7``. A
+component gets at most one device per unit of its batch (`rlinf.sched.granularity`), and its
+micro-batch candidates are the sizes its runtime runs on that many devices. `Evaluator`
+scores a candidate by simulation, picks its best micro-batches, memoises everything, and
+gives a cheap lower bound used for pruning.
 
 Simulations are memoised by the candidate's *signature*: the device count of each component,
 the set of distinct atoms (which components share a device group, and its device memory)
 and which components sit on the same node. A simulation reads nothing else of the placement,
 so candidates with one signature (e.g. translations of a layout inside a node) share one
-simulation, exactly.
+simulation, exactly. Evaluators of one planning run over different device orders share
+these caches (`Evaluator.reordered`).
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -25,8 +31,9 @@ import structlog
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
+from rlinf.sched.execution_plan import ExecutionPlan
+from rlinf.sched.granularity import micro_batch_choices, runnable_sizes
 from rlinf.sched.placement import ComponentPlacement, Placement, derive_mode
-from rlinf.sched.plan import ExecutionPlan
 from rlinf.sched.simulator import CachedCostModel, Layout, SimulationResult, simulate_layout
 from rlinf.sched.workflow import Workflow
 
@@ -35,7 +42,8 @@ __all__ = ["Candidate", "Evaluator", "Scored", "Signature", "chunk_choices"]
 _log = structlog.get_logger(__name__)
 
 Candidate = tuple[tuple[int, int], ...]
-"""One ``(start, stop)`` device range per component, in `Workflow.names` order."""
+"""One ``(start, stop)`` range of device-order positions per component, in `Workflow.names`
+order."""
 
 Signature = tuple[tuple[int, ...], frozenset[tuple[int, int]], tuple[int, ...]]
 """What a simulation reads of a candidate: device counts, atoms as (component bit mask,
@@ -43,22 +51,10 @@ device memory), and per component the first component on its node (-1: spans nod
 
 
 def chunk_choices(workflow: Workflow, *, max_chunks: int) -> dict[str, tuple[int, ...]]:
-    """Candidate micro-batch sizes per component: the batch split into 1, 2, 4, … chunks."""
-    out: dict[str, tuple[int, ...]] = {}
-    for c in workflow.components:
-        batch = workflow.batch_of(c.name)
-        if c.streaming:
-            out[c.name] = (batch,)
-            continue
-        sizes: list[int] = []
-        k = 1
-        while k <= max_chunks and k <= batch:
-            size = math.ceil(batch / k)
-            if size not in sizes:
-                sizes.append(size)
-            k *= 2
-        out[c.name] = tuple(sizes)
-    return out
+    """Candidate micro-batch sizes per component, devices aside: the runnable sizes nearest
+    the batch split into 1, 2, 4, … chunks (`rlinf.sched.granularity.micro_batch_choices`)."""
+    return {c.name: micro_batch_choices(workflow, c.name, max_chunks=max_chunks)
+            for c in workflow.components}
 
 
 @dataclass(frozen=True)
@@ -69,36 +65,147 @@ class Scored:
     micro_batch: Mapping[str, int]
     time: float
     result: SimulationResult
+    devices: tuple[tuple[int, ...], ...] = field(default=())
+    """Per component (names order) its device indices: the candidate mapped through the
+    evaluator's device order. Identifies the placement across orders."""
+
+
+class _Shared:
+    """What the evaluators of one planning run share, whatever their device order."""
+
+    def __init__(self) -> None:
+        self.simulations = 0
+        self.by_signature: dict[tuple[Signature, tuple[int, ...]], SimulationResult | None] = {}
+        self.work: dict[tuple[str, int, int], float] = {}
+        self.sizes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.memo: dict[Any, Any] = {}
 
 
 class Evaluator:
     """Scores candidates: memoised simulation, micro-batch search and lower bounds."""
 
     def __init__(self, workflow: Workflow, cost: CostModel, cluster: Cluster, *,
-                 max_chunks: int = 16, enumerate_limit: int = 256) -> None:
+                 max_chunks: int = 16, enumerate_limit: int = 256,
+                 order: Sequence[int] | None = None) -> None:
         self.workflow = workflow
         self.cost = cost if isinstance(cost, CachedCostModel) else CachedCostModel(cost)
         self.cluster = cluster
         self.names = workflow.names
         self.choices = chunk_choices(workflow, max_chunks=max_chunks)
         self.enumerate_limit = enumerate_limit
-        self.simulations = 0
+        self._shared = _Shared()
         self._sim: dict[tuple[Candidate, tuple[int, ...]], SimulationResult | None] = {}
-        self._by_signature: dict[tuple[Signature, tuple[int, ...]], SimulationResult | None] = {}
-        self._work: dict[tuple[str, int, int], float] = {}
-        self._memo: dict[Any, Any] = {}
+        comps = workflow.components
+        index = {n: i for i, n in enumerate(self.names)}
+        self._batch = tuple(workflow.batch_of(n) for n in self.names)
+        self._unit = tuple(c.micro_batch_multiple for c in comps)
+        self._group = tuple(tuple(index[m] for m in workflow.micro_batch_group(n))
+                            for n in self.names)
+        """Per component: the components sharing its micro-batch, the leader first."""
+        self._leaders = tuple(i for i in range(len(comps)) if self._group[i][0] == i)
         memories = {d.memory_bytes for d in cluster.devices}
         self._uniform_memory = next(iter(memories)) if len(memories) == 1 else None
+        self._set_order(order)
+
+    def _set_order(self, order: Sequence[int] | None) -> None:
+        n = self.cluster.num_devices
+        self.order = tuple(range(n)) if order is None else tuple(order)
+        if sorted(self.order) != list(range(n)):
+            raise PlanningError(f"device order {list(self.order)} is not a permutation of the "
+                                f"cluster's {n} devices")
+        devices = self.cluster.devices
+        self._identity = self.order == tuple(range(n))
+        self._memory = tuple(devices[d].memory_bytes for d in self.order)
+        self._node = tuple(devices[d].node for d in self.order)
+        breaks = [0]
+        for a, b in itertools.pairwise(self._node):
+            breaks.append(breaks[-1] + (a != b))
+        self._breaks = tuple(breaks)
+
+    def reordered(self, order: Sequence[int]) -> Evaluator:
+        """An evaluator over device `order` that shares this one's caches (simulations are
+        memoised by signature, which does not depend on the order)."""
+        other = copy.copy(self)
+        other._sim = {}
+        other._set_order(order)
+        return other
+
+    @property
+    def simulations(self) -> int:
+        """Simulations run so far by this evaluator and those sharing its caches."""
+        return self._shared.simulations
 
     # ------------------------------------------------------------------ constraints
+    def can_run(self, index: int, num_devices: int) -> bool:
+        """Whether component `index` may run on `num_devices` devices: its device
+        constraints, and at least one unit of its batch per device."""
+        return (self.workflow.components[index].allows(num_devices)
+                and num_devices * self._unit[index] <= self._batch[index])
+
+    def most_devices(self, index: int) -> int:
+        """Most devices component `index` can use: one unit of its batch each, within
+        `max_devices` and the cluster."""
+        comp = self.workflow.components[index]
+        cap = min(self.cluster.num_devices, self._batch[index] // self._unit[index])
+        return cap if comp.max_devices is None else min(cap, comp.max_devices)
+
+    def fit(self, indices: Iterable[int], devices: int) -> int:
+        """The most devices, at most `devices`, on which every component of `indices` can
+        run (`can_run`); 0 when there is no such count."""
+        indices = tuple(indices)
+        top = min([devices, *(self.most_devices(i) for i in indices)])
+        return next((d for d in range(top, 0, -1)
+                     if all(self.can_run(i, d) for i in indices)), 0)
+
     def allowed(self, candidate: Candidate) -> bool:
-        """Whether every component's device count meets its divisibility constraints."""
-        return all(self.workflow.components[i].allows(stop - start)
-                   for i, (start, stop) in enumerate(candidate))
+        """Whether every component's device count passes `can_run`."""
+        return all(self.can_run(i, stop - start) for i, (start, stop) in enumerate(candidate))
+
+    def options(self, candidate: Candidate) -> tuple[tuple[int, ...], ...]:
+        """Per component (names order) its runnable micro-batch sizes on the candidate's
+        devices, coarse to fine; components sharing a micro-batch get the same sizes."""
+        counts = [stop - start for start, stop in candidate]
+        out: list[tuple[int, ...]] = []
+        for group in self._group:
+            need = max(counts[j] * self._unit[j] for j in group)
+            out.append(self._sizes(group[0], need))
+        return tuple(out)
+
+    def _sizes(self, leader: int, items_per_call: int) -> tuple[int, ...]:
+        key = (leader, items_per_call)
+        cache = self._shared.sizes
+        if key not in cache:
+            cache[key] = runnable_sizes(self.choices[self.names[leader]], self._batch[leader],
+                                        items_per_call=items_per_call)
+        return cache[key]
+
+    def conform(self, candidate: Candidate, sizes: Sequence[int]) -> tuple[int, ...]:
+        """`sizes` made runnable on `candidate`: a size that is not becomes the smallest
+        runnable one above it (at worst the whole batch); followers take their leader's."""
+        options = self.options(candidate)
+        out = list(sizes)
+        for i in self._leaders:
+            if out[i] not in options[i]:
+                out[i] = min((s for s in options[i] if s >= out[i]), default=options[i][0])
+        return tuple(out[group[0]] for group in self._group)
 
     # ------------------------------------------------------------------ layout
-    def layout(self, candidate: Candidate) -> Layout:
-        """Atoms of a range candidate (segments between range boundaries)."""
+    def devices(self, candidate: Candidate) -> tuple[tuple[int, ...], ...]:
+        """Each component's device indices (the candidate mapped through the order)."""
+        return tuple(tuple(sorted(self.order[s:e])) for s, e in candidate)
+
+    def _atom_memory(self, lo: int, hi: int) -> int:
+        if self._uniform_memory is not None:
+            return self._uniform_memory
+        return min(self._memory[lo:hi])
+
+    def _node_of(self, start: int, stop: int) -> int | None:
+        """The node holding positions ``[start, stop)``, or None when they span nodes."""
+        return self._node[start] if self._breaks[stop - 1] == self._breaks[start] else None
+
+    def layout(self, candidate: Candidate, *, record: bool = False) -> Layout:
+        """Atoms of a range candidate (segments between range boundaries); with `record`,
+        the devices of each atom (for recorded intervals)."""
         cuts = sorted({b for rng in candidate for b in rng})
         atoms: list[tuple[int, int]] = []
         members: list[list[str]] = []
@@ -111,21 +218,18 @@ class Evaluator:
         for i, inside in enumerate(members):
             for n in inside:
                 comp_atoms[n].append(i)
-        if self._uniform_memory is not None:
-            atom_memory = tuple(self._uniform_memory for _ in atoms)
-        else:
-            atom_memory = tuple(min(self.cluster.devices[d].memory_bytes
-                                    for d in range(lo, lo + size)) for lo, size in atoms)
-        node_of = self.cluster.node_of
-        comp_node: dict[str, int | None] = {}
-        for n, (s, e) in zip(self.names, candidate, strict=True):
-            comp_node[n] = node_of(s) if node_of(s) == node_of(e - 1) else None
+        device_lists: tuple[tuple[int, ...], ...] = ()
+        if record or not self._identity:
+            device_lists = tuple(tuple(sorted(self.order[lo:lo + size])) for lo, size in atoms)
         return Layout(
-            atoms=tuple(atoms), atom_memory=atom_memory,
+            atoms=tuple(atoms),
+            atom_memory=tuple(self._atom_memory(lo, lo + size) for lo, size in atoms),
             comp_atoms={n: tuple(a) for n, a in comp_atoms.items()},
             comp_devices={n: e - s for n, (s, e) in zip(self.names, candidate, strict=True)},
-            comp_node=comp_node,
+            comp_node={n: self._node_of(s, e)
+                       for n, (s, e) in zip(self.names, candidate, strict=True)},
             comp_sets={n: frozenset(a) for n, a in comp_atoms.items()},
+            device_lists=device_lists,
         )
 
     def signature(self, candidate: Candidate) -> Signature:
@@ -138,11 +242,8 @@ class Evaluator:
                 if s <= lo < e:
                     mask |= 1 << i
             if mask:
-                memory = self._uniform_memory if self._uniform_memory is not None else min(
-                    self.cluster.devices[d].memory_bytes for d in range(lo, hi))
-                atoms.add((mask, memory))
-        node_of = self.cluster.node_of
-        nodes = [node_of(s) if node_of(s) == node_of(e - 1) else None for s, e in candidate]
+                atoms.add((mask, self._atom_memory(lo, hi)))
+        nodes = [self._node_of(s, e) for s, e in candidate]
         same = tuple(-1 if nd is None else nodes.index(nd) for nd in nodes)
         return tuple(e - s for s, e in candidate), frozenset(atoms), same
 
@@ -153,22 +254,23 @@ class Evaluator:
         key = (candidate, tuple(sizes))
         if key in self._sim and not record:
             return self._sim[key]
+        by_signature = self._shared.by_signature
         if not record:
             by_sig = (self.signature(candidate), key[1])
-            if by_sig in self._by_signature:
-                self._sim[key] = self._by_signature[by_sig]
+            if by_sig in by_signature:
+                self._sim[key] = by_signature[by_sig]
                 return self._sim[key]
-        self.simulations += 1
+        self._shared.simulations += 1
         try:
             result: SimulationResult | None = simulate_layout(
-                self.workflow, self.layout(candidate), self.cost, self.cluster,
+                self.workflow, self.layout(candidate, record=record), self.cost, self.cluster,
                 micro_batch=dict(zip(self.names, sizes, strict=True)), record=record,
-                memo=self._memo)
+                memo=self._shared.memo)
         except PlanningError:
             result = None
         self._sim[key] = result
         if not record:
-            self._by_signature[by_sig] = result
+            by_signature[by_sig] = result
         return result
 
     def time(self, candidate: Candidate, sizes: Sequence[int]) -> float:
@@ -176,13 +278,23 @@ class Evaluator:
         result = self.simulate(candidate, sizes)
         return math.inf if result is None else result.iteration_time
 
-    def uniform_sizes(self, chunks: int, *, split: Sequence[bool] | None = None) -> tuple[int, ...]:
-        """Components split into (about) `chunks` micro-batches (only where `split` is True)."""
+    def uniform_sizes(self, candidate: Candidate, chunks: int, *,
+                      split: Sequence[bool] | None = None,
+                      short_whole: bool = False) -> tuple[int, ...]:
+        """Components split into (about) `chunks` micro-batches (only where `split` is True
+        for some component of its micro-batch group), within the runnable sizes. A component
+        with fewer sizes than that level (too many devices for so small calls) takes its
+        finest, or with `short_whole` its whole batch."""
+        options = self.options(candidate)
+        level = max(0, chunks.bit_length() - 1)
         out = []
-        for i, n in enumerate(self.names):
-            opts = self.choices[n]
-            level = max(0, chunks.bit_length() - 1) if split is None or split[i] else 0
-            out.append(opts[min(len(opts) - 1, level)])
+        for i, group in enumerate(self._group):
+            opts = options[i]
+            splits = split is None or any(split[j] for j in group)
+            if not splits or (short_whole and level >= len(opts)):
+                out.append(opts[0])
+            else:
+                out.append(opts[min(len(opts) - 1, level)])
         return tuple(out)
 
     def pipelined(self, candidate: Candidate) -> tuple[bool, ...]:
@@ -213,25 +325,28 @@ class Evaluator:
     def quick(self, candidate: Candidate) -> tuple[float, tuple[int, ...]]:
         """Best time over uniform splits (1, 2, 4, … chunks everywhere, or in the `coarse`
         patterns): a fast score."""
-        levels = max(len(o) for o in self.choices.values())
+        levels = max(len(o) for o in self.options(candidate))
         masks = (None, *self._split_masks(self.pipelined(candidate)))
         return self._best_uniform(candidate, [1 << level for level in range(levels)], masks)
 
     def _best_uniform(self, candidate: Candidate, chunk_counts: Sequence[int],
                       masks: Sequence[Sequence[bool] | None]) -> tuple[float, tuple[int, ...]]:
         """Fastest simulated time over `chunk_counts` uniform splits of each mask's
-        components (None: all), with its micro-batch sizes."""
-        best = (math.inf, self.uniform_sizes(1))
+        components (None: all), components short of sizes at their finest or whole, with
+        its micro-batch sizes."""
+        best = (math.inf, self.uniform_sizes(candidate, 1))
         tried: set[tuple[int, ...]] = set()
         for chunks in chunk_counts:
             for mask in masks:
-                sizes = self.uniform_sizes(chunks, split=mask)
-                if sizes in tried:
-                    continue
-                tried.add(sizes)
-                t = self.time(candidate, sizes)
-                if t < best[0]:
-                    best = (t, sizes)
+                for short_whole in (False, True):
+                    sizes = self.uniform_sizes(candidate, chunks, split=mask,
+                                               short_whole=short_whole)
+                    if sizes in tried:
+                        continue
+                    tried.add(sizes)
+                    t = self.time(candidate, sizes)
+                    if t < best[0]:
+                        best = (t, sizes)
         return best
 
     def _split_masks(self, split: tuple[bool, ...]) -> tuple[tuple[bool, ...], ...]:
@@ -244,20 +359,26 @@ class Evaluator:
         sinks = tuple(s and n not in sources for s, n in zip(split, self.names, strict=True))
         return tuple(dict.fromkeys((split, feeders, sinks)))
 
+    def _expand(self, leader_sizes: Sequence[int]) -> tuple[int, ...]:
+        """Sizes of every component from those of the micro-batch leaders (`_leaders`)."""
+        by_leader = dict(zip(self._leaders, leader_sizes, strict=True))
+        return tuple(by_leader[group[0]] for group in self._group)
+
     def best(self, candidate: Candidate, *, exhaustive: bool = False,
              below: float | None = None) -> Scored | None:
-        """Best micro-batches for `candidate`: every combination when there are few (or when
-        `exhaustive`), else coordinate descent from the best uniform split.
+        """Best runnable micro-batches for `candidate`: every combination when there are few
+        (or when `exhaustive`), else coordinate descent from the best uniform split.
 
         With `below` (enumeration only), combinations whose `sized_bound` reaches the best time
         found so far or `below` are not simulated: exact for every result under `below`.
         None when nothing fits (or, with `below`, nothing can beat it).
         """
-        options = [self.choices[n] for n in self.names]
+        all_options = self.options(candidate)
+        options = [all_options[i] for i in self._leaders]
         total = math.prod(len(o) for o in options)
         if exhaustive or total <= self.enumerate_limit:
-            best_t, best_sizes = math.inf, tuple(o[0] for o in options)
-            combos = list(itertools.product(*options))
+            best_t, best_sizes = math.inf, self._expand([o[0] for o in options])
+            combos = [self._expand(c) for c in itertools.product(*options)]
             if below is not None:  # lowest bound first; stop once the bound cannot win
                 ranked = sorted((self.sized_bound(candidate, c), c) for c in combos)
                 combos = []
@@ -277,9 +398,10 @@ class Evaluator:
             improved = True
             while improved:
                 improved = False
-                for i, opts in enumerate(options):
-                    for size in opts:
-                        trial = (*best_sizes[:i], size, *best_sizes[i + 1:])
+                for i in self._leaders:
+                    for size in all_options[i]:
+                        trial = tuple(size if group[0] == i else s
+                                      for s, group in zip(best_sizes, self._group, strict=True))
                         t = self.time(candidate, trial)
                         if t < best_t - 1e-12:
                             best_t, best_sizes, improved = t, trial, True
@@ -288,29 +410,34 @@ class Evaluator:
         result = self.simulate(candidate, best_sizes)
         if result is None:  # pragma: no cover - finite time implies a result
             return None
-        return Scored(candidate, dict(zip(self.names, best_sizes, strict=True)), best_t, result)
+        return Scored(candidate, dict(zip(self.names, best_sizes, strict=True)), best_t, result,
+                      self.devices(candidate))
 
     # ------------------------------------------------------------------ bounds
     def work(self, name: str, devices: int) -> float:
-        """Least total compute seconds of `name` per iteration on `devices` devices."""
+        """Least total compute seconds of `name` per iteration on `devices` devices, over
+        the sizes it can run there (a superset of those its micro-batch group can)."""
         key = (name, devices, 0)
-        if key not in self._work:
-            batch = self.workflow.batch_of(name)
+        cache = self._shared.work
+        if key not in cache:
+            i = self.names.index(name)
+            batch = self._batch[i]
             best = math.inf
-            for size in self.choices[name]:
+            for size in self._sizes(self._group[i][0], devices * self._unit[i]):
                 full, rest = divmod(batch, size)
                 t = full * self.cost.time(name, batch_size=size, num_devices=devices)
                 if rest:
                     t += self.cost.time(name, batch_size=rest, num_devices=devices)
                 best = min(best, t)
-            self._work[key] = best * self.workflow.steps_of(name)
-        return self._work[key]
+            cache[key] = best * self.workflow.steps_of(name)
+        return cache[key]
 
     def sized_work(self, name: str, devices: int, size: int) -> float:
         """Total compute seconds of `name` per iteration on `devices` devices with micro-batch
         `size` (streaming components make one call whatever `size`)."""
         key = (name, devices, size)
-        if key not in self._work:
+        cache = self._shared.work
+        if key not in cache:
             batch = self.workflow.batch_of(name)
             if self.workflow.component(name).streaming:
                 size = batch
@@ -318,8 +445,8 @@ class Evaluator:
             t = full * self.cost.time(name, batch_size=size, num_devices=devices)
             if rest:
                 t += self.cost.time(name, batch_size=rest, num_devices=devices)
-            self._work[key] = t * self.workflow.steps_of(name)
-        return self._work[key]
+            cache[key] = t * self.workflow.steps_of(name)
+        return cache[key]
 
     def sized_bound(self, candidate: Candidate, sizes: Sequence[int]) -> float:
         """`lower_bound` for the micro-batch `sizes` (names order)."""
@@ -336,9 +463,10 @@ class Evaluator:
 
     # ------------------------------------------------------------------ results
     def to_plan(self, scored: Scored, *, label: str = "") -> ExecutionPlan:
-        """The `ExecutionPlan` of a scored candidate."""
-        comps = {n: ComponentPlacement(n, tuple(range(s, e)))
-                 for n, (s, e) in zip(self.names, scored.candidate, strict=True)}
+        """The `ExecutionPlan` of a scored candidate (on its own evaluator's devices)."""
+        devices = scored.devices or self.devices(scored.candidate)
+        comps = {n: ComponentPlacement(n, devs)
+                 for n, devs in zip(self.names, devices, strict=True)}
         placement = Placement(comps, derive_mode(comps.values()), self.cluster.num_devices)
         granularity = {e.key: scored.micro_batch[e.dst] for e in self.workflow.edges}
         return ExecutionPlan(placement, dict(scored.micro_batch), granularity, scored.time,
