@@ -198,15 +198,21 @@ def embodied_workflow(spec: EmbodiedSpec) -> Workflow:
     one thread per device. Placement devices are CPU slots, so every component is a ``cpu``
     resource; with ``device="cuda"`` the policy and actor processes also share the machine's
     GPU through Ray, which the profile's measured times carry.
+
+    What the launch runs exactly, declared to the planner: the env's micro-batch is a stage
+    group, so it divides ``num_envs`` (`_stages_of`); the policy serves the same stage
+    groups (`same_micro_batch_as`); the actor trains once on the whole rollout.
     """
     n = spec.env.num_envs
     obs = _obs_bytes(spec)
     return Workflow(
         components=(
-            Component("env", kind="env", resource="cpu", batch=n, max_devices=1),
-            Component("rollout", kind="rollout", resource="cpu", batch=n, max_devices=1),
+            Component("env", kind="env", resource="cpu", batch=n, max_devices=1,
+                      micro_batch_divides=True),
+            Component("rollout", kind="rollout", resource="cpu", batch=n, max_devices=1,
+                      same_micro_batch_as="env"),
             Component("actor", kind="actor", resource="cpu",
-                      batch=spec.samples_per_iteration),
+                      batch=spec.samples_per_iteration, whole_batch=True),
         ),
         edges=(
             Edge("env", "rollout", bytes_per_item=2 * obs + 16),  # obs, final obs, index
