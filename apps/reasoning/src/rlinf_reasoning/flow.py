@@ -224,7 +224,11 @@ def reasoning_workflow(spec: FlowSpec, *, prompts_per_step: int | None = None,
                        rollout_ranks: int = 1) -> Workflow:
     """The macro flow as the planner sees it: items are responses (sequences). The rollout
     is one streaming call whose groups come out a rollout micro-batch at a time
-    (`rollout_completion`), each of its `rollout_ranks` ranks generating its share."""
+    (`rollout_completion`), each of its `rollout_ranks` ranks generating its share.
+
+    Every role handles whole GRPO groups (`micro_batch_multiple=group_size`): a message of
+    the plan's granularity carries ``items // group_size`` groups (`_granularity`), so
+    micro-batches are whole groups and each rank gets at least one group per call."""
     prompts = prompts_per_step or spec.prompts_per_step
     group = spec.rollout.group_size
     response = spec.rollout.sampling.max_new_tokens
@@ -233,12 +237,13 @@ def reasoning_workflow(spec: FlowSpec, *, prompts_per_step: int | None = None,
     per_edge = {"reward": tokens + 4, "inference": tokens + 4 * response + 4,
                 "actor": tokens + 4 * response + 4}
     components = [
-        Component("rollout", resource="gpu", streaming=True,
+        Component("rollout", resource="gpu", streaming=True, micro_batch_multiple=group,
                   completion=rollout_completion(
                       prompts, rollout_ranks, spec.rollout.groups_per_micro_batch)),
-        Component("reward", resource="cpu"),
-        *([Component("inference", resource="gpu")] if spec.uses_inference else []),
-        Component("actor", resource="gpu"),
+        Component("reward", resource="cpu", micro_batch_multiple=group),
+        *([Component("inference", resource="gpu", micro_batch_multiple=group)]
+          if spec.uses_inference else []),
+        Component("actor", resource="gpu", micro_batch_multiple=group),
     ]
     edges = [Edge(src, dst, bytes_per_item=float(per_edge[dst])) for src, dst in _edges(spec)]
     return Workflow(tuple(components), tuple(edges), global_batch=prompts * group,

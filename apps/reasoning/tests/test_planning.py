@@ -1,0 +1,81 @@
+"""`auto` planning proposes only plans the reasoning flow runs exactly (no Ray needed).
+
+The flow hands every role messages of whole GRPO groups (``granularity // group_size``
+groups, `ReasoningFlow._granularity`) and routes groups to ranks with `Routing`, which
+refuses more actor ranks than groups. The planner must propose only micro-batches of
+whole groups, at least one group per device, whatever the prompt count, group size and
+devices.
+"""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rlinf_reasoning.flow import FlowSpec, reasoning_workflow
+
+from rlinf.sched import AnalyticCost, AnalyticCostModel, Cluster, ExecutionPlan, plan
+from rlinf.sched.granularity import check_micro_batches
+from rlinf.workers.reasoning.routing import Routing
+from rlinf.workers.rollout import RolloutWorkerConfig
+
+GIB = 2**30
+
+
+def assert_runs_as_planned(spec: FlowSpec, chosen: ExecutionPlan) -> None:
+    group = spec.rollout.group_size
+    for edge, items in chosen.granularity.items():
+        assert items % group == 0, f"{edge} carries {items} items, not whole groups of {group}"
+    for name, items in chosen.micro_batch.items():
+        assert items % group == 0, f"{name} micro-batch {items} is not whole groups"
+    ranks = {c.component: c.num_devices for c in chosen.placement}
+    Routing(groups=spec.prompts_per_step, groups_per_micro_batch=spec.rollout
+            .groups_per_micro_batch, group_size=group, rollout_ranks=ranks["rollout"],
+            reward_ranks=ranks["reward"], inference_ranks=ranks.get("inference", 0),
+            actor_ranks=ranks["actor"])  # raises ConfigError on too many actor ranks
+    check_micro_batches(reasoning_workflow(spec), chosen.micro_batch, devices=ranks)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[FlowSpec, AnalyticCostModel, Cluster]:
+    group = draw(st.integers(2, 8))
+    spec = FlowSpec(rollout=RolloutWorkerConfig(
+                        group_size=group, groups_per_micro_batch=draw(st.integers(1, 4))),
+                    prompts_per_step=draw(st.integers(1, 24)),
+                    recompute_logprobs=draw(st.booleans()))
+    cost = AnalyticCostModel({
+        "rollout": AnalyticCost(fixed=0.5, per_item=draw(st.floats(0.01, 0.5)), tail=0.1,
+                                replicated=40 * GIB, switch=draw(st.floats(0.1, 3.0))),
+        "reward": AnalyticCost(fixed=draw(st.sampled_from([0.0, 0.05])), per_item=0.002),
+        "inference": AnalyticCost(fixed=draw(st.sampled_from([0.0, 0.2])),
+                                  per_item=draw(st.floats(0.001, 0.1)), replicated=8 * GIB,
+                                  switch=1.0),
+        "actor": AnalyticCost(fixed=draw(st.sampled_from([0.0, 0.3])),
+                              per_item=draw(st.floats(0.003, 0.3)),
+                              sync=draw(st.sampled_from([0.0, 0.1])), replicated=30 * GIB,
+                              switch=2.0),
+    })
+    return spec, cost, Cluster.uniform(1, draw(st.integers(1, 6)), "80GiB", "H100")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(cases())
+def test_every_plan_of_auto_moves_whole_groups(
+        case: tuple[FlowSpec, AnalyticCostModel, Cluster]) -> None:
+    spec, cost, cluster = case
+    result = plan(reasoning_workflow(spec), cost, cluster)
+    for chosen in (*result.ranked, *result.baselines.values()):
+        assert_runs_as_planned(spec, chosen)
+
+
+def test_few_prompts_keep_actor_ranks_fed() -> None:
+    # 3 prompts of 8 responses on 8 devices: 24 items could feed 8 ranks one response each,
+    # but a rank trains whole groups, so no role gets more than 3 devices.
+    spec = FlowSpec(rollout=RolloutWorkerConfig(group_size=8, groups_per_micro_batch=1),
+                    prompts_per_step=3)
+    cost = AnalyticCostModel({n: AnalyticCost(fixed=0.1, per_item=0.1, replicated=GIB)
+                              for n in ("rollout", "reward", "inference", "actor")})
+    result = plan(reasoning_workflow(spec), cost, Cluster.uniform(1, 8, "80GiB", "H100"))
+    for chosen in (*result.ranked, *result.baselines.values()):
+        assert max(c.num_devices for c in chosen.placement) <= 3
+        assert_runs_as_planned(spec, chosen)
