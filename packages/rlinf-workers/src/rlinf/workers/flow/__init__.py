@@ -28,7 +28,7 @@ from rlinf.workers.flow.errors import (
     WeightSyncTargetError,
 )
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
-from rlinf.workers.flow.run import FlowRun
+from rlinf.workers.flow.run import FlowRun, ensure_ray
 from rlinf.workers.flow.weights import WeightSync
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
 
@@ -52,6 +52,7 @@ __all__ = [
     "WeightSync",
     "WeightSyncSpec",
     "WeightSyncTargetError",
+    "ensure_ray",
     "launch_auto",
     "plan_flow",
     "profile_flow",

@@ -35,7 +35,7 @@ from rlinf.sched import (
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.declaration import MacroFlow
 from rlinf.workers.flow.records import IterationRecord
-from rlinf.workers.flow.run import FlowRun
+from rlinf.workers.flow.run import FlowRun, ensure_ray
 
 __all__ = ["AutoReport", "launch_auto", "plan_flow", "profile_flow"]
 
@@ -110,14 +110,23 @@ def launch_auto(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int]
                 device_counts: Sequence[int] | None = None,
                 options: PlannerOptions | None = None,
                 timeout: float = 600.0) -> tuple[FlowRun, AutoReport]:
-    """Profile, fit, plan, and launch the best plan (see the module docstring)."""
+    """Profile, fit, plan, and launch the best plan (see the module docstring). Ray is
+    started once if needed and stopped when the returned run closes."""
     started = time.perf_counter()
-    profile = profile_flow(flow, cluster, batch_sizes=batch_sizes, device_counts=device_counts,
-                           timeout=timeout)
-    seconds = time.perf_counter() - started
-    ranked = plan_flow(flow, profile, cluster, options=options)
-    best = ranked.best
-    _log.info("flow_planned", flow=flow.name, plan=best.spec, mode=best.mode.value,
-              predicted_s=best.predicted_time, profile_s=seconds)
-    run = FlowRun.launch(flow, best, cluster=cluster, timeout=timeout)
+    owns_ray = ensure_ray()
+    try:
+        profile = profile_flow(flow, cluster, batch_sizes=batch_sizes,
+                               device_counts=device_counts, timeout=timeout)
+        seconds = time.perf_counter() - started
+        ranked = plan_flow(flow, profile, cluster, options=options)
+        best = ranked.best
+        _log.info("flow_planned", flow=flow.name, plan=best.spec, mode=best.mode.value,
+                  predicted_s=best.predicted_time, profile_s=seconds)
+        run = FlowRun.launch(flow, best, cluster=cluster, timeout=timeout, stop_ray=owns_ray)
+    except BaseException:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
+        raise
     return run, AutoReport(plan=best, ranked=ranked, profile=profile, profile_seconds=seconds)

@@ -4,8 +4,8 @@ iteration, and torn down.
 `FlowRun.launch(flow, plan)`:
 
 1. one `WorkerGroup` per component on the plan's placement (devices × processes per device
-   ranks, launched side by side; each rank reserves an equal share of Ray's free CPUs, at
-   most one, and on CUDA its share of a GPU);
+   ranks, launched side by side; each rank reserves an equal share of the Ray cluster's
+   CPUs, at most one, and on CUDA its share of a GPU);
 2. a `rlinf.sched.DeviceLockServer` when any device is shared — ranks hold their devices
    through it around every unit of work (`FlowWorker.turn`), onloading and offloading;
 3. one channel per declared edge, created by rank 0 of the consuming group;
@@ -29,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
@@ -49,7 +49,7 @@ from rlinf.workers.flow.weights import WeightSync, weight_transport
 from rlinf.workers.flow.worker import EntryReport
 from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup
 
-__all__ = ["FlowRun"]
+__all__ = ["FlowRun", "ensure_ray"]
 
 _log = structlog.get_logger(__name__)
 
@@ -81,17 +81,18 @@ class FlowRun:
 
     @classmethod
     def launch(cls, flow: MacroFlow, plan: ExecutionPlan, *, cluster: Cluster | None = None,
-               timeout: float = 600.0, log_level: str = "WARNING") -> FlowRun:
-        """Start `flow` where `plan` places it (see the module docstring); Ray is started
-        (and stopped at `close`) if this process has not initialised it. `cluster` (from
-        `rlinf.sched.Cluster.discover()` on the live Ray cluster) pins each rank to its
-        device's node. `timeout` bounds every wait (launch, each call, each step)."""
+               timeout: float = 600.0, log_level: str = "WARNING",
+               stop_ray: bool | None = None) -> FlowRun:
+        """Start `flow` where `plan` places it (see the module docstring). Ray is started if
+        this process has not initialised it, and stopped at `close` if this launch started
+        it (`stop_ray` decides otherwise). `cluster` (from `rlinf.sched.Cluster.discover()`
+        on the live Ray cluster) pins each rank to its device's node. `timeout` bounds every
+        wait (launch, each call, each step)."""
         placement = _checked_placement(flow, plan.placement)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
-        owns_ray = not ray.is_initialized()
-        if owns_ray:
-            ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+        started = ensure_ray()
+        owns_ray = started if stop_ray is None else stop_ray
         run_id = uuid.uuid4().hex[:8]
         store = f"rlinf-flow-{run_id}"
         token = new_token()
@@ -317,6 +318,7 @@ class FlowRun:
                     group.kill()
                 else:
                     group.shutdown(timeout=min(self.timeout, 30.0))
+        _await_exit(self._groups.values(), timeout=min(self.timeout, 30.0))
         _stop(self._lock, self._store, self._owns_ray)
         _log.info("flow_closed", flow=self.flow.name, killed=kill)
 
@@ -326,6 +328,15 @@ class FlowRun:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close(kill=exc is not None)
+
+
+def ensure_ray() -> bool:
+    """Start a local Ray instance unless this process is connected to one; returns whether
+    it started one (whoever did stops it)."""
+    if ray.is_initialized():
+        return False
+    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    return True
 
 
 def _error_of(future: GroupFuture) -> BaseException:
@@ -387,13 +398,15 @@ def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
 
 
 def _cpus_per_rank(placement: Placement) -> float:
-    """An equal share of Ray's free CPUs per rank (at most one)."""
+    """An equal share of the Ray cluster's CPUs per rank (at most one). The total, not what
+    is free right now: a flow closed just before still returns its CPUs for a moment, and
+    Ray starts the new ranks as soon as they are back."""
     ranks = sum(c.num_procs for c in placement)
-    available = float(ray.available_resources().get("CPU", 0.0))
-    share = min(1.0, int(100 * available / ranks) / 100)
+    total = float(ray.cluster_resources().get("CPU", 0.0))
+    share = min(1.0, int(100 * total / ranks) / 100)
     if share < 0.01:
-        raise ConfigError(f"Ray has {available:g} CPUs free for {ranks} worker ranks; close "
-                          "other flows or start Ray with more CPUs")
+        raise ConfigError(f"the Ray cluster has {total:g} CPUs for {ranks} worker ranks; start "
+                          "Ray with more CPUs or place fewer ranks")
     return share
 
 
@@ -404,6 +417,14 @@ def _gpus_per_rank(flow: MacroFlow, spec: ComponentSpec, placement: Placement) -
         return 0.0
     sharing = max(len(placement.sharing(d)) for d in placement.devices_of(spec.name))
     return 1.0 / (sharing * placement.procs_per_device(spec.name))
+
+
+def _await_exit(groups: Iterable[WorkerGroup], *, timeout: float) -> None:
+    """Return once Ray knows every rank of `groups` is gone (so their CPUs are free for the
+    next launch): a call on a killed actor fails exactly then."""
+    refs: list[Any] = [actor.worker_info.remote() for group in groups for actor in group.actors]
+    with contextlib.suppress(Exception):
+        ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
 def _stop(lock: Any, store: str, owns_ray: bool) -> None:

@@ -17,7 +17,6 @@ from typing import Any
 
 from rlinf.sched import Placement
 from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, GroupFuture, WorkerGroup, on_one_node
-from rlinf.workers.weight_sync import choose_transport
 
 __all__ = ["RECEIVER_METHODS", "SENDER_METHODS", "WeightSync", "weight_transport"]
 
@@ -34,6 +33,8 @@ Wait = Callable[[Mapping[str, GroupFuture]], dict[str, list[Any]]]
 def weight_transport(sender: WorkerGroup, receivers: Sequence[WorkerGroup], *,
                      placement: Placement, on_gpu: bool) -> str:
     """The transport between `sender` and `receivers` as they run (their reported nodes)."""
+    from rlinf.workers.weight_sync import choose_transport  # torch: only when weights move
+
     infos = [info for group in (sender, *receivers) for info in group.infos]
     same_device = all(placement.devices_of(g.role) == placement.devices_of(sender.role)
                       for g in receivers)

@@ -1,0 +1,157 @@
+"""`MacroFlow` declarations: what the planner sees, fixed plans, and bad declarations that
+fail with typed errors naming the problem (no Ray needed)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+
+from rlinf.sched import Component, Edge, ExecutionMode, Loop, Placement
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import (
+    ChannelSpec,
+    ComponentSpec,
+    FlowChannel,
+    FlowCycleError,
+    FlowDeclarationError,
+    MacroFlow,
+    StepContext,
+    UnknownComponentError,
+    WeightSyncSpec,
+    WeightSyncTargetError,
+)
+from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
+from rlinf.workers.runtime import Worker
+
+from .toys import Relay, Sink, Source
+
+
+def source(name: str = "source", batch: int = 8) -> ComponentSpec:
+    return ComponentSpec(Component(name, resource="cpu", batch=batch), Source, entry="produce")
+
+
+def sink(name: str = "sink", batch: int = 8) -> ComponentSpec:
+    return ComponentSpec(Component(name, batch=batch), Sink, entry="consume", setup="build",
+                         distributed=True)
+
+
+def relay(name: str = "relay") -> ComponentSpec:
+    return ComponentSpec(Component(name, batch=8), Relay, entry="relay")
+
+
+def chain(*names: str, unit: int = 2) -> tuple[ChannelSpec, ...]:
+    return tuple(ChannelSpec(Edge(a, b, bytes_per_item=64), unit=unit, granularity=unit)
+                 for a, b in itertools.pairwise(names))
+
+
+def test_the_planner_sees_the_declared_components_edges_and_loops() -> None:
+    flow = MacroFlow((source(), relay(), sink()), chain("source", "relay", "sink"),
+                     weight_syncs=(WeightSyncSpec("sink", ("source",)),), name="toy")
+    workflow = flow.to_sched_workflow()
+    assert workflow.names == ("source", "relay", "sink")
+    assert [e.key for e in workflow.edges] == ["source->relay", "relay->sink"]
+    assert workflow.global_batch == 8 and workflow.component("source").resource == "cpu"
+    assert flow.items(16) == {"source": 16, "relay": 16, "sink": 16}
+    # a loop is translated for the planner (not run by FlowRun yet)
+    looped = MacroFlow(
+        (source("env"), relay("policy"), sink("actor")),
+        (ChannelSpec(Edge("env", "policy")), ChannelSpec(Edge("policy", "env", feedback=True)),
+         ChannelSpec(Edge("env", "actor"))),
+        loops=(Loop(("env", "policy"), steps=5),))
+    assert looped.to_sched_workflow().steps_of("policy") == 5
+
+
+def test_fixed_plans_parse_the_placement_syntax() -> None:
+    flow = MacroFlow((source(), relay(), sink()), chain("source", "relay", "sink"))
+    plan = flow.fixed_plan("source: 0, relay,sink: 1", num_devices=2)
+    assert plan.mode is ExecutionMode.HYBRID and math.isnan(plan.predicted_time)
+    assert plan.granularity == {"source->relay": 2, "relay->sink": 2}
+    assert plan.micro_batch == {"source": 8, "relay": 8, "sink": 8}
+    assert flow.fixed_plan("collocated", num_devices=2).placement.devices_of("sink") == (0, 1)
+    with pytest.raises(FlowDeclarationError, match="auto"):
+        flow.fixed_plan("auto", num_devices=2)
+    with pytest.raises(FlowDeclarationError, match="placement"):
+        flow.fixed_plan("source: 0, relay: 1", num_devices=2)  # sink not placed
+
+
+def test_a_channel_naming_an_unknown_component_is_refused() -> None:
+    with pytest.raises(UnknownComponentError, match=r"source->trainer.*'trainer'"):
+        MacroFlow((source(), sink()), chain("source", "trainer"))
+
+
+def test_a_cycle_without_a_loop_is_refused_and_named() -> None:
+    channels = (*chain("source", "relay", "sink"), ChannelSpec(Edge("sink", "source")))
+    with pytest.raises(FlowCycleError, match=r"cycle .*source.*feedback"):
+        MacroFlow((source(), relay(), sink()), channels)
+    # a feedback edge outside any loop is refused by the planner's own check
+    bad = (*chain("source", "sink"), ChannelSpec(Edge("sink", "source", feedback=True)))
+    with pytest.raises(FlowDeclarationError, match="feedback"):
+        MacroFlow((source(), sink()), bad)
+
+
+def test_weight_sync_needs_declared_targets_that_can_receive() -> None:
+    parts, channels = (source(), sink()), chain("source", "sink")
+    with pytest.raises(WeightSyncTargetError, match="no target"):
+        MacroFlow(parts, channels, weight_syncs=(WeightSyncSpec("sink", ()),))
+    with pytest.raises(WeightSyncTargetError, match=r"undeclared component\(s\) \['rollout'\]"):
+        MacroFlow(parts, channels, weight_syncs=(WeightSyncSpec("sink", ("rollout",)),))
+    with pytest.raises(UnknownComponentError, match="trainer"):
+        MacroFlow(parts, channels, weight_syncs=(WeightSyncSpec("trainer", ("source",)),))
+    with pytest.raises(WeightSyncTargetError, match=r"'relay' \(Relay\) is the receiver but "
+                                                     r"lacks \['receive_weights'"):
+        MacroFlow((source(), relay(), sink()), chain("source", "relay", "sink"),
+                  weight_syncs=(WeightSyncSpec("sink", ("relay",)),))
+
+
+def test_other_bad_declarations_say_what_to_fix() -> None:
+    with pytest.raises(FlowDeclarationError, match="more than once"):
+        MacroFlow((source(), source()))
+    with pytest.raises(FlowDeclarationError, match="not a subclass"):
+        MacroFlow((ComponentSpec(Component("w"), Worker, entry="profile"),))  # type: ignore[arg-type]
+    with pytest.raises(FlowDeclarationError, match="entry method 'missing'"):
+        MacroFlow((ComponentSpec(Component("s"), Source, entry="missing"),))
+    with pytest.raises(FlowDeclarationError, match="twice"):
+        MacroFlow((source(), sink()), chain("source", "sink") * 2)
+    with pytest.raises(UnknownComponentError, match="loop"):
+        MacroFlow((source(), sink()), chain("source", "sink"), loops=(Loop(("env",), 2),))
+    # every declaration error is also a ConfigError / ValueError
+    assert issubclass(FlowCycleError, ConfigError) and issubclass(FlowCycleError, ValueError)
+
+
+def test_channel_routing_is_a_function_of_the_unit_index() -> None:
+    robin = FlowChannel("a", "b", "run/a->b", "store", consumer_ranks=3, unit=2,
+                        items_per_message=5)
+    assert robin.units(14) == 7 and robin.units_per_message == 2
+    assert [robin.rank_of(i, 7) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    assert robin.indices(1, 7) == range(1, 7, 3) and robin.key_of(4, 7) == "r1"
+    shard = FlowChannel("a", "b", "run/a->b", "store", consumer_ranks=3, sharding="contiguous")
+    # torch.tensor_split's rule: 7 units over 3 ranks -> 3, 2, 2
+    assert [list(shard.indices(r, 7)) for r in range(3)] == [[0, 1, 2], [3, 4], [5, 6]]
+    for total in range(1, 12):
+        for rank in range(3):
+            assert all(shard.rank_of(i, total) == rank for i in shard.indices(rank, total))
+    with pytest.raises(ConfigError, match="multiple of 2"):
+        robin.units(5)
+    with pytest.raises(ConfigError, match="sharding"):
+        FlowChannel("a", "b", "n", "s", consumer_ranks=1, sharding="random")  # type: ignore[arg-type]
+
+
+def test_records_become_a_profile_the_planner_can_fit() -> None:
+    placement = Placement.from_dict(MacroFlow((source(), sink()), chain("source", "sink"))
+                                    .fixed_plan("source: 0, sink: 1", num_devices=2)
+                                    .placement.to_dict())
+    ctx = StepContext(step=0, items={"source": 8, "sink": 8}, ranks={"source": 1, "sink": 1},
+                      placement=placement)
+    assert not ctx.shares_devices("source", "sink")
+    with pytest.raises(ConfigError, match=">= 1 item"):
+        StepContext(step=0, items={"source": 0}, ranks={}, placement=placement)
+    phases = (PhaseRecord("source", 0.0, 0.5, 0.4, items=8, num_devices=1,
+                          peak_memory_bytes=10, memory_source="rss",
+                          switches=(("onload", 0.01),)),
+              PhaseRecord("weight_sync:sink", 0.5, 0.6, 0.1))
+    profile = profile_of([IterationRecord(0, 0.6, phases)])
+    (measured,) = profile.measurements
+    assert (measured.component, measured.batch_size, measured.seconds) == ("source", 8, 0.4)
+    assert [(s.component, s.direction) for s in profile.switches] == [("source", "onload")]

@@ -1,0 +1,184 @@
+"""`FlowRun` and `launch_auto` on a real local Ray with toy components (no model, so each
+launch takes seconds): streaming through consumer-owned channels, the device lock where
+devices are shared, phases and profiles, weight sync, and teardown on success, on a dead
+rank (named, never a hang), on a failing constructor and on Ctrl-C."""
+
+from __future__ import annotations
+
+import _thread
+import itertools
+import math
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import ray
+
+from rlinf.sched import Cluster, Component, Edge
+from rlinf.workers.errors import WorkerDiedError
+from rlinf.workers.flow import (
+    ChannelSpec,
+    ComponentSpec,
+    FlowClosedError,
+    FlowDeclarationError,
+    FlowRun,
+    MacroFlow,
+    WeightSyncSpec,
+    launch_auto,
+)
+
+from .toys import Relay, Sink, Source
+
+SHM = Path("/dev/shm")
+ITEMS, UNIT = 8, 2
+
+
+def declare(*, sink_kwargs: dict | None = None, source_kwargs: dict | None = None,
+            relay: bool = False) -> MacroFlow:
+    parts = [ComponentSpec(Component("source", resource="cpu", batch=ITEMS), Source,
+                           entry="produce",
+                           init_kwargs={"io_timeout": 60, **(source_kwargs or {})})]
+    if relay:
+        parts.append(ComponentSpec(Component("relay", batch=ITEMS), Relay, entry="relay"))
+    parts.append(ComponentSpec(Component("sink", batch=ITEMS), Sink, entry="consume",
+                               init_kwargs={"io_timeout": 60, **(sink_kwargs or {})},
+                               setup="build", distributed=True))
+    names = [p.name for p in parts]
+    channels = tuple(ChannelSpec(Edge(a, b, bytes_per_item=16), unit=UNIT, granularity=UNIT)
+                     for a, b in itertools.pairwise(names))
+    return MacroFlow(tuple(parts), channels, weight_syncs=(WeightSyncSpec("sink", ("source",)),),
+                     global_batch=ITEMS, name="toy")
+
+
+def segments() -> set[str]:
+    return {p.name for p in SHM.glob("rlinf-*")}
+
+
+def orphaned(before: set[str]) -> set[str]:
+    """Segments created since `before` that no process maps any more: leaked (others'
+    tests on the same machine create and free segments of their own meanwhile)."""
+    new = segments() - before
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        if not new:
+            break
+        try:
+            text = maps.read_text()
+        except OSError:  # the process ended
+            continue
+        new = {name for name in new if name not in text}
+    return new
+
+
+def our_actors() -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["name"].startswith(("source-", "relay-", "sink-", "rlinf-flow-"))]
+
+
+def eventually(check: Callable[[], bool], *, timeout: float = 30.0) -> bool:
+    """Ray frees a killed actor's name and CPUs asynchronously: give it a deadline."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+@pytest.fixture
+def clean(ray_cluster: None) -> Iterator[None]:
+    """Whatever a test launches is gone afterwards: actors, CPU reservations, segments."""
+    before = segments()
+    yield
+    assert eventually(lambda: our_actors() == []), our_actors()
+    assert eventually(lambda: ray.available_resources().get("CPU")
+                      == ray.cluster_resources().get("CPU"))
+    assert eventually(lambda: not orphaned(before)), orphaned(before)
+
+
+def test_collocated_components_stream_take_turns_and_sync(clean: None) -> None:
+    flow = declare(relay=True)
+    plan = flow.fixed_plan("source,relay,sink: 0", num_devices=1)
+    with FlowRun.launch(flow, plan, timeout=120) as run:
+        assert run.uses_device_lock and run.weight_transports == ("shm",)
+        records = [run.step(k) for k in range(2)]
+        profile = run.profile()
+    for record in records:
+        assert record.metrics["sink/sum"] == sum(range(ITEMS // UNIT))
+        assert record.metrics["sink/in_order"] == 1.0 and record.metrics["sink/ready"] == 1.0
+        assert [p.name for p in record.phases] == ["source", "relay", "sink", "weight_sync:sink"]
+        assert record.lock_holds >= ITEMS // UNIT + 2  # one turn per unit and stage at least
+        assert all(p.ended >= p.started >= 0 for p in record.phases)
+        assert record.metrics["time/dataflow"] <= record.seconds
+    # weights of iteration k reached the source before iteration k + 1
+    assert [r.metrics["source/version"] for r in records] == [0.0, 1.0]
+    assert {m.component for m in profile.measurements} == {"source", "relay", "sink"}
+    assert all(m.memory_source == "rss" and m.peak_memory_bytes > 0 for m in profile.measurements)
+    assert profile.switches  # onload/offload as the three took turns on device 0
+
+
+def test_disaggregated_consumer_ranks_get_their_shards_without_a_lock(clean: None) -> None:
+    flow = declare()
+    plan = flow.fixed_plan("source: 0, sink: 1-2", num_devices=3)
+    with FlowRun.launch(flow, plan, timeout=120) as run:
+        record = run.step(0)
+        assert not run.uses_device_lock and record.lock_holds == 0
+        assert run.groups["sink"].world_size == 2
+    # each rank got its contiguous shard in order: units 0, 1 and 2, 3 (the mean of 1 and 5)
+    assert record.metrics["sink/in_order"] == 1.0
+    assert record.metrics["sink/sum"] == (0 + 1 + 2 + 3) / 2
+
+
+def test_a_dead_rank_is_named_and_the_flow_torn_down(clean: None) -> None:
+    flow = declare(sink_kwargs={"exit_on_step": 1})
+    run = FlowRun.launch(flow, flow.fixed_plan("source,sink: 0", num_devices=1), timeout=120)
+    run.step(0)
+    with pytest.raises(WorkerDiedError) as caught:
+        run.step(1)  # the sink exits while the source streams into its channel
+    assert caught.value.role == "sink" and caught.value.rank == 0
+    with pytest.raises(FlowClosedError):
+        run.step(2)
+
+
+def test_a_failing_constructor_leaves_nothing_behind(clean: None) -> None:
+    flow = declare(source_kwargs={"fail_init": True})
+    with pytest.raises(WorkerDiedError, match="refuses to start") as caught:
+        FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2), timeout=120)
+    assert caught.value.role == "source" and caught.value.method == "__init__"
+
+
+def test_ctrl_c_during_a_step_tears_everything_down(clean: None) -> None:
+    flow = declare(source_kwargs={"delay": 2.0})
+    run = FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
+                         timeout=120)
+    timer = threading.Timer(1.0, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run.step(0)
+    finally:
+        timer.cancel()
+    with pytest.raises(FlowClosedError):
+        run.step(1)
+
+
+def test_a_plan_that_does_not_fit_the_flow_is_refused_before_launch(clean: None) -> None:
+    flow = declare(relay=True)
+    plan = declare().fixed_plan("source: 0, sink: 1", num_devices=2)
+    with pytest.raises(FlowDeclarationError, match="places"):
+        FlowRun.launch(flow, plan)
+
+
+def test_auto_profiles_plans_and_launches_the_best_plan(clean: None) -> None:
+    flow = declare(source_kwargs={"delay": 0.01})
+    cluster = Cluster.discover(cpu_slots=2)
+    run, report = launch_auto(flow, cluster, batch_sizes=[4, 8], timeout=120)
+    with run:
+        records = [run.step(k) for k in range(2)]
+    sizes = {(m.component, m.batch_size, m.num_devices) for m in report.profile.measurements}
+    assert sizes == {(c, b, n) for c in ("source", "sink") for b in (4, 8) for n in (1, 2)}
+    assert run.plan == report.plan == report.ranked.best
+    assert math.isfinite(report.predicted_seconds) and report.predicted_seconds > 0
+    compared = report.compare(records)
+    assert compared["measured_s"] > 0 and math.isfinite(compared["relative_error"])

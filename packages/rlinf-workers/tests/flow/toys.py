@@ -1,0 +1,143 @@
+"""Toy flow components shared by the flow tests: no model, so their processes start fast.
+
+`Source` puts one numbered unit per item into its output channel, `Relay` passes units on,
+`Sink` (contiguous shards, like a trainer) sums what it receives and counts its "steps";
+`Sink` also implements the weight-sender methods and `Source` the receiver methods, with
+a version number standing in for the weights.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+import ray
+
+from rlinf.comm import Batch
+from rlinf.workers.flow import FlowChannel, FlowWorker, Sharding, StepContext, rank_key
+from rlinf.workers.runtime import WorkerContext
+
+# Test modules are not importable in Ray's worker processes: ship these classes by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class Switching(FlowWorker):
+    """Counts its context switches (an `rlinf.sched.Onloadable`)."""
+
+    def __init__(self, context: WorkerContext, **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        self.loads = 0
+
+    def onload(self) -> None:
+        self.loads += 1
+
+    def offload(self) -> None:
+        pass
+
+
+class Source(Switching):
+    """Produces units ``0..total-1`` (this rank's share) and receives 'weights'."""
+
+    def __init__(self, context: WorkerContext, *, delay: float = 0.0, fail_init: bool = False,
+                 **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        if fail_init:
+            raise RuntimeError("the source refuses to start")
+        self.delay = delay
+        self.version = -1
+
+    def produce(self, ctx: StepContext, *, output_channel: FlowChannel) -> dict[str, float]:
+        channel = self.channel(output_channel)
+        total = output_channel.units(ctx.items[self.role])
+        mine = range(self.rank, total, ctx.ranks[self.role])
+        for index in mine:
+            with self.turn("produce", index=index):
+                time.sleep(self.delay)  # stands in for work
+                unit = np.full(output_channel.unit, index, dtype=np.int64)
+                channel.put(Batch({"x": unit}, meta={"step": ctx.step}), weight=output_channel.unit,
+                            key=output_channel.key_of(index, total))
+        return {"produced": float(len(mine)), "version": float(self.version)}
+
+    # receiver half of weight sync
+    def receive_weights(self, transport: str, payload: list[Any]) -> int:
+        with self.turn("receive_weights"):
+            self.version = int(payload[0])
+        return len(payload)
+
+    def join_weight_group(self, **kwargs: Any) -> None:
+        pass
+
+
+def _take(worker: FlowWorker, channel: FlowChannel, ctx: StepContext) -> list[int]:
+    handle = worker.channel(channel)
+    total = channel.units(ctx.items[worker.role])
+    left = len(channel.indices(worker.rank, total))
+    got: list[int] = []
+    while left:
+        take = min(channel.units_per_message, left)
+        items = handle.get_batch(target_weight=take * channel.unit, key=rank_key(worker.rank),
+                                 timeout=worker.io_timeout)
+        got += [int(item.tensors["x"][0]) for item in items]
+        left -= len(items)
+    return got
+
+
+class Relay(Switching):
+    """Passes every unit on."""
+
+    def relay(self, ctx: StepContext, *, input_channel: FlowChannel,
+              output_channel: FlowChannel) -> dict[str, float]:
+        out = self.channel(output_channel)
+        total = output_channel.units(ctx.items[output_channel.dst])
+        got = _take(self, input_channel, ctx)
+        with self.turn("relay", units=len(got)):
+            for index in got:
+                out.put(Batch({"x": np.full(output_channel.unit, index, dtype=np.int64)}),
+                        weight=output_channel.unit, key=output_channel.key_of(index, total))
+        return {"relayed": float(len(got))}
+
+
+class Sink(Switching):
+    """Receives its contiguous shard; a trainer stand-in with a 'weights' version."""
+
+    input_sharding: ClassVar[Sharding] = "contiguous"
+
+    def __init__(self, context: WorkerContext, *, exit_on_step: int | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        self.exit_on_step = exit_on_step
+        self.version = 0
+        self.ready = False
+
+    def build(self) -> None:
+        self.ready = True
+
+    def consume(self, ctx: StepContext, *, input_channel: FlowChannel) -> dict[str, float]:
+        if ctx.step == self.exit_on_step:
+            os._exit(3)  # a rank that dies mid-iteration
+        got = _take(self, input_channel, ctx)
+        with self.turn("consume", units=len(got)):
+            self.version += 1
+        total = input_channel.units(ctx.items[self.role])
+        expected = list(input_channel.indices(self.rank, total))
+        return {"sum": float(sum(got)), "in_order": float(sorted(got) == expected),
+                "ready": float(self.ready)}
+
+    # sender half of weight sync
+    def export_weights(self, transport: str) -> list[Any]:
+        return [self.version] if self.rank == 0 else []
+
+    def release_weights(self, handles: list[Any]) -> None:
+        pass
+
+    def broadcast_weights(self) -> None:
+        pass
+
+    def weight_group_address(self) -> tuple[str, int]:
+        return "127.0.0.1", 0
+
+    def join_weight_group(self, **kwargs: Any) -> None:
+        pass
