@@ -277,3 +277,44 @@ def test_items_of_every_layout_round_trip(store: TCPStore, endpoint: Endpoint) -
                     assert torch.equal(torch.as_tensor(batch[name]), array)
         del got, batch
         consumer.disconnect()
+
+
+@pytest.mark.parametrize("huge", [1e12, 1e308])
+def test_a_huge_timeout_is_clamped_and_the_owner_keeps_its_deadlines(
+    store: TCPStore, endpoint: Endpoint, huge: float
+) -> None:
+    """Regression: ``get(timeout=1e12)`` killed the owner's deadline thread with
+    OverflowError; afterwards ``get(timeout=1)`` took 22 s and the next put was lost."""
+    import threading
+    import time
+
+    with Channel.create("c", store=store) as channel:
+        got: list[object] = []
+        waiter = threading.Thread(target=lambda: got.append(channel.get(key="a", timeout=huge)))
+        waiter.start()
+        # the owner still expires short waits on time...
+        started = time.monotonic()
+        with pytest.raises(CommTimeoutError):
+            channel.get(key="b", timeout=0.5)
+        assert time.monotonic() - started < 3.0
+        # ...and the parked huge-timeout get receives the next put
+        channel.put({"x": np.arange(3)}, key="a")
+        waiter.join(timeout=10)
+        assert not waiter.is_alive() and np.array_equal(got[0]["x"], np.arange(3))  # type: ignore[index]
+        channel.put({"x": np.ones(2)}, key="b")
+        assert np.array_equal(channel.get(key="b", timeout=5)["x"], np.ones(2))
+
+
+def test_bad_timeouts_are_refused_by_client_and_owner(store: TCPStore, endpoint: Endpoint) -> None:
+    from rlinf.comm import InvalidArgumentError
+    from rlinf.comm._internal.store import MAX_TIMEOUT_S, check_timeout
+
+    assert check_timeout(1e308) == MAX_TIMEOUT_S
+    with Channel.create("c", store=store) as channel:
+        for bad in (float("nan"), -1.0, float("inf"), "soon", True):
+            with pytest.raises(InvalidArgumentError, match="timeout"):
+                channel.get(timeout=bad)  # type: ignore[arg-type]
+        # a client that skips its own checks: the owner refuses the request itself
+        for bad in ("nan", -5, None):
+            with pytest.raises(InvalidArgumentError, match="timeout"):
+                channel._peer.call({"op": "get", "key": "k", "timeout": bad}, timeout=5)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -178,12 +179,13 @@ def test_sigkilled_peer_mid_frame_raises_peer_died(token):
 
 
 def test_wrong_token_is_refused_on_both_sides(token):
-    with wire.Listener(token=token) as listener, ThreadPoolExecutor(1) as pool:
-        accepted = pool.submit(listener.accept, timeout=10)
+    with wire.Listener(token=token) as listener:
         with pytest.raises(AuthenticationError):
             wire.connect(listener.address, token=wire.new_token(), timeout=10)
-        with pytest.raises(AuthenticationError, match="wrong digest"):
-            accepted.result(timeout=10)
+        # the listener refused it (closed before sending its proof) and hands out nothing
+        assert listener.refused == 1
+        with pytest.raises(CommTimeoutError):
+            listener.accept(timeout=0.2)
 
 
 def test_garbage_client_is_refused_and_nothing_is_decoded(token, monkeypatch):
@@ -198,14 +200,13 @@ def test_garbage_client_is_refused_and_nothing_is_decoded(token, monkeypatch):
         dumps = staticmethod(wire.json.dumps)
 
     monkeypatch.setattr(wire, "json", _SpyJson)
-    with wire.Listener(token=token) as listener, ThreadPoolExecutor(1) as pool:
-        accepted = pool.submit(listener.accept, timeout=10)
+    with wire.Listener(token=token) as listener:
         raw = socket.create_connection(listener.address, timeout=10)
         # Looks like a legitimate frame, but the handshake comes first: refused.
         frame = b"RLF1" + (2).to_bytes(4, "big") + (0).to_bytes(4, "big") + b"{}"
         raw.sendall(frame * 20)
-        with pytest.raises(AuthenticationError):
-            accepted.result(timeout=10)
+        with pytest.raises(CommTimeoutError):
+            listener.accept(timeout=0.5)
         # The listener closed its end (EOF, or a reset since our bytes stay unread).
         raw.settimeout(10)
         with pytest.raises(ConnectionResetError):
@@ -296,6 +297,47 @@ def test_silent_client_cannot_hold_accept(token):
         silent = socket.create_connection(listener.address, timeout=10)
         try:
             with pytest.raises(CommTimeoutError):
-                listener.accept(timeout=30)  # gives up on the handshake after 0.2 s
+                listener.accept(timeout=1.0)  # the silent client is never handed out
+            assert listener.refused == 1  # closed after its 0.2 s handshake budget
+            silent.settimeout(10)
+            assert silent.recv(64)  # the greeting, then EOF: the listener hung up
         finally:
             silent.close()
+
+
+def test_idle_unauthenticated_connections_delay_no_legitimate_client(token):
+    """Regression: the handshake ran in the accepting thread with a 10 s budget per
+    connection, so four idle TCP connections (no token needed) locked a legitimate client
+    out for 30 s and more."""
+    with wire.Listener(token=token) as listener, ThreadPoolExecutor(1) as pool:
+        idle = [socket.create_connection(listener.address, timeout=10) for _ in range(8)]
+        try:
+            started = time.monotonic()
+            client = pool.submit(wire.connect, listener.address, token=token, timeout=5)
+            with listener.accept(timeout=5) as server_end, client.result(timeout=5) as ours:
+                ours.send({"hello": 1}, timeout=5)
+                assert server_end.recv(timeout=5)[0] == {"hello": 1}
+            assert time.monotonic() - started < 2.0
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_handshakes_beyond_max_pending_are_closed_at_once(token):
+    with wire.Listener(token=token, max_pending=2) as listener:
+        idle = [socket.create_connection(listener.address, timeout=10) for _ in range(3)]
+        try:
+            idle[2].settimeout(10)
+            # the third gets nothing but EOF (the first two got the greeting)
+            assert idle[2].recv(64) == b""
+            assert listener.refused == 1
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_accept_refuses_a_bad_timeout(token):
+    with wire.Listener(token=token) as listener:
+        for bad in (float("nan"), -1.0, float("inf")):
+            with pytest.raises(ValueError, match="timeout"):
+                listener.accept(timeout=bad)

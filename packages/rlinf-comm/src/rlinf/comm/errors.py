@@ -23,6 +23,10 @@ class AuthenticationError(CommError, PermissionError):
     """A peer failed the shared-token handshake, or we failed its."""
 
 
+class InvalidArgumentError(CommError, ValueError):
+    """An argument is out of range or of the wrong kind (a NaN timeout, a negative size)."""
+
+
 class CodecError(CommError, ValueError):
     """A batch cannot be encoded, or received bytes are not a valid encoded batch."""
 

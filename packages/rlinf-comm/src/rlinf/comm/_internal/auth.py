@@ -23,8 +23,8 @@ import structlog
 from rlinf.comm._internal.sockio import Deadline, recv_exact_into, send_all
 from rlinf.comm.errors import AuthenticationError, PeerDiedError
 
-__all__ = ["TOKEN_ENV", "check_token", "client_handshake", "default_token", "new_token",
-           "server_handshake"]
+__all__ = ["TOKEN_ENV", "ServerHandshake", "check_token", "client_handshake", "default_token",
+           "new_token"]
 
 log = structlog.get_logger(__name__)
 
@@ -80,19 +80,41 @@ def _handshake_io(sock: socket.socket, deadline: Deadline, send: bytes | None,
     return bytes(buf)
 
 
-def server_handshake(sock: socket.socket, token: bytes, deadline: Deadline) -> None:
-    server_nonce = secrets.token_bytes(_NONCE)
-    try:
-        reply = _handshake_io(sock, deadline, _HELLO + server_nonce, _NONCE + _DIGEST)
-    except PeerDiedError as exc:
-        raise AuthenticationError(f"client left during the handshake: {exc}") from exc
-    client_nonce, digest = reply[:_NONCE], reply[_NONCE:]
-    if not hmac.compare_digest(digest, _mac(token, b"c2s", server_nonce, client_nonce)):
-        log.warning("authentication_failed", peer=_peer(sock))
-        raise AuthenticationError(
-            f"expected client {_peer(sock)} to prove the shared token, got a wrong digest; "
-            "connection refused")
-    _handshake_io(sock, deadline, _mac(token, b"s2c", client_nonce, server_nonce), 0)
+class ServerHandshake:
+    """The listener's side of the handshake as a non-blocking state machine.
+
+    A listener runs many of these at once from one thread (`wire.Listener`), so a client
+    that connects and stays silent holds one socket until its deadline and delays nobody:
+
+    - `outgoing` holds bytes to write (the greeting, later the listener's proof);
+    - `feed(data)` takes bytes read from the client and returns how many more it needs;
+    - `verify(peer)` checks the client's proof once 64 bytes arrived; on success it queues
+      the listener's proof in `outgoing` and returns True.
+    """
+
+    REPLY = _NONCE + _DIGEST
+
+    def __init__(self, token: bytes) -> None:
+        self._token = token
+        self._server_nonce = secrets.token_bytes(_NONCE)
+        self.outgoing = _HELLO + self._server_nonce
+        self._reply = bytearray()
+
+    def feed(self, data: bytes) -> int:
+        """Take client bytes (at most what is missing); returns bytes still missing."""
+        self._reply += data[: self.REPLY - len(self._reply)]
+        return self.REPLY - len(self._reply)
+
+    def verify(self, peer: object) -> bool:
+        """Whether the client proved the token (call once `feed` returned 0)."""
+        reply = bytes(self._reply)
+        client_nonce, digest = reply[:_NONCE], reply[_NONCE:]
+        if len(reply) != self.REPLY or not hmac.compare_digest(
+                digest, _mac(self._token, b"c2s", self._server_nonce, client_nonce)):
+            log.warning("authentication_failed", peer=peer)
+            return False
+        self.outgoing = _mac(self._token, b"s2c", client_nonce, self._server_nonce)
+        return True
 
 
 def client_handshake(sock: socket.socket, token: bytes, deadline: Deadline) -> None:

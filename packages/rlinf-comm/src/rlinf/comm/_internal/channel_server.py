@@ -36,6 +36,7 @@ import structlog
 
 from rlinf.comm import errors
 from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
+from rlinf.comm._internal.store import check_timeout
 
 log = structlog.get_logger(__name__)
 
@@ -160,12 +161,16 @@ class ChannelServer:
                 f"expected an open channel {self.name!r} to put into; it is closed"))
             return
         key = str(request.get("key") or DEFAULT_KEY)
+        try:
+            timeout = check_timeout(request.get("timeout"))
+        except errors.InvalidArgumentError as exc:
+            peer.reply_error(request, exc)
+            return
         pending = deque((float(it["w"]), it["p"]) for it in request["items"])
         putter = _Putter(peer, request, key, pending)
         self._admit(putter)
         if putter.pending:
             self._putters.append(putter)
-            timeout = float(request["timeout"])
             putter.handle = self._deadlines.schedule(
                 time.monotonic() + timeout, lambda: self._expire_put(putter)
             )
@@ -218,6 +223,11 @@ class ChannelServer:
     # -- get --------------------------------------------------------------------------
     def _get(self, peer: RpcPeer, request: Header) -> None:
         key = str(request.get("key") or DEFAULT_KEY)
+        try:
+            timeout = check_timeout(request.get("timeout"))
+        except errors.InvalidArgumentError as exc:
+            peer.reply_error(request, exc)
+            return
         target = request.get("target_weight")
         getter = _Getter(peer, request, key, None if target is None else float(target))
         if self._raise_loss(getter):
@@ -238,7 +248,6 @@ class ChannelServer:
             peer.reply_error(request, self._closed_error(key))
         else:
             self._getters.setdefault(key, deque()).append(getter)
-            timeout = float(request["timeout"])
             getter.handle = self._deadlines.schedule(
                 time.monotonic() + timeout, lambda: self._expire_get(getter, timeout)
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import select
 import threading
 import time
@@ -32,12 +33,12 @@ CloseHandler = Callable[["RpcPeer", BaseException], None]
 
 # How long `accept` blocks before the server re-checks whether it was closed.
 _ACCEPT_POLL_S = 0.5
-# How long an accepted client may take to complete the authentication handshake.
-_HANDSHAKE_S = 10.0
 # How long the reader thread stays parked after a direct read (see `RpcPeer.read_direct`).
 _DIRECT_LINGER_S = 0.01
 # How long the reader waits for a frame before checking again (idle is not an error).
 _IDLE_POLL_S = 3600.0
+_MAX_WAIT_S = 3600.0
+"""Longest single wait of the deadline thread (it loops until a far deadline)."""
 
 
 def error_header(exc: BaseException) -> Header:
@@ -348,20 +349,13 @@ class RpcServer:
             peer.close()
 
     def _accept_loop(self) -> None:
-        # `Listener.accept(timeout)` spends one deadline on waiting *and* on the client's
-        # handshake; waiting here first leaves the whole handshake budget to the client
-        # (a short accept timeout would cut slow-starting clients off mid-handshake).
-        poller = select.poll()
-        poller.register(self._listener._sock.fileno(), select.POLLIN)
+        # The listener runs every client's handshake concurrently in its own thread and
+        # hands out only authenticated connections, so a silent or hostile client costs
+        # this loop nothing.
         while not self._stopped.is_set():
             try:
-                if not poller.poll(int(_ACCEPT_POLL_S * 1000)):
-                    continue
-                conn = self._listener.accept(timeout=_HANDSHAKE_S)
+                conn = self._listener.accept(timeout=_ACCEPT_POLL_S)
             except errors.CommTimeoutError:
-                continue
-            except errors.AuthenticationError as exc:
-                log.warning("peer_refused", server=self.name, error=str(exc))
                 continue
             except Exception as exc:
                 if self._stopped.is_set():
@@ -401,11 +395,22 @@ class Deadlines:
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._stopped = False
+        self.failed: BaseException | None = None
+        """What killed the timer thread, if it died (it logs ``deadline_thread_failed``)."""
         self._thread = threading.Thread(target=self._run, name=f"deadlines-{name}", daemon=True)
         self._thread.start()
 
     def schedule(self, deadline: float, callback: Callable[[], None]) -> int:
-        """Run `callback` at `time.monotonic() >= deadline`; returns a handle for `cancel`."""
+        """Run `callback` at `time.monotonic() >= deadline`; returns a handle for `cancel`.
+
+        Raises `CommError` when the timer thread died (reported when it happened): a
+        request parked now would never expire.
+        """
+        if not math.isfinite(deadline):
+            raise errors.InvalidArgumentError(f"deadline {deadline!r}: expected a finite time")
+        if self.failed is not None:
+            raise errors.CommError(f"the deadline thread {self._thread.name!r} died "
+                                   f"({self.failed!r}); this server cannot park requests")
         with self._cond:
             handle = next(self._ids)
             self._callbacks[handle] = callback
@@ -430,6 +435,14 @@ class Deadlines:
             self._cond.notify()
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as exc:  # never silent: parked requests would wait forever
+            self.failed = exc
+            log.error("deadline_thread_failed", name=self._thread.name, error=repr(exc))
+            raise
+
+    def _loop(self) -> None:
         while True:
             with self._cond:
                 while not self._stopped:
@@ -445,7 +458,9 @@ class Deadlines:
                         heapq.heappop(self._heap)
                         callback = self._callbacks.pop(handle)
                         break
-                    self._cond.wait(delay)
+                    # Bounded: a far deadline (clamped timeouts reach 30 days) must not
+                    # overflow the timer; the loop re-checks.
+                    self._cond.wait(min(delay, _MAX_WAIT_S))
                 if self._stopped:
                     return
             try:

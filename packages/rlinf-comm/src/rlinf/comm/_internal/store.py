@@ -92,12 +92,24 @@ class Store(ABC):
         self.close()
 
 
-def check_timeout(timeout: float) -> float:
-    """A finite, non-negative number of seconds (every wait in rlinf.comm ends)."""
-    value = float(timeout)
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"expected a finite timeout >= 0 seconds; got {timeout!r}")
-    return value
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+"""Longest wait rlinf.comm honours; longer (finite) timeouts are clamped to it, since
+timer APIs overflow on huge values (``threading`` refuses waits past ``TIMEOUT_MAX``)."""
+
+
+def check_timeout(timeout: object) -> float:
+    """A finite, non-negative number of seconds, clamped to `MAX_TIMEOUT_S` (every wait in
+    rlinf.comm ends). Used by clients on every blocking call and by servers on every
+    timeout a request carries."""
+    try:
+        value = float(timeout)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidArgumentError(
+            f"expected a timeout in seconds; got {timeout!r}") from exc
+    if isinstance(timeout, bool) or not math.isfinite(value) or value < 0:
+        raise errors.InvalidArgumentError(
+            f"expected a finite timeout >= 0 seconds; got {timeout!r}")
+    return min(value, MAX_TIMEOUT_S)
 
 
 def check_value(key: str, value: object) -> bytes:
@@ -186,9 +198,13 @@ class TCPStoreServer:
                 peer.reply_error(header, errors.CommError(f"expected a store op; got {op!r}"))
 
     def _park(self, peer: RpcPeer, request: Header, missing: set[str], key: str | None) -> None:
+        try:
+            timeout = check_timeout(request.get("timeout", DEFAULT_STORE_TIMEOUT_S))
+        except errors.InvalidArgumentError as exc:
+            peer.reply_error(request, exc)
+            return
         waiter = _Waiter(peer, request, missing, key)
         self._waiters.append(waiter)
-        timeout = float(request.get("timeout", DEFAULT_STORE_TIMEOUT_S))
         waiter.handle = self._deadlines.schedule(
             time.monotonic() + timeout, lambda: self._expire(waiter, timeout)
         )

@@ -25,13 +25,18 @@ closes it (the byte stream would be out of step), and later calls raise `PeerDie
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
+import math
+import os
 import select
 import socket
 import struct
 import threading
+import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
@@ -40,11 +45,11 @@ import structlog
 
 from rlinf.comm._internal.auth import (
     TOKEN_ENV,
+    ServerHandshake,
     check_token,
     client_handshake,
     default_token,
     new_token,
-    server_handshake,
 )
 from rlinf.comm._internal.sockio import Deadline, recv_exact_into, send_all, wait_fd
 from rlinf.comm.errors import CodecError, CommTimeoutError, PeerDiedError
@@ -244,57 +249,86 @@ class Connection:
         return header, views
 
 
+@dataclass(eq=False)
+class _Pending:
+    """A client whose handshake is under way (see `Listener`)."""
+
+    sock: socket.socket
+    peer: Any
+    handshake: ServerHandshake
+    deadline: float
+    proven: bool = False
+
+
 class Listener:
-    """Accepts authenticated connections on a TCP port."""
+    """Accepts authenticated connections on a TCP port.
+
+    A background thread accepts clients and runs their handshakes concurrently, without
+    blocking on any one of them (non-blocking sockets multiplexed with ``poll``): a client
+    that connects and says nothing, or too little, costs one socket until
+    `handshake_timeout` and delays no other client. `accept` hands out only connections
+    whose client proved the token; refused clients are closed, logged and counted in
+    `refused`. At most `max_pending` handshakes run at once; beyond that, new clients are
+    closed at once (and counted).
+    """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, token: bytes,
                  backlog: int = 128, default_timeout: float = DEFAULT_TIMEOUT,
-                 handshake_timeout: float = 10.0) -> None:
+                 handshake_timeout: float = 10.0, max_pending: int = 1024) -> None:
         check_token(token)
         self._token = bytes(token)
         self._default_timeout = default_timeout
-        # A client that connects and stays silent must not hold `accept` for long.
         self._handshake_timeout = handshake_timeout
+        self._max_pending = max_pending
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server((host, port), family=family, backlog=backlog)
         self._sock.setblocking(False)
         bound = self._sock.getsockname()
         self.address: Address = (str(bound[0]), int(bound[1]))
         self._closed = False
+        self._ready: collections.deque[Connection] = collections.deque()
+        self._cond = threading.Condition()
+        self.refused = 0
+        """Clients closed without a connection: wrong token, silent, or over `max_pending`."""
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        self._thread = threading.Thread(target=self._serve, daemon=True,
+                                        name=f"rlinf-listener-{self.address[1]}")
+        self._thread.start()
 
     def accept(self, *, timeout: float | None = None) -> Connection:
-        """Wait for one client and authenticate it before reading anything else.
+        """The next client that proved the shared token, waiting at most `timeout`.
 
-        Raises `AuthenticationError` (after closing the socket) for a client that fails
-        the handshake, `CommTimeoutError` when nobody completes it in time.
+        Raises `CommTimeoutError` when none did in time, `PeerDiedError` once closed.
         """
-        if self._closed:
+        wait = self._default_timeout if timeout is None else timeout
+        if not math.isfinite(wait) or wait < 0:
+            raise ValueError(f"timeout={timeout!r}: expected finite seconds >= 0")
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._ready or self._closed, timeout=wait):
+                raise CommTimeoutError(f"no authenticated client at {self.address} within "
+                                       f"{wait:g} s")
+            if self._ready:
+                return self._ready.popleft()
             raise PeerDiedError(f"listener {self.address} is closed")
-        deadline = Deadline(self._default_timeout if timeout is None else timeout)
-        while True:
-            try:
-                sock, peer = self._sock.accept()
-                break
-            except BlockingIOError:
-                wait_fd(self._sock, select.POLLIN, deadline, "accept")
-            except OSError as exc:
-                if self._closed:
-                    raise PeerDiedError(f"listener {self.address} was closed") from exc
-                raise
-        sock.setblocking(False)
-        try:
-            budget = min(max(deadline.remaining(), 0.0), self._handshake_timeout)
-            server_handshake(sock, self._token, Deadline(budget))
-        except BaseException:
-            sock.close()
-            raise
-        log.debug("connection_accepted", peer=peer, address=self.address)
-        return Connection(sock, default_timeout=self._default_timeout)
 
     def close(self) -> None:
-        if not self._closed:
+        with self._cond:
+            if self._closed:
+                return
             self._closed = True
-            self._sock.close()
+            self._cond.notify_all()
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"x")
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+        self._sock.close()
+        with self._cond:
+            unclaimed, self._ready = list(self._ready), collections.deque()
+        for conn in unclaimed:
+            conn.close("listener closed")
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
     def __enter__(self) -> Self:
         return self
@@ -302,6 +336,108 @@ class Listener:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close()
+
+    # -- the handshake thread --------------------------------------------------------------
+
+    def _serve(self) -> None:
+        pending: dict[int, _Pending] = {}
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        try:
+            while not self._closed:
+                now = time.monotonic()
+                next_deadline = min((p.deadline for p in pending.values()), default=now + 1.0)
+                events = poller.poll(max(0, int((next_deadline - now) * 1000)) + 1)
+                for fd, mask in events:
+                    if fd == self._wake_r:
+                        continue
+                    if fd == self._sock.fileno():
+                        self._accept_ready(pending, poller)
+                    elif fd in pending:
+                        self._step(pending, poller, fd, mask)
+                now = time.monotonic()
+                for fd in [fd for fd, p in pending.items() if p.deadline <= now]:
+                    log.debug("handshake_timed_out", peer=pending[fd].peer,
+                              address=self.address)
+                    self._drop(pending, poller, fd)
+        except Exception as exc:  # a dead handshake thread would lock every client out
+            log.error("listener_failed", address=self.address, error=repr(exc))
+            with self._cond:
+                self._closed = True
+                self._cond.notify_all()
+        finally:
+            for fd in list(pending):
+                self._drop(pending, poller, fd, count=False)
+
+    def _accept_ready(self, pending: dict[int, _Pending], poller: select.poll) -> None:
+        while True:
+            try:
+                sock, peer = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if not self._closed:
+                    log.warning("accept_failed", address=self.address, error=str(exc))
+                return
+            if len(pending) >= self._max_pending:
+                log.warning("handshake_backlog_full", peer=peer, address=self.address,
+                            pending=len(pending))
+                self.refused += 1
+                sock.close()
+                continue
+            sock.setblocking(False)
+            entry = _Pending(sock, peer, ServerHandshake(self._token),
+                             time.monotonic() + self._handshake_timeout)
+            pending[sock.fileno()] = entry
+            poller.register(sock.fileno(), select.POLLIN | select.POLLOUT)
+
+    def _step(self, pending: dict[int, _Pending], poller: select.poll, fd: int,
+              mask: int) -> None:
+        entry = pending[fd]
+        hs = entry.handshake
+        try:
+            if hs.outgoing:
+                sent = entry.sock.send(hs.outgoing)
+                hs.outgoing = hs.outgoing[sent:]
+            if not hs.outgoing and entry.proven:
+                del pending[fd]
+                poller.unregister(fd)
+                log.debug("connection_accepted", peer=entry.peer, address=self.address)
+                with self._cond:
+                    self._ready.append(Connection(entry.sock,
+                                                  default_timeout=self._default_timeout))
+                    self._cond.notify()
+                return
+            if not entry.proven and mask & (select.POLLIN | select.POLLHUP | select.POLLERR):
+                data = entry.sock.recv(ServerHandshake.REPLY)
+                if not data:
+                    raise ConnectionResetError("client left during the handshake")
+                if hs.feed(data) == 0:
+                    if not hs.verify(entry.peer):
+                        self._drop(pending, poller, fd)
+                        return
+                    entry.proven = True
+                    self._step(pending, poller, fd, 0)
+                    return
+            poller.modify(fd, select.POLLIN | (select.POLLOUT if hs.outgoing else 0))
+        except (BlockingIOError, InterruptedError):
+            if fd in pending:  # a full send buffer: write the rest when it drains
+                with contextlib.suppress(OSError, ValueError):
+                    poller.modify(fd, select.POLLIN | select.POLLOUT)
+            return
+        except OSError as exc:
+            log.debug("handshake_failed", peer=entry.peer, error=str(exc))
+            self._drop(pending, poller, fd)
+
+    def _drop(self, pending: dict[int, _Pending], poller: select.poll, fd: int, *,
+              count: bool = True) -> None:
+        entry = pending.pop(fd)
+        with contextlib.suppress(KeyError, ValueError, OSError):
+            poller.unregister(fd)
+        if count:  # before closing: the client may act on the EOF at once
+            self.refused += 1
+        entry.sock.close()
 
 
 def connect(address: Address | str, *, token: bytes, timeout: float,
