@@ -14,12 +14,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "check_imports.py"
 
-# Violations this checkout may still hold while their files are being changed elsewhere
-# (issue #11, item 7): delete an entry once the fix is in.
-TRANSITIONAL = {
-    # The alias of rlinf.sched.execution_plan, kept until planner/ imports the new name.
-    "packages/rlinf-sched/src/rlinf/sched/plan.py",
-}
 
 
 @pytest.fixture(scope="module")
@@ -139,11 +133,9 @@ def test_dependency_direction_and_lazy_extras_still_checked(
 
 
 def test_this_checkout() -> None:
-    # Runs as tox does. Only the transitional files may still be reported (see above).
+    # Runs as tox does: the repository itself has no violation.
     proc = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True,
                           timeout=120, check=False)
     lines = proc.stdout.splitlines()
-    assert proc.returncode in (0, 1), proc.stderr
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     assert lines and lines[-1].startswith("check_imports: "), proc.stdout
-    assert proc.returncode == 0 or len(lines) > 1
-    assert {line.split(":")[0] for line in lines[:-1]} <= TRANSITIONAL, proc.stdout
