@@ -146,12 +146,18 @@ def test_every_mode_gives_the_same_metrics(reference_run: tuple[Path, str], tmp_
 
 
 def test_auto_plans_and_reports_predicted_and_measured_times(tmp_path: Path) -> None:
-    proc = run_cli(tmp_path / "run", "placement=auto", "run.steps=1")
+    proc = run_cli(tmp_path / "run", "placement=auto", "run.eval_every=0",
+                   "run.checkpoint_every=0")
     assert "planner: ranked plans" in proc.stdout
     assert " *1. " in proc.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
     assert "predicted" in proc.stdout and "vs measured" in proc.stdout
+    # Context switches of the steady iteration (the second): the lock's onloads equal the
+    # simulation's that gave the prediction (tiny models fit beside each other: none).
+    assert isinstance(summary["simulated_switches"], int)
+    assert summary["lock_switches_per_iteration"] == summary["simulated_switches"]
+    assert "context switches per iteration: device lock" in proc.stdout
     plans = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert plans["best"]["spec"] == summary["placement"]
 

@@ -174,6 +174,9 @@ class StepResult:
     """Generated response tokens."""
     spans: Sequence[Span] = ()
     """One track per worker rank, one span per stage and micro-batch (empty without trace)."""
+    onloads: int = 0
+    """Onloads the device lock ran during the iteration, summed over every worker process
+    (its context switches; 0 without a lock)."""
 
 
 # -- model factories (module level: Ray pickles them by reference) ---------------------------
@@ -411,7 +414,7 @@ class ReasoningFlow:
         spec = self.spec
         routing = self._routing(len(problems))
         names = flow_components(spec)
-        start = time.perf_counter()
+        start, wall_start = time.perf_counter(), time.time()
         futures: dict[str, GroupFuture] = {}
         futures["rollout"] = self.groups["rollout"].call_async(
             "generate", step, list(problems), self._channel_name("rollout", "reward"),
@@ -447,7 +450,8 @@ class ReasoningFlow:
         rollout = results["rollout"]
         return StepResult(step=step, metrics=metrics, seconds=seconds,
                           samples=int(sum(r["responses"] for r in rollout)),
-                          tokens=int(sum(r["response_tokens"] for r in rollout)), spans=spans)
+                          tokens=int(sum(r["response_tokens"] for r in rollout)), spans=spans,
+                          onloads=self.onloads(since=wall_start))
 
     def _routing(self, groups: int) -> Routing:
         if groups < 1:
@@ -676,6 +680,14 @@ class ReasoningFlow:
         return measured.merge(self._measure_actor(batch)), batch
 
     # -- traces and lifecycle ----------------------------------------------------------------
+
+    def onloads(self, *, since: float) -> int:
+        """Onloads the device lock ran in every rank since Unix time `since` (each rank's
+        profiler keeps its lock client's switch records)."""
+        profiles = self._gather("profile")
+        return sum(1 for ranks in profiles.values() for profile in ranks
+                   for record in profile.switches
+                   if record.direction == "onload" and record.timestamp >= since)
 
     def drain_spans(self) -> list[Span]:
         """Spans every rank recorded since the last drain."""

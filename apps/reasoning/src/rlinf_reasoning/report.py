@@ -5,7 +5,8 @@
   of every worker rank and, beside it, the planner's simulated iteration;
   ``timeline.png``: the last measured iteration above the predicted one;
 - ``summary.json`` and the printed summary: held-out greedy accuracy before → after, the
-  gain in points, steps, wall time, samples/s, the mode, predicted vs measured iteration time.
+  gain in points, steps, wall time, samples/s, the mode, predicted vs measured iteration time
+  and context switches per iteration, simulated vs performed by the device lock.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "TRACE_FILE",
     "Summary",
     "print_summary",
+    "steady_median",
     "write_curve",
     "write_trace",
 ]
@@ -73,7 +75,14 @@ class Summary:
     predicted_iteration_s: float | None
     """The planner's simulated iteration time (null when no profile priced the plan)."""
     measured_iteration_s: float | None
-    """Median measured iteration time of this session (null without steps)."""
+    """Median measured iteration time of this session's steady iterations (`steady_median`;
+    null without steps)."""
+    simulated_switches: int | None = None
+    """Context switches per iteration in the simulation that gave the prediction (null when
+    not predicted)."""
+    lock_switches_per_iteration: float | None = None
+    """Onloads the device lock ran per iteration, over every worker process: median of this
+    session's steady iterations (null without steps)."""
 
     @property
     def gain_points(self) -> float:
@@ -85,9 +94,11 @@ class Summary:
         return {**asdict(self), "gain_points": self.gain_points}
 
 
-def median_or_none(values: Sequence[float]) -> float | None:
-    """The median, or None for no values."""
-    return statistics.median(values) if values else None
+def steady_median(values: Sequence[float]) -> float | None:
+    """The median over steady iterations: all but the first (which pays for warm-up and
+    first onloads) when there are several; None for no values."""
+    steady = values[1:] if len(values) > 1 else values
+    return statistics.median(steady) if steady else None
 
 
 def print_summary(summary: Summary, out: TextIO) -> None:
@@ -102,6 +113,11 @@ def print_summary(summary: Summary, out: TextIO) -> None:
           f"(this session {summary.total_seconds:.1f} s incl. launch), "
           f"{summary.samples_per_s:.1f} samples/s", file=out)
     print(f"mode: {summary.mode} ({summary.placement}); iteration time {timing}", file=out)
+    if summary.lock_switches_per_iteration is not None:
+        simulated = ("" if summary.simulated_switches is None
+                     else f", simulated {summary.simulated_switches}")
+        print(f"context switches per iteration: device lock "
+              f"{summary.lock_switches_per_iteration:g}{simulated}", file=out)
 
 
 def write_summary(summary: Summary, run_dir: Path) -> Path:

@@ -49,8 +49,8 @@ from rlinf_reasoning.planning import (
 from rlinf_reasoning.report import (
     HELDOUT_KEY,
     Summary,
-    median_or_none,
     print_summary,
+    steady_median,
     write_curve,
     write_summary,
     write_trace,
@@ -233,6 +233,7 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         before, start, prior_seconds = flow.evaluate(held), 0, 0.0
     after = before
     step_seconds: list[float] = []
+    onloads: list[float] = []
     samples = 0
     spans: list[Span] = []
     last_spans: list[Span] = []
@@ -247,6 +248,7 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
             record = {**result.metrics, "rollout/samples": float(result.samples),
                       "rollout/tokens": float(result.tokens)}
             step_seconds.append(result.seconds)
+            onloads.append(result.onloads)
             samples += result.samples
             if result.spans:
                 last_spans = list(result.spans)
@@ -272,7 +274,9 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         samples_per_s=samples / sum(step_seconds) if step_seconds else 0.0,
         mode=choice.plan.mode.value, placement=choice.plan.spec,
         predicted_iteration_s=choice.plan.predicted_time if choice.simulation else None,
-        measured_iteration_s=median_or_none(step_seconds))
+        measured_iteration_s=steady_median(step_seconds),
+        simulated_switches=choice.simulation.switches if choice.simulation else None,
+        lock_switches_per_iteration=steady_median(onloads))
     write_summary(summary, run_dir)
     print_summary(summary, session.out)
     _log.info("run_done", **summary.to_dict())
