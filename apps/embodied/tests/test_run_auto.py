@@ -17,6 +17,11 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
     assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
     assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in proc.stdout
     assert "(planner predicted" in proc.stdout  # the summary puts both side by side
+    # Context switches of the steady iteration (the second): the lock's onloads equal the
+    # simulation's that gave the prediction (the env moves nothing, so the actor stays).
+    assert isinstance(summary["simulated_switches"], int)
+    assert summary["lock_switches_per_iteration"] == summary["simulated_switches"]
+    assert "per iteration by the device lock" in proc.stdout
 
     # Resuming keeps the checkpoint's plan (its stage groups are part of the saved state):
     # no new profile, so the very same prediction, not a fresh measurement's.

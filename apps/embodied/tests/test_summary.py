@@ -42,6 +42,9 @@ def test_format_shows_before_after_threshold_and_mode():
     assert "143360 (786 steps/s)" in text
     assert "2.122 s median (planner predicted 1.500 s)" in text
     assert "mode                hybrid: env: 0, rollout: 1, actor: 0-1" in text
+    assert "context switches    n/a per iteration by the device lock (n/a simulated)" in text
+    switches = _summary(lock_switches_per_iteration=2.0, simulated_switches=0).format()
+    assert "context switches    2 per iteration by the device lock (0 simulated)" in switches
     missed = _summary(target_reached=False, target_success_rate=0.5, success_before=0.0,
                       success_after=0.25).format()
     assert "return >= 5000 and success rate >= 0.5: NOT reached" in missed

@@ -166,6 +166,9 @@ class EmbodiedStepResult:
     """Env steps taken."""
     spans: Sequence[Span] = ()
     """One track per worker: env_step/infer per stage group and step, train, sync."""
+    onloads: int = 0
+    """Onloads the device lock ran during the iteration, over every worker process (its
+    context switches)."""
 
 
 @dataclass(frozen=True)
@@ -400,11 +403,14 @@ class EmbodiedFlow:
                             store=f"embodied-{run}-store", timeout=spec.link_timeout,
                             transport=spec.link_transport)
             # The groups start concurrently: each launch waits seconds for its processes.
+            # The env role moves nothing on onload/offload (simulators and an inline policy
+            # stay where they are), so the lock sizes it at 0 bytes: it never evicts the
+            # actor, as the simulator prices it (an unknown size would evict every turn).
             jobs: dict[str, tuple[type[RoleBase], dict[str, Any]]] = {
                 "env": (EnvRole, {"placement": placement.components["env"], "init_kwargs": {
                     "config": env_config, **role_opts,
                     **({"policy": rollout_config} if inline else {"link": link})},
-                    "num_gpus_per_rank": gpus if inline else 0.0}),
+                    "num_gpus_per_rank": gpus if inline else 0.0, "memory_bytes": 0}),
                 # One process spanning the actor's devices (one torch thread per device).
                 "actor": (ActorRole, {"role": "actor", "num_ranks": 1, "init_kwargs": {
                     "config": actor_config, **role_opts,
@@ -479,7 +485,7 @@ class EmbodiedFlow:
     def step(self, step: int) -> EmbodiedStepResult:
         """One iteration: rollout → actor.train → weight sync."""
         self._check_open()
-        started = time.perf_counter()
+        started, wall_start = time.perf_counter(), time.time()
         if self.spec.reset_every_iteration:
             self._groups.env.call("reset", seed=self._reset_seed(step))
         report, policy_spans = self._rollout()
@@ -501,7 +507,17 @@ class EmbodiedFlow:
         if self.trace:
             spans.append(Span("driver/0", "sync", sync_start, sync_start + sync_s))
         return EmbodiedStepResult(step=step, metrics=metrics, seconds=seconds,
-                                  env_steps=report.env_steps, spans=tuple(spans))
+                                  env_steps=report.env_steps, spans=tuple(spans),
+                                  onloads=self.onloads(since=wall_start))
+
+    def onloads(self, *, since: float) -> int:
+        """Onloads the device lock ran in every worker process since Unix time `since`
+        (each process's profiler keeps its lock client's switch records)."""
+        futures = [group.call_async("profile") for group in self._groups.all()]
+        return sum(1 for future in futures
+                   for profile in future.rank_results(timeout=self.spec.link_timeout)
+                   for record in profile.switches
+                   if record.direction == "onload" and record.timestamp >= since)
 
     def _reset_seed(self, step: int) -> int:
         return self.spec.env.seed + (step + 1) * self.spec.env.num_envs

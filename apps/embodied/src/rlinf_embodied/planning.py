@@ -66,6 +66,9 @@ class PlanChoice:
     """The measured profile (auto, or a fixed placement with tracing on)."""
     profile_seconds: float
     """Wall time of profiling and planning."""
+    simulation: SimulationResult | None = None
+    """The simulated iteration of `plan` that gave its predicted time (intervals and
+    context switches), when a profile priced it."""
 
 
 def cluster_for(cfg: PlacementConfig) -> Cluster:
@@ -127,10 +130,19 @@ def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
     cost = fit_profile(profile)
     result = plan(workflow, cost, cluster)
     seconds = time.perf_counter() - started
-    chosen = result.ranked[0]
+    chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster)
     _log.info("plan_chosen", spec=chosen.spec, mode=chosen.mode.value,
               predicted_s=round(chosen.predicted_time, 4), seconds=round(seconds, 2))
-    return PlanChoice(chosen, result.ranked, cost, profile, seconds)
+    return PlanChoice(chosen, (chosen, *result.ranked[1:]), cost, profile, seconds, simulation)
+
+
+def _with_simulation(plan_: ExecutionPlan, workflow: Workflow, cost: FittedCostModel,
+                     cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
+    """`plan_` priced by one recorded simulation, and that simulation (the predicted time
+    and the switch count then come from the same run of the simulator)."""
+    result = simulate_plan(plan_, workflow, cost, cluster)
+    return replace(plan_, predicted_time=result.iteration_time,
+                   utilisation=result.utilisation), result
 
 
 def priced(choice: PlanChoice, profile: Profile, workflow: Workflow, cluster: Cluster
@@ -138,11 +150,8 @@ def priced(choice: PlanChoice, profile: Profile, workflow: Workflow, cluster: Cl
     """`choice` with cost curves fitted to `profile` and its plan's simulated time (a fixed
     placement, profiled after launch so that its predicted Gantt can be drawn)."""
     cost = fit_profile(profile)
-    result = simulate(workflow, choice.plan.placement, cost, cluster,
-                      micro_batch=choice.plan.micro_batch)
-    plan_ = replace(choice.plan, predicted_time=result.iteration_time,
-                    utilisation=result.utilisation)
-    return PlanChoice(plan_, (plan_,), cost, profile, choice.profile_seconds)
+    plan_, simulation = _with_simulation(choice.plan, workflow, cost, cluster)
+    return PlanChoice(plan_, (plan_,), cost, profile, choice.profile_seconds, simulation)
 
 
 def format_plans(choice: PlanChoice) -> str:

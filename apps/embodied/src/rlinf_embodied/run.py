@@ -180,6 +180,8 @@ class _Progress:
     wall_seconds: float = 0.0
     iteration_seconds: list[float] = field(default_factory=list)
     before: dict[str, Any] = field(default_factory=dict)
+    onloads: list[int] = field(default_factory=list)
+    """The device lock's onloads in each iteration of this session."""
 
     def meta(self, cfg: AppConfig, choice: PlanChoice) -> dict[str, Any]:
         return {"config": to_dict(cfg), "step": self.step, "env_steps": self.env_steps,
@@ -278,6 +280,7 @@ def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: W
                 record = dict(result.metrics)
                 progress.env_steps += result.env_steps
                 progress.iteration_seconds.append(result.seconds)
+                progress.onloads.append(result.onloads)
                 record["env_steps"] = progress.env_steps
                 if run.trace and step - segment_start <= _TRACE_ITERATIONS:
                     spans.extend(result.spans)
@@ -323,14 +326,23 @@ def _write_outputs(cfg: AppConfig, final: EvalResult, spans: Sequence[Span], *,
         write_video(final.frames, run_dir / "eval.gif", fps=30)
     if cfg.run.trace and spans:
         predicted: list[Span] = []
-        if choice.cost is not None:
+        sim = choice.simulation
+        if sim is None and choice.cost is not None:
             sim = simulate_plan(choice.plan, workflow, choice.cost, cluster)
+        if sim is not None:
             origin = min(s.start for s in spans)
             predicted = predicted_spans(sim, origin=origin)
         write_chrome_trace(run_dir / "trace.json", spans, predicted=predicted)
         plot_timeline(run_dir / "timeline.png", spans, predicted)
         print(f"trace: {run_dir / 'trace.json'} (chrome://tracing or ui.perfetto.dev), "
               f"timeline: {run_dir / 'timeline.png'}", file=out)
+
+
+def _steady_median(values: Sequence[float]) -> float:
+    """The median over steady iterations: all but the first (warm-up, first onloads) when
+    there are several; NaN for none."""
+    steady = values[1:] if len(values) > 1 else values
+    return float(statistics.median(steady)) if steady else math.nan
 
 
 def _summarise(cfg: AppConfig, choice: PlanChoice, progress: _Progress,
@@ -352,9 +364,11 @@ def _summarise(cfg: AppConfig, choice: PlanChoice, progress: _Progress,
         target_return=run.target_return, target_success_rate=run.target_success_rate,
         target_reached=reached, wall_seconds=seconds, env_steps=progress.env_steps,
         env_steps_per_s=progress.env_steps / seconds if seconds > 0 else 0.0,
-        measured_iteration_s=(statistics.median(progress.iteration_seconds)
-                              if progress.iteration_seconds else math.nan),
+        measured_iteration_s=_steady_median(progress.iteration_seconds),
         predicted_iteration_s=None if math.isnan(predicted) else predicted,
-        run_dir=str(Path(run.run_dir)))
+        run_dir=str(Path(run.run_dir)),
+        simulated_switches=choice.simulation.switches if choice.simulation else None,
+        lock_switches_per_iteration=(_steady_median(progress.onloads)
+                                     if progress.onloads else None))
     summary.save(Path(run.run_dir) / "summary.json")
     return summary

@@ -63,11 +63,17 @@ class RunSummary:
     env_steps_per_s: float
     """Env steps per second of training wall time."""
     measured_iteration_s: float
-    """Median seconds per training iteration."""
+    """Median seconds per training iteration (steady ones: the first is left out when there
+    are several)."""
     predicted_iteration_s: float | None
     """The planner's simulated seconds per iteration (when a profile was taken)."""
     run_dir: str
     """Where the outputs are."""
+    simulated_switches: int | None = None
+    """Context switches per iteration in the simulation that gave the prediction."""
+    lock_switches_per_iteration: float | None = None
+    """Onloads the device lock ran per iteration over every worker process (median of this
+    session's steady iterations)."""
 
     def format(self) -> str:
         """The printed summary."""
@@ -93,6 +99,8 @@ class RunSummary:
             f"wall time           {self.wall_seconds:.1f} s",
             f"env steps           {self.env_steps} ({self.env_steps_per_s:.0f} steps/s)",
             f"iteration time      {self.measured_iteration_s:.3f} s median{predicted}",
+            f"context switches    {_fmt(self.lock_switches_per_iteration, 'g')} per iteration "
+            f"by the device lock ({_fmt(self.simulated_switches, 'd')} simulated)",
             f"mode                {self.mode}: {self.placement}",
             f"outputs             {self.run_dir}",
         ]
