@@ -7,7 +7,8 @@ iteration, and torn down.
    ranks, launched side by side; each rank reserves an equal share of the Ray cluster's
    CPUs, at most one, and on CUDA its share of a GPU);
 2. a `rlinf.sched.DeviceLockServer` when any device is shared — ranks hold their devices
-   through it around every unit of work (`FlowWorker.turn`), onloading and offloading;
+   through it around every unit of work (`FlowWorker.turn`); given the cluster's device
+   memory it keeps components that fit together resident and onloads/offloads the others;
 3. one channel per declared edge, created by rank 0 of the consuming group;
 4. torch.distributed groups for ``distributed`` components with several ranks, then each
    component's ``setup`` method;
@@ -106,7 +107,11 @@ class FlowRun:
             if any(len(placement.sharing(d)) > 1 for d in placement.used_devices):
                 from rlinf.sched import DeviceLockServer
 
-                lock = DeviceLockServer(token=token, num_devices=placement.num_devices)
+                # Device memory lets the lock keep components that fit together resident
+                # (the simulator's switch rule); unknown, it evicts at every change of holder.
+                lock = DeviceLockServer(
+                    token=token, num_devices=placement.num_devices,
+                    device_memory=cluster.device_memory() if cluster is not None else None)
                 host, port = lock.address
                 options.update(device_lock_address=f"{host}:{port}", device_lock_token=token)
             _launch_groups(flow, placement, options, into=groups)
