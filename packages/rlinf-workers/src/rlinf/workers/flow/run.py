@@ -126,6 +126,7 @@ class FlowRun:
         except BaseException:
             for group in groups.values():
                 group.kill()
+            _await_exit(groups.values(), timeout=min(timeout, 30.0))
             _stop(lock, store, owns_ray)
             raise
         try:
