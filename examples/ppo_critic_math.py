@@ -45,7 +45,7 @@ class Config:
     prompts: int = 4
     """Problems per iteration."""
     group_size: int = 2
-    """Responses per problem: the unit every channel carries."""
+    """Responses per problem: the unit every component and channel keeps whole."""
     max_new_tokens: int = 6
     """Longest response."""
     cpu_slots: int | None = None
@@ -79,6 +79,7 @@ def declare(cfg: Config) -> rf.MacroFlow:
     def part(name: str, worker: type[Any], entry: str, resource: str = "gpu",
              **kwargs: Any) -> rf.ComponentSpec:
         return rf.ComponentSpec(Component(name, resource=resource, batch=items,
+                                          micro_batch_multiple=cfg.group_size,  # whole groups
                                           streaming=name == "rollout"),
                                 worker, entry=entry, init_kwargs={"setup": setup, **kwargs})
 
@@ -93,9 +94,9 @@ def declare(cfg: Config) -> rf.MacroFlow:
                             setup="build", distributed=True),
     )
     per_response = 16 * (32 + cfg.max_new_tokens)  # ids, masks, log-probs of one response
-    channels = tuple(
-        rf.ChannelSpec(Edge(a.name, b.name, bytes_per_item=per_response), unit=cfg.group_size,
-                       granularity=cfg.group_size) for a, b in itertools.pairwise(components))
+    channels = tuple(rf.ChannelSpec(Edge(a.name, b.name, bytes_per_item=per_response),
+                                    granularity=cfg.group_size)  # a group per message
+                     for a, b in itertools.pairwise(components))
     return rf.MacroFlow(components, channels,
                         weight_syncs=(rf.WeightSyncSpec("actor", ("inference", "rollout")),),
                         global_batch=items, name="ppo-critic-math")

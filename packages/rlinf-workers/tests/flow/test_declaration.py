@@ -27,22 +27,26 @@ from rlinf.workers.runtime import Worker
 
 from .toys import Relay, Sink, Source
 
+UNIT = 2  # items per unit: every component's micro_batch_multiple
+
 
 def source(name: str = "source", batch: int = 8) -> ComponentSpec:
-    return ComponentSpec(Component(name, resource="cpu", batch=batch), Source, entry="produce")
+    return ComponentSpec(Component(name, resource="cpu", batch=batch, micro_batch_multiple=UNIT),
+                         Source, entry="produce")
 
 
 def sink(name: str = "sink", batch: int = 8) -> ComponentSpec:
-    return ComponentSpec(Component(name, batch=batch), Sink, entry="consume", setup="build",
-                         distributed=True)
+    return ComponentSpec(Component(name, batch=batch, micro_batch_multiple=UNIT), Sink,
+                         entry="consume", setup="build", distributed=True)
 
 
 def relay(name: str = "relay") -> ComponentSpec:
-    return ComponentSpec(Component(name, batch=8), Relay, entry="relay")
+    return ComponentSpec(Component(name, batch=8, micro_batch_multiple=UNIT), Relay,
+                         entry="relay")
 
 
-def chain(*names: str, unit: int = 2) -> tuple[ChannelSpec, ...]:
-    return tuple(ChannelSpec(Edge(a, b, bytes_per_item=64), unit=unit, granularity=unit)
+def chain(*names: str, granularity: int = UNIT) -> tuple[ChannelSpec, ...]:
+    return tuple(ChannelSpec(Edge(a, b, bytes_per_item=64), granularity=granularity)
                  for a, b in itertools.pairwise(names))
 
 
@@ -54,6 +58,7 @@ def test_the_planner_sees_the_declared_components_edges_and_loops() -> None:
     assert [e.key for e in workflow.edges] == ["source->relay", "relay->sink"]
     assert workflow.global_batch == 8 and workflow.component("source").resource == "cpu"
     assert flow.items(16) == {"source": 16, "relay": 16, "sink": 16}
+    assert flow.unit_of(flow.channels[0]) == UNIT
     # a loop is translated for the planner (not run by FlowRun yet)
     looped = MacroFlow(
         (source("env"), relay("policy"), sink("actor")),
@@ -116,6 +121,10 @@ def test_other_bad_declarations_say_what_to_fix() -> None:
         MacroFlow((source(), sink()), chain("source", "sink") * 2)
     with pytest.raises(UnknownComponentError, match="loop"):
         MacroFlow((source(), sink()), chain("source", "sink"), loops=(Loop(("env",), 2),))
+    with pytest.raises(FlowDeclarationError, match="micro_batch_multiple=2"):
+        MacroFlow((source(), sink()), chain("source", "sink", granularity=3))
+    with pytest.raises(FlowDeclarationError, match="whole units"):
+        MacroFlow((source(), sink()), chain("source", "sink")).items(global_batch=5)
     # every declaration error is also a ConfigError / ValueError
     assert issubclass(FlowCycleError, ConfigError) and issubclass(FlowCycleError, ValueError)
 

@@ -37,16 +37,18 @@ ITEMS, UNIT = 8, 2
 
 def declare(*, sink_kwargs: dict | None = None, source_kwargs: dict | None = None,
             relay: bool = False) -> MacroFlow:
-    parts = [ComponentSpec(Component("source", resource="cpu", batch=ITEMS), Source,
-                           entry="produce",
+    def part(name: str, resource: str = "gpu") -> Component:
+        return Component(name, resource=resource, batch=ITEMS, micro_batch_multiple=UNIT)
+
+    parts = [ComponentSpec(part("source", "cpu"), Source, entry="produce",
                            init_kwargs={"io_timeout": 60, **(source_kwargs or {})})]
     if relay:
-        parts.append(ComponentSpec(Component("relay", batch=ITEMS), Relay, entry="relay"))
-    parts.append(ComponentSpec(Component("sink", batch=ITEMS), Sink, entry="consume",
+        parts.append(ComponentSpec(part("relay"), Relay, entry="relay"))
+    parts.append(ComponentSpec(part("sink"), Sink, entry="consume",
                                init_kwargs={"io_timeout": 60, **(sink_kwargs or {})},
                                setup="build", distributed=True))
     names = [p.name for p in parts]
-    channels = tuple(ChannelSpec(Edge(a, b, bytes_per_item=16), unit=UNIT, granularity=UNIT)
+    channels = tuple(ChannelSpec(Edge(a, b, bytes_per_item=16), granularity=UNIT)
                      for a, b in itertools.pairwise(names))
     return MacroFlow(tuple(parts), channels, weight_syncs=(WeightSyncSpec("sink", ("source",)),),
                      global_batch=ITEMS, name="toy")

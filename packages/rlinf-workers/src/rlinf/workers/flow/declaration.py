@@ -5,24 +5,25 @@ declaration already says and everything it does not (placement, granularity)::
 
     flow = MacroFlow(
         components=(
-            ComponentSpec(Component("rollout", batch=8), RolloutRole, entry="rollout_step",
-                          init_kwargs={"setup": setup, "config": rollout}),
-            ComponentSpec(Component("reward", resource="cpu", batch=8), RewardRole,
-                          entry="reward_step", init_kwargs={...}),
-            ComponentSpec(Component("actor", batch=8), ActorRole, entry="train_step",
-                          init_kwargs={...}, setup="build", distributed=True),
+            ComponentSpec(Component("rollout", batch=8, micro_batch_multiple=2), RolloutRole,
+                          entry="rollout_step", init_kwargs={"setup": setup, ...}),
+            ComponentSpec(Component("reward", resource="cpu", batch=8, micro_batch_multiple=2),
+                          RewardRole, entry="reward_step", init_kwargs={...}),
+            ComponentSpec(Component("actor", batch=8, micro_batch_multiple=2), ActorRole,
+                          entry="train_step", init_kwargs={...}, setup="build",
+                          distributed=True),
         ),
-        channels=(ChannelSpec(Edge("rollout", "reward"), unit=2),
-                  ChannelSpec(Edge("reward", "actor"), unit=2)),
+        channels=(ChannelSpec(Edge("rollout", "reward")), ChannelSpec(Edge("reward", "actor"))),
         weight_syncs=(WeightSyncSpec("actor", ("rollout",)),),
         global_batch=8)
 
 Each component nests the planner's own `rlinf.sched.Component` (name, resource kind,
 batch per iteration, streaming, device limits) and each channel its `rlinf.sched.Edge`, so
-`to_sched_workflow()` is the workflow the planner prices, with nothing restated. The
-runtime adds what only it needs: the worker class and its constructor arguments, the entry
-method it calls each iteration, a setup method, whether the ranks form a torch.distributed
-group, and per channel the unit a message carries at least.
+`to_sched_workflow()` is the workflow the planner prices, with nothing restated (the unit a
+channel's messages keep whole is its consumer's ``micro_batch_multiple``). The runtime adds
+what only it needs: the worker class and its constructor arguments, the entry method it
+calls each iteration, a setup method, whether the ranks form a torch.distributed group, and
+per channel the message size of fixed plans.
 
 Every problem is found when the declaration is built and raised as a typed error naming it
 (`UnknownComponentError`, `FlowCycleError`, `WeightSyncTargetError`, or their base
@@ -92,13 +93,12 @@ class ChannelSpec:
     """The channel of one edge, created and owned by the consuming component's group."""
 
     edge: Edge
-    """``src -> dst``, bytes per item, feedback — the planner's `rlinf.sched.Edge`."""
-    unit: int = 1
-    """Items a message carries at least (a group of ``group_size`` responses); the plan's
-    granularity is rounded to whole units."""
+    """``src -> dst``, bytes per item, feedback — the planner's `rlinf.sched.Edge`. A message
+    carries whole units of the consumer's ``micro_batch_multiple`` items (a group of
+    ``group_size`` responses), the unit the planner also keeps whole."""
     granularity: int | None = None
-    """Items per message in fixed plans (`MacroFlow.fixed_plan`); None: the consumer's
-    whole batch in one message."""
+    """Items per message in fixed plans (`MacroFlow.fixed_plan`), a multiple of the unit;
+    None: the consumer's whole batch in one message."""
 
     @property
     def key(self) -> str:
@@ -189,9 +189,12 @@ class MacroFlow:
             if channel.key in seen:
                 raise FlowDeclarationError(f"channel {channel.key} is declared twice")
             seen.add(channel.key)
-            if channel.unit < 1 or (channel.granularity is not None and channel.granularity < 1):
-                raise FlowDeclarationError(f"channel {channel.key}: unit and granularity must "
-                                           f"be >= 1, got {channel.unit}, {channel.granularity}")
+            unit = self.unit_of(channel)
+            if channel.granularity is not None and (channel.granularity < 1
+                                                    or channel.granularity % unit):
+                raise FlowDeclarationError(
+                    f"channel {channel.key}: granularity={channel.granularity} must be a "
+                    f"positive multiple of {channel.edge.dst!r}'s micro_batch_multiple={unit}")
         for i, loop in enumerate(self.loops):
             unknown = [c for c in loop.components if c not in known]
             if unknown:
@@ -249,6 +252,10 @@ class MacroFlow:
         raise UnknownComponentError(f"unknown component {name!r}: expected one of "
                                     f"{list(self.names)}")
 
+    def unit_of(self, channel: ChannelSpec) -> int:
+        """Items per unit on `channel`: its consumer's ``micro_batch_multiple``."""
+        return self.component(channel.edge.dst).component.micro_batch_multiple
+
     def inputs(self, name: str) -> tuple[ChannelSpec, ...]:
         """Channels into `name` (feedback edges included)."""
         return tuple(c for c in self.channels if c.edge.dst == name)
@@ -268,8 +275,16 @@ class MacroFlow:
         """Items each component processes in an iteration of `global_batch` items (default:
         the declared one): declared batches scaled in proportion."""
         scale = (global_batch or self.batch) / self.batch
-        return {c.name: max(1, round((c.component.batch or self.batch) * scale))
-                for c in self.components}
+        items = {c.name: max(1, round((c.component.batch or self.batch) * scale))
+                 for c in self.components}
+        for spec in self.components:
+            unit = spec.component.micro_batch_multiple
+            if items[spec.name] % unit:
+                raise FlowDeclarationError(
+                    f"an iteration of {global_batch} items gives {spec.name!r} "
+                    f"{items[spec.name]} items, not whole units of its micro_batch_multiple="
+                    f"{unit}: use a multiple")
+        return items
 
     def to_sched_workflow(self) -> Workflow:
         """The workflow the planner prices (`rlinf.sched.plan`, `rlinf.sched.simulate`)."""

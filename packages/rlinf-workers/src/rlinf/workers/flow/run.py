@@ -118,8 +118,9 @@ class FlowRun:
             channels = {c.key: FlowChannel(
                 src=c.edge.src, dst=c.edge.dst, name=f"{run_id}/{c.key}", store=store,
                 consumer_ranks=groups[c.edge.dst].world_size,
-                sharding=flow.component(c.edge.dst).worker.input_sharding, unit=c.unit,
-                items_per_message=int(plan.granularity.get(c.key, c.granularity or c.unit)))
+                sharding=flow.component(c.edge.dst).worker.input_sharding,
+                unit=flow.unit_of(c), items_per_message=int(plan.granularity.get(
+                    c.key, c.granularity or flow.unit_of(c))))
                 for c in flow.channels}
             run = cls(flow, plan, groups=groups, channels=channels, lock=lock, store=store,
                       owns_ray=owns_ray, timeout=timeout)

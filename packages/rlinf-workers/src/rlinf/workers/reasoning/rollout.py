@@ -109,7 +109,8 @@ class RolloutRole(WeightReceiverRole):
         if output_channel.unit != self.config.group_size:
             raise ConfigError(f"channel {output_channel.edge} carries units of "
                               f"{output_channel.unit} items, the rollout groups of "
-                              f"{self.config.group_size}: declare unit=group_size")
+                              f"{self.config.group_size}: declare the consumer's Component "
+                              "with micro_batch_multiple=group_size")
         groups = output_channel.units(ctx.items[self.role])
         routing = Routing(groups=groups, groups_per_micro_batch=self.config.groups_per_micro_batch,
                           group_size=self.config.group_size, rollout_ranks=self.world_size,
