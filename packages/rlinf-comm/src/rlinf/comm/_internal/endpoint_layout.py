@@ -61,18 +61,67 @@ def inline_message(batch: Batch) -> tuple[Header, list[Any]]:
     return header, buffers
 
 
+def _array_spec(entry: Any, fields: int) -> tuple[str, np.dtype[Any], tuple[int, ...], int]:
+    """Validate one received array description ``[name, dtype, shape(, offset)]``.
+
+    Nothing from a peer is trusted: a negative or non-integer dimension, an object dtype or a
+    negative offset would make numpy read memory the sender never described.
+    """
+    if not isinstance(entry, list | tuple) or len(entry) != fields:
+        raise errors.CodecError(f"expected an array description of {fields} fields "
+                                f"[name, dtype, shape{', offset' if fields == 4 else ''}]; "
+                                f"got {entry!r:.200}")
+    name, dtype, shape = entry[0], entry[1], entry[2]
+    offset = entry[3] if fields == 4 else 0
+    if not isinstance(name, str) or not isinstance(dtype, str):
+        raise errors.CodecError(f"expected a str name and dtype; got {name!r:.80}, "
+                                f"{dtype!r:.80}")
+    try:
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise errors.CodecError(f"array {name!r}: {dtype!r:.80} is not a dtype") from exc
+    if dt.hasobject:
+        raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
+    if not isinstance(shape, list | tuple) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise errors.CodecError(f"array {name!r}: expected a shape of integers >= 0; got "
+                                f"{shape!r:.200}")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise errors.CodecError(f"array {name!r}: expected an offset >= 0; got {offset!r:.80}")
+    return name, dt, tuple(shape), offset
+
+
+def _view(buf: Any, name: str, dt: np.dtype[Any], shape: tuple[int, ...],
+          offset: int) -> np.ndarray:
+    count = int(np.prod(shape, dtype=np.int64))
+    size = memoryview(buf).nbytes
+    if offset + count * dt.itemsize > size:
+        raise errors.CodecError(f"array {name!r} ({count} x {dt.str} at offset {offset}) "
+                                f"overruns its {size}-byte buffer")
+    return np.frombuffer(buf, dtype=dt, count=count, offset=offset).reshape(shape)
+
+
 def open_inline(descriptor: Header, buffers: Buffers) -> Batch:
-    specs = descriptor["tensors"]
+    specs = descriptor.get("tensors") if isinstance(descriptor, dict) else None
+    if not isinstance(specs, list):
+        raise errors.CodecError(f"expected a list of array descriptions; got {specs!r:.200}")
     if len(specs) != len(buffers):
         raise errors.CodecError(f"expected {len(specs)} buffers; got {len(buffers)}")
     tensors = {}
-    for (name, dtype, shape), buf in zip(specs, buffers, strict=True):
-        dt = np.dtype(dtype)
-        if dt.hasobject:
-            raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
+    for entry, buf in zip(specs, buffers, strict=True):
+        name, dt, shape, _ = _array_spec(entry, 3)
         # The frame buffer belongs to us alone (wire's contract): a zero-copy view.
-        tensors[str(name)] = np.frombuffer(buf, dtype=dt).reshape(shape)
-    return Batch(tensors, descriptor.get("meta", {}))
+        tensors[name] = _view(buf, name, dt, shape, 0)
+        if tensors[name].nbytes != memoryview(buf).nbytes:
+            raise errors.CodecError(f"array {name!r}: {tensors[name].nbytes} bytes described, "
+                                    f"{memoryview(buf).nbytes} received")
+    return Batch(tensors, _meta(descriptor.get("meta", {})))
+
+
+def _meta(meta: Any) -> dict[str, Any]:
+    if not isinstance(meta, dict):
+        raise errors.CodecError(f"expected batch metadata as an object; got {meta!r:.200}")
+    return meta
 
 
 # Copies of large payloads into shared memory are split across a few threads (numpy releases
@@ -158,17 +207,20 @@ Packed = RawLayout | codec.EncodePlan
 
 def open_raw(descriptor: Header, *, on_release: Callable[[], None] | None) -> Batch:
     """Map a `RawLayout` payload: arrays are views on the shared segment."""
-    view = shm.default_reader().open_view(
-        str(descriptor["name"]), int(descriptor["offset"]), int(descriptor["nbytes"]),
-        on_release=on_release,
-    )
-    raw = descriptor["raw"]
+    raw = descriptor.get("raw")
+    if not isinstance(raw, dict) or not isinstance(raw.get("tensors"), list):
+        raise errors.CodecError(f"expected a raw layout with a list of arrays; got {raw!r:.200}")
+    specs = raw["tensors"]
+    checked = [_array_spec(entry, 4) for entry in specs]  # before mapping anything
+    meta = _meta(raw.get("meta", {}))
+    try:
+        name, offset, nbytes = (str(descriptor["name"]), int(descriptor["offset"]),
+                                int(descriptor["nbytes"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise errors.CodecError(f"malformed raw descriptor ({type(exc).__name__}: {exc})"
+                                ) from exc
+    view = shm.default_reader().open_view(name, offset, nbytes, on_release=on_release)
     tensors = {}
-    for name, dtype, shape, offset in raw["tensors"]:
-        dt = np.dtype(dtype)
-        if dt.hasobject:
-            raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
-        count = int(np.prod(shape, dtype=np.int64))
-        tensors[str(name)] = np.frombuffer(view, dtype=dt, count=count, offset=int(offset)
-                                           ).reshape(shape)
-    return Batch(tensors, raw.get("meta", {}))
+    for array, dt, shape, at in checked:
+        tensors[array] = _view(view, array, dt, shape, at)
+    return Batch(tensors, meta)
