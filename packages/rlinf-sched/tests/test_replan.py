@@ -107,3 +107,19 @@ def test_bad_observations_and_policies_are_refused() -> None:
         DriftPolicy(threshold=0)
     with pytest.raises(PlanningError, match="patience"):
         DriftPolicy(patience=0)
+
+
+def test_busy_seconds_give_the_same_corrections_as_calls() -> None:
+    before, after = costs(1.0), costs(4.0)
+    first = planner(WF, before, CLUSTER).best
+    replanner = Replanner(WF, CLUSTER, first, before, planner=planner,
+                          policy=DriftPolicy(patience=1))
+    truth = simulate(WF, first.placement, after, CLUSTER, micro_batch=first.micro_batch)
+    decision = replanner.observe(0, seconds=truth.iteration_time, busy=truth.busy_seconds)
+    assert decision is not None and decision.adopted
+    assert decision.corrections["rollout"] == pytest.approx(1.0)
+    base = simulate(WF, first.placement, before, CLUSTER, micro_batch=first.micro_batch)
+    expected = truth.busy_seconds["actor"] / base.busy_seconds["actor"]  # fixed terms included
+    assert decision.corrections["actor"] == pytest.approx(expected) and expected > 3
+    with pytest.raises(PlanningError, match="not a component"):
+        replanner.observe(1, seconds=1.0, busy={"critic": 1.0})

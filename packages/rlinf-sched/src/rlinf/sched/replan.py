@@ -4,11 +4,11 @@ RLinf's scheduler plans once, offline. Workloads drift while they train — resp
 longer, a node slows down — and the plan chosen from the first profile stops being the
 best one. `Replanner` watches every iteration:
 
-1. `observe` takes the iteration's measured seconds and, per component, the measured
-   calls (`Call`: items, devices, seconds).
+1. `observe` takes the iteration's measured seconds and, per component, either the
+   measured calls (`Call`: items, devices, seconds) or its busy seconds in the iteration.
 2. Each component gets a *live correction*: the median of measured / predicted seconds
-   (under the base cost model) over its calls in the drifting iterations — the run as it
-   is now, not as it was before the drift. `LiveCostModel`
+   under the base cost model (per call, or busy seconds against the simulated
+   iteration's) over the drifting iterations — the run as it is now, not as it was before the drift. `LiveCostModel`
    prices the workflow with the base model's curves times these factors, so the shape of
    each fit (fixed and per-device terms) is kept and its level follows the run.
 3. When the measured iteration time differs from the plan's prediction by more than
@@ -36,7 +36,7 @@ from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
-from rlinf.sched.simulator import simulate
+from rlinf.sched.simulator import SimulationResult, simulate
 from rlinf.sched.workflow import Workflow
 
 __all__ = ["Call", "DriftPolicy", "LiveCostModel", "Replan", "Replanner"]
@@ -128,6 +128,7 @@ class LiveCostModel:
 
 
 Planner = Callable[[Workflow, CostModel, Cluster], PlanResult]
+Pricer = Callable[[ExecutionPlan, CostModel], SimulationResult]
 
 
 class Replanner:
@@ -139,17 +140,22 @@ class Replanner:
         cost: the cost model the plan was chosen on (the profile's fit).
         planner: ``(workflow, cost, cluster) -> PlanResult``; `rlinf.sched.plan` with the
             run's options, restricted as the runtime needs (e.g. a fixed device count).
+        price: ``(plan, cost) -> SimulationResult``, the simulation of a plan as the
+            runtime executes it; default `simulate` with the plan's micro-batches.
         policy: thresholds.
     """
 
     def __init__(self, workflow: Workflow, cluster: Cluster, plan: ExecutionPlan,
-                 cost: CostModel, *, planner: Planner,
+                 cost: CostModel, *, planner: Planner, price: Pricer | None = None,
                  policy: DriftPolicy | None = None) -> None:
         self.workflow = workflow
         self.cluster = cluster
         self.plan = plan
         self.base = cost
         self.planner = planner
+        self.price: Pricer = price or (lambda p, c: simulate(
+            workflow, p.placement, c, cluster, micro_batch=p.micro_batch))
+        self._base_busy: Mapping[str, float] | None = None
         self.policy = policy or DriftPolicy()
         self.predicted = plan.predicted_time
         self._ratios: deque[dict[str, list[float]]] = deque(maxlen=self.policy.window)
@@ -167,12 +173,26 @@ class Replanner:
         return {n: statistics.median(v) for n, v in merged.items() if v}
 
     def observe(self, iteration: int, *, seconds: float,
-                calls: Mapping[str, Sequence[Call]]) -> Replan | None:
-        """Record one iteration; returns a `Replan` when this iteration triggered one."""
+                calls: Mapping[str, Sequence[Call]] | None = None,
+                busy: Mapping[str, float] | None = None) -> Replan | None:
+        """Record one iteration; returns a `Replan` when this iteration triggered one.
+
+        Pass each component's measured `calls`, or its `busy` seconds in the iteration
+        (compared with the simulated busy seconds of the current plan).
+        """
         if not seconds > 0:
             raise PlanningError(f"iteration {iteration} took {seconds!r} s: expected > 0")
         ratios: dict[str, list[float]] = {}
-        for name, measured in calls.items():
+        for name, spent in (busy or {}).items():
+            if name not in self.workflow.names:
+                raise PlanningError(f"busy seconds of {name!r}, which is not a component of "
+                                    f"the workflow: expected one of {list(self.workflow.names)}")
+            if self._base_busy is None:
+                self._base_busy = self.price(self.plan, self.base).busy_seconds
+            expected = self._base_busy.get(name, 0.0)
+            if expected > 0 and spent >= 0:
+                ratios[name] = [spent / expected]
+        for name, measured in (calls or {}).items():
             if name not in self.workflow.names:
                 raise PlanningError(f"measured calls of {name!r}, which is not a component of "
                                     f"the workflow: expected one of {list(self.workflow.names)}")
@@ -194,8 +214,7 @@ class Replanner:
     def _replan(self, iteration: int) -> Replan:
         corrections = self.corrections(len(self._drifting))
         live = LiveCostModel(self.base, corrections)
-        current = simulate(self.workflow, self.plan.placement, live, self.cluster,
-                           micro_batch=self.plan.micro_batch).iteration_time
+        current = self.price(self.plan, live).iteration_time
         best = self.planner(self.workflow, live, self.cluster).best
         adopted = best.predicted_time < current * (1 - self.policy.min_gain)
         measured = statistics.median(self._drifting)
@@ -206,6 +225,8 @@ class Replanner:
                   predicted_before=round(self.predicted, 4), repriced=round(current, 4),
                   predicted_new=round(best.predicted_time, 4), adopted=adopted,
                   spec=chosen.spec)
+        if adopted:
+            self._base_busy = None
         self.plan = chosen
         self.predicted = best.predicted_time if adopted else current
         self._drifting.clear()
