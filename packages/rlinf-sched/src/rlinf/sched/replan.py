@@ -9,8 +9,9 @@ best one. `Replanner` watches every iteration:
 2. Each component gets a *live correction*: the median of measured / predicted seconds
    under the base cost model (per call, or busy seconds against the simulated
    iteration's) over the drifting iterations — the run as it is now, not as it was
-   before the drift. `LiveCostModel` prices the workflow with the base model's curves times these factors, so the shape of
-   each fit (fixed and per-device terms) is kept and its level follows the run.
+   before the drift. `LiveCostModel` prices the workflow with the base model's curves
+   times these factors, so the shape of each fit (fixed and per-device terms) is kept and
+   its level follows the run.
 3. When the measured iteration time differs from the plan's prediction by more than
    `threshold` (relative) for `patience` consecutive iterations, the planner runs again on
    the corrected costs. The new plan is adopted when the corrected model predicts it at
