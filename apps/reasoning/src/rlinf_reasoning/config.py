@@ -204,6 +204,13 @@ class RunConfig:
     """Profile the roles briefly at start to price a fixed plan (auto always profiles)."""
     profile_batches: tuple[Positive, ...] = (8, 16)
     """placement=auto: prompts per profiling call (two sizes or more fit the cost curves)."""
+    replan: bool = False
+    """placement=auto: re-plan during the run when measured steps drift from the prediction
+    (rlinf.sched.Replanner); a better plan is launched at a step boundary from a checkpoint."""
+    replan_threshold: Annotated[float, Range(0, None, lo_open=True)] = 0.15
+    """run.replan: relative deviation of a step's seconds from the prediction that counts."""
+    replan_patience: Positive = 3
+    """run.replan: consecutive drifting steps before re-planning."""
 
 
 @dataclass(frozen=True)
@@ -235,6 +242,10 @@ class ReasoningConfig:
         if self.run.weight_sync == "cuda_ipc" and self.cluster.device != "cuda":
             raise InvalidConfigError("run.weight_sync", "cuda_ipc",
                                      "'auto', 'shm' or 'nccl' on CPU (CUDA IPC shares GPU memory)")
+        if self.run.replan and self.placement.strip().lower() != "auto":
+            raise InvalidConfigError("run.replan", True,
+                                     "false unless placement=auto (re-planning changes the "
+                                     "placement; a fixed one is kept as written)")
         if len(set(self.run.profile_batches)) < 2:
             raise InvalidConfigError("run.profile_batches", list(self.run.profile_batches),
                                      "at least two different batch sizes to fit cost curves")

@@ -23,15 +23,19 @@ import structlog
 from rlinf.envs.math import MathProblem
 from rlinf.sched import (
     Cluster,
+    CostModel,
+    DriftPolicy,
     ExecutionPlan,
     PlanResult,
     Profile,
+    Replanner,
     SimulationResult,
     Workflow,
     fit_profile,
     plan,
     simulate,
 )
+from rlinf.workers.errors import ConfigError
 from rlinf_reasoning.config import ReasoningConfig, component_names
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.flow import (
@@ -54,6 +58,7 @@ __all__ = [
     "predict",
     "profile_flow",
     "profiling_problems",
+    "replanner",
 ]
 
 _log = structlog.get_logger(__name__)
@@ -148,24 +153,26 @@ def execution_workflow(plan: ExecutionPlan, spec: FlowSpec) -> Workflow:
     return reasoning_workflow(spec, rollout_ranks=plan.placement.components["rollout"].num_procs)
 
 
-def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile,
+def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile | CostModel,
             cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
     """`plan_` with the predicted iteration time and utilisation of its simulation, run the
-    way the flow executes it (`_simulated_micro_batches`)."""
-    simulation = simulate(execution_workflow(plan_, spec), plan_.placement,
-                          ProfileCosts(profile), cluster,
+    way the flow executes it (`_simulated_micro_batches`), priced from a measured profile
+    or any cost model (the re-planner's live one)."""
+    cost = ProfileCosts(profile) if isinstance(profile, Profile) else profile
+    simulation = simulate(execution_workflow(plan_, spec), plan_.placement, cost, cluster,
                           micro_batch=_simulated_micro_batches(plan_, spec), record=True)
     priced = dataclasses.replace(plan_, predicted_time=simulation.iteration_time,
                                  utilisation=simulation.utilisation)
     return priced, simulation
 
 
-def auto_plan(spec: FlowSpec, profile: Profile, cluster: Cluster) -> PlanChoice:
-    """The planner's ranked plans for `spec` on `cluster` from `profile`, each (and each
-    fixed-mode baseline) priced again as the flow will run it (`predict`: the flow keeps the
-    config's rollout and actor micro-batches, which the planner may have chosen otherwise);
-    the fastest by that price is chosen."""
-    result = plan(reasoning_workflow(spec), ProfileCosts(profile), cluster)
+def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) -> PlanChoice:
+    """The planner's ranked plans for `spec` on `cluster` from `profile` (or a cost model),
+    each (and each fixed-mode baseline) priced again as the flow will run it (`predict`: the
+    flow keeps the config's rollout and actor micro-batches, which the planner may have
+    chosen otherwise); the fastest by that price is chosen."""
+    cost = ProfileCosts(profile) if isinstance(profile, Profile) else profile
+    result = plan(reasoning_workflow(spec), cost, cluster)
     candidates = {(p.spec, tuple(sorted(p.granularity.items()))): p
                   for p in (*result.ranked, *result.baselines.values())}
     priced = sorted((predict(p, spec, profile, cluster) for p in candidates.values()),
@@ -175,7 +182,29 @@ def auto_plan(spec: FlowSpec, profile: Profile, cluster: Cluster) -> PlanChoice:
         result, ranked=tuple(p for p, _ in priced),
         baselines={name: predict(p, spec, profile, cluster)[0]
                    for name, p in result.baselines.items()})
-    return PlanChoice(plan=best, ranked=ranked, profile=profile, simulation=simulation)
+    return PlanChoice(plan=best, ranked=ranked,
+                      profile=profile if isinstance(profile, Profile) else None,
+                      simulation=simulation)
+
+
+def replanner(spec: FlowSpec, choice: PlanChoice, cluster: Cluster, *, threshold: float,
+              patience: int) -> Replanner:
+    """A `rlinf.sched.Replanner` for a run launched with `choice` (priced from a profile):
+    it re-plans with `auto_plan` and prices plans with `predict`, as ``auto`` did."""
+    if choice.profile is None:
+        raise ConfigError("run.replan needs the measured profile the plan was priced with: "
+                          "use it with placement=auto")
+    return Replanner(
+        reasoning_workflow(spec), cluster, choice.plan, ProfileCosts(choice.profile),
+        planner=lambda _wf, cost, cl: _ranked(auto_plan(spec, cost, cl)),
+        price=lambda p, cost: predict(p, spec, cost, cluster)[1],
+        policy=DriftPolicy(threshold=threshold, patience=patience))
+
+
+def _ranked(choice: PlanChoice) -> PlanResult:
+    if choice.ranked is None:  # pragma: no cover - auto_plan always ranks
+        raise ConfigError("auto_plan returned no ranked plans")
+    return choice.ranked
 
 
 def format_plans(result: PlanResult, out: TextIO, *, limit: int = 5) -> None:

@@ -15,17 +15,18 @@ uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 import structlog
 
-from rlinf.sched import Cluster, Profile
+from rlinf.sched import Cluster, ExecutionPlan, Profile, Replan, Replanner
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -45,6 +46,7 @@ from rlinf_reasoning.planning import (
     planned_fixed,
     predict,
     profile_flow,
+    replanner,
 )
 from rlinf_reasoning.report import (
     HELDOUT_KEY,
@@ -202,6 +204,58 @@ def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str
             ray.shutdown()
 
 
+def _replanner(session: _Session, choice: PlanChoice) -> Replanner | None:
+    """The run's re-planner (``run.replan``), or None."""
+    run = session.cfg.run
+    if not run.replan:
+        return None
+    if choice.profile is None:
+        _log.warning("replan_disabled", reason="no measured profile to re-fit (set run.predict)")
+        return None
+    return replanner(session.spec, choice, session.cluster, threshold=run.replan_threshold,
+                     patience=run.replan_patience)
+
+
+def _close_flows(flows: Sequence[ReasoningFlow]) -> None:
+    for flow in flows:
+        flow.close()
+
+
+def _busy(metrics: Mapping[str, float], replan: Replanner) -> dict[str, float]:
+    """Each component's busy seconds in the step (the slowest rank's, `time/<role>`)."""
+    return {name: metrics[f"time/{name}"] for name in replan.workflow.names
+            if f"time/{name}" in metrics}
+
+
+def _replan_record(decision: Replan) -> dict[str, float]:
+    """The metrics a re-plan adds to its step's record."""
+    return {"replan/adopted": float(decision.adopted), "replan/measured_s": decision.measured,
+            "replan/predicted_before_s": decision.predicted_before,
+            "replan/repriced_current_s": decision.repriced_current,
+            "replan/predicted_new_s": decision.predicted_new}
+
+
+def _relaunch(session: _Session, flow: ReasoningFlow, choice: PlanChoice, plan: ExecutionPlan,
+              checkpoint: Path) -> tuple[ReasoningFlow, PlanChoice]:
+    """Close `flow`, launch `plan` and load the checkpoint just taken (a step boundary)."""
+    out = session.out
+    print(f"re-plan: {choice.plan.spec} -> {plan.spec} (predicted {plan.predicted_time:.3f} s "
+          "per step on the live costs); relaunching from the checkpoint", file=out, flush=True)
+    flow.close()
+    launched = ReasoningFlow.launch(session.spec, plan, cluster=session.cluster,
+                                    trace=session.cfg.run.trace)
+    try:
+        launched.load(checkpoint)
+    except BaseException:
+        launched.close(kill=True)
+        raise
+    simulation = None
+    if choice.profile is not None:
+        plan, simulation = predict(plan, session.spec, choice.profile, session.cluster)
+    return launched, PlanChoice(plan=plan, ranked=choice.ranked, profile=choice.profile,
+                                simulation=simulation)
+
+
 def _priced(session: _Session, choice: PlanChoice, flow: ReasoningFlow) -> PlanChoice:
     """`choice` with a predicted iteration: auto is priced already; a fixed plan is profiled
     on the launched flow (or, on resume, priced from the saved profile)."""
@@ -232,6 +286,8 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
     else:
         before, start, prior_seconds = flow.evaluate(held), 0, 0.0
     after = before
+    replan = _replanner(session, choice)
+    relaunched: list[ReasoningFlow] = []
     step_seconds: list[float] = []
     onloads: list[float] = []
     samples = 0
@@ -240,7 +296,9 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
     loop_start = time.perf_counter()
     with MetricsWriter(run_dir, tensorboard=run.tensorboard,
                        resume_step=start + 1 if ckpt is not None else None) as writer, \
-            ProgressDisplay(run.steps, desc="train", start=start, keys=PROGRESS_KEYS) as progress:
+            ProgressDisplay(run.steps, desc="train", start=start, keys=PROGRESS_KEYS) as progress, \
+            contextlib.ExitStack() as flows:
+        flows.callback(_close_flows, relaunched)
         if ckpt is None:
             writer.write(0, {HELDOUT_KEY: before})
         for step in range(start + 1, run.steps + 1):
@@ -256,13 +314,23 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
             if step == run.steps or (run.eval_every and step % run.eval_every == 0):
                 after = flow.evaluate(held)
                 record[HELDOUT_KEY] = after
+            decision = None if replan is None else replan.observe(
+                step, seconds=result.seconds, busy=_busy(result.metrics, replan))
+            if decision is not None:
+                record.update(_replan_record(decision))
             writer.write(step, record)
             progress.update(step, record)
-            if step == run.steps or (run.checkpoint_every and step % run.checkpoint_every == 0):
+            switch = decision is not None and decision.adopted and step < run.steps
+            if switch or step == run.steps or (run.checkpoint_every
+                                               and step % run.checkpoint_every == 0):
                 seconds = prior_seconds + time.perf_counter() - loop_start
-                session.store.save(step, flow.save, meta=checkpoint_meta(
-                    cfg, step=step, heldout_before=before, plan=choice.plan, seconds=seconds,
-                    overrides=session.overrides))
+                path = session.store.save(step, flow.save, meta=checkpoint_meta(
+                    cfg, step=step, heldout_before=before,
+                    plan=decision.plan if decision is not None and switch else choice.plan,
+                    seconds=seconds, overrides=session.overrides))
+            if decision is not None and switch:
+                flow, choice = _relaunch(session, flow, choice, decision.plan, path)
+                relaunched.append(flow)
     wall = prior_seconds + time.perf_counter() - loop_start
     records = read_metrics(run_dir / METRICS_FILE)
     write_curve(records, run_dir)

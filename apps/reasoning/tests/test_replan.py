@@ -1,0 +1,94 @@
+"""Re-planning during a run (``run.replan``): an adopted plan is launched at a step boundary
+from a checkpoint, so the run continues on the new placement with the same trajectory."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rlinf_reasoning import cli
+from rlinf_reasoning import run as run_module
+from rlinf_reasoning.flow import fixed_plan
+
+from rlinf.sched import Replan
+
+pytestmark = pytest.mark.timeout(900)
+
+TINY = (
+    "run.steps=2", "data.prompts_per_step=4", "rollout.group_size=4",
+    "rollout.max_new_tokens=4", "rollout.groups_per_micro_batch=2", "data.heldout_size=16",
+    "algorithm.micro_batch_size=16", "run.eval_every=1", "run.checkpoint_every=0",
+    "run.log_level=warning", "cluster.cpu_slots=3", "placement=hybrid", "run.predict=false",
+)
+"""Hybrid on 3 CPU slots, then every role on devices of its own but reward and inference:
+the actor has one rank in both."""
+
+
+def metrics(run_dir: Path) -> list[dict[str, float]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def stable(record: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in record.items()
+            if not k.startswith(("time", "throughput/", "replan/")) and "seconds" not in k
+            and not k.endswith("_per_s")}
+
+
+class SwitchOnce:
+    """Stands in for `rlinf.sched.Replanner`: adopts `plan` after step 1."""
+
+    def __init__(self, plan: Any) -> None:
+        self.plan = plan
+        self.observed: list[int] = []
+
+    def observe(self, step: int, *, seconds: float, busy: dict[str, float]) -> Replan | None:
+        self.observed.append(step)
+        assert set(busy) <= {"rollout", "reward", "inference", "actor"} and busy
+        if step != 1:
+            return None
+        return Replan(step, seconds, 1.0, 2.0, 1.0, True, self.plan, {"actor": 2.0})
+
+    workflow = dataclasses.make_dataclass("W", [("names", tuple)])(
+        ("rollout", "reward", "inference", "actor"))
+
+
+def test_an_adopted_plan_relaunches_from_a_checkpoint_with_the_same_trajectory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = tmp_path / "reference"
+    assert cli.main([*TINY, "--run-dir", str(reference)]) == 0
+
+    fakes: list[SwitchOnce] = []
+
+    def fake_replanner(session: Any, choice: Any) -> SwitchOnce:
+        fakes.append(SwitchOnce(fixed_plan(session.spec, "rollout: 0, reward,inference: 1, "
+                                           "actor: 2", num_devices=3, granularity_groups=2)))
+        return fakes[0]
+
+    monkeypatch.setattr(run_module, "_replanner", fake_replanner)
+    replanned = tmp_path / "replanned"
+    assert cli.main([*TINY, "--run-dir", str(replanned)]) == 0
+    assert fakes[0].observed == [1, 2]
+
+    ref, new = metrics(reference), metrics(replanned)
+    assert [r["step"] for r in ref] == [r["step"] for r in new] == [0, 1, 2]
+    assert new[1]["replan/adopted"] == 1.0 and "replan/adopted" not in new[2]
+    for a, b in zip(ref, new, strict=True):
+        sa, sb = stable(a), stable(b)
+        assert sa.keys() == sb.keys()
+        for key in sa:
+            assert math.isclose(sa[key], sb[key], rel_tol=1e-3, abs_tol=1e-3), (a["step"], key)
+    summary = json.loads((replanned / "summary.json").read_text())
+    assert summary["placement"] == "rollout: 0, reward,inference: 1, actor: 2"
+    # the checkpoint of the switch names the new plan, so --resume relaunches it
+    meta = json.loads(next((replanned / "checkpoints").glob("step-*/meta.json")).read_text())
+    assert meta["plan"]["spec"] == "rollout: 0, reward,inference: 1, actor: 2"
+
+
+def test_replan_needs_placement_auto() -> None:
+    assert cli.main(["placement=hybrid", "run.replan=true", "--run-dir", "/nonexistent/x"]) == 2
