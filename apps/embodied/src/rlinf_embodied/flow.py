@@ -403,14 +403,11 @@ class EmbodiedFlow:
                             store=f"embodied-{run}-store", timeout=spec.link_timeout,
                             transport=spec.link_transport)
             # The groups start concurrently: each launch waits seconds for its processes.
-            # The env role moves nothing on onload/offload (simulators and an inline policy
-            # stay where they are), so the lock sizes it at 0 bytes: it never evicts the
-            # actor, as the simulator prices it (an unknown size would evict every turn).
             jobs: dict[str, tuple[type[RoleBase], dict[str, Any]]] = {
                 "env": (EnvRole, {"placement": placement.components["env"], "init_kwargs": {
                     "config": env_config, **role_opts,
                     **({"policy": rollout_config} if inline else {"link": link})},
-                    "num_gpus_per_rank": gpus if inline else 0.0, "memory_bytes": 0}),
+                    "num_gpus_per_rank": gpus if inline else 0.0}),
                 # One process spanning the actor's devices (one torch thread per device).
                 "actor": (ActorRole, {"role": "actor", "num_ranks": 1, "init_kwargs": {
                     "config": actor_config, **role_opts,

@@ -132,6 +132,12 @@ class EnvRole(RoleBase):
             build_rollout_policy(context, policy) if policy is not None else None)
         self._ends: LinkEnds | None = None
 
+    def resident_memory_bytes(self) -> int | None:
+        """0: its onload/offload move nothing (simulators, and an inline policy, stay where
+        they are), so the device lock never evicts a co-placed actor for it — as the
+        simulator prices it (an unknown size would evict the actor every turn)."""
+        return 0
+
     def describe(self) -> EnvDescription:
         """Spaces and instruction of the task."""
         return describe_env(self.env)
