@@ -2,7 +2,8 @@
 
 Components are placed one at a time (largest least work first), each on every allowed
 contiguous range of the evaluator's device order in steps of `unit` devices (allowed: its
-device constraints and at least one unit of its batch per device). A partial placement's
+device constraints, at least one unit of its batch per device, and its memory fits the
+range's least device memory alone, `Evaluator.fits_alone`). A partial placement's
 bound is its busiest component or device counting compute only (`Evaluator.lower_bound`
 restricted to the components placed so far); placing more components only adds load, so a
 subtree whose bound reaches the `keep`-th best time found cannot contain a better plan and is
@@ -107,7 +108,8 @@ def branch_and_bound(
     bounds = range(0, n + 1, unit)
     choices: list[list[tuple[float, int, int]]] = []
     for i, c in enumerate(comps):
-        ranges = [(s, e) for s in bounds for e in bounds if e > s and ev.can_run(i, e - s)]
+        ranges = [(s, e) for s in bounds for e in bounds
+                  if e > s and ev.can_run(i, e - s) and ev.fits_alone(i, s, e)]
         if mode == "collocated":  # the most devices every component can use
             common = ev.fit(range(len(comps)), n)
             ranges = [r for r in ranges if r == (0, common)]
@@ -115,8 +117,8 @@ def branch_and_bound(
             shared = " on the devices of every other" if mode == "collocated" else ""
             raise PlanningError(f"component {c.name!r} cannot be placed{shared} on {n} devices "
                                 f"in units of {unit}: check its device_multiple/min_devices/"
-                                f"max_devices and that its batch "
-                                f"({ev.workflow.batch_of(c.name)} items) has a unit per device")
+                                f"max_devices, that its batch ({ev.workflow.batch_of(c.name)} "
+                                "items) has a unit per device and that it fits device memory")
         choices.append(sorted((ev.work(c.name, e - s), s, e) for s, e in ranges))
     # Heaviest first: the bound grows fastest near the root.
     order = sorted(range(len(comps)), key=lambda i: -choices[i][0][0])

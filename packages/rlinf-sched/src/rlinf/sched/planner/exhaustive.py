@@ -35,19 +35,21 @@ _log = structlog.get_logger(__name__)
 
 def exhaustive_candidates(evaluator: Evaluator, *, unit: int = 1) -> list[Candidate]:
     """All range candidates (multiples of `unit`) of the evaluator's device order that meet
-    the components' constraints (`Evaluator.can_run`)."""
+    the components' constraints (`Evaluator.can_run`) and fit their memory alone
+    (`Evaluator.fits_alone`; the others never simulate)."""
     n = evaluator.cluster.num_devices
     if unit < 1 or n % unit:
         raise PlanningError(f"unit={unit} does not divide the {n} devices: expected a divisor")
     bounds = range(0, n + 1, unit)
     ranges = [(s, e) for s in bounds for e in bounds if e > s]
-    per_comp = [[r for r in ranges if evaluator.can_run(i, r[1] - r[0])]
+    per_comp = [[r for r in ranges
+                 if evaluator.can_run(i, r[1] - r[0]) and evaluator.fits_alone(i, *r)]
                 for i in range(len(evaluator.workflow.components))]
     for c, rs in zip(evaluator.workflow.components, per_comp, strict=True):
         if not rs:
             raise PlanningError(f"component {c.name!r} cannot be placed on {n} devices in units "
-                                f"of {unit}: check its device_multiple/min_devices/max_devices "
-                                "and its batch")
+                                f"of {unit}: check its device_multiple/min_devices/max_devices, "
+                                "its batch and its memory")
     return [tuple(c) for c in itertools.product(*per_comp)]
 
 
@@ -77,18 +79,30 @@ def exhaustive_search(
     first = Evaluator(workflow, cost, cluster, max_chunks=max_chunks)
     top: list[Scored] = []
     visited = 0
-    for order in device_orders(cluster, reorder=reorder_devices):
+    refused: list[PlanningError] = []
+    orders = device_orders(cluster, reorder=reorder_devices)
+    # Regrouped orders first: on a mixed cluster they hold the plans that fit memory best,
+    # whose times then cut the cluster's own order early (seeds only tighten the bound).
+    for order in reversed(orders):
         ev = first.reordered(order)
+        try:
+            cands = [] if prune else exhaustive_candidates(ev, unit=unit)
+        except PlanningError as exc:  # some component fits no range of this order
+            refused.append(exc)
+            continue
         if prune:
-            found = branch_and_bound(ev, unit=unit, keep=keep, seeds=top,
-                                     max_leaves=max_candidates)
+            try:
+                found = branch_and_bound(ev, unit=unit, keep=keep, seeds=top,
+                                         max_leaves=max_candidates)
+            except PlanningError as exc:
+                refused.append(exc)
+                continue
             if not found.complete:
                 raise PlanningError(f"exhaustive search scored {max_candidates} placements "
                                     "without finishing: raise max_candidates, use a larger "
                                     "unit or plan()")
             top, visited = found.top, visited + found.leaves
             continue
-        cands = exhaustive_candidates(ev, unit=unit)
         if len(cands) > max_candidates:
             raise PlanningError(f"exhaustive search over {len(cands)} placements exceeds "
                                 f"max_candidates={max_candidates}: use a larger unit or plan()")
@@ -100,6 +114,8 @@ def exhaustive_search(
             top.sort(key=lambda s: (s.time, s.devices))
             del top[keep:]
         visited += len(cands)
+    if len(refused) == len(orders):  # no order can place some component
+        raise refused[0]
     if not top:
         raise PlanningError(f"no placement of {list(workflow.names)} fits on "
                             f"{cluster.num_devices} devices: every candidate exceeds memory")

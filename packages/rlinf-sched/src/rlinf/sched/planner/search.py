@@ -230,7 +230,10 @@ def _exact(ev: Evaluator, opts: PlannerOptions, scored: list[Scored],
     """Branch and bound from the heuristic's plans, for the plans and for each fixed mode
     of `modes`; True when every search finished within `exact_limit` leaves (the plans are
     optimal in `ev`'s device order)."""
-    found = branch_and_bound(ev, keep=opts.keep, seeds=scored, max_leaves=opts.exact_limit)
+    try:
+        found = branch_and_bound(ev, keep=opts.keep, seeds=scored, max_leaves=opts.exact_limit)
+    except PlanningError:  # some component fits no range of this order
+        return scored, dict(baselines), True
     exact = found.complete
     out = dict(baselines)
     for kind in modes:

@@ -78,6 +78,7 @@ class _Shared:
         self.by_signature: dict[tuple[Signature, tuple[int, ...]], SimulationResult | None] = {}
         self.work: dict[tuple[str, int, int], float] = {}
         self.sizes: dict[tuple[int, int], tuple[int, ...]] = {}
+        self.least_memory: dict[tuple[int, int], int] = {}
         self.memo: dict[Any, Any] = {}
 
 
@@ -157,9 +158,26 @@ class Evaluator:
         return next((d for d in range(top, 0, -1)
                      if all(self.can_run(i, d) for i in indices)), 0)
 
+    def fits_alone(self, index: int, start: int, stop: int) -> bool:
+        """Whether component `index` fits alone in the least memory of positions
+        ``[start, stop)`` with some size it can run there (else every simulation of it
+        there fails: pruned before simulating)."""
+        if self.workflow.components[index].resource != "gpu":
+            return True
+        n = stop - start
+        key = (index, n)
+        least = self._shared.least_memory
+        if key not in least:
+            sizes = self._sizes(self._group[index][0], n * self._unit[index])
+            least[key] = min((self.cost.memory(self.names[index], batch_size=s, num_devices=n)
+                              for s in sizes), default=0)
+        return least[key] <= self._atom_memory(start, stop)
+
     def allowed(self, candidate: Candidate) -> bool:
-        """Whether every component's device count passes `can_run`."""
-        return all(self.can_run(i, stop - start) for i, (start, stop) in enumerate(candidate))
+        """Whether every component's device count passes `can_run` and its range
+        `fits_alone`."""
+        return all(self.can_run(i, stop - start) and self.fits_alone(i, start, stop)
+                   for i, (start, stop) in enumerate(candidate))
 
     def options(self, candidate: Candidate) -> tuple[tuple[int, ...], ...]:
         """Per component (names order) its runnable micro-batch sizes on the candidate's
