@@ -6,13 +6,20 @@ plan's simulated iteration time with the best collocated-only and disaggregated-
 On small clusters (4 to 16 devices, `small_cluster_workloads`) it also runs
 `exhaustive_search` at a one-device step over the planner's micro-batch candidates (exact
 branch and bound: the true optimum of the planner's space) and, for information, the
-large-cluster search alone (``PlannerOptions(exact_limit=0)``).
+large-cluster search alone (``PlannerOptions(exact_limit=0)``). Every small-cluster workload
+but PPO (`MIXED_SKIP`) also runs on a mixed node (`mixed_cluster`: 80, 80, 40, 40, 40, 40,
+80, 80 GB, where the rollout's KV-cache reservation fits the 80 GB devices only), against
+exhaustive search too and against the planner restricted to contiguous ranges
+(``reorder_devices=False``).
 
 Prints a table and, as the last line, a JSON object: ``max_gap_vs_exhaustive`` (planner time
 / exhaustive time - 1, worst case over the ``exhaustive_cases`` one-device-step comparisons),
 ``max_gap_search_only`` (the same for the large-cluster search alone),
 ``min_speedup_vs_best_fixed`` (best fixed-mode time / planner time, worst case),
-``plan_seconds_1024`` (slowest planning time on 1024 devices) and ``cases``. "n/a" marks a
+``plan_seconds_1024`` (slowest planning time on 1024 devices), ``cases``,
+``mixed_cases``, ``min_speedup_mixed_vs_contiguous`` (contiguous-only time / planner time
+on the mixed node, worst case: non-contiguous sets never lose) and
+``mixed_cases_only_noncontiguous_fits`` (mixed cases no contiguous plan fits). "n/a" marks a
 fixed mode with no feasible plan (e.g. too few devices to give every component its own
 memory).
 
@@ -36,7 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sched_workloads import Workload, all_workloads, small_cluster_workloads
 
-from rlinf.sched.cluster import Cluster
+from rlinf.sched.cluster import Cluster, Device, Node
+from rlinf.sched.errors import PlanningError
 from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
 
 MAX_CHUNKS = 8
@@ -59,6 +67,10 @@ class Case:
     """Step-1 exhaustive optimum (small clusters only)."""
     search_only: float | None = None
     """The large-cluster search alone (small clusters only)."""
+    contiguous: float | None = None
+    """The planner over contiguous ranges only (mixed node only)."""
+    cluster: str = ""
+    """``"mixed"`` for the mixed node, else empty (uniform H100-like nodes)."""
 
 
 def cluster_of(devices: int) -> Cluster:
@@ -66,9 +78,23 @@ def cluster_of(devices: int) -> Cluster:
     return Cluster.uniform(max(1, devices // 8), min(devices, 8), "80GiB", "H100")
 
 
-def run_case(workload: Workload, devices: int, *, exact: bool) -> Case:
-    """Plan one workload on one cluster size; with `exact`, compare with step-1 exhaustive."""
-    cluster = cluster_of(devices)
+MIXED_GB = (80, 80, 40, 40, 40, 40, 80, 80)
+MIXED_SKIP = {"ppo-critic-7b"}
+"""Not on the mixed node: five components, whose exhaustive and contiguous-only searches
+there take minutes (planned: 838 s, contiguous only 1120 s)."""
+
+
+def mixed_cluster() -> Cluster:
+    """One node of 80 GB devices at both ends and 40 GB ones between (`MIXED_GB`)."""
+    devices = tuple(Device(i, 0, i, "H100" if gb == 80 else "A100-40G", gb * 2**30)
+                    for i, gb in enumerate(MIXED_GB))
+    return Cluster((Node(0, "mixed", tuple(range(len(devices))), nvlink=True),), devices)
+
+
+def run_case(workload: Workload, devices: int, *, exact: bool, mixed: bool = False) -> Case:
+    """Plan one workload on one cluster size (or the mixed node); with `exact`, compare with
+    step-1 exhaustive."""
+    cluster = mixed_cluster() if mixed else cluster_of(devices)
     options = PlannerOptions(max_chunks=MAX_CHUNKS)
     started = time.perf_counter()
     result = plan(workload.workflow, workload.cost, cluster, options=options)
@@ -84,9 +110,16 @@ def run_case(workload: Workload, devices: int, *, exact: bool) -> Case:
         alone = plan(workload.workflow, workload.cost, cluster,
                      options=PlannerOptions(max_chunks=MAX_CHUNKS, exact_limit=0))
         search_only = alone.best.predicted_time
+    contiguous = None
+    if mixed:
+        try:
+            contiguous = plan(workload.workflow, workload.cost, cluster, options=PlannerOptions(
+                max_chunks=MAX_CHUNKS, reorder_devices=False)).best.predicted_time
+        except PlanningError:  # no contiguous range of 80 GB devices is large enough
+            contiguous = math.inf
     return Case(workload.name, devices, best.spec, best.mode.value, best.predicted_time,
                 seconds, dict(best.micro_batch), fixed["collocated"], fixed["disaggregated"],
-                exhaustive, search_only)
+                exhaustive, search_only, contiguous, "mixed" if mixed else "")
 
 
 def _ratio(base: float, t: float) -> str:
@@ -104,17 +137,22 @@ def main(argv: list[str] | None = None) -> int:
     for workload, sizes in small_cluster_workloads():
         for devices in sizes:
             cases.append(run_case(workload, devices, exact=True))
-    done = {(c.workload, c.devices) for c in cases}
+    for workload, _sizes in small_cluster_workloads():
+        if workload.name not in MIXED_SKIP:
+            cases.append(run_case(workload, len(MIXED_GB), exact=True, mixed=True))
+    done = {(c.workload, c.devices) for c in cases if not c.cluster}
     for workload, sizes in all_workloads():
         for devices in sizes[:1] if args.quick else sizes:
             if (workload.name, devices) not in done:
                 cases.append(run_case(workload, devices, exact=False))
-    header = (f"{'workload':<20} {'dev':>5} {'mode':<13} {'pred s':>8} {'vs coll':>8} "
+    header = (f"{'workload':<20} {'dev':>6} {'mode':<13} {'pred s':>8} {'vs coll':>8} "
               f"{'vs disagg':>9} {'vs exh':>8} {'search':>8} {'plan s':>7}  "
               "chosen plan / micro-batches")
     print(header)
     print("-" * len(header))
     gaps, search_gaps, speedups, seconds_1024 = [], [], [], []
+    mixed = [c.contiguous / c.time for c in cases if c.contiguous is not None]
+    finite_mixed = [r for r in mixed if math.isfinite(r)]
     for c in cases:
         speedups.append(min(c.collocated, c.disaggregated) / c.time)
         exh = search = ""
@@ -124,9 +162,13 @@ def main(argv: list[str] | None = None) -> int:
             exh, search = f"{gaps[-1]:+.2%}", f"{search_gaps[-1]:+.2%}"
         if c.devices == 1024:
             seconds_1024.append(c.seconds)
-        print(f"{c.workload:<20} {c.devices:>5} {c.mode:<13} {c.time:>8.2f} "
+        where = f"{c.devices}{'m' if c.cluster else ''}"
+        extra = "" if c.contiguous is None else (
+            f"  ({_ratio(c.contiguous, c.time)} vs contiguous)" if math.isfinite(c.contiguous)
+            else "  (no contiguous plan fits)")
+        print(f"{c.workload:<20} {where:>6} {c.mode:<13} {c.time:>8.2f} "
               f"{_ratio(c.collocated, c.time):>8} {_ratio(c.disaggregated, c.time):>9} "
-              f"{exh:>8} {search:>8} {c.seconds:>7.2f}  {c.spec}  {c.micro_batch}")
+              f"{exh:>8} {search:>8} {c.seconds:>7.2f}  {c.spec}  {c.micro_batch}{extra}")
     summary = {
         "max_gap_vs_exhaustive": round(max(gaps), 6) if gaps else None,
         "max_gap_search_only": round(max(search_gaps), 6) if search_gaps else None,
@@ -134,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         "plan_seconds_1024": round(max(seconds_1024), 3) if seconds_1024 else None,
         "cases": len(cases),
         "exhaustive_cases": len(gaps),
+        "mixed_cases": len(mixed),
+        "min_speedup_mixed_vs_contiguous": round(min(finite_mixed), 6) if finite_mixed
+        else None,
+        "mixed_cases_only_noncontiguous_fits": len(mixed) - len(finite_mixed),
     }
     print(json.dumps(summary))
     return 0
