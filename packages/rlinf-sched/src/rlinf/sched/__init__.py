@@ -21,6 +21,7 @@ from rlinf.sched.errors import (
     SchedError,
 )
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
+from rlinf.sched.granularity import check_micro_batches
 from rlinf.sched.placement import (
     ComponentPlacement,
     ExecutionMode,
@@ -116,6 +117,7 @@ __all__ = [
     "Workflow",
     "WorkflowError",
     "__version__",
+    "check_micro_batches",
     "derive_mode",
     "exhaustive_search",
     "fit_curve",
