@@ -231,3 +231,30 @@ def test_auto_dry_run_prints_ranked_plans_and_trains_nothing(tmp_path: Path) -> 
     assert "planner: ranked plans (predicted seconds per iteration)" in proc.stdout
     assert " *1. " in proc.stdout and "predicted iteration time:" in proc.stdout
     assert not (tmp_path / "run").exists()
+
+
+def test_auto_reuses_a_cached_profile_for_the_same_workflow_model_and_cluster(
+    tmp_path: Path
+) -> None:
+    cache = tmp_path / "profiles"
+
+    def dry(*overrides: str) -> str:
+        proc = subprocess.run(cli_command(tmp_path / "run", "placement=auto", "--dry-run",
+                                          f"run.profile_cache={cache}", *overrides),
+                              capture_output=True, text=True, env=cli_env(), timeout=400,
+                              check=False)
+        assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+        return proc.stdout
+
+    first = dry()
+    assert "auto: profiling on" in first and "reusing the profile" not in first
+    assert len(list(cache.glob("*.json"))) == 1
+    second = dry()
+    assert "reusing the profile" in second and "auto: profiling on" not in second
+    ranked = [line for line in first.splitlines() if line.lstrip().startswith("*1.")]
+    assert ranked and ranked == [line for line in second.splitlines()
+                                 if line.lstrip().startswith("*1.")]
+    # another model is another key: profiled again
+    third = dry("rollout.max_new_tokens=5")
+    assert "auto: profiling on" in third
+    assert len(list(cache.glob("*.json"))) == 2

@@ -59,3 +59,15 @@ def test_an_unreadable_entry_is_measured_again(tmp_path: Path) -> None:
 def test_bad_keys_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ProfileError, match="hex"):
         ProfileCache(tmp_path).path("../etc/passwd")
+
+
+def test_the_key_ignores_what_changes_between_sessions_of_one_machine() -> None:
+    def described(memory: int, hostname: str) -> Cluster:
+        return Cluster.from_dict({"nodes": [{"devices": 2, "device_kind": "cpu",
+                                             "device_memory": memory // 2, "backend": "cpu",
+                                             "cpus": 2, "memory": memory,
+                                             "hostname": hostname}]})
+
+    one, other = described(17_566_895_719, "vm"), described(17_001_000_000, "vm-2")
+    assert profile_key(workflow=WF, cluster=one, model={}) == profile_key(
+        workflow=WF, cluster=other, model={})

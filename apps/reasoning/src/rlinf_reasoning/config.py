@@ -204,6 +204,10 @@ class RunConfig:
     """Profile the roles briefly at start to price a fixed plan (auto always profiles)."""
     profile_batches: tuple[Positive, ...] = (8, 16)
     """placement=auto: prompts per profiling call (two sizes or more fit the cost curves)."""
+    profile_cache: str | None = None
+    """placement=auto: a folder of profiles (e.g. ~/.cache/rlinf/profiles); a profile
+    measured before for the same workflow, model, settings and cluster is reused instead of
+    profiling again (null: always profile)."""
     replan: bool = False
     """placement=auto: re-plan during the run when measured steps drift from the prediction
     (rlinf.sched.Replanner); a better plan is launched at a step boundary from a checkpoint."""

@@ -26,7 +26,15 @@ from typing import TextIO
 
 import structlog
 
-from rlinf.sched import Cluster, ExecutionPlan, Profile, Replan, Replanner
+from rlinf.sched import (
+    Cluster,
+    ExecutionPlan,
+    Profile,
+    ProfileCache,
+    Replan,
+    Replanner,
+    profile_key,
+)
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -37,7 +45,7 @@ from rlinf.workers.telemetry import (
 from rlinf_reasoning.config import ReasoningConfig, config_dict
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import ResumeError
-from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan
+from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan, reasoning_workflow
 from rlinf_reasoning.planning import (
     PlanChoice,
     auto_plan,
@@ -99,14 +107,38 @@ def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: 
         return PlanChoice(plan=planned_fixed(cfg, spec, cluster.num_devices))
     probe_plan = fixed_plan(spec, "collocated", num_devices=cluster.num_devices,
                             granularity_groups=cfg.rollout.groups_per_micro_batch)
-    print(f"auto: profiling on {cluster.num_devices} device(s) at "
-          f"{list(cfg.run.profile_batches)} prompts per call ...", file=out, flush=True)
-    with ReasoningFlow.launch(spec, probe_plan, cluster=cluster) as probe:
-        profile = profile_flow(probe, cfg, source)
+    def measure() -> Profile:
+        print(f"auto: profiling on {cluster.num_devices} device(s) at "
+              f"{list(cfg.run.profile_batches)} prompts per call ...", file=out, flush=True)
+        with ReasoningFlow.launch(spec, probe_plan, cluster=cluster) as probe:
+            return profile_flow(probe, cfg, source)
+
+    if cfg.run.profile_cache is None:
+        profile = measure()
+    else:
+        key = profile_key(workflow=reasoning_workflow(spec), cluster=cluster,
+                          model=_profile_identity(cfg))
+        profile, cached = ProfileCache(cfg.run.profile_cache).get_or_measure(key, measure)
+        if cached:
+            print(f"auto: reusing the profile measured for this workflow, model and cluster "
+                  f"({ProfileCache(cfg.run.profile_cache).path(key)})", file=out, flush=True)
     choice = auto_plan(spec, profile, cluster)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
     return choice
+
+
+def _profile_identity(cfg: ReasoningConfig) -> dict[str, object]:
+    """What a component's cost depends on besides the workflow and the cluster: every
+    setting but the run's length and outputs (profiling sizes included), and the versions
+    of the code that runs it."""
+    import torch
+    import transformers
+
+    keep = ("run.profile_batches", "run.seed")
+    flat = {k: v for k, v in config_dict(cfg).items()
+            if not k.startswith("run.") or k in keep}
+    return {**flat, "torch": torch.__version__, "transformers": transformers.__version__}
 
 
 def dry_run(cfg: ReasoningConfig, *, out: TextIO = sys.stdout) -> PlanChoice:

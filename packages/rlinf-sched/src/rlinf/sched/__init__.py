@@ -31,6 +31,7 @@ from rlinf.sched.placement import (
     parse_placement,
 )
 from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
+from rlinf.sched.profile_cache import ProfileCache, profile_key
 from rlinf.sched.profiler import (
     CostCurve,
     FittedCostModel,
@@ -106,6 +107,7 @@ __all__ = [
     "PlannerOptions",
     "PlanningError",
     "Profile",
+    "ProfileCache",
     "ProfileError",
     "Profiler",
     "Replan",
@@ -126,5 +128,6 @@ __all__ = [
     "load_cost_model",
     "parse_placement",
     "plan",
+    "profile_key",
     "simulate",
 ]

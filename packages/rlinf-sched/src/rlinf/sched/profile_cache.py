@@ -9,8 +9,10 @@ what the planner should price, so `ProfileCache` keeps it::
     profile, cached = cache.get_or_measure(key, lambda: measure(...))
 
 The key is a SHA-256 of canonical JSON: the workflow's document (`Workflow.to_dict`), the
-cluster's (`Cluster.to_dict`, which names no Ray session) and whatever describes the model
-and the code that runs it (the caller's mapping: sizes, dtype, engine, versions). Anything
+cluster's hardware (per node: device count, kind, backend, NVLink, cores, and GPU memory in
+whole GiB; not host names, addresses or the memory Ray happens to report free, which
+change between sessions of the same machine) and whatever describes the model and the
+code that runs it (the caller's mapping: sizes, dtype, engine, versions). Anything
 that changes what a component costs belongs in that mapping. A cached file that cannot be
 read is measured again and replaced, never trusted.
 """
@@ -38,7 +40,7 @@ _log = structlog.get_logger(__name__)
 
 def profile_key(*, workflow: Workflow, cluster: Cluster, model: Mapping[str, Any]) -> str:
     """A stable hex key for the profile of `workflow` with `model` on `cluster`."""
-    document = {"workflow": workflow.to_dict(), "cluster": cluster.to_dict(),
+    document = {"workflow": workflow.to_dict(), "cluster": _hardware(cluster),
                 "model": dict(model)}
     try:
         text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
@@ -46,6 +48,18 @@ def profile_key(*, workflow: Workflow, cluster: Cluster, model: Mapping[str, Any
         raise ProfileError(f"cannot build a profile key ({exc}): expected JSON-able model "
                            "description values") from exc
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _hardware(cluster: Cluster) -> list[dict[str, Any]]:
+    """What of a cluster shapes component costs, stable across sessions of one machine."""
+    nodes = []
+    for node in cluster.to_dict()["nodes"]:
+        gib = round(int(node["device_memory"]) / 2**30) if node.get("backend") == "cuda" else 0
+        nodes.append({"count": node.get("count", 1), "devices": node["devices"],
+                      "kind": node["device_kind"], "backend": node.get("backend"),
+                      "nvlink": node.get("nvlink"), "cpus": node.get("cpus"),
+                      "device_memory_gib": gib})
+    return nodes
 
 
 class ProfileCache:
