@@ -63,10 +63,6 @@ class Residency(Generic[K]):
         """Resident components, least recently used first."""
         return tuple(self._memory)
 
-    def memory_of(self, key: K) -> int | None:
-        """The memory a resident was admitted with (KeyError when not resident)."""
-        return self._memory[key]
-
     def __contains__(self, key: object) -> bool:
         return key in self._memory
 

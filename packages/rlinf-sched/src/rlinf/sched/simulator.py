@@ -505,11 +505,12 @@ def _memory(
 
 def _tracked_atoms(workflow: Workflow, layout: Layout, memory: Mapping[str, int]) -> set[int]:
     """Atoms whose GPU components do not all fit together: the only ones that ever switch."""
-    need: list[int] = [0] * len(layout.atoms)
+    members: list[dict[str, int | None]] = [{} for _ in layout.atoms]
     for c in workflow.components:
         for a in layout.comp_atoms[c.name]:
-            need[a] += memory[c.name]
-    return {a for a in range(len(layout.atoms)) if need[a] > layout.atom_memory[a]}
+            members[a][c.name] = memory[c.name]
+    return {a for a, sizes in enumerate(members)
+            if not Residency[str](layout.atom_memory[a]).fits_together(sizes)}
 
 
 def _devices(layout: Layout, atoms: Sequence[int]) -> tuple[int, ...]:
