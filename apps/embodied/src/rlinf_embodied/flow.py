@@ -75,7 +75,7 @@ from rlinf.workers.embodied.vla_policy import VLAPolicyConfig, VLARolloutConfig
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig
 from rlinf.workers.errors import ConfigError, WorkersError
 from rlinf.workers.models.policy import PolicyConfig
-from rlinf.workers.runtime import GroupFuture, WorkerContext, WorkerGroup
+from rlinf.workers.runtime import GroupFuture, WorkerContext, WorkerGroup, count_onloads
 from rlinf.workers.telemetry import Span
 
 __all__ = [
@@ -508,13 +508,8 @@ class EmbodiedFlow:
                                   onloads=self.onloads(since=wall_start))
 
     def onloads(self, *, since: float) -> int:
-        """Onloads the device lock ran in every worker process since Unix time `since`
-        (each process's profiler keeps its lock client's switch records)."""
-        futures = [group.call_async("profile") for group in self._groups.all()]
-        return sum(1 for future in futures
-                   for profile in future.rank_results(timeout=self.spec.link_timeout)
-                   for record in profile.switches
-                   if record.direction == "onload" and record.timestamp >= since)
+        """Onloads the device lock ran in every worker process since Unix time `since`."""
+        return count_onloads(self._groups.all(), since=since, timeout=self.spec.link_timeout)
 
     def _reset_seed(self, step: int) -> int:
         return self.spec.env.seed + (step + 1) * self.spec.env.num_envs

@@ -66,6 +66,7 @@ from rlinf.workers.runtime import (
     RANK_ZERO,
     GroupFuture,
     WorkerGroup,
+    count_onloads,
     on_one_node,
 )
 from rlinf.workers.telemetry import Span
@@ -682,12 +683,8 @@ class ReasoningFlow:
     # -- traces and lifecycle ----------------------------------------------------------------
 
     def onloads(self, *, since: float) -> int:
-        """Onloads the device lock ran in every rank since Unix time `since` (each rank's
-        profiler keeps its lock client's switch records)."""
-        profiles = self._gather("profile")
-        return sum(1 for ranks in profiles.values() for profile in ranks
-                   for record in profile.switches
-                   if record.direction == "onload" and record.timestamp >= since)
+        """Onloads the device lock ran in every rank since Unix time `since`."""
+        return count_onloads(self.groups.values(), since=since, timeout=self.spec.timeout)
 
     def drain_spans(self) -> list[Span]:
         """Spans every rank recorded since the last drain."""

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import pytest
 import ray
 
 from rlinf.sched import ComponentPlacement, DeviceLockServer
 from rlinf.workers.errors import ConfigError, WorkerCallError
-from rlinf.workers.runtime import Worker, WorkerContext, WorkerGroup
+from rlinf.workers.runtime import Worker, WorkerContext, WorkerGroup, count_onloads
 
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -98,10 +99,12 @@ def test_groups_that_fit_on_the_device_stay_resident(ray_cluster: None) -> None:
         reward = WorkerGroup.launch(Stateless, placement=ComponentPlacement("reward", (0,)),
                                     num_cpus_per_rank=0.25, **lock)
         try:
+            started = time.time()
             for _ in range(3):
                 rollout.call("step")
                 reward.call("step")
                 actor.call("step")
+            assert count_onloads([rollout, actor, reward], since=started, timeout=60) == 2
             assert rollout.call("switch_log") == [["onload"]]
             assert actor.call("switch_log") == [["onload"]]
             (state,) = server.state()
@@ -122,9 +125,12 @@ def test_groups_that_do_not_fit_switch_at_every_turn(ray_cluster: None) -> None:
         actor = WorkerGroup.launch(Component, placement=ComponentPlacement("actor", (0,)),
                                    num_cpus_per_rank=0.25, memory_bytes=60, **lock)
         try:
+            started = time.time()
             for _ in range(2):
                 rollout.call("step")
                 actor.call("step")
+            assert count_onloads([rollout, actor], since=started, timeout=60) == 4
+            assert count_onloads([rollout, actor], since=time.time(), timeout=60) == 0
             assert rollout.call("switch_log") == [["onload", "offload", "onload", "offload"]]
             assert actor.call("switch_log") == [["onload", "offload", "onload"]]
         finally:

@@ -12,7 +12,7 @@ from rlinf.workers.runtime.dispatch import (
     concat_values,
     split_value,
 )
-from rlinf.workers.runtime.group import GroupFuture, WorkerGroup
+from rlinf.workers.runtime.group import GroupFuture, WorkerGroup, count_onloads
 from rlinf.workers.runtime.logs import configure_worker_logging
 from rlinf.workers.runtime.nodes import on_one_node, rank_node_ids, same_node
 from rlinf.workers.runtime.worker import Worker
@@ -32,6 +32,7 @@ __all__ = [
     "WorkerInfo",
     "concat_values",
     "configure_worker_logging",
+    "count_onloads",
     "on_one_node",
     "rank_devices",
     "rank_node_ids",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -45,7 +45,7 @@ from rlinf.workers.runtime.dispatch import (
 from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
 from rlinf.workers.runtime.worker import Worker
 
-__all__ = ["GroupFuture", "WorkerGroup"]
+__all__ = ["GroupFuture", "WorkerGroup", "count_onloads"]
 
 _log = structlog.get_logger(__name__)
 _DETAIL_CHARS = 400
@@ -375,3 +375,10 @@ class WorkerGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running"
         return f"WorkerGroup(role={self._role!r}, world_size={self.world_size}, {state})"
+
+
+def count_onloads(groups: Iterable[WorkerGroup], *, since: float, timeout: float) -> int:
+    """Onloads the device lock ran in every rank of `groups` since Unix time `since`: the
+    context switches a run performed, to compare with the simulator's count."""
+    futures = [group.call_async("onloads_since", since) for group in groups]
+    return sum(int(n) for future in futures for n in future.rank_results(timeout))

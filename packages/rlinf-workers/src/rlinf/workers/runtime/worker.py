@@ -117,6 +117,14 @@ class Worker:
             self._device_lock = client
         return self._device_lock
 
+    def onloads_since(self, since: float) -> int:
+        """Onloads this process's device lock ran since Unix time `since` (its context
+        switches; 0 without a lock)."""
+        if self._device_lock is None:
+            return 0
+        return sum(1 for event in self._device_lock.switch_events
+                   if event.direction == "onload" and event.started >= since)
+
     def resident_memory_bytes(self) -> int | None:
         """Bytes this component keeps on each of its devices while resident (weights,
         optimizer state, caches); None when unknown, which makes the device lock evict
