@@ -71,3 +71,12 @@ def test_the_key_ignores_what_changes_between_sessions_of_one_machine() -> None:
     one, other = described(17_566_895_719, "vm"), described(17_001_000_000, "vm-2")
     assert profile_key(workflow=WF, cluster=one, model={}) == profile_key(
         workflow=WF, cluster=other, model={})
+
+
+def test_a_profile_that_cannot_be_stored_is_still_returned(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    cache = ProfileCache(blocker / "profiles")
+    key = profile_key(workflow=WF, cluster=CLUSTER, model={})
+    profile, cached = cache.get_or_measure(key, measured)
+    assert not cached and profile.measurements

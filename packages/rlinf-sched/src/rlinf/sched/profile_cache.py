@@ -94,12 +94,19 @@ class ProfileCache:
 
     def get_or_measure(self, key: str,
                        measure: Callable[[], Profile]) -> tuple[Profile, bool]:
-        """The cached profile of `key` (True), or `measure()`'s, stored (False)."""
+        """The cached profile of `key` (True), or `measure()`'s, stored (False). A profile
+        that cannot be stored is still returned (the failure is logged): measuring is the
+        expensive part, and the run can go on without the cache."""
         cached = self.load(key)
         if cached is not None and cached.measurements:
             _log.info("profile_cache_hit", key=key)
             return cached, True
         profile = measure()
-        self.save(key, profile)
+        try:
+            self.save(key, profile)
+        except OSError as exc:
+            _log.warning("profile_cache_store_failed", directory=str(self.directory),
+                         error=str(exc))
+            return profile, False
         _log.info("profile_cache_stored", key=key, measurements=len(profile.measurements))
         return profile, False
