@@ -258,3 +258,15 @@ def test_auto_reuses_a_cached_profile_for_the_same_workflow_model_and_cluster(
     third = dry("rollout.max_new_tokens=5")
     assert "auto: profiling on" in third
     assert len(list(cache.glob("*.json"))) == 2
+
+
+def test_an_unusable_profile_cache_is_refused_before_profiling(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    proc = subprocess.run(cli_command(tmp_path / "run", "placement=auto", "--dry-run",
+                                      f"run.profile_cache={blocker}/profiles"),
+                          capture_output=True, text=True, env=cli_env(), timeout=400,
+                          check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-4000:]
+    assert "run.profile_cache" in proc.stderr and "Traceback" not in proc.stderr
+    assert "auto: profiling on" not in proc.stdout

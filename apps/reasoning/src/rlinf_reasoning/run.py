@@ -35,6 +35,7 @@ from rlinf.sched import (
     Replanner,
     profile_key,
 )
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -118,10 +119,16 @@ def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: 
     else:
         key = profile_key(workflow=reasoning_workflow(spec), cluster=cluster,
                           model=_profile_identity(cfg))
-        profile, cached = ProfileCache(cfg.run.profile_cache).get_or_measure(key, measure)
+        cache = ProfileCache(cfg.run.profile_cache)
+        try:  # refuse an unusable folder before profiling, not after
+            cache.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"run.profile_cache={cfg.run.profile_cache!r}: cannot create "
+                              f"that folder ({exc}); give a writable folder or null") from exc
+        profile, cached = cache.get_or_measure(key, measure)
         if cached:
             print(f"auto: reusing the profile measured for this workflow, model and cluster "
-                  f"({ProfileCache(cfg.run.profile_cache).path(key)})", file=out, flush=True)
+                  f"({cache.path(key)})", file=out, flush=True)
     choice = auto_plan(spec, profile, cluster)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
