@@ -100,12 +100,17 @@ class ActorRole(WeightSenderRole):
         received: dict[int, RolloutBatch] = {}
         for message in self.receive(channel, step=step, count=len(shard),
                                     group_size=group_size, granularity=granularity):
-            for index, group in message:
-                if index not in shard or index in received:
-                    raise ConfigError(f"actor rank {self.rank} got group {index}, expected "
-                                      f"each of {shard.start}..{shard.stop - 1} once")
-                received[index] = group
+            self._file(message, received, shard)
         return RolloutBatch.concat([received[i] for i in shard], pad_token_id=self._pad_id)
+
+    def _file(self, message: list[tuple[int, RolloutBatch]], received: dict[int, RolloutBatch],
+              shard: range) -> None:
+        """Keep a message's groups by index; each of the shard's groups arrives once."""
+        for index, group in message:
+            if index not in shard or index in received:
+                raise ConfigError(f"actor rank {self.rank} got group {index}, expected "
+                                  f"each of {shard.start}..{shard.stop - 1} once")
+            received[index] = group
 
     def _train(self, step: int, channel: str | FlowChannel, *, shard: range, group_size: int,
                granularity: int, stream: bool) -> dict[str, float]:
@@ -123,11 +128,7 @@ class ActorRole(WeightSenderRole):
         sums: dict[str, float] = {}
         for message in self.receive(channel, step=step, count=len(shard),
                                     group_size=group_size, granularity=granularity):
-            for index, group in message:
-                if index not in shard or index in received:
-                    raise ConfigError(f"actor rank {self.rank} got group {index}, expected "
-                                      f"each of {shard.start}..{shard.stop - 1} once")
-                received[index] = group
+            self._file(message, received, shard)
             while done < len(chunks) and all(i in received for i in chunks[done]):
                 batch = RolloutBatch.concat([received[i] for i in chunks[done]],
                                             pad_token_id=self._pad_id)

@@ -21,7 +21,7 @@ import torch
 
 from rlinf.comm import Channel, Endpoint, RayStore
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, FlowWorker, rank_key
+from rlinf.workers.flow import FlowChannel, FlowWorker, StepContext, rank_key
 from rlinf.workers.reasoning.routing import unpack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.rollout.batch import RolloutBatch
@@ -72,6 +72,14 @@ class ReasoningRole(FlowWorker):
                                      timeout=self.setup.io_timeout)
             self._handles[channel] = handle
         return handle
+
+    def receive_shard(self, ctx: StepContext, channel: FlowChannel
+                      ) -> Iterator[list[tuple[int, RolloutBatch]]]:
+        """Flow entries: this rank's share of iteration ``ctx.step``'s units on `channel`,
+        in the channel's messages (see `receive`)."""
+        total = channel.units(ctx.items[self.role])
+        return self.receive(channel, step=ctx.step, count=len(channel.indices(self.rank, total)),
+                            group_size=channel.unit, granularity=channel.units_per_message)
 
     def receive(self, channel: FlowChannel | str, *, step: int, count: int, group_size: int,
                 granularity: int) -> Iterator[list[tuple[int, RolloutBatch]]]:

@@ -64,12 +64,8 @@ class InferenceRole(WeightReceiverRole):
         """Flow entry (`rlinf.workers.flow`): annotate this rank's groups of iteration
         ``ctx.step`` as they arrive on `input_channel` and pass them on to
         `output_channel`. Returns the groups annotated."""
-        total = input_channel.units(ctx.items[self.role])
         onward = output_channel.units(ctx.items[output_channel.dst])
-        messages = self.receive(input_channel, step=ctx.step,
-                                count=len(input_channel.indices(self.rank, total)),
-                                group_size=input_channel.unit,
-                                granularity=input_channel.units_per_message)
+        messages = self.receive_shard(ctx, input_channel)
         done = self._annotate_stream(ctx.step, messages, self.channel(output_channel),
                                      key_of=lambda index: output_channel.key_of(index, onward))
         return {"groups": float(done)}

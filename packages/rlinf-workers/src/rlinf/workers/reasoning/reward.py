@@ -44,12 +44,8 @@ class RewardRole(ReasoningRole):
         ``ctx.step`` as they arrive on `input_channel` and pass them on to
         `output_channel`. Returns accuracy, mean reward, the fraction of groups with a
         correct response, and the responses scored."""
-        total = input_channel.units(ctx.items[self.role])
         onward = output_channel.units(ctx.items[output_channel.dst])
-        messages = self.receive(input_channel, step=ctx.step,
-                                count=len(input_channel.indices(self.rank, total)),
-                                group_size=input_channel.unit,
-                                granularity=input_channel.units_per_message)
+        messages = self.receive_shard(ctx, input_channel)
         totals = self._score(ctx.step, messages, self.channel(output_channel),
                              key_of=lambda index: output_channel.key_of(index, onward))
         responses, groups = max(totals["responses"], 1.0), max(totals["groups"], 1.0)
