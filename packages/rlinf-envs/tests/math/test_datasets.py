@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import pytest
 
-from rlinf.envs import DatasetError
+from rlinf.envs import DatasetError, DatasetNotFoundError, DatasetRecordError
 from rlinf.envs._extras import has_module
 from rlinf.envs.math import (
     GeneratorConfig,
@@ -65,8 +66,10 @@ def test_bad_records(record: dict[str, str], message: str) -> None:
 
 
 def test_bad_files(tmp_path: Path) -> None:
-    with pytest.raises(DatasetError, match="does not exist"):
+    with pytest.raises(DatasetNotFoundError, match="does not exist"):
         load_problems(tmp_path / "missing.jsonl")
+    with pytest.raises(FileNotFoundError):
+        load_problems(tmp_path)
     csv = tmp_path / "x.csv"
     csv.write_text("a,b\n")
     with pytest.raises(DatasetError, match="unsupported"):
@@ -80,3 +83,42 @@ def test_bad_files(tmp_path: Path) -> None:
 def test_problem_dict_roundtrip() -> None:
     problem = MathProblem("q", "1", "s", {"k": 1})
     assert MathProblem.from_dict(problem.to_dict()) == problem
+
+
+GOOD = json.dumps({"question": "1+1", "answer": "2"})
+
+
+@pytest.mark.parametrize(("text", "line", "phrases"), [
+    (f"{GOOD}\n\n{{oops\n", 3, ("not a JSON object", "question/answer")),
+    ('{"q": "1+1", "a": "2"}\n', 1, ("cannot tell the record layout", "problem/solution")),
+    (f'{GOOD}\n{{"question": "2+2"}}\n', 2, ("rlinf record needs keys question, answer",
+                                             "lacks 'answer'")),
+    (f"{GOOD}\n[1, 2]\n", 2, ("not a JSON object but a list",)),
+    (f'{GOOD}\n{{"question": "x", "answer": "\\u00e9"}}\n\xff\n', 3, ("not UTF-8",)),
+])
+def test_a_bad_record_names_file_and_line(tmp_path: Path, text: str, line: int,
+                                          phrases: tuple[str, ...]) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(DatasetRecordError) as info:
+        load_problems(path)
+    assert (info.value.path, info.value.line) == (str(path), line)
+    assert str(info.value).startswith(f"{path}:{line}: ")
+    for phrase in phrases:
+        assert phrase in str(info.value)
+    back = pickle.loads(pickle.dumps(info.value))
+    assert (type(back), str(back), back.line) == (DatasetRecordError, str(info.value), line)
+
+
+@pytest.mark.skipif(not has_module("pyarrow"), reason="pyarrow (extra parquet) not installed")
+def test_a_bad_parquet_row_or_file_is_named(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.table({"question": ["1+1", "2+2"], "answer": ["2", "4"]}), path)
+    assert [p.answer for p in load_problems(path, limit=1)] == ["2"]
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"not parquet")
+    with pytest.raises(DatasetError, match="not a readable Parquet file"):
+        load_problems(broken)

@@ -40,6 +40,24 @@ class DatasetError(EnvsError, ValueError):
     """A dataset file is missing, unreadable, or its records lack the expected fields."""
 
 
+class DatasetNotFoundError(DatasetError, FileNotFoundError):
+    """A dataset file does not exist (or is not a regular file)."""
+
+
+class DatasetRecordError(DatasetError):
+    """One record of a dataset file is not a JSON object or lacks the keys of its layout."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        super().__init__(f"{path}:{line}: {reason}")
+        self.path = path
+        self.line = line
+        """1-based line of a JSONL file, or row of a Parquet file."""
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[DatasetRecordError], tuple[str, int, str]]:
+        return (type(self), (self.path, self.line, self.reason))
+
+
 class GeneratorError(EnvsError, ValueError):
     """The procedural problem generator got an impossible configuration or ran out of problems."""
 
