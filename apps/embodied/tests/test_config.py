@@ -86,7 +86,7 @@ def test_unknown_key_in_a_mapping_is_rejected():
     data["run"]["iteratoins"] = 5
     with pytest.raises(AppConfigError, match=r"'run\.iteratoins'.*accepts.*iterations"):
         from_omegaconf(data)
-    with pytest.raises(ConfigError, match=r"Could not override 'run\.iteratoins'"):
+    with pytest.raises(ConfigError, match=r"'run\.iteratoins'; did you mean 'run\.iterations'"):
         load_config(["run.iteratoins=5"])
 
 
@@ -152,7 +152,7 @@ sys.exit(status)
 @pytest.mark.parametrize(("argv", "message"), [
     (["run.iterations=-3"], "'run.iterations' = -3 is invalid"),
     (["placement=hybrid", "placement.num_devices=1"], "'placement.num_devices' = 1"),
-    (["run.nope=1"], "Could not override 'run.nope'"),
+    (["run.nope=1"], "unknown config key 'run.nope'"),
     (["task=nope"], "Could not find 'task/nope'"),
     (["iterations"], "is not an override"),
 ])

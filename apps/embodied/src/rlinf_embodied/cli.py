@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
 from rlinf_embodied.config import AppConfig, from_omegaconf
-from rlinf_embodied.errors import CheckpointMismatchError
+from rlinf_embodied.errors import CheckpointMismatchError, UnknownKeyError, UnquotedValueError
 from rlinf_embodied.schema import describe_fields, to_dict
 
 __all__ = ["CONF_DIR", "compose_config", "main"]
@@ -46,6 +47,52 @@ def _group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
+def _split_value(overrides: Sequence[str]) -> UnquotedValueError | None:
+    """The error for a ``key=value`` whose value the shell split at its spaces (the words
+    after it are no overrides), or None."""
+    for i, arg in enumerate(overrides):
+        end = i + 1
+        while "=" in arg and end < len(overrides) and "=" not in overrides[end]:
+            end += 1
+        if end > i + 1:
+            key, _, value = arg.partition("=")
+            return UnquotedValueError(key.lstrip("+"),
+                                      _unquote(" ".join([value, *overrides[i + 1:end]])))
+    return None
+
+
+def _explain(overrides: Sequence[str]) -> ConfigError | None:
+    """A one-line error for an unknown key or an unquoted value, Hydra's own messages for
+    which mislead ("use +key=value" adds a key nothing reads); None for other failures."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    fields = list(describe_fields(AppConfig))
+    known = {key for key, *_ in fields} | {key.split(".")[0] for key, *_ in fields}
+    known |= {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
+    list_keys = {key for key, type_name, *_ in fields if type_name.startswith("list")}
+    parser = OverridesParser.create()
+    for arg in overrides:
+        try:
+            override = parser.parse_override(arg)
+        except HydraException:
+            continue
+        key = override.key_or_group
+        if override.is_sweep_override() and key not in list_keys:
+            return UnquotedValueError(key, arg.partition("=")[2])
+        if override.is_add() or override.is_force_add() or override.is_delete() or \
+                key in known or key.startswith("hydra."):
+            continue
+        return UnknownKeyError(key, tuple(difflib.get_close_matches(key, known, n=1)))
+    return None
+
+
 def compose_config(overrides: Sequence[str] = ()) -> Any:
     """The composed OmegaConf config of `conf/config.yaml` with Hydra `overrides` applied."""
     from hydra import compose, initialize_config_dir
@@ -61,6 +108,9 @@ def compose_config(overrides: Sequence[str] = ()) -> Any:
                                    job_name="rlinf-embodied"):
             return compose(config_name="config", overrides=list(overrides))
     except (HydraException, OmegaConfBaseException) as exc:
+        explained = _split_value(overrides) or _explain(overrides)
+        if explained is not None:
+            raise explained from exc
         groups = "; ".join(f"{g}: {', '.join(_group_options(g))}" for g in ("task", "placement"))
         raise ConfigError(f"cannot compose the config with overrides {list(overrides)}: "
                           f"{str(exc).strip()} (config groups: {groups}; keys: "
@@ -84,7 +134,8 @@ def _help_text() -> str:
         lines.append(f"  {group}=" + "|".join(_group_options(group)))
     lines += ["", "Config keys (key=value; the value shown is the default config's: "
               "task=inverted_double_pendulum, placement=collocated). A value with commas or spaces "
-              "needs quotes, e.g. placement.spec='env: 0, rollout: 1, actor: 0-1':"]
+              "needs quotes for the shell and for Hydra, e.g. "
+              "\"placement.spec='env: 0, rollout: 1, actor: 0-1'\":"]
     for key, type_name, _default, doc in describe_fields(AppConfig):
         lines.append(f"  {key}={defaults.get(key)!r}  ({type_name})")
         if doc:
@@ -125,6 +176,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.help:
         print(_help_text())
         return 0
+    split = _split_value(args.overrides)
+    if split is not None:
+        print(f"rlinf-embodied: error: {split}", file=sys.stderr)
+        return EXIT_CONFIG
     bad = [o for o in args.overrides if "=" not in o]
     if bad:
         print(f"rlinf-embodied: error: {bad[0]!r} is not an override: expected key=value "

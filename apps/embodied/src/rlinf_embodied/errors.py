@@ -10,7 +10,13 @@ from typing import Any
 
 from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
 
-__all__ = ["AppConfigError", "AppMissingExtraError", "CheckpointMismatchError"]
+__all__ = [
+    "AppConfigError",
+    "AppMissingExtraError",
+    "CheckpointMismatchError",
+    "UnknownKeyError",
+    "UnquotedValueError",
+]
 
 
 class AppConfigError(ConfigError):
@@ -24,6 +30,36 @@ class AppConfigError(ConfigError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.value, self.allowed))
+
+
+class UnknownKeyError(ConfigError):
+    """A command-line override names a key the config does not have."""
+
+    def __init__(self, key: str, suggestions: tuple[str, ...]) -> None:
+        guess = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
+        super().__init__(f"unknown config key {key!r}{guess} (`rlinf-embodied --help` lists "
+                         "every key and config group)")
+        self.key = key
+        self.suggestions = suggestions
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.suggestions))
+
+
+class UnquotedValueError(ConfigError):
+    """A value with spaces or commas reached Hydra unquoted: split into several arguments by
+    the shell, or read by Hydra as a list of values."""
+
+    def __init__(self, key: str, value: str) -> None:
+        # Outer quotes keep one shell argument; inner ones make Hydra read one string.
+        quoted = f"\"{key}='{value}'\"" if "'" not in value else f"'{key}=\"{value}\"'"
+        super().__init__(f"the value of {key!r} has spaces or commas and must reach Hydra "
+                         f"quoted, as one argument: write {quoted}")
+        self.key = key
+        self.value = value
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.value))
 
 
 class AppMissingExtraError(MissingExtraError):
