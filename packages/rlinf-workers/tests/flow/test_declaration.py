@@ -110,6 +110,18 @@ def test_weight_sync_needs_declared_targets_that_can_receive() -> None:
                   weight_syncs=(WeightSyncSpec("sink", ("relay",)),))
 
 
+def test_a_weight_sync_transport_is_one_the_runtime_has() -> None:
+    parts, channels = (source(), sink()), chain("source", "sink")
+    with pytest.raises(WeightSyncTargetError, match=r"transport must be one of \['auto'"):
+        MacroFlow(parts, channels, weight_syncs=(
+            WeightSyncSpec("sink", ("source",), "inprocess"),))  # type: ignore[arg-type]
+    forced = (WeightSyncSpec("sink", ("source",), "cuda_ipc"),)
+    with pytest.raises(WeightSyncTargetError, match="'cuda_ipc' needs device='cuda'"):
+        MacroFlow(parts, channels, weight_syncs=forced)
+    ipc = MacroFlow(parts, channels, weight_syncs=forced, device="cuda")
+    assert ipc.weight_syncs[0].transport == "cuda_ipc"
+
+
 def test_other_bad_declarations_say_what_to_fix() -> None:
     with pytest.raises(FlowDeclarationError, match="more than once"):
         MacroFlow((source(), source()))
@@ -145,6 +157,14 @@ def test_channel_routing_is_a_function_of_the_unit_index() -> None:
         robin.units(5)
     with pytest.raises(ConfigError, match="sharding"):
         FlowChannel("a", "b", "n", "s", consumer_ranks=1, sharding="random")  # type: ignore[arg-type]
+
+
+def test_a_consumer_rank_without_a_unit_is_refused() -> None:
+    shard = FlowChannel("a", "b", "run/a->b", "store", consumer_ranks=3, unit=2,
+                        sharding="contiguous")
+    shard.check_shards(6)  # one unit per rank
+    with pytest.raises(ConfigError, match=r"4 items are 2 units of 2, too few for 3 'b' ranks"):
+        shard.check_shards(4)
 
 
 def test_records_become_a_profile_the_planner_can_fit() -> None:

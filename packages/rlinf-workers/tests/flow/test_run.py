@@ -6,6 +6,7 @@ rank (named, never a hang), on a failing constructor and on Ctrl-C."""
 from __future__ import annotations
 
 import _thread
+import dataclasses
 import itertools
 import math
 import threading
@@ -130,6 +131,8 @@ def test_disaggregated_consumer_ranks_get_their_shards_without_a_lock(clean: Non
     # each rank got its contiguous shard in order: units 0, 1 and 2, 3 (the mean of 1 and 5)
     assert record.metrics["sink/in_order"] == 1.0
     assert record.metrics["sink/sum"] == (0 + 1 + 2 + 3) / 2
+    # every rank's own numbers are kept too, in rank order
+    assert [m["sum"] for m in record.rank_metrics["sink"]] == [0 + 1, 2 + 3]
 
 
 def test_a_dead_rank_is_named_and_the_flow_torn_down(clean: None) -> None:
@@ -170,6 +173,11 @@ def test_a_plan_that_does_not_fit_the_flow_is_refused_before_launch(clean: None)
     plan = declare().fixed_plan("source: 0, sink: 1", num_devices=2)
     with pytest.raises(FlowDeclarationError, match="places"):
         FlowRun.launch(flow, plan)
+    ipc = dataclasses.replace(declare(), device="cuda", weight_syncs=(
+        WeightSyncSpec("sink", ("source",), "cuda_ipc"),))
+    with pytest.raises(FlowDeclarationError, match=r"forces 'cuda_ipc', but \['source'\]"):
+        FlowRun.launch(ipc, ipc.fixed_plan("source: 0, sink: 1", num_devices=2))
+    assert our_actors() == []  # refused before any rank starts
 
 
 def test_auto_profiles_plans_and_launches_the_best_plan(clean: None) -> None:

@@ -1,9 +1,10 @@
 """The flow runtime: declare an RL workflow once; the library profiles, plans, launches and
 runs it.
 
-- `MacroFlow` (`ComponentSpec`, `ChannelSpec`, `WeightSyncSpec`, and `rlinf.sched`'s
-  `Component`, `Edge`, `Loop`): the declaration; `to_sched_workflow()` is what the planner
-  prices, `fixed_plan(spec)` an unpriced plan for a placement written by hand.
+- `MacroFlow` (`ComponentSpec`, `ChannelSpec`, `WeightSyncSpec` with its `WeightTransport`,
+  and `rlinf.sched`'s `Component`, `Edge`, `Loop`): the declaration;
+  `to_sched_workflow()` is what the planner prices, `fixed_plan(spec)` an unpriced plan
+  for a placement written by hand.
 - `FlowRun.launch(flow, plan)`: worker groups on the plan's placement, a device lock where
   devices are shared, one channel per edge owned by its consumer, weight-sync paths;
   `step(k)` runs an iteration as named, timed phases (`IterationRecord`); `profile()`
@@ -29,10 +30,11 @@ from rlinf.workers.flow.errors import (
 )
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
 from rlinf.workers.flow.run import FlowRun, ensure_ray
-from rlinf.workers.flow.weights import WeightSync
+from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
 
 __all__ = [
+    "TRANSPORTS",
     "AutoReport",
     "ChannelSpec",
     "ComponentSpec",
@@ -52,6 +54,7 @@ __all__ = [
     "WeightSync",
     "WeightSyncSpec",
     "WeightSyncTargetError",
+    "WeightTransport",
     "ensure_ray",
     "launch_auto",
     "plan_flow",

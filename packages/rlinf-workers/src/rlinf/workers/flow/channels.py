@@ -80,6 +80,16 @@ class FlowChannel:
                               f"the iteration has {items}: use a multiple of {self.unit}")
         return items // self.unit
 
+    def check_shards(self, items: int) -> None:
+        """Refuse an iteration of `items` items that leaves a consumer rank without a unit (a
+        data-parallel trainer rank with nothing to train on would stall its peers)."""
+        units = self.units(items)
+        if units < self.consumer_ranks:
+            raise ConfigError(f"channel {self.edge}: {items} items are {units} units of "
+                              f"{self.unit}, too few for {self.consumer_ranks} {self.dst!r} "
+                              f"ranks: give {self.dst!r} at most {units} devices or the "
+                              "iteration more items")
+
     def indices(self, rank: int, total: int) -> range:
         """The units consumer `rank` receives out of `total`, in index order."""
         if not 0 <= rank < self.consumer_ranks:

@@ -55,7 +55,12 @@ from rlinf.workers.flow.errors import (
     UnknownComponentError,
     WeightSyncTargetError,
 )
-from rlinf.workers.flow.weights import RECEIVER_METHODS, SENDER_METHODS
+from rlinf.workers.flow.weights import (
+    RECEIVER_METHODS,
+    SENDER_METHODS,
+    TRANSPORTS,
+    WeightTransport,
+)
 from rlinf.workers.flow.worker import FlowWorker
 
 __all__ = ["ChannelSpec", "ComponentSpec", "MacroFlow", "WeightSyncSpec"]
@@ -117,6 +122,10 @@ class WeightSyncSpec:
     """The receivers (`rlinf.workers.reasoning.WeightReceiverRole`), loaded in this order:
     put the one that runs first in the next iteration last, so that when it shares the
     trainer's devices it keeps them."""
+    transport: WeightTransport = "auto"
+    """``"auto"``: derived from where the ranks run (`rlinf.workers.weight_sync.
+    choose_transport`); or forced: ``"shm"`` (one node), ``"cuda_ipc"`` (the trainer's
+    devices), ``"nccl"`` / ``"gloo"`` (a broadcast group; ``nccl`` on CPU means ``gloo``)."""
 
 
 @dataclass(frozen=True)
@@ -219,6 +228,13 @@ class MacroFlow:
             if sync.src not in known:
                 raise UnknownComponentError(f"weight sync from unknown component {sync.src!r}: "
                                             f"expected one of {list(known)}")
+            if sync.transport not in TRANSPORTS:
+                raise WeightSyncTargetError(
+                    f"weight sync {sync.src!r}: transport must be one of {list(TRANSPORTS)}, "
+                    f"got {sync.transport!r}")
+            if sync.transport == "cuda_ipc" and self.device != "cuda":
+                raise WeightSyncTargetError(f"weight sync {sync.src!r}: transport 'cuda_ipc' "
+                                            "needs device='cuda'; use 'auto'")
             if not sync.dst:
                 raise WeightSyncTargetError(f"weight sync from {sync.src!r} has no target: "
                                             "name the components that generate with its weights")

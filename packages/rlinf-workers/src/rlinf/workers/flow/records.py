@@ -73,6 +73,10 @@ class IterationRecord:
     """``"<component>/<key>"``: the mean over ranks of what each entry returned;
     ``"time/<phase>"``: each phase's compute (components) or wall (weight sync) seconds;
     ``"time/dataflow"``: until the last component finished; ``"time/iteration"``."""
+    rank_metrics: Mapping[str, tuple[Mapping[str, float], ...]] = field(default_factory=dict)
+    """What each component's entry returned on each rank, in rank order (for pooling sums
+    exactly where a mean over ranks is not the statistic, e.g. accuracy over unequal
+    shards)."""
 
     def phase(self, name: str) -> PhaseRecord:
         """The phase called `name`."""

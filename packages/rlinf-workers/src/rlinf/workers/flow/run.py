@@ -143,7 +143,7 @@ class FlowRun:
             for sync in flow.weight_syncs:
                 sender, receivers = groups[sync.src], [groups[d] for d in sync.dst]
                 transport = weight_transport(sender, receivers, placement=placement,
-                                             on_gpu=flow.device == "cuda")
+                                             on_gpu=flow.device == "cuda", wanted=sync.transport)
                 run._syncs.append(WeightSync(sender, receivers, transport=transport,
                                              wait=run._wait))
             for weight_sync in run._syncs:
@@ -176,6 +176,11 @@ class FlowRun:
         return tuple(self._records)
 
     @property
+    def closed(self) -> bool:
+        """Whether the run is closed (after `close` or a failed step)."""
+        return self._closed
+
+    @property
     def uses_device_lock(self) -> bool:
         """Whether components share devices through a device lock."""
         return self._lock is not None
@@ -199,6 +204,8 @@ class FlowRun:
         sync weights. Any failure kills and closes the flow before it propagates."""
         self._check_open()
         ctx = self.context(step, global_batch=global_batch)
+        for channel in self._channels.values():
+            channel.check_shards(ctx.items[channel.dst])
         try:
             t0 = time.perf_counter()
             futures = {spec.name: self._groups[spec.name].call_async(
@@ -216,9 +223,10 @@ class FlowRun:
         except BaseException:
             self.close(kill=True)
             raise
-        rank_metrics = {name: [r.metrics for r in reports[name]] for name in reports}
+        rank_metrics = {name: tuple(r.metrics for r in reports[name]) for name in reports}
         record = IterationRecord(step=step, seconds=seconds, phases=tuple(phases),
-                                 metrics=iteration_metrics(phases, rank_metrics, seconds=seconds))
+                                 metrics=iteration_metrics(phases, rank_metrics, seconds=seconds),
+                                 rank_metrics=rank_metrics)
         self._records.append(record)
         return record
 
@@ -395,6 +403,13 @@ def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
         raise FlowDeclarationError(
             f"flow {flow.name!r} declares loops {[lp.components for lp in flow.loops]}: the "
             "runtime translates loops for the planner but does not execute them yet")
+    for sync in flow.weight_syncs:
+        apart = [d for d in sync.dst if placement.devices_of(d) != placement.devices_of(sync.src)]
+        if sync.transport == "cuda_ipc" and apart:
+            raise FlowDeclarationError(
+                f"weight sync {sync.src!r} -> {list(sync.dst)} forces 'cuda_ipc', but {apart} "
+                f"do not run on {sync.src!r}'s devices in {placement.to_spec()!r}: use 'auto' "
+                "or place them together")
     for name in flow.names:
         if len(flow.inputs(name)) > 1 or len(flow.outputs(name)) > 1:
             raise FlowDeclarationError(

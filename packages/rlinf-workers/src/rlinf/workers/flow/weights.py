@@ -13,12 +13,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+
+import structlog
 
 from rlinf.sched import Placement
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, GroupFuture, WorkerGroup, on_one_node
 
-__all__ = ["RECEIVER_METHODS", "SENDER_METHODS", "WeightSync", "weight_transport"]
+__all__ = ["RECEIVER_METHODS", "SENDER_METHODS", "TRANSPORTS", "WeightSync", "WeightTransport",
+           "weight_transport"]
+
+_log = structlog.get_logger(__name__)
+
+WeightTransport = Literal["auto", "shm", "cuda_ipc", "nccl", "gloo"]
+"""How a weight-sync edge moves weights (every component is its own Ray worker, so never
+in-process): ``auto`` derives it from where the ranks run."""
+TRANSPORTS: tuple[WeightTransport, ...] = ("auto", "shm", "cuda_ipc", "nccl", "gloo")
 
 SENDER_METHODS = ("export_weights", "release_weights", "broadcast_weights",
                   "weight_group_address", "join_weight_group")
@@ -31,15 +42,33 @@ Wait = Callable[[Mapping[str, GroupFuture]], dict[str, list[Any]]]
 
 
 def weight_transport(sender: WorkerGroup, receivers: Sequence[WorkerGroup], *,
-                     placement: Placement, on_gpu: bool) -> str:
-    """The transport between `sender` and `receivers` as they run (their reported nodes)."""
+                     placement: Placement, on_gpu: bool,
+                     wanted: WeightTransport = "auto") -> str:
+    """The transport between `sender` and `receivers` as they run (their reported nodes, not
+    where the plan meant them): `wanted` if it can work there, the derived one for
+    ``"auto"``; a forced transport that cannot work is a `ConfigError` saying why."""
     from rlinf.workers.weight_sync import choose_transport  # torch: only when weights move
 
     infos = [info for group in (sender, *receivers) for info in group.infos]
+    same_node = on_one_node(infos)
     same_device = all(placement.devices_of(g.role) == placement.devices_of(sender.role)
                       for g in receivers)
-    return choose_transport(same_process=False, same_node=on_one_node(infos),
-                            same_device=same_device, on_gpu=on_gpu)
+    edge = f"{sender.role} -> {[g.role for g in receivers]}"
+    if wanted == "auto":
+        return choose_transport(same_process=False, same_node=same_node,
+                                same_device=same_device, on_gpu=on_gpu)
+    if wanted == "shm" and not same_node:
+        raise ConfigError(f"weight sync {edge}: 'shm' needs every rank on one node, but Ray "
+                          "runs them on several; use 'auto' (gloo/nccl across nodes)")
+    if wanted == "cuda_ipc" and not (on_gpu and same_device):
+        raise ConfigError(f"weight sync {edge}: 'cuda_ipc' needs the receivers on the "
+                          f"trainer's GPUs, but the placement is {placement.to_spec()!r}; "
+                          "use 'auto'")
+    if wanted == "shm" and on_gpu:
+        _log.warning("weight_sync_shm_on_gpu", edge=edge, detail="weights pass through host memory")
+    if wanted == "nccl" and not on_gpu:
+        return "gloo"
+    return wanted
 
 
 class WeightSync:
