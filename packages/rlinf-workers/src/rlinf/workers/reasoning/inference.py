@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 
 from rlinf.comm import Channel
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, StepContext, rank_key
+from rlinf.workers.flow import FlowChannel, StepContext
 from rlinf.workers.inference import InferenceConfig, InferenceWorker
-from rlinf.workers.reasoning.routing import Routing, pack_group
+from rlinf.workers.reasoning.groups import pack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reasoning.sync import WeightReceiverRole
 from rlinf.workers.rollout.batch import RolloutBatch
@@ -49,15 +49,6 @@ class InferenceRole(WeightReceiverRole):
         if self.reference is not None:
             group = self.reference.annotate(group)
         return group
-
-    def process(self, step: int, in_channel: str, out_channel: str, *, routing: Routing,
-                granularity: int) -> int:
-        """Annotate this rank's groups of iteration `step` from `in_channel` and put them
-        into `out_channel`, keyed by their actor rank; returns the groups processed."""
-        messages = self.receive(in_channel, step=step, count=routing.count("inference", self.rank),
-                                group_size=routing.group_size, granularity=granularity)
-        return self._annotate_stream(step, messages, self.channel(out_channel),
-                                     key_of=lambda index: rank_key(routing.actor_rank(index)))
 
     def inference_step(self, ctx: StepContext, *, input_channel: FlowChannel,
                        output_channel: FlowChannel) -> dict[str, float]:

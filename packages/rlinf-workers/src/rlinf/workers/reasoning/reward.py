@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from rlinf.comm import Channel
-from rlinf.workers.flow import FlowChannel, StepContext, rank_key
+from rlinf.workers.flow import FlowChannel, StepContext
 from rlinf.workers.reasoning.base import ReasoningRole
-from rlinf.workers.reasoning.routing import Routing, pack_group
+from rlinf.workers.reasoning.groups import pack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reward import RewardConfig, RewardWorker
 from rlinf.workers.rollout.batch import RolloutBatch
@@ -24,26 +24,13 @@ class RewardRole(ReasoningRole):
         _, tokenizer = setup.model_factory()
         self.worker = RewardWorker(tokenizer, config=config)
 
-    def process(self, step: int, in_channel: str, out_channel: str, *, routing: Routing,
-                granularity: int, next_role: str) -> dict[str, float]:
-        """Score this rank's groups of iteration `step` from `in_channel` and put them into
-        `out_channel`, keyed by their `next_role` rank ("inference" or "actor").
-
-        Returns summed statistics: responses, correct responses, reward sum, groups with a
-        correct response.
-        """
-        route = routing.inference_rank if next_role == "inference" else routing.actor_rank
-        messages = self.receive(in_channel, step=step, count=routing.count("reward", self.rank),
-                                group_size=routing.group_size, granularity=granularity)
-        return self._score(step, messages, self.channel(out_channel),
-                           key_of=lambda index: rank_key(route(index)))
-
     def reward_step(self, ctx: StepContext, *, input_channel: FlowChannel,
                     output_channel: FlowChannel) -> dict[str, float]:
         """Flow entry (`rlinf.workers.flow`): score this rank's groups of iteration
         ``ctx.step`` as they arrive on `input_channel` and pass them on to
-        `output_channel`. Returns accuracy, mean reward, the fraction of groups with a
-        correct response, and the responses scored."""
+        `output_channel`. Returns this rank's accuracy, mean reward and fraction of groups
+        with a correct response, and the sums they come from (``responses``, ``correct``,
+        ``reward_sum``, ``groups``, ``groups_solved``) so a driver can pool ranks exactly."""
         onward = output_channel.units(ctx.items[output_channel.dst])
         messages = self.receive_shard(ctx, input_channel)
         totals = self._score(ctx.step, messages, self.channel(output_channel),
@@ -51,8 +38,7 @@ class RewardRole(ReasoningRole):
         responses, groups = max(totals["responses"], 1.0), max(totals["groups"], 1.0)
         return {"accuracy": totals["correct"] / responses,
                 "mean_reward": totals["reward_sum"] / responses,
-                "pass_at_group": totals["groups_solved"] / groups,
-                "responses": totals["responses"]}
+                "pass_at_group": totals["groups_solved"] / groups, **totals}
 
     def _score(self, step: int, messages: Iterable[list[tuple[int, RolloutBatch]]],
                out: Channel, *, key_of: Callable[[int], str]) -> dict[str, float]:

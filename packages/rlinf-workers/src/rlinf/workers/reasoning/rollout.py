@@ -11,8 +11,8 @@ import torch
 from rlinf.comm import Channel
 from rlinf.envs.math import MathProblem
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, StepContext, rank_key
-from rlinf.workers.reasoning.routing import Routing, pack_group
+from rlinf.workers.flow import FlowChannel, StepContext
+from rlinf.workers.reasoning.groups import MicroBatches, pack_group
 from rlinf.workers.reasoning.setup import RoleSetup, draw_seed
 from rlinf.workers.reasoning.sync import WeightReceiverRole
 from rlinf.workers.reward import RewardConfig, RewardWorker
@@ -28,7 +28,7 @@ from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime import WorkerContext
 from rlinf.workers.weight_sync import WeightTarget
 
-__all__ = ["EngineName", "ProblemSource", "RolloutRole", "build_engine"]
+__all__ = ["EngineName", "ProblemBatches", "ProblemSource", "RolloutRole", "build_engine"]
 
 EngineName = Literal["hf", "vllm", "sglang"]
 
@@ -36,6 +36,28 @@ ProblemSource = Callable[[int, int], Sequence[MathProblem]]
 """``problems(step, count)``: the `count` problems of iteration `step`, a pure function (e.g.
 ``ProblemGenerator(config).batch``), so a rollout worker draws its own prompts and every
 rank, placement or resumed run reads the same ones."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemBatches:
+    """A `ProblemSource` of batches given up front: iteration ``k`` reads ``batches[k]`` (for
+    tests and benchmarks that feed every contender the same problems)."""
+
+    batches: tuple[tuple[MathProblem, ...], ...]
+    """One batch per iteration, indexed by step."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "batches", tuple(tuple(b) for b in self.batches))
+
+    def __call__(self, step: int, count: int) -> Sequence[MathProblem]:
+        """``batches[step]``, which must hold `count` problems."""
+        if not 0 <= step < len(self.batches):
+            raise ConfigError(f"no batch for iteration {step}: {len(self.batches)} given")
+        batch = self.batches[step]
+        if len(batch) != count:
+            raise ConfigError(f"iteration {step} runs {count} groups, but its batch holds "
+                              f"{len(batch)} problems")
+        return batch
 
 
 def build_engine(
@@ -88,17 +110,6 @@ class RolloutRole(WeightReceiverRole):
 
     # -- generation ------------------------------------------------------------------------
 
-    def generate(self, step: int, problems: Sequence[MathProblem], out_channel: str, *,
-                 routing: Routing) -> dict[str, float]:
-        """Generate this rank's micro-batches of iteration `step` and put each group into
-        `out_channel` (keyed by its reward rank) the moment its micro-batch finishes.
-
-        Micro-batch ``k`` samples with ``draw_seed(seed, step, k)``. The rank holds its
-        devices for the whole call (generation is one long turn). Returns its statistics.
-        """
-        return self._generate(step, problems, self.channel(out_channel), routing=routing,
-                              key_of=lambda index: rank_key(routing.reward_rank(index)))
-
     def rollout_step(self, ctx: StepContext, *, output_channel: FlowChannel) -> dict[str, float]:
         """Flow entry (`rlinf.workers.flow`): draw iteration ``ctx.step``'s problems from
         the `problems` source, generate this rank's micro-batches, and put each group into
@@ -112,25 +123,24 @@ class RolloutRole(WeightReceiverRole):
                               f"{self.config.group_size}: declare the consumer's Component "
                               "with micro_batch_multiple=group_size")
         groups = output_channel.units(ctx.items[self.role])
-        routing = Routing(groups=groups, groups_per_micro_batch=self.config.groups_per_micro_batch,
-                          group_size=self.config.group_size, rollout_ranks=self.world_size,
-                          reward_ranks=1, inference_ranks=0, actor_ranks=1)
+        plan = MicroBatches(groups=groups, ranks=self.world_size,
+                            groups_per_micro_batch=self.config.groups_per_micro_batch)
         stats = self._generate(ctx.step, self.problems(ctx.step, groups),
-                               self.channel(output_channel), routing=routing,
+                               self.channel(output_channel), plan=plan,
                                key_of=lambda index: output_channel.key_of(index, groups))
         stats["response_length"] = stats["response_tokens"] / max(stats["responses"], 1.0)
         return stats
 
     def _generate(self, step: int, problems: Sequence[MathProblem], channel: Channel, *,
-                  routing: Routing, key_of: Callable[[int], str]) -> dict[str, float]:
-        if len(problems) != routing.groups:
-            raise ConfigError(f"iteration {step} has {routing.groups} groups but "
-                              f"{len(problems)} problems")
+                  plan: MicroBatches, key_of: Callable[[int], str]) -> dict[str, float]:
+        if len(problems) != plan.groups:
+            raise ConfigError(f"iteration {step} has {plan.groups} groups but the problem "
+                              f"source returned {len(problems)} problems")
         cfg = self.config
         stats = {"groups": 0.0, "responses": 0.0, "response_tokens": 0.0, "stopped": 0.0}
         with self.turn("generate", step=step):
-            for k in routing.rollout_micro_batches(self.rank):
-                indices = routing.micro_batch_groups(k)
+            for k in plan.of_rank(self.rank):
+                indices = plan.groups_of(k)
                 sampling = dataclasses.replace(cfg.sampling,
                                                seed=draw_seed(self.setup.seed, step, k))
                 groups: list[RolloutBatch] = []

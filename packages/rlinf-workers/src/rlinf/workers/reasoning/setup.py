@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -39,10 +39,6 @@ class RoleSetup:
     """Seconds a role waits for its devices (collocated roles take turns)."""
     io_timeout: float = 600.0
     """Seconds a role waits for its next input on a channel."""
-    store_name: str = ""
-    """Name of the flow's `rlinf.comm.RayStore` (channel rendezvous); empty: no channels."""
-    token: bytes | None = field(default=None, repr=False)
-    """The run's `rlinf.comm` token (None: env ``RLINF_COMM_TOKEN``); kept out of reprs."""
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):

@@ -1,4 +1,4 @@
-"""Routing of groups to ranks, the seeding rule, and the channel item of a group."""
+"""Rollout micro-batches, the seeding rule, and the channel item of a group."""
 
 from __future__ import annotations
 
@@ -6,38 +6,20 @@ import pytest
 import torch
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.reasoning import Routing, draw_seed, pack_group, unpack_group
+from rlinf.workers.reasoning import MicroBatches, draw_seed, pack_group, unpack_group
 from rlinf.workers.rollout import RolloutBatch
 
 
-def routing(groups: int = 7, **ranks: int) -> Routing:
-    counts = {"rollout_ranks": 2, "reward_ranks": 3, "inference_ranks": 2, "actor_ranks": 2}
-    counts.update(ranks)
-    return Routing(groups=groups, groups_per_micro_batch=2, group_size=4, **counts)
-
-
-def test_every_group_has_exactly_one_rank_per_role() -> None:
-    r = routing()
-    assert r.micro_batches == 4
-    generated = [i for rank in range(2) for k in r.rollout_micro_batches(rank)
-                 for i in r.micro_batch_groups(k)]
+def test_micro_batches_cover_every_group_once_whatever_the_ranks() -> None:
+    plan = MicroBatches(groups=7, groups_per_micro_batch=2, ranks=2)
+    assert plan.count == 4
+    generated = [i for rank in range(2) for k in plan.of_rank(rank) for i in plan.groups_of(k)]
     assert sorted(generated) == list(range(7))
-    for role, ranks in (("reward", 3), ("inference", 2), ("actor", 2)):
-        assert sum(r.count(role, rank) for rank in range(ranks)) == 7
-    # actor shards are contiguous, the first ranks get one more (tensor_split's rule)
-    assert [list(r.actor_shard(rank)) for rank in range(2)] == [[0, 1, 2, 3], [4, 5, 6]]
-    assert [r.actor_rank(i) for i in range(7)] == [0, 0, 0, 0, 1, 1, 1]
-    assert [r.reward_rank(i) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
-
-
-def test_bad_routing_says_what_to_change() -> None:
-    with pytest.raises(ConfigError, match="actor ranks"):
-        routing(groups=1)
-    with pytest.raises(ConfigError, match="group_size"):
-        Routing(groups=2, groups_per_micro_batch=1, group_size=0, rollout_ranks=1,
-                reward_ranks=1, inference_ranks=0, actor_ranks=1)
+    assert plan.of_rank(1) == [1, 3]
+    with pytest.raises(ConfigError, match="groups_per_micro_batch"):
+        MicroBatches(groups=2, groups_per_micro_batch=0, ranks=1)
     with pytest.raises(ConfigError, match="outside"):
-        routing().actor_rank(9)
+        plan.of_rank(2)
 
 
 def test_draw_seed_is_a_pure_function_of_its_arguments() -> None:

@@ -1,0 +1,61 @@
+"""Where the flow's policy comes from: a warm-start folder, a Hugging Face folder, or a tiny
+model built from config, as a picklable factory every role calls in its own process.
+
+The factories are module-level functions wrapped in `functools.partial`, so Ray pickles
+them by reference and each rank builds identical weights.
+"""
+
+from __future__ import annotations
+
+import functools
+import tempfile
+from pathlib import Path
+
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import build_tiny_model
+from rlinf.workers.reasoning import ModelFactory
+from rlinf_reasoning.spec import FlowSpec
+from rlinf_reasoning.warmstart import METADATA_FILE, load_warmstart
+
+__all__ = ["export_for_engine", "load_model_dir", "model_factory"]
+
+
+def load_model_dir(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
+    """The model and tokenizer in `path`: a warm-start folder or a Hugging Face one."""
+    folder = Path(path)
+    if (folder / METADATA_FILE).is_file():
+        model, tokenizer = load_warmstart(path=folder)
+        return model, tokenizer
+    if not (folder / "config.json").is_file():
+        raise ConfigError(f"{folder} holds neither {METADATA_FILE} (a warm start) nor "
+                          "config.json (a Hugging Face checkpoint)")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
+    return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def model_factory(spec: FlowSpec) -> ModelFactory:
+    """The factory of `spec`'s initial policy: a tiny model of `spec.model_config`, or the
+    folder `spec.model_dir`."""
+    if spec.model_config is not None:
+        return functools.partial(build_tiny_model, spec.model_config, seed=spec.model_seed)
+    return functools.partial(load_model_dir, str(spec.model_dir))
+
+
+def export_for_engine(spec: FlowSpec) -> tuple[str | None, tempfile.TemporaryDirectory[str] | None]:
+    """The Hugging Face folder the rollout engine loads (vLLM and SGLang read a folder;
+    HF ``generate`` takes the factory's model: None), and the temporary folder exported for
+    it when the model is not in one already (the caller removes it when the flow closes)."""
+    if spec.engine == "hf":
+        return None, None
+    if spec.model_config is None and (Path(spec.model_dir) / "config.json").is_file():
+        return str(spec.model_dir), None
+    folder = tempfile.TemporaryDirectory(prefix="rlinf-flow-model-")
+    model, tokenizer = model_factory(spec)()
+    model.save_pretrained(folder.name)  # type: ignore[operator]
+    tokenizer.save_pretrained(folder.name)
+    return folder.name, folder
