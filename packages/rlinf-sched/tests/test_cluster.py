@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -189,6 +190,8 @@ NAN, INF = float("nan"), float("inf")
         ("intra_node_bandwidth", "fast", "expected a finite number > 0"),
         ("inter_node_bandwidth", 0, "expected a finite number > 0"),
         ("inter_node_bandwidth", True, "expected a finite number > 0"),
+        ("intra_node_latency", -1e-3, "expected a finite number >= 0"),
+        ("inter_node_latency", NAN, "expected a finite number >= 0"),
         ("nodes[0].device_memory", 0, "expected a byte count > 0"),
         ("nodes[0].device_memory", "0GiB", "expected a byte count > 0"),
         ("nodes[0].device_memory", -1, "expected a byte count > 0"),
@@ -221,6 +224,17 @@ def test_a_misspelt_top_level_key_is_refused(run_with_bad: Any, assert_refused: 
     # A bandwidth under a misspelt name used to be ignored in favour of the default.
     result = run_with_bad("cluster", lambda d: d.update(intra_node_bandwith=1e9))
     assert_refused(result, "unknown key(s) ['intra_node_bandwith']", "expected")
+
+
+def test_latencies_round_trip_through_files(tmp_path: Path) -> None:
+    cluster = dataclasses.replace(Cluster.uniform(2, 2, "1GiB"), intra_node_latency=2e-5,
+                                  inter_node_latency=1e-4)
+    cluster.to_file(tmp_path / "c.json")
+    back = Cluster.from_file(tmp_path / "c.json")
+    assert (back.intra_node_latency, back.inter_node_latency) == (2e-5, 1e-4)
+    assert back.latency(0, 1) == 2e-5 and back.latency(1, 2) == 1e-4
+    with pytest.raises(ClusterError, match="intra_node_latency is -1"):
+        dataclasses.replace(cluster, intra_node_latency=-1)
 
 
 def test_constructed_clusters_refuse_bad_bandwidths() -> None:

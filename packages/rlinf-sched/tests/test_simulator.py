@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -77,6 +78,32 @@ def test_transfer_cost_intra_and_inter_node() -> None:
     assert run(wf, "a: 0, b: 1", cost, inter).iteration_time == pytest.approx(4 + 4 + 4)
     # same devices: data stays put
     assert run(wf, "a,b: 0-1", cost, intra).iteration_time == pytest.approx(2 + 2)
+
+
+def test_every_message_between_devices_pays_the_link_latency() -> None:
+    # 4 items in messages of 1: each of b's calls waits for a's item plus 0.5 s of latency;
+    # pipelined, only the last message's latency is exposed (a ends at 4 s, b runs 4.5-5.5).
+    wf = chain("a", "b", batch=4, bytes_per_item=1)
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=1.0)})
+    slow = dataclasses.replace(Cluster.uniform(1, 2, 100, "H100"), intra_node_latency=0.5)
+    micro = {"a": 1, "b": 1}
+    assert run(wf, "a: 0, b: 1", cost, slow, micro).iteration_time == pytest.approx(5.5)
+    # a loop pays it twice per step and stage group (there and back): 2 steps x 2 x 0.25 s
+    loop = Workflow((Component("env"), Component("rollout")),
+                    (Edge("env", "rollout", bytes_per_item=1),
+                     Edge("rollout", "env", bytes_per_item=1, feedback=True)),
+                    global_batch=1, loops=(Loop(("env", "rollout"), 2),))
+    fast = AnalyticCostModel({"env": AnalyticCost(per_item=0.1),
+                              "rollout": AnalyticCost(per_item=0.1)})
+    apart = dataclasses.replace(slow, intra_node_latency=0.25)
+    free = run(loop, "env: 0, rollout: 1", fast, Cluster.uniform(1, 2, 100, "H100"))
+    assert run(loop, "env: 0, rollout: 1", fast, apart).iteration_time == pytest.approx(
+        free.iteration_time + 3 * 0.25)  # the first step's env input comes from no message
+    # the same device set moves nothing, so no latency
+    together = run(wf, "a,b: 0-1", cost, Cluster.uniform(1, 2, 100, "H100"), micro)
+    assert run(wf, "a,b: 0-1", cost, slow, micro).iteration_time == together.iteration_time
+    across = dataclasses.replace(Cluster.uniform(2, 1, 100, "H100"), inter_node_latency=2.0)
+    assert across.latency(0, 1) == 2.0 and across.latency(0, 0) == 0.0
 
 
 def test_streaming_producer_releases_items_as_they_complete() -> None:

@@ -15,6 +15,8 @@ these indices. Three ways to get a `Cluster`:
       name: h100-pod                 # optional
       intra_node_bandwidth: 4.5e11   # optional, bytes/s between devices of one node
       inter_node_bandwidth: 5.0e10   # optional, bytes/s between nodes
+      intra_node_latency: 2.0e-5     # optional (0), seconds per message within a node
+      inter_node_latency: 1.0e-4     # optional (0), seconds per message between nodes
       nodes:                         # required, a list; entries expand in order
         - count: 128                 # optional (1): this many identical nodes
           devices: 8                 # required: accelerators (or CPU slots) per node
@@ -162,6 +164,11 @@ class Cluster:
     """Bytes/s between two devices of one node."""
     inter_node_bandwidth: float = DEFAULT_INTER_NODE_BANDWIDTH
     """Bytes/s between devices on different nodes."""
+    intra_node_latency: float = 0.0
+    """Seconds every message between two devices of one node costs besides its bytes (what
+    a link's round trip measures at zero size: process wake-ups, the transport's calls)."""
+    inter_node_latency: float = 0.0
+    """Seconds per message between devices on different nodes."""
     _node_of: tuple[int, ...] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -169,6 +176,8 @@ class Cluster:
             raise ClusterError("a cluster needs at least one device: expected a non-empty list")
         for label in ("intra_node_bandwidth", "inter_node_bandwidth"):
             read_number(getattr(self, label), label, error=ClusterError, positive=True)
+        for label in ("intra_node_latency", "inter_node_latency"):
+            read_number(getattr(self, label), label, error=ClusterError)
         for i, dev in enumerate(self.devices):
             if dev.index != i:
                 raise ClusterError(
@@ -222,6 +231,12 @@ class Cluster:
         if a == b:
             return float("inf")
         return self.intra_node_bandwidth if self.same_node(a, b) else self.inter_node_bandwidth
+
+    def latency(self, a: int, b: int) -> float:
+        """Seconds per message from device `a` to device `b` (0 within a device)."""
+        if a == b:
+            return 0.0
+        return self.intra_node_latency if self.same_node(a, b) else self.inter_node_latency
 
     # ---------------------------------------------------------------- constructors
     @classmethod
@@ -323,6 +338,10 @@ class Cluster:
             inter_node_bandwidth=read_number(
                 data.get("inter_node_bandwidth", DEFAULT_INTER_NODE_BANDWIDTH),
                 "inter_node_bandwidth", error=ClusterError, positive=True),
+            intra_node_latency=read_number(data.get("intra_node_latency", 0.0),
+                                           "intra_node_latency", error=ClusterError),
+            inter_node_latency=read_number(data.get("inter_node_latency", 0.0),
+                                           "inter_node_latency", error=ClusterError),
         )
 
     @classmethod
@@ -371,6 +390,8 @@ class Cluster:
             "name": self.name,
             "intra_node_bandwidth": self.intra_node_bandwidth,
             "inter_node_bandwidth": self.inter_node_bandwidth,
+            "intra_node_latency": self.intra_node_latency,
+            "inter_node_latency": self.inter_node_latency,
             "nodes": entries,
         }
 
@@ -426,7 +447,8 @@ class Cluster:
         return cluster
 
 
-_CLUSTER_KEYS = frozenset({"name", "intra_node_bandwidth", "inter_node_bandwidth", "nodes"})
+_CLUSTER_KEYS = frozenset({"name", "intra_node_bandwidth", "inter_node_bandwidth",
+                           "intra_node_latency", "inter_node_latency", "nodes"})
 _NODE_KEYS = frozenset(
     {"count", "devices", "device_kind", "device_memory", "backend", "nvlink", "cpus", "memory",
      "hostname", "address"}
@@ -456,7 +478,8 @@ class _Builder:
         })
 
     def build(
-        self, *, name: str, intra_node_bandwidth: float, inter_node_bandwidth: float
+        self, *, name: str, intra_node_bandwidth: float, inter_node_bandwidth: float,
+        intra_node_latency: float = 0.0, inter_node_latency: float = 0.0,
     ) -> Cluster:
         nodes: list[Node] = []
         devices: list[Device] = []
@@ -470,7 +493,8 @@ class _Builder:
                 info["memory_bytes"], info["address"], info["ray_node_id"],
             ))
         return Cluster(
-            tuple(nodes), tuple(devices), name, intra_node_bandwidth, inter_node_bandwidth
+            tuple(nodes), tuple(devices), name, intra_node_bandwidth, inter_node_bandwidth,
+            intra_node_latency, inter_node_latency,
         )
 
 

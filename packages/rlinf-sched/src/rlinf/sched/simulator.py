@@ -9,7 +9,8 @@ The model, kept small enough to compute by hand:
   complete (`Component.completion`), so consumers start before it ends.
 - A consumer's micro-batch j waits for the producer output that covers the same fraction of
   the batch, plus a transfer of its bytes over ``min(|src devices|, |dst devices|)`` links of
-  the cluster's intra- or inter-node bandwidth (free when both use the same device set).
+  the cluster's intra- or inter-node bandwidth and the link's latency once per message
+  (free when both use the same device set).
   Transfers overlap compute and do not contend.
 - Components on disjoint devices run concurrently. On shared devices the call that can start
   earliest goes first (ties: dependency order), as the device lock grants turns: without idle
@@ -292,10 +293,10 @@ def simulate_layout(
             inputs = _inputs(workflow, name, calls=calls, sizes=sizes)
             if memo is not None:
                 memo[key] = inputs
-        bws = [_bandwidth(layout, cluster, inp.src, name) for inp in inputs]
+        links = [_link(layout, cluster, inp.src, name) for inp in inputs]
         atoms = layout.comp_atoms[name]
         prepared[name] = _Prepared(
-            comp, durations, list(zip(inputs, bws, strict=True)), workflow.steps_of(name),
+            comp, durations, list(zip(inputs, links, strict=True)), workflow.steps_of(name),
             atoms, layout.comp_devices[name],
             tuple(a for a in atoms if a in tracked) if comp.resource == "gpu" else ())
     tasks = list(_schedule(workflow))
@@ -320,7 +321,8 @@ class _Prepared:
 
     comp: Component
     durations: list[float]
-    edges: list[tuple[_Input, float]]
+    edges: list[tuple[_Input, tuple[float, float]]]
+    """Each input with its link: (bytes/s, seconds per message)."""
     steps: int
     atoms: tuple[int, ...]
     ndev: int
@@ -353,7 +355,7 @@ def _run(
         """When call j of (name, step) has its inputs; None while a producer call it needs
         is not placed yet."""
         ready = 0.0
-        for inp, bw in prepared[name].edges:
+        for inp, (bw, latency) in prepared[name].edges:
             if inp.rule == 0:
                 src_step = step
             elif inp.rule == 1:
@@ -377,7 +379,7 @@ def _run(
                     return None
                 t = placed[inp.index[j]]
             if inp.nbytes[j] > 0:
-                t += inp.nbytes[j] / bw
+                t += latency + inp.nbytes[j] / bw
             ready = max(ready, t)
         return ready
 
@@ -471,13 +473,17 @@ def _schedule(workflow: Workflow) -> Iterable[tuple[str, int]]:
         i += len(members)
 
 
-def _bandwidth(layout: Layout, cluster: Cluster, src: str, dst: str) -> float:
+def _link(layout: Layout, cluster: Cluster, src: str, dst: str) -> tuple[float, float]:
+    """(bytes/s, seconds per message) from `src` to `dst`: free on the same device set,
+    else ``min(|src devices|, |dst devices|)`` parallel links of the node's (or the
+    inter-node) bandwidth, each message paying the link's latency once."""
     if layout.comp_sets.get(src) == layout.comp_sets.get(dst):
-        return math.inf
+        return math.inf, 0.0
     links = min(layout.comp_devices[src], layout.comp_devices[dst])
     same_node = layout.comp_node[src] is not None and layout.comp_node[src] == layout.comp_node[dst]
-    per_link = cluster.intra_node_bandwidth if same_node else cluster.inter_node_bandwidth
-    return per_link * links
+    if same_node:
+        return cluster.intra_node_bandwidth * links, cluster.intra_node_latency
+    return cluster.inter_node_bandwidth * links, cluster.inter_node_latency
 
 
 def _memory(
