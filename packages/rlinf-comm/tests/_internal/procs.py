@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 from rlinf.comm import TCPStore
-from rlinf.comm._internal.store import format_address
 
 WORKERS = Path(__file__).with_name("comm_workers.py")
 
@@ -18,5 +17,5 @@ def spawn(role: str, store: TCPStore, *args: object, node: str | None = None) ->
     env = dict(os.environ)
     if node is not None:
         env["RLINF_TEST_NODE"] = node
-    cmd = [sys.executable, str(WORKERS), role, format_address(store.address), *map(str, args)]
+    cmd = [sys.executable, str(WORKERS), role, store.address_str, *map(str, args)]
     return subprocess.Popen(cmd, env=env)

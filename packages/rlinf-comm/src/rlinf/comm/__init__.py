@@ -8,7 +8,7 @@ from rlinf.comm._internal.channel import Channel
 from rlinf.comm._internal.endpoint import Endpoint, EndpointConfig
 from rlinf.comm._internal.ray_store import RayStore
 from rlinf.comm._internal.store import Store, TCPStore, TCPStoreServer
-from rlinf.comm._internal.wire import default_token, new_token
+from rlinf.comm._internal.wire import TOKEN_ENV, default_token, new_token, token_env_value
 from rlinf.comm._internal.work import Work
 from rlinf.comm.batch import Batch
 from rlinf.comm.errors import (
@@ -25,6 +25,7 @@ from rlinf.comm.errors import (
 from rlinf.comm.version import __version__
 
 __all__ = [
+    "TOKEN_ENV",
     "AuthenticationError",
     "Batch",
     "Channel",
@@ -46,4 +47,5 @@ __all__ = [
     "__version__",
     "default_token",
     "new_token",
+    "token_env_value",
 ]

@@ -16,8 +16,9 @@ default, `DEFAULT_TIMEOUT`). A timeout before a frame's first byte leaves the co
 usable; one mid-frame closes it. Errors are `rlinf.comm` errors: `AuthenticationError`,
 `CommTimeoutError`, `PeerDiedError`, `CodecError`.
 
-Tokens: `new_token()` makes one; `default_token()` reads ``RLINF_COMM_TOKEN`` (hex), the
-variable named by `TOKEN_ENV`.
+Tokens: `new_token()` makes one; `token_env_value(token)` is the string to put in
+``RLINF_COMM_TOKEN`` (the variable named by `TOKEN_ENV`) for another process;
+`default_token()` reads it back.
 """
 
 from rlinf.comm._internal.wire import (
@@ -29,6 +30,7 @@ from rlinf.comm._internal.wire import (
     connect,
     default_token,
     new_token,
+    token_env_value,
 )
 
 __all__ = [
@@ -40,4 +42,5 @@ __all__ = [
     "connect",
     "default_token",
     "new_token",
+    "token_env_value",
 ]

@@ -18,15 +18,14 @@ import os
 import secrets
 import socket
 
-import structlog
-
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.sockio import Deadline, recv_exact_into, send_all
 from rlinf.comm.errors import AuthenticationError, PeerDiedError
 
 __all__ = ["TOKEN_ENV", "ServerHandshake", "check_token", "client_handshake", "default_token",
-           "new_token"]
+           "new_token", "token_env_value"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 TOKEN_ENV = "RLINF_COMM_TOKEN"
 _HELLO = b"RLINF-COMM-AUTH1"  # 16 bytes, sent by the listener with its challenge
@@ -38,6 +37,13 @@ _MIN_TOKEN = 16
 def new_token() -> bytes:
     """A fresh random 32-byte token to share between the processes of one run."""
     return secrets.token_bytes(32)
+
+
+def token_env_value(token: bytes) -> str:
+    """What to put in ``RLINF_COMM_TOKEN`` (hex) so that `default_token()` returns `token`
+    in every process that inherits it."""
+    check_token(token)
+    return bytes(token).hex()
 
 
 def default_token() -> bytes:

@@ -20,17 +20,16 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-import structlog
-
 from rlinf.comm import errors
 from rlinf.comm._internal import wire
 from rlinf.comm._internal.channel_server import DEFAULT_KEY, ChannelServer
 from rlinf.comm._internal.endpoint import Endpoint
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.rpc import Buffers, Header, Reply, RpcPeer, wait_future
 from rlinf.comm._internal.store import Store, check_timeout
 from rlinf.comm.batch import Array, Batch
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Item = Batch | dict[str, Array]
 

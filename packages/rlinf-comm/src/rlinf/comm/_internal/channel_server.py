@@ -32,13 +32,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from rlinf.comm import errors
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
 from rlinf.comm._internal.store import check_timeout
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 DEFAULT_KEY = "default"
 

@@ -28,19 +28,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
-import structlog
-
 from rlinf.comm import errors
 from rlinf.comm._internal import codec, shm, wire
 from rlinf.comm._internal import endpoint_layout as layout
 from rlinf.comm._internal import transports as tp
 from rlinf.comm._internal.locality import default_listen_host
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
 from rlinf.comm._internal.store import Store, check_timeout
 from rlinf.comm._internal.work import Work
 from rlinf.comm.batch import Array, Batch
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 
 @dataclass(frozen=True)

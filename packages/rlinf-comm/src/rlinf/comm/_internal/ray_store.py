@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import structlog
-
 from rlinf.comm import errors
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.store import DEFAULT_STORE_TIMEOUT_S, Store, check_timeout, check_value
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 # Seconds the client waits beyond the actor's own deadline, so that the actor's typed
 # answer (not a race between two timers) decides the outcome.

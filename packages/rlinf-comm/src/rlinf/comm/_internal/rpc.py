@@ -18,12 +18,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-import structlog
-
 from rlinf.comm import errors
 from rlinf.comm._internal import wire
+from rlinf.comm._internal.logs import get_logger
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Header = dict[str, Any]
 Buffers = list[memoryview]

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import IO
 
 import numpy as np
-import structlog
 
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm.errors import TransportError
 
 __all__ = [
@@ -53,7 +53,7 @@ __all__ = [
     "valid_segment_name",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 SEGMENT_PREFIX = "rlinf-"
 _NAME_RE = re.compile(r"rlinf-[0-9a-f]{24,64}")

@@ -16,13 +16,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import structlog
-
 from rlinf.comm import errors
 from rlinf.comm._internal import wire
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 #: Seconds a blocking store call waits when the caller passes no timeout.
 DEFAULT_STORE_TIMEOUT_S = 300.0
@@ -43,7 +42,9 @@ def parse_address(address: str | Sequence[Any]) -> Address:
 
 
 def format_address(address: Address) -> str:
-    return f"{address[0]}:{address[1]}"
+    """`(host, port)` -> `"host:port"` (`"[host]:port"` for IPv6), as `parse_address` reads."""
+    host = f"[{address[0]}]" if ":" in address[0] else address[0]
+    return f"{host}:{address[1]}"
 
 
 class Store(ABC):
@@ -156,6 +157,11 @@ class TCPStoreServer:
     def address(self) -> Address:
         return self._server.address
 
+    @property
+    def address_str(self) -> str:
+        """``"host:port"``: what another process passes to `TCPStore`."""
+        return format_address(self._server.address)
+
     def close(self) -> None:
         self._server.close()
         self._deadlines.close()
@@ -243,7 +249,8 @@ class TCPStore(Store):
     """Client of a `TCPStoreServer`; thread-safe, one connection per client.
 
     `TCPStore.serve()` starts a server in this process and returns a client that owns it;
-    other processes connect with `TCPStore(address, token=...)`.
+    other processes connect with `TCPStore(address, token=...)`, where `address` is this
+    client's `address_str` (``"host:port"``) or `address` (``(host, port)``).
     """
 
     def __init__(
@@ -260,6 +267,11 @@ class TCPStore(Store):
         self._server: TCPStoreServer | None = None
         conn = wire.connect(self.address, token=self.token, timeout=connect_timeout)
         self._peer = RpcPeer(conn, name=f"tcp-store@{format_address(self.address)}").start()
+
+    @property
+    def address_str(self) -> str:
+        """``"host:port"`` of the server: what another process passes to `TCPStore`."""
+        return format_address(self.address)
 
     @classmethod
     def serve(

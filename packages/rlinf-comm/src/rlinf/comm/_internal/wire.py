@@ -41,7 +41,6 @@ from types import TracebackType
 from typing import Any, Self
 
 import pyarrow as pa
-import structlog
 
 from rlinf.comm._internal.auth import (
     TOKEN_ENV,
@@ -50,7 +49,9 @@ from rlinf.comm._internal.auth import (
     client_handshake,
     default_token,
     new_token,
+    token_env_value,
 )
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.sockio import Deadline, recv_exact_into, send_all, wait_fd
 from rlinf.comm.errors import CodecError, CommTimeoutError, PeerDiedError
 
@@ -63,9 +64,10 @@ __all__ = [
     "connect",
     "default_token",
     "new_token",
+    "token_env_value",
 ]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 Address = tuple[str, int]
 

@@ -31,10 +31,9 @@ import threading
 import time
 from typing import Any, ClassVar, Protocol
 
-import structlog
-
 from rlinf.comm._internal import codec
 from rlinf.comm._internal.codec import Target
+from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.transports import gpu
 from rlinf.comm._internal.transports.base import Exported, OnRelease, ReleaseOnce, Transport
 from rlinf.comm.batch import Batch, array_kind, is_device_array
@@ -42,7 +41,7 @@ from rlinf.comm.errors import CommTimeoutError, TransportError
 
 __all__ = ["KeyValueStore", "NcclTransport"]
 
-log = structlog.get_logger(__name__)
+log = get_logger(__name__)
 
 _POLL_S = 0.0005
 
