@@ -341,3 +341,37 @@ def test_accept_refuses_a_bad_timeout(token):
         for bad in (float("nan"), -1.0, float("inf")):
             with pytest.raises(ValueError, match="timeout"):
                 listener.accept(timeout=bad)
+
+
+def test_a_declared_header_length_allocates_nothing_before_its_bytes_arrive(pair):
+    """Defect 7c: a peer holding the token declared a 64 MiB header and sent a few bytes;
+    the receiver allocated (and zero-filled) all 64 MiB up front, per connection."""
+    import struct
+    import tracemalloc
+
+    client, server = pair
+    declared = (64 << 20) - 1
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        with ThreadPoolExecutor(1) as pool:
+            pending = pool.submit(server.recv, timeout=30)
+            client._sock.setblocking(True)
+            client._sock.sendall(struct.pack("!4sII", b"RLF1", declared, 0) + b"{" * 1000)
+            client.close()  # the rest never comes
+            with pytest.raises(PeerDiedError, match="1000 of"):
+                pending.result(timeout=30)
+        peak = tracemalloc.get_traced_memory()[1] - before
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 << 20, f"receiving 1000 header bytes allocated {peak >> 20} MiB"
+
+
+def test_large_headers_still_round_trip(pair):
+    client, server = pair
+    header = {"items": [{"name": f"item-{i}", "w": i} for i in range(100_000)]}  # ~3 MiB
+    client.send(header, [b"tail"], timeout=30)
+    got, buffers = server.recv(timeout=30)
+    assert got == header
+    assert [bytes(b) for b in buffers] == [b"tail"]

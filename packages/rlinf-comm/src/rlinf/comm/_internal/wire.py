@@ -77,6 +77,7 @@ DEFAULT_TIMEOUT = 300.0
 _MAGIC = b"RLF1"
 _PREFIX = struct.Struct("!4sII")
 _MAX_HEADER_BYTES = 64 << 20
+_HEADER_CHUNK = 64 << 10  # the first read of a frame's header; later reads double
 _MAX_BUFFERS = 1 << 16
 _ALIGN = 64  # Arrow's preferred buffer alignment; receivers decode zero-copy from it.
 # One encoder for every frame: `json.dumps` with options builds a new one per call.
@@ -212,6 +213,31 @@ class Connection:
                 self.close(f"recv failed mid-frame: {type(exc).__name__}")
                 raise
 
+    def _recv_growing(self, size: int, deadline: Deadline, what: str) -> bytearray:
+        """`size` bytes, allocated as they arrive rather than up front.
+
+        `size` is what the peer declared: allocating it at once let a peer that sends a
+        prefix and nothing more make us hold (zero-filled) memory it never sent — 64 MiB
+        per connection. Chunks grow geometrically, so memory stays within twice what
+        arrived and a large header costs one extra copy; a small one is a single read.
+        """
+        first = bytearray(min(size, _HEADER_CHUNK))
+        recv_exact_into(self._sock, memoryview(first), deadline, what)
+        if len(first) == size:
+            return first
+        chunks = [first]
+        got = len(first)
+        while got < size:
+            chunk = bytearray(min(size - got, got))
+            try:
+                recv_exact_into(self._sock, memoryview(chunk), deadline, what)
+            except PeerDiedError as exc:
+                raise PeerDiedError(f"{what}: peer closed the connection after at least "
+                                    f"{got} of {size} bytes ({exc})") from exc
+            chunks.append(chunk)
+            got += len(chunk)
+        return bytearray().join(chunks)
+
     def _recv_rest(self, pview: memoryview, first: int,
                    deadline: Deadline) -> tuple[dict[str, Any], list[memoryview]]:
         if first < _PREFIX.size:
@@ -223,8 +249,7 @@ class Connection:
             raise CodecError(
                 f"expected a header of at most {_MAX_HEADER_BYTES} bytes and at most "
                 f"{_MAX_BUFFERS} buffers, got {header_len} bytes and {nbuf} buffers")
-        meta = bytearray(8 * nbuf + header_len)
-        recv_exact_into(self._sock, memoryview(meta), deadline, "recv frame header")
+        meta = self._recv_growing(8 * nbuf + header_len, deadline, "recv frame header")
         lengths = struct.unpack_from(f"!{nbuf}Q", meta)
         try:
             header = json.loads(meta[8 * nbuf:])
