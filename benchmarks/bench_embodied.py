@@ -21,9 +21,9 @@ medians; an iteration is rollout + update + weight sync):
 
 The profile (`EmbodiedFlow.measure` on the hybrid flow: env steps, policy forwards and actor
 updates at several batch sizes, plus round trips of stage-group messages between the env and
-policy processes, which `link_cluster` turns into the simulator's transfer rate) is fitted
-once; for every rlinf mode the planner's simulator prices the same plan with it, and the
-predicted and measured seconds per iteration stand side by side. The last line is one JSON
+policy processes, which `link_cluster` fits to the link's latency per message and bandwidth)
+is fitted once; for every rlinf mode the planner's simulator prices the same plan with it,
+and the predicted and measured seconds per iteration stand side by side. The last line is one JSON
 object: ``hybrid_speedup_vs_collocated``, ``speedup_vs_sb3`` (best rlinf mode over the
 faster SB3 vector env, env steps/s), ``max_prediction_error`` (largest |predicted -
 measured| / measured), and details.
@@ -54,16 +54,11 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 
 import numpy as np
 import torch
-from rlinf_embodied.flow import (
-    EmbodiedFlow,
-    EmbodiedSpec,
-    embodied_workflow,
-    fixed_plan,
-    link_cluster,
-)
+from rlinf_embodied.flow import EmbodiedFlow, EmbodiedSpec, embodied_workflow, fixed_plan
+from rlinf_embodied.planning import link_cluster
 
 from rlinf.comm import Batch
-from rlinf.sched import Cluster, ExecutionPlan, PlannerOptions, fit_profile, plan, simulate
+from rlinf.sched import Cluster, ExecutionPlan, fit_profile, plan, simulate
 from rlinf.workers.embodied.actor import EmbodiedActorConfig
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig
@@ -278,19 +273,17 @@ def main(argv: list[str] | None = None) -> int:
                     profile = flow.measure(batch_sizes=sizes, repeats=repeats)
             print(f"# {mode}: {rows[mode]}", flush=True)
         cost = fit_profile(profile)
-        cluster = link_cluster(cluster, spec, profile)
+        cluster = link_cluster(cluster, embodied_workflow(spec), profile)
         link = [m.seconds for m in profile.measurements if m.component == "link"]
         print(f"# profile: link round trip of a stage group {np.median(link) * 1e3:.2f} ms; "
               f"fitted env/rollout/actor curves from {len(profile.measurements)} points",
               flush=True)
         for mode in ("collocated", "hybrid"):
             rows[mode]["predicted"] = predict(spec, plans[mode], cost, cluster)
-        # The simulator charges a transfer by its bytes, while a link message costs about a
-        # fixed round trip whatever its size: unbounded, the planner splits the envs into
-        # ever smaller stage groups that look free (measured: 16 groups of 4, 2x slower).
-        # The search is kept to the configured stage groups or fewer.
-        options = PlannerOptions(max_chunks=stages)
-        planned = plan(embodied_workflow(spec), cost, cluster, options=options).best
+        # Each link message costs the fitted latency, so smaller stage groups are no longer
+        # free to the planner (before latency was modelled it split the envs into 16 groups
+        # of 4, 2x slower, and the search had to be capped by hand).
+        planned = plan(embodied_workflow(spec), cost, cluster).best
         with EmbodiedFlow.launch(spec, planned) as flow:
             timing = time_flow(flow, warmup=warmup, iterations=iterations)
         rows["auto"] = {"plan": f"{planned.spec} /{num_envs // planned.micro_batch['env']}",

@@ -8,11 +8,23 @@ propose anything else, whatever the env count, steps and devices.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rlinf_embodied.flow import EmbodiedSpec, _stages_of, embodied_workflow
+from rlinf_embodied.planning import fixed_plan as planned_fixed
+from rlinf_embodied.planning import link_cluster, simulate_plan
 
-from rlinf.sched import AnalyticCost, AnalyticCostModel, Cluster, ExecutionPlan, plan
+from rlinf.sched import (
+    AnalyticCost,
+    AnalyticCostModel,
+    Cluster,
+    ExecutionPlan,
+    Measurement,
+    Profile,
+    parse_placement,
+    plan,
+)
 from rlinf.sched.granularity import check_micro_batches
 from rlinf.workers.embodied.actor import EmbodiedActorConfig
 from rlinf.workers.env import EnvWorkerConfig
@@ -77,3 +89,33 @@ def test_every_plan_of_auto_launches_as_planned(
     result = plan(embodied_workflow(spec), cost, cluster)
     for chosen in (*result.ranked, *result.baselines.values()):
         assert_launchable(spec, chosen)
+
+
+def test_link_round_trips_fit_a_latency_per_message_and_a_bandwidth() -> None:
+    spec = spec_of(16, 8)
+    workflow = embodied_workflow(spec)
+    cluster = Cluster.discover(use_ray=False, cpu_slots=2, gpus=False)
+    echoed = 2 * next(e.bytes_per_item for e in workflow.edges if e.key == "env->rollout")
+    # 1 ms per round trip at any size plus 1 µs per env: latency 0.5 ms, 1 µs per echo
+    link = [Measurement("link", s, 1, 1e-3 + 1e-6 * s, 0, memory_source="none", timestamp=0.0)
+            for s in (4, 16)]
+    fitted = link_cluster(cluster, workflow, Profile(tuple(link)))
+    assert fitted.intra_node_latency == pytest.approx(5e-4)
+    assert fitted.intra_node_bandwidth == pytest.approx(echoed / 1e-6)
+    # one size: all of the round trip is latency; no link measured: the cluster as it was
+    single = link_cluster(cluster, workflow, Profile(tuple(link[:1])))
+    assert single.intra_node_latency == pytest.approx((1e-3 + 4e-6) / 2)
+    assert single.intra_node_bandwidth == cluster.intra_node_bandwidth
+    assert link_cluster(cluster, workflow, Profile(())) == cluster
+    # priced with the link, a plan that pipelines env and policy apart pays its messages:
+    # a stage group's chain crosses the link twice a step, the other group's compute hides
+    # the rest, so at least 2 latencies per step after the first are exposed
+    cost = AnalyticCostModel({"env": AnalyticCost(per_item=1e-4),
+                              "rollout": AnalyticCost(per_item=1e-4),
+                              "actor": AnalyticCost(per_item=1e-5)})
+    apart = planned_fixed(parse_placement("env: 0, rollout: 1, actor: 0-1",
+                                          components=workflow.names, num_devices=2),
+                          workflow, pipeline_stages=2)
+    free = simulate_plan(apart, workflow, cost, cluster).iteration_time
+    paid = simulate_plan(apart, workflow, cost, fitted).iteration_time
+    assert paid - free >= (8 - 1) * 2 * 5e-4 * 0.95

@@ -86,7 +86,6 @@ __all__ = [
     "EvalResult",
     "embodied_workflow",
     "fixed_plan",
-    "link_cluster",
 ]
 
 _log = structlog.get_logger(__name__)
@@ -252,22 +251,6 @@ def fixed_plan(spec: EmbodiedSpec, mode: str, *, num_devices: int = 2) -> Execut
         granularity={"env->rollout": micro, "rollout->env": micro,
                      "env->actor": spec.samples_per_iteration},
         predicted_time=math.nan, utilisation=math.nan, label=mode)
-
-
-def link_cluster(cluster: Cluster, spec: EmbodiedSpec, profile: Profile) -> Cluster:
-    """`cluster` with its intra-node transfer rate set from the profile's ``link`` round
-    trips (`EmbodiedFlow.measure` on a flow with a policy process), so the simulator charges
-    pipelined placements one measured round trip per stage group and step: the rate at
-    which an observation message plus its reply take one round trip. Unchanged without
-    link measurements (collocated flows have no link)."""
-    points = [m for m in profile.measurements if m.component == "link"]
-    if not points:
-        return cluster
-    workflow = embodied_workflow(spec)
-    per_item = sum(e.bytes_per_item for e in workflow.edges if e.key in
-                   ("env->rollout", "rollout->env"))
-    rates = [per_item * m.batch_size / m.seconds for m in points if m.seconds > 0]
-    return replace(cluster, intra_node_bandwidth=float(np.median(rates)))
 
 
 def _gpus_per_role(spec: EmbodiedSpec) -> float:
@@ -599,17 +582,18 @@ class EmbodiedFlow:
             batch_sizes=batch_sizes, repeats=repeats)
         if self._groups.policy is None:
             return profile
-        # The link between the env and policy processes: round trips of stage-group-sized
-        # messages, measured between the real processes (`link_cluster` turns it into the
-        # cluster's transfer rate for the simulator).
-        group = self.spec.env.num_envs // self.stages
+        # The link between the env and policy processes: round trips of messages of each
+        # size, measured between the real processes (`planning.link_cluster` fits them to
+        # the cluster's latency per message and bandwidth for the simulator).
         count = 10 * repeats
-        rtt, _ = _wait([self._groups.env.call_async("ping", count=count, batch_size=group),
-                        self._groups.policy.call_async("echo", count=count)],
-                       self.spec.link_timeout)
-        link = Measurement("link", group, 1, float(rtt), 0, memory_source="none",
-                           timestamp=time.time())
-        return Profile((*profile.measurements, link), profile.switches, profile.metadata)
+        links = []
+        for size in sorted(set(batch_sizes)):
+            rtt, _ = _wait([self._groups.env.call_async("ping", count=count, batch_size=size),
+                            self._groups.policy.call_async("echo", count=count)],
+                           self.spec.link_timeout)
+            links.append(Measurement("link", size, 1, float(rtt), 0, memory_source="none",
+                                     timestamp=time.time()))
+        return Profile((*profile.measurements, *links), profile.switches, profile.metadata)
 
     # ------------------------------------------------------------------ teardown
     def _check_open(self) -> None:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import structlog
 
 from rlinf.sched import (
@@ -41,6 +42,7 @@ __all__ = [
     "cluster_for",
     "fixed_plan",
     "format_plans",
+    "link_cluster",
     "priced",
     "profile_batch_sizes",
     "simulate_plan",
@@ -115,6 +117,31 @@ def profile_batch_sizes(num_envs: int, pipeline_stages: int) -> tuple[int, ...]:
     return tuple(sorted({group, num_envs} if group < num_envs else {1, num_envs}))
 
 
+def link_cluster(cluster: Cluster, workflow: Workflow, profile: Profile) -> Cluster:
+    """`cluster` with the latency per message and the bandwidth of the env ↔ policy link
+    fitted to the profile's ``link`` round trips (`EmbodiedFlow.measure` on a flow with a
+    policy process), so the simulator charges a pipelined placement what its messages
+    cost. A round trip of ``s`` envs is fitted as ``2 × latency + s × bytes / bandwidth``
+    (the probe sends an observation message and gets it back); with one size measured, it
+    is all latency. Unchanged without link measurements (collocated flows have none)."""
+    points = [(m.batch_size, m.seconds) for m in profile.measurements if m.component == "link"]
+    if not points:
+        return cluster
+    sizes = np.array([float(s) for s, _ in points])
+    rtts = np.array([t for _, t in points])
+    bandwidth = cluster.intra_node_bandwidth
+    if len(set(sizes.tolist())) >= 2:
+        slope, intercept = np.polyfit(sizes, rtts, 1)
+        echoed = 2 * sum(e.bytes_per_item for e in workflow.edges if e.key == "env->rollout")
+        if slope > 0:
+            bandwidth = float(echoed / slope)
+        latency = max(float(intercept), 0.0) / 2
+    else:
+        latency = float(np.median(rtts)) / 2
+    _log.info("link_fitted", latency_s=latency, bandwidth=bandwidth, points=len(points))
+    return replace(cluster, intra_node_latency=latency, intra_node_bandwidth=bandwidth)
+
+
 def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
                 measure: Measure | None) -> PlanChoice:
     """The plan for `cfg`: the fixed placement as written, or for `auto` the best plan of
@@ -128,6 +155,7 @@ def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
     started = time.perf_counter()
     profile = measure(profile_batch_sizes(cfg.env.num_envs, cfg.env.pipeline_stages))
     cost = fit_profile(profile)
+    cluster = link_cluster(cluster, workflow, profile)
     result = plan(workflow, cost, cluster)
     seconds = time.perf_counter() - started
     chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster)
@@ -150,7 +178,8 @@ def priced(choice: PlanChoice, profile: Profile, workflow: Workflow, cluster: Cl
     """`choice` with cost curves fitted to `profile` and its plan's simulated time (a fixed
     placement, profiled after launch so that its predicted Gantt can be drawn)."""
     cost = fit_profile(profile)
-    plan_, simulation = _with_simulation(choice.plan, workflow, cost, cluster)
+    plan_, simulation = _with_simulation(choice.plan, workflow, cost,
+                                         link_cluster(cluster, workflow, profile))
     return PlanChoice(plan_, (plan_,), cost, profile, choice.profile_seconds, simulation)
 
 

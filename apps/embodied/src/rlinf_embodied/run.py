@@ -124,13 +124,17 @@ def _ray_session(cfg: AppConfig) -> Iterator[None]:
 
 
 def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> Measure:
-    """A `Measure` that launches a short-lived collocated flow, has it profile each
-    component (`EmbodiedFlow.measure`) and closes it."""
+    """A `Measure` that launches a short-lived flow, has it profile each component
+    (`EmbodiedFlow.measure`) and closes it. With two or more devices the policy runs in a
+    process of its own on another device, so the env ↔ policy link is measured too (the
+    planner prices pipelined placements by it); on one device there is no link to price."""
     from rlinf_embodied.flow import EmbodiedFlow
 
     def measure(batch_sizes: Sequence[int]) -> Profile:
-        placement = resolve_placement(PlacementConfig(spec="collocated", num_devices=1),
-                                      components=workflow.names)
+        linked = cfg.placement.num_devices >= 2
+        probe = PlacementConfig(spec="env, actor: 0, rollout: 1" if linked else "collocated",
+                                num_devices=2 if linked else 1)
+        placement = resolve_placement(probe, components=workflow.names)
         plan = fixed_plan(placement, workflow, pipeline_stages=cfg.env.pipeline_stages)
         with EmbodiedFlow.launch(spec, plan) as flow:
             return flow.measure(batch_sizes=batch_sizes, repeats=PROFILE_REPEATS)
