@@ -318,3 +318,43 @@ def test_bad_timeouts_are_refused_by_client_and_owner(store: TCPStore, endpoint:
         for bad in ("nan", -5, None):
             with pytest.raises(InvalidArgumentError, match="timeout"):
                 channel._peer.call({"op": "get", "key": "k", "timeout": bad}, timeout=5)
+
+
+def test_flush_after_the_owner_died_raises_peer_died_promptly(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    """Defect 7b: the owner's death ends a waiting flush with PeerDiedError, not a timeout."""
+    import threading
+    import time
+
+    owner = Channel.create("c", store=store)
+    producer = Channel.connect("c", store=store)
+    try:
+        producer.put({"x": np.zeros(8)})  # nobody will consume it
+        started = threading.Event()
+        outcome: list[BaseException | None] = []
+
+        def flush() -> None:
+            started.set()
+            try:
+                producer.flush(timeout=60)
+            except BaseException as exc:
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+
+        waiter = threading.Thread(target=flush)
+        waiter.start()
+        started.wait(timeout=10)
+        died = time.monotonic()
+        owner.disconnect()  # the creator's handle stops the owner
+        waiter.join(timeout=30)
+        took = time.monotonic() - died
+        assert outcome and isinstance(outcome[0], PeerDiedError), outcome
+        assert "c" in str(outcome[0]) and "1" in str(outcome[0])
+        assert took < 0.9, f"flush noticed the owner's death after {took:.2f} s"
+        with pytest.raises(PeerDiedError):
+            producer.flush(timeout=5)  # and at once when it is already gone
+    finally:
+        producer.disconnect()
+        owner.disconnect()

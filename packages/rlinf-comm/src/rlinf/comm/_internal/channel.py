@@ -65,13 +65,14 @@ class Channel:
         self.endpoint = endpoint
         self._server = server
         self._store: Store | None = None  # the creator's handle unregisters the name
-        conn = wire.connect(address, token=endpoint.token, timeout=endpoint.config.connect_timeout)
-        self._peer = RpcPeer(
-            conn, name=f"channel {name!r} owner", on_message=self._on_push
-        ).start()
         # xids put through this handle and not yet released by their consumer
         self._outstanding: set[int] = set()
         self._released = threading.Condition()
+        conn = wire.connect(address, token=endpoint.token, timeout=endpoint.config.connect_timeout)
+        self._peer = RpcPeer(
+            conn, name=f"channel {name!r} owner", on_message=self._on_push,
+            on_close=self._owner_gone,
+        ).start()
         reply, _ = self._peer.call({"op": "hello", "endpoint": endpoint.info}, timeout=30.0)
         self.maxsize = int(reply["maxsize"])
 
@@ -223,23 +224,36 @@ class Channel:
         if header.get("op") == "release":
             self._drop([int(x) for x in header["xids"]])
 
+    def _owner_gone(self, peer: RpcPeer, exc: BaseException) -> None:
+        with self._released:  # a waiting flush learns at once
+            self._released.notify_all()
+
     def flush(self, *, timeout: float | None = None) -> None:
         """Wait until every item put through this handle was consumed and released.
 
         A producer's payloads live in its own memory: call this before a producer exits,
-        or its unconsumed items are lost (consumers then see PeerDiedError).
+        or its unconsumed items are lost (consumers then see PeerDiedError). Raises
+        PeerDiedError as soon as the owner is gone (the items still out can no longer be
+        consumed), CommTimeoutError when `timeout` runs out first.
         """
         limit = self._timeout(timeout)
         deadline = time.monotonic() + limit
         with self._released:
             while self._outstanding:
+                # Checked under the lock that `_owner_gone` notifies with: no lost wake-up.
+                if self._peer.closed:
+                    raise errors.PeerDiedError(
+                        f"expected the consumers of channel {self.name!r} to release every "
+                        f"item; the connection to its owner is closed (the owner died or "
+                        f"this handle disconnected) with {len(self._outstanding)} still out"
+                    )
                 left = deadline - time.monotonic()
-                if left <= 0 or self._peer.closed:
+                if left <= 0:
                     raise errors.CommTimeoutError(
                         f"expected the consumers of channel {self.name!r} to release every "
                         f"item within {limit:.3g} s; {len(self._outstanding)} are still out"
                     )
-                self._released.wait(min(left, 1.0))
+                self._released.wait(left)
 
     # -- get --------------------------------------------------------------------------
     def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
