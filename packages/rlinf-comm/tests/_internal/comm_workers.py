@@ -116,7 +116,19 @@ def put_numbered(store: TCPStore, channel_name: str, me: str, count: int, size: 
     channel.disconnect()
 
 
+def send_close_loop(store: TCPStore, peer: str, me: str, rounds: int) -> None:
+    """`rounds` times: a fresh endpoint sends `peer` a small (inline) and a 1 MiB (shared
+    memory) batch, starts an isend and closes at once; then this process exits."""
+    for i in range(rounds):
+        with Endpoint(f"{me}-{i}", store=store) as endpoint:
+            endpoint.send({"small": np.full(16, i, dtype=np.int64)}, peer, timeout=60)
+            endpoint.send({"big": np.full(1 << 20, i % 251, dtype=np.uint8)}, peer, timeout=60)
+            endpoint.isend({"last": np.full(2 << 20, i % 251, dtype=np.uint8)}, peer,
+                           timeout=60)  # not waited for: close must finish it
+
+
 ROLES = {
+    "send_close_loop": (send_close_loop, (str, str, int)),
     "put_numbered": (put_numbered, (str, str, int, int)),
     "produce": (produce, (str, str, int, int)),
     "consume": (consume, (str, str, int, str)),

@@ -123,3 +123,52 @@ def test_killed_peer_surfaces_as_peer_died_naming_it(store: TCPStore, endpoint: 
             endpoint.send({"x": np.ones(4)}, "victim", timeout=10)
     finally:
         proc.kill()
+
+
+def test_messages_sent_before_close_are_delivered_after_the_sender_exits(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    """Defect 5: send then close (then exit) must not lose the message, and the sender's
+    later sends must not overwrite it in a recycled segment."""
+    rounds = 12
+    proc = spawn("send_close_loop", store, "main", "leaver", rounds)
+    assert proc.wait(timeout=120) == 0  # every sender closed and the process is gone
+    for i in range(rounds):
+        small = endpoint.recv(f"leaver-{i}", timeout=10)
+        big = endpoint.recv(f"leaver-{i}", timeout=10)
+        assert small["small"].tolist() == [i] * 16
+        assert big["big"].shape == (1 << 20,)
+        last = endpoint.recv(f"leaver-{i}", timeout=10)
+        assert int(big["big"].min()) == int(big["big"].max()) == i % 251, f"round {i}"
+        assert int(last["last"].min()) == int(last["last"].max()) == i % 251, f"round {i}"
+        with pytest.raises(PeerDiedError, match=f"leaver-{i}"):
+            endpoint.recv(f"leaver-{i}", timeout=10)  # nothing more: it left
+
+
+def test_close_reports_a_live_peer_that_does_not_confirm_delivery(
+    store: TCPStore, token: bytes
+) -> None:
+    """A peer that is alive but never reads: close gives up after its timeout and says so."""
+    import json
+    import time
+    from dataclasses import replace
+
+    from rlinf.comm._internal import wire
+    from rlinf.comm._internal.locality import Locality
+
+    with wire.Listener(token=token) as listener:
+        mute = {"name": "mute", "address": list(listener.address),
+                "locality": replace(Locality.current(), pid=1).to_dict()}
+        store.set("rlinf/comm/endpoint/mute", json.dumps(mute).encode())
+        sender = Endpoint("sender", store=store)
+        sender.send({"x": np.arange(4)}, "mute", timeout=10)  # fits in the socket buffer
+        accepted = listener.accept(timeout=10)  # authenticated, then never read
+        started = time.monotonic()
+        with pytest.raises(CommTimeoutError, match="'mute'"):
+            sender.close(timeout=0.5)
+        assert time.monotonic() - started < 5
+        accepted.close()
+    with pytest.raises(CommTimeoutError):
+        store.get("rlinf/comm/endpoint/sender", timeout=0.1)  # it did leave
+    with pytest.raises(CommError, match="closed"):
+        sender.send({"x": np.arange(4)}, "mute", timeout=1)

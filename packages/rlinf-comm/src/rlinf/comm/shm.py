@@ -8,8 +8,9 @@ Memory:
 
 - A `SegmentPool` creates the segments and owns them. `acquire(nbytes)` lends a `Segment`
   (``.name``, ``.size``, ``.view``: a writable memoryview of the whole segment) to the
-  caller until `release(name)` hands it back for reuse; `close()` unlinks every segment of
-  the pool. Readers' existing mappings stay valid after an unlink.
+  caller until `release(name)` hands it back for reuse, or `discard(name)` unlinks it
+  instead (someone may still read it); `close()` unlinks every segment of the pool.
+  Readers' existing mappings stay valid after an unlink.
 - A `SegmentReader` owns nothing it maps: the creator owns the name. `open_view(name,
   offset, length, on_release=)` returns a writable memoryview; the mapping lives as long as
   any object built on that view, and ``on_release`` runs once the last one dies (in

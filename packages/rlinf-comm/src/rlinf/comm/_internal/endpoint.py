@@ -25,6 +25,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_all
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -34,7 +35,14 @@ from rlinf.comm._internal import endpoint_layout as layout
 from rlinf.comm._internal import transports as tp
 from rlinf.comm._internal.locality import default_listen_host
 from rlinf.comm._internal.logs import get_logger
-from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
+from rlinf.comm._internal.rpc import (
+    Buffers,
+    Deadlines,
+    Header,
+    RpcPeer,
+    RpcServer,
+    wait_future,
+)
 from rlinf.comm._internal.store import Store, check_timeout
 from rlinf.comm._internal.work import Work
 from rlinf.comm.batch import Array, Batch
@@ -64,6 +72,9 @@ class EndpointConfig:
     """Keep at least this many bytes of released segments warm for reuse (None: the pool's
     default). Raise it when several large payloads are in flight at once: a segment the
     pool evicts is created again cold (page faults on both sides)."""
+    close_timeout: float = 30.0
+    """Seconds `close()` waits (when the caller passes `timeout=None`) for pending `isend`s
+    and for every live peer this endpoint sent to to confirm it took those messages in."""
 
 
 def _store_key(name: str) -> str:
@@ -103,11 +114,21 @@ class _Waiter:
     deadline: int = -1  # handle in the endpoint's Deadlines
 
 
+@dataclass(eq=False, slots=True)
+class _Message:
+    """A received frame, opened when a receive takes it (or earlier, see `_take_in`)."""
+
+    header: Header
+    buffers: Buffers
+    peer: RpcPeer
+    opened: Batch | BaseException | None = None
+
+
 @dataclass(eq=False)
 class _Inbox:
     """Messages from one source, and the receives waiting for them (both FIFO)."""
 
-    messages: deque[tuple[Header, Buffers, RpcPeer]] = field(default_factory=deque)
+    messages: deque[_Message] = field(default_factory=deque)
     waiters: deque[_Waiter] = field(default_factory=deque)
     dead: str | None = None
 
@@ -198,6 +219,7 @@ class Endpoint:
         self._peer_locality: dict[str, tp.Locality] = {}
         self._connect_locks: dict[str, threading.Lock] = {}
         self._senders: dict[str, ThreadPoolExecutor] = {}
+        self._isends: set[Future[None]] = set()  # not finished yet: close() waits for them
         self._releaser = _Releaser()
         self._deadlines = Deadlines(name=f"endpoint-{self.name}")
         self._closed = False
@@ -249,8 +271,10 @@ class Endpoint:
         """Send `batch` to endpoint `dst`; returns once the message is on its way.
 
         The caller may reuse its arrays when `send` returns, except with the in-process
-        transport (`dst` in this process), which hands over references.
+        transport (`dst` in this process), which hands over references. A message sent
+        before `close()` is delivered even if this process exits right after (see `close`).
         """
+        self._check_open()
         self._send(Batch.of(batch), dst, self._timeout(timeout), transport)
 
     def isend(
@@ -262,6 +286,7 @@ class Endpoint:
         transport: str | None = None,
     ) -> Work[None]:
         """Non-blocking `send`; sends to one `dst` leave in call order."""
+        self._check_open()
         b = Batch.of(batch)
         limit = self._timeout(timeout)
         with self._lock:
@@ -269,8 +294,14 @@ class Endpoint:
             if executor is None:
                 executor = ThreadPoolExecutor(1, thread_name_prefix=f"isend-{dst}")
                 self._senders[dst] = executor
-        fut = executor.submit(self._send, b, dst, limit, transport)
+            fut = executor.submit(self._send, b, dst, limit, transport)
+            self._isends.add(fut)
+        fut.add_done_callback(self._isend_done)
         return Work(fut, description=f"isend to {dst!r}")
+
+    def _isend_done(self, fut: Future[None]) -> None:
+        with self._lock:
+            self._isends.discard(fut)
 
     def recv(self, src: str, *, timeout: float | None = None) -> Batch:
         """Receive the next batch `src` sent to this endpoint (FIFO per source)."""
@@ -371,14 +402,17 @@ class Endpoint:
             name = "tcp"
         return tp.get_transport(name)
 
-    def _fulfil(self, fut: Future[Batch], message: tuple[Header, Buffers, RpcPeer]) -> None:
-        header, buffers, peer = message
-        try:
-            batch = self._open_message(header, buffers, peer)
-        except BaseException as exc:
-            fut.set_exception(exc)
+    def _fulfil(self, fut: Future[Batch], message: _Message) -> None:
+        opened = message.opened
+        if opened is None:
+            try:
+                opened = self._open_message(message.header, message.buffers, message.peer)
+            except BaseException as exc:
+                opened = exc
+        if isinstance(opened, BaseException):
+            fut.set_exception(opened)
         else:
-            fut.set_result(batch)
+            fut.set_result(opened)
 
     def _open_message(self, header: Header, buffers: Buffers, peer: RpcPeer) -> Batch:
         if header["t"] == layout.INLINE:
@@ -612,11 +646,14 @@ class Endpoint:
                 inbox = self._inboxes.setdefault(src, _Inbox())
                 waiter = inbox.waiters.popleft() if inbox.waiters else None
                 if waiter is None:
-                    inbox.messages.append((header, buffers, peer))
+                    inbox.messages.append(_Message(header, buffers, peer))
                 elif waiter.deadline >= 0:  # an irecv's timer (a blocking recv has none)
                     self._deadlines.cancel(waiter.deadline)
             if waiter is not None:
-                self._fulfil(waiter.future, (header, buffers, peer))
+                self._fulfil(waiter.future, _Message(header, buffers, peer))
+        elif op == "bye":
+            self._take_in(str(header["src"]))
+            peer.reply(header, {})
         elif op == "hello":
             peer.info = dict(header["endpoint"])
             peer.name = f"endpoint {peer.info.get('name')!r}"
@@ -627,6 +664,24 @@ class Endpoint:
             self._serve_fetch(peer, header)
         elif op == "release":  # from a consumer that fetched over our incoming connection
             self.release_exports([int(x) for x in header["xids"]])
+
+    def _take_in(self, src: str) -> None:
+        """`src` is closing: open every message it sent that still needs its memory.
+
+        Its frames all arrived before its "bye" (one connection, in order), but a payload
+        left in its shared memory is only ours once mapped: after `src` exits its segment
+        names are gone. Mapped now, the message outlives the sender; inline and TCP
+        payloads already live in our frame buffers.
+        """
+        with self._lock:  # opening maps and decodes only: it never takes this lock
+            inbox = self._inboxes.get(src)
+            for message in inbox.messages if inbox is not None else ():
+                if message.opened is None and int(message.header.get("xid", 0)):
+                    try:
+                        message.opened = self._open_message(
+                            message.header, message.buffers, message.peer)
+                    except Exception as exc:  # the receive that takes it raises it
+                        message.opened = exc
 
     def _incoming_closed(self, peer: RpcPeer, exc: BaseException) -> None:
         src = peer.info.get("name")
@@ -654,17 +709,40 @@ class Endpoint:
     def _timeout(self, timeout: float | None) -> float:
         return check_timeout(self.config.timeout if timeout is None else timeout)
 
-    def close(self) -> None:
-        """Leave: unregister, close connections, release every exported payload."""
+    def _check_open(self) -> None:
+        if self._closed:
+            raise errors.CommError(f"expected an open endpoint; {self.name!r} was closed")
+
+    def close(self, *, timeout: float | None = None) -> None:
+        """Leave: deliver what was sent, unregister, close connections, free payloads.
+
+        Every message a `send` returned for (and every `isend` issued before `close`)
+        reaches its receiver, even if this process exits right after: close first lets
+        pending isends finish, then has each live peer it sent to confirm that it took in
+        everything from us (every frame read, every shared-memory payload mapped, so it
+        outlives our segments' names). Payloads a receiver may still read are never
+        recycled afterwards. A peer that died is skipped: its messages died with it. If a
+        live peer does not confirm, or an isend does not finish, within `timeout` (None:
+        `EndpointConfig.close_timeout`), close still releases everything and then raises
+        CommTimeoutError naming them: those messages may be lost.
+        """
         if self._closed:
             return
-        self._closed = True
+        limit = check_timeout(self.config.close_timeout if timeout is None else timeout)
+        deadline = time.monotonic() + limit
+        self._closed = True  # no new sends from here on
+        unconfirmed = self._finish_isends(deadline) + self._say_bye(deadline)
         try:
             self.store.delete(_store_key(self.name))
         except errors.CommError as exc:
             log.debug("endpoint_unregister_failed", endpoint=self.name, error=str(exc))
         for executor in self._senders.values():
             executor.shutdown(wait=False, cancel_futures=True)
+        # Before the connections close (which releases what a peer still holds): a payload
+        # sent to a peer may be in use there, so it is freed without being reused.
+        with self._lock:
+            sent = [xid for xid, export in self._exports.items() if export.peer is not None]
+        self._discard_exports(sent)
         self._server.close()
         for peer in list(self._peers.values()):
             peer.close()
@@ -673,12 +751,57 @@ class Endpoint:
         with self._lock:
             xids = list(self._exports)
         self.release_exports(xids)
+        if unconfirmed:
+            raise errors.CommTimeoutError(
+                f"expected endpoint {self.name!r} to deliver what it sent before close within "
+                f"{limit:.3g} s; not confirmed: {'; '.join(unconfirmed)} (may be lost)"
+            )
+
+    def _finish_isends(self, deadline: float) -> list[str]:
+        with self._lock:
+            pending = list(self._isends)
+        if not pending:
+            return []
+        _, running = wait_all(pending, timeout=max(deadline - time.monotonic(), 0))
+        for fut in running:
+            fut.cancel()  # one not started yet never starts; its Work reports it
+        return [f"{len(running)} isend(s) still running"] if running else []
+
+    def _say_bye(self, deadline: float) -> list[str]:
+        """Each live peer we sent to answers "bye" once it took in all we sent (`_take_in`)."""
+        calls = [(dst, peer.call_async({"op": "bye", "src": self.name},
+                                       timeout=max(deadline - time.monotonic(), 0)))
+                 for dst, peer in list(self._peers.items()) if not peer.closed]
+        unconfirmed = []
+        for dst, call in calls:
+            try:
+                wait_future(call, timeout=max(deadline - time.monotonic(), 0),
+                            what=f"endpoint {dst!r} to confirm delivery")
+            except errors.CommTimeoutError:
+                unconfirmed.append(f"endpoint {dst!r}")
+            except errors.PeerDiedError as exc:  # gone: nobody is left to deliver to
+                log.debug("endpoint_bye_to_dead_peer", endpoint=self.name, peer=dst,
+                          error=str(exc))
+        return unconfirmed
+
+    def _discard_exports(self, xids: list[int]) -> None:
+        for xid in xids:
+            with self._lock:
+                export = self._exports.pop(xid, None)
+            if export is not None:
+                export.transport.discard(export.exported.descriptor)
 
     def __enter__(self) -> Endpoint:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # an error is already on its way: do not replace it with close's
+            self.close()
+        except errors.CommError as exc:
+            log.warning("endpoint_close_failed", endpoint=self.name, error=str(exc))
 
     def __repr__(self) -> str:
         return f"Endpoint({self.name!r}, address={self.address})"

@@ -101,8 +101,14 @@ class RpcPeer:
     def closed(self) -> bool:
         return self._closed is not None
 
-    def call_async(self, header: Header, buffers: Sequence[Any] = ()) -> Future[Reply]:
-        """Send a request; the future resolves to the reply or fails with its typed error."""
+    def call_async(self, header: Header, buffers: Sequence[Any] = (), *,
+                   timeout: float | None = None) -> Future[Reply]:
+        """Send a request; the future resolves to the reply or fails with its typed error.
+
+        `timeout` bounds the sending (None: the connection's default); the reply may take
+        longer. A send that timed out before its first byte fails the future with
+        CommTimeoutError and leaves the connection usable.
+        """
         fut: Future[Reply] = Future()
         with self._lock:
             if self._closed is not None:
@@ -111,12 +117,13 @@ class RpcPeer:
             rid = next(self._ids)
             self._pending[rid] = fut
         try:
-            self.conn.send({**header, "id": rid}, buffers)
+            self.conn.send({**header, "id": rid}, buffers, timeout=timeout)
         except errors.CommError as exc:
             with self._lock:
                 self._pending.pop(rid, None)
             if not fut.done():
-                fut.set_exception(self._died(exc))
+                timed_out = isinstance(exc, errors.CommTimeoutError) and not self.conn.closed
+                fut.set_exception(exc if timed_out else self._died(exc))
         return fut
 
     def call(self, header: Header, buffers: Sequence[Any] = (), *, timeout: float) -> Reply:

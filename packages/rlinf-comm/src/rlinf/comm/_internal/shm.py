@@ -262,6 +262,15 @@ class SegmentPool:
         for seg in evicted:
             seg.unlink()
 
+    def discard(self, name: str) -> None:
+        """Take a lent segment back and unlink it instead of reusing it: someone may still
+        read it (their mapping stays valid; nothing of ours will write to it again)."""
+        with self._lock:
+            seg = self._busy.pop(name, None)
+        if seg is None:
+            raise TransportError(f"expected a segment lent by this pool, got {name!r}")
+        seg.unlink()
+
     @property
     def free_bytes(self) -> int:
         with self._lock:

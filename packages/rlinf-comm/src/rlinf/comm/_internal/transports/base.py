@@ -61,6 +61,13 @@ class Transport(ABC):
     def release(self, descriptor: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Owner side: the receiver is done (or dead); free what `export` holds."""
 
+    def discard(self, descriptor: dict[str, Any]) -> None:
+        """Owner side, when the owner leaves while a receiver may still read the payload:
+        free what `export` holds without recycling it under the receiver's views. The
+        default is `release` (right for transports whose receiver holds its own copy or
+        reference)."""
+        self.release(descriptor)
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Free everything this transport holds in this process."""
 

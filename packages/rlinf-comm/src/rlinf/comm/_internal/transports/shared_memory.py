@@ -69,6 +69,14 @@ class SharedMemoryTransport(Transport):
         return codec.decode(view, to=to)
 
     def release(self, descriptor: dict[str, Any]) -> None:
+        self.pool.release(self._unlend(descriptor))
+
+    def discard(self, descriptor: dict[str, Any]) -> None:
+        # Unlinked, not pooled: the receiver's mapping stays valid, and no later export
+        # of ours writes into it.
+        self.pool.discard(self._unlend(descriptor))
+
+    def _unlend(self, descriptor: dict[str, Any]) -> str:
         self.check_descriptor(descriptor)
         name = str(descriptor["name"])
         with self._lock:
@@ -76,7 +84,7 @@ class SharedMemoryTransport(Transport):
                 raise TransportError(f"expected a segment this process exported, got {name!r}"
                                      " (released twice, or exported elsewhere)")
             self._lent.discard(name)
-        self.pool.release(name)
+        return name
 
     def close(self) -> None:
         with self._lock:
