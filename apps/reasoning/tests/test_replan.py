@@ -72,7 +72,7 @@ def test_an_adopted_plan_relaunches_from_a_checkpoint_with_the_same_trajectory(
 
     monkeypatch.setattr(run_module, "_replanner", fake_replanner)
     replanned = tmp_path / "replanned"
-    assert cli.main([*TINY, "--run-dir", str(replanned)]) == 0
+    assert cli.main([*TINY, "run.trace=true", "--run-dir", str(replanned)]) == 0
     assert fakes[0].observed == [1, 2]
 
     ref, new = metrics(reference), metrics(replanned)
@@ -83,6 +83,12 @@ def test_an_adopted_plan_relaunches_from_a_checkpoint_with_the_same_trajectory(
         assert sa.keys() == sb.keys()
         for key in sa:
             assert math.isclose(sa[key], sb[key], rel_tol=1e-3, abs_tol=1e-3), (a["step"], key)
+    # the trace shows the re-plan on the driver's track: the relaunch, with its numbers
+    events = json.loads((replanned / "trace.json").read_text())["traceEvents"]
+    (event,) = [e for e in events if e.get("name") == "replan"]
+    assert event["args"]["step"] == 1 and event["args"]["replan/adopted"] == 1.0
+    assert event["args"]["plan"] == "rollout: 0, reward,inference: 1, actor: 2"
+    assert event["dur"] > 0
     summary = json.loads((replanned / "summary.json").read_text())
     assert summary["placement"] == "rollout: 0, reward,inference: 1, actor: 2"
     # the checkpoint of the switch names the new plan, so --resume relaunches it

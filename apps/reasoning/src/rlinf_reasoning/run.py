@@ -282,6 +282,14 @@ def _replan_record(decision: Replan) -> dict[str, float]:
             "replan/predicted_new_s": decision.predicted_new}
 
 
+def _replan_span(decision: Replan, started: float, ended: float) -> Span:
+    """A re-plan decision on the trace's ``driver/replan`` track: the relaunch's span when
+    adopted, an instant when not, with what the re-planner measured and predicted."""
+    return Span("driver/replan", "replan" if decision.adopted else "replan_rejected",
+                started, ended, {"step": decision.iteration, "plan": decision.plan.spec,
+                                 **_replan_record(decision)})
+
+
 def _relaunch(session: _Session, flow: ReasoningFlow, choice: PlanChoice, plan: ExecutionPlan,
               checkpoint: Path) -> tuple[ReasoningFlow, PlanChoice]:
     """Close `flow`, launch `plan` and load the checkpoint just taken (a step boundary)."""
@@ -373,8 +381,11 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
                     cfg, step=step, heldout_before=before,
                     plan=decision.plan if decision is not None and switch else choice.plan,
                     seconds=seconds, overrides=session.overrides))
+            decided = time.time()
             if decision is not None and switch:
                 flow, choice = _relaunch(session, flow, choice, decision.plan, path)
+            if decision is not None and run.trace:
+                spans.append(_replan_span(decision, decided, time.time() if switch else decided))
                 relaunched.append(flow)
     wall = prior_seconds + time.perf_counter() - loop_start
     records = read_metrics(run_dir / METRICS_FILE)
