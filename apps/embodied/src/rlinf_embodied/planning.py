@@ -26,6 +26,7 @@ from rlinf.sched import (
     ExecutionPlan,
     FittedCostModel,
     Placement,
+    PlannerOptions,
     Profile,
     SimulationResult,
     Workflow,
@@ -49,6 +50,11 @@ __all__ = [
 ]
 
 _log = structlog.get_logger(__name__)
+
+TIE_TOLERANCE = 0.02
+"""Plans predicted within 2% of the fastest are tied and the one on fewest device slots is
+chosen: profiles taken on a shared CPU box vary by more than that from run to run, and a
+slot that buys nothing measurable adds a contending process (`PlannerOptions`)."""
 
 Measure = Callable[[Sequence[int]], Profile]
 """Runs a short profiling flow at the given batch sizes and returns its profile."""
@@ -156,7 +162,7 @@ def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
     profile = measure(profile_batch_sizes(cfg.env.num_envs, cfg.env.pipeline_stages))
     cost = fit_profile(profile)
     cluster = link_cluster(cluster, workflow, profile)
-    result = plan(workflow, cost, cluster)
+    result = plan(workflow, cost, cluster, options=PlannerOptions(tie_tolerance=TIE_TOLERANCE))
     seconds = time.perf_counter() - started
     chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster)
     _log.info("plan_chosen", spec=chosen.spec, mode=chosen.mode.value,
