@@ -64,7 +64,6 @@ from rlinf.workers.embodied.roles import (
     RoleLink,
     RolloutReport,
     TrainReport,
-    Weights,
     build_rollout_policy,
     describe_env,
     weights_from_wire,
@@ -74,6 +73,7 @@ from rlinf.workers.embodied.vla import VLAConfig
 from rlinf.workers.embodied.vla_policy import VLAPolicyConfig, VLARolloutConfig
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig
 from rlinf.workers.errors import ConfigError, WorkersError
+from rlinf.workers.flow import FlowChannel
 from rlinf.workers.models.policy import PolicyConfig
 from rlinf.workers.runtime import GroupFuture, WorkerContext, WorkerGroup, count_onloads
 from rlinf.workers.telemetry import Span
@@ -419,6 +419,17 @@ class EmbodiedFlow:
             if policy_group is not None:
                 _wait([env_group.call_async("open_link"),
                        policy_group.call_async("open_link")], spec.link_timeout)
+            # Trajectories env -> actor and weights actor -> policy go over channels owned
+            # by their consumer: the driver passes control only.
+            channels = {
+                "trajectory": FlowChannel("env", "actor", f"embodied-{run}/env->actor",
+                                          link.store, consumer_ranks=1),
+                "weights": FlowChannel("actor", "rollout", f"embodied-{run}/actor->rollout",
+                                       link.store, consumer_ranks=1)}
+            _wait([actor_group.call_async("create_trajectory_channel", channels["trajectory"]),
+                   (policy_group or env_group).call_async("create_weights_channel",
+                                                          channels["weights"])],
+                  spec.link_timeout)
         except BaseException:
             for group in launched:
                 group.kill()
@@ -427,7 +438,7 @@ class EmbodiedFlow:
         groups = _Groups(env=env_group, actor=actor_group, policy=policy_group)
         flow = cls(spec, plan, groups, description=description, rollout_config=rollout_config,
                    actor_config=actor_config, stages=stages, trace=trace,
-                   extras={"lock": lock, "store": link.store})
+                   extras={"lock": lock, "store": link.store, **channels})
         flow._sync_weights()
         _log.info("embodied_flow_launched", plan=plan.spec, mode=plan.mode.value,
                   stages=stages, inline=inline)
@@ -442,38 +453,44 @@ class EmbodiedFlow:
     def _rollout_target(self) -> WorkerGroup:
         return self._groups.env if self._groups.policy is None else self._groups.policy
 
-    def _sync_weights(self, weights: Weights | None = None) -> float:
+    def _sync_weights(self, *, pushed: bool = False) -> float:
+        """Load the actor's weights into the rollout policy through the weights channel
+        (`pushed`: the actor put them already, at the end of its training step)."""
         started = time.perf_counter()
-        if weights is None:
-            weights = self._groups.actor.call("get_weights")[0]
-        self._rollout_target().call("set_weights", weights)
+        if not pushed:
+            self._groups.actor.call("push_weights", self._extras["weights"])
+        self._rollout_target().call("pull_weights", self._extras["weights"])
         return time.perf_counter() - started
 
-    def _rollout(self) -> tuple[RolloutReport, list[Span]]:
+    def _iteration(self, step: int) -> tuple[RolloutReport, list[Span], TrainReport]:
+        """Rollout and training of iteration `step`, started together: the env role puts
+        its trajectory into the actor's channel, the actor (waiting without its devices)
+        trains on it and puts the new weights into the policy's channel."""
         steps = self.spec.rollout_steps
         timeout = self.spec.link_timeout * (steps + 2)
-        if self._groups.policy is None:
-            report: RolloutReport = _wait([self._groups.env.call_async(
-                "rollout", num_steps=steps)], timeout)[0]
-            return report, []
-        report, policy_spans = _wait([
-            self._groups.env.call_async("rollout", num_steps=steps),
-            self._groups.policy.call_async("serve", num_steps=steps, num_stages=self.stages),
-        ], timeout)
-        return report, list(policy_spans)
+        trajectory = self._extras["trajectory"]
+        futures = [
+            self._groups.env.call_async("rollout", num_steps=steps, step=step,
+                                        trajectory_channel=trajectory),
+            self._groups.actor.call_async("train_step", step, trajectory_channel=trajectory,
+                                          weights_channel=self._extras["weights"])]
+        if self._groups.policy is not None:
+            futures.append(self._groups.policy.call_async("serve", num_steps=steps,
+                                                          num_stages=self.stages))
+        report, trained, *served = _wait(futures, timeout)
+        return report, [span for spans in served for span in spans], trained
 
     def step(self, step: int) -> EmbodiedStepResult:
-        """One iteration: rollout → actor.train → weight sync."""
+        """One iteration: rollout → actor training → weight sync; trajectories and weights
+        travel over channels between the roles (`_iteration`)."""
         self._check_open()
         started, wall_start = time.perf_counter(), time.time()
         if self.spec.reset_every_iteration:
             self._groups.env.call("reset", seed=self._reset_seed(step))
-        report, policy_spans = self._rollout()
-        rollout_s = time.perf_counter() - started
-        trained: TrainReport = self._groups.actor.call("train", report.trajectory)[0]
-        train_s = time.perf_counter() - started - rollout_s
+        report, policy_spans, trained = self._iteration(step)
+        rollout_s, train_s = report.seconds, trained.seconds
         sync_start = time.time()
-        sync_s = self._sync_weights(trained.weights)
+        sync_s = self._sync_weights(pushed=True)
         seconds = time.perf_counter() - started
         metrics: dict[str, float] = {
             **_episode_metrics(report.episodes), **trained.stats,

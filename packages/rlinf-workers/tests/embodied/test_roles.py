@@ -142,7 +142,7 @@ def test_roles_run_one_torch_thread_per_device():
     actor = ActorRole(context("actor", (0,)), config=EmbodiedActorConfig(policy=POLICY),
                       devices=(0, 1))
     assert actor.role_devices == (0, 1) and actor.num_threads == 2
-    with actor.computing():  # no device lock configured: computing only sets threads
+    with actor.turn("train"):  # no device lock configured: a turn only sets threads
         assert torch.get_num_threads() == 2
     env = EnvRole(context("env"), config=env_config(), num_threads=1,
                   policy=PolicyRolloutConfig(policy=POLICY))

@@ -48,3 +48,19 @@ def test_concat_joins_env_axis_and_rejects_mismatched_lengths():
         Trajectory.concat([one([0], 2), one([1], 3)])
     with pytest.raises(ShapeError):
         Trajectory.concat([])
+
+
+def test_a_trajectory_travels_as_one_message_of_its_iteration():
+    b = TrajectoryBuilder([0, 1])
+    b.add_policy(np.arange(4.0).reshape(2, 2), _reply([0.5, 0.25], [1.0, 2.0]))
+    b.add_step(np.ones(2), np.zeros(2, bool), np.array([False, True]))
+    trajectory = b.finish(_reply([0.0, 0.0], [3.0, 4.0]))
+    batch = trajectory.to_batch(step=7)
+    assert batch.meta == {"step": 7}
+    back = Trajectory.from_batch(batch, step=7)
+    for name in ("obs", "actions", "rewards", "truncated", "env_indices", "next_values"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(trajectory, name))
+    back.rewards[0, 0] = 9.0  # a copy, writable, independent of the message
+    assert trajectory.rewards[0, 0] == 1.0
+    with pytest.raises(ShapeError, match="iteration 7 while running iteration 8"):
+        Trajectory.from_batch(batch, step=8)

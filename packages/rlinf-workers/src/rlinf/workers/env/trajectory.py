@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from rlinf.comm import Batch
 from rlinf.workers.errors import ShapeError
 
 __all__ = ["Trajectory", "TrajectoryBuilder"]
@@ -65,6 +66,24 @@ class Trajectory:
             axis = 0 if f.name == "env_indices" else 1
             joined[f.name] = np.concatenate([getattr(p, f.name) for p in parts], axis=axis)
         return Trajectory(**joined)
+
+    def to_batch(self, *, step: int) -> Batch:
+        """The trajectory as one `rlinf.comm` message (zero-copy arrays) of iteration `step`."""
+        return Batch({f.name: getattr(self, f.name) for f in fields(Trajectory)},
+                     meta={"step": step})
+
+    @staticmethod
+    def from_batch(batch: Batch, *, step: int) -> Trajectory:
+        """Inverse of `to_batch`, with arrays copied out of the message (received views are
+        read-only and valid only while the message is held); refuses another iteration's."""
+        if int(batch.meta.get("step", -1)) != step:
+            raise ShapeError(f"received the trajectory of iteration {batch.meta.get('step')} "
+                             f"while running iteration {step}")
+        missing = [f.name for f in fields(Trajectory) if f.name not in batch.tensors]
+        if missing:
+            raise ShapeError(f"a trajectory message lacks {missing}")
+        return Trajectory(**{f.name: np.array(batch.tensors[f.name])
+                             for f in fields(Trajectory)})
 
 
 class TrajectoryBuilder:

@@ -6,9 +6,10 @@
 - `PolicyRole` serves rollout inference (MLP/CNN or the tiny VLA).
 - `ActorRole` trains (PPO/GRPO), checkpoints with every RNG and hands out weights.
 
-Every role sets torch's threads to its device count, records spans with a
-`rlinf.workers.telemetry.TraceRecorder`, and holds its devices through the device lock
-while computing when the flow configured one, so roles placed together take turns.
+Every role is a `rlinf.workers.flow.FlowWorker` (`RoleBase`): it sets torch's threads to its
+device count, records spans, holds its devices through the device lock in each `turn` when
+the flow configured one (roles placed together take turns), and receives trajectories and
+weights over channels it owns, never through the driver.
 """
 
 from rlinf.workers.embodied.roles.actor_role import ActorRole, TrainReport

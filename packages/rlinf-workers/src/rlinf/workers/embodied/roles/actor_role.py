@@ -1,4 +1,6 @@
-"""`ActorRole`: PPO/GRPO training as a Ray worker; weights out, checkpoints with every RNG."""
+"""`ActorRole`: PPO/GRPO training as a Ray worker: the trajectory comes in over a channel,
+the updated weights go out over another (the driver passes neither), and checkpoints keep
+every RNG."""
 
 from __future__ import annotations
 
@@ -6,15 +8,17 @@ import copy
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from rlinf.comm import Batch
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
 from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_to_wire
 from rlinf.workers.env.trajectory import Trajectory
+from rlinf.workers.flow import FlowChannel, rank_key
 from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span
@@ -32,8 +36,6 @@ class TrainReport:
     """Wall time of the update."""
     spans: tuple[Span, ...]
     """One ``train`` span."""
-    weights: Weights
-    """The updated parameters, for the rollout policy (saves a separate call)."""
 
 
 class ActorRole(RoleBase):
@@ -45,16 +47,32 @@ class ActorRole(RoleBase):
         super().__init__(context, trace=trace, num_threads=num_threads, devices=devices)
         self.actor = EmbodiedActorWorker(context, config=config)
 
+    def create_trajectory_channel(self, channel: FlowChannel) -> str:
+        """Own the channel the env role puts each rollout's trajectory into (at launch)."""
+        return self.create_channel(channel)
+
+    def train_step(self, step: int, *, trajectory_channel: FlowChannel,
+                   weights_channel: FlowChannel) -> TrainReport:
+        """Iteration `step`: wait (holding no device) for the env role's trajectory, run
+        `epochs` × `num_minibatches` updates on it in one device turn, and put the updated
+        weights into `weights_channel` for the rollout policy (`RoleBase.pull_weights`)."""
+        batch = self.channel(trajectory_channel).get(key=rank_key(0), timeout=self.io_timeout)
+        report = self.train(Trajectory.from_batch(batch, step=step))
+        self.push_weights(weights_channel)
+        return report
+
     def train(self, trajectory: Trajectory) -> TrainReport:
-        """`epochs` × `num_minibatches` updates on one rollout."""
+        """`epochs` × `num_minibatches` updates on one rollout, in one device turn."""
         started = time.perf_counter()
-        # Arrays from Ray's object store are read-only views; torch wants writable memory.
-        trajectory = Trajectory(**{f.name: np.array(getattr(trajectory, f.name))
-                                   for f in fields(Trajectory)})
-        with self.computing(), self.trace.span("train", samples=trajectory.rewards.size):
+        with self.turn("train", samples=trajectory.rewards.size):
             stats = self.actor.train(trajectory)
         return TrainReport(stats=stats, seconds=time.perf_counter() - started,
-                           spans=tuple(self.drain_spans()), weights=self.get_weights())
+                           spans=tuple(self.drain_spans()))
+
+    def push_weights(self, channel: FlowChannel) -> None:
+        """Put a copy of the current parameters into `channel` (its owner, the rollout
+        policy's role, loads them with `pull_weights`)."""
+        self.channel(channel).put(Batch(dict(self.get_weights())), key=rank_key(0))
 
     def get_weights(self) -> Weights:
         """A CPU copy of the parameters, for the rollout policy (`weights_to_wire`)."""

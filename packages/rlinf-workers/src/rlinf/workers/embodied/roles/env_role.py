@@ -30,6 +30,7 @@ from rlinf.workers.env.link import LinkTimeoutError
 from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.env.worker import EnvWorker
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import FlowChannel, rank_key
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span, TraceRecorder
 
@@ -40,8 +41,9 @@ __all__ = ["EnvDescription", "EnvRole", "RolloutReport", "describe_env"]
 class RolloutReport:
     """What one rollout of an env role produced."""
 
-    trajectory: Trajectory
-    """Every env's steps (stage groups joined, env order)."""
+    trajectory: Trajectory | None
+    """Every env's steps (stage groups joined, env order); None when they went to the
+    trainer through a channel (`EnvRole.rollout`'s `trajectory_channel`)."""
     episodes: tuple[EpisodeStats, ...]
     """Episodes that ended during the rollout."""
     env_steps: int
@@ -150,9 +152,13 @@ class EnvRole(RoleBase):
             self._ends = open_link(self.link, inbound=self.link.actions,
                                    outbound=self.link.observations)
 
-    def rollout(self, *, num_steps: int) -> RolloutReport:
-        """One rollout of `num_steps` steps of every env (continuing open episodes)."""
-        with self.computing():
+    def rollout(self, *, num_steps: int, step: int = 0,
+                trajectory_channel: FlowChannel | None = None) -> RolloutReport:
+        """Iteration `step`'s rollout of `num_steps` steps of every env (continuing open
+        episodes). With `trajectory_channel` (a flow) the trajectory goes straight to the
+        trainer through it and the report carries only statistics; without, the report
+        carries it (in-process use)."""
+        with self.turn("rollout", step=step):
             if self.policy is not None:
                 link = _InlineLink(self.policy, self.trace)
                 result = self.env.rollout(num_steps=num_steps, sink=link, source=link,
@@ -163,8 +169,13 @@ class EnvRole(RoleBase):
                 result = self.env.rollout(num_steps=num_steps, sink=self._ends.outbound,
                                           source=self._ends.inbound, timeout=self.link.timeout,
                                           trace=self.trace)
+        trajectory: Trajectory | None = Trajectory.concat(result.trajectories)
+        if trajectory_channel is not None and trajectory is not None:
+            self.channel(trajectory_channel).put(trajectory.to_batch(step=step),
+                                                 key=rank_key(0))
+            trajectory = None
         return RolloutReport(
-            trajectory=Trajectory.concat(result.trajectories), episodes=result.episodes,
+            trajectory=trajectory, episodes=result.episodes,
             env_steps=result.env_steps, seconds=result.seconds, step_seconds=result.step_seconds,
             wait_seconds=result.wait_seconds, spans=tuple(self.drain_spans()))
 

@@ -77,7 +77,7 @@ class PolicyRole(RoleBase):
         """Answer one rollout of the env role; returns this call's spans."""
         if self._ends is None:
             raise ConfigError("PolicyRole.serve before open_link(): connect the roles first")
-        with self.computing():
+        with self.turn("serve", steps=num_steps):
             serve_stages(self.policy, source=self._ends.inbound, sink=self._ends.outbound,
                          num_steps=num_steps,
                          num_stages=num_stages, timeout=self.link.timeout, trace=self.trace)
