@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rlinf_embodied.flow import EmbodiedSpec, _stages_of, embodied_workflow
 from rlinf_embodied.planning import fixed_plan as planned_fixed
-from rlinf_embodied.planning import link_cluster, simulate_plan
+from rlinf_embodied.planning import iteration_overhead, link_cluster, simulate_plan
 
 from rlinf.sched import (
     AnalyticCost,
@@ -119,3 +119,13 @@ def test_link_round_trips_fit_a_latency_per_message_and_a_bandwidth() -> None:
     free = simulate_plan(apart, workflow, cost, cluster).iteration_time
     paid = simulate_plan(apart, workflow, cost, fitted).iteration_time
     assert paid - free >= (8 - 1) * 2 * 5e-4 * 0.95
+
+
+def test_the_iteration_overhead_is_the_measured_weight_sync_and_control() -> None:
+    def point(name: str, seconds: float) -> Measurement:
+        return Measurement(name, 1, 1, seconds, 0, memory_source="none", timestamp=0.0)
+
+    profile = Profile((point("weight_sync", 0.004), point("weight_sync", 0.006),
+                       point("control", 0.01), point("env", 1.0)))
+    assert iteration_overhead(profile) == pytest.approx(0.005 + 0.01)
+    assert iteration_overhead(Profile(())) == 0.0

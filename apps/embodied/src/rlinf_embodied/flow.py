@@ -597,13 +597,14 @@ class EmbodiedFlow:
             env=replace(self.spec.env, pipeline_stages=1), rollout=self._rollout_config,
             actor=self._actor_config, rollout_steps=self.spec.rollout_steps,
             batch_sizes=batch_sizes, repeats=repeats)
+        extra = list(self._measure_iteration_overhead(repeats))
         if self._groups.policy is None:
-            return profile
+            return Profile((*profile.measurements, *extra), profile.switches, profile.metadata)
         # The link between the env and policy processes: round trips of messages of each
         # size, measured between the real processes (`planning.link_cluster` fits them to
         # the cluster's latency per message and bandwidth for the simulator).
         count = 10 * repeats
-        links = []
+        links = extra
         for size in sorted(set(batch_sizes)):
             rtt, _ = _wait([self._groups.env.call_async("ping", count=count, batch_size=size),
                             self._groups.policy.call_async("echo", count=count)],
@@ -611,6 +612,25 @@ class EmbodiedFlow:
             links.append(Measurement("link", size, 1, float(rtt), 0, memory_source="none",
                                      timestamp=time.time()))
         return Profile((*profile.measurements, *links), profile.switches, profile.metadata)
+
+    def _measure_iteration_overhead(self, repeats: int) -> tuple[Measurement, Measurement]:
+        """What every iteration pays besides the dataflow the simulator models, measured on
+        this flow: ``weight_sync`` (actor → policy over the weights channel, unchanged
+        weights) and ``control`` (the driver's round trips to every role: the iteration's
+        calls, the device-lock count, and a reset where the spec resets each iteration)."""
+        syncs = [self._sync_weights() for _ in range(max(repeats, 1))]
+        trips = []
+        for _ in range(max(repeats, 1)):
+            started = time.perf_counter()
+            _wait([g.call_async("worker_info") for g in self._groups.all()],
+                  self.spec.link_timeout)
+            trips.append(time.perf_counter() - started)
+        round_trips = 2 + int(self.spec.reset_every_iteration)
+        now = time.time()
+        return (Measurement("weight_sync", 1, 1, float(np.median(syncs)), 0,
+                            memory_source="none", timestamp=now),
+                Measurement("control", 1, 1, round_trips * float(np.median(trips)), 0,
+                            memory_source="none", timestamp=now))
 
     # ------------------------------------------------------------------ teardown
     def _check_open(self) -> None:

@@ -43,6 +43,7 @@ __all__ = [
     "cluster_for",
     "fixed_plan",
     "format_plans",
+    "iteration_overhead",
     "link_cluster",
     "priced",
     "profile_batch_sizes",
@@ -50,6 +51,9 @@ __all__ = [
 ]
 
 _log = structlog.get_logger(__name__)
+
+OVERHEADS = ("weight_sync", "control")
+"""Profile components that every iteration pays on top of the simulated dataflow."""
 
 TIE_TOLERANCE = 0.02
 """Plans predicted within 2% of the fastest are tied and the one on fewest device slots is
@@ -164,18 +168,31 @@ def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
     cluster = link_cluster(cluster, workflow, profile)
     result = plan(workflow, cost, cluster, options=PlannerOptions(tie_tolerance=TIE_TOLERANCE))
     seconds = time.perf_counter() - started
-    chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster)
+    chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster,
+                                          overhead=iteration_overhead(profile))
     _log.info("plan_chosen", spec=chosen.spec, mode=chosen.mode.value,
               predicted_s=round(chosen.predicted_time, 4), seconds=round(seconds, 2))
     return PlanChoice(chosen, (chosen, *result.ranked[1:]), cost, profile, seconds, simulation)
 
 
+def iteration_overhead(profile: Profile) -> float:
+    """Seconds every iteration pays outside the simulated dataflow, whatever the plan: the
+    weight sync and the driver's control round trips (`EmbodiedFlow.measure` records them
+    as ``weight_sync`` and ``control``); 0 for a profile without them."""
+    total = 0.0
+    for name in OVERHEADS:
+        seconds = [m.seconds for m in profile.measurements if m.component == name]
+        total += float(np.median(seconds)) if seconds else 0.0
+    return total
+
+
 def _with_simulation(plan_: ExecutionPlan, workflow: Workflow, cost: FittedCostModel,
-                     cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
+                     cluster: Cluster, *, overhead: float = 0.0
+                     ) -> tuple[ExecutionPlan, SimulationResult]:
     """`plan_` priced by one recorded simulation, and that simulation (the predicted time
     and the switch count then come from the same run of the simulator)."""
     result = simulate_plan(plan_, workflow, cost, cluster)
-    return replace(plan_, predicted_time=result.iteration_time,
+    return replace(plan_, predicted_time=result.iteration_time + overhead,
                    utilisation=result.utilisation), result
 
 
@@ -185,7 +202,8 @@ def priced(choice: PlanChoice, profile: Profile, workflow: Workflow, cluster: Cl
     placement, profiled after launch so that its predicted Gantt can be drawn)."""
     cost = fit_profile(profile)
     plan_, simulation = _with_simulation(choice.plan, workflow, cost,
-                                         link_cluster(cluster, workflow, profile))
+                                         link_cluster(cluster, workflow, profile),
+                                         overhead=iteration_overhead(profile))
     return PlanChoice(plan_, (plan_,), cost, profile, choice.profile_seconds, simulation)
 
 
