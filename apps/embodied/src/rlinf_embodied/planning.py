@@ -168,11 +168,15 @@ def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
     cluster = link_cluster(cluster, workflow, profile)
     result = plan(workflow, cost, cluster, options=PlannerOptions(tie_tolerance=TIE_TOLERANCE))
     seconds = time.perf_counter() - started
+    overhead = iteration_overhead(profile)
     chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster,
-                                          overhead=iteration_overhead(profile))
+                                          overhead=overhead)
     _log.info("plan_chosen", spec=chosen.spec, mode=chosen.mode.value,
               predicted_s=round(chosen.predicted_time, 4), seconds=round(seconds, 2))
-    return PlanChoice(chosen, (chosen, *result.ranked[1:]), cost, profile, seconds, simulation)
+    # Every ranked plan pays the same overhead: shown on all, they compare as they ran.
+    others = tuple(replace(p, predicted_time=p.predicted_time + overhead)
+                   for p in result.ranked[1:])
+    return PlanChoice(chosen, (chosen, *others), cost, profile, seconds, simulation)
 
 
 def iteration_overhead(profile: Profile) -> float:
