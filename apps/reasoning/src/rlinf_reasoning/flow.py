@@ -29,7 +29,7 @@ from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.reasoning import ProblemSource, draw_seed
 from rlinf.workers.rollout import RolloutBatch, SamplingConfig
-from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, count_onloads
+from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, count_onloads, split_value
 from rlinf.workers.telemetry import Span
 from rlinf_reasoning.models import export_for_engine
 from rlinf_reasoning.spec import FlowSpec
@@ -177,11 +177,8 @@ class ReasoningFlow:
             return 0.0
         rollout = self.groups["rollout"]
         ranks = rollout.world_size
-        base, extra = divmod(len(problems), ranks)
-        cuts = [r * base + min(r, extra) for r in range(ranks + 1)]
-        shards = [list(problems[cuts[r]:cuts[r + 1]]) for r in range(ranks)]
         results = rollout.call(
-            "evaluate", shards, reward=[self.spec.reward] * ranks,
+            "evaluate", split_value(list(problems), ranks), reward=[self.spec.reward] * ranks,
             max_new_tokens=[self.spec.rollout.sampling.max_new_tokens] * ranks,
             spec=PER_RANK_ALL, timeout=self.spec.timeout)
         return float(sum(correct for correct, _ in results) / len(problems))

@@ -37,6 +37,7 @@ from rlinf.sched import (
     profile_key,
 )
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import ensure_ray
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -83,16 +84,6 @@ PLAN_FILE = "plan.json"
 """``auto``: the planner's ranked plans."""
 METRICS_FILE = "metrics.jsonl"
 PROGRESS_KEYS = ("reward/accuracy", HELDOUT_KEY, "time/step")
-
-
-def _init_ray() -> bool:
-    """Start Ray for this run unless it is running; True if this call started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    return True
 
 
 def _cluster(cfg: ReasoningConfig) -> Cluster:
@@ -170,7 +161,7 @@ def dry_run(cfg: ReasoningConfig, *, out: TextIO = sys.stdout) -> PlanChoice:
         describe_plan(choice.plan, out, predicted=False)
         print("  (predicted iteration time: profiled when the run starts)", file=out)
         return choice
-    owns_ray = _init_ray()
+    owns_ray = ensure_ray()
     try:
         choice = choose_plan(cfg, spec, _cluster(cfg), ProblemSource(cfg), out=out)
     finally:
@@ -229,7 +220,7 @@ def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str
     source = ProblemSource(cfg)
     spec = flow_spec(cfg)
     _write_config(run_dir, cfg, overrides)
-    owns_ray = _init_ray()
+    owns_ray = ensure_ray()
     try:
         session = _Session(cfg=cfg, spec=spec, cluster=_cluster(cfg), source=source,
                            run_dir=run_dir, store=store, ckpt=ckpt, overrides=tuple(overrides),
