@@ -169,13 +169,13 @@ class EnvRole(RoleBase):
                 result = self.env.rollout(num_steps=num_steps, sink=self._ends.outbound,
                                           source=self._ends.inbound, timeout=self.link.timeout,
                                           trace=self.trace)
-        trajectory: Trajectory | None = Trajectory.concat(result.trajectories)
-        if trajectory_channel is not None and trajectory is not None:
+        trajectory = Trajectory.concat(result.trajectories)
+        if trajectory_channel is not None:
             self.channel(trajectory_channel).put(trajectory.to_batch(step=step),
                                                  key=rank_key(0))
-            trajectory = None
         return RolloutReport(
-            trajectory=trajectory, episodes=result.episodes,
+            trajectory=trajectory if trajectory_channel is None else None,
+            episodes=result.episodes,
             env_steps=result.env_steps, seconds=result.seconds, step_seconds=result.step_seconds,
             wait_seconds=result.wait_seconds, spans=tuple(self.drain_spans()))
 
