@@ -25,7 +25,7 @@ from rlinf.workers.flow import (
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
 from rlinf.workers.runtime import Worker
 
-from .toys import Relay, Sink, Source
+from .toys import LoopEnv, LoopPolicy, Relay, Sink, Source
 
 UNIT = 2  # items per unit: every component's micro_batch_multiple
 
@@ -59,13 +59,47 @@ def test_the_planner_sees_the_declared_components_edges_and_loops() -> None:
     assert workflow.global_batch == 8 and workflow.component("source").resource == "cpu"
     assert flow.items(16) == {"source": 16, "relay": 16, "sink": 16}
     assert flow.unit_of(flow.channels[0]) == UNIT
-    # a loop is translated for the planner (not run by FlowRun yet)
-    looped = MacroFlow(
-        (source("env"), relay("policy"), sink("actor")),
-        (ChannelSpec(Edge("env", "policy")), ChannelSpec(Edge("policy", "env", feedback=True)),
-         ChannelSpec(Edge("env", "actor"))),
-        loops=(Loop(("env", "policy"), steps=5),))
+    # a loop is translated for the planner, and its members learn their step count
+    looped = loop_flow()
     assert looped.to_sched_workflow().steps_of("policy") == 5
+    assert looped.loop_steps == {"env": 5, "policy": 5}
+
+
+def loop_flow(*, policy_inline_with: str | None = "env", extra: tuple[ChannelSpec, ...] = ()
+              ) -> MacroFlow:
+    env = ComponentSpec(Component("env", resource="cpu", batch=8, micro_batch_multiple=UNIT),
+                        LoopEnv, entry="rollout")
+    policy = ComponentSpec(Component("policy", batch=8, micro_batch_multiple=UNIT), LoopPolicy,
+                           entry="serve", inline_with=policy_inline_with,
+                           inline_kwargs={"inline_offset": 1})
+    return MacroFlow(
+        (env, policy, sink("actor")),
+        (ChannelSpec(Edge("env", "policy")), ChannelSpec(Edge("policy", "env", feedback=True)),
+         ChannelSpec(Edge("env", "actor")), *extra),
+        loops=(Loop(("env", "policy"), steps=5),))
+
+
+def test_an_inlinable_component_runs_inside_its_host_only_where_placed_with_it() -> None:
+    flow = loop_flow()
+    same = flow.fixed_plan("env,policy: 0, actor: 1", num_devices=2).placement
+    assert flow.inlined(same) == {"policy": "env"}
+    for apart in ("env: 0, policy: 1, actor: 0-1", "env: 0, policy,actor: 0-1",
+                  "env,policy: 0x2, actor: 1"):  # other devices, or two ranks each
+        assert flow.inlined(flow.fixed_plan(apart, num_devices=2).placement) == {}
+    with pytest.raises(UnknownComponentError, match="inline_with='critic'"):
+        loop_flow(policy_inline_with="critic")
+    with pytest.raises(FlowDeclarationError, match=r"channels \['policy->actor'\]"):
+        loop_flow(extra=(ChannelSpec(Edge("policy", "actor")),))
+
+
+def test_an_entry_with_several_channels_a_side_must_take_mappings() -> None:
+    # Relay takes one input_channel; as the loop's policy it would get two inputs
+    with pytest.raises(FlowDeclarationError, match=r"2 input channels.*take inputs="):
+        MacroFlow((ComponentSpec(Component("env", batch=8, micro_batch_multiple=UNIT), LoopEnv,
+                                 entry="rollout"), relay("policy"), source("extra")),
+                  (ChannelSpec(Edge("env", "policy")), ChannelSpec(Edge("extra", "policy"))))
+    with pytest.raises(FlowDeclarationError, match="takes neither outputs= nor output_channel="):
+        MacroFlow((sink("a"), sink("b")), chain("a", "b"))  # consume has no output channel
 
 
 def test_fixed_plans_parse_the_placement_syntax() -> None:

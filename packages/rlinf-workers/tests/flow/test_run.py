@@ -14,10 +14,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 import ray
 
-from rlinf.sched import Cluster, Component, Edge
+from rlinf.sched import Cluster, Component, Edge, Loop
 from rlinf.workers.errors import WorkerDiedError
 from rlinf.workers.flow import (
     ChannelSpec,
@@ -30,7 +31,7 @@ from rlinf.workers.flow import (
     launch_auto,
 )
 
-from .toys import Relay, Sink, Source
+from .toys import LoopEnv, LoopPolicy, Relay, Sink, Source, act
 
 SHM = Path("/dev/shm")
 ITEMS, UNIT = 8, 2
@@ -53,6 +54,32 @@ def declare(*, sink_kwargs: dict | None = None, source_kwargs: dict | None = Non
                      for a, b in itertools.pairwise(names))
     return MacroFlow(tuple(parts), channels, weight_syncs=(WeightSyncSpec("sink", ("source",)),),
                      global_batch=ITEMS, name="toy")
+
+
+ENVS, LOOP_STEPS, OFFSET = 4, 3, 7
+
+
+def declare_loop() -> MacroFlow:
+    """env ↔ policy for `LOOP_STEPS` steps, then the trainer; the policy may run inline."""
+    def part(name: str, resource: str = "gpu") -> Component:
+        return Component(name, resource=resource, batch=ENVS)
+
+    return MacroFlow(
+        (ComponentSpec(part("env", "cpu"), LoopEnv, entry="rollout",
+                       init_kwargs={"io_timeout": 60}),
+         ComponentSpec(part("policy"), LoopPolicy, entry="serve",
+                       init_kwargs={"offset": OFFSET, "io_timeout": 60}, inline_with="env",
+                       inline_kwargs={"inline_offset": OFFSET}),
+         ComponentSpec(part("actor"), Sink, entry="consume", init_kwargs={"io_timeout": 60})),
+        (ChannelSpec(Edge("env", "policy")), ChannelSpec(Edge("policy", "env", feedback=True)),
+         ChannelSpec(Edge("env", "actor"))),
+        weight_syncs=(WeightSyncSpec("actor", ("policy",)),),
+        loops=(Loop(("env", "policy"), steps=LOOP_STEPS),), global_batch=ENVS, name="loop")
+
+
+def loop_action_sum(step: int, version: int) -> int:
+    obs = np.arange(ENVS) + 100 * step
+    return sum(int(act(obs + t, OFFSET, version).sum()) for t in range(1, LOOP_STEPS + 1))
 
 
 def segments() -> set[str]:
@@ -133,6 +160,34 @@ def test_disaggregated_consumer_ranks_get_their_shards_without_a_lock(clean: Non
     assert record.metrics["sink/sum"] == (0 + 1 + 2 + 3) / 2
     # every rank's own numbers are kept too, in rank order
     assert [m["sum"] for m in record.rank_metrics["sink"]] == [0 + 1, 2 + 3]
+
+
+@pytest.mark.parametrize(("placement", "inlined", "locked"), [
+    ("env,policy,actor: 0", {"policy": "env"}, True),  # policy inside the env's process
+    ("env,policy: 0, actor: 1", {"policy": "env"}, False),
+    ("env: 0, policy: 1, actor: 0-1", {}, True),  # the loop over channels, pipelined
+    ("env: 0, policy: 1, actor: 2", {}, False),
+])
+def test_a_loop_runs_over_its_channels_or_inside_its_host(
+        clean: None, placement: str, inlined: dict[str, str], locked: bool) -> None:
+    flow = declare_loop()
+    with FlowRun.launch(flow, flow.fixed_plan(placement, num_devices=3), timeout=120) as run:
+        assert run.inlined == inlined and set(run.groups) == {"env", "actor", "policy"} - set(
+            inlined)
+        assert run.uses_device_lock is locked
+        records = [run.step(k) for k in range(2)]
+        profile = run.profile()
+    # every placement computes the same actions; the weights of iteration k (the trainer's
+    # version) reach the policy, wherever it runs, before iteration k + 1
+    assert [r.metrics["env/action_sum"] for r in records] == [
+        loop_action_sum(0, version=0), loop_action_sum(1, version=1)]
+    for record in records:
+        assert [p.name for p in record.phases] == ["env", "policy", "actor",
+                                                  "weight_sync:actor"]
+        assert record.phase("policy").busy_seconds > 0  # inlined: the host's time on it
+        assert record.metrics["actor/in_order"] == 1.0
+        assert ("policy/served" in record.metrics) is not bool(inlined)
+    assert {m.component for m in profile.measurements} == {"env", "policy", "actor"}
 
 
 def test_a_dead_rank_is_named_and_the_flow_torn_down(clean: None) -> None:

@@ -141,3 +141,65 @@ class Sink(Switching):
 
     def join_weight_group(self, **kwargs: Any) -> None:
         pass
+
+
+class LoopEnv(Source):
+    """An env ↔ policy loop's env: each step adds 1 to every observation and asks the policy
+    (its channel peer, or itself when the policy is inlined) for actions; after the loop it
+    puts one unit per env into the trainer's channel. Reports the sum of all actions."""
+
+    def __init__(self, context: WorkerContext, *, inline_offset: int | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        self.inline_offset = inline_offset
+
+    def rollout(self, ctx: StepContext, *, inputs: dict[str, FlowChannel],
+                outputs: dict[str, FlowChannel]) -> dict[str, float]:
+        inline = "policy" in ctx.inlined
+        if inline != (self.inline_offset is not None) or inline == ("policy" in outputs):
+            raise AssertionError(f"inline {inline} but offset {self.inline_offset} and "
+                                 f"outputs {sorted(outputs)}")
+        obs = np.arange(ctx.items[self.role], dtype=np.int64) + 100 * ctx.step
+        total = 0
+        for _ in range(ctx.loop_steps[self.role]):
+            with self.turn("env_step"):
+                obs = obs + 1
+            if self.inline_offset is not None:
+                with self.turn("infer", component="policy"):
+                    actions = act(obs, self.inline_offset, self.version)
+            else:
+                self.channel(outputs["policy"]).put(Batch({"obs": obs}), key=rank_key(0))
+                reply = self.channel(inputs["policy"]).get(key=rank_key(0),
+                                                           timeout=self.io_timeout)
+                actions = np.array(reply.tensors["action"])
+            total += int(actions.sum())
+        trainer = outputs["actor"]
+        units = trainer.units(ctx.items["actor"])
+        for index in range(units):
+            trainer_channel = self.channel(trainer)
+            trainer_channel.put(Batch({"x": np.full(trainer.unit, index, dtype=np.int64)}),
+                                weight=trainer.unit, key=trainer.key_of(index, units))
+        return {"action_sum": float(total)}
+
+
+def act(obs: np.ndarray, offset: int, version: int) -> np.ndarray:
+    """The toy policy: what LoopPolicy and an inlining LoopEnv both compute."""
+    return 2 * obs + offset + version
+
+
+class LoopPolicy(Source):
+    """The loop's policy in its own process: answers each observation batch."""
+
+    def __init__(self, context: WorkerContext, *, offset: int, **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        self.offset = offset
+
+    def serve(self, ctx: StepContext, *, input_channel: FlowChannel,
+              output_channel: FlowChannel) -> dict[str, float]:
+        source, sink = self.channel(input_channel), self.channel(output_channel)
+        for _ in range(ctx.loop_steps[self.role]):
+            batch = source.get(key=rank_key(0), timeout=self.io_timeout)
+            with self.turn("infer"):
+                actions = act(np.asarray(batch.tensors["obs"]), self.offset, self.version)
+            sink.put(Batch({"action": actions}), key=rank_key(0))
+        return {"served": float(ctx.loop_steps[self.role])}

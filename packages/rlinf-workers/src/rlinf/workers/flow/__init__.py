@@ -12,9 +12,14 @@ runs it.
   errors and Ctrl-C).
 - `launch_auto(flow, cluster, batch_sizes=...)`: profile, fit, plan, launch the best plan
   (`AutoReport` compares predicted and measured seconds per iteration).
+- `WeightSender` / `WeightReceiver`: the trainer's and the generators' halves of weight
+  sync, mixed into a component next to its base class.
 - `FlowWorker`: the base of components (device turns, channels, the runtime's entry call);
   entry methods take ``(ctx: StepContext, *, input_channel=, output_channel=)`` where
-  ``*_channel`` are `FlowChannel`s.
+  ``*_channel`` are `FlowChannel`s, or ``(ctx, *, inputs=, outputs=)`` mappings from the
+  peer component to its `FlowChannel` (loops, several channels a side). Loops run inside an
+  iteration (`StepContext.loop_steps`); `ComponentSpec.inline_with` lets a component run
+  inside its host's process where the plan puts them on the same devices.
 """
 
 from rlinf.workers.flow.auto import AutoReport, launch_auto, plan_flow, profile_flow
@@ -30,12 +35,14 @@ from rlinf.workers.flow.errors import (
 )
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
 from rlinf.workers.flow.run import FlowRun, ensure_ray
+from rlinf.workers.flow.weight_roles import BucketLayout, WeightReceiver, WeightSender
 from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
 
 __all__ = [
     "TRANSPORTS",
     "AutoReport",
+    "BucketLayout",
     "ChannelSpec",
     "ComponentSpec",
     "EntryReport",
@@ -51,6 +58,8 @@ __all__ = [
     "Sharding",
     "StepContext",
     "UnknownComponentError",
+    "WeightReceiver",
+    "WeightSender",
     "WeightSync",
     "WeightSyncSpec",
     "WeightSyncTargetError",

@@ -33,6 +33,10 @@ class StepContext:
     """The plan's items per call of each component."""
     sources: tuple[str, ...] = ()
     """Components without an input channel (they produce the iteration's data)."""
+    loop_steps: Mapping[str, int] = field(default_factory=dict)
+    """Steps this iteration of the loop each looping component belongs to."""
+    inlined: Mapping[str, str] = field(default_factory=dict)
+    """``{component: host}`` for components served inside their host's process."""
 
     def __post_init__(self) -> None:
         if self.step < 0:
@@ -40,6 +44,9 @@ class StepContext:
         bad = {name: n for name, n in self.items.items() if n < 1}
         if bad:
             raise ConfigError(f"every component needs >= 1 item per iteration, got {bad}")
+        bad = {name: n for name, n in self.loop_steps.items() if n < 1}
+        if bad:
+            raise ConfigError(f"every loop needs >= 1 step per iteration, got {bad}")
 
     def shares_devices(self, a: str, b: str) -> bool:
         """Whether components `a` and `b` have a device in common (they take turns on it)."""

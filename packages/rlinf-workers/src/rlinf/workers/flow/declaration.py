@@ -25,6 +25,14 @@ what only it needs: the worker class and its constructor arguments, the entry me
 calls each iteration, a setup method, whether the ranks form a torch.distributed group, and
 per channel the message size of fixed plans.
 
+Loops (env ↔ policy) run inside one iteration: the runtime creates a channel for each of the
+loop's edges (the ``feedback`` edge included) and tells every member how many steps its loop
+runs (`StepContext.loop_steps`); the members exchange over those channels until done. A
+component with several inputs or outputs takes them as ``inputs=`` / ``outputs=`` mappings
+keyed by the peer component. A component may declare `ComponentSpec.inline_with` a host:
+where the plan puts both on the same devices, one process serves both (no transport, no
+device-lock turns between them) — the collocated env + policy of embodied RL.
+
 Every problem is found when the declaration is built and raised as a typed error naming it
 (`UnknownComponentError`, `FlowCycleError`, `WeightSyncTargetError`, or their base
 `FlowDeclarationError`).
@@ -61,7 +69,7 @@ from rlinf.workers.flow.weights import (
     TRANSPORTS,
     WeightTransport,
 )
-from rlinf.workers.flow.worker import FlowWorker
+from rlinf.workers.flow.worker import FlowWorker, entry_parameters
 
 __all__ = ["ChannelSpec", "ComponentSpec", "MacroFlow", "WeightSyncSpec"]
 
@@ -77,7 +85,9 @@ class ComponentSpec:
     """The worker class each rank runs (a `FlowWorker`, so a Ray actor)."""
     entry: str
     """Method the runtime calls once per iteration on every rank, as
-    ``entry(ctx, input_channel=..., output_channel=...)`` (channels where the flow has them)."""
+    ``entry(ctx, input_channel=..., output_channel=...)`` (channels where the flow has them),
+    or, when the method has ``inputs`` / ``outputs`` parameters, with mappings from the
+    peer component's name to each `FlowChannel` (needed for several channels a side)."""
     init_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments of the worker's constructor (after its `WorkerContext`)."""
     setup: str | None = None
@@ -86,6 +96,16 @@ class ComponentSpec:
     distributed: bool = False
     """Join the ranks into one torch.distributed process group (gloo on CPU, NCCL on GPU)
     when the plan gives the component more than one rank."""
+    inline_with: str | None = None
+    """A host component this one can run inside: when the plan places both on the same
+    devices with one rank each, no process is launched for this one; the host's worker is
+    constructed with `inline_kwargs` added and does this component's work in-process (its
+    entry is not called, channels between the two are not created, weight syncs to it go to
+    the host, and the host reports its busy time under this component's name:
+    ``FlowWorker.turn(..., component=name)``). Every channel of an inlinable component
+    connects it to its host."""
+    inline_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Constructor arguments the host receives when it serves this component inline."""
 
     @property
     def name(self) -> str:
@@ -117,9 +137,9 @@ class WeightSyncSpec:
 
     src: str
     """The trainer (its worker implements the sender methods, e.g.
-    `rlinf.workers.reasoning.WeightSenderRole`)."""
+    `rlinf.workers.flow.WeightSender`)."""
     dst: tuple[str, ...]
-    """The receivers (`rlinf.workers.reasoning.WeightReceiverRole`), loaded in this order:
+    """The receivers (`rlinf.workers.flow.WeightReceiver`), loaded in this order:
     put the one that runs first in the next iteration last, so that when it shares the
     trainer's devices it keeps them."""
     transport: WeightTransport = "auto"
@@ -139,8 +159,8 @@ class MacroFlow:
     weight_syncs: tuple[WeightSyncSpec, ...] = ()
     """Trainer → generator weight edges, synced after every iteration."""
     loops: tuple[Loop, ...] = ()
-    """Components that repeat per iteration (env ↔ policy); translated for the planner, not
-    executed by `FlowRun` yet."""
+    """Components that exchange ``steps`` times per iteration (env ↔ policy) over the loop's
+    channels; every member learns the count from `StepContext.loop_steps`."""
     global_batch: int | None = None
     """Items per iteration (the planner's unit); None: the largest component batch."""
     device: Literal["cpu", "cuda"] = "cpu"
@@ -158,11 +178,13 @@ class MacroFlow:
             raise FlowDeclarationError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         self._check_components()
         self._check_channels()
+        self._check_inline()
         self._check_weight_syncs()
         try:
             self.to_sched_workflow()
         except WorkflowError as exc:
             raise FlowDeclarationError(f"flow {self.name or '(unnamed)'}: {exc}") from exc
+        self._check_entries()
 
     # -- checks ----------------------------------------------------------------------------
 
@@ -222,6 +244,46 @@ class MacroFlow:
                 "Loop((members...), steps=N) and mark the edge that feeds the next step "
                 "Edge(..., feedback=True)") from exc
 
+    def _check_entries(self) -> None:
+        for spec in self.components:
+            takes = entry_parameters(spec.worker, spec.entry)
+            for side, channels, plural, single in (
+                    ("input", self.inputs(spec.name), "inputs", "input_channel"),
+                    ("output", self.outputs(spec.name), "outputs", "output_channel")):
+                if channels and plural not in takes and single not in takes:
+                    raise FlowDeclarationError(
+                        f"component {spec.name!r}: entry {spec.worker.__name__}.{spec.entry} "
+                        f"takes neither {plural}= nor {single}=, but the flow gives it "
+                        f"{side} channel(s) {[c.key for c in channels]}")
+                if len(channels) > 1 and plural not in takes:
+                    raise FlowDeclarationError(
+                        f"component {spec.name!r} has {len(channels)} {side} channels "
+                        f"{[c.key for c in channels]}: its entry {spec.worker.__name__}."
+                        f"{spec.entry} must take {plural}= (a mapping peer name -> "
+                        f"FlowChannel), not {single}=")
+
+    def _check_inline(self) -> None:
+        known = self.names
+        for spec in self.components:
+            host = spec.inline_with
+            if host is None:
+                continue
+            if host not in known or host == spec.name:
+                raise UnknownComponentError(
+                    f"component {spec.name!r}: inline_with={host!r} must name another "
+                    f"component, one of {[n for n in known if n != spec.name]}")
+            if self.component(host).inline_with is not None:
+                raise FlowDeclarationError(
+                    f"component {spec.name!r} inlines into {host!r}, which itself inlines into "
+                    f"{self.component(host).inline_with!r}: inline into the outermost host")
+            strangers = [c.key for c in (*self.inputs(spec.name), *self.outputs(spec.name))
+                         if host not in (c.edge.src, c.edge.dst)]
+            if strangers:
+                raise FlowDeclarationError(
+                    f"component {spec.name!r} can run inside {host!r}, but channels "
+                    f"{strangers} connect it to others: an inlinable component talks only to "
+                    "its host")
+
     def _check_weight_syncs(self) -> None:
         known = self.names
         for sync in self.weight_syncs:
@@ -251,7 +313,7 @@ class MacroFlow:
                     raise WeightSyncTargetError(
                         f"weight sync {sync.src!r} -> {list(sync.dst)}: {name!r} "
                         f"({worker.__name__}) is the {side} but lacks {lacking}; derive it "
-                        f"from rlinf.workers.reasoning.Weight{side.title()}Role")
+                        f"from rlinf.workers.flow.Weight{side.title()}")
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -279,6 +341,25 @@ class MacroFlow:
     def outputs(self, name: str) -> tuple[ChannelSpec, ...]:
         """Channels out of `name`."""
         return tuple(c for c in self.channels if c.edge.src == name)
+
+    @property
+    def loop_steps(self) -> dict[str, int]:
+        """Steps per iteration of the loop each looping component belongs to."""
+        return {name: loop.steps for loop in self.loops for name in loop.components}
+
+    def inlined(self, placement: Placement) -> dict[str, str]:
+        """``{component: host}`` for every component `placement` lets run inside its host:
+        both on the same devices, one rank each."""
+        out: dict[str, str] = {}
+        for spec in self.components:
+            host = spec.inline_with
+            if host is None or spec.name not in placement.components:
+                continue
+            ours, theirs = placement.components[spec.name], placement.components.get(host)
+            if (theirs is not None and ours.devices == theirs.devices
+                    and ours.num_procs == theirs.num_procs == 1):
+                out[spec.name] = host
+        return out
 
     @property
     def batch(self) -> int:

@@ -5,19 +5,24 @@ iteration, and torn down.
 
 1. one `WorkerGroup` per component on the plan's placement (devices × processes per device
    ranks, launched side by side; each rank reserves an equal share of the Ray cluster's
-   CPUs, at most one, and on CUDA its share of a GPU);
-2. a `rlinf.sched.DeviceLockServer` when any device is shared — ranks hold their devices
-   through it around every unit of work (`FlowWorker.turn`); given the cluster's device
-   memory it keeps components that fit together resident and onloads/offloads the others;
-3. one channel per declared edge, created by rank 0 of the consuming group;
+   CPUs, at most one, and on CUDA its share of a GPU) — except components the placement
+   lets run inside their host (`ComponentSpec.inline_with`), which the host's process
+   serves;
+2. a `rlinf.sched.DeviceLockServer` when any device is shared by two processes — ranks
+   hold their devices through it around every unit of work (`FlowWorker.turn`); given the
+   cluster's device memory it keeps components that fit together resident and
+   onloads/offloads the others;
+3. one channel per declared edge (loop edges included; none between an inlined component
+   and its host), created by rank 0 of the consuming group;
 4. torch.distributed groups for ``distributed`` components with several ranks, then each
    component's ``setup`` method;
 5. the weight-sync path of every `WeightSyncSpec` and one initial sync.
 
 `step(k)` starts every component's entry call at once (the components stream to each
-other through their channels; the driver passes only a `StepContext` and the channel
-descriptions), waits for all of them, syncs weights, and returns an `IterationRecord` of
-named, timed phases (`rlinf.workers.flow.records`). Every wait has a deadline; the first
+other through their channels, loops included; the driver passes only a `StepContext` and
+the channel descriptions), waits for all of them, syncs weights, and returns an
+`IterationRecord` of named, timed phases (`rlinf.workers.flow.records`; an inlined
+component's phase is its host's time spent on it). Every wait has a deadline; the first
 rank that dies, raises or times out fails the step at once — a dead rank as
 `WorkerDiedError` naming it, even when a peer noticed first (a producer whose consumer died
 sees its channel vanish) — and the flow is then killed and closed, as on KeyboardInterrupt.
@@ -69,6 +74,8 @@ class FlowRun:
         self.flow = flow
         self.plan = plan
         self.timeout = timeout
+        self.inlined = flow.inlined(plan.placement)
+        """``{component: host}``: components served inside their host's process."""
         self._groups = dict(groups)
         self._channels = dict(channels)
         self._syncs: list[WeightSync] = []
@@ -94,6 +101,7 @@ class FlowRun:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
         started = ensure_ray()
         owns_ray = started if stop_ray is None else stop_ray
+        inlined = flow.inlined(placement)
         run_id = uuid.uuid4().hex[:8]
         store = f"rlinf-flow-{run_id}"
         token = new_token()
@@ -104,7 +112,8 @@ class FlowRun:
             options: dict[str, Any] = {
                 "env_vars": {"RLINF_COMM_TOKEN": token.hex()}, "log_level": log_level,
                 "launch_timeout": timeout, "call_timeout": timeout, "cluster": cluster}
-            if any(len(placement.sharing(d)) > 1 for d in placement.used_devices):
+            if any(len(set(placement.sharing(d)) - set(inlined)) > 1
+                   for d in placement.used_devices):
                 from rlinf.sched import DeviceLockServer
 
                 # Device memory lets the lock keep components that fit together resident
@@ -114,14 +123,15 @@ class FlowRun:
                     device_memory=cluster.device_memory() if cluster is not None else None)
                 host, port = lock.address
                 options.update(device_lock_address=f"{host}:{port}", device_lock_token=token)
-            _launch_groups(flow, placement, options, into=groups)
+            _launch_groups(flow, placement, options, inlined=inlined, into=groups)
             channels = {c.key: FlowChannel(
                 src=c.edge.src, dst=c.edge.dst, name=f"{run_id}/{c.key}", store=store,
                 consumer_ranks=groups[c.edge.dst].world_size,
                 sharding=flow.component(c.edge.dst).worker.input_sharding,
                 unit=flow.unit_of(c), items_per_message=int(plan.granularity.get(
                     c.key, c.granularity or flow.unit_of(c))))
-                for c in flow.channels}
+                for c in flow.channels
+                if c.edge.src not in inlined and c.edge.dst not in inlined}
             run = cls(flow, plan, groups=groups, channels=channels, lock=lock, store=store,
                       owns_ray=owns_ray, timeout=timeout)
         except BaseException:
@@ -133,15 +143,19 @@ class FlowRun:
         try:
             run._wait({f"{c.dst}<-{c.src}": groups[c.dst].call_async(
                 "create_channel", c, spec=RANK_ZERO) for c in channels.values()})
-            for spec in flow.components:
+            launched = [s for s in flow.components if s.name in groups]
+            for spec in launched:
                 group = groups[spec.name]
                 if spec.distributed and group.world_size > 1:
                     group.init_process_group(backend="nccl" if flow.device == "cuda" else "gloo",
                                              timeout=timeout)
-            run._wait({s.name: groups[s.name].call_async(s.setup) for s in flow.components
+            run._wait({s.name: groups[s.name].call_async(s.setup) for s in launched
                        if s.setup is not None})
             for sync in flow.weight_syncs:
-                sender, receivers = groups[sync.src], [groups[d] for d in sync.dst]
+                src = inlined.get(sync.src, sync.src)
+                # An inlined receiver's weights load into its host (once, even if both are).
+                dst = [d for d in dict.fromkeys(inlined.get(d, d) for d in sync.dst) if d != src]
+                sender, receivers = groups[src], [groups[d] for d in dst]
                 transport = weight_transport(sender, receivers, placement=placement,
                                              on_gpu=flow.device == "cuda", wanted=sync.transport)
                 run._syncs.append(WeightSync(sender, receivers, transport=transport,
@@ -153,7 +167,7 @@ class FlowRun:
             run.close(kill=True)
             raise
         _log.info("flow_launched", flow=flow.name, placement=placement.to_spec(),
-                  mode=placement.mode.value, lock=lock is not None,
+                  mode=placement.mode.value, lock=lock is not None, inlined=inlined,
                   ranks={n: g.world_size for n, g in groups.items()},
                   weight_sync=[s.transport for s in run._syncs])
         return run
@@ -162,8 +176,13 @@ class FlowRun:
 
     @property
     def groups(self) -> Mapping[str, WorkerGroup]:
-        """The worker group of each component (for control calls: checkpoints, probes)."""
+        """The worker group of each launched component (for control calls: checkpoints,
+        probes); an inlined component has none (its host's group serves it)."""
         return dict(self._groups)
+
+    def group_of(self, name: str) -> WorkerGroup:
+        """The group whose processes serve component `name` (its host's when inlined)."""
+        return self._groups[self.inlined.get(name, name)]
 
     @property
     def channels(self) -> Mapping[str, FlowChannel]:
@@ -195,9 +214,10 @@ class FlowRun:
         placement = self.plan.placement
         return StepContext(
             step=step, items=self.flow.items(global_batch),
-            ranks={n: g.world_size for n, g in self._groups.items()}, placement=placement,
-            micro_batch=dict(self.plan.micro_batch),
-            sources=tuple(n for n in self.flow.names if not self.flow.inputs(n)))
+            ranks={n: self.group_of(n).world_size for n in self.flow.names},
+            placement=placement, micro_batch=dict(self.plan.micro_batch),
+            sources=tuple(n for n in self.flow.names if not self.flow.inputs(n)),
+            loop_steps=self.flow.loop_steps, inlined=dict(self.inlined))
 
     def step(self, step: int, *, global_batch: int | None = None) -> IterationRecord:
         """Run iteration `step` (at `global_batch` items; default: the declared batch), then
@@ -208,11 +228,13 @@ class FlowRun:
             channel.check_shards(ctx.items[channel.dst])
         try:
             t0 = time.perf_counter()
+            launched = [s for s in self.flow.components if s.name in self._groups]
             futures = {spec.name: self._groups[spec.name].call_async(
-                "run_entry", spec.entry, ctx, input_channel=self._input(spec),
-                output_channel=self._output(spec)) for spec in self.flow.components}
+                "run_entry", spec.entry, ctx, inputs=self._channels_of(spec.name, "src"),
+                outputs=self._channels_of(spec.name, "dst")) for spec in launched}
             reports, finished = self._wait_timed(futures, t0)
-            phases = [self._phase(spec, reports[spec.name], ctx, finished[spec.name])
+            phases = [self._phase(spec, reports[self.inlined.get(spec.name, spec.name)], ctx,
+                                  finished[self.inlined.get(spec.name, spec.name)])
                       for spec in self.flow.components]
             for sync in self._syncs:
                 started = time.perf_counter() - t0
@@ -245,24 +267,27 @@ class FlowRun:
         return profile_of(self._records[skip:], metadata={
             "flow": self.flow.name, "placement": self.plan.spec})
 
-    def _input(self, spec: ComponentSpec) -> FlowChannel | None:
-        inputs = self.flow.inputs(spec.name)
-        return self._channels[inputs[0].key] if inputs else None
-
-    def _output(self, spec: ComponentSpec) -> FlowChannel | None:
-        outputs = self.flow.outputs(spec.name)
-        return self._channels[outputs[0].key] if outputs else None
+    def _channels_of(self, name: str, peer_end: str) -> dict[str, FlowChannel]:
+        """`name`'s launched channels keyed by the peer: its inputs (`peer_end` ``"src"``)
+        or its outputs (``"dst"``)."""
+        own_end = "dst" if peer_end == "src" else "src"
+        return {getattr(c, peer_end): c for c in self._channels.values()
+                if getattr(c, own_end) == name}
 
     def _phase(self, spec: ComponentSpec, reports: list[EntryReport], ctx: StepContext,
                ended: float) -> PhaseRecord:
+        """`spec`'s phase from the reports of the ranks that served it (its host's when
+        inlined: the host's time on it, its memory; the lock and switches stay the host's)."""
         peak = max(reports, key=lambda r: r.peak_memory_bytes)
+        hosted = spec.name in self.inlined
         return PhaseRecord(
             name=spec.name, started=0.0, ended=ended,
-            busy_seconds=max(r.busy_seconds for r in reports), items=ctx.items[spec.name],
+            busy_seconds=max(r.busy_by_component.get(spec.name, 0.0) for r in reports),
+            items=ctx.items[spec.name],
             num_devices=len(self.plan.placement.devices_of(spec.name)),
             peak_memory_bytes=peak.peak_memory_bytes, memory_source=peak.memory_source,
-            lock_holds=sum(r.lock_holds for r in reports),
-            switches=tuple(s for r in reports for s in r.switches))
+            lock_holds=0 if hosted else sum(r.lock_holds for r in reports),
+            switches=() if hosted else tuple(s for r in reports for s in r.switches))
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -366,16 +391,27 @@ def _error_of(future: GroupFuture) -> BaseException:
 
 
 def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, Any], *,
-                   into: dict[str, WorkerGroup]) -> None:
-    """Launch every component's group side by side (each waits seconds for its processes);
-    every group that started lands in `into`, also when another failed or Ctrl-C came, so
-    the caller can kill them all."""
-    cpus = _cpus_per_rank(placement)
-    with ThreadPoolExecutor(max_workers=len(flow.components)) as pool:
+                   inlined: Mapping[str, str], into: dict[str, WorkerGroup]) -> None:
+    """Launch the group of every component not `inlined` side by side (each waits seconds
+    for its processes; a host gets its guests' ``inline_kwargs``); every group that started
+    lands in `into`, also when another failed or Ctrl-C came, so the caller can kill them
+    all."""
+    launched = [spec for spec in flow.components if spec.name not in inlined]
+    cpus = _cpus_per_rank(placement, launched=[s.name for s in launched])
+
+    def kwargs(spec: ComponentSpec) -> dict[str, Any]:
+        merged = dict(spec.init_kwargs)
+        for guest, host in inlined.items():
+            if host == spec.name:
+                merged.update(flow.component(guest).inline_kwargs)
+        return merged
+
+    with ThreadPoolExecutor(max_workers=len(launched)) as pool:
         pending = {spec.name: pool.submit(
             WorkerGroup.launch, spec.worker, placement=placement.components[spec.name],
-            num_cpus_per_rank=cpus, num_gpus_per_rank=_gpus_per_rank(flow, spec, placement),
-            init_kwargs=spec.init_kwargs, **options) for spec in flow.components}
+            num_cpus_per_rank=cpus,
+            num_gpus_per_rank=_gpus_per_rank(flow, spec, placement, inlined=inlined),
+            init_kwargs=kwargs(spec), **options) for spec in launched}
         try:
             for future in pending.values():
                 future.exception()  # wait for all: the groups that start must be known
@@ -399,10 +435,6 @@ def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
         raise FlowDeclarationError(
             f"the plan places {sorted(placed)} but the flow declares {sorted(declared)}: "
             "place every component exactly once")
-    if flow.loops:
-        raise FlowDeclarationError(
-            f"flow {flow.name!r} declares loops {[lp.components for lp in flow.loops]}: the "
-            "runtime translates loops for the planner but does not execute them yet")
     for sync in flow.weight_syncs:
         apart = [d for d in sync.dst if placement.devices_of(d) != placement.devices_of(sync.src)]
         if sync.transport == "cuda_ipc" and apart:
@@ -410,20 +442,14 @@ def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
                 f"weight sync {sync.src!r} -> {list(sync.dst)} forces 'cuda_ipc', but {apart} "
                 f"do not run on {sync.src!r}'s devices in {placement.to_spec()!r}: use 'auto' "
                 "or place them together")
-    for name in flow.names:
-        if len(flow.inputs(name)) > 1 or len(flow.outputs(name)) > 1:
-            raise FlowDeclarationError(
-                f"component {name!r} has {len(flow.inputs(name))} input and "
-                f"{len(flow.outputs(name))} output channels: the runtime hands each entry one "
-                "input_channel and one output_channel")
     return placement
 
 
-def _cpus_per_rank(placement: Placement) -> float:
-    """An equal share of the Ray cluster's CPUs per rank (at most one). The total, not what
-    is free right now: a flow closed just before still returns its CPUs for a moment, and
-    Ray starts the new ranks as soon as they are back."""
-    ranks = sum(c.num_procs for c in placement)
+def _cpus_per_rank(placement: Placement, *, launched: Iterable[str]) -> float:
+    """An equal share of the Ray cluster's CPUs per launched rank (at most one). The total,
+    not what is free right now: a flow closed just before still returns its CPUs for a
+    moment, and Ray starts the new ranks as soon as they are back."""
+    ranks = sum(placement.components[name].num_procs for name in launched)
     total = float(ray.cluster_resources().get("CPU", 0.0))
     share = min(1.0, int(100 * total / ranks) / 100)
     if share < 0.01:
@@ -432,12 +458,18 @@ def _cpus_per_rank(placement: Placement) -> float:
     return share
 
 
-def _gpus_per_rank(flow: MacroFlow, spec: ComponentSpec, placement: Placement) -> float:
-    """On CUDA, a GPU component's rank reserves 1/(components sharing its device × its
-    processes per device) of a GPU; CPU components and CPU flows reserve none."""
-    if flow.device != "cuda" or spec.component.resource != "gpu":
+def _gpus_per_rank(flow: MacroFlow, spec: ComponentSpec, placement: Placement, *,
+                   inlined: Mapping[str, str]) -> float:
+    """On CUDA, a GPU component's rank reserves 1/(launched components sharing its device ×
+    its processes per device) of a GPU; CPU components and CPU flows reserve none (a host
+    serving an inlined GPU component computes on the GPU too)."""
+    gpu = spec.component.resource == "gpu" or any(
+        host == spec.name and flow.component(guest).component.resource == "gpu"
+        for guest, host in inlined.items())
+    if flow.device != "cuda" or not gpu:
         return 0.0
-    sharing = max(len(placement.sharing(d)) for d in placement.devices_of(spec.name))
+    sharing = max(len(set(placement.sharing(d)) - set(inlined))
+                  for d in placement.devices_of(spec.name))
     return 1.0 / (sharing * placement.procs_per_device(spec.name))
 
 

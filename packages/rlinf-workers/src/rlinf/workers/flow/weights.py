@@ -3,8 +3,8 @@
 The driver holds control only: it asks the trainer to export (shared-memory or CUDA IPC
 handles, or bucket layouts for a collective broadcast), hands those handles to the
 receivers, which map and load the weights themselves, and finally lets the trainer release
-its buffers. The workers implement the two halves (`rlinf.workers.reasoning.
-WeightSenderRole` / `WeightReceiverRole`); the transport follows from where the ranks run
+its buffers. The workers implement the two halves (`rlinf.workers.flow.WeightSender` /
+`WeightReceiver`); the transport follows from where the ranks run
 (`rlinf.workers.weight_sync.choose_transport`): ``shm`` on CPU within a node, ``gloo``
 across nodes, ``cuda_ipc`` between identical GPUs, ``nccl`` otherwise.
 """
@@ -33,9 +33,9 @@ TRANSPORTS: tuple[WeightTransport, ...] = ("auto", "shm", "cuda_ipc", "nccl", "g
 
 SENDER_METHODS = ("export_weights", "release_weights", "broadcast_weights",
                   "weight_group_address", "join_weight_group")
-"""Methods a trainer's worker implements (`rlinf.workers.reasoning.WeightSenderRole`)."""
+"""Methods a trainer's worker implements (`rlinf.workers.flow.WeightSender`)."""
 RECEIVER_METHODS = ("receive_weights", "join_weight_group")
-"""Methods a receiver's worker implements (`rlinf.workers.reasoning.WeightReceiverRole`)."""
+"""Methods a receiver's worker implements (`rlinf.workers.flow.WeightReceiver`)."""
 
 Wait = Callable[[Mapping[str, GroupFuture]], dict[str, list[Any]]]
 """The flow's fail-fast wait: every future's per-rank results, or the first rank's error."""

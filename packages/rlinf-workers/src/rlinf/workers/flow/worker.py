@@ -9,8 +9,11 @@ What a component needs from the runtime, written once:
 - `channel` / `create_channel`: open the `FlowChannel`s an entry method is handed (rank 0 of
   a consumer owns its input channel; the driver never touches one).
 - `run_entry`: how the runtime calls the component's declared entry method each iteration —
-  it measures busy and wall time, peak memory and device-lock use, and returns them with the
-  entry's metrics as an `EntryReport` (the runtime's profile of the iteration).
+  it hands over the component's channels (``input_channel=``/``output_channel=``, or
+  ``inputs=``/``outputs=`` mappings where the entry takes them), measures busy and wall
+  time (per component, when the rank also serves an inlined one), peak memory and
+  device-lock use, and returns them with the entry's metrics as an `EntryReport` (the
+  runtime's profile of the iteration).
 - a `TraceRecorder` on track ``"{role}/{rank}"``.
 
 Rule that keeps shared devices deadlock-free: a component never waits on a channel while
@@ -20,7 +23,9 @@ holding its devices; it takes an input first, then the devices.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import time
+from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -33,7 +38,20 @@ from rlinf.workers.flow.context import StepContext
 from rlinf.workers.runtime import Worker, WorkerContext
 from rlinf.workers.telemetry import Span, TraceRecorder
 
-__all__ = ["EntryReport", "FlowWorker"]
+__all__ = ["EntryReport", "FlowWorker", "entry_parameters"]
+
+
+def entry_parameters(worker: type, entry: str) -> frozenset[str]:
+    """Names of the keyword parameters of ``worker.entry`` (how the runtime passes its
+    channels: ``input_channel``/``output_channel`` or ``inputs``/``outputs``)."""
+    method = getattr(worker, entry, None)
+    if method is None:
+        return frozenset()
+    try:
+        parameters = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # a builtin or C method: say nothing about it
+        return frozenset()
+    return frozenset(parameters)
 
 
 @dataclass(frozen=True)
@@ -58,6 +76,8 @@ class EntryReport:
     """Device-lock grants the call took (0 without a lock)."""
     switches: tuple[tuple[str, float], ...] = field(default=())
     """``(direction, seconds)`` of every onload/offload of this rank during the call."""
+    busy_by_component: Mapping[str, float] = field(default_factory=dict)
+    """The busy seconds of each component this rank served (its own and inlined ones)."""
 
 
 class FlowWorker(Worker):
@@ -79,14 +99,17 @@ class FlowWorker(Worker):
         self._owned: dict[str, Channel] = {}
         self._stores: dict[str, RayStore] = {}
         self._busy = 0.0
+        self._busy_by: defaultdict[str, float] = defaultdict(float)
         self._holds = 0
         self._switch_seen = 0.0
 
     # -- device turns ----------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def turn(self, name: str, **args: Any) -> Iterator[None]:
-        """Hold this rank's devices (if the run has a device lock) for one span of work."""
+    def turn(self, name: str, *, component: str | None = None, **args: Any) -> Iterator[None]:
+        """Hold this rank's devices (if the run has a device lock) for one span of work, done
+        for `component` (default: this worker's own; an inlined component's name when this
+        rank serves it, so each is profiled apart)."""
         locked = self.context.device_lock_address is not None
         hold = (self.hold_devices(timeout=self.lock_timeout) if locked
                 else contextlib.nullcontext())
@@ -97,7 +120,9 @@ class FlowWorker(Worker):
             try:
                 yield
             finally:
-                self._busy += time.perf_counter() - start
+                seconds = time.perf_counter() - start
+                self._busy += seconds
+                self._busy_by[component or self.role] += seconds
 
     def busy_seconds(self) -> float:
         """Seconds spent inside `turn` since the last call (then reset)."""
@@ -144,19 +169,29 @@ class FlowWorker(Worker):
     # -- the runtime's call ----------------------------------------------------------------
 
     def run_entry(self, entry: str, ctx: StepContext, *,
-                  input_channel: FlowChannel | None = None,
-                  output_channel: FlowChannel | None = None) -> EntryReport:
-        """Call the entry method ``entry(ctx, input_channel=, output_channel=)`` (channels
-        only where the flow has them) and report its metrics, busy and wall time, peak
-        memory and device-lock use."""
+                  inputs: Mapping[str, FlowChannel] | None = None,
+                  outputs: Mapping[str, FlowChannel] | None = None) -> EntryReport:
+        """Call the entry method with this component's channels — ``entry(ctx, inputs=,
+        outputs=)`` where it takes those mappings (keyed by the peer component), else
+        ``entry(ctx, input_channel=, output_channel=)`` with the one channel of each side —
+        and report its metrics, busy and wall time, peak memory and device-lock use."""
         method = getattr(self, entry, None)
         if entry.startswith("_") or not callable(method):
             raise ConfigError(f"{type(self).__name__} has no public entry method {entry!r}")
-        channels = {key: value for key, value in (("input_channel", input_channel),
-                                                  ("output_channel", output_channel))
-                    if value is not None}
+        takes = entry_parameters(type(self), entry)
+        channels: dict[str, Any] = {}
+        for plural, single, given in (("inputs", "input_channel", dict(inputs or {})),
+                                      ("outputs", "output_channel", dict(outputs or {}))):
+            if plural in takes:
+                channels[plural] = given
+            elif len(given) > 1:
+                raise ConfigError(f"{type(self).__name__}.{entry} takes one {single}, but the "
+                                  f"flow gives it {sorted(given)}: take {plural}= instead")
+            elif given:
+                channels[single] = next(iter(given.values()))
         probe = Profiler(metadata={"role": self.role, "rank": self.rank})
         busy, holds = self._busy, self._holds
+        self._busy_by.clear()
         started, t0 = time.time(), time.perf_counter()
         with probe.measure(self.role, batch_size=max(1, ctx.items.get(self.role, 1)),
                            num_devices=max(1, len(self.devices))):
@@ -166,7 +201,8 @@ class FlowWorker(Worker):
         events = self._device_lock.switch_events if self._device_lock is not None else ()
         return EntryReport(
             rank=self.rank, metrics={k: float(v) for k, v in dict(metrics or {}).items()},
-            busy_seconds=self._busy - busy, wall_seconds=wall, started=started,
+            busy_seconds=self._busy - busy, busy_by_component=dict(self._busy_by),
+            wall_seconds=wall, started=started,
             peak_memory_bytes=peak.peak_memory_bytes, memory_source=peak.memory_source,
             lock_holds=self._holds - holds,
             switches=tuple((e.direction, e.seconds) for e in events if e.started >= started))

@@ -1,0 +1,198 @@
+"""Weight sync halves of flow components: a trainer sends buckets, generators receive them.
+
+The runtime (`rlinf.workers.flow.WeightSync`) picks the transport from where the ranks run
+(`rlinf.workers.weight_sync.choose_transport`) and drives the two halves:
+
+- ``shm`` (CPU, one node): trainer rank 0 packs each bucket into a shared-memory segment
+  and returns picklable handles; every receiver maps and loads them; the trainer then
+  releases;
+- ``cuda_ipc`` (GPU, collocated): the same with CUDA IPC handles of GPU buffers;
+- ``nccl`` / ``gloo`` (disaggregated): trainer rank 0 and every receiver rank join one
+  broadcast group at launch; per sync the driver hands the bucket layouts to the receivers
+  and all members broadcast together.
+
+Receivers load weights inside a device turn: a generator that was offloaded (its weights
+discarded while another component used the device) is onloaded first, then refilled. A
+component derives from `WeightSender` (implementing `buckets`) or `WeightReceiver`
+(implementing `weight_target`) next to its own base class.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow.worker import FlowWorker
+from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.weight_sync import (
+    Bucket,
+    CollectiveWeightGroup,
+    CudaIpcBucketHandle,
+    CudaIpcWeightReceiver,
+    CudaIpcWeightSender,
+    ShmBucketHandle,
+    ShmWeightReceiver,
+    ShmWeightSender,
+    TensorMeta,
+    WeightTarget,
+    plan_layout,
+)
+from rlinf.workers.weight_sync.collective import Backend
+
+__all__ = ["BucketLayout", "WeightReceiver", "WeightSender", "free_port"]
+
+BucketLayout = tuple[tuple[TensorMeta, ...], int]
+"""A bucket's tensor layout and packed size (what a collective receiver allocates)."""
+
+_GROUP = "rlinf-flow-weights"
+
+
+def free_port() -> int:
+    """A TCP port the OS reports free right now (for the weight group's store)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+class WeightSender(FlowWorker):
+    """The trainer's half; subclasses implement `buckets` (collective on every rank)."""
+
+    def __init__(self, context: WorkerContext, **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        self._shm_sender: ShmWeightSender | None = None
+        self._ipc_sender: CudaIpcWeightSender | None = None
+        self._weight_group: CollectiveWeightGroup | None = None
+        self._pending: list[Bucket] = []
+
+    @property
+    def weight_device(self) -> torch.device:
+        """Where the weights live (CUDA IPC exports from it, NCCL broadcasts on it)."""
+        return torch.device("cpu")
+
+    def buckets(self) -> Iterator[Bucket]:
+        """The policy's parameters in buckets (every rank calls it)."""
+        raise NotImplementedError
+
+    def weight_group_address(self) -> tuple[str, int]:
+        """Rank 0: where the weight group's rendezvous store will listen."""
+        import ray
+
+        return ray.util.get_node_ip_address(), free_port()
+
+    def join_weight_group(self, *, host: str, port: int, world_size: int,
+                          backend: Backend) -> None:
+        """Rank 0 joins the broadcast group as its root (other actor ranks do nothing)."""
+        if self.rank == 0:
+            self._weight_group = CollectiveWeightGroup(
+                host=host, port=port, rank=0, world_size=world_size, backend=backend,
+                device=self.weight_device if backend == "nccl" else "cpu",
+                timeout=self.io_timeout, group_name=_GROUP)
+
+    def export_weights(self, transport: str) -> list[Any]:
+        """Pack the weights for `transport`: handles (shm, cuda_ipc) or layouts (collective).
+
+        Every actor rank must call it (FSDP2 gathers shards); rank 0 returns the list, the
+        others an empty one. Collective transports keep the buckets for `broadcast_weights`.
+        """
+        with self.turn("export_weights", transport=transport):
+            buckets = list(self.buckets())
+            if self.rank != 0:
+                return []
+            if transport == "shm":
+                self._shm_sender = self._shm_sender or ShmWeightSender()
+                cpu = [[(n, t.detach().cpu()) for n, t in b] for b in buckets]
+                return [self._shm_sender.export(b) for b in cpu]
+            if transport == "cuda_ipc":
+                self._ipc_sender = self._ipc_sender or CudaIpcWeightSender(self.weight_device)
+                return [self._ipc_sender.export(b) for b in buckets]
+            if transport in ("nccl", "gloo"):
+                self._pending = buckets
+                return [(tuple(metas), size) for metas, size in map(plan_layout, buckets)]
+        raise ConfigError(f"unknown weight-sync transport {transport!r}")
+
+    def broadcast_weights(self) -> None:
+        """Rank 0: broadcast the buckets of the last `export_weights` to the weight group."""
+        if self.rank != 0:
+            return
+        if self._weight_group is None:
+            raise ConfigError("broadcast_weights before join_weight_group")
+        with self.turn("broadcast_weights", buckets=len(self._pending)):
+            for bucket in self._pending:
+                self._weight_group.send(bucket)
+        self._pending = []
+
+    def release_weights(self, handles: Sequence[Any]) -> None:
+        """Rank 0: free what `export_weights` packed (every receiver applied it)."""
+        for handle in handles:
+            if isinstance(handle, ShmBucketHandle) and self._shm_sender is not None:
+                self._shm_sender.release(handle)
+            elif isinstance(handle, CudaIpcBucketHandle) and self._ipc_sender is not None:
+                self._ipc_sender.release(handle)
+
+    def shutdown(self) -> None:
+        """Free packed buffers and leave the weight group."""
+        if self._shm_sender is not None:
+            self._shm_sender.close()
+        if self._weight_group is not None:
+            self._weight_group.close()
+        super().shutdown()
+
+
+class WeightReceiver(FlowWorker):
+    """The generators' half; subclasses implement `weight_target`."""
+
+    def __init__(self, context: WorkerContext, **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        self._shm_receiver: ShmWeightReceiver | None = None
+        self._weight_group: CollectiveWeightGroup | None = None
+
+    @property
+    def weight_device(self) -> torch.device:
+        """Where received weights go (NCCL receives on it)."""
+        return torch.device("cpu")
+
+    def weight_target(self) -> WeightTarget:
+        """What loads the received buckets (an engine, an inference worker, a policy)."""
+        raise NotImplementedError
+
+    def join_weight_group(self, *, host: str, port: int, rank: int, world_size: int,
+                          backend: Backend) -> None:
+        """Join the broadcast group as member `rank` (>= 1)."""
+        self._weight_group = CollectiveWeightGroup(
+            host=host, port=port, rank=rank, world_size=world_size, backend=backend,
+            device=self.weight_device if backend == "nccl" else "cpu",
+            timeout=self.io_timeout, group_name=_GROUP)
+
+    def receive_weights(self, transport: str, payload: Sequence[Any]) -> int:
+        """Load the weights `payload` describes (handles or layouts); returns buckets loaded."""
+        with self.turn("receive_weights", transport=transport, buckets=len(payload)):
+            target = self.weight_target()
+            if transport == "shm":
+                self._shm_receiver = self._shm_receiver or ShmWeightReceiver()
+                for handle in payload:
+                    self._shm_receiver.apply(handle, target)
+            elif transport == "cuda_ipc":
+                receiver = CudaIpcWeightReceiver()
+                for handle in payload:
+                    receiver.apply(handle, target)
+            elif transport in ("nccl", "gloo"):
+                if self._weight_group is None:
+                    raise ConfigError("receive_weights over a collective before "
+                                      "join_weight_group")
+                for metas, size in payload:
+                    self._weight_group.recv(list(metas), size, target)
+            else:
+                raise ConfigError(f"unknown weight-sync transport {transport!r}")
+        return len(payload)
+
+    def shutdown(self) -> None:
+        """Unmap segments and leave the weight group."""
+        if self._shm_receiver is not None:
+            self._shm_receiver.close()
+        if self._weight_group is not None:
+            self._weight_group.close()
+        super().shutdown()
