@@ -54,8 +54,9 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 
 import numpy as np
 import torch
-from rlinf_embodied.flow import EmbodiedFlow, EmbodiedSpec, embodied_workflow, fixed_plan
+from rlinf_embodied.flow import EmbodiedFlow
 from rlinf_embodied.planning import link_cluster
+from rlinf_embodied.workflow import EmbodiedSpec, embodied_workflow, fixed_plan
 
 from rlinf.comm import Batch
 from rlinf.sched import Cluster, ExecutionPlan, fit_profile, plan, simulate

@@ -32,6 +32,7 @@ from rlinf.workers.embodied.actor import EmbodiedActorConfig
 from rlinf.workers.embodied.vla import VLAConfig
 from rlinf.workers.env import EnvWorkerConfig
 from rlinf.workers.errors import ConfigError, WorkerDiedError
+from rlinf.workers.flow import FlowClosedError
 from rlinf.workers.models.policy import PolicyConfig
 
 # Wall-clock figures differ between runs; everything else must match exactly.
@@ -181,7 +182,7 @@ def test_killed_env_rank_raises_worker_died_naming_it():
                         rollout_steps=200_000, seed=1, torch_threads=1, link_timeout=60.0)
     flow = EmbodiedFlow.launch(spec, fixed_plan(spec, "hybrid"))
     try:
-        pid = flow._groups.env.infos[0].pid
+        pid = flow.run.group_of("env").infos[0].pid
         killed: list[float] = []
 
         def kill() -> None:
@@ -198,7 +199,7 @@ def test_killed_env_rank_raises_worker_died_naming_it():
     finally:
         flow.close()
     flow.close()  # idempotent
-    with pytest.raises(ConfigError, match="closed"):
+    with pytest.raises(FlowClosedError, match="closed"):
         flow.step(1)
 
 

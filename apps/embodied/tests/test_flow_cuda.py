@@ -1,7 +1,7 @@
 """The embodied flow with the policy and the actor on a CUDA GPU, simulators on CPU cores.
 
 Skipped without a GPU. Both modes share the one GPU: Ray gives the policy-holding process
-and the actor half a GPU each (`flow._gpus_per_role`).
+and the actor half a GPU each (`workflow.declare`: `ComponentSpec.num_gpus=0.5`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`auto` planning proposes only plans the embodied flow launches exactly (no Ray needed).
 
-`EmbodiedFlow.launch` runs the env's micro-batch as stage groups (`_stages_of`: it must
+`EmbodiedFlow.launch` runs the env's micro-batch as stage groups (`stages_of`: it must
 divide ``num_envs``), the policy on the same stage groups, env and policy as one process
 on one device each, and the actor once on the whole rollout. The planner must never
 propose anything else, whatever the env count, steps and devices.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlinf_embodied.flow import EmbodiedSpec, _stages_of, embodied_workflow
 from rlinf_embodied.planning import fixed_plan as planned_fixed
 from rlinf_embodied.planning import iteration_overhead, link_cluster, simulate_plan
+from rlinf_embodied.workflow import EmbodiedSpec, embodied_workflow, stages_of
 
 from rlinf.sched import (
     AnalyticCost,
@@ -43,7 +43,7 @@ def assert_launchable(spec: EmbodiedSpec, chosen: ExecutionPlan) -> None:
     for name in ("env", "rollout"):
         assert len(chosen.placement.devices_of(name)) == 1
         assert chosen.placement.procs_per_device(name) == 1
-    stages = _stages_of(spec, chosen)  # raises ConfigError unless it divides num_envs
+    stages = stages_of(spec, chosen)  # raises ConfigError unless it divides num_envs
     EnvWorkerConfig(spec.env.env_name, num_envs=spec.env.num_envs, pipeline_stages=stages)
     assert chosen.micro_batch["rollout"] == chosen.micro_batch["env"]
     assert chosen.micro_batch["actor"] == spec.samples_per_iteration

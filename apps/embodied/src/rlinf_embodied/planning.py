@@ -87,7 +87,7 @@ def cluster_for(cfg: PlacementConfig) -> Cluster:
     """The devices placements are validated against: `num_devices` CPU slots of this
     machine (no Ray needed). Embodied components are processes on core slots; with
     ``run.device=cuda`` the policy processes share the machine's GPU through Ray
-    (`flow._gpus_per_role`), so a GPU is not a placement device."""
+    (`ComponentSpec.num_gpus` in `workflow.declare`), so a GPU is not a placement device."""
     return Cluster.discover(use_ray=False, cpu_slots=cfg.num_devices, gpus=False)
 
 

@@ -63,7 +63,9 @@ from rlinf_embodied.spec import build_spec
 from rlinf_embodied.summary import RunSummary, target_reached
 
 if TYPE_CHECKING:
-    from rlinf_embodied.flow import EmbodiedFlow, EmbodiedSpec, EvalResult
+    from rlinf_embodied.evaluation import EvalResult
+    from rlinf_embodied.flow import EmbodiedFlow
+    from rlinf_embodied.workflow import EmbodiedSpec
 
 __all__ = ["RESUMABLE_KEYS", "check_resumable", "dry_run", "train"]
 
@@ -143,7 +145,7 @@ def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> M
 
 
 def _choose(cfg: AppConfig, spec: EmbodiedSpec) -> tuple[PlanChoice, Workflow, Cluster]:
-    from rlinf_embodied.flow import embodied_workflow
+    from rlinf_embodied.workflow import embodied_workflow
 
     workflow = embodied_workflow(spec)
     cluster = cluster_for(cfg.placement)
@@ -154,7 +156,7 @@ def _choose(cfg: AppConfig, spec: EmbodiedSpec) -> tuple[PlanChoice, Workflow, C
 
 def _resumed_choice(spec: EmbodiedSpec, cfg: AppConfig, stored: Mapping[str, Any]
                     ) -> tuple[PlanChoice, Workflow, Cluster]:
-    from rlinf_embodied.flow import embodied_workflow
+    from rlinf_embodied.workflow import embodied_workflow
 
     chosen = ExecutionPlan.from_dict(stored)
     return (PlanChoice(chosen, (chosen,), None, None, 0.0), embodied_workflow(spec),

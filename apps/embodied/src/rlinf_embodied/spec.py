@@ -22,7 +22,7 @@ from rlinf_embodied.config import AppConfig, split_env_id
 from rlinf_embodied.errors import AppConfigError
 
 if TYPE_CHECKING:
-    from rlinf_embodied.flow import EmbodiedSpec
+    from rlinf_embodied.workflow import EmbodiedSpec
 
 __all__ = [
     "actor_config",
@@ -118,7 +118,7 @@ def actor_config(cfg: AppConfig, policy: NetworkConfig | VLAPolicyConfig) -> Emb
 
 def build_spec(cfg: AppConfig) -> EmbodiedSpec:
     """The flow's spec for `cfg` (builds one simulator to read the task's shapes)."""
-    from rlinf_embodied.flow import EmbodiedSpec
+    from rlinf_embodied.workflow import EmbodiedSpec
 
     env = env_worker_config(cfg)
     obs_space, action_space = probe_spaces(env)

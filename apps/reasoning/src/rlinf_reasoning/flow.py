@@ -29,7 +29,7 @@ from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.reasoning import ProblemSource, draw_seed
 from rlinf.workers.rollout import RolloutBatch, SamplingConfig
-from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, count_onloads, split_value
+from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, split_value
 from rlinf.workers.telemetry import Span
 from rlinf_reasoning.models import export_for_engine
 from rlinf_reasoning.spec import FlowSpec
@@ -206,14 +206,11 @@ class ReasoningFlow:
 
     def onloads(self, *, since: float) -> int:
         """Onloads the device lock ran in every rank since Unix time `since`."""
-        return count_onloads(self.groups.values(), since=since, timeout=self.spec.timeout)
+        return self.run.onloads(since=since)
 
     def drain_spans(self) -> list[Span]:
         """Spans every rank recorded since the last drain."""
-        futures = [group.call_async("drain_spans") for group in self.groups.values()]
-        ranks = [spans for future in futures
-                 for spans in future.rank_results(timeout=self.spec.timeout)]
-        return sorted((s for spans in ranks for s in spans), key=lambda s: (s.start, s.track))
+        return self.run.drain_spans()
 
     def _check_open(self) -> None:
         if self.run.closed:

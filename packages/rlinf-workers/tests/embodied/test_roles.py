@@ -1,4 +1,5 @@
-"""Embodied roles in-process (no Ray): inline rollouts, the p2p link, actor checkpoints, threads."""
+"""Embodied roles in-process (no Ray): inline rollouts, the env ↔ policy protocol over p2p
+messages, actor checkpoints, threads."""
 
 import threading
 
@@ -7,18 +8,18 @@ import pytest
 import torch
 
 from rlinf.comm import Batch, Endpoint, TCPStore, new_token
+from rlinf.sched import parse_placement
 from rlinf.workers.embodied import EmbodiedActorConfig, PolicyRolloutConfig, run_collocated
 from rlinf.workers.embodied.profiling import synthetic_trajectory
 from rlinf.workers.embodied.roles import (
     ActorRole,
     EnvRole,
-    PeerLink,
-    RoleLink,
     build_rollout_policy,
     serve_stages,
 )
-from rlinf.workers.env import EnvWorkerConfig, LinkTimeoutError, Trajectory
+from rlinf.workers.env import EnvWorkerConfig, Trajectory
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import FlowChannel, PeerChannel, PeerTimeoutError, StepContext
 from rlinf.workers.models import PolicyConfig
 from rlinf.workers.runtime import WorkerContext
 from rlinf.workers.telemetry import TraceRecorder
@@ -41,7 +42,7 @@ def test_inline_env_role_equals_collocated_driver_and_records_spans(make_env):
     role = EnvRole(context("env"), config=env_config(),
                    policy=PolicyRolloutConfig(policy=POLICY, seed=5), trace=True)
     try:
-        report = role.rollout(num_steps=6)
+        report = role.collect(num_steps=6)
     finally:
         role.shutdown()
     ref = run_collocated(make_env(num_envs=4, pipeline_stages=2, seed=2),
@@ -57,13 +58,20 @@ def test_inline_env_role_equals_collocated_driver_and_records_spans(make_env):
     assert report.env_steps == 24
 
 
-def test_env_role_needs_exactly_one_of_link_and_policy():
-    with pytest.raises(ConfigError, match="exactly one"):
-        EnvRole(context("env"), config=env_config())
-    with pytest.raises(ConfigError, match="distinct"):
-        RoleLink("same", "same")
-    with pytest.raises(ConfigError, match="transport"):
-        RoleLink("a", "b", transport="carrier-pigeon")  # type: ignore[arg-type]
+def test_env_role_needs_a_policy_peer_or_an_inline_policy():
+    role = EnvRole(context("env"), config=env_config())
+    ctx = StepContext(step=0, items={"env": 4, "rollout": 4, "actor": 4},
+                      ranks={"env": 1, "rollout": 1, "actor": 1},
+                      placement=parse_placement("env,rollout,actor: 0",
+                                                components=("env", "rollout", "actor"),
+                                                num_devices=1),
+                      loop_steps={"env": 3, "rollout": 3})
+    trainer = FlowChannel("env", "actor", "run/env->actor", "store", consumer_ranks=1)
+    try:
+        with pytest.raises(ConfigError, match="either a policy peer or an inline policy"):
+            role.rollout(ctx, inputs={}, outputs={"actor": trainer})
+    finally:
+        role.shutdown()
 
 
 @pytest.fixture
@@ -77,10 +85,18 @@ def endpoints(monkeypatch):
         policy_ep.close()
 
 
-def test_peer_link_carries_the_protocol_like_the_inline_driver(make_env, endpoints):
+def peers(env_ep: Endpoint, policy_ep: Endpoint, *, timeout: float
+          ) -> tuple[PeerChannel, PeerChannel]:
+    """Each side's end of one edge pair, as `FlowWorker.link` builds them."""
+    return (PeerChannel(env_ep, edge="loop", peer="policy-end", timeout=timeout,
+                        filed=PeerChannel.mailbox()),
+            PeerChannel(policy_ep, edge="loop", peer="env-end", timeout=timeout,
+                        filed=PeerChannel.mailbox()))
+
+
+def test_p2p_messages_carry_the_protocol_like_the_inline_driver(make_env, endpoints):
     env_ep, policy_ep = endpoints
-    env_side = PeerLink(env_ep, "policy-end", timeout=30)
-    policy_side = PeerLink(policy_ep, "env-end", timeout=30)
+    env_side, policy_side = peers(env_ep, policy_ep, timeout=30)
     policy = make_policy(4, 1, seed=3)
     failure: list[BaseException] = []
 
@@ -104,15 +120,14 @@ def test_peer_link_carries_the_protocol_like_the_inline_driver(make_env, endpoin
         np.testing.assert_array_equal(getattr(b, field), getattr(a, field), err_msg=field)
 
 
-def test_peer_link_files_other_keys_and_times_out(endpoints):
+def test_p2p_messages_file_other_keys_and_time_out(endpoints):
     env_ep, policy_ep = endpoints
-    sender = PeerLink(env_ep, "policy-end", timeout=5)
-    receiver = PeerLink(policy_ep, "env-end", timeout=5)
+    sender, receiver = peers(env_ep, policy_ep, timeout=5)
     sender.put(Batch({"x": np.arange(3)}), key="stage1")
     sender.put(Batch({"x": np.arange(4)}), key="stage0")
     assert len(receiver.get(key="stage0").tensors["x"]) == 4
     assert len(receiver.get(key="stage1").tensors["x"]) == 3  # filed on the way
-    with pytest.raises(LinkTimeoutError, match="stage0"):
+    with pytest.raises(PeerTimeoutError, match="stage0"):
         receiver.get(key="stage0", timeout=0.2)
 
 
@@ -139,9 +154,9 @@ def test_actor_role_state_resumes_bit_for_bit_with_global_rngs():
 
 
 def test_roles_run_one_torch_thread_per_device():
-    actor = ActorRole(context("actor", (0,)), config=EmbodiedActorConfig(policy=POLICY),
-                      devices=(0, 1))
-    assert actor.role_devices == (0, 1) and actor.num_threads == 2
+    # one process over two devices (ComponentSpec.one_process): its context has both
+    actor = ActorRole(context("actor", (0, 1)), config=EmbodiedActorConfig(policy=POLICY))
+    assert actor.devices == (0, 1) and actor.num_threads == 2
     with actor.turn("train"):  # no device lock configured: a turn only sets threads
         assert torch.get_num_threads() == 2
     env = EnvRole(context("env"), config=env_config(), num_threads=1,
@@ -178,13 +193,13 @@ def test_inline_env_role_state_restores_env_and_sampling_streams_separately():
     first = EnvRole(context("env"), config=config, policy=policy)
     second = EnvRole(context("env"), config=config, policy=policy)
     try:
-        first.rollout(num_steps=5)
+        first.collect(num_steps=5)
         saved = first.state()
         assert saved["policy"] is not None and first.policy_state() is not None
-        expected = first.rollout(num_steps=9).trajectory
+        expected = first.collect(num_steps=9).trajectory
         second.load_state({"env": saved["env"], "policy": None})  # env only ...
         second.load_state({"env": None, "policy": saved["policy"]})  # ... then the streams
-        got = second.rollout(num_steps=9).trajectory
+        got = second.collect(num_steps=9).trajectory
         np.testing.assert_array_equal(got.actions, expected.actions)
         np.testing.assert_array_equal(got.obs, expected.obs)
     finally:

@@ -59,7 +59,7 @@ def declare(*, sink_kwargs: dict | None = None, source_kwargs: dict | None = Non
 ENVS, LOOP_STEPS, OFFSET = 4, 3, 7
 
 
-def declare_loop() -> MacroFlow:
+def declare_loop(transport: str = "channel") -> MacroFlow:
     """env ↔ policy for `LOOP_STEPS` steps, then the trainer; the policy may run inline."""
     def part(name: str, resource: str = "gpu") -> Component:
         return Component(name, resource=resource, batch=ENVS)
@@ -71,7 +71,8 @@ def declare_loop() -> MacroFlow:
                        init_kwargs={"offset": OFFSET, "io_timeout": 60}, inline_with="env",
                        inline_kwargs={"inline_offset": OFFSET}),
          ComponentSpec(part("actor"), Sink, entry="consume", init_kwargs={"io_timeout": 60})),
-        (ChannelSpec(Edge("env", "policy")), ChannelSpec(Edge("policy", "env", feedback=True)),
+        (ChannelSpec(Edge("env", "policy"), transport=transport),
+         ChannelSpec(Edge("policy", "env", feedback=True), transport=transport),
          ChannelSpec(Edge("env", "actor"))),
         weight_syncs=(WeightSyncSpec("actor", ("policy",)),),
         loops=(Loop(("env", "policy"), steps=LOOP_STEPS),), global_batch=ENVS, name="loop")
@@ -162,15 +163,17 @@ def test_disaggregated_consumer_ranks_get_their_shards_without_a_lock(clean: Non
     assert [m["sum"] for m in record.rank_metrics["sink"]] == [0 + 1, 2 + 3]
 
 
-@pytest.mark.parametrize(("placement", "inlined", "locked"), [
-    ("env,policy,actor: 0", {"policy": "env"}, True),  # policy inside the env's process
-    ("env,policy: 0, actor: 1", {"policy": "env"}, False),
-    ("env: 0, policy: 1, actor: 0-1", {}, True),  # the loop over channels, pipelined
-    ("env: 0, policy: 1, actor: 2", {}, False),
+@pytest.mark.parametrize(("placement", "transport", "inlined", "locked"), [
+    ("env,policy,actor: 0", "p2p", {"policy": "env"}, True),  # policy inside the env
+    ("env,policy: 0, actor: 1", "channel", {"policy": "env"}, False),
+    ("env: 0, policy: 1, actor: 0-1", "channel", {}, True),  # the loop over channels
+    ("env: 0, policy: 1, actor: 0-1", "p2p", {}, True),  # ... over endpoint messages
+    ("env: 0, policy: 1, actor: 2", "p2p", {}, False),
 ])
 def test_a_loop_runs_over_its_channels_or_inside_its_host(
-        clean: None, placement: str, inlined: dict[str, str], locked: bool) -> None:
-    flow = declare_loop()
+        clean: None, placement: str, transport: str, inlined: dict[str, str],
+        locked: bool) -> None:
+    flow = declare_loop(transport)
     with FlowRun.launch(flow, flow.fixed_plan(placement, num_devices=3), timeout=120) as run:
         assert run.inlined == inlined and set(run.groups) == {"env", "actor", "policy"} - set(
             inlined)
@@ -188,6 +191,13 @@ def test_a_loop_runs_over_its_channels_or_inside_its_host(
         assert record.metrics["actor/in_order"] == 1.0
         assert ("policy/served" in record.metrics) is not bool(inlined)
     assert {m.component for m in profile.measurements} == {"env", "policy", "actor"}
+
+
+def test_a_p2p_edge_between_multi_rank_ends_is_refused(clean: None) -> None:
+    flow = declare_loop("p2p")
+    with pytest.raises(FlowDeclarationError, match=r"p2p, which joins one rank.*'policy': 2"):
+        FlowRun.launch(flow, flow.fixed_plan("env: 0, policy: 1-2, actor: 0", num_devices=3),
+                       timeout=120)
 
 
 def test_a_dead_rank_is_named_and_the_flow_torn_down(clean: None) -> None:

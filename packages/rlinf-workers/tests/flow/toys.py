@@ -168,8 +168,8 @@ class LoopEnv(Source):
                 with self.turn("infer", component="policy"):
                     actions = act(obs, self.inline_offset, self.version)
             else:
-                self.channel(outputs["policy"]).put(Batch({"obs": obs}), key=rank_key(0))
-                reply = self.channel(inputs["policy"]).get(key=rank_key(0),
+                self.link(outputs["policy"]).put(Batch({"obs": obs}), key=rank_key(0))
+                reply = self.link(inputs["policy"]).get(key=rank_key(0),
                                                            timeout=self.io_timeout)
                 actions = np.array(reply.tensors["action"])
             total += int(actions.sum())
@@ -196,7 +196,7 @@ class LoopPolicy(Source):
 
     def serve(self, ctx: StepContext, *, input_channel: FlowChannel,
               output_channel: FlowChannel) -> dict[str, float]:
-        source, sink = self.channel(input_channel), self.channel(output_channel)
+        source, sink = self.link(input_channel), self.link(output_channel)
         for _ in range(ctx.loop_steps[self.role]):
             batch = source.get(key=rank_key(0), timeout=self.io_timeout)
             with self.turn("infer"):

@@ -23,7 +23,7 @@ runs it.
 """
 
 from rlinf.workers.flow.auto import AutoReport, launch_auto, plan_flow, profile_flow
-from rlinf.workers.flow.channels import FlowChannel, Sharding, rank_key
+from rlinf.workers.flow.channels import ChannelTransport, FlowChannel, Sharding, rank_key
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.declaration import ChannelSpec, ComponentSpec, MacroFlow, WeightSyncSpec
 from rlinf.workers.flow.errors import (
@@ -33,6 +33,7 @@ from rlinf.workers.flow.errors import (
     UnknownComponentError,
     WeightSyncTargetError,
 )
+from rlinf.workers.flow.peer import PeerChannel, PeerGoneError, PeerTimeoutError
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
 from rlinf.workers.flow.run import FlowRun, ensure_ray
 from rlinf.workers.flow.weight_roles import BucketLayout, WeightReceiver, WeightSender
@@ -44,6 +45,7 @@ __all__ = [
     "AutoReport",
     "BucketLayout",
     "ChannelSpec",
+    "ChannelTransport",
     "ComponentSpec",
     "EntryReport",
     "FlowChannel",
@@ -54,6 +56,9 @@ __all__ = [
     "FlowWorker",
     "IterationRecord",
     "MacroFlow",
+    "PeerChannel",
+    "PeerGoneError",
+    "PeerTimeoutError",
     "PhaseRecord",
     "Sharding",
     "StepContext",

@@ -16,11 +16,17 @@ expect, keys address ranks (``"r0"``, ``"r1"``, …), and results do not depend 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["FlowChannel", "Sharding", "rank_key"]
+__all__ = ["ChannelTransport", "FlowChannel", "Sharding", "rank_key"]
+
+ChannelTransport = Literal["channel", "p2p"]
+"""How an edge's messages travel: an `rlinf.comm.Channel` owned by the consumer's rank 0
+(any rank counts, keys per consumer rank), or ``p2p`` messages straight between the two
+ends' endpoints (`rlinf.workers.flow.PeerChannel`; one rank each end; for latency-bound
+exchanges such as an env ↔ policy loop)."""
 
 Sharding = Literal["round_robin", "contiguous"]
 """How a consumer's ranks split an iteration's units: ``round_robin`` (unit i to rank
@@ -53,12 +59,17 @@ class FlowChannel:
     """Items per unit (responses per group)."""
     items_per_message: int = 1
     """The plan's granularity of this edge: items the consumer takes per message."""
+    transport: ChannelTransport = "channel"
+    """How messages travel (`ChannelTransport`)."""
 
     def __post_init__(self) -> None:
         if self.consumer_ranks < 1 or self.unit < 1 or self.items_per_message < 1:
             raise ConfigError(f"channel {self.edge}: consumer_ranks, unit and items_per_message "
                               f"must be >= 1, got {self.consumer_ranks}, {self.unit}, "
                               f"{self.items_per_message}")
+        if self.transport not in get_args(ChannelTransport):
+            raise ConfigError(f"channel {self.edge}: transport must be one of "
+                              f"{list(get_args(ChannelTransport))}, got {self.transport!r}")
         if self.sharding not in ("round_robin", "contiguous"):
             raise ConfigError(f"channel {self.edge}: sharding must be 'round_robin' or "
                               f"'contiguous', got {self.sharding!r}")

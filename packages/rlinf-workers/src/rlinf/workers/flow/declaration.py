@@ -57,6 +57,7 @@ from rlinf.sched import (
     WorkflowError,
     parse_placement,
 )
+from rlinf.workers.flow.channels import ChannelTransport
 from rlinf.workers.flow.errors import (
     FlowCycleError,
     FlowDeclarationError,
@@ -96,6 +97,14 @@ class ComponentSpec:
     distributed: bool = False
     """Join the ranks into one torch.distributed process group (gloo on CPU, NCCL on GPU)
     when the plan gives the component more than one rank."""
+    num_gpus: float | None = None
+    """Ray GPUs each rank reserves, overriding the runtime's share (None): for flows whose
+    placement devices are CPU slots while some processes compute on one shared GPU (a host
+    takes the largest of its own and its inlined components')."""
+    one_process: bool = False
+    """One rank spanning every device the plan gives the component (its context lists them
+    all), instead of one rank per device: a trainer that is not data-parallel and computes
+    with one thread per CPU slot."""
     inline_with: str | None = None
     """A host component this one can run inside: when the plan places both on the same
     devices with one rank each, no process is launched for this one; the host's worker is
@@ -124,6 +133,9 @@ class ChannelSpec:
     granularity: int | None = None
     """Items per message in fixed plans (`MacroFlow.fixed_plan`), a multiple of the unit;
     None: the consumer's whole batch in one message."""
+    transport: ChannelTransport = "channel"
+    """``"channel"`` (an `rlinf.comm.Channel` owned by the consumer) or ``"p2p"`` (endpoint
+    messages between single-rank ends, no owner round trips: env ↔ policy loops)."""
 
     @property
     def key(self) -> str:
@@ -217,6 +229,9 @@ class MacroFlow:
                     raise UnknownComponentError(
                         f"channel {channel.key} names unknown component {end!r}: declare a "
                         f"ComponentSpec for it or use one of {list(known)}")
+            if channel.transport not in ("channel", "p2p"):
+                raise FlowDeclarationError(f"channel {channel.key}: transport must be "
+                                           f"'channel' or 'p2p', got {channel.transport!r}")
             if channel.key in seen:
                 raise FlowDeclarationError(f"channel {channel.key} is declared twice")
             seen.add(channel.key)

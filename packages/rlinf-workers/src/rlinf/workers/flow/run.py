@@ -53,7 +53,8 @@ from rlinf.workers.flow.errors import FlowClosedError, FlowDeclarationError
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, iteration_metrics, profile_of
 from rlinf.workers.flow.weights import WeightSync, weight_transport
 from rlinf.workers.flow.worker import EntryReport
-from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup
+from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup, count_onloads
+from rlinf.workers.telemetry import Span
 
 __all__ = ["FlowRun", "ensure_ray"]
 
@@ -90,12 +91,14 @@ class FlowRun:
     @classmethod
     def launch(cls, flow: MacroFlow, plan: ExecutionPlan, *, cluster: Cluster | None = None,
                timeout: float = 600.0, log_level: str = "WARNING",
-               stop_ray: bool | None = None) -> FlowRun:
+               stop_ray: bool | None = None, cpus_per_rank: float | None = None) -> FlowRun:
         """Start `flow` where `plan` places it (see the module docstring). Ray is started if
         this process has not initialised it, and stopped at `close` if this launch started
         it (`stop_ray` decides otherwise). `cluster` (from `rlinf.sched.Cluster.discover()`
         on the live Ray cluster) pins each rank to its device's node. `timeout` bounds every
-        wait (launch, each call, each step)."""
+        wait (launch, each call, each step). `cpus_per_rank`: the Ray CPUs each rank
+        reserves (default: an equal share of the cluster's, so one flow fills it; less lets
+        several flows run side by side)."""
         placement = _checked_placement(flow, plan.placement)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
@@ -123,13 +126,14 @@ class FlowRun:
                     device_memory=cluster.device_memory() if cluster is not None else None)
                 host, port = lock.address
                 options.update(device_lock_address=f"{host}:{port}", device_lock_token=token)
-            _launch_groups(flow, placement, options, inlined=inlined, into=groups)
+            _launch_groups(flow, placement, options, inlined=inlined, into=groups,
+                           cpus_per_rank=cpus_per_rank)
             channels = {c.key: FlowChannel(
                 src=c.edge.src, dst=c.edge.dst, name=f"{run_id}/{c.key}", store=store,
                 consumer_ranks=groups[c.edge.dst].world_size,
                 sharding=flow.component(c.edge.dst).worker.input_sharding,
                 unit=flow.unit_of(c), items_per_message=int(plan.granularity.get(
-                    c.key, c.granularity or flow.unit_of(c))))
+                    c.key, c.granularity or flow.unit_of(c))), transport=c.transport)
                 for c in flow.channels
                 if c.edge.src not in inlined and c.edge.dst not in inlined}
             run = cls(flow, plan, groups=groups, channels=channels, lock=lock, store=store,
@@ -141,8 +145,14 @@ class FlowRun:
             _stop(lock, store, owns_ray)
             raise
         try:
+            _check_peer_ends(channels.values(), groups)
+            # Every rank's endpoint exists before anyone sends to it (p2p edges address
+            # endpoints by name), then each consumer creates its channels.
+            run._wait({name: group.call_async("join_store", store)
+                       for name, group in groups.items()})
             run._wait({f"{c.dst}<-{c.src}": groups[c.dst].call_async(
-                "create_channel", c, spec=RANK_ZERO) for c in channels.values()})
+                "create_channel", c, spec=RANK_ZERO) for c in channels.values()
+                if c.transport == "channel"})
             launched = [s for s in flow.components if s.name in groups]
             for spec in launched:
                 group = groups[spec.name]
@@ -251,6 +261,21 @@ class FlowRun:
                                  rank_metrics=rank_metrics)
         self._records.append(record)
         return record
+
+    def drain_spans(self) -> list[Span]:
+        """Trace spans every rank recorded since the last drain (workers launched with
+        ``trace=True``), device-lock switches included, in time order."""
+        self._check_open()
+        futures = [group.call_async("drain_spans") for group in self._groups.values()]
+        spans = [s for future in futures for rank in future.rank_results(timeout=self.timeout)
+                 for s in rank]
+        return sorted(spans, key=lambda s: (s.start, s.track))
+
+    def onloads(self, *, since: float) -> int:
+        """Onloads the device lock ran in every rank since Unix time `since` (the context
+        switches the run performed, to compare with the simulator's count)."""
+        self._check_open()
+        return count_onloads(self._groups.values(), since=since, timeout=self.timeout)
 
     def sync_weights(self) -> float:
         """Sync every weight-sync edge now (e.g. after loading a checkpoint); seconds taken."""
@@ -391,13 +416,15 @@ def _error_of(future: GroupFuture) -> BaseException:
 
 
 def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, Any], *,
-                   inlined: Mapping[str, str], into: dict[str, WorkerGroup]) -> None:
+                   inlined: Mapping[str, str], into: dict[str, WorkerGroup],
+                   cpus_per_rank: float | None = None) -> None:
     """Launch the group of every component not `inlined` side by side (each waits seconds
     for its processes; a host gets its guests' ``inline_kwargs``); every group that started
     lands in `into`, also when another failed or Ctrl-C came, so the caller can kill them
     all."""
     launched = [spec for spec in flow.components if spec.name not in inlined]
-    cpus = _cpus_per_rank(placement, launched=[s.name for s in launched])
+    cpus = (cpus_per_rank if cpus_per_rank is not None
+            else _cpus_per_rank(placement, launched=[s.name for s in launched]))
 
     def kwargs(spec: ComponentSpec) -> dict[str, Any]:
         merged = dict(spec.init_kwargs)
@@ -411,7 +438,8 @@ def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, 
             WorkerGroup.launch, spec.worker, placement=placement.components[spec.name],
             num_cpus_per_rank=cpus,
             num_gpus_per_rank=_gpus_per_rank(flow, spec, placement, inlined=inlined),
-            init_kwargs=kwargs(spec), **options) for spec in launched}
+            init_kwargs=kwargs(spec), span_devices=spec.one_process, **options)
+            for spec in launched}
         try:
             for future in pending.values():
                 future.exception()  # wait for all: the groups that start must be known
@@ -426,6 +454,16 @@ def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, 
             raise error
 
 
+def _check_peer_ends(channels: Iterable[FlowChannel], groups: Mapping[str, WorkerGroup]) -> None:
+    for channel in channels:
+        ranks = {end: groups[end].world_size for end in (channel.src, channel.dst)}
+        if channel.transport == "p2p" and max(ranks.values()) > 1:
+            raise FlowDeclarationError(
+                f"channel {channel.edge} is p2p, which joins one rank to one rank, but the plan "
+                f"gives its ends {ranks} ranks: place each on one device (max_devices=1) or "
+                "declare the edge with transport='channel'")
+
+
 def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
     if placement.mode is ExecutionMode.AUTO:
         raise FlowDeclarationError("the plan's placement is 'auto': plan it first "
@@ -435,6 +473,13 @@ def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
         raise FlowDeclarationError(
             f"the plan places {sorted(placed)} but the flow declares {sorted(declared)}: "
             "place every component exactly once")
+    for spec in flow.components:
+        devices = placement.devices_of(spec.name)
+        most = spec.component.max_devices
+        if most is not None and len(devices) > most:
+            raise FlowDeclarationError(
+                f"the plan gives {spec.name!r} devices {list(devices)}, but it runs on at most "
+                f"{most} (Component.max_devices): place it on fewer devices")
     for sync in flow.weight_syncs:
         apart = [d for d in sync.dst if placement.devices_of(d) != placement.devices_of(sync.src)]
         if sync.transport == "cuda_ipc" and apart:
@@ -449,7 +494,7 @@ def _cpus_per_rank(placement: Placement, *, launched: Iterable[str]) -> float:
     """An equal share of the Ray cluster's CPUs per launched rank (at most one). The total,
     not what is free right now: a flow closed just before still returns its CPUs for a
     moment, and Ray starts the new ranks as soon as they are back."""
-    ranks = sum(placement.components[name].num_procs for name in launched)
+    ranks = sum(placement.components[name].num_procs for name in launched)  # at most
     total = float(ray.cluster_resources().get("CPU", 0.0))
     share = min(1.0, int(100 * total / ranks) / 100)
     if share < 0.01:
@@ -462,7 +507,12 @@ def _gpus_per_rank(flow: MacroFlow, spec: ComponentSpec, placement: Placement, *
                    inlined: Mapping[str, str]) -> float:
     """On CUDA, a GPU component's rank reserves 1/(launched components sharing its device ×
     its processes per device) of a GPU; CPU components and CPU flows reserve none (a host
-    serving an inlined GPU component computes on the GPU too)."""
+    serving an inlined GPU component computes on the GPU too). A declared
+    `ComponentSpec.num_gpus` overrides the share."""
+    declared = [s.num_gpus for s in (spec, *(flow.component(g) for g, h in inlined.items()
+                                             if h == spec.name)) if s.num_gpus is not None]
+    if declared:
+        return max(declared)
     gpu = spec.component.resource == "gpu" or any(
         host == spec.name and flow.component(guest).component.resource == "gpu"
         for guest, host in inlined.items())

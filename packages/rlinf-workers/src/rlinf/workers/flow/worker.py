@@ -35,6 +35,7 @@ from rlinf.sched import Profiler
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.channels import FlowChannel, Sharding
 from rlinf.workers.flow.context import StepContext
+from rlinf.workers.flow.peer import PeerChannel, endpoint_name
 from rlinf.workers.runtime import Worker, WorkerContext
 from rlinf.workers.telemetry import Span, TraceRecorder
 
@@ -95,7 +96,8 @@ class FlowWorker(Worker):
         self.trace = TraceRecorder(f"{context.role}/{context.rank}", enabled=trace)
         self.lock_timeout = lock_timeout
         self.io_timeout = io_timeout
-        self._handles: dict[str, Channel] = {}
+        self._handles: dict[str, Channel | PeerChannel] = {}
+        self._mailboxes: dict[str, Any] = {}
         self._owned: dict[str, Channel] = {}
         self._stores: dict[str, RayStore] = {}
         self._busy = 0.0
@@ -124,6 +126,13 @@ class FlowWorker(Worker):
                 self._busy += seconds
                 self._busy_by[component or self.role] += seconds
 
+    def charge(self, component: str, seconds: float) -> None:
+        """Count `seconds` of this rank's own busy time as `component`'s (an inlined
+        component whose work ran inside one of this rank's turns)."""
+        moved = min(max(seconds, 0.0), self._busy_by[self.role])
+        self._busy_by[self.role] -= moved
+        self._busy_by[component] += moved
+
     def busy_seconds(self) -> float:
         """Seconds spent inside `turn` since the last call (then reset)."""
         busy, self._busy = self._busy, 0.0
@@ -145,8 +154,15 @@ class FlowWorker(Worker):
         store = self._stores.get(name)
         if store is None:
             store = self._stores[name] = RayStore(name)
-            Endpoint.current(store=store)  # this process's endpoint (token from the env)
+            # This process's endpoint (token from the env), named so that p2p peers can
+            # address it without a lookup.
+            Endpoint(endpoint_name(name, self.role, self.rank), store=store).make_current()
         return store
+
+    def join_store(self, store: str) -> str:
+        """Open this rank's endpoint in the run's store (at launch, before any send)."""
+        self._store(store)
+        return endpoint_name(store, self.role, self.rank)
 
     def create_channel(self, channel: FlowChannel) -> str:
         """Create and serve `channel` from this process (rank 0 of its consumer, at launch)."""
@@ -157,14 +173,37 @@ class FlowWorker(Worker):
         self._handles[channel.name] = handle
         return channel.name
 
-    def channel(self, channel: FlowChannel) -> Channel:
-        """This process's handle on `channel` (connected on first use, then reused)."""
+    def link(self, channel: FlowChannel) -> Channel | PeerChannel:
+        """This process's handle on either kind of edge, for code that only puts and gets
+        by key: the `rlinf.comm.Channel` (`channel`) or, for a p2p edge, a `PeerChannel` to
+        the other end (made on first use, then reused)."""
+        if channel.transport != "p2p":
+            return self.channel(channel)
         handle = self._handles.get(channel.name)
         if handle is None:
-            handle = Channel.connect(channel.name, store=self._store(channel.store),
-                                     timeout=self.io_timeout)
-            self._handles[channel.name] = handle
+            if self.role not in (channel.src, channel.dst):
+                raise ConfigError(f"{self.role!r} is not an end of p2p edge {channel.edge}")
+            peer = endpoint_name(channel.store, channel.dst if self.role == channel.src
+                                 else channel.src, 0)
+            handle = self._handles[channel.name] = PeerChannel(
+                Endpoint.current(store=self._store(channel.store)), edge=channel.name,
+                peer=peer, timeout=self.io_timeout,
+                filed=self._mailboxes.setdefault(peer, PeerChannel.mailbox()))
         return handle
+
+    def channel(self, channel: FlowChannel) -> Channel:
+        """This process's `rlinf.comm.Channel` of `channel` (connected on first use, then
+        reused); p2p edges have none (`link`)."""
+        if channel.transport == "p2p":
+            raise ConfigError(f"edge {channel.edge} is p2p: open it with link(), which "
+                              "returns its PeerChannel")
+        handle = self._handles.get(channel.name)
+        if isinstance(handle, Channel):
+            return handle
+        connected = Channel.connect(channel.name, store=self._store(channel.store),
+                                    timeout=self.io_timeout)
+        self._handles[channel.name] = connected
+        return connected
 
     # -- the runtime's call ----------------------------------------------------------------
 

@@ -200,6 +200,7 @@ class WorkerGroup:
         memory_bytes: int | None = None,
         launch_timeout: float = 120.0,
         call_timeout: float = 600.0,
+        span_devices: bool = False,
     ) -> WorkerGroup:
         """Start the ranks and wait (at most `launch_timeout`) until each is constructed.
 
@@ -215,7 +216,9 @@ class WorkerGroup:
         can `Worker.hold_devices` to time-share their devices with collocated components;
         `memory_bytes` is what the plan priced per device for this component, so the lock
         keeps it co-resident with components it fits beside (None: each worker's own
-        `Worker.resident_memory_bytes`). Requires ``ray.init()`` first.
+        `Worker.resident_memory_bytes`). `span_devices`: one rank whose context holds every
+        device of `placement` (a process computing on all of them, e.g. with one thread per
+        CPU slot), on the node of the first. Requires ``ray.init()`` first.
         """
         if not issubclass(worker_cls, Worker):
             raise ConfigError(f"{worker_cls!r} is not a subclass of rlinf.workers Worker")
@@ -224,21 +227,29 @@ class WorkerGroup:
         role = role or (placement.component if placement is not None else None)
         if not role:
             raise ConfigError("a group needs a role: pass role= or a placement")
-        if placement is not None and num_ranks not in (None, placement.num_procs):
+        if placement is not None and not span_devices and num_ranks not in (
+                None, placement.num_procs):
             raise ConfigError(f"num_ranks={num_ranks} contradicts placement "
                               f"{placement.to_spec()!r} ({placement.num_procs} ranks)")
-        world = placement.num_procs if placement is not None else num_ranks
+        if span_devices and placement is None:
+            raise ConfigError("span_devices needs a placement (the devices to span)")
+        world = (1 if span_devices else placement.num_procs) if placement is not None \
+            else num_ranks
         if world is None or world < 1:
             raise ConfigError(f"need num_ranks >= 1 or a placement, got num_ranks={num_ranks}")
         node_ids = _pinned_nodes(role, placement, cluster, cpus=num_cpus_per_rank,
                                  gpus=num_gpus_per_rank)
+        if node_ids is not None and span_devices:
+            node_ids = node_ids[:1]
         name = f"{role}-{uuid.uuid4().hex[:8]}"
         remote_cls = ray.remote(worker_cls)
         actors: list[Any] = []
         for rank in range(world):
             context = WorkerContext(
                 role=role, rank=rank, world_size=world,
-                devices=rank_devices(placement, rank) if placement is not None else (rank,),
+                devices=(tuple(placement.devices) if span_devices and placement is not None
+                         else rank_devices(placement, rank) if placement is not None
+                         else (rank,)),
                 group_name=name, log_level=log_level,
                 device_lock_address=device_lock_address, device_lock_token=device_lock_token,
                 memory_bytes=memory_bytes,

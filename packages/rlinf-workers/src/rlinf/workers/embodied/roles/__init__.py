@@ -1,19 +1,21 @@
-"""Embodied roles: the env, rollout-policy and actor workers as Ray actors of a macro flow.
+"""Embodied roles: the env, rollout-policy and actor components of an embodied macro flow.
 
-- `EnvRole` runs an `EnvWorker`; observations out and actions in through rlinf.comm
-  channels (`RoleLink`) to a `PolicyRole`, stage groups pipelined across the two processes,
-  or with the policy inline when env and policy are collocated (they take turns).
+- `EnvRole` runs an `EnvWorker`; its entry runs the env ↔ policy loop of an iteration,
+  over the loop's edges to a `PolicyRole` (stage groups pipelined across the two
+  processes) or with the policy inline where the plan co-places them (they take turns),
+  then puts the trajectory into the trainer's channel.
 - `PolicyRole` serves rollout inference (MLP/CNN or the tiny VLA).
-- `ActorRole` trains (PPO/GRPO), checkpoints with every RNG and hands out weights.
+- `ActorRole` trains (PPO/GRPO), checkpoints with every RNG and sends weights through the
+  runtime's weight sync (`rlinf.workers.flow.WeightSender`; the policy roles receive).
 
 Every role is a `rlinf.workers.flow.FlowWorker` (`RoleBase`): it sets torch's threads to its
-device count, records spans, holds its devices through the device lock in each `turn` when
-the flow configured one (roles placed together take turns), and receives trajectories and
-weights over channels it owns, never through the driver.
+device count, records spans, and holds its devices through the device lock in each `turn`
+when the flow has one (roles placed together take turns).
 """
 
 from rlinf.workers.embodied.roles.actor_role import ActorRole, TrainReport
 from rlinf.workers.embodied.roles.base import (
+    PolicyTarget,
     RoleBase,
     Weights,
     weights_from_wire,
@@ -24,9 +26,8 @@ from rlinf.workers.embodied.roles.env_role import (
     EnvRole,
     RolloutReport,
     describe_env,
+    rollout_metrics,
 )
-from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_channels, open_link
-from rlinf.workers.embodied.roles.peer import PeerLink
 from rlinf.workers.embodied.roles.policy_role import (
     PolicyRole,
     RolloutPolicy,
@@ -38,19 +39,16 @@ __all__ = [
     "ActorRole",
     "EnvDescription",
     "EnvRole",
-    "LinkEnds",
-    "PeerLink",
     "PolicyRole",
+    "PolicyTarget",
     "RoleBase",
-    "RoleLink",
     "RolloutPolicy",
     "RolloutReport",
     "TrainReport",
     "Weights",
     "build_rollout_policy",
     "describe_env",
-    "open_channels",
-    "open_link",
+    "rollout_metrics",
     "serve_stages",
     "weights_from_wire",
     "weights_to_wire",

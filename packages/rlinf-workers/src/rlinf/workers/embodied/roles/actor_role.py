@@ -1,27 +1,27 @@
-"""`ActorRole`: PPO/GRPO training as a Ray worker: the trajectory comes in over a channel,
-the updated weights go out over another (the driver passes neither), and checkpoints keep
-every RNG."""
+"""`ActorRole`: PPO/GRPO training as a flow component: the trajectory comes in over a
+channel, the updated weights go out through the runtime's weight sync (the driver passes
+neither), and checkpoints keep every RNG."""
 
 from __future__ import annotations
 
 import copy
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from rlinf.comm import Batch
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
 from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_to_wire
 from rlinf.workers.env.trajectory import Trajectory
-from rlinf.workers.flow import FlowChannel, rank_key
+from rlinf.workers.flow import FlowChannel, StepContext, WeightSender, rank_key
 from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span
+from rlinf.workers.weight_sync import Bucket
 
 __all__ = ["ActorRole", "TrainReport"]
 
@@ -38,28 +38,22 @@ class TrainReport:
     """One ``train`` span."""
 
 
-class ActorRole(RoleBase):
+class ActorRole(RoleBase, WeightSender):
     """Owns the trainable policy (an `EmbodiedActorWorker`) in its own process."""
 
     def __init__(self, context: WorkerContext, *, config: EmbodiedActorConfig,
                  trace: bool = False, num_threads: int | None = None,
-                 devices: Sequence[int] | None = None) -> None:
-        super().__init__(context, trace=trace, num_threads=num_threads, devices=devices)
+                 io_timeout: float = 600.0) -> None:
+        super().__init__(context, trace=trace, num_threads=num_threads, io_timeout=io_timeout)
         self.actor = EmbodiedActorWorker(context, config=config)
 
-    def create_trajectory_channel(self, channel: FlowChannel) -> str:
-        """Own the channel the env role puts each rollout's trajectory into (at launch)."""
-        return self.create_channel(channel)
-
-    def train_step(self, step: int, *, trajectory_channel: FlowChannel,
-                   weights_channel: FlowChannel) -> TrainReport:
-        """Iteration `step`: wait (holding no device) for the env role's trajectory, run
-        `epochs` × `num_minibatches` updates on it in one device turn, and put the updated
-        weights into `weights_channel` for the rollout policy (`RoleBase.pull_weights`)."""
-        batch = self.channel(trajectory_channel).get(key=rank_key(0), timeout=self.io_timeout)
-        report = self.train(Trajectory.from_batch(batch, step=step))
-        self.push_weights(weights_channel)
-        return report
+    def train_step(self, ctx: StepContext, *, input_channel: FlowChannel) -> dict[str, float]:
+        """Iteration ``ctx.step``: wait (holding no device) for the env role's trajectory,
+        then `train` on it; returns the update's statistics and ``train_seconds``. The
+        runtime's weight sync then moves the new weights to the rollout policy."""
+        batch = self.channel(input_channel).get(key=rank_key(0), timeout=self.io_timeout)
+        report = self.train(Trajectory.from_batch(batch, step=ctx.step))
+        return {**report.stats, "train_seconds": report.seconds}
 
     def train(self, trajectory: Trajectory) -> TrainReport:
         """`epochs` × `num_minibatches` updates on one rollout, in one device turn."""
@@ -69,13 +63,13 @@ class ActorRole(RoleBase):
         return TrainReport(stats=stats, seconds=time.perf_counter() - started,
                            spans=tuple(self.drain_spans()))
 
-    def push_weights(self, channel: FlowChannel) -> None:
-        """Put a copy of the current parameters into `channel` (its owner, the rollout
-        policy's role, loads them with `pull_weights`)."""
-        self.channel(channel).put(Batch(dict(self.get_weights())), key=rank_key(0))
+    def buckets(self) -> Iterator[Bucket]:
+        """The policy's parameters as one bucket: a complete state dict, which the rollout
+        policy loads at once (`PolicyTarget`)."""
+        yield list(self.actor.model.state_dict().items())
 
     def get_weights(self) -> Weights:
-        """A CPU copy of the parameters, for the rollout policy (`weights_to_wire`)."""
+        """A CPU copy of the parameters, for the driver (evaluation; `weights_to_wire`)."""
         return weights_to_wire(self.actor.get_weights())
 
     def state(self) -> dict[str, Any]:

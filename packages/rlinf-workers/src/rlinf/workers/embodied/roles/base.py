@@ -4,20 +4,20 @@ torch threads per device, and how weights travel."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, FlowWorker, rank_key
+from rlinf.workers.flow import FlowWorker
 from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.weight_sync import Bucket
 
-__all__ = ["RoleBase", "Weights", "weights_from_wire", "weights_to_wire"]
+__all__ = ["PolicyTarget", "RoleBase", "Weights", "weights_from_wire", "weights_to_wire"]
 
 Weights = Mapping[str, "np.ndarray | torch.Tensor"]
-"""Parameters as they travel between roles: numpy arrays (Ray's object store hands them
+"""Parameters as they travel to the driver: numpy arrays (Ray's object store hands them
 over without pickling the data; torch tensors it copies), torch tensors where numpy has no
 dtype for them (bfloat16)."""
 
@@ -33,52 +33,49 @@ def weights_from_wire(weights: Weights) -> dict[str, torch.Tensor]:
     return {k: v if isinstance(v, torch.Tensor) else torch.tensor(v) for k, v in weights.items()}
 
 
+class _LoadsWeights(Protocol):
+    def set_weights(self, weights: Mapping[str, torch.Tensor]) -> None: ...
+
+
+class PolicyTarget:
+    """A rollout policy as a weight-sync target (`rlinf.workers.weight_sync.WeightTarget`):
+    each bucket is a complete state dict (`ActorRole.buckets` sends one bucket)."""
+
+    def __init__(self, policy: _LoadsWeights) -> None:
+        self._policy = policy
+
+    def update_weights(self, named_tensors: Bucket) -> None:
+        """Load the bucket (the policy copies it into its own parameters)."""
+        self._policy.set_weights(dict(named_tensors))
+
+
 class RoleBase(FlowWorker):
     """A `rlinf.workers.flow.FlowWorker` that computes on its placement's devices.
 
     Torch runs with one intra-op thread per device of the rank (``num_threads`` overrides):
     a CPU "device" is a core slot, and more threads than slots oversubscribe the cores
-    (measured ~20x slower PPO updates here). With a device lock configured at launch,
-    `turn` holds the rank's devices, so roles placed on the same devices take turns; the
-    channels of `FlowWorker` carry trajectories and weights between roles, never through
-    the driver.
+    (measured ~20x slower PPO updates here). A trainer declared ``one_process`` gets every
+    device of its placement in its context, so one process uses them all. With a device
+    lock configured at launch, `turn` holds the rank's devices, so roles placed on the same
+    devices take turns.
     """
 
     def __init__(self, context: WorkerContext, *, trace: bool = False,
-                 num_threads: int | None = None, devices: Sequence[int] | None = None,
-                 lock_timeout: float = 600.0, io_timeout: float = 600.0) -> None:
-        self.role_devices = tuple(devices) if devices is not None else context.devices
-        """Devices this rank computes on (`devices` overrides the context's one device: a
-        single process spanning several devices, e.g. the actor)."""
-        super().__init__(context, trace=trace, lock_timeout=lock_timeout, io_timeout=io_timeout)
-        self.num_threads = num_threads or max(1, len(self.role_devices))
+                 num_threads: int | None = None, lock_timeout: float = 600.0,
+                 io_timeout: float = 600.0, **kwargs: Any) -> None:
+        super().__init__(context, trace=trace, lock_timeout=lock_timeout, io_timeout=io_timeout,
+                         **kwargs)
+        self.num_threads = num_threads or max(1, len(context.devices))
         torch.set_num_threads(self.num_threads)
 
-    @property
-    def devices(self) -> tuple[int, ...]:
-        """The devices this rank computes on and holds in its turns."""
-        return self.role_devices
-
     @contextlib.contextmanager
-    def turn(self, name: str, **args: Any) -> Iterator[None]:
+    def turn(self, name: str, *, component: str | None = None,
+             **args: Any) -> Iterator[None]:
         """`FlowWorker.turn` with this rank's torch threads: OpenMP's thread count is per
         calling thread, and Ray may run a call on another thread than the constructor's."""
         torch.set_num_threads(self.num_threads)
-        with super().turn(name, **args):
+        with super().turn(name, component=component, **args):
             yield
-
-    def create_weights_channel(self, channel: FlowChannel) -> str:
-        """Own the channel the trainer puts updated weights into (at launch)."""
-        return self.create_channel(channel)
-
-    def pull_weights(self, channel: FlowChannel) -> None:
-        """Load the weights the trainer put into `channel` (`ActorRole.push_weights`)."""
-        batch = self.channel(channel).get(key=rank_key(0), timeout=self.io_timeout)
-        self.set_weights(dict(batch.tensors))
-
-    def set_weights(self, weights: Weights) -> None:
-        """Load policy weights (roles that serve a policy override it)."""
-        raise ConfigError(f"{type(self).__name__} serves no policy to load weights into")
 
     def onload(self) -> None:
         """Nothing to move by default (CPU state); roles with device state override it."""

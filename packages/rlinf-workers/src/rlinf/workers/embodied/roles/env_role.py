@@ -1,10 +1,13 @@
-"""`EnvRole`: the simulators as a Ray worker; observations out, actions in.
+"""`EnvRole`: the simulators as a flow component; observations out, actions in.
 
-With a `RoleLink` the env role talks to a `PolicyRole` in another process through two
-rlinf.comm channels, stage groups pipelined: while the policy computes the actions of group
-g+1, this process steps group g. With an inline policy instead (the collocated placement),
+Its entry `rollout` runs one iteration's loop of ``ctx.loop_steps`` steps. With the policy
+in another process (hybrid, disaggregated placements) it exchanges stage-group
+micro-batches with that `PolicyRole` over the loop's two edges, pipelined: while the policy
+computes the actions of group g+1, this process steps group g. Where the plan co-places the
+policy (`ComponentSpec.inline_with`), the runtime constructs this role with ``policy=``:
 env and policy take turns in this one process, every observation batch answered at once
-(no transport at all).
+(no transport at all). Either way the trajectory then goes to the trainer over its channel;
+the driver sees statistics only.
 """
 
 from __future__ import annotations
@@ -20,42 +23,41 @@ import numpy as np
 
 from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats
-from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_from_wire
-from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
+from rlinf.workers.embodied.roles.base import PolicyTarget, RoleBase
 from rlinf.workers.embodied.roles.policy_role import PING, RolloutPolicy, build_rollout_policy
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.env.link import LinkTimeoutError
 from rlinf.workers.env.trajectory import Trajectory
-from rlinf.workers.env.worker import EnvWorker
+from rlinf.workers.env.worker import EnvRollout, EnvWorker
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, rank_key
+from rlinf.workers.flow import FlowChannel, StepContext, WeightReceiver, rank_key
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span, TraceRecorder
+from rlinf.workers.weight_sync import WeightTarget
 
-__all__ = ["EnvDescription", "EnvRole", "RolloutReport", "describe_env"]
+__all__ = ["EnvDescription", "EnvRole", "RolloutReport", "describe_env", "rollout_metrics"]
 
 
 @dataclass(frozen=True)
 class RolloutReport:
-    """What one rollout of an env role produced."""
+    """What one in-process rollout (`EnvRole.collect`) produced."""
 
-    trajectory: Trajectory | None
-    """Every env's steps (stage groups joined, env order); None when they went to the
-    trainer through a channel (`EnvRole.rollout`'s `trajectory_channel`)."""
+    trajectory: Trajectory
+    """Every env's steps (stage groups joined, env order)."""
     episodes: tuple[EpisodeStats, ...]
     """Episodes that ended during the rollout."""
     env_steps: int
     """Env steps taken."""
     seconds: float
-    """Wall time of the rollout inside the env role."""
+    """Wall time of the rollout."""
     step_seconds: float
     """Time inside the simulators' `step`."""
     wait_seconds: float
-    """Time waiting for actions (inference not hidden behind simulation)."""
+    """Time waiting for actions."""
     spans: tuple[Span, ...]
-    """``env_step`` (and, inline, ``infer``) spans per stage group and step."""
+    """``env_step`` and ``infer`` spans per stage group and step."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,19 @@ def describe_env(worker: EnvWorker) -> EnvDescription:
     )
 
 
+def rollout_metrics(result: EnvRollout) -> dict[str, float]:
+    """A rollout's statistics as the flat sums an entry returns (the caller pools means):
+    episodes and their return, length and success sums, env steps and times."""
+    episodes = result.episodes
+    flags = [e.success for e in episodes if e.success is not None]
+    return {"episodes": float(len(episodes)),
+            "return_sum": float(sum(e.episode_return for e in episodes)),
+            "length_sum": float(sum(e.length for e in episodes)),
+            "success_sum": float(sum(bool(f) for f in flags)), "success_count": float(len(flags)),
+            "env_steps": float(result.env_steps), "rollout_seconds": float(result.seconds),
+            "step_seconds": float(result.step_seconds), "wait_seconds": float(result.wait_seconds)}
+
+
 class _InlineLink:
     """Sink and source in one: `put` runs the policy at once, `get` pops its answer."""
 
@@ -103,10 +118,13 @@ class _InlineLink:
         self._policy = policy
         self._trace = trace
         self._replies: dict[str | None, deque[Batch]] = {}
+        self.seconds = 0.0
+        """Time spent in the policy (the inlined component's busy time)."""
 
     def put(self, item: Batch, *, key: str | None = None) -> None:
-        start = time.time()
+        start, t0 = time.time(), time.perf_counter()
         self._replies.setdefault(key, deque()).append(self._policy.infer(item))
+        self.seconds += time.perf_counter() - t0
         self._trace.add("infer", start, time.time(), stage=item.meta.get("stage"),
                         step=item.meta.get("step"))
 
@@ -117,22 +135,18 @@ class _InlineLink:
         return pending.popleft()
 
 
-class EnvRole(RoleBase):
-    """Simulators of one rank (module docstring); give exactly one of `link` and `policy`."""
+class EnvRole(RoleBase, WeightReceiver):
+    """Simulators of one rank (module docstring); ``policy=`` serves the policy inline."""
 
     def __init__(self, context: WorkerContext, *, config: EnvWorkerConfig,
-                 link: RoleLink | None = None,
                  policy: PolicyRolloutConfig | VLARolloutConfig | None = None,
-                 trace: bool = False, num_threads: int | None = None) -> None:
-        super().__init__(context, trace=trace, num_threads=num_threads)
-        if (link is None) == (policy is None):
-            raise ConfigError("an EnvRole needs exactly one of link= (a PolicyRole elsewhere) "
-                              "and policy= (inference inline, collocated)")
+                 reset_every_iteration: bool = False, trace: bool = False,
+                 num_threads: int | None = None, io_timeout: float = 600.0) -> None:
+        super().__init__(context, trace=trace, num_threads=num_threads, io_timeout=io_timeout)
         self.env = EnvWorker(context, config=config)
-        self.link = link
+        self.reset_every_iteration = reset_every_iteration
         self.policy: RolloutPolicy | None = (
             build_rollout_policy(context, policy) if policy is not None else None)
-        self._ends: LinkEnds | None = None
 
     def resident_memory_bytes(self) -> int | None:
         """0: its onload/offload move nothing (simulators, and an inline policy, stay where
@@ -144,56 +158,69 @@ class EnvRole(RoleBase):
         """Spaces and instruction of the task."""
         return describe_env(self.env)
 
-    def open_link(self) -> None:
-        """Open this side of the link (actions in, observations out)."""
-        if self.link is None:
-            raise ConfigError("this EnvRole runs its policy inline; it has no link to open")
-        if self._ends is None:
-            self._ends = open_link(self.link, inbound=self.link.actions,
-                                   outbound=self.link.observations)
+    def reset_seed(self, step: int) -> int:
+        """The seed iteration `step` resets from (with ``reset_every_iteration``)."""
+        return self.env.config.seed + (step + 1) * self.env.config.num_envs
 
-    def rollout(self, *, num_steps: int, step: int = 0,
-                trajectory_channel: FlowChannel | None = None) -> RolloutReport:
-        """Iteration `step`'s rollout of `num_steps` steps of every env (continuing open
-        episodes). With `trajectory_channel` (a flow) the trajectory goes straight to the
-        trainer through it and the report carries only statistics; without, the report
-        carries it (in-process use)."""
-        with self.turn("rollout", step=step):
-            if self.policy is not None:
-                link = _InlineLink(self.policy, self.trace)
-                result = self.env.rollout(num_steps=num_steps, sink=link, source=link,
+    def rollout(self, ctx: StepContext, *, inputs: Mapping[str, FlowChannel],
+                outputs: Mapping[str, FlowChannel]) -> dict[str, float]:
+        """Iteration ``ctx.step``: ``ctx.loop_steps`` steps of every env (continuing open
+        episodes, or from resets seeded by the step), the trajectory put into the trainer's
+        channel (the output outside the loop); returns `rollout_metrics`."""
+        partners = set(inputs) & set(outputs)
+        trainers = [name for name in outputs if name not in partners]
+        if len(trainers) != 1 or len(partners) > 1 or (self.policy is None) == (not partners):
+            raise ConfigError(f"EnvRole expects one trainer output and either a policy peer "
+                              f"or an inline policy; got inputs {sorted(inputs)}, outputs "
+                              f"{sorted(outputs)}, inline policy {self.policy is not None}")
+        if self.reset_every_iteration:
+            self.env.reset(seed=self.reset_seed(ctx.step))
+        num_steps = ctx.loop_steps[self.role]
+        inline = _InlineLink(self.policy, self.trace) if self.policy is not None else None
+        with self.turn("rollout", step=ctx.step):
+            if inline is not None:
+                result = self.env.rollout(num_steps=num_steps, sink=inline, source=inline,
                                           trace=self.trace)
             else:
-                if self._ends is None or self.link is None:
-                    raise ConfigError("EnvRole.rollout before open_link(): connect the roles")
-                result = self.env.rollout(num_steps=num_steps, sink=self._ends.outbound,
-                                          source=self._ends.inbound, timeout=self.link.timeout,
-                                          trace=self.trace)
+                peer = next(iter(partners))
+                result = self.env.rollout(num_steps=num_steps, sink=self.link(outputs[peer]),
+                                          source=self.link(inputs[peer]),
+                                          timeout=self.io_timeout, trace=self.trace)
+        if inline is not None:  # the inlined policy's own busy time, for its profile
+            guest = next(n for n, host in ctx.inlined.items() if host == self.role)
+            self.charge(guest, inline.seconds)
         trajectory = Trajectory.concat(result.trajectories)
-        if trajectory_channel is not None:
-            self.channel(trajectory_channel).put(trajectory.to_batch(step=step),
-                                                 key=rank_key(0))
+        self.channel(outputs[trainers[0]]).put(trajectory.to_batch(step=ctx.step),
+                                              key=rank_key(0))
+        return rollout_metrics(result)
+
+    def collect(self, *, num_steps: int, step: int = 0) -> RolloutReport:
+        """A rollout with the inline policy, in this process, returning the trajectory (use
+        without a flow: tests, single-process drivers)."""
+        inline = _InlineLink(self._inline(), self.trace)
+        with self.turn("rollout", step=step):
+            result = self.env.rollout(num_steps=num_steps, sink=inline, source=inline,
+                                      trace=self.trace)
         return RolloutReport(
-            trajectory=trajectory if trajectory_channel is None else None,
-            episodes=result.episodes,
+            trajectory=Trajectory.concat(result.trajectories), episodes=result.episodes,
             env_steps=result.env_steps, seconds=result.seconds, step_seconds=result.step_seconds,
             wait_seconds=result.wait_seconds, spans=tuple(self.drain_spans()))
 
-    def ping(self, *, count: int, batch_size: int) -> float:
+    def ping(self, *, count: int, batch_size: int, output_channel: FlowChannel,
+             input_channel: FlowChannel) -> float:
         """Median round trip (seconds) of an observation-sized micro-batch of `batch_size`
-        envs to the policy role and back (it runs `echo(count=count)`): the link's cost per
-        message pair, for the planner's model of pipelined placements."""
-        if self._ends is None or self.link is None:
-            raise ConfigError("EnvRole.ping needs an open link (not an inline policy)")
+        envs to the policy role and back over the loop's edges (it runs `echo`): the link's
+        cost per message pair, for the planner's model of pipelined placements."""
         obs = np.zeros((batch_size, *(self.env.observation_space.shape or ())),
                        dtype=self.env.observation_space.dtype)
         message = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(batch_size, bool),
                          "env_index": np.arange(batch_size)})
+        sink, source = self.link(output_channel), self.link(input_channel)
         times = []
         for _ in range(count):
             started = time.perf_counter()
-            self._ends.outbound.put(message, key=PING)
-            self._ends.inbound.get(key=PING, timeout=self.link.timeout)
+            sink.put(message, key=PING)
+            source.get(key=PING, timeout=self.io_timeout)
             times.append(time.perf_counter() - started)
         return float(np.median(times))
 
@@ -201,9 +228,9 @@ class EnvRole(RoleBase):
         """Start new episodes in every env (env i seeded with seed + i when given)."""
         self.env.reset(seed=seed)
 
-    def set_weights(self, weights: Weights) -> None:
-        """Load the actor's parameters into the inline policy."""
-        self._inline().set_weights(weights_from_wire(weights))
+    def weight_target(self) -> WeightTarget:
+        """The inline policy: the trainer's weights load into it."""
+        return PolicyTarget(self._inline())
 
     def _inline(self) -> RolloutPolicy:
         if self.policy is None:
@@ -230,10 +257,6 @@ class EnvRole(RoleBase):
         return self.env.env.render()
 
     def shutdown(self) -> None:
-        """Disconnect the channels, close the simulators, then the base worker's resources."""
-        if self._ends is not None:
-            self._ends.close()
-            self._ends = None
+        """Close the simulators, then the base worker's resources (channels, buffers)."""
         self.env.shutdown()
-
         super().shutdown()

@@ -1,4 +1,5 @@
-"""`PolicyRole`: policy inference as its own Ray worker, serving an env role over channels."""
+"""`PolicyRole`: policy inference as its own flow component, serving an env role over the
+edges of their loop."""
 
 from __future__ import annotations
 
@@ -8,15 +9,16 @@ from typing import Any
 
 import torch
 
-from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_from_wire
-from rlinf.workers.embodied.roles.link import LinkEnds, RoleLink, open_link
+from rlinf.workers.embodied.roles.base import PolicyTarget, RoleBase
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
 from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import FlowChannel, StepContext, WeightReceiver
 from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime.context import WorkerContext
-from rlinf.workers.telemetry import Span, TraceRecorder
+from rlinf.workers.telemetry import TraceRecorder
+from rlinf.workers.weight_sync import WeightTarget
 
 __all__ = ["PING", "PolicyRole", "RolloutPolicy", "build_rollout_policy", "serve_stages"]
 
@@ -57,43 +59,39 @@ def serve_stages(policy: RolloutPolicy, *, source: ActionSource, sink: ObsSink, 
     return answered
 
 
-class PolicyRole(RoleBase):
-    """Runs rollout inference in its own process (module docstring)."""
+class PolicyRole(RoleBase, WeightReceiver):
+    """Rollout inference in its own process: the policy side of an env ↔ policy loop."""
 
     def __init__(self, context: WorkerContext, *, config: PolicyRolloutConfig | VLARolloutConfig,
-                 link: RoleLink, trace: bool = False, num_threads: int | None = None) -> None:
-        super().__init__(context, trace=trace, num_threads=num_threads)
+                 trace: bool = False, num_threads: int | None = None,
+                 io_timeout: float = 600.0) -> None:
+        super().__init__(context, trace=trace, num_threads=num_threads, io_timeout=io_timeout)
         self.policy = build_rollout_policy(context, config)
-        self.link = link
-        self._ends: LinkEnds | None = None
 
-    def open_link(self) -> None:
-        """Open this side of the link (observations in, actions out)."""
-        if self._ends is None:
-            self._ends = open_link(self.link, inbound=self.link.observations,
-                                   outbound=self.link.actions)
+    def serve(self, ctx: StepContext, *, input_channel: FlowChannel,
+              output_channel: FlowChannel) -> dict[str, float]:
+        """Answer iteration ``ctx.step``'s rollout of the env at the other end of the loop:
+        ``ctx.loop_steps`` steps (+1 to bootstrap) of its stage groups (its items over the
+        plan's micro-batch)."""
+        env = input_channel.src
+        stages = ctx.items[env] // ctx.micro_batch.get(env, ctx.items[env])
+        with self.turn("serve", step=ctx.step):
+            answered = serve_stages(self.policy, source=self.link(input_channel),
+                                    sink=self.link(output_channel),
+                                    num_steps=ctx.loop_steps[self.role], num_stages=stages,
+                                    timeout=self.io_timeout, trace=self.trace)
+        return {"answered": float(answered)}
 
-    def serve(self, *, num_steps: int, num_stages: int) -> list[Span]:
-        """Answer one rollout of the env role; returns this call's spans."""
-        if self._ends is None:
-            raise ConfigError("PolicyRole.serve before open_link(): connect the roles first")
-        with self.turn("serve", steps=num_steps):
-            serve_stages(self.policy, source=self._ends.inbound, sink=self._ends.outbound,
-                         num_steps=num_steps,
-                         num_stages=num_stages, timeout=self.link.timeout, trace=self.trace)
-        return self.drain_spans()
-
-    def echo(self, *, count: int) -> None:
+    def echo(self, *, count: int, input_channel: FlowChannel,
+             output_channel: FlowChannel) -> None:
         """Send back `count` messages under key ``"ping"`` as they arrive (`EnvRole.ping`)."""
-        if self._ends is None:
-            raise ConfigError("PolicyRole.echo before open_link(): connect the roles first")
+        source, sink = self.link(input_channel), self.link(output_channel)
         for _ in range(count):
-            self._ends.outbound.put(self._ends.inbound.get(key=PING, timeout=self.link.timeout),
-                                    key=PING)
+            sink.put(source.get(key=PING, timeout=self.io_timeout), key=PING)
 
-    def set_weights(self, weights: Weights) -> None:
-        """Load the actor's parameters."""
-        self.policy.set_weights(weights_from_wire(weights))
+    def weight_target(self) -> WeightTarget:
+        """The policy: the trainer's weights load into it."""
+        return PolicyTarget(self.policy)
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """The serving parameters."""
@@ -120,9 +118,3 @@ class PolicyRole(RoleBase):
         """Move the model to host memory."""
         self.policy.offload()
 
-    def shutdown(self) -> None:
-        """Disconnect the channels, then the base worker's resources."""
-        if self._ends is not None:
-            self._ends.close()
-            self._ends = None
-        super().shutdown()
