@@ -232,13 +232,18 @@ class RunConfig:
     """Where the policy and actor run; simulators always run on the CPU."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (older ones are pruned)."""
+    max_restarts: int = 0
+    """When a worker dies (killed, out of memory, its node lost), tear down what is left,
+    relaunch from the last checkpoint (from the start before the first one) and go on — at
+    most this many times; each restart is recorded in the metrics (``run/restarts``) and the
+    summary. 0: the run stops and says to --resume."""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "rollout_steps", "eval_episodes", "keep_checkpoints"):
             value = getattr(self, name)
             if value < 1:
                 raise AppConfigError(f"run.{name}", value, "an integer >= 1")
-        for name in ("checkpoint_every", "eval_every"):
+        for name in ("checkpoint_every", "eval_every", "max_restarts"):
             value = getattr(self, name)
             if value < 0:
                 raise AppConfigError(f"run.{name}", value, "an integer >= 0 (0: never)")

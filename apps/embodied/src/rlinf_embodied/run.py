@@ -13,7 +13,12 @@
 (policy, critic, optimizer, RNG, env state) is restored, metrics records past the
 checkpoint are dropped (they are redone), and the run goes on as if never interrupted, with
 the checkpoint's plan (`auto` is not profiled again). A checkpoint written by a different
-config (other than `run.iterations`) is refused.
+config (other than `run.iterations` and `run.max_restarts`) is refused.
+
+Self-healing (`run.max_restarts`): when a worker dies the flow has already torn down what
+was left; `train` records the restart and resumes itself as above (from the start when no
+checkpoint was taken yet), at most `max_restarts` times; restarts go into the metrics
+(``run/restarts`` at the iteration the run went on from) and the summary.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 from rlinf.sched import Cluster, ExecutionPlan, Profile, Workflow
-from rlinf.workers.errors import ConfigError
+from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -71,7 +76,7 @@ __all__ = ["RESUMABLE_KEYS", "check_resumable", "dry_run", "train"]
 
 _log = structlog.get_logger(__name__)
 
-RESUMABLE_KEYS = frozenset({"run.iterations", "run.run_dir"})
+RESUMABLE_KEYS = frozenset({"run.iterations", "run.run_dir", "run.max_restarts"})
 """Config keys that may differ between a checkpoint and the run resuming from it."""
 
 CHECKPOINT_DIR = "checkpoints"
@@ -215,8 +220,31 @@ def _existing_run(run_dir: Path) -> bool:
 
 
 def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None) -> RunSummary:
-    """Run (or resume) training as the config says; returns and prints the summary."""
+    """Run (or resume) training as the config says; returns and prints the summary. A worker
+    that dies restarts the run from its last checkpoint up to `run.max_restarts` times
+    (module docstring); after that its `WorkerDiedError` propagates."""
     out = stream or sys.stdout
+    restarts: list[str] = []
+    while True:
+        try:
+            return _train(cfg, resume=resume, out=out, restarts=tuple(restarts))
+        except WorkerDiedError as exc:
+            if len(restarts) >= cfg.run.max_restarts:
+                raise
+            latest = CheckpointStore(Path(cfg.run.run_dir) / CHECKPOINT_DIR,
+                                     keep=cfg.run.keep_checkpoints).latest()
+            step = latest[0] if latest is not None else 0
+            restarts.append(f"{exc.role} rank {exc.rank} died; went on from iteration {step}")
+            print(f"worker died ({exc}); restart {len(restarts)} of {cfg.run.max_restarts} "
+                  f"from iteration {step}", file=out, flush=True)
+            _log.warning("run_restart", restart=len(restarts), step=step, role=exc.role,
+                         rank=exc.rank, error=str(exc))
+            resume = True
+
+
+def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ...]
+           ) -> RunSummary:
+    """One session of `train`: launch, loop until a worker dies or the run is done."""
     run_dir = Path(cfg.run.run_dir)
     if not resume and _existing_run(run_dir):
         raise ConfigError(f"run directory {run_dir} already holds a run: pass --resume to "
@@ -247,7 +275,8 @@ def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None)
                 print(f"plan: [{choice.plan.mode.value}] {choice.plan.spec}; the planner "
                       f"predicts {choice.plan.predicted_time:.3f} s/iteration", file=out)
             summary = _loop(cfg, flow, choice=choice, workflow=workflow, cluster=cluster,
-                            store=store, latest=latest, resuming=resume, out=out)
+                            store=store, latest=latest, resuming=resume, out=out,
+                            restarts=restarts)
         finally:
             flow.close()
     print(summary.format(), file=out)
@@ -256,7 +285,7 @@ def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None)
 
 def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: Workflow,
           cluster: Cluster, store: CheckpointStore, latest: tuple[int, Path, dict[str, Any]] | None,
-          resuming: bool, out: TextIO) -> RunSummary:
+          resuming: bool, out: TextIO, restarts: tuple[str, ...] = ()) -> RunSummary:
     run, run_dir = cfg.run, Path(cfg.run.run_dir)
     eval_seed = run.seed + EVAL_SEED_OFFSET
     if latest is not None:
@@ -274,6 +303,8 @@ def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: W
                                    max_steps=run.eval_max_steps)
             progress.before = _eval_metrics(before)
             metrics.write(0, progress.before)
+        if restarts:
+            metrics.write(progress.step, {"run/restarts": float(len(restarts))})
         display = ProgressDisplay(run.iterations, desc=cfg.env.id, start=progress.step,
                                   stream=out, keys=("episode_return", "success_rate",
                                                     "env_steps_per_s", "eval_return"))
@@ -311,7 +342,7 @@ def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: W
             metrics.write(run.iterations, after)
     _write_outputs(cfg, final, spans, choice=choice, workflow=workflow, cluster=cluster,
                    out=out)
-    return _summarise(cfg, choice, progress, after)
+    return _summarise(cfg, choice, progress, after, restarts=restarts)
 
 
 def _has_final_eval(run_dir: Path, step: int) -> bool:
@@ -352,7 +383,7 @@ def _steady_median(values: Sequence[float]) -> float:
 
 
 def _summarise(cfg: AppConfig, choice: PlanChoice, progress: _Progress,
-               after: Mapping[str, float]) -> RunSummary:
+               after: Mapping[str, float], *, restarts: tuple[str, ...] = ()) -> RunSummary:
     run = cfg.run
     before = progress.before
     success_after = after.get("eval_success_rate")
@@ -375,6 +406,7 @@ def _summarise(cfg: AppConfig, choice: PlanChoice, progress: _Progress,
         run_dir=str(Path(run.run_dir)),
         simulated_switches=choice.simulation.switches if choice.simulation else None,
         lock_switches_per_iteration=(_steady_median(progress.onloads)
-                                     if progress.onloads else None))
+                                     if progress.onloads else None),
+        restarts=restarts)
     summary.save(Path(run.run_dir) / "summary.json")
     return summary

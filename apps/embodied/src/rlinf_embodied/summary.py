@@ -74,6 +74,11 @@ class RunSummary:
     lock_switches_per_iteration: float | None = None
     """Onloads the device lock ran per iteration over every worker process (median of this
     session's steady iterations)."""
+    restarts: tuple[str, ...] = ()
+    """One line per restart after a worker died (``run.max_restarts``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "restarts", tuple(self.restarts))  # a list when read back
 
     def format(self) -> str:
         """The printed summary."""
@@ -103,6 +108,7 @@ class RunSummary:
             f"by the device lock ({_fmt(self.simulated_switches, 'd')} simulated)",
             f"mode                {self.mode}: {self.placement}",
             f"outputs             {self.run_dir}",
+            *(f"restart             {line}" for line in self.restarts),
         ]
         return "\n".join(lines)
 

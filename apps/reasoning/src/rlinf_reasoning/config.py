@@ -39,8 +39,9 @@ Positive = Annotated[int, Range(1)]
 NonNegative = Annotated[int, Range(0)]
 Probability = Annotated[float, Range(0, 1)]
 
-LENGTH_KEYS = frozenset({"run.steps", "run.run_dir"})
-"""Keys a resumed run may change: its length, and where the run directory lives."""
+LENGTH_KEYS = frozenset({"run.steps", "run.run_dir", "run.max_restarts"})
+"""Keys a resumed run may change: its length, where the run directory lives, and how often
+it may restart itself."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,11 @@ class RunConfig:
     """run.replan: relative deviation of a step's seconds from the prediction that counts."""
     replan_patience: Positive = 3
     """run.replan: consecutive drifting steps before re-planning."""
+    max_restarts: NonNegative = 0
+    """When a worker dies (killed, out of memory, its node lost), tear down what is left,
+    relaunch the workers from the last checkpoint (from the start before the first one) and
+    go on — at most this many times; every restart is recorded in the metrics
+    (``run/restarts``) and in the summary. 0: the run stops and says to --resume."""
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,12 @@ class Summary:
     lock_switches_per_iteration: float | None = None
     """Onloads the device lock ran per iteration, over every worker process: median of this
     session's steady iterations (null without steps)."""
+    restarts: tuple[str, ...] = ()
+    """One line per restart after a worker died (``run.max_restarts``): what died, and the
+    step the run went on from."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "restarts", tuple(self.restarts))  # a list when read back
 
     @property
     def gain_points(self) -> float:
@@ -118,6 +124,8 @@ def print_summary(summary: Summary, out: TextIO) -> None:
                      else f", simulated {summary.simulated_switches}")
         print(f"context switches per iteration: device lock "
               f"{summary.lock_switches_per_iteration:g}{simulated}", file=out)
+    for line in summary.restarts:
+        print(f"restart: {line}", file=out)
 
 
 def write_summary(summary: Summary, run_dir: Path) -> Path:

@@ -12,6 +12,11 @@ checking that it was written with the same config (except ``run.steps``), keeps 
 execution plan, drops the metric records of steps that are about to be redone and continues
 from the next step with the same problems and random draws, so the metrics equal those of an
 uninterrupted run.
+
+Self-healing (``run.max_restarts``): when a worker dies, the flow has already torn down
+what was left; `train` records the restart and resumes itself as above (from the start when
+no checkpoint was taken yet), at most ``max_restarts`` times. Restarts are written to the
+metrics (``run/restarts`` at the step the run went on from) and to the summary.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from rlinf.sched import (
     Replanner,
     profile_key,
 )
-from rlinf.workers.errors import ConfigError
+from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.flow import ensure_ray
 from rlinf.workers.telemetry import (
     CheckpointStore,
@@ -187,10 +192,14 @@ class _Session:
     overrides: tuple[str, ...]
     started: float
     out: TextIO
+    restarts: tuple[str, ...] = ()
+    """What each earlier restart of this run recovered from (``run.max_restarts``)."""
 
 
 def _check_run_dir(run_dir: Path, store: CheckpointStore, cfg: ReasoningConfig,
-                   resume: bool) -> Checkpoint | None:
+                   resume: bool, *, restarting: bool = False) -> Checkpoint | None:
+    if restarting and store.latest() is None:
+        return None  # died before the first checkpoint: start over (metrics are redone)
     if not resume:
         if (run_dir / METRICS_FILE).exists() or store.latest() is not None:
             raise ResumeError(f"run folder {run_dir} already holds a run: pass --resume to "
@@ -211,12 +220,37 @@ def _write_config(run_dir: Path, cfg: ReasoningConfig, overrides: Sequence[str])
 
 def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str] = (),
           out: TextIO = sys.stdout) -> Summary:
-    """Run (or resume) training as `cfg` says; prints and returns the summary."""
+    """Run (or resume) training as `cfg` says; prints and returns the summary. A worker that
+    dies restarts the run from its last checkpoint up to ``run.max_restarts`` times (module
+    docstring); after that its `WorkerDiedError` propagates."""
+    restarts: list[str] = []
+    while True:
+        try:
+            return _train(cfg, resume=resume, overrides=overrides, out=out,
+                          restarts=tuple(restarts))
+        except WorkerDiedError as exc:
+            if len(restarts) >= cfg.run.max_restarts:
+                raise
+            store = CheckpointStore(Path(cfg.run.run_dir).expanduser() / CHECKPOINT_DIR,
+                                    keep=cfg.run.keep_checkpoints)
+            latest = store.latest()
+            step = latest[0] if latest is not None else 0
+            restarts.append(f"{exc.role} rank {exc.rank} died; went on from step {step}")
+            print(f"worker died ({exc}); restart {len(restarts)} of {cfg.run.max_restarts} "
+                  f"from step {step}", file=out, flush=True)
+            _log.warning("run_restart", restart=len(restarts), step=step, role=exc.role,
+                         rank=exc.rank, error=str(exc))
+            resume = True
+
+
+def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out: TextIO,
+           restarts: tuple[str, ...]) -> Summary:
+    """One session of `train`: launch, loop until a worker dies or the run is done."""
     started = time.perf_counter()
     run_dir = Path(cfg.run.run_dir).expanduser()
     run_dir.mkdir(parents=True, exist_ok=True)
     store = CheckpointStore(run_dir / CHECKPOINT_DIR, keep=cfg.run.keep_checkpoints)
-    ckpt = _check_run_dir(run_dir, store, cfg, resume)
+    ckpt = _check_run_dir(run_dir, store, cfg, resume, restarting=bool(restarts))
     source = ProblemSource(cfg)
     spec = flow_spec(cfg)
     _write_config(run_dir, cfg, overrides)
@@ -224,7 +258,7 @@ def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str
     try:
         session = _Session(cfg=cfg, spec=spec, cluster=_cluster(cfg), source=source,
                            run_dir=run_dir, store=store, ckpt=ckpt, overrides=tuple(overrides),
-                           started=started, out=out)
+                           started=started, out=out, restarts=restarts)
         if ckpt is not None:
             choice = _resumed(session, ckpt.plan)
             print(f"resuming from step {ckpt.step} ({ckpt.path})", file=out)
@@ -338,13 +372,15 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
     spans: list[Span] = []
     last_spans: list[Span] = []
     loop_start = time.perf_counter()
-    with MetricsWriter(run_dir, tensorboard=run.tensorboard,
-                       resume_step=start + 1 if ckpt is not None else None) as writer, \
+    redo_from = start + 1 if ckpt is not None else (0 if session.restarts else None)
+    with MetricsWriter(run_dir, tensorboard=run.tensorboard, resume_step=redo_from) as writer, \
             ProgressDisplay(run.steps, desc="train", start=start, keys=PROGRESS_KEYS) as progress, \
             contextlib.ExitStack() as flows:
         flows.callback(_close_flows, relaunched)
         if ckpt is None:
             writer.write(0, {HELDOUT_KEY: before})
+        if session.restarts:
+            writer.write(start, {"run/restarts": float(len(session.restarts))})
         for step in range(start + 1, run.steps + 1):
             result = flow.step(step)
             record = {**result.metrics, "rollout/samples": float(result.samples),
@@ -391,7 +427,7 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         predicted_iteration_s=choice.plan.predicted_time if choice.simulation else None,
         measured_iteration_s=steady_median(step_seconds),
         simulated_switches=choice.simulation.switches if choice.simulation else None,
-        lock_switches_per_iteration=steady_median(onloads))
+        lock_switches_per_iteration=steady_median(onloads), restarts=session.restarts)
     write_summary(summary, run_dir)
     print_summary(summary, session.out)
     _log.info("run_done", **summary.to_dict())

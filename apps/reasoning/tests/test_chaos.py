@@ -1,0 +1,114 @@
+"""Self-healing runs: a 16-step ``rlinf-reasoning`` run with ``run.max_restarts=3``, three
+of whose worker processes are SIGKILLed at random while it trains, finishes with exit 0,
+records the three restarts, and ends with the metrics and weights of an uninterrupted run."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from .test_run import assert_same_metrics, cli_command, cli_env, read_jsonl, run_cli
+
+pytestmark = pytest.mark.timeout(900)
+
+CHAOS = ("run.steps=16", "run.checkpoint_every=2", "run.eval_every=0", "placement=collocated",
+         "cluster.cpu_slots=1", "run.predict=false")
+"""16 steps of the tiny run, a checkpoint every other step, one process per role."""
+KILL_AFTER = (3, 7, 12)
+"""Kill a worker once the run has recorded these steps (each after the previous restart)."""
+ROLES = ("RolloutRole", "RewardRole", "InferenceRole", "ActorRole")
+
+
+def _workers(pid: int) -> list[psutil.Process]:
+    """The Ray worker processes of the run `pid` started (its descendants running a role)."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            title = " ".join(child.cmdline())
+            if title.startswith("ray::") and any(role in title for role in ROLES):
+                found.append(child)
+    return found
+
+
+def _last_step(run_dir: Path) -> int:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return -1
+    with contextlib.suppress(json.JSONDecodeError):
+        return max((int(r["step"]) for r in read_jsonl(path) if "run/restarts" not in r),
+                   default=-1)
+    return -1
+
+
+def _chaos(proc: subprocess.Popen[str], run_dir: Path, killed: list[str],
+           restarts_seen: list[int]) -> None:
+    """SIGKILL a random role worker after each of `KILL_AFTER` steps, each time once the run
+    has restarted from the previous kill and trained past the step."""
+    pick = random.Random(0)
+    for k, step in enumerate(KILL_AFTER):
+        while proc.poll() is None and (len(restarts_seen) < k or _last_step(run_dir) < step):
+            time.sleep(0.05)
+        if proc.poll() is not None:
+            return
+        workers = _workers(proc.pid)
+        if not workers:
+            return
+        victim = pick.choice(workers)
+        with contextlib.suppress(psutil.Error):
+            killed.append(" ".join(victim.cmdline()))
+            victim.send_signal(signal.SIGKILL)
+
+
+def test_a_run_heals_three_killed_workers_and_matches_an_uninterrupted_run(
+        tmp_path: Path) -> None:
+    reference = tmp_path / "reference"
+    run_cli(reference, *CHAOS)
+    run_dir = tmp_path / "chaos"
+    proc = subprocess.Popen(cli_command(run_dir, *CHAOS, "run.max_restarts=3"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=cli_env())
+    lines: list[str] = []
+    restarts_seen: list[int] = []
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("worker died"):
+                restarts_seen.append(len(restarts_seen) + 1)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    killed: list[str] = []
+    _chaos(proc, run_dir, killed, restarts_seen)
+    try:
+        code = proc.wait(timeout=800)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        reader.join(timeout=10)
+    output = "".join(lines)
+    assert code == 0, output[-4000:]
+    assert len(killed) == 3 and len(restarts_seen) == 3, (killed, output[-4000:])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert len(summary["restarts"]) == 3 and summary["steps"] == 16
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert [r["run/restarts"] for r in records if "run/restarts" in r] == [1.0, 2.0, 3.0]
+    assert_same_metrics(read_jsonl(reference / "metrics.jsonl"),
+                        [r for r in records if "run/restarts" not in r], tol=1e-5)
+    ckpt = Path("checkpoints") / "step-00000016" / "actor" / "rank0.pt"
+    ref = torch.load(reference / ckpt, map_location="cpu", weights_only=False)["model"]
+    got = torch.load(run_dir / ckpt, map_location="cpu", weights_only=False)["model"]
+    for name, tensor in ref.items():
+        if isinstance(tensor, torch.Tensor):
+            torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
