@@ -1,6 +1,8 @@
-"""Self-healing runs: a 16-step ``rlinf-reasoning`` run with ``run.max_restarts=3``, three
-of whose worker processes are SIGKILLed at random while it trains, finishes with exit 0,
-records the three restarts, and ends with the metrics and weights of an uninterrupted run."""
+"""Self-healing and interruptible runs: a 16-step ``rlinf-reasoning`` run with
+``run.max_restarts=3``, three of whose worker processes are SIGKILLed at random while it
+trains, finishes with exit 0, records the three restarts, and ends with the metrics and
+weights of an uninterrupted run; SIGINT to the main process alone stops a run within 10 s
+with the resume hint, its checkpoints intact and none of its processes left."""
 
 from __future__ import annotations
 
@@ -112,3 +114,27 @@ def test_a_run_heals_three_killed_workers_and_matches_an_uninterrupted_run(
     for name, tensor in ref.items():
         if isinstance(tensor, torch.Tensor):
             torch.testing.assert_close(got[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_sigint_to_the_main_process_stops_the_run_within_10_s(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(cli_command(run_dir, *CHAOS[1:], "run.steps=500"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=cli_env())
+    try:
+        while _last_step(run_dir) < 3:  # past the first checkpoint (step 2)
+            assert proc.poll() is None, proc.communicate()[0][-4000:]
+            time.sleep(0.05)
+        started_by_run = psutil.Process(proc.pid).children(recursive=True)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)  # the main process only, not its process group
+        out, _ = proc.communicate(timeout=60)
+        stopped = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and stopped < 10.0, (proc.returncode, stopped, out[-4000:])
+    assert "interrupted; continue with --resume" in out
+    assert (run_dir / "checkpoints" / "LATEST").exists()
+    _, alive = psutil.wait_procs(started_by_run, timeout=10)
+    assert not alive, [" ".join(p.cmdline()) for p in alive if p.is_running()]
