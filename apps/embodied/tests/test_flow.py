@@ -105,6 +105,8 @@ def test_spans_one_track_per_worker(hybrid):
     result = hybrid.step(10)
     tracks = {s.track for s in result.spans}
     assert {"env/0", "rollout/0", "actor/0"} <= tracks
+    assert [s.name for s in result.spans if s.track == "actor/0" and s.name == "train"] == [
+        "train"]  # the update's span reaches the trace (not drained inside the actor)
     env_steps = [s for s in result.spans if s.track == "env/0" and s.name == "env_step"]
     infer = [s for s in result.spans if s.track == "rollout/0" and s.name == "infer"]
     assert len(env_steps) == SPEC.rollout_steps * 2  # one per stage group and step

@@ -52,16 +52,20 @@ class ActorRole(RoleBase, WeightSender):
         then `train` on it; returns the update's statistics and ``train_seconds``. The
         runtime's weight sync then moves the new weights to the rollout policy."""
         batch = self.channel(input_channel).get(key=rank_key(0), timeout=self.io_timeout)
-        report = self.train(Trajectory.from_batch(batch, step=ctx.step))
-        return {**report.stats, "train_seconds": report.seconds}
+        stats, seconds = self._update(Trajectory.from_batch(batch, step=ctx.step))
+        return {**stats, "train_seconds": seconds}  # its span stays for the runtime's drain
 
     def train(self, trajectory: Trajectory) -> TrainReport:
-        """`epochs` × `num_minibatches` updates on one rollout, in one device turn."""
+        """`epochs` × `num_minibatches` updates on one rollout, in one device turn, with its
+        ``train`` span (use without a flow; a flow drains spans through the runtime)."""
+        stats, seconds = self._update(trajectory)
+        return TrainReport(stats=stats, seconds=seconds, spans=tuple(self.drain_spans()))
+
+    def _update(self, trajectory: Trajectory) -> tuple[dict[str, float], float]:
         started = time.perf_counter()
         with self.turn("train", samples=trajectory.rewards.size):
             stats = self.actor.train(trajectory)
-        return TrainReport(stats=stats, seconds=time.perf_counter() - started,
-                           spans=tuple(self.drain_spans()))
+        return stats, time.perf_counter() - started
 
     def buckets(self) -> Iterator[Bucket]:
         """The policy's parameters as one bucket: a complete state dict, which the rollout
