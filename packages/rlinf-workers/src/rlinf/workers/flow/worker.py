@@ -30,7 +30,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rlinf.comm import Channel, Endpoint, RayStore
+from rlinf.comm import Channel, CommError, Endpoint, RayStore
 from rlinf.sched import Profiler
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.channels import FlowChannel, Sharding
@@ -154,9 +154,12 @@ class FlowWorker(Worker):
         store = self._stores.get(name)
         if store is None:
             store = self._stores[name] = RayStore(name)
-            # This process's endpoint (token from the env), named so that p2p peers can
-            # address it without a lookup.
-            Endpoint(endpoint_name(name, self.role, self.rank), store=store).make_current()
+            try:  # roles used in one process (tests, drivers) share its existing endpoint
+                Endpoint.current()
+            except CommError:
+                # A launched rank's own endpoint (token from the env), named so that p2p
+                # peers address it without a lookup.
+                Endpoint(endpoint_name(name, self.role, self.rank), store=store).make_current()
         return store
 
     def join_store(self, store: str) -> str:
@@ -185,8 +188,15 @@ class FlowWorker(Worker):
                 raise ConfigError(f"{self.role!r} is not an end of p2p edge {channel.edge}")
             peer = endpoint_name(channel.store, channel.dst if self.role == channel.src
                                  else channel.src, 0)
+            endpoint = Endpoint.current(store=self._store(channel.store))
+            if endpoint.name != endpoint_name(channel.store, self.role, self.rank):
+                raise ConfigError(f"p2p edge {channel.edge} needs this rank's own endpoint "
+                                  f"{endpoint_name(channel.store, self.role, self.rank)!r}, "
+                                  f"but the process already uses {endpoint.name!r}: run the "
+                                  "component in a process of its own (FlowRun) or use "
+                                  "transport='channel'")
             handle = self._handles[channel.name] = PeerChannel(
-                Endpoint.current(store=self._store(channel.store)), edge=channel.name,
+                endpoint, edge=channel.name,
                 peer=peer, timeout=self.io_timeout,
                 filed=self._mailboxes.setdefault(peer, PeerChannel.mailbox()))
         return handle
