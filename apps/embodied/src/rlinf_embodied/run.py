@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 import structlog
 
 from rlinf.sched import Cluster, ExecutionPlan, Profile, Workflow
-from rlinf.workers.errors import ConfigError, WorkerDiedError
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import with_restarts
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -224,22 +225,11 @@ def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None)
     that dies restarts the run from its last checkpoint up to `run.max_restarts` times
     (module docstring); after that its `WorkerDiedError` propagates."""
     out = stream or sys.stdout
-    restarts: list[str] = []
-    while True:
-        try:
-            return _train(cfg, resume=resume, out=out, restarts=tuple(restarts))
-        except WorkerDiedError as exc:
-            if len(restarts) >= cfg.run.max_restarts:
-                raise
-            latest = CheckpointStore(Path(cfg.run.run_dir) / CHECKPOINT_DIR,
-                                     keep=cfg.run.keep_checkpoints).latest()
-            step = latest[0] if latest is not None else 0
-            restarts.append(f"{exc.role} rank {exc.rank} died; went on from iteration {step}")
-            print(f"worker died ({exc}); restart {len(restarts)} of {cfg.run.max_restarts} "
-                  f"from iteration {step}", file=out, flush=True)
-            _log.warning("run_restart", restart=len(restarts), step=step, role=exc.role,
-                         rank=exc.rank, error=str(exc))
-            resume = True
+    return with_restarts(
+        lambda again, restarts: _train(cfg, resume=again, out=out, restarts=restarts),
+        resume=resume, max_restarts=cfg.run.max_restarts, out=out, unit="iteration",
+        checkpoints=CheckpointStore(Path(cfg.run.run_dir) / CHECKPOINT_DIR,
+                                    keep=cfg.run.keep_checkpoints))
 
 
 def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ...]

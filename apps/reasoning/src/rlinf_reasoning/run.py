@@ -41,8 +41,8 @@ from rlinf.sched import (
     Replanner,
     profile_key,
 )
-from rlinf.workers.errors import ConfigError, WorkerDiedError
-from rlinf.workers.flow import ensure_ray
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow import ensure_ray, with_restarts
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -223,24 +223,12 @@ def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str
     """Run (or resume) training as `cfg` says; prints and returns the summary. A worker that
     dies restarts the run from its last checkpoint up to ``run.max_restarts`` times (module
     docstring); after that its `WorkerDiedError` propagates."""
-    restarts: list[str] = []
-    while True:
-        try:
-            return _train(cfg, resume=resume, overrides=overrides, out=out,
-                          restarts=tuple(restarts))
-        except WorkerDiedError as exc:
-            if len(restarts) >= cfg.run.max_restarts:
-                raise
-            store = CheckpointStore(Path(cfg.run.run_dir).expanduser() / CHECKPOINT_DIR,
-                                    keep=cfg.run.keep_checkpoints)
-            latest = store.latest()
-            step = latest[0] if latest is not None else 0
-            restarts.append(f"{exc.role} rank {exc.rank} died; went on from step {step}")
-            print(f"worker died ({exc}); restart {len(restarts)} of {cfg.run.max_restarts} "
-                  f"from step {step}", file=out, flush=True)
-            _log.warning("run_restart", restart=len(restarts), step=step, role=exc.role,
-                         rank=exc.rank, error=str(exc))
-            resume = True
+    return with_restarts(
+        lambda again, restarts: _train(cfg, resume=again, overrides=overrides, out=out,
+                                       restarts=restarts),
+        resume=resume, max_restarts=cfg.run.max_restarts, out=out,
+        checkpoints=CheckpointStore(Path(cfg.run.run_dir).expanduser() / CHECKPOINT_DIR,
+                                    keep=cfg.run.keep_checkpoints))
 
 
 def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out: TextIO,

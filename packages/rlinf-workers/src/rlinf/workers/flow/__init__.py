@@ -35,6 +35,7 @@ from rlinf.workers.flow.errors import (
 )
 from rlinf.workers.flow.peer import PeerChannel, PeerGoneError, PeerTimeoutError
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
+from rlinf.workers.flow.restarts import with_restarts
 from rlinf.workers.flow.run import FlowRun, ensure_ray
 from rlinf.workers.flow.weight_roles import BucketLayout, WeightReceiver, WeightSender
 from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
@@ -75,4 +76,5 @@ __all__ = [
     "profile_flow",
     "profile_of",
     "rank_key",
+    "with_restarts",
 ]
