@@ -86,6 +86,8 @@ def test_an_inlinable_component_runs_inside_its_host_only_where_placed_with_it()
     for apart in ("env: 0, policy: 1, actor: 0-1", "env: 0, policy,actor: 0-1",
                   "env,policy: 0x2, actor: 1"):  # other devices, or two ranks each
         assert flow.inlined(flow.fixed_plan(apart, num_devices=2).placement) == {}
+    with pytest.raises(FlowDeclarationError, match="num_gpus must be >= 0"):
+        MacroFlow((ComponentSpec(Component("s"), Source, entry="produce", num_gpus=-0.5),))
     with pytest.raises(UnknownComponentError, match="inline_with='critic'"):
         loop_flow(policy_inline_with="critic")
     with pytest.raises(FlowDeclarationError, match=r"channels \['policy->actor'\]"):

@@ -209,6 +209,9 @@ class MacroFlow:
             raise FlowDeclarationError(f"components {repeated} are declared more than once: "
                                        "give every ComponentSpec its own name")
         for spec in self.components:
+            if spec.num_gpus is not None and not spec.num_gpus >= 0:
+                raise FlowDeclarationError(f"component {spec.name!r}: num_gpus must be >= 0 "
+                                           f"(a share of a GPU per rank), got {spec.num_gpus}")
             if not (isinstance(spec.worker, type) and issubclass(spec.worker, FlowWorker)):
                 raise FlowDeclarationError(
                     f"component {spec.name!r}: worker {spec.worker!r} is not a subclass of "

@@ -494,7 +494,8 @@ def _cpus_per_rank(placement: Placement, *, launched: Iterable[str]) -> float:
     """An equal share of the Ray cluster's CPUs per launched rank (at most one). The total,
     not what is free right now: a flow closed just before still returns its CPUs for a
     moment, and Ray starts the new ranks as soon as they are back."""
-    ranks = sum(placement.components[name].num_procs for name in launched)  # at most
+    # Counted per placed process: a one_process component, which runs fewer, gets less.
+    ranks = sum(placement.components[name].num_procs for name in launched)
     total = float(ray.cluster_resources().get("CPU", 0.0))
     share = min(1.0, int(100 * total / ranks) / 100)
     if share < 0.01:
