@@ -127,7 +127,23 @@ def send_close_loop(store: TCPStore, peer: str, me: str, rounds: int) -> None:
                            timeout=60)  # not waited for: close must finish it
 
 
+def own_channel_and_hang(store: TCPStore, channel_name: str, me: str, maxsize: int) -> None:
+    """Create the channel and serve it from this process until killed (or stopped)."""
+    Channel.create(channel_name, store=store, maxsize=maxsize)
+    store.set(f"ready/{me}", b"1")
+    time.sleep(300)
+
+
+def serve_store_and_hang(store: TCPStore, label: str, me: str) -> None:
+    """Serve a second store from this process, publish its address, wait to be killed."""
+    served = TCPStore.serve(timeout=60)
+    store.set(f"store/{me}", served.address_str.encode())
+    time.sleep(300)
+
+
 ROLES = {
+    "own_channel_and_hang": (own_channel_and_hang, (str, str, int)),
+    "serve_store_and_hang": (serve_store_and_hang, (str, str)),
     "send_close_loop": (send_close_loop, (str, str, int)),
     "put_numbered": (put_numbered, (str, str, int, int)),
     "produce": (produce, (str, str, int, int)),

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rlinf.comm import TCPStore
@@ -19,3 +21,18 @@ def spawn(role: str, store: TCPStore, *args: object, node: str | None = None) ->
         env["RLINF_TEST_NODE"] = node
     cmd = [sys.executable, str(WORKERS), role, store.address_str, *map(str, args)]
     return subprocess.Popen(cmd, env=env)
+
+
+def stop(pid: int, timeout: float = 10.0) -> None:
+    """SIGSTOP `pid` and return once it is stopped (the signal takes effect asynchronously:
+    a request sent right after `kill` could still be served)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + timeout
+    while True:
+        with open(f"/proc/{pid}/stat") as stat:
+            state = stat.read().rpartition(")")[2].split()[0]
+        if state in ("T", "t"):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} did not stop within {timeout} s (state {state})")
+        time.sleep(0.005)

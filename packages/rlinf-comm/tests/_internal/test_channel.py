@@ -27,7 +27,7 @@ from rlinf.comm import (
 )
 from rlinf.comm._internal import wire
 
-from .procs import spawn
+from .procs import spawn, stop
 
 
 def mapped_segments(pid: int | str = "self") -> set[str]:
@@ -121,7 +121,7 @@ def test_timeouts_and_close_raise_typed_errors(store: TCPStore, endpoint: Endpoi
             channel.get(timeout=5)
     with pytest.raises(CommTimeoutError):
         Channel.connect("missing", store=store, timeout=0.1)
-    with Channel.create("dup", store=store), pytest.raises(CommError, match="already"):
+    with Channel.create("dup", store=store), pytest.raises(CommError, match="live process"):
         Channel.create("dup", store=store)
     Channel.create("dup", store=store).disconnect()  # the name is free again
 
@@ -358,3 +358,49 @@ def test_flush_after_the_owner_died_raises_peer_died_promptly(
     finally:
         producer.disconnect()
         owner.disconnect()
+
+
+def _returns_within(limit: float, call) -> float:
+    """Seconds `call` took to raise CommTimeoutError; asserts the bound of defect 3."""
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(CommTimeoutError):
+        call()
+    took = time.monotonic() - started
+    assert took <= 1.1 * limit + 0.05, f"returned after {took:.3f} s for a {limit} s timeout"
+    return took
+
+
+def test_calls_return_within_their_timeout_while_the_owner_is_stopped_and_nothing_is_lost(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    """Defect 3: with the owner SIGSTOPped, get, get_batch, async_get, put and qsize return
+    within their timeout plus 10% and 50 ms. Once it resumes, nothing is lost: the item a
+    stalled get was handed late goes back to the head of its queue, the stalled put goes in."""
+    proc = spawn("own_channel_and_hang", store, "c", "owner-0", 4)
+    try:
+        store.get("ready/owner-0", timeout=60)
+        channel = Channel.connect("c", store=store, timeout=30)
+        channel.put({"x": np.array([1])}, key="k", timeout=10)
+        stop(proc.pid)
+        try:
+            _returns_within(0.5, lambda: channel.get(key="k", timeout=0.5))
+            _returns_within(0.3, lambda: channel.get_batch(target_weight=5, key="e", timeout=0.3))
+            _returns_within(0.3, lambda: asyncio.run(channel.async_get(key="e", timeout=0.3)))
+            _returns_within(0.5, lambda: channel.put({"x": np.array([2])}, key="k", timeout=0.5))
+            _returns_within(0.4, lambda: channel.qsize(timeout=0.4))
+            _returns_within(0, lambda: channel.get(key="e", timeout=0))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+        _wait_until(lambda: channel.qsize(key="k", timeout=10) == 2)
+        first, second = (channel.get(key="k", timeout=10) for _ in range(2))
+        assert (int(first["x"][0]), int(second["x"][0])) == (1, 2)
+        assert channel.qsize(timeout=10) == 0
+        del first, second
+        gc.collect()
+        channel.flush(timeout=10)  # both payloads came back: nothing held, nothing leaked
+        channel.disconnect()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

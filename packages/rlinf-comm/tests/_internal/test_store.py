@@ -13,6 +13,8 @@ from rlinf.comm._internal import wire
 from rlinf.comm._internal.store import TCPStore, format_address, parse_address
 from rlinf.comm.errors import AuthenticationError, CommTimeoutError, PeerDiedError
 
+from .procs import stop
+
 
 @pytest.fixture
 def token() -> bytes:
@@ -119,3 +121,56 @@ def test_two_processes_rendezvous(store: TCPStore, token: bytes) -> None:
         assert child.wait(timeout=30) == 0
     finally:
         child.kill()
+
+
+_STOPPABLE_SERVER = """
+import sys, time
+from rlinf.comm._internal.store import TCPStore
+served = TCPStore.serve(token=bytes.fromhex(sys.argv[1]))
+print(served.address_str, flush=True)
+time.sleep(300)
+"""
+
+
+def test_every_call_returns_within_its_timeout_while_the_server_is_stopped(token: bytes) -> None:
+    """Defect 3: with the store's server SIGSTOPped, every call (reads and writes) raises
+    CommTimeoutError within its timeout plus 10% and 50 ms; once the server resumes, the
+    client goes on (late answers are dropped)."""
+    import os
+    import signal
+    import time
+
+    server = subprocess.Popen([sys.executable, "-c", _STOPPABLE_SERVER, token.hex()],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        client = TCPStore(server.stdout.readline().strip(), token=token, timeout=0.4)
+        client.set("present", b"1")
+        stop(server.pid)
+        calls = {
+            "get": lambda: client.get("missing", timeout=0.5),
+            "get (store default)": lambda: client.get("present"),
+            "wait": lambda: client.wait(["missing"], timeout=0.3),
+            "set": lambda: client.set("k", b"v", timeout=0.5),
+            "add": lambda: client.add("n", timeout=0.5),
+            "compare_set": lambda: client.compare_set("k", None, b"w", timeout=0.5),
+            "delete": lambda: client.delete("k", timeout=0),
+        }
+        try:
+            for name, call in calls.items():
+                limit = {"get (store default)": 0.4, "wait": 0.3, "delete": 0.0}.get(name, 0.5)
+                started = time.monotonic()
+                with pytest.raises(CommTimeoutError):
+                    call()
+                took = time.monotonic() - started
+                assert took <= 1.1 * limit + 0.05, f"{name}: {took:.3f} s for {limit} s"
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert client.get("present", timeout=10) == b"1"
+        assert client.add("n", timeout=10) == 2  # the stalled add went in when it resumed
+        client.close()
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+        if server.stdout is not None:
+            server.stdout.close()

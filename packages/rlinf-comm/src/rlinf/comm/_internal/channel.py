@@ -21,11 +21,11 @@ from concurrent.futures import Future
 from typing import Any
 
 from rlinf.comm import errors
-from rlinf.comm._internal import wire
+from rlinf.comm._internal import names, wire
 from rlinf.comm._internal.channel_server import DEFAULT_KEY, ChannelServer
 from rlinf.comm._internal.endpoint import Endpoint
 from rlinf.comm._internal.logs import get_logger
-from rlinf.comm._internal.rpc import Buffers, Header, Reply, RpcPeer, wait_future
+from rlinf.comm._internal.rpc import Buffers, Header, Reply, RpcPeer, reply_window, wait_future
 from rlinf.comm._internal.store import Store, check_timeout
 from rlinf.comm.batch import Array, Batch
 
@@ -33,9 +33,6 @@ log = get_logger(__name__)
 
 Item = Batch | dict[str, Array]
 
-# Seconds the client waits beyond the owner's deadline, so that the owner's typed answer
-# (not a race between two clocks) decides whether a put went in or a get took something.
-_GRACE_S = 10.0
 
 
 def _store_key(name: str) -> str:
@@ -49,8 +46,15 @@ class Channel:
     blocks while the channel is full. Items are FIFO per key; `key=None` is the default
     key. Each `put` item carries a `weight` (e.g. the number of sequences it holds) that
     `get_batch` sums. Every blocking call takes `timeout` (None: the endpoint's default)
-    and raises CommTimeoutError when it runs out; a closed channel raises
-    ChannelClosedError; a dead owner or producer raises PeerDiedError.
+    and raises CommTimeoutError when it runs out, within 10% and 50 ms of it whatever the
+    owner does; a closed channel raises ChannelClosedError; a dead owner or producer raises
+    PeerDiedError.
+
+    The owner enforces each timeout itself, so a timed-out put was not enqueued and a
+    timed-out get took nothing. Only when the owner does not answer at all (stopped, hung)
+    does the caller give up on its own: items a late answer hands to a get that gave up go
+    back to the head of their queue, and a put that gave up may still go in if the owner
+    was only stalled (its items are then delivered as usual; nothing is lost).
     """
 
     def __init__(
@@ -68,6 +72,8 @@ class Channel:
         # xids put through this handle and not yet released by their consumer
         self._outstanding: set[int] = set()
         self._released = threading.Condition()
+        # Settles the race between a get giving up and its answer arriving.
+        self._abandon_lock = threading.Lock()
         conn = wire.connect(address, token=endpoint.token, timeout=endpoint.config.connect_timeout)
         self._peer = RpcPeer(
             conn, name=f"channel {name!r} owner", on_message=self._on_push,
@@ -88,17 +94,17 @@ class Channel:
     ) -> Channel:
         """Create the channel `name` and serve it from this process until `disconnect()`.
 
-        Raises CommError if a channel of that name already exists in the store.
+        Raises CommError if a live channel of that name exists; a dead owner's name (its
+        process was killed) is taken over, and clients that connect by name reach this one.
         """
         ep = endpoint if endpoint is not None else Endpoint.current(store=store)
         server = ChannelServer(name, token=ep.token, maxsize=maxsize, host=ep.config.host)
-        record = json.dumps({"address": list(server.address)}).encode()
-        won = store.compare_set(_store_key(name), None, record)
-        if won != record:
+        try:
+            names.claim(store, _store_key(name), {"address": list(server.address)},
+                        name=name, what="channel", token=ep.token)
+        except BaseException:
             server.shutdown()
-            raise errors.CommError(
-                f"expected no channel named {name!r} to exist; the store already has one"
-            )
+            raise
         try:
             channel = cls(name, address=server.address, endpoint=ep, server=server)
             channel._store = store
@@ -159,8 +165,8 @@ class Channel:
     ) -> None:
         """`put` for asyncio: the event loop keeps running while the channel is full."""
         fut = self._put_async([item], [weight], key, timeout)
-        await asyncio.wrap_future(fut)
-        self._wait_put(fut)
+        await _wait_until(fut)
+        self._check_put(fut)
 
     def _put_async(
         self,
@@ -186,28 +192,42 @@ class Channel:
             "items": [{"w": w, "p": p} for w, p in zip(ws, payloads, strict=True)],
         }
         out: Future[tuple[Reply, list[int], float]] = Future()
+        _set_deadline(out, limit)
         call = self._peer.call_async(header)
 
         def done(f: Future[Reply]) -> None:
+            # Runs whether or not a caller still waits (a late answer after the caller gave
+            # up): the items the owner did not take are ours to release.
             exc = f.exception()
             if exc is not None:
                 self._drop(xids)
                 out.set_exception(exc)
-            else:
-                out.set_result((f.result(), xids, limit))
+                return
+            accepted = int(f.result()[0]["accepted"])
+            if accepted < len(xids):
+                self._drop(xids[accepted:])
+            out.set_result((f.result(), xids, limit))
 
         call.add_done_callback(done)
-        out.rlinf_limit = limit  # type: ignore[attr-defined]
         return out
 
     def _wait_put(self, fut: Future[tuple[Reply, list[int], float]]) -> None:
-        self._peer.read_direct(fut.done, deadline=time.monotonic() + limit_of(fut) + _GRACE_S)
-        (reply, _), xids, limit = wait_future(
-            fut, timeout=limit_of(fut) + _GRACE_S, what=f"the owner of channel {self.name!r}"
-        )
+        self._peer.read_direct(fut.done, deadline=_deadline_of(fut))
+        self._check_put(fut)
+
+    def _check_put(self, fut: Future[tuple[Reply, list[int], float]]) -> None:
+        try:
+            (reply, _), xids, limit = wait_future(
+                fut, timeout=max(_deadline_of(fut) - time.monotonic(), 0.0),
+                what=f"an answer from the owner of channel {self.name!r} (stopped or hung? "
+                     "if it was only stalled, the items may still go in)",
+                limit=_limit_of(fut))
+        except errors.CommTimeoutError:
+            if not fut.done():
+                log.warning("channel_owner_silent", channel=self.name, op="put",
+                            timeout=_limit_of(fut))
+            raise
         accepted = int(reply["accepted"])
-        if accepted < len(xids):
-            self._drop(xids[accepted:])
         if reply.get("timed_out"):
             raise errors.CommTimeoutError(
                 f"expected room for {len(xids)} items in channel {self.name!r} within "
@@ -277,8 +297,8 @@ class Channel:
     async def async_get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
         """`get` for asyncio."""
         fut = self._get_async(key, None, timeout)
-        await asyncio.wrap_future(fut)
-        return self._open(self._wait_get(fut))[0]
+        await _wait_until(fut)
+        return self._open(self._settle_get(fut))[0]
 
     async def async_get_batch(
         self, *, target_weight: float, key: str | None = None, timeout: float | None = None
@@ -287,8 +307,8 @@ class Channel:
         if not target_weight > 0:
             raise ValueError(f"expected target_weight > 0; got {target_weight}")
         fut = self._get_async(key, target_weight, timeout)
-        await asyncio.wrap_future(fut)
-        return self._open(self._wait_get(fut))
+        await _wait_until(fut)
+        return self._open(self._settle_get(fut))
 
     def _get_async(
         self, key: str | None, target: float | None, timeout: float | None
@@ -297,14 +317,31 @@ class Channel:
         header = {"op": "get", "key": key or DEFAULT_KEY, "target_weight": target,
                   "timeout": limit}
         fut = self._peer.call_async(header)
-        fut.rlinf_limit = limit  # type: ignore[attr-defined]
+        _set_deadline(fut, limit)
+        fut.add_done_callback(self._return_if_abandoned)
         return fut
 
     def _wait_get(self, fut: Future[Reply]) -> list[Header]:
-        self._peer.read_direct(fut.done, deadline=time.monotonic() + limit_of(fut) + _GRACE_S)
-        reply, _ = wait_future(
-            fut, timeout=limit_of(fut) + _GRACE_S, what=f"the owner of channel {self.name!r}"
-        )
+        self._peer.read_direct(fut.done, deadline=_deadline_of(fut))
+        return self._settle_get(fut)
+
+    def _settle_get(self, fut: Future[Reply]) -> list[Header]:
+        """The items `fut` got, or CommTimeoutError once its deadline passed without an
+        answer (the get is then abandoned: `_return_if_abandoned` hands back what a late
+        answer brings)."""
+        try:
+            reply, _ = wait_future(
+                fut, timeout=max(_deadline_of(fut) - time.monotonic(), 0.0),
+                what=f"an answer from the owner of channel {self.name!r} (stopped or hung?)",
+                limit=_limit_of(fut))
+        except errors.CommTimeoutError:
+            with self._abandon_lock:
+                if not fut.done():
+                    fut.rlinf_abandoned = True  # type: ignore[attr-defined]
+                    log.warning("channel_owner_silent", channel=self.name, op="get",
+                                timeout=_limit_of(fut))
+                    raise
+            reply, _ = fut.result()  # answered at the last moment after all
         producers = reply["producers"]
         return [{**item, "producer": producers[item["pr"]]} for item in reply["items"]]
 
@@ -326,6 +363,22 @@ class Channel:
             raise
         return batches
 
+    def _return_if_abandoned(self, fut: Future[Reply]) -> None:
+        """A late answer to a get whose caller gave up: its items go back to the head of
+        their queue (in order), where the next get finds them."""
+        with self._abandon_lock:
+            if not getattr(fut, "rlinf_abandoned", False):
+                return
+        if fut.exception() is not None:
+            return
+        uids = [int(item["uid"]) for item in fut.result()[0].get("items", ())]
+        if uids:
+            log.warning("channel_late_items_returned", channel=self.name, items=len(uids))
+            try:
+                self._peer.notify({"op": "unget", "uids": uids})
+            except errors.CommError as exc:  # owner gone: its queue went with it
+                log.debug("channel_unget_failed", channel=self.name, error=str(exc))
+
     def _releaser_of(self, uid: int) -> Callable[[], None]:
         def release() -> None:  # may run in a GC callback: only queues the ack
             self.endpoint.post_release(self._peer, "uids", uid)
@@ -333,16 +386,16 @@ class Channel:
         return release
 
     # -- state ------------------------------------------------------------------------
-    def qsize(self, *, key: str | None = None) -> int:
+    def qsize(self, *, key: str | None = None, timeout: float | None = None) -> int:
         """Items queued under `key`, or over all keys when `key` is None."""
-        return int(self._stat(key)["qsize"])
+        return int(self._stat(key, timeout)["qsize"])
 
-    def weight(self, *, key: str | None = None) -> float:
+    def weight(self, *, key: str | None = None, timeout: float | None = None) -> float:
         """Summed weight queued under `key`, or over all keys when `key` is None."""
-        return float(self._stat(key)["weight"])
+        return float(self._stat(key, timeout)["weight"])
 
-    def empty(self, *, key: str | None = None) -> bool:
-        return self.qsize(key=key) == 0
+    def empty(self, *, key: str | None = None, timeout: float | None = None) -> bool:
+        return self.qsize(key=key, timeout=timeout) == 0
 
     def full(self) -> bool:
         """True while a `put` would block (only with `maxsize` > 0)."""
@@ -352,17 +405,17 @@ class Channel:
     def closed(self) -> bool:
         return bool(self._stat(None)["closed"])
 
-    def _stat(self, key: str | None) -> Header:
-        reply, _ = self._peer.call({"op": "stat", "key": key}, timeout=self._timeout(None))
+    def _stat(self, key: str | None, timeout: float | None = None) -> Header:
+        reply, _ = self._peer.call({"op": "stat", "key": key}, timeout=self._timeout(timeout))
         return reply
 
     def _timeout(self, timeout: float | None) -> float:
         return check_timeout(self.endpoint.config.timeout if timeout is None else timeout)
 
     # -- lifecycle --------------------------------------------------------------------
-    def close(self) -> None:
+    def close(self, *, timeout: float | None = None) -> None:
         """Close the channel for everyone: puts fail, gets drain what is left, then fail."""
-        self._peer.call({"op": "close"}, timeout=self._timeout(None))
+        self._peer.call({"op": "close"}, timeout=self._timeout(timeout))
 
     def disconnect(self) -> None:
         """Drop this handle. The creator's handle also stops the owner: others then see
@@ -391,5 +444,25 @@ class Channel:
         return f"Channel({self.name!r}, {role}, maxsize={self.maxsize})"
 
 
-def limit_of(fut: Future[Any]) -> float:
+def _set_deadline(fut: Future[Any], limit: float) -> None:
+    """Stamp a request's future with its timeout and the moment its caller gives up."""
+    fut.rlinf_limit = limit  # type: ignore[attr-defined]
+    fut.rlinf_deadline = time.monotonic() + reply_window(limit)  # type: ignore[attr-defined]
+
+
+def _limit_of(fut: Future[Any]) -> float:
     return float(getattr(fut, "rlinf_limit", 0.0))
+
+
+def _deadline_of(fut: Future[Any]) -> float:
+    return float(getattr(fut, "rlinf_deadline", 0.0))
+
+
+async def _wait_until(fut: Future[Any]) -> None:
+    """Await `fut` without blocking the event loop, up to its deadline (no exception:
+    the caller settles the outcome)."""
+    left = max(_deadline_of(fut) - time.monotonic(), 0.0)
+    wrapped = asyncio.wrap_future(fut)
+    await asyncio.wait([wrapped], timeout=left)
+    if not wrapped.done():  # a late answer is settled by `fut`'s callbacks, not here
+        wrapped.add_done_callback(lambda f: f.cancelled() or f.exception())

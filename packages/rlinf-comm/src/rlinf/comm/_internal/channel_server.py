@@ -20,7 +20,9 @@ Protocol (JSON headers, requests carry `id`, replies `re`):
   put {key, items: [{w, p}], timeout}       -> {accepted, timed_out?}
   get {key, target_weight|null, timeout}    -> {items: [{uid, w, p, pr}], producers}
   release {uids}                            (one way; forwarded as release {xids} to producers)
-  close {} -> {};  stat {key|null} -> {qsize, weight, closed, maxsize}
+  unget {uids}                              (one way: items a get that gave up was handed
+                                             late go back to the head of their queues)
+  close {} -> {};  stat {key|null} -> {qsize, weight, closed, maxsize};  whoami {} -> {name}
 """
 
 from __future__ import annotations
@@ -132,10 +134,14 @@ class ChannelServer:
                 self._get(peer, header)
             elif op == "release":
                 self._release(client, [int(u) for u in header["uids"]])
+            elif op == "unget":
+                self._unget(client, [int(u) for u in header["uids"]])
             elif op == "hello":
                 peer.info = dict(header)
                 peer.name = f"{self.name}<-{header.get('endpoint', {}).get('name', '?')}"
                 peer.reply(header, {"maxsize": self.maxsize})
+            elif op == "whoami":  # a newcomer asking for our name checks we are alive
+                peer.reply(header, {"name": self.name})
             elif op == "stat":
                 peer.reply(header, self._stat(header.get("key")))
             elif op == "close":
@@ -330,6 +336,14 @@ class ChannelServer:
                 producer.notify({"op": "release", "xids": xids})
             except errors.CommError:
                 log.debug("release_to_dead_producer", channel=self.name, producer=producer.name)
+
+    def _unget(self, client: _Client, uids: list[int]) -> None:
+        """Items delivered to a get whose caller had given up (its owner answered after the
+        caller's deadline) go back, in order, to the head of their queues."""
+        items = [item for uid in uids if (item := client.delivered.pop(uid, None)) is not None]
+        self._requeue_front(items)
+        for key in {item.key for item in items}:
+            self._serve_waiting(key)
 
     def _close(self) -> None:
         if self._closed:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
 from rlinf.comm import errors
-from rlinf.comm._internal import codec, shm, wire
+from rlinf.comm._internal import codec, names, shm, wire
 from rlinf.comm._internal import endpoint_layout as layout
 from rlinf.comm._internal import transports as tp
 from rlinf.comm._internal.locality import default_listen_host
@@ -232,12 +232,13 @@ class Endpoint:
             "name": self.name, "address": list(self.address),
             "locality": self.locality.to_dict(),
         }
-        record = json.dumps(self.info).encode()
-        if store.compare_set(_store_key(self.name), None, record) != record:
+        try:  # a name whose holder died (SIGKILL left its record) is taken over
+            names.claim(store, _store_key(self.name), self.info, name=self.name,
+                        what="endpoint", token=self.token)
+        except BaseException:
             self._server.close()
-            raise errors.CommError(
-                f"expected endpoint name {self.name!r} to be free; the store already has it"
-            )
+            self._deadlines.close()
+            raise
         log.debug("endpoint_started", endpoint=self.name, address=self.address)
 
     @classmethod
@@ -662,6 +663,8 @@ class Endpoint:
                 self._incoming[str(peer.info.get("name"))] = peer
         elif op == "fetch":
             self._serve_fetch(peer, header)
+        elif op == "whoami":  # a newcomer asking for our name checks we are alive
+            peer.reply(header, {"name": self.name})
         elif op == "release":  # from a consumer that fetched over our incoming connection
             self.release_exports([int(x) for x in header["xids"]])
 

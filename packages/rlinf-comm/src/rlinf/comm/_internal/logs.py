@@ -20,8 +20,8 @@ __all__ = ["Logger", "get_logger"]
 
 
 class Logger:
-    """The subset of a structlog logger that rlinf.comm uses: ``debug``, ``warning``,
-    ``error`` with an event name and key=value data."""
+    """The subset of a structlog logger that rlinf.comm uses: ``debug``, ``info``,
+    ``warning``, ``error`` with an event name and key=value data."""
 
     __slots__ = ("_stdlib", "_structlog")
 
@@ -39,6 +39,9 @@ class Logger:
 
     def debug(self, event: str, **data: Any) -> None:
         self._log(logging.DEBUG, "debug", event, data)
+
+    def info(self, event: str, **data: Any) -> None:
+        self._log(logging.INFO, "info", event, data)
 
     def warning(self, event: str, **data: Any) -> None:
         self._log(logging.WARNING, "warning", event, data)

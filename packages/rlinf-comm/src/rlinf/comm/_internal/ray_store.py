@@ -12,13 +12,10 @@ from typing import Any
 
 from rlinf.comm import errors
 from rlinf.comm._internal.logs import get_logger
+from rlinf.comm._internal.rpc import reply_window
 from rlinf.comm._internal.store import DEFAULT_STORE_TIMEOUT_S, Store, check_timeout, check_value
 
 log = get_logger(__name__)
-
-# Seconds the client waits beyond the actor's own deadline, so that the actor's typed
-# answer (not a race between two timers) decides the outcome.
-_GRACE_S = 10.0
 
 
 def _import_ray() -> Any:
@@ -109,12 +106,14 @@ class RayStore(Store):
         ).remote()
 
     def _get(self, ref: Any, timeout: float) -> Any:
+        # The actor enforces `timeout` on waits; the client waits a little longer
+        # (`reply_window`) so that a live actor's answer decides the outcome.
         try:
-            return self._ray.get(ref, timeout=timeout + _GRACE_S)
+            return self._ray.get(ref, timeout=reply_window(timeout))
         except self._ray.exceptions.GetTimeoutError as exc:
             raise errors.CommTimeoutError(
                 f"expected the Ray store actor {self.name!r} to answer within "
-                f"{timeout + _GRACE_S:.3g} s; got nothing"
+                f"{timeout:.3g} s; got nothing"
             ) from exc
         except self._ray.exceptions.RayActorError as exc:
             raise errors.PeerDiedError(f"the Ray store actor {self.name!r} died: {exc}") from exc
@@ -122,8 +121,8 @@ class RayStore(Store):
     def _limit(self, timeout: float | None) -> float:
         return check_timeout(self.timeout if timeout is None else timeout)
 
-    def set(self, key: str, value: bytes) -> None:
-        self._get(self._actor.set.remote(key, check_value(key, value)), self.timeout)
+    def set(self, key: str, value: bytes, *, timeout: float | None = None) -> None:
+        self._get(self._actor.set.remote(key, check_value(key, value)), self._limit(timeout))
 
     def get(self, key: str, *, timeout: float | None = None) -> bytes:
         check_value(key, b"")
@@ -145,16 +144,17 @@ class RayStore(Store):
                 "some are still missing"
             )
 
-    def add(self, key: str, amount: int = 1) -> int:
-        return int(self._get(self._actor.add.remote(key, int(amount)), self.timeout))
+    def add(self, key: str, amount: int = 1, *, timeout: float | None = None) -> int:
+        return int(self._get(self._actor.add.remote(key, int(amount)), self._limit(timeout)))
 
-    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes:
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes, *,
+                    timeout: float | None = None) -> bytes:
         exp = None if expected is None else check_value(key, expected)
         ref = self._actor.compare_set.remote(key, exp, check_value(key, desired))
-        return bytes(self._get(ref, self.timeout))
+        return bytes(self._get(ref, self._limit(timeout)))
 
-    def delete(self, key: str) -> bool:
-        return bool(self._get(self._actor.delete.remote(key), self.timeout))
+    def delete(self, key: str, *, timeout: float | None = None) -> bool:
+        return bool(self._get(self._actor.delete.remote(key), self._limit(timeout)))
 
     def close(self) -> None:
         """Nothing to release per client: the actor lives as long as the Ray job."""

@@ -38,6 +38,10 @@ _DIRECT_LINGER_S = 0.01
 _IDLE_POLL_S = 3600.0
 _MAX_WAIT_S = 3600.0
 """Longest single wait of the deadline thread (it loops until a far deadline)."""
+_REPLY_SLACK = 1.07
+_REPLY_MARGIN_S = 0.04
+"""`reply_window`: 7% and 40 ms beyond a server-enforced limit (the bound is 10% and 50 ms;
+the rest is left for raising)."""
 
 
 def error_header(exc: BaseException) -> Header:
@@ -127,11 +131,13 @@ class RpcPeer:
         return fut
 
     def call(self, header: Header, buffers: Sequence[Any] = (), *, timeout: float) -> Reply:
-        """Send a request and wait for its reply; CommTimeoutError after `timeout` seconds."""
-        fut = self.call_async(header, buffers)
-        self.read_direct(fut.done, deadline=time.monotonic() + timeout)
-        what = f"reply to {header.get('op')!r} from {self.name}"
-        return wait_future(fut, timeout=timeout, what=what)
+        """Send a request and wait for its reply; CommTimeoutError after `timeout` seconds
+        in all (sending, reading and waiting share one deadline), whatever the peer does."""
+        deadline = time.monotonic() + timeout
+        fut = self.call_async(header, buffers, timeout=timeout)
+        self.read_direct(fut.done, deadline=deadline)
+        return wait_future(fut, timeout=max(deadline - time.monotonic(), 0.0),
+                           what=f"reply to {header.get('op')!r} from {self.name}", limit=timeout)
 
     def notify(self, header: Header, buffers: Sequence[Any] = ()) -> None:
         """Send a one-way message (no reply expected)."""
@@ -294,15 +300,26 @@ class RpcPeer:
                 self.reply_error(header, exc)
 
 
-def wait_future(fut: Future[Any], *, timeout: float, what: str) -> Any:
-    """`fut.result(timeout)` with rlinf's typed timeout error."""
+def reply_window(limit: float) -> float:
+    """How long a client waits for the answer to a request whose server enforces `limit`
+    seconds itself: a little longer than `limit`, so that a live server's typed answer (not
+    a race between two clocks) decides the outcome, and never more than ``1.1 * limit +
+    0.05`` s, so that a call returns within that bound whatever the server does (a stopped
+    or hung server included)."""
+    return limit * _REPLY_SLACK + _REPLY_MARGIN_S
+
+
+def wait_future(fut: Future[Any], *, timeout: float, what: str,
+                limit: float | None = None) -> Any:
+    """`fut.result(timeout)` with rlinf's typed timeout error (which names `limit`, the
+    caller's whole budget, when it differs from what was left of it)."""
     try:
         return fut.result(timeout=timeout)
     except TimeoutError as exc:
         if isinstance(exc, errors.CommError):
             raise
         raise errors.CommTimeoutError(
-            f"expected {what} within {timeout:.3g} s; got nothing"
+            f"expected {what} within {timeout if limit is None else limit:.3g} s; got nothing"
         ) from None
 
 

@@ -19,7 +19,14 @@ from typing import Any
 from rlinf.comm import errors
 from rlinf.comm._internal import wire
 from rlinf.comm._internal.logs import get_logger
-from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
+from rlinf.comm._internal.rpc import (
+    Buffers,
+    Deadlines,
+    Header,
+    RpcPeer,
+    RpcServer,
+    reply_window,
+)
 
 log = get_logger(__name__)
 
@@ -51,12 +58,14 @@ class Store(ABC):
     """Key-value rendezvous shared by the processes of one job.
 
     Keys are strings, values bytes. `get` and `wait` block until the keys exist;
-    every blocking call takes `timeout` (None: the store's default) and raises
-    CommTimeoutError when it runs out.
+    every call takes `timeout` (None: the store's default) and raises CommTimeoutError
+    when it runs out, within 10% and 50 ms of it whatever the server does (a stopped
+    server included). A write that timed out may still take effect if the server was
+    only stalled.
     """
 
     @abstractmethod
-    def set(self, key: str, value: bytes) -> None:
+    def set(self, key: str, value: bytes, *, timeout: float | None = None) -> None:
         """Store `value` under `key`, replacing any previous value."""
 
     @abstractmethod
@@ -68,18 +77,19 @@ class Store(ABC):
         """Return once every key in `keys` exists."""
 
     @abstractmethod
-    def add(self, key: str, amount: int = 1) -> int:
+    def add(self, key: str, amount: int = 1, *, timeout: float | None = None) -> int:
         """Add `amount` to the integer at `key` (missing: 0) and return the new value."""
 
     @abstractmethod
-    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes:
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes, *,
+                    timeout: float | None = None) -> bytes:
         """Set `key` to `desired` if its value is `expected` (None: the key is missing).
 
         Returns the value after the operation, so the caller learns whether it won.
         """
 
     @abstractmethod
-    def delete(self, key: str) -> bool:
+    def delete(self, key: str, *, timeout: float | None = None) -> bool:
         """Remove `key`; True if it existed."""
 
     @abstractmethod
@@ -297,11 +307,12 @@ class TCPStore(Store):
     ) -> tuple[Header, Buffers]:
         limit = check_timeout(self.timeout if timeout is None else timeout)
         # The server enforces `limit` and answers with a typed timeout; the client waits a
-        # little longer so that the server's answer, not a race, decides the outcome.
-        return self._peer.call({**header, "timeout": limit}, buffers, timeout=limit + 5.0)
+        # little longer so that a live server's answer, not a race, decides the outcome.
+        return self._peer.call({**header, "timeout": limit}, buffers,
+                               timeout=reply_window(limit))
 
-    def set(self, key: str, value: bytes) -> None:
-        self._call({"op": "set", "key": key}, [check_value(key, value)])
+    def set(self, key: str, value: bytes, *, timeout: float | None = None) -> None:
+        self._call({"op": "set", "key": key}, [check_value(key, value)], timeout=timeout)
 
     def get(self, key: str, *, timeout: float | None = None) -> bytes:
         check_value(key, b"")
@@ -313,19 +324,21 @@ class TCPStore(Store):
             raise TypeError(f"expected a sequence of keys; got the str {keys!r}")
         self._call({"op": "wait", "keys": list(keys)}, timeout=timeout)
 
-    def add(self, key: str, amount: int = 1) -> int:
-        reply, _ = self._call({"op": "add", "key": key, "amount": int(amount)})
+    def add(self, key: str, amount: int = 1, *, timeout: float | None = None) -> int:
+        reply, _ = self._call({"op": "add", "key": key, "amount": int(amount)},
+                              timeout=timeout)
         return int(reply["value"])
 
-    def compare_set(self, key: str, expected: bytes | None, desired: bytes) -> bytes:
+    def compare_set(self, key: str, expected: bytes | None, desired: bytes, *,
+                    timeout: float | None = None) -> bytes:
         old = b"" if expected is None else check_value(key, expected)
         buffers = [old, check_value(key, desired)]
         header = {"op": "compare_set", "key": key, "has_expected": expected is not None}
-        _, out = self._call(header, buffers)
+        _, out = self._call(header, buffers, timeout=timeout)
         return bytes(out[0])
 
-    def delete(self, key: str) -> bool:
-        reply, _ = self._call({"op": "delete", "key": key})
+    def delete(self, key: str, *, timeout: float | None = None) -> bool:
+        reply, _ = self._call({"op": "delete", "key": key}, timeout=timeout)
         return bool(reply["existed"])
 
     def close(self) -> None:
