@@ -324,3 +324,34 @@ def test_sigkilled_reader_leaves_the_segment_to_its_creator(pool):
     assert (SHM / seg.name).exists()  # the reader owned nothing, removed nothing
     pool.close()
     assert not (SHM / seg.name).exists()  # and the creator still cleans up
+
+
+def test_a_killed_guardian_is_replaced_at_once_so_killing_its_creator_next_leaks_nothing():
+    """Defect 6: guardian SIGKILLed, then its creator (which allocated nothing since): every
+    segment is still unlinked, because the creator replaced its guardian when the pipe
+    broke, not at its next allocation."""
+    script = textwrap.dedent("""
+        import json, os, signal, time
+        import psutil
+        from rlinf.comm._internal import shm
+        pool = shm.default_pool()
+        held = [pool.acquire(4096) for _ in range(50)]
+        old = shm._guardian.pid
+        os.kill(old, signal.SIGKILL)
+        psutil.wait_procs([psutil.Process(old)], timeout=30)
+        deadline = time.monotonic() + 10
+        while shm._guardian.pid in (None, old) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # the replacement reads the live names from its pipe
+        info = {"names": [s.name for s in held], "old": old, "new": shm._guardian.pid}
+        print("INFO", json.dumps(info), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=False, timeout=60).stdout
+    info = json.loads(next(x for x in out.splitlines() if x.startswith("INFO "))[5:])
+    assert info["new"] not in (None, info["old"]), "the guardian was not replaced"
+    if psutil.pid_exists(info["new"]):
+        psutil.wait_procs([psutil.Process(info["new"])], timeout=30)
+    _wait_until(lambda: not any((SHM / n).exists() for n in info["names"]), timeout=30,
+                what="the replacement guardian to unlink all 50 segments")

@@ -28,6 +28,7 @@ import mmap
 import os
 import re
 import secrets
+import select
 import subprocess
 import sys
 import threading
@@ -88,10 +89,15 @@ class _Guardian:
     """Pipe to this process's guardian child; started on first use.
 
     Keeps the names it was told about, so a guardian that died (someone killed it) is
-    replaced by one that learns every live name again; gives up after a few restarts.
+    replaced by one that learns every live name again; gives up after a few restarts. A
+    watcher thread notices the death at once (the pipe's write end reports an error when
+    its reader is gone), so the replacement does not wait for this process's next
+    allocation: killing the guardian and then its creator leaks nothing.
     """
 
     _MAX_STARTS = 3
+    _WATCH_POLL_MS = 1000
+    """How often the watcher re-checks which pipe is current (it wakes at once on a death)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -100,6 +106,7 @@ class _Guardian:
         self._live: set[str] = set()
         self._starts = 0
         self._guardian_pid: int | None = None
+        self._watcher_pid = -1
 
     def _pipe(self) -> IO[bytes] | None:
         if self._pid != os.getpid():
@@ -127,7 +134,41 @@ class _Guardian:
                 return None
             if self._proc.stdin is not None and self._live:
                 self._proc.stdin.write(b"".join(b"+%s\n" % n.encode() for n in self._live))
+            if self._watcher_pid != os.getpid():
+                self._watcher_pid = os.getpid()
+                threading.Thread(target=self._watch, name="rlinf-shm-guardian-watch",
+                                 daemon=True).start()
         return self._proc.stdin
+
+    def _watch(self) -> None:
+        """Replace the guardian as soon as its pipe breaks (it was killed)."""
+        while True:
+            with self._lock:
+                proc = self._proc
+                if self._pid != os.getpid() or proc is None or proc.stdin is None:
+                    self._watcher_pid = -1  # the next start watches again
+                    return
+                fd = proc.stdin.fileno()
+            poller = select.poll()
+            poller.register(fd, 0)  # POLLERR and POLLHUP are always reported
+            if not poller.poll(self._WATCH_POLL_MS):
+                continue
+            with self._lock:
+                if self._proc is not proc:  # replaced meanwhile (by `tell`)
+                    continue
+                log.warning("shm_guardian_gone", error="its pipe broke",
+                            restarts_left=self._MAX_STARTS - self._starts)
+                self._retire(proc)
+                replacement = self._pipe()
+                if replacement is not None:
+                    with contextlib.suppress(BrokenPipeError, ValueError):
+                        replacement.flush()
+
+    def _retire(self, proc: subprocess.Popen[bytes]) -> None:
+        self._proc = None
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError, ValueError):
+                proc.stdin.close()
 
     def tell(self, line: str) -> None:
         with self._lock:
@@ -145,7 +186,8 @@ class _Guardian:
             except (BrokenPipeError, ValueError) as exc:
                 log.warning("shm_guardian_gone", error=str(exc), restarts_left=(
                     self._MAX_STARTS - self._starts))
-                self._proc = None
+                if self._proc is not None:
+                    self._retire(self._proc)
                 # A replacement learns every live name (this one included) as it starts.
                 replacement = self._pipe()
                 if replacement is not None:
