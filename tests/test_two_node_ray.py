@@ -19,6 +19,7 @@ must not find its address file and join it.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -421,3 +422,59 @@ def test_placement_on_a_node_that_left_fails_before_any_rank_starts(two_nodes: A
         WorkerGroup.launch(Where, placement=ComponentPlacement("left", (0, device)),
                            cluster=cluster, num_cpus_per_rank=0.25)
     assert _named_actors("left-") == []
+
+
+def test_reasoning_run_that_loses_a_node_replans_for_the_devices_left_and_finishes(
+    two_nodes: Any, tmp_path: Any,
+) -> None:
+    """Runs last (#13): a collocated ``rlinf-reasoning`` run with ``run.max_restarts=1`` on
+    the head and the second node (a CPU slot each); once it checkpointed step 2, the second
+    node's raylet is killed. The run restarts from its checkpoint, finds one device left,
+    plans again for it and finishes every step."""
+    import threading
+
+    cli = pytest.importorskip("rlinf_reasoning.cli")
+    from rlinf_reasoning.config import from_omegaconf
+    from rlinf_reasoning.run import train
+
+    from rlinf.workers.telemetry.checkpoints import CheckpointStore
+
+    if not any(NODE_RESOURCES[1] in n["Resources"] for n in ray.nodes() if n["Alive"]):
+        two_nodes.add_node(num_cpus=1, resources={NODE_RESOURCES[1]: 1})
+        two_nodes.wait_for_nodes()
+    for node in list(two_nodes.worker_nodes):  # keep exactly the head and the second node
+        if not any(n["NodeID"] == node.node_id and NODE_RESOURCES[1] in n["Resources"]
+                   for n in ray.nodes()):
+            two_nodes.remove_node(node)
+    second = next(n for n in two_nodes.worker_nodes if any(
+        r["NodeID"] == n.node_id and NODE_RESOURCES[1] in r["Resources"] for r in ray.nodes()))
+    _wait_for_cpus(2)
+    run_dir = tmp_path / "run"
+    cfg = from_omegaconf(cli.compose_config(
+        ["placement=collocated", "cluster.cpu_slots=1", "run.steps=5", "run.checkpoint_every=1",
+         "run.eval_every=0", "data.heldout_size=4", "run.predict=false", "run.max_restarts=1",
+         "run.tensorboard=false"], run_dir=str(run_dir)))
+    removed = threading.Event()
+
+    def lose_the_second_node() -> None:
+        deadline = time.monotonic() + 600
+        store = CheckpointStore(run_dir / "checkpoints")
+        while (store.latest() or (0,))[0] < 2:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        two_nodes.remove_node(second, allow_graceful=False)
+        removed.set()
+
+    killer = threading.Thread(target=lose_the_second_node, daemon=True)
+    killer.start()
+    summary = train(cfg, out=sys.stdout)
+    killer.join(timeout=60)
+    assert removed.is_set(), "the run finished before the node could be removed"
+    assert summary.steps == 5
+    (restart,) = summary.restarts
+    assert "re-planned for the 1 device(s) left" in restart, restart
+    assert summary.placement.endswith(": 0"), summary.placement  # every role on device 0
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["run/devices"] for r in records if "run/devices" in r] == [1.0]
+    assert max(r["step"] for r in records) == 5

@@ -16,12 +16,17 @@ uninterrupted run.
 Self-healing (``run.max_restarts``): when a worker dies, the flow has already torn down
 what was left; `train` records the restart and resumes itself as above (from the start when
 no checkpoint was taken yet), at most ``max_restarts`` times. Restarts are written to the
-metrics (``run/restarts`` at the step the run went on from) and to the summary.
+metrics (``run/restarts`` and ``run/devices`` at the step the run went on from) and to the
+summary. Each session discovers the cluster afresh: when a node was lost (its raylet died)
+and the checkpoint's plan names devices the cluster no longer has, the run is planned again
+for the devices that remain (the configured placement resolved for them, or ``auto``'s
+profile and plan), and the restart's line in the summary says so.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 import time
@@ -248,7 +253,10 @@ def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out:
                            run_dir=run_dir, store=store, ckpt=ckpt, overrides=tuple(overrides),
                            started=started, out=out, restarts=restarts)
         if ckpt is not None:
-            choice = _resumed(session, ckpt.plan)
+            if _fits(ckpt.plan, session.cluster):
+                choice = _resumed(session, ckpt.plan)
+            else:
+                choice, session = _replanned_for_lost_devices(session, ckpt.plan)
             print(f"resuming from step {ckpt.step} ({ckpt.path})", file=out)
         else:
             choice = choose_plan(cfg, spec, session.cluster, source, out=out)
@@ -332,6 +340,30 @@ def _save_choice(choice: PlanChoice, run_dir: Path) -> None:
         choice.ranked.save(run_dir / PLAN_FILE)
 
 
+def _fits(plan: ExecutionPlan, cluster: Cluster) -> bool:
+    """Whether every device `plan` places a component on exists in `cluster`."""
+    return all(device < cluster.num_devices for comp in plan.placement for device in comp.devices)
+
+
+def _replanned_for_lost_devices(session: _Session,
+                                plan: ExecutionPlan) -> tuple[PlanChoice, _Session]:
+    """A plan for the devices that remain (a node was lost since `plan` was chosen), and the
+    session whose last restart line says so."""
+    cluster, out = session.cluster, session.out
+    used = 1 + max(d for comp in plan.placement for d in comp.devices)
+    print(f"the checkpoint's plan ({plan.spec}) uses {used} device(s) and the cluster has "
+          f"{cluster.num_devices} left: planning again", file=out, flush=True)
+    choice = choose_plan(session.cfg, session.spec, cluster, session.source, out=out)
+    _save_choice(choice, session.run_dir)
+    note = f"re-planned for the {cluster.num_devices} device(s) left: {choice.plan.spec}"
+    _log.warning("replanned_for_lost_devices", before=plan.spec, after=choice.plan.spec,
+                 devices=cluster.num_devices)
+    restarts = session.restarts
+    if restarts:
+        restarts = (*restarts[:-1], f"{restarts[-1]}; {note}")
+    return choice, dataclasses.replace(session, restarts=restarts)
+
+
 def _resumed(session: _Session, plan: ExecutionPlan) -> PlanChoice:
     """The checkpoint's plan, priced again from the run's saved profile if it has one."""
     path = session.run_dir / PROFILE_FILE
@@ -368,7 +400,8 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         if ckpt is None:
             writer.write(0, {HELDOUT_KEY: before})
         if session.restarts:
-            writer.write(start, {"run/restarts": float(len(session.restarts))})
+            writer.write(start, {"run/restarts": float(len(session.restarts)),
+                                 "run/devices": float(session.cluster.num_devices)})
         for step in range(start + 1, run.steps + 1):
             result = flow.step(step)
             record = {**result.metrics, "rollout/samples": float(result.samples),

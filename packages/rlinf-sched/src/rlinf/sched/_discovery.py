@@ -129,10 +129,36 @@ def discover_nodes(*, use_ray: bool, cpu_slots: int | None,
         yield _cpu_node(hostname, "", cpus, memory, cpu_slots or cpus)
 
 
+RAYLET_PROBE_TIMEOUT_S = 2.0
+"""How long discovery waits for another node's raylet to accept a connection."""
+
+
 def _ray_nodes(ray: Any, cpu_slots: int | None, gpus: bool) -> Iterator[dict[str, Any]]:
-    yield from ray_nodes(ray.nodes(), local_node_id=_local_node_id(ray),
+    local_id = _local_node_id(ray)
+    records = [n for n in ray.nodes()
+               if n.get("Alive") and (n.get("NodeID") == local_id or _raylet_reachable(n))]
+    yield from ray_nodes(records, local_node_id=local_id,
                          local_ip=ray.util.get_node_ip_address(), cpu_slots=cpu_slots,
                          gpus=gpus)
+
+
+def _raylet_reachable(node: Mapping[str, Any]) -> bool:
+    """Whether the node's raylet accepts a connection. Ray marks a node dead only after
+    missing several heartbeats (seconds to tens of seconds); a run that restarts after
+    losing a node must not plan on it meanwhile. A killed raylet refuses at once."""
+    import socket
+
+    address, port = node.get("NodeManagerAddress"), node.get("NodeManagerPort")
+    if not address or not port:
+        return True  # nothing to probe: trust Ray
+    try:
+        with socket.create_connection((str(address), int(port)),
+                                      timeout=RAYLET_PROBE_TIMEOUT_S):
+            return True
+    except OSError as exc:
+        _log.warning("ray_node_unreachable", node_id=node.get("NodeID"), address=address,
+                     port=port, error=str(exc))
+        return False
 
 
 def _local_node_id(ray: Any) -> str:

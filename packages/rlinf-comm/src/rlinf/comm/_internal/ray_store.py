@@ -81,7 +81,10 @@ class RayStore(Store):
     """A `Store` held by the named Ray actor `name` in `namespace` (created on first use).
 
     Needs `ray.init()` to have run in this process (or a Ray worker). The actor lives as long
-    as the Ray job (`lifetime="detached"` is not used: the store dies with the job).
+    as the Ray job (`lifetime="detached"` is not used: the store dies with the job), on the
+    node of the process that created it: left to Ray, it could land on any node, and a
+    node lost (or one Ray has not noticed is gone yet) would take the rendezvous of every
+    process with it.
     """
 
     def __init__(
@@ -100,9 +103,12 @@ class RayStore(Store):
         self.name = name
         self.timeout = timeout
         self._ray = ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
         actor_cls = ray.remote(num_cpus=0, max_concurrency=1000)(_StoreActor)
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         self._actor = actor_cls.options(
-            name=name, namespace=namespace, get_if_exists=True
+            name=name, namespace=namespace, get_if_exists=True, scheduling_strategy=here
         ).remote()
 
     def _get(self, ref: Any, timeout: float) -> Any:

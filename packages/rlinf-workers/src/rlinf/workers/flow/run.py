@@ -424,7 +424,8 @@ def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, 
     all."""
     launched = [spec for spec in flow.components if spec.name not in inlined]
     cpus = (cpus_per_rank if cpus_per_rank is not None
-            else _cpus_per_rank(placement, launched=[s.name for s in launched]))
+            else _cpus_per_rank(placement, launched=[s.name for s in launched],
+                                cluster=options.get("cluster")))
 
     def kwargs(spec: ComponentSpec) -> dict[str, Any]:
         merged = dict(spec.init_kwargs)
@@ -490,13 +491,19 @@ def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
     return placement
 
 
-def _cpus_per_rank(placement: Placement, *, launched: Iterable[str]) -> float:
+def _cpus_per_rank(placement: Placement, *, launched: Iterable[str],
+                   cluster: Cluster | None = None) -> float:
     """An equal share of the Ray cluster's CPUs per launched rank (at most one). The total,
     not what is free right now: a flow closed just before still returns its CPUs for a
-    moment, and Ray starts the new ranks as soon as they are back."""
+    moment, and Ray starts the new ranks as soon as they are back. A cluster discovered
+    from Ray counts its own nodes' CPUs: Ray keeps counting a lost node's for a while (until
+    it misses enough heartbeats), and shares sized for CPUs that are gone never start."""
     # Counted per placed process: a one_process component, which runs fewer, gets less.
     ranks = sum(placement.components[name].num_procs for name in launched)
-    total = float(ray.cluster_resources().get("CPU", 0.0))
+    if cluster is not None and cluster.nodes and all(n.ray_node_id for n in cluster.nodes):
+        total = float(sum(n.cpus for n in cluster.nodes))
+    else:
+        total = float(ray.cluster_resources().get("CPU", 0.0))
     share = min(1.0, int(100 * total / ranks) / 100)
     if share < 0.01:
         raise ConfigError(f"the Ray cluster has {total:g} CPUs for {ranks} worker ranks; start "

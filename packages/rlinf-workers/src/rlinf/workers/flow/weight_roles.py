@@ -7,9 +7,12 @@ The runtime (`rlinf.workers.flow.WeightSync`) picks the transport from where the
   and returns picklable handles; every receiver maps and loads them; the trainer then
   releases;
 - ``cuda_ipc`` (GPU, collocated): the same with CUDA IPC handles of GPU buffers;
-- ``nccl`` / ``gloo`` (disaggregated): trainer rank 0 and every receiver rank join one
-  broadcast group at launch; per sync the driver hands the bucket layouts to the receivers
-  and all members broadcast together.
+- ``nccl`` / ``gloo`` (across nodes or GPUs): trainer rank 0 and every receiver rank join
+  one broadcast group at launch; per sync the trainer packs its buckets (inside its device
+  turn), the driver hands the bucket layouts to the receivers, and all members broadcast
+  together outside any device turn — members may share a device (a collocated placement
+  over several nodes), and a broadcast needs every member at once, so an exclusive turn
+  around it would deadlock. Each receiver then loads the received buffers inside its turn.
 
 Receivers load weights inside a device turn: a generator that was offloaded (its weights
 discarded while another component used the device) is onloaded first, then refilled. A
@@ -42,6 +45,7 @@ from rlinf.workers.weight_sync import (
     plan_layout,
 )
 from rlinf.workers.weight_sync.collective import Backend
+from rlinf.workers.weight_sync.flat import unflatten_bucket
 
 __all__ = ["BucketLayout", "WeightReceiver", "WeightSender", "free_port"]
 
@@ -66,7 +70,7 @@ class WeightSender(FlowWorker):
         self._shm_sender: ShmWeightSender | None = None
         self._ipc_sender: CudaIpcWeightSender | None = None
         self._weight_group: CollectiveWeightGroup | None = None
-        self._pending: list[Bucket] = []
+        self._packed: list[torch.Tensor] = []
 
     @property
     def weight_device(self) -> torch.device:
@@ -110,7 +114,10 @@ class WeightSender(FlowWorker):
                 self._ipc_sender = self._ipc_sender or CudaIpcWeightSender(self.weight_device)
                 return [self._ipc_sender.export(b) for b in buckets]
             if transport in ("nccl", "gloo"):
-                self._pending = buckets
+                if self._weight_group is None:
+                    raise ConfigError(f"export_weights over {transport} before "
+                                      "join_weight_group")
+                self._packed = [self._weight_group.pack(b) for b in buckets]
                 return [(tuple(metas), size) for metas, size in map(plan_layout, buckets)]
         raise ConfigError(f"unknown weight-sync transport {transport!r}")
 
@@ -120,10 +127,10 @@ class WeightSender(FlowWorker):
             return
         if self._weight_group is None:
             raise ConfigError("broadcast_weights before join_weight_group")
-        with self.turn("broadcast_weights", buckets=len(self._pending)):
-            for bucket in self._pending:
-                self._weight_group.send(bucket)
-        self._pending = []
+        # No device turn: receivers on this device take part at the same time (docstring).
+        for buffer in self._packed:
+            self._weight_group.send_packed(buffer)
+        self._packed = []
 
     def release_weights(self, handles: Sequence[Any]) -> None:
         """Rank 0: free what `export_weights` packed (every receiver applied it)."""
@@ -168,7 +175,13 @@ class WeightReceiver(FlowWorker):
             timeout=self.io_timeout, group_name=_GROUP)
 
     def receive_weights(self, transport: str, payload: Sequence[Any]) -> int:
-        """Load the weights `payload` describes (handles or layouts); returns buckets loaded."""
+        """Load the weights `payload` describes (handles or layouts); returns buckets loaded.
+        A collective's buffers are received before the device turn (module docstring)."""
+        received: list[torch.Tensor] = []
+        if transport in ("nccl", "gloo"):
+            if self._weight_group is None:
+                raise ConfigError("receive_weights over a collective before join_weight_group")
+            received = [self._weight_group.receive(size) for _, size in payload]
         with self.turn("receive_weights", transport=transport, buckets=len(payload)):
             target = self.weight_target()
             if transport == "shm":
@@ -180,11 +193,8 @@ class WeightReceiver(FlowWorker):
                 for handle in payload:
                     receiver.apply(handle, target)
             elif transport in ("nccl", "gloo"):
-                if self._weight_group is None:
-                    raise ConfigError("receive_weights over a collective before "
-                                      "join_weight_group")
-                for metas, size in payload:
-                    self._weight_group.recv(list(metas), size, target)
+                for (metas, _), buffer in zip(payload, received, strict=True):
+                    target.update_weights(unflatten_bucket(buffer, list(metas)))
             else:
                 raise ConfigError(f"unknown weight-sync transport {transport!r}")
         return len(payload)

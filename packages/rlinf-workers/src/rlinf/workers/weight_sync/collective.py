@@ -61,20 +61,33 @@ class CollectiveWeightGroup:
             self._group = dist.ProcessGroupGloo(prefixed, rank, world_size, wait)
         self._store = store  # the master store must outlive the group
 
+    def pack(self, bucket: Bucket) -> torch.Tensor:
+        """Rank 0: one bucket packed into a buffer on the group's device (a copy: the
+        weights may change or move after this, the buffer does not)."""
+        buffer, _ = flatten_bucket(bucket, device=self.device)
+        return buffer
+
     def send(self, bucket: Bucket) -> None:
         """Rank 0: broadcast one bucket (receivers call `recv` with its layout)."""
+        self.send_packed(self.pack(bucket))
+
+    def send_packed(self, buffer: torch.Tensor) -> None:
+        """Rank 0: broadcast a buffer `pack` made."""
         if self.rank != 0:
             raise ConfigError("only rank 0 (the trainer) sends weights")
-        buffer, _ = flatten_bucket(bucket, device=self.device)
         self._broadcast(buffer)
 
-    def recv(self, metas: Sequence[TensorMeta], nbytes: int, target: WeightTarget) -> None:
-        """Ranks > 0: receive the bucket laid out as `metas` and load it into `target`."""
+    def receive(self, nbytes: int) -> torch.Tensor:
+        """Ranks > 0: receive one bucket's packed buffer (load it with `unflatten_bucket`)."""
         if self.rank == 0:
             raise ConfigError("rank 0 sends; receivers have rank >= 1")
         buffer = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
         self._broadcast(buffer)
-        target.update_weights(unflatten_bucket(buffer, list(metas)))
+        return buffer
+
+    def recv(self, metas: Sequence[TensorMeta], nbytes: int, target: WeightTarget) -> None:
+        """Ranks > 0: receive the bucket laid out as `metas` and load it into `target`."""
+        target.update_weights(unflatten_bucket(self.receive(nbytes), list(metas)))
 
     def _broadcast(self, buffer: torch.Tensor) -> None:
         options = dist.BroadcastOptions()
