@@ -5,7 +5,8 @@ The flow runtime kills what is left of a flow whose worker died and raises that 
 here: each time a worker dies the restart is recorded and the session runs again with
 ``resume=True`` (from the last checkpoint, or from the start before the first one), at most
 `max_restarts` times; after that the error propagates. The session gets the restarts so far
-to write into its metrics and summary.
+to write into its metrics and summary. A worker whose constructor raised is not restarted:
+that failure repeats (a bad config, a missing file), so it propagates at once.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def with_restarts(session: Callable[[bool, tuple[str, ...]], T], *, resume: bool
         try:
             return session(resume, tuple(restarts))
         except WorkerDiedError as exc:
-            if len(restarts) >= max_restarts:
+            if len(restarts) >= max_restarts or exc.method == "__init__":
                 raise
             latest = checkpoints.latest()
             step = latest[0] if latest is not None else 0
