@@ -28,7 +28,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlinf.comm import Batch
 from rlinf.sched import Cluster, ExecutionPlan, Measurement, Profile
 from rlinf.workers.embodied.profiling import measure_components
 from rlinf.workers.embodied.roles import EnvDescription, weights_from_wire
@@ -229,22 +228,11 @@ class EmbodiedFlow:
         inference of micro-batches of each size, actor updates of ``size × rollout_steps``
         samples on 1 and 2 threads (on fresh copies in the driver, so training state is
         untouched); the iteration overhead; and, with a policy process, the link's round
-        trips between the real processes (`planning.link_cluster` fits them) and the
-        policy's inference timed in that process (`PolicyRole.time_inference`: it ran ~1.5×
-        slower there than in the driver, and pipelined plans were under-priced by it)."""
-        time_inference = None
-        if not self.inline:
-            policy = self._group("rollout")
-
-            def time_inference(batch: Batch, count: int) -> float:
-                return float(policy.call("time_inference", tensors=dict(batch.tensors),
-                                         meta=dict(batch.meta), repeats=count, spec=RANK_ZERO,
-                                         timeout=self.spec.link_timeout))
-
+        trips between the real processes (`planning.link_cluster` fits them)."""
         profile = measure_components(
             env=replace(self.spec.env, pipeline_stages=1), rollout=self._rollout_config,
             actor=self._actor_config, rollout_steps=self.spec.rollout_steps,
-            batch_sizes=batch_sizes, repeats=repeats, time_inference=time_inference)
+            batch_sizes=batch_sizes, repeats=repeats)
         extra = list(self._measure_iteration_overhead(repeats))
         if not self.inline:
             to_policy, to_env = self.run.channels["env->rollout"], self.run.channels["rollout->env"]

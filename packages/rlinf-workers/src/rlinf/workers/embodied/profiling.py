@@ -112,11 +112,8 @@ def _train_and_publish(trainer: EmbodiedActorWorker, policy: RolloutPolicy,
 def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | VLARolloutConfig,
                        actor: EmbodiedActorConfig, rollout_steps: int,
                        batch_sizes: Sequence[int], repeats: int = 5,
-                       actor_devices: Sequence[int] = (1, 2),
-                       time_inference: Callable[[Batch, int], float] | None = None) -> Profile:
-    """Profile of ``env``, ``rollout`` and ``actor`` (module docstring). `time_inference`
-    (the observation batch, repeats → median seconds) times the policy where it is deployed,
-    e.g. in its own process (`PolicyRole.time_inference`), instead of in this one."""
+                       actor_devices: Sequence[int] = (1, 2)) -> Profile:
+    """Profile of ``env``, ``rollout`` and ``actor`` (module docstring)."""
     sizes = sorted(set(int(b) for b in batch_sizes))
     if not sizes or sizes[0] < 1 or repeats < 1 or rollout_steps < 1:
         raise ConfigError(f"need batch sizes >= 1, repeats >= 1 and rollout_steps >= 1, got "
@@ -137,9 +134,8 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
                     worker, actions, repeats=max(1, repeats // 2))))
                 batch = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(size, bool),
                                "env_index": np.arange(size)}, meta={"bootstrap": False})
-                seconds = (_median_seconds(partial(policy.infer, batch), repeats)
-                           if time_inference is None else time_inference(batch, repeats))
-                points.append(_point("rollout", size, 1, seconds))
+                points.append(_point("rollout", size, 1, _median_seconds(
+                    partial(policy.infer, batch), repeats)))
                 traj = synthetic_trajectory(obs, tuple(space.shape or ()), steps=rollout_steps,
                                             seed=env.seed)
                 for devices in actor_devices:

@@ -3,15 +3,12 @@ edges of their loop."""
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 import torch
 
-from rlinf.comm import Batch
 from rlinf.workers.embodied.roles.base import PolicyTarget, RoleBase
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
@@ -91,21 +88,6 @@ class PolicyRole(RoleBase, WeightReceiver):
         source, sink = self.link(input_channel), self.link(output_channel)
         for _ in range(count):
             sink.put(source.get(key=PING, timeout=self.io_timeout), key=PING)
-
-    def time_inference(self, *, tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any],
-                       repeats: int) -> float:
-        """Median seconds of `repeats` inferences of one observation batch in this process
-        (after a warm-up), inside a device turn: what the planner should price a policy
-        step at where it runs (its threads, its process), not where a profile ran."""
-        batch = Batch(dict(tensors), meta=dict(meta))
-        with self.turn("time_inference", repeats=repeats):
-            self.policy.infer(batch)
-            times = []
-            for _ in range(max(repeats, 1)):
-                started = time.perf_counter()
-                self.policy.infer(batch)
-                times.append(time.perf_counter() - started)
-        return float(statistics.median(times))
 
     def weight_target(self) -> WeightTarget:
         """The policy: the trainer's weights load into it."""
