@@ -11,8 +11,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rlinf_embodied.planning import (
+    calibrated_link,
+    iteration_overhead,
+    link_cluster,
+    simulate_plan,
+)
 from rlinf_embodied.planning import fixed_plan as planned_fixed
-from rlinf_embodied.planning import iteration_overhead, link_cluster, simulate_plan
 from rlinf_embodied.workflow import EmbodiedSpec, embodied_workflow, stages_of
 
 from rlinf.sched import (
@@ -129,3 +134,38 @@ def test_the_iteration_overhead_is_the_measured_weight_sync_and_control() -> Non
                        point("control", 0.01), point("env", 1.0)))
     assert iteration_overhead(profile) == pytest.approx(0.005 + 0.01)
     assert iteration_overhead(Profile(())) == 0.0
+
+
+def test_the_link_is_calibrated_to_the_iterations_the_profiling_flow_ran() -> None:
+    """A probe plan simulated at 0.10 s that ran at 0.15 s (0.01 s of it overhead): the
+    latency per message rises until the simulation gives 0.14 s; a collocated plan's price
+    does not move, a pipelined plan's rises. Never lowered; no probe, no change."""
+    spec = spec_of(16, 8)
+    workflow = embodied_workflow(spec)
+    cluster = Cluster.discover(use_ray=False, cpu_slots=2, gpus=False)
+    cost = AnalyticCostModel({"env": AnalyticCost(per_item=2e-4),
+                              "rollout": AnalyticCost(per_item=2e-4),
+                              "actor": AnalyticCost(per_item=1e-4)})
+    probe = planned_fixed(parse_placement("env, actor: 0, rollout: 1", components=workflow.names,
+                                          num_devices=2), workflow, pipeline_stages=2)
+    collocated = planned_fixed(parse_placement("env, rollout, actor: 0",
+                                               components=workflow.names, num_devices=2),
+                               workflow, pipeline_stages=2)
+    before = simulate_plan(probe, workflow, cost, cluster).iteration_time
+
+    def profile_of(seconds: float) -> Profile:
+        point = Measurement("probe_iteration", 16, 1, seconds, 0, memory_source="none",
+                            timestamp=0.0)
+        return Profile((point,), metadata={"probe_plan": probe.to_dict()})
+
+    calibrated = calibrated_link(cluster, workflow, profile_of(before * 1.5 + 0.01), cost,
+                                 overhead=0.01)
+    assert calibrated.intra_node_latency > cluster.intra_node_latency
+    after = simulate_plan(probe, workflow, cost, calibrated).iteration_time
+    assert after == pytest.approx(before * 1.5, rel=1e-3)
+    assert simulate_plan(collocated, workflow, cost, calibrated).iteration_time == \
+        pytest.approx(simulate_plan(collocated, workflow, cost, cluster).iteration_time)
+    # faster than simulated: the fitted link stays; no probe: unchanged
+    assert calibrated_link(cluster, workflow, profile_of(before * 0.5), cost,
+                           overhead=0.0) == cluster
+    assert calibrated_link(cluster, workflow, Profile(()), cost, overhead=0.0) == cluster

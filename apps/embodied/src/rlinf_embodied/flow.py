@@ -223,12 +223,16 @@ class EmbodiedFlow:
 
     # -- profiling -------------------------------------------------------------------------
 
-    def measure(self, *, batch_sizes: Sequence[int], repeats: int = 5) -> Profile:
+    def measure(self, *, batch_sizes: Sequence[int], repeats: int = 5,
+                probe_iterations: int = 0) -> Profile:
         """Per-component profile for `auto`: env steps of stage groups of each size, policy
         inference of micro-batches of each size, actor updates of ``size × rollout_steps``
         samples on 1 and 2 threads (on fresh copies in the driver, so training state is
         untouched); the iteration overhead; and, with a policy process, the link's round
-        trips between the real processes (`planning.link_cluster` fits them)."""
+        trips between the real processes (`planning.link_cluster` fits them). A throw-away
+        flow (``auto``'s probe) also runs `probe_iterations` real iterations, the first a
+        warm-up: ``probe_iteration`` is their median wall time and the profile's metadata
+        keeps the plan they ran (`planning.calibrated_link` prices the link by them)."""
         profile = measure_components(
             env=replace(self.spec.env, pipeline_stages=1), rollout=self._rollout_config,
             actor=self._actor_config, rollout_steps=self.spec.rollout_steps,
@@ -247,7 +251,14 @@ class EmbodiedFlow:
                 pong.rank_results(timeout=self.spec.link_timeout)
                 extra.append(Measurement("link", size, 1, float(rtt), 0, memory_source="none",
                                          timestamp=time.time()))
-        return Profile((*profile.measurements, *extra), profile.switches, profile.metadata)
+        metadata = dict(profile.metadata)
+        if probe_iterations > 1:
+            seconds = [self.step(i).seconds for i in range(1, probe_iterations + 1)][1:]
+            extra.append(Measurement("probe_iteration", self.spec.env.num_envs, 1,
+                                     float(np.median(seconds)), 0, memory_source="none",
+                                     timestamp=time.time()))
+            metadata["probe_plan"] = self.plan.to_dict()
+        return Profile((*profile.measurements, *extra), profile.switches, metadata)
 
     def _measure_iteration_overhead(self, repeats: int) -> tuple[Measurement, Measurement]:
         """What every iteration pays besides the dataflow the simulator models, measured on

@@ -85,6 +85,9 @@ EVAL_SEED_OFFSET = 1_000_003
 """Evaluation envs are seeded away from training envs (run.seed + this)."""
 PROFILE_REPEATS = 3
 """Timed calls per profiled point (median; after a warm-up call)."""
+PROBE_ITERATIONS = 3
+"""Real iterations `auto`'s profiling flow runs (the first a warm-up) so that planning prices
+the env ↔ policy link as it ran there (`planning.calibrated_link`)."""
 _TRACE_ITERATIONS = 5
 """Iterations whose spans go into the Chrome trace (the first ones of the run segment)."""
 
@@ -145,9 +148,22 @@ def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> M
         placement = resolve_placement(probe, components=workflow.names)
         plan = fixed_plan(placement, workflow, pipeline_stages=cfg.env.pipeline_stages)
         with EmbodiedFlow.launch(spec, plan) as flow:
-            return flow.measure(batch_sizes=batch_sizes, repeats=PROFILE_REPEATS)
+            return flow.measure(batch_sizes=batch_sizes, repeats=PROFILE_REPEATS,
+                                probe_iterations=PROBE_ITERATIONS if linked else 0)
 
     return measure
+
+
+def _probed(spec: EmbodiedSpec, cfg: AppConfig, plan: ExecutionPlan) -> Profile:
+    """The profile of a throw-away flow of `plan`, with the real iterations that calibrate
+    its link when it has one: the training flow itself must not run extra iterations."""
+    from rlinf_embodied.flow import EmbodiedFlow
+
+    with EmbodiedFlow.launch(spec, plan) as probe:
+        return probe.measure(batch_sizes=profile_batch_sizes(cfg.env.num_envs,
+                                                             cfg.env.pipeline_stages),
+                             repeats=PROFILE_REPEATS,
+                             probe_iterations=0 if probe.inline else PROBE_ITERATIONS)
 
 
 def _choose(cfg: AppConfig, spec: EmbodiedSpec) -> tuple[PlanChoice, Workflow, Cluster]:
@@ -255,12 +271,10 @@ def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ..
             choice, workflow, cluster = _choose(cfg, spec)
         from rlinf_embodied.flow import EmbodiedFlow
 
+        if cfg.run.trace and choice.cost is None:  # price the fixed plan for its Gantt
+            choice = priced(choice, _probed(spec, cfg, choice.plan), workflow, cluster)
         flow = EmbodiedFlow.launch(spec, choice.plan, cluster=cluster, trace=cfg.run.trace)
         try:
-            if cfg.run.trace and choice.cost is None:  # price the fixed plan for its Gantt
-                choice = priced(choice, flow.measure(batch_sizes=profile_batch_sizes(
-                    cfg.env.num_envs, cfg.env.pipeline_stages), repeats=PROFILE_REPEATS),
-                    workflow, cluster)
             if not math.isnan(choice.plan.predicted_time):
                 print(f"plan: [{choice.plan.mode.value}] {choice.plan.spec}; the planner "
                       f"predicts {choice.plan.predicted_time:.3f} s/iteration", file=out)
