@@ -38,9 +38,14 @@ def _segments() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("rlinf-*")}
 
 
+LOOKUP_S = 0.2
+"""How long a final check waits for a key: long enough that a busy store's answer to a key
+that exists is never taken for its absence (a call with timeout 0 waits only 40 ms)."""
+
+
 def _count(store: TCPStore, key: str) -> int:
     try:
-        return int(store.get(key, timeout=0))
+        return int(store.get(key, timeout=LOOKUP_S))
     except CommTimeoutError:
         return 0
 
@@ -147,7 +152,7 @@ def test_random_kills_lose_nothing_acknowledged_and_leave_no_segment(
 
 def _has(store: TCPStore, key: str) -> bool:
     try:
-        store.get(key, timeout=0)
+        store.get(key, timeout=LOOKUP_S)
     except CommTimeoutError:
         return False
     return True
