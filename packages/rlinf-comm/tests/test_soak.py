@@ -141,7 +141,7 @@ def test_random_kills_lose_nothing_acknowledged_and_leave_no_segment(
             missing += gone
             lost += len(gone)
     report = (f"seed {SEED}, {SECONDS:g} s: {acked} items acknowledged, kills {fleet.kills}, "
-              f"{_count(store, 'loss_reports')} loss reports, missing {missing[:10]}")
+              f"{_count(store, 'loss_reports')} loss reports, {lost} missing: {missing[:10]}")
     print(report)
     assert acked > 0, report
     assert _count(store, "duplicates") == 0, report
