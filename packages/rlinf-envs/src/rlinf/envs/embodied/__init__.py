@@ -4,6 +4,7 @@ Conventions (auto-reset, seeding, bookkeeping, sub-groups) are documented in
 `rlinf.envs.embodied.base`.
 """
 
+from rlinf.envs.embodied.backends.mujoco_batch import MujocoVectorEnv
 from rlinf.envs.embodied.base import EpisodeStats, Observation, StepResult, VectorEnv
 from rlinf.envs.embodied.factory import (
     BACKENDS,
@@ -17,6 +18,7 @@ __all__ = [
     "BACKENDS",
     "EpisodeStats",
     "LoopVectorEnv",
+    "MujocoVectorEnv",
     "Observation",
     "SingleEnv",
     "StepResult",

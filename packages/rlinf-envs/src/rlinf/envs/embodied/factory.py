@@ -7,13 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.envs._extras import has_module
-from rlinf.envs.embodied.backends import gym_backend, libero, maniskill
+from rlinf.envs.embodied.backends import gym_backend, libero, maniskill, mujoco_batch
 from rlinf.envs.embodied.base import VectorEnv
 from rlinf.envs.embodied.loop import LoopVectorEnv, SingleEnv
 from rlinf.envs.errors import ConfigError, MissingExtraError, UnknownEnvError
 
-Backend = Literal["auto", "gymnasium", "maniskill", "libero"]
-BACKENDS: tuple[Backend, ...] = ("auto", "gymnasium", "maniskill", "libero")
+Backend = Literal["auto", "mujoco", "gymnasium", "maniskill", "libero"]
+BACKENDS: tuple[Backend, ...] = ("auto", "mujoco", "gymnasium", "maniskill", "libero")
 
 _Builder = Callable[..., list[SingleEnv]]
 _BUILDERS: dict[str, _Builder] = {
@@ -55,12 +55,16 @@ def make_vector_env(
     render_size: tuple[int, int] = (128, 128),
     max_episode_steps: int | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
+    threads: int = 1,
 ) -> VectorEnv:
     """A vector env of `num_envs` copies of `name` (see `rlinf.envs.embodied.base`).
 
     `seed` seeds env i with `seed + i` at the first `reset()`; `render_size` is the
     (height, width) of `render()` frames and camera observations; `max_episode_steps`
     overrides the task's time limit; `env_kwargs` go to the backend's constructor.
+    `backend="auto"` steps the gymnasium MuJoCo tasks that `mujoco_batch` knows as one
+    batch (`MujocoVectorEnv`, physics on `threads` threads) and every other gymnasium env in
+    a loop; `backend="gymnasium"` forces the loop over gymnasium's own `step`.
     Raises UnknownEnvError for names no backend knows, MissingExtraError naming the extra
     when the backend's package is not installed.
     """
@@ -72,7 +76,15 @@ def make_vector_env(
         raise ConfigError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps}")
     if len(render_size) != 2 or min(render_size) < 1:
         raise ConfigError(f"render_size must be (height, width) >= 1, got {render_size}")
-    chosen = resolve_backend(name) if backend == "auto" else backend
+    if threads < 1:
+        raise ConfigError(f"threads must be >= 1, got {threads}")
+    if backend == "mujoco" and not mujoco_batch.supports(name):
+        raise ConfigError(
+            f"backend 'mujoco' batches gymnasium's v5 MuJoCo tasks; {name!r} is not one of them "
+            "(use backend='auto' or 'gymnasium')")
+    chosen = resolve_backend(name) if backend in ("auto", "mujoco") else backend
+    batched = backend == "mujoco" or (
+        backend == "auto" and chosen == "gymnasium" and mujoco_batch.supports(name))
     try:
         envs = _BUILDERS[chosen](
             name, num_envs=num_envs, render_size=tuple(render_size),
@@ -85,6 +97,9 @@ def make_vector_env(
             raise  # a core dependency is broken: not something an extra fixes
         # A dependency of the extra itself (robosuite for LIBERO, sapien for ManiSkill).
         raise MissingExtraError(f"{chosen} env {name!r}", chosen, exc.name or "?") from exc
+    if batched:
+        return mujoco_batch.MujocoVectorEnv(envs, name=name, seed=seed, threads=threads,
+                                            max_episode_steps=max_episode_steps)
     return LoopVectorEnv(envs, seed=seed, name=name)
 
 
@@ -106,11 +121,13 @@ class VectorEnvConfig:
     """Override of the task's time limit; None keeps the task's own."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the backend's env constructor."""
+    threads: int = 1
+    """Threads stepping a batched MuJoCo backend's physics (one per core it may use)."""
 
     def make(self) -> VectorEnv:
         """Build the vector env this config describes."""
         return make_vector_env(
             self.name, num_envs=self.num_envs, seed=self.seed, backend=self.backend,
             render_size=self.render_size, max_episode_steps=self.max_episode_steps,
-            env_kwargs=self.env_kwargs,
+            env_kwargs=self.env_kwargs, threads=self.threads,
         )

@@ -36,6 +36,9 @@ class EnvWorkerConfig:
     task's state vector (gymnasium tasks; for VLA policies). None: the task's observations."""
     instruction: str = ""
     """Language instruction of the task for VLA policies ("" : the task id)."""
+    threads: int = 1
+    """Threads stepping the physics of batched MuJoCo tasks (`MujocoVectorEnv`): one per core
+    this worker may use beside whatever else runs in its process."""
 
     def __post_init__(self) -> None:
         if self.num_envs < 1:
@@ -45,6 +48,8 @@ class EnvWorkerConfig:
                               f"got {self.pipeline_stages}")
         if self.pixels is not None and (len(self.pixels) != 2 or min(self.pixels) < 1):
             raise ConfigError(f"pixels must be (height, width) >= 1 or None, got {self.pixels}")
+        if self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, got {self.threads}")
         size = self.same_start_group_size
         if size < 1 or self.num_envs % size:
             raise ConfigError(f"same_start_group_size must be >= 1 and divide num_envs="

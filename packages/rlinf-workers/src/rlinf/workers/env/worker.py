@@ -80,7 +80,8 @@ class EnvWorker(Worker):
         else:
             self.env = make_vector_env(
                 config.env_name, num_envs=config.num_envs, seed=config.seed,
-                max_episode_steps=config.max_episode_steps, env_kwargs=config.env_kwargs)
+                max_episode_steps=config.max_episode_steps, env_kwargs=config.env_kwargs,
+                threads=config.threads)
         if isinstance(self.env.single_observation_space, gym.spaces.Dict):
             self.env.close()
             raise ConfigError(f"{config.env_name!r} has dict observations; the env worker "
