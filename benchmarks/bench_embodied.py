@@ -88,6 +88,7 @@ class Setting:
     env_step_s: float
     infer_s: float
     device: Literal["cpu", "cuda"] = "cpu"
+    env_threads: int = 1
 
 
 def _median_time(call: Any, repeats: int) -> float:
@@ -136,7 +137,8 @@ def calibrate(env_name: str, num_envs: int, stages: int, *, repeats: int,
 
 def make_spec(s: Setting, *, obs_dim: int, act_dim: int) -> EmbodiedSpec:
     return EmbodiedSpec(
-        env=EnvWorkerConfig(s.env, num_envs=s.num_envs, pipeline_stages=s.stages, seed=0),
+        env=EnvWorkerConfig(s.env, num_envs=s.num_envs, pipeline_stages=s.stages, seed=0,
+                            threads=s.env_threads),
         policy=PolicyConfig(obs_shape=(obs_dim,), action_dim=act_dim,
                             hidden_sizes=(s.hidden, s.hidden)),
         actor=EmbodiedActorConfig(epochs=s.epochs, num_minibatches=s.minibatches),
@@ -149,9 +151,12 @@ def build_setting(args: argparse.Namespace, device: Literal["cpu", "cuda"]
     names one, and the spec every rlinf contender runs."""
     num_envs, stages = args.num_envs or 64, 2
     hidden, step_s, infer_s = calibrate(args.env, num_envs, stages, repeats=20, device=device)
-    setting = Setting(args.env, num_envs, stages,
-                      args.rollout_steps or (32 if args.quick else 64), args.epochs,
-                      args.minibatches, args.hidden or hidden, step_s, infer_s, device=device)
+    rollout_steps = args.rollout_steps or (32 if args.quick else 64)
+    if args.minibatch_size:
+        args.minibatches = max(1, num_envs * rollout_steps // args.minibatch_size)
+    setting = Setting(args.env, num_envs, stages, rollout_steps, args.epochs,
+                      args.minibatches, args.hidden or hidden, step_s, infer_s, device=device,
+                      env_threads=args.env_threads)
     probe = EnvWorker(CONTEXT, config=EnvWorkerConfig(args.env, num_envs=1))
     obs_dim = int(np.prod(probe.observation_space.shape or ()))
     act_dim = int(np.prod(probe.action_space.shape or ()))
@@ -232,14 +237,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rollout-steps", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--minibatches", type=int, default=2)
+    parser.add_argument("--minibatch-size", type=int, default=None,
+                        help="samples per minibatch (overrides --minibatches: the rollout's "
+                             "samples divided by it)")
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--iterations", type=int, default=None)
-    parser.add_argument("--hidden", type=int, default=None,
+    parser.add_argument("--hidden", "--width", dest="hidden", type=int, default=None,
                         help="MLP width (default: calibrated, forward of a group = env step)")
     parser.add_argument("--skip-sb3-subproc", action="store_true")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where policies and updates compute (every contender); cuda "
                              "runs collocated, hybrid and SB3, with no planner predictions")
+    parser.add_argument("--env-threads", type=int, default=1,
+                        help="threads stepping a batched MuJoCo env's physics (rlinf)")
     args = parser.parse_args(argv)
     if args.device == "cuda":
         return main_cuda(args)

@@ -78,7 +78,7 @@ class MujocoVectorEnv(LoopVectorEnv):
         self._physics = _Physics(
             task=task_type(sims[0]), sims=sims, max_episode_steps=limit, threads=threads,
             mj_step=mujoco.mj_step, mj_rne_post_constraint=mujoco.mj_rnePostConstraint,
-            pool=ThreadPoolExecutor(threads, thread_name_prefix="rlinf-mujoco")
+            pool=ThreadPoolExecutor(threads - 1, thread_name_prefix="rlinf-mujoco")
             if threads > 1 else None,
         )
 
@@ -114,7 +114,10 @@ class MujocoVectorEnv(LoopVectorEnv):
             return
         parts = min(self._physics.threads, self.num_envs)
         chunks = np.array_split(np.arange(self.num_envs), parts)
-        futures = [pool.submit(self._simulate, self._indices[c], actions[c]) for c in chunks]
+        # The calling thread steps the first chunk itself: one hand-off fewer per step.
+        futures = [pool.submit(self._simulate, self._indices[c], actions[c])
+                   for c in chunks[1:]]
+        self._simulate(self._indices[chunks[0]], actions[chunks[0]])
         for future in futures:
             future.result()
 
