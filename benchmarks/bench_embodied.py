@@ -7,8 +7,12 @@ step of that group — simulation and inference cost the same, the case where pi
 them can pay most (ideally 2x). Every contender runs PPO with the same envs, rollout length
 (``n_steps``), epochs, minibatch count and network.
 
-Contenders, in one run (each: `--warmup` untimed iterations, then `--iterations` timed;
-medians; an iteration is rollout + update + weight sync):
+Contenders, interleaved in ``--rounds`` rounds (every contender once per round, A B C ...
+A B C ...; each time `--warmup` untimed iterations, then `--iterations` timed; the figure
+is the median over rounds of each round's median; an iteration is rollout + update +
+weight sync). CPU-seconds per 1,000 env steps (the machine's busy time over the timed
+iterations, /proc/stat) stand next to wall time, and the run is refused when the load
+average is above ``--max-load``:
 
 - ``collocated``: env and policy take turns in one process on device 0, actor on device 0;
 - ``hybrid``: env process on device 0 and policy process on device 1, stage groups
@@ -25,8 +29,10 @@ policy processes, which `link_cluster` fits to the link's latency per message an
 is fitted once; for every rlinf mode the planner's simulator prices the same plan with it,
 and the predicted and measured seconds per iteration stand side by side. The last line is one JSON
 object: ``hybrid_speedup_vs_collocated``, ``speedup_vs_sb3`` (best rlinf mode over the
-faster SB3 vector env, env steps/s), ``max_prediction_error`` (largest |predicted -
-measured| / measured), and details.
+fastest SB3 configuration, env steps/s), ``auto_vs_best_fixed``, ``max_prediction_error``
+(largest |predicted - measured| / measured), CPU-seconds per 1,000 steps, and details.
+User settings: ``--width 64 --epochs 10 --minibatch-size 64 --num-envs 16
+--rollout-steps 128`` (and ``--width 256``).
 
 Launch: ``tox -e bench-embodied`` (full setting) or ``tox -e bench-embodied -- --quick``.
 ``--device cuda`` (`main_cuda`) puts every contender's policy and updates on one GPU, the
@@ -229,6 +235,52 @@ def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
     return [float(g) for g in gaps[warmup:warmup + iterations]]
 
 
+def machine_busy_seconds() -> float:
+    """CPU-seconds spent by every process on this machine so far (/proc/stat): the delta
+    over a contender's timed iterations is its CPU time, plus whatever else ran (the load
+    average printed beside it says how much that was)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Tally:
+    """Timed iterations of one contender over the rounds."""
+
+    seconds: list[float]
+    cpu_seconds: list[float]
+    breakdown: list[dict[str, float]]
+
+    def record(self, times: list[float], cpu: float, breakdown: dict[str, float] | None) -> None:
+        self.seconds.append(statistics.median(times))
+        self.cpu_seconds.append(cpu / len(times))
+        if breakdown is not None:
+            self.breakdown.append(breakdown)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    def median_breakdown(self) -> dict[str, float]:
+        return {k: statistics.median(b[k] for b in self.breakdown) for k in BREAKDOWN}
+
+
+def timed_flow(spec: EmbodiedSpec, chosen: ExecutionPlan, *, warmup: int, iterations: int
+               ) -> tuple[list[float], float, dict[str, float]]:
+    """Launch `chosen`, run warm-up then timed iterations: (seconds of each timed
+    iteration, machine CPU-seconds over them, medians of the breakdown)."""
+    with EmbodiedFlow.launch(spec, chosen) as flow:
+        for step in range(warmup):
+            flow.step(step)
+        busy = machine_busy_seconds()
+        results = [flow.step(warmup + i) for i in range(iterations)]
+        cpu = machine_busy_seconds() - busy
+    return ([r.seconds for r in results], cpu,
+            {key: statistics.median(r.metrics[key] for r in results) for key in BREAKDOWN})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small setting, few iterations")
@@ -242,6 +294,12 @@ def main(argv: list[str] | None = None) -> int:
                              "samples divided by it)")
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--iterations", type=int, default=None)
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="interleaved rounds (every contender once per round; default 3, "
+                             "1 with --quick)")
+    parser.add_argument("--max-load", type=float, default=None,
+                        help="refuse to start above this 1-minute load average (default: the "
+                             "core count; negative: never refuse)")
     parser.add_argument("--hidden", "--width", dest="hidden", type=int, default=None,
                         help="MLP width (default: calibrated, forward of a group = env step)")
     parser.add_argument("--skip-sb3-subproc", action="store_true")
@@ -255,7 +313,15 @@ def main(argv: list[str] | None = None) -> int:
         return main_cuda(args)
     import ray
 
+    cores = os.cpu_count() or 1
+    max_load = cores if args.max_load is None else args.max_load
+    load_before = os.getloadavg()[0]
+    if 0 <= max_load < load_before:
+        print(f"refused: load average {load_before:.2f} > --max-load {max_load:g}; other work "
+              "would be timed too", file=sys.stderr)
+        return 3
     warmup, iterations = timing_of(args)
+    rounds = args.rounds or (1 if args.quick else 3)
     repeats = 3 if args.quick else 7
     setting, spec = build_setting(args, "cpu")
     num_envs, stages, rollout_steps = setting.num_envs, setting.stages, setting.rollout_steps
@@ -265,97 +331,109 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.minibatches} minibatches, MLP {hidden}x{hidden} (policy and value)")
     print(f"# calibration: env step of a group {step_s * 1e3:.2f} ms, policy forward of a "
           f"group {infer_s * 1e3:.2f} ms (ratio {infer_s / step_s:.2f})")
-    print(f"# load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; medians of "
-          f"{iterations} iterations after {warmup} warm-up", flush=True)
+    print(f"# load average {load_before:.1f} on {cores} cores; {rounds} interleaved rounds, "
+          f"each contender {iterations} iterations after {warmup} warm-up per round",
+          flush=True)
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     cluster = Cluster.discover(use_ray=False, cpu_slots=2)
-    rows: dict[str, dict[str, Any]] = {}
-    plans: dict[str, ExecutionPlan] = {}
+    plans = {mode: fixed_plan(spec, mode) for mode in ("collocated", "hybrid")}
+    # SB3 as a user runs it: torch's default threads (one per core: its policy forwards and
+    # updates use both cores) and one thread, DummyVecEnv and SubprocVecEnv.
+    sb3_configs = [(vec, threads) for vec in ("dummy", "subproc")
+                   if not (vec == "subproc" and args.skip_sb3_subproc)
+                   for threads in dict.fromkeys((cores, 1))]
+    tallies: dict[str, Tally] = {}
+    predicted: dict[str, float] = {}
     try:
-        for mode in ("collocated", "hybrid"):
-            plans[mode] = fixed_plan(spec, mode)
-            with EmbodiedFlow.launch(spec, plans[mode]) as flow:
-                rows[mode] = {"plan": plans[mode].spec,
-                              **time_flow(flow, warmup=warmup, iterations=iterations)}
-                if mode == "hybrid":  # profile once; this flow also has a link to measure
-                    sizes = [num_envs // 4, num_envs // 2, num_envs]
-                    profile = flow.measure(batch_sizes=sizes, repeats=repeats)
-            print(f"# {mode}: {rows[mode]}", flush=True)
+        # Profile once, on the hybrid flow (it has a link to measure), then plan `auto`.
+        with EmbodiedFlow.launch(spec, plans["hybrid"]) as flow:
+            flow.step(0)
+            profile = flow.measure(batch_sizes=[num_envs // 4, num_envs // 2, num_envs],
+                                   repeats=repeats)
         cost = fit_profile(profile)
         cluster = link_cluster(cluster, embodied_workflow(spec), profile)
         link = [m.seconds for m in profile.measurements if m.component == "link"]
         print(f"# profile: link round trip of a stage group {np.median(link) * 1e3:.2f} ms; "
               f"fitted env/rollout/actor curves from {len(profile.measurements)} points",
               flush=True)
-        for mode in ("collocated", "hybrid"):
-            rows[mode]["predicted"] = predict(spec, plans[mode], cost, cluster)
         # Each link message costs the fitted latency, so smaller stage groups are no longer
         # free to the planner (before latency was modelled it split the envs into 16 groups
         # of 4, 2x slower, and the search had to be capped by hand).
-        planned = plan(embodied_workflow(spec), cost, cluster).best
-        with EmbodiedFlow.launch(spec, planned) as flow:
-            timing = time_flow(flow, warmup=warmup, iterations=iterations)
-        rows["auto"] = {"plan": f"{planned.spec} /{num_envs // planned.micro_batch['env']}",
-                        **timing, "predicted": predict(spec, planned, cost, cluster)}
-        print(f"# auto: {rows['auto']}", flush=True)
+        plans["auto"] = plan(embodied_workflow(spec), cost, cluster).best
+        predicted = {mode: predict(spec, chosen, cost, cluster) for mode, chosen in plans.items()}
+        for round_index in range(rounds):
+            for mode, chosen in plans.items():
+                times, cpu, breakdown = timed_flow(spec, chosen, warmup=warmup,
+                                                   iterations=iterations)
+                tallies.setdefault(mode, Tally([], [], [])).record(times, cpu, breakdown)
+                print(f"# round {round_index + 1} {mode}: {statistics.median(times):.3f} "
+                      f"s/iter, load {os.getloadavg()[0]:.1f}", flush=True)
+            for vec, threads in sb3_configs:
+                busy = machine_busy_seconds()
+                times = run_sb3(setting, vec, warmup=warmup, iterations=iterations,
+                                threads=threads)
+                # SB3's warm-up and model build are inside the window: charge its timed share.
+                cpu = (machine_busy_seconds() - busy) * iterations / (warmup + iterations)
+                label = f"sb3_{vec}_{threads}thr"
+                tallies.setdefault(label, Tally([], [], [])).record(times, cpu, None)
+                print(f"# round {round_index + 1} {label}: {statistics.median(times):.3f} "
+                      f"s/iter", flush=True)
     finally:
         ray.shutdown()
 
     samples = num_envs * rollout_steps
-    # SB3 as a user runs it: torch's default threads (one per core: its policy forwards and
-    # updates use both cores) and one thread; each vector env keeps its faster setting.
-    sb3: dict[str, float] = {}
-    sb3_threads: dict[str, int] = {}
-    for vec in ("dummy", "subproc"):
-        if vec == "subproc" and args.skip_sb3_subproc:
-            continue
-        for threads in dict.fromkeys((os.cpu_count() or 1, 1)):
-            seconds = statistics.median(run_sb3(setting, vec, warmup=warmup,
-                                                iterations=iterations, threads=threads))
-            print(f"# sb3 {vec}, {threads} threads: {seconds:.3f} s/iteration", flush=True)
-            if seconds < sb3.get(vec, math.inf):
-                sb3[vec], sb3_threads[vec] = seconds, threads
-
+    rlinf_modes = [m for m in ("collocated", "hybrid", "auto") if m in tallies]
+    sb3_labels = [label for label in tallies if label.startswith("sb3_")]
     print()
-    print("plan: placement /stage groups; s/iter: measured median (rollout, train, weight sync:")
-    print("their medians; env: time in env.step, wait: env waiting for actions); pred: simulated")
-    print(f"{'contender':<17} {'plan':<34} {'s/iter':>7} {'pred':>7} {'err':>6} "
-          f"{'steps/s':>8} {'rollout':>8} {'env':>6} {'wait':>6} {'train':>6} {'sync':>6}")
+    print("medians over rounds of each round's median s/iter; cpu s/1k: machine CPU-seconds "
+          "per 1,000 env steps; breakdown (rollout, env step, env wait, train, sync) medians")
+    print(f"{'contender':<18} {'plan':<34} {'s/iter':>7} {'pred':>7} {'err':>6} "
+          f"{'steps/s':>8} {'cpu s/1k':>8} {'rollout':>8} {'env':>6} {'wait':>6} "
+          f"{'train':>6} {'sync':>6}")
     errors = []
-    for mode, row in rows.items():
-        err = abs(row["predicted"] - row["seconds"]) / row["seconds"]
+    for mode in rlinf_modes:
+        tally = tallies[mode]
+        err = abs(predicted[mode] - tally.median) / tally.median
         errors.append(err)
-        plan_text = row["plan"] if mode == "auto" else f"{row['plan']} /{stages}"
-        print(f"rlinf {mode:<11} {plan_text:<34} {row['seconds']:>7.3f} "
-              f"{row['predicted']:>7.3f} {err:>6.1%} {samples / row['seconds']:>8.0f} "
-              f"{row['rollout_seconds']:>8.3f} {row['env_step_seconds']:>6.3f} "
-              f"{row['env_wait_seconds']:>6.3f} {row['train_seconds']:>6.3f} "
-              f"{row['sync_seconds']:>6.3f}")
-    for vec, seconds in sb3.items():
-        where = ("one process" if vec == "dummy" else "one process per env (fork)") + (
-            f", {sb3_threads[vec]} thr")
-        print(f"sb3 {vec + 'VecEnv':<13} {where:<34} {seconds:>7.3f} {'':>7} {'':>6} "
-              f"{samples / seconds:>8.0f}")
-    best_mode = min(rows, key=lambda m: rows[m]["seconds"])
-    best_sb3 = min(sb3, key=lambda v: sb3[v])
+        b = tally.median_breakdown()
+        plan_text = f"{plans[mode].spec} /{num_envs // plans[mode].micro_batch['env']}"
+        print(f"rlinf {mode:<12} {plan_text:<34} {tally.median:>7.3f} {predicted[mode]:>7.3f} "
+              f"{err:>6.1%} {samples / tally.median:>8.0f} "
+              f"{statistics.median(tally.cpu_seconds) / samples * 1e3:>8.3f} "
+              f"{b['rollout_seconds']:>8.3f} {b['env_step_seconds']:>6.3f} "
+              f"{b['env_wait_seconds']:>6.3f} {b['train_seconds']:>6.3f} "
+              f"{b['sync_seconds']:>6.3f}")
+    for label in sb3_labels:
+        tally = tallies[label]
+        print(f"{label:<18} {'':<34} {tally.median:>7.3f} {'':>7} {'':>6} "
+              f"{samples / tally.median:>8.0f} "
+              f"{statistics.median(tally.cpu_seconds) / samples * 1e3:>8.3f}")
+    best_mode = min(rlinf_modes, key=lambda m: tallies[m].median)
+    best_sb3 = min(sb3_labels, key=lambda label: tallies[label].median)
+    best_fixed = min(tallies["collocated"].median, tallies["hybrid"].median)
     summary = {
-        "hybrid_speedup_vs_collocated": rows["collocated"]["seconds"] / rows["hybrid"]["seconds"],
-        "speedup_vs_sb3": sb3[best_sb3] / rows[best_mode]["seconds"],
+        "hybrid_speedup_vs_collocated": tallies["collocated"].median / tallies["hybrid"].median,
+        "speedup_vs_sb3": tallies[best_sb3].median / tallies[best_mode].median,
+        "auto_vs_best_fixed": tallies["auto"].median / best_fixed,
         "max_prediction_error": max(errors),
-        "best_mode": best_mode, "sb3_vec_env": best_sb3, "sb3_threads": sb3_threads[best_sb3],
-        "env_steps_per_s": {m: samples / r["seconds"] for m, r in rows.items()}
-        | {f"sb3_{v}": samples / t for v, t in sb3.items()},
-        "predicted_s": {m: r["predicted"] for m, r in rows.items()},
-        "measured_s": {m: r["seconds"] for m, r in rows.items()},
-        "breakdown_s": {m: {k: r[k] for k in BREAKDOWN} for m, r in rows.items()},
-        "auto_plan": rows["auto"]["plan"],
+        "best_mode": best_mode, "sb3_best": best_sb3,
+        "env_steps_per_s": {m: samples / t.median for m, t in tallies.items()},
+        "cpu_seconds_per_1k_steps": {m: statistics.median(t.cpu_seconds) / samples * 1e3
+                                     for m, t in tallies.items()},
+        "per_round_s": {m: t.seconds for m, t in tallies.items()},
+        "predicted_s": predicted,
+        "measured_s": {m: tallies[m].median for m in rlinf_modes},
+        "breakdown_s": {m: tallies[m].median_breakdown() for m in rlinf_modes},
+        "auto_plan": f"{plans['auto'].spec} /{num_envs // plans['auto'].micro_batch['env']}",
         "setting": {"env": args.env, "num_envs": num_envs, "stages": stages,
                     "rollout_steps": rollout_steps, "epochs": args.epochs,
                     "minibatches": args.minibatches, "hidden": hidden,
-                    "env_step_ms": step_s * 1e3, "infer_ms": infer_s * 1e3},
-        "load_average": os.getloadavg()[0],
+                    "env_threads": args.env_threads, "rounds": rounds,
+                    "iterations": iterations, "env_step_ms": step_s * 1e3,
+                    "infer_ms": infer_s * 1e3},
+        "load_average": [load_before, os.getloadavg()[0]],
     }
     print(json.dumps(summary))
     return 0
