@@ -109,6 +109,7 @@ def test_views_step_the_same_physics_as_the_whole_env() -> None:
         split.reset()
         views: list[VectorEnv] = split.split(2)
         assert [v.num_envs for v in views] == [3, 2]
+        assert all(isinstance(v, MujocoVectorEnv) for v in views)  # batched, not the loop
         for actions in _actions(whole.single_action_space, 5, 200, seed=2):
             expected = whole.step(actions)
             first, second = views[0].step(actions[:3]), views[1].step(actions[3:])

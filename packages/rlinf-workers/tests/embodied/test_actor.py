@@ -140,3 +140,20 @@ def test_cuda_actor_trains_like_the_cpu_actor_and_checkpoints_across_devices(mak
     on_cpu.train(traj)
     for key, value in on_cpu.get_weights().items():
         torch.testing.assert_close(gpu.get_weights()[key], value, rtol=1e-3, atol=1e-4)
+
+
+def test_small_updates_run_on_one_thread_and_big_ones_on_the_whole_budget(make_env):
+    small = _actor()  # 64x64 MLP on 4 inputs: ~10k parameters
+    assert small._update_threads(64, budget=2) == 1
+    assert small._update_threads(64, budget=1) == 1
+    big = EmbodiedActorWorker(CONTEXT, config=EmbodiedActorConfig(
+        policy=PolicyConfig(obs_shape=(17,), action_dim=6, hidden_sizes=(768, 768)),
+        num_threads=2))
+    assert big._update_threads(64, budget=2) == 2
+    assert big._update_threads(64, budget=4) == 4
+    # Training restores the thread budget it was given.
+    trajectory = _trajectory(make_env, num_envs=4)
+    torch.set_num_threads(2)
+    small.train(trajectory)
+    assert torch.get_num_threads() == 2
+    torch.set_num_threads(1)

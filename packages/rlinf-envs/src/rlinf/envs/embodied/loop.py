@@ -255,7 +255,7 @@ class LoopVectorEnv(VectorEnv):
         if not 1 <= num_groups <= self.num_envs:
             raise EnvStepError(
                 f"num_groups must be between 1 and num_envs={self.num_envs}, got {num_groups}")
-        return [LoopVectorEnv._view(self, part)
+        return [type(self)._view(self, part)
                 for part in np.array_split(self._indices, num_groups)]
 
     def close(self) -> None:
