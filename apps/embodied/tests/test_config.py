@@ -60,6 +60,7 @@ def test_round_trip_through_plain_data():
     ("env.id=InvertedPendulum-v5", "env.id", "'<backend>:<task>'"),
     ("env.id=gym:NoSuchEnv-v0", "env.id", "a registered gymnasium id"),
     ("env.pipeline_stages=3", "env.pipeline_stages", "a divisor of env.num_envs=16"),
+    ("env.threads=0", "env.threads", "an integer >= 1"),
     ("run.eval_max_steps=0", "run.eval_max_steps", ">= 1"),
     ("policy.kind=cnn", "env.obs", "'pixels' for policy.kind='cnn'"),
     ("policy.hidden_sizes=[]", "policy.hidden_sizes", "non-empty"),
@@ -173,3 +174,10 @@ def test_help_lists_keys_with_docstrings():
     assert "run.checkpoint_every" in proc.stdout
     assert "Save a checkpoint every this many iterations" in proc.stdout
     assert "placement=auto|collocated|disaggregated|hybrid" in proc.stdout
+
+
+def test_env_threads_reach_the_env_workers():
+    from rlinf_embodied.spec import env_worker_config
+
+    assert env_worker_config(load_config(["env.threads=2"])).threads == 2
+    assert env_worker_config(load_config([])).threads == 1

@@ -59,6 +59,9 @@ class EnvConfig:
     """Side in pixels of square camera images (obs=pixels) and of evaluation video frames."""
     instruction: str = ""
     """Language instruction given to a VLA policy (empty: the task id)."""
+    threads: int = 1
+    """Threads stepping the physics of batched MuJoCo tasks (gym v5 HalfCheetah, Hopper,
+    Walker2d, Ant, InvertedDoublePendulum, InvertedPendulum) in each env process."""
 
     def __post_init__(self) -> None:
         backend, _, task = self.id.partition(":")
@@ -75,6 +78,8 @@ class EnvConfig:
                                  "an integer >= 1 or null")
         if not 8 <= self.image_size <= 512:
             raise AppConfigError("env.image_size", self.image_size, "an integer in [8, 512]")
+        if self.threads < 1:
+            raise AppConfigError("env.threads", self.threads, "an integer >= 1")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def env_worker_config(cfg: AppConfig) -> EnvWorkerConfig:
         seed=cfg.run.seed, max_episode_steps=env.max_episode_steps,
         same_start_group_size=cfg.algorithm.grpo_group_size if grpo else 1,
         pixels=(env.image_size, env.image_size) if env.obs == "pixels" else None,
-        instruction=env.instruction)
+        instruction=env.instruction, threads=env.threads)
 
 
 def probe_spaces(env_cfg: EnvWorkerConfig) -> tuple[gym.Space[Any], gym.Space[Any]]:
