@@ -19,9 +19,10 @@ average is above ``--max-load``:
   pipelined over rlinf.comm point-to-point messages; the actor on devices 0-1;
 - ``auto``: `EmbodiedFlow.measure` → `rlinf.sched.fit_profile` → `rlinf.sched.plan` over
   the 2 CPU devices → launch the chosen plan (placement and stage groups);
-- SB3 PPO with ``DummyVecEnv`` and with ``SubprocVecEnv`` (fork; one process per env),
-  each with torch's default threads (one per core) and with one thread; the fastest of the
-  four is the baseline.
+- SB3 PPO with ``DummyVecEnv``, with ``SubprocVecEnv`` (fork; one process per env) and,
+  when envpool is installed, with envpool's C++ vector env on every core
+  (`envpool_vec_env.EnvpoolVecEnv`), each with torch's default threads (one per core) and
+  with one thread; the fastest is the baseline.
 
 The profile (`EmbodiedFlow.measure` on the hybrid flow: env steps, policy forwards and actor
 updates at several batch sizes, plus round trips of stage-group messages between the env and
@@ -42,6 +43,7 @@ simulators on CPU cores: collocated, hybrid and SB3 (``device="cuda"``), no plan
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -218,7 +220,14 @@ def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
             return True
 
     makers = [lambda: gym.make(s.env) for _ in range(s.num_envs)]
-    env = DummyVecEnv(makers) if vec == "dummy" else SubprocVecEnv(makers, start_method="fork")
+    if vec == "envpool":  # envpool's C++ pool on every core, SB3's PPO on top
+        from envpool_vec_env import EnvpoolVecEnv
+
+        env: Any = EnvpoolVecEnv(s.env, num_envs=s.num_envs, num_threads=os.cpu_count() or 1)
+    elif vec == "dummy":
+        env = DummyVecEnv(makers)
+    else:
+        env = SubprocVecEnv(makers, start_method="fork")
     try:
         torch.set_num_threads(threads)
         model = PPO("MlpPolicy", env, n_steps=s.rollout_steps,
@@ -341,9 +350,15 @@ def main(argv: list[str] | None = None) -> int:
     plans = {mode: fixed_plan(spec, mode) for mode in ("collocated", "hybrid")}
     # SB3 as a user runs it: torch's default threads (one per core: its policy forwards and
     # updates use both cores) and one thread, DummyVecEnv and SubprocVecEnv.
-    sb3_configs = [(vec, threads) for vec in ("dummy", "subproc")
-                   if not (vec == "subproc" and args.skip_sb3_subproc)
-                   for threads in dict.fromkeys((cores, 1))]
+    # With envpool installed (tox -e bench-embodied installs it), SB3 also runs on its
+    # vector env, the fastest simulator path a SB3 user can pick.
+    vec_envs = ["dummy", "subproc", "envpool"]
+    if args.skip_sb3_subproc:
+        vec_envs.remove("subproc")
+    if importlib.util.find_spec("envpool") is None:
+        vec_envs.remove("envpool")
+        print("# envpool is not installed: no SB3 + envpool peer", flush=True)
+    sb3_configs = [(vec, threads) for vec in vec_envs for threads in dict.fromkeys((cores, 1))]
     tallies: dict[str, Tally] = {}
     predicted: dict[str, float] = {}
     try:
