@@ -200,9 +200,10 @@ def predict(spec: EmbodiedSpec, chosen: ExecutionPlan, cost: Any, cluster: Clust
 
 
 def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
-            threads: int) -> list[float]:
-    """Seconds per PPO iteration (collect n_steps from every env + update) of SB3 with
-    `threads` torch intra-op threads."""
+            threads: int) -> tuple[list[float], float]:
+    """Seconds of each timed PPO iteration (collect n_steps from every env + update) of SB3
+    with `threads` torch intra-op threads, and the machine's CPU-seconds over them (from the
+    first timed rollout's start to the end of learning: no setup, warm-up or teardown)."""
     import gymnasium as gym
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -212,9 +213,11 @@ def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
         def __init__(self) -> None:
             super().__init__()
             self.starts: list[float] = []
+            self.busy: list[float] = []
 
         def _on_rollout_start(self) -> None:
             self.starts.append(time.perf_counter())
+            self.busy.append(machine_busy_seconds())
 
         def _on_step(self) -> bool:
             return True
@@ -223,7 +226,8 @@ def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
     if vec == "envpool":  # envpool's C++ pool on every core, SB3's PPO on top
         from envpool_vec_env import EnvpoolVecEnv
 
-        env: Any = EnvpoolVecEnv(s.env, num_envs=s.num_envs, num_threads=os.cpu_count() or 1)
+        env: Any = EnvpoolVecEnv(s.env, num_envs=s.num_envs,
+                                 num_threads=len(os.sched_getaffinity(0)))
     elif vec == "dummy":
         env = DummyVecEnv(makers)
     else:
@@ -235,13 +239,16 @@ def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
                     n_epochs=s.epochs, seed=0, device=s.device, verbose=0,
                     policy_kwargs={"net_arch": {"pi": [s.hidden] * 2, "vf": [s.hidden] * 2}})
         clock = Clock()
-        total = warmup + iterations + 1  # the last start closes the last timed iteration
+        total = warmup + iterations
         model.learn(total_timesteps=s.num_envs * s.rollout_steps * total, callback=clock)
+        # learn() returns right after the last update: this closes the last iteration.
         clock.starts.append(time.perf_counter())
+        clock.busy.append(machine_busy_seconds())
     finally:
         env.close()
     gaps = np.diff(clock.starts)
-    return [float(g) for g in gaps[warmup:warmup + iterations]]
+    return ([float(g) for g in gaps[warmup:warmup + iterations]],
+            clock.busy[warmup + iterations] - clock.busy[warmup])
 
 
 def machine_busy_seconds() -> float:
@@ -386,11 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"# round {round_index + 1} {mode}: {statistics.median(times):.3f} "
                       f"s/iter, load {os.getloadavg()[0]:.1f}", flush=True)
             for vec, threads in sb3_configs:
-                busy = machine_busy_seconds()
-                times = run_sb3(setting, vec, warmup=warmup, iterations=iterations,
-                                threads=threads)
-                # SB3's warm-up and model build are inside the window: charge its timed share.
-                cpu = (machine_busy_seconds() - busy) * iterations / (warmup + iterations)
+                times, cpu = run_sb3(setting, vec, warmup=warmup, iterations=iterations,
+                                     threads=threads)
                 label = f"sb3_{vec}_{threads}thr"
                 tallies.setdefault(label, Tally([], [], [])).record(times, cpu, None)
                 print(f"# round {round_index + 1} {label}: {statistics.median(times):.3f} "
@@ -487,7 +491,7 @@ def main_cuda(args: argparse.Namespace) -> int:
     sb3: dict[int, float] = {}
     for threads in dict.fromkeys((os.cpu_count() or 1, 1)):
         sb3[threads] = statistics.median(run_sb3(setting, "dummy", warmup=warmup,
-                                                 iterations=iterations, threads=threads))
+                                                 iterations=iterations, threads=threads)[0])
         print(f"# sb3 dummy, cuda, {threads} threads: {sb3[threads]:.3f} s/iteration",
               flush=True)
     print()

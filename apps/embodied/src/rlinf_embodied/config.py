@@ -61,7 +61,9 @@ class EnvConfig:
     """Language instruction given to a VLA policy (empty: the task id)."""
     threads: int = 1
     """Threads stepping the physics of batched MuJoCo tasks (gym v5 HalfCheetah, Hopper,
-    Walker2d, Ant, InvertedDoublePendulum, InvertedPendulum) in each env process."""
+    Walker2d, Ant, InvertedDoublePendulum, InvertedPendulum) in each env process; state
+    observations without GRPO blocks only (pixels and same-start envs step in a loop). Not
+    counted against the placement's CPU slots: keep it within the cores the env may use."""
 
     def __post_init__(self) -> None:
         backend, _, task = self.id.partition(":")

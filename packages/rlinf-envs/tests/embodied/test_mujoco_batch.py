@@ -102,6 +102,8 @@ def test_bad_backend_options_say_what_to_use() -> None:
 
 
 def test_views_step_the_same_physics_as_the_whole_env() -> None:
+    # One thread steps the views in turn here; views stepped from threads at once are
+    # covered by LoopVectorEnv's own test (the views own disjoint envs).
     whole = make_vector_env("Walker2d-v5", num_envs=5, seed=4, threads=2)
     split = make_vector_env("Walker2d-v5", num_envs=5, seed=4, threads=2)
     with whole, split:
@@ -113,9 +115,13 @@ def test_views_step_the_same_physics_as_the_whole_env() -> None:
         for actions in _actions(whole.single_action_space, 5, 200, seed=2):
             expected = whole.step(actions)
             first, second = views[0].step(actions[:3]), views[1].step(actions[3:])
-            np.testing.assert_array_equal(np.concatenate([first.obs, second.obs]), expected.obs)
+            for field in ("obs", "reward", "terminated", "truncated"):
+                np.testing.assert_array_equal(
+                    np.concatenate([getattr(first, field), getattr(second, field)]),
+                    getattr(expected, field), err_msg=field)
             np.testing.assert_array_equal(
-                np.concatenate([first.reward, second.reward]), expected.reward)
+                np.concatenate([first.info["final_obs"], second.info["final_obs"]]),
+                expected.info["final_obs"])
         finished = sorted(views[0].pop_finished_episodes() + views[1].pop_finished_episodes(),
                           key=lambda e: (e.env_index, e.length, e.episode_return))
         assert finished == sorted(whole.pop_finished_episodes(),
@@ -126,6 +132,10 @@ def test_closing_a_view_stops_the_thread_pool_and_refuses_steps() -> None:
     env = make_vector_env("HalfCheetah-v5", num_envs=4, threads=2)
     env.reset()
     view = env.split(2)[0]
+    assert isinstance(env, MujocoVectorEnv)
+    pool = env._physics.pool
+    assert pool is not None
     view.close()
+    assert env._physics.pool is None and pool._shutdown
     with pytest.raises(Exception, match="closed"):
         env.step(np.zeros((4, 6), dtype=np.float32))

@@ -85,7 +85,8 @@ def test_grpo_needs_the_whole_worker_in_env_order(make_env):
 
 
 @pytest.mark.parametrize("options", [{"algorithm": "a2c"}, {"epochs": 0}, {"lr": 0.0},
-                                     {"device": "gpu"}, {"device": "cuda:x"}])
+                                     {"device": "gpu"}, {"device": "cuda:x"},
+                                     {"clip_ratio": -0.1}, {"value_clip": -1.0}])
 def test_config_rejects_bad_values(options):
     with pytest.raises(ConfigError):
         EmbodiedActorConfig(policy=POLICY, **options)
@@ -143,6 +144,7 @@ def test_cuda_actor_trains_like_the_cpu_actor_and_checkpoints_across_devices(mak
 
 
 def test_small_updates_run_on_one_thread_and_big_ones_on_the_whole_budget(make_env):
+    before = torch.get_num_threads()
     small = _actor()  # 64x64 MLP on 4 inputs: ~10k parameters
     assert small._update_threads(64, budget=2) == 1
     assert small._update_threads(64, budget=1) == 1
@@ -154,6 +156,8 @@ def test_small_updates_run_on_one_thread_and_big_ones_on_the_whole_budget(make_e
     # Training restores the thread budget it was given.
     trajectory = _trajectory(make_env, num_envs=4)
     torch.set_num_threads(2)
-    small.train(trajectory)
-    assert torch.get_num_threads() == 2
-    torch.set_num_threads(1)
+    try:
+        small.train(trajectory)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

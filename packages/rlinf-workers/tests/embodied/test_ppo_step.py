@@ -1,4 +1,5 @@
-"""The unmasked embodied PPO loss equals the masked token losses on an all-valid batch."""
+"""The unmasked embodied PPO loss equals the masked token losses on an all-valid batch
+(within float32 rounding: torch.var and the masked two-pass variance differ in the last bits)."""
 
 from __future__ import annotations
 

@@ -92,6 +92,9 @@ class EmbodiedActorConfig:
         if self.lr <= 0 or self.max_grad_norm <= 0:
             raise ConfigError(f"lr and max_grad_norm must be > 0, got {self.lr}, "
                               f"{self.max_grad_norm}")
+        if self.clip_ratio < 0 or (self.value_clip is not None and self.value_clip < 0):
+            raise ConfigError(f"clip_ratio and value_clip must be >= 0 (value_clip may be None), "
+                              f"got {self.clip_ratio}, {self.value_clip}")
 
 
 def first_episode_mask(terminated: torch.Tensor, truncated: torch.Tensor) -> torch.Tensor:

@@ -70,7 +70,10 @@ def capture_env_state(env: VectorEnv) -> dict[str, Any]:
         envs.append({
             "physics": physics,
             "rng": copy.deepcopy(sim.np_random.bit_generator.state),
-            "elapsed": [getattr(layer, "_elapsed_steps", None) for layer in _layers(single)],
+            # The time limit's count is the open episode's length: a batched MuJoCo env
+            # truncates on that length and never steps gymnasium's TimeLimit wrapper.
+            "elapsed": [int(shared.lengths[index]) if hasattr(layer, "_elapsed_steps") else None
+                        for layer in _layers(single)],
         })
     return {
         "format": _FORMAT, "envs": envs, "returns": shared.returns.copy(),

@@ -37,6 +37,16 @@ from rlinf.envs.embodied.loop import LoopVectorEnv, SingleEnv, _alloc
 from rlinf.envs.errors import ConfigError, EnvStepError
 
 
+def _time_limit(env: Any) -> int | None:
+    """The step limit of `env`'s TimeLimit wrapper (None without one). Read from the wrapper,
+    not `env.spec`, which is None when the spec cannot be deep-copied."""
+    try:
+        limit = env.get_wrapper_attr("_max_episode_steps")
+    except AttributeError:
+        return None
+    return int(limit) if limit is not None and limit > 0 else None
+
+
 def supports(name: str) -> bool:
     """Whether `name` is a gymnasium MuJoCo task this backend has batched arithmetic for."""
     return entry_point(name) in TASKS
@@ -70,8 +80,7 @@ class MujocoVectorEnv(LoopVectorEnv):
             raise ConfigError(f"threads must be >= 1, got {threads}")
         super().__init__(envs, seed=seed, name=name)
         sims = [env.unwrapped for env in envs]  # type: ignore[attr-defined]
-        spec = getattr(envs[0], "spec", None)
-        limit = max_episode_steps or (spec.max_episode_steps if spec is not None else None)
+        limit = max_episode_steps or _time_limit(envs[0])
         threads = min(threads, len(envs))
         # Imported here, not at module import: building the envs chose MUJOCO_GL first.
         mujoco = importlib.import_module("mujoco")
