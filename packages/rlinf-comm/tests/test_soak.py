@@ -6,7 +6,9 @@ What must hold at the end (see `soak_workers.py` for what each process records):
   counted by a consumer, except at most one per consumer kill (the item a consumer had
   taken and not counted yet when it was killed: its owner releases it to its producer);
 - no item is counted twice, and no payload is corrupt;
-- the channel's owner served throughout, and no shared-memory segment is left behind.
+- the channel's owner served throughout, and no shared-memory segment is left behind (one
+  that no live process maps or holds open; segments of other programs using rlinf.comm on
+  the machine at the same time are theirs).
 
 Run alone: ``RLINF_SOAK_SECONDS=60 pytest packages/rlinf-comm/tests -m soak``.
 """
@@ -36,6 +38,29 @@ PRODUCERS, CONSUMERS = 2, 2
 
 def _segments() -> set[str]:
     return {p.name for p in Path("/dev/shm").glob("rlinf-*")}
+
+
+def _held_by_a_live_process(name: str) -> bool:
+    """Whether a live process maps /dev/shm/`name` or holds it open. Once the fleet and the
+    owner are gone, that is another program using rlinf.comm on this machine (a test suite
+    running beside the soak), not a segment the soak left behind."""
+    path = f"/dev/shm/{name}"
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or proc.name == str(os.getpid()):
+            continue
+        try:
+            if path in (proc / "maps").read_text():
+                return True
+            if any(os.readlink(fd) == path for fd in (proc / "fd").iterdir()):
+                return True
+        except OSError:  # the process exited, or is not ours to read
+            continue
+    return False
+
+
+def _leaked(before: set[str]) -> set[str]:
+    """Segments created since `before` that no live process holds."""
+    return {name for name in _segments() - before if not _held_by_a_live_process(name)}
 
 
 LOOKUP_S = 0.2
@@ -147,7 +172,7 @@ def test_random_kills_lose_nothing_acknowledged_and_leave_no_segment(
     assert _count(store, "duplicates") == 0, report
     assert _count(store, "corrupt") == 0, report
     assert lost <= fleet.kills["consumer"], report
-    _wait_for(lambda: _segments() <= before, what=f"segments left: {_segments() - before}")
+    _wait_for(lambda: not _leaked(before), what=lambda: f"segments left: {_leaked(before)}")
 
 
 def _has(store: TCPStore, key: str) -> bool:
@@ -158,8 +183,9 @@ def _has(store: TCPStore, key: str) -> bool:
     return True
 
 
-def _wait_for(predicate, *, what: str, timeout: float = 60.0) -> None:
+def _wait_for(predicate, *, what, timeout: float = 60.0) -> None:
+    """Poll `predicate` until true; fail with `what()` (read at the end) after `timeout`."""
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what()
         time.sleep(0.1)
