@@ -54,7 +54,12 @@ def same_metrics(a: StepResult, b: StepResult) -> None:
     right = {k: v for k, v in b.metrics.items() if not k.startswith(VOLATILE)}
     assert left.keys() == right.keys()
     for key, value in left.items():
-        assert value == pytest.approx(right[key], abs=1e-5), key
+        # A gradient norm sums squares over every parameter: with the dependencies resolved
+        # on 2026-11-26 it differed by 4.5e-5 relative between placements (0.818044 vs
+        # 0.818081), reduction-order noise of float32, while every loss and reward matched
+        # to 1e-5. A wrong gradient differs by far more.
+        tolerance = {"rel": 1e-4} if key.endswith("grad_norm") else {"abs": 1e-5}
+        assert value == pytest.approx(right[key], **tolerance), key
     assert (a.samples, a.tokens) == (b.samples, b.tokens)
 
 
