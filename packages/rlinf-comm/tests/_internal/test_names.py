@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from rlinf.comm import Channel, CommError, Endpoint, TCPStore
-from rlinf.comm._internal import names
+from rlinf.comm._internal import locality, names
 
 from .procs import spawn, stop
 
@@ -99,3 +100,61 @@ def test_a_record_that_points_elsewhere_is_taken_over(store: TCPStore, endpoint:
         with Endpoint(name, store=store) as fresh:
             record = json.loads(store.get(f"rlinf/comm/endpoint/{name}", timeout=5))
             assert record["address"] == list(fresh.address)
+
+
+def _silent_listener() -> socket.socket:
+    """A listener that completes TCP connects but never answers: what a probe sees of a
+    stalled holder, or of a loaded node's newcomer that reused a dead holder's port."""
+    return socket.create_server(("127.0.0.1", 0), backlog=8)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait(timeout=10)
+    return proc.pid
+
+
+def test_a_dead_holder_of_this_node_loses_its_name_even_when_its_port_answers_nothing(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    """The stamp decides on the holder's own node; the probe (which would wait and then
+    deem the silent listener alive) is not consulted."""
+    here = locality.process_stamp()
+    dead = {**here, "pid": _dead_pid()}
+    reused_pid = {**here, "started": here["started"] - 1}  # this pid, an older process
+    with _silent_listener() as silent:
+        for name, stamp in (("dead", dead), ("reused", reused_pid)):
+            store.set(f"rlinf/comm/endpoint/{name}", json.dumps(
+                {"name": name, "address": list(silent.getsockname()), "process": stamp}
+            ).encode())
+            started = time.monotonic()
+            with Endpoint(name, store=store) as fresh:
+                assert time.monotonic() - started < names.PROBE_TIMEOUT_S
+                record = json.loads(store.get(f"rlinf/comm/endpoint/{name}", timeout=5))
+                assert record["address"] == list(fresh.address)
+                assert record["process"] == here
+
+
+def test_a_live_or_foreign_stamp_falls_back_on_the_probe(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    """A live process's stamp, or one from another kernel or pid namespace, proves nothing:
+    the silent listener is then taken for a stalled live holder."""
+    here = locality.process_stamp()
+    foreign = {**here, "namespace": "another-boot/pid:[1]", "pid": _dead_pid()}
+    with _silent_listener() as silent:
+        for name, stamp in (("alive", here), ("foreign", foreign), ("unstamped", None)):
+            store.set(f"rlinf/comm/endpoint/{name}", json.dumps(
+                {"name": name, "address": list(silent.getsockname()), "process": stamp}
+            ).encode())
+            with pytest.raises(CommError, match=rf"{name}.*live process"):
+                Endpoint(name, store=store)
+
+
+def test_the_stamp_tells_a_pid_reused_by_a_newer_process() -> None:
+    here = locality.process_stamp()
+    assert not locality.stamped_process_gone(here)
+    assert locality.stamped_process_gone({**here, "pid": _dead_pid()})
+    assert locality.stamped_process_gone({**here, "started": here["started"] + 1})
+    for proof_of_nothing in (None, {}, {**here, "namespace": ""}, {**here, "pid": "1"}):
+        assert not locality.stamped_process_gone(proof_of_nothing)

@@ -22,7 +22,7 @@ from typing import Any
 
 __all__ = [
     "HOST_ENV", "NODE_ID_ENV", "Locality", "default_listen_host", "local_gpu_uuids",
-    "node_identity",
+    "node_identity", "process_stamp", "stamped_process_gone",
 ]
 
 NODE_ID_ENV = "RLINF_NODE_ID"
@@ -80,6 +80,51 @@ def _host_id() -> str:
     host = f"{socket.gethostname()}/{boot}" if boot else socket.gethostname()
     node = node_identity()
     return f"{host}/node:{node}" if node else host
+
+
+def _kernel_and_pid_namespace() -> str:
+    """This kernel boot and pid namespace: pids compare only within one; "" where unknown."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return f"{boot}/{namespace}"
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), None if it does not exist.
+
+    A pid is reused once its process is gone; the pair (pid, start) never is.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may hold spaces: split after it.
+    fields = stat[stat.rfind(")") + 2:].split()
+    return int(fields[19])
+
+
+def process_stamp() -> dict[str, Any]:
+    """What identifies this process for `stamped_process_gone`, JSON-safe."""
+    return {"namespace": _kernel_and_pid_namespace(), "pid": os.getpid(),
+            "started": _start_ticks(os.getpid())}
+
+
+def stamped_process_gone(stamp: Any) -> bool:
+    """Whether the process `stamp` (a `process_stamp`) provably no longer exists.
+
+    Provable only from the same kernel and pid namespace: the pid is free, or another
+    process took it since. Anything else (another node, a malformed stamp) is not proof.
+    """
+    if not isinstance(stamp, dict):
+        return False
+    namespace, pid, started = stamp.get("namespace"), stamp.get("pid"), stamp.get("started")
+    here = _kernel_and_pid_namespace()
+    if not here or namespace != here or not isinstance(pid, int) or not isinstance(started, int):
+        return False
+    return _start_ticks(pid) != started
 
 
 def local_gpu_uuids() -> tuple[str, ...]:

@@ -1,13 +1,16 @@
 """Names registered in the store (endpoints, channels), and taking over a dead holder's.
 
-A process that registers a name writes a record (its listening address first of all)
-under the name's store key. A process killed with SIGKILL cannot remove it, so a restarted
-process asking for the same name must be able to take the record over once its holder is
-gone. It is gone when nothing answers at its address as that name: the connection is
-refused (the kernel closed a killed process's listener), the listener there does not share
-our token (another run reused the port), or it names itself otherwise. A holder that
-accepts but does not answer (stopped, busy) keeps its name: a live process never loses it
-to a newcomer. The take-over is a compare-and-set on the old record, so two
+A process that registers a name writes a record (its listening address and a stamp of
+its process) under the name's store key. A process killed with SIGKILL cannot remove it,
+so a restarted process asking for the same name must be able to take the record over once
+its holder is gone. On the holder's own node (same kernel and pid namespace) that is
+certain: its pid is free or belongs to a newer process. From elsewhere it is gone when
+nothing answers at its address as that name: the connection is refused (the kernel closed
+a killed process's listener), the listener there does not share our token (another run
+reused the port), or it names itself otherwise. A holder that accepts but does not answer
+(stopped, busy) keeps its name: a live process never loses it to a newcomer. The probe
+alone cannot tell a loaded node's slow newcomer, which reused a dead holder's port, from
+a stalled holder; the stamp can. The take-over is a compare-and-set on the old record, so two
 newcomers cannot both win.
 """
 
@@ -18,6 +21,7 @@ from typing import Any
 
 from rlinf.comm import errors
 from rlinf.comm._internal import wire
+from rlinf.comm._internal.locality import process_stamp, stamped_process_gone
 from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.rpc import RpcPeer
 from rlinf.comm._internal.store import Store
@@ -32,9 +36,10 @@ def claim(store: Store, key: str, record: dict[str, Any], *, name: str, what: st
           token: bytes, timeout: float = PROBE_TIMEOUT_S) -> None:
     """Register `record` under `key`, taking the key over if its holder is dead.
 
-    Raises CommError naming the live holder when the name is taken.
+    The record is stored with this process's stamp under ``"process"``. Raises CommError
+    naming the live holder when the name is taken.
     """
-    mine = json.dumps(record).encode()
+    mine = json.dumps({**record, "process": process_stamp()}).encode()
     current = store.compare_set(key, None, mine)
     if current == mine:
         return
@@ -55,6 +60,8 @@ def claim(store: Store, key: str, record: dict[str, Any], *, name: str, what: st
 def holder_alive(record: dict[str, Any], *, name: str, token: bytes,
                  timeout: float = PROBE_TIMEOUT_S) -> bool:
     """Whether the process that wrote `record` for `name` is still there (module docstring)."""
+    if stamped_process_gone(record.get("process")):
+        return False
     address = record.get("address")
     if not isinstance(address, list) or len(address) != 2:
         return False
