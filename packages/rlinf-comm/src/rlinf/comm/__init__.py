@@ -7,6 +7,7 @@ named multi-producer multi-consumer channels; rendezvous with or without Ray.
 from rlinf.comm._internal.channel import Channel
 from rlinf.comm._internal.endpoint import Endpoint, EndpointConfig
 from rlinf.comm._internal.ray_store import RayStore
+from rlinf.comm._internal.ring import RingClosedError, ShmRing
 from rlinf.comm._internal.store import Store, TCPStore, TCPStoreServer
 from rlinf.comm._internal.wire import TOKEN_ENV, default_token, new_token, token_env_value
 from rlinf.comm._internal.work import Work
@@ -39,6 +40,8 @@ __all__ = [
     "MissingExtraError",
     "PeerDiedError",
     "RayStore",
+    "RingClosedError",
+    "ShmRing",
     "Store",
     "TCPStore",
     "TCPStoreServer",

@@ -33,7 +33,7 @@ from rlinf.comm import errors
 from rlinf.comm._internal import codec, names, shm, wire
 from rlinf.comm._internal import endpoint_layout as layout
 from rlinf.comm._internal import transports as tp
-from rlinf.comm._internal.locality import default_listen_host
+from rlinf.comm._internal.locality import default_listen_host, process_stamp
 from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.rpc import (
     Buffers,
@@ -334,6 +334,14 @@ class Endpoint:
             raise errors.CommTimeoutError(
                 f"expected a message from endpoint {src!r} within {limit:.3g} s; got none"
             ) from None
+
+    def shares_memory_with(self, dst: str, *, timeout: float | None = None) -> bool:
+        """Whether endpoint `dst`'s process runs on this node, in this kernel and pid
+        namespace, so that a `ShmRing` can join the two (connects to `dst` if needed)."""
+        self._peer(dst, timeout=self._timeout(timeout))
+        stamp = self._peer_info[dst].get("process")
+        return (self.locality.same_node(self._peer_locality[dst]) and isinstance(stamp, dict)
+                and stamp.get("namespace") == process_stamp()["namespace"] != "")
 
     def irecv(self, src: str, *, timeout: float | None = None) -> Work[Batch]:
         """Non-blocking `recv`: the Work fails with CommTimeoutError after `timeout` s."""

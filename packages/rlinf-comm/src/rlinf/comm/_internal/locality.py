@@ -13,6 +13,7 @@ index: ``CUDA_VISIBLE_DEVICES`` renumbers devices per process, UUIDs do not.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import socket
 import sys
@@ -82,6 +83,7 @@ def _host_id() -> str:
     return f"{host}/node:{node}" if node else host
 
 
+@functools.cache
 def _kernel_and_pid_namespace() -> str:
     """This kernel boot and pid namespace: pids compare only within one; "" where unknown."""
     try:

@@ -221,13 +221,20 @@ class Segment:
         self.view = memoryview(self._mmap)
         self.unlinked = False
 
-    def unlink(self) -> None:
-        """Remove the name; mappings (ours and readers') stay valid until unmapped."""
+    def unlink(self, *, unmap: bool = True) -> None:
+        """Remove the name; mappings (ours and readers') stay valid until unmapped, ours
+        at once unless `unmap` is False (then when this object is collected)."""
         if self.unlinked:
+            if unmap:
+                self._unmap()
             return
         self.unlinked = True
         _shm_unlink(self.name)
         _guardian.tell("-" + self.name)
+        if unmap:
+            self._unmap()
+
+    def _unmap(self) -> None:
         with contextlib.suppress(BufferError):  # views still exported: GC unmaps later
             self.view.release()
             self._mmap.close()

@@ -12,20 +12,56 @@ Every flow process has one endpoint, named after its run, role and rank
 their edge and key in the batch metadata; a `get` files the messages of other edges or keys
 it meets on the way (per source the order is FIFO, and a loop's protocol order is fixed,
 so in practice the next message is the wanted one).
+
+Between two processes of one node the items of an edge travel through a shared-memory ring
+(`rlinf.comm.ShmRing`) instead: the producer creates it at its first put and sends its offer
+as an endpoint message, so the offer arrives after every message sent before it, and from
+then on writes items into the ring's slots (a marshal header and the host arrays' raw
+bytes, a few microseconds to encode and decode, against a framed socket message's tens).
+An item that does not fit a slot, or holds device tensors, goes over the endpoint with a
+marker in the ring to keep the order. A peer that dies surfaces as `PeerGoneError` naming
+it, from the ring as from the endpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import marshal
+import math
 import time
 from collections import deque
+from typing import Any
 
-from rlinf.comm import Batch, CommTimeoutError, Endpoint, PeerDiedError
+import numpy as np
+import torch
+
+from rlinf.comm import (
+    Batch,
+    ChannelClosedError,
+    CommError,
+    CommTimeoutError,
+    Endpoint,
+    PeerDiedError,
+    ShmRing,
+)
 from rlinf.workers.errors import WorkersError
 
 __all__ = ["PeerChannel", "PeerGoneError", "PeerTimeoutError", "endpoint_name"]
 
 _ROUTE = "flow_route"
 """Metadata entry that carries ``"<edge name>|<key>"``."""
+_RING_OFFER = "flow_ring_offer"
+"""Metadata entry of the message that hands the consumer an edge's ring (JSON)."""
+_ON_ENDPOINT = b"E"
+"""A ring item saying "this edge's next item travels over the endpoint"."""
+_NUMPY_SAFE = frozenset({torch.float16, torch.float32, torch.float64, torch.int8, torch.int16,
+                         torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64,
+                         torch.complex128})
+"""Torch dtypes a numpy view can carry (bfloat16 and float8 cannot: the endpoint takes them)."""
+_RING_SLOTS = 16
+_MIN_SLOT_BYTES = 1 << 16
+_MAX_SLOT_BYTES = 1 << 24
 
 
 class PeerTimeoutError(WorkersError, TimeoutError):
@@ -42,22 +78,76 @@ def endpoint_name(store: str, role: str, rank: int) -> str:
 
 
 class _Filed:
-    """Messages from one peer that arrived while a `get` waited for another route."""
+    """Messages from one peer that arrived while a `get` waited for another route, and
+    the consumer ends of that peer's rings by edge."""
 
     def __init__(self) -> None:
         self.routes: dict[str, deque[Batch]] = {}
+        self.rings: dict[str, ShmRing] = {}
+        self.owed: dict[str, int] = {}
+        """By edge: items its ring announced (`_ON_ENDPOINT`) not yet taken off the endpoint."""
+
+
+def _encode(item: Batch, key: str | None) -> list[Any] | None:
+    """An item as ring payload parts: the header's length, the header (marshal: key, meta,
+    and name, dtype, shape, torch-ness per array) and each array's bytes. None if the item
+    holds device tensors (the endpoint handles those). marshal and raw bytes cost a few
+    microseconds where pickling the arrays costs tens."""
+    arrays: list[np.ndarray] = []
+    layout: list[tuple[str, str, tuple[int, ...], bool]] = []
+    for name, value in item.tensors.items():
+        is_torch = isinstance(value, torch.Tensor)
+        if is_torch:
+            if value.device.type != "cpu" or value.dtype not in _NUMPY_SAFE:
+                return None
+            host: Any = value.detach().numpy()
+        else:
+            host = value
+        array = np.asarray(host, order="C")  # ascontiguousarray makes 0-d arrays 1-d
+        if array.dtype.hasobject:
+            return None
+        arrays.append(array)
+        layout.append((name, array.dtype.str, array.shape, is_torch))
+    header = marshal.dumps((key, dict(item.meta), layout))
+    return [len(header).to_bytes(4, "little"), header, *arrays]
+
+
+def _decode(payload: bytearray, edge: str) -> tuple[str, Batch]:
+    size = int.from_bytes(payload[:4], "little")
+    key, meta, layout = marshal.loads(payload[4:4 + size])
+    offset, tensors = 4 + size, {}
+    for name, dtype, shape, is_torch in layout:
+        array = np.frombuffer(payload, dtype=dtype, count=math.prod(shape),
+                              offset=offset).reshape(shape)
+        offset += array.nbytes
+        tensors[name] = torch.from_numpy(array) if is_torch else array
+    route = f"{edge}|{key}"
+    meta[_ROUTE] = route
+    return route, Batch.from_trusted(tensors, meta)
+
+
+def _size(parts: list[Any]) -> int:
+    return sum(memoryview(part).nbytes for part in parts)
+
+
+def _slot_bytes(nbytes: int) -> int:
+    """Slot size for items like one of `nbytes`: room for twice that, a power of two."""
+    return min(max(_MIN_SLOT_BYTES, 1 << (2 * nbytes + 8).bit_length()), _MAX_SLOT_BYTES)
 
 
 class PeerChannel:
     """One end of a p2p edge: `put` sends to the peer, `get` receives what it sent."""
 
     def __init__(self, endpoint: Endpoint, *, edge: str, peer: str, timeout: float,
-                 filed: _Filed) -> None:
+                 filed: _Filed, shared_memory: bool = True) -> None:
         self._endpoint = endpoint
         self._edge = edge
         self._peer = peer
         self._timeout = timeout
         self._filed = filed
+        self._ring: ShmRing | None = None
+        self._try_ring = shared_memory
+        """Whether the next put may still open a ring (until one is open or ruled out)."""
 
     @staticmethod
     def mailbox() -> _Filed:
@@ -68,27 +158,56 @@ class PeerChannel:
     def put(self, item: Batch, *, key: str | None = None, weight: float = 1,
             timeout: float | None = None) -> None:
         """Send `item` under `key` (`weight` is accepted for channel compatibility)."""
-        route = f"{self._edge}|{key}"
+        limit = self._timeout if timeout is None else timeout
+        payload = _encode(item, key) if self._ring is not None or self._try_ring else None
         try:
-            self._endpoint.send(Batch(item.tensors, meta={**item.meta, _ROUTE: route}),
-                                self._peer, timeout=self._timeout if timeout is None else timeout)
+            if payload is not None and self._ring is None:
+                self._open_ring(_size(payload), limit)
+            if self._ring is not None:
+                fits = payload is not None and _size(payload) <= self._ring.capacity
+                self._ring.put(payload if fits else _ON_ENDPOINT,  # type: ignore[arg-type]
+                               timeout=limit)
+                if fits:
+                    return
+            self._endpoint.send(Batch(item.tensors, meta={**item.meta,
+                                                          _ROUTE: f"{self._edge}|{key}"}),
+                                self._peer, timeout=limit)
         except PeerDiedError as exc:
             raise PeerGoneError(f"peer {self._peer!r} of edge {self._edge!r} is gone; cannot "
                                 f"send under key {key!r}: {exc}") from exc
+        except CommTimeoutError as exc:
+            raise PeerTimeoutError(f"peer {self._peer!r} took no item of edge {self._edge!r} "
+                                   f"within {limit} s (it is stuck or dead): {exc}") from exc
+
+    def _open_ring(self, nbytes: int, timeout: float) -> None:
+        """Open this edge's ring if the peer shares this node's memory, and offer it."""
+        self._try_ring = False
+        if not self._endpoint.shares_memory_with(self._peer, timeout=timeout):
+            return
+        ring = ShmRing.create(slots=_RING_SLOTS, slot_bytes=_slot_bytes(nbytes),
+                              peer=self._peer)
+        try:
+            self._endpoint.send(Batch({}, meta={_ROUTE: f"{self._edge}|",
+                                                _RING_OFFER: json.dumps(ring.offer())}),
+                                self._peer, timeout=timeout)
+        except BaseException:
+            ring.close()
+            raise
+        self._ring = ring
 
     def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
         """The next item the peer sent on this edge under `key`; `PeerTimeoutError` after
         `timeout` seconds (default: the flow's io timeout)."""
         route = f"{self._edge}|{key}"
-        filed = self._filed.routes.get(route)
-        if filed:
-            return filed.popleft()
         limit = self._timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
         while True:
-            remaining = deadline - time.monotonic()
+            filed = self._filed.routes.get(route)
+            if filed:
+                return filed.popleft()
+            remaining = max(deadline - time.monotonic(), 0.0)
             try:
-                batch = self._endpoint.recv(self._peer, timeout=max(remaining, 0.0))
+                got, batch = self._next(remaining)
             except CommTimeoutError:
                 raise PeerTimeoutError(
                     f"expected a message on edge {self._edge!r} under key {key!r} from "
@@ -97,10 +216,36 @@ class PeerChannel:
             except PeerDiedError as exc:
                 raise PeerGoneError(f"peer {self._peer!r} died while this side waited on edge "
                                     f"{self._edge!r} under key {key!r}: {exc}") from exc
-            got = str(batch.meta.get(_ROUTE))
+            except ChannelClosedError as exc:
+                raise PeerGoneError(f"peer {self._peer!r} closed edge {self._edge!r} while "
+                                    f"this side waited under key {key!r}: {exc}") from exc
             if got == route:
                 return batch
             self._filed.routes.setdefault(got, deque()).append(batch)
 
+    def _next(self, timeout: float) -> tuple[str, Batch]:
+        """The next item from the peer on this edge (ring) or any edge (endpoint)."""
+        ring = self._filed.rings.get(self._edge)
+        if ring is not None and not self._filed.owed.get(self._edge):
+            payload = ring.get(timeout=timeout)
+            if payload != _ON_ENDPOINT:
+                return _decode(payload, self._edge)
+            self._filed.owed[self._edge] = 1
+        batch = self._endpoint.recv(self._peer, timeout=timeout)
+        route = str(batch.meta.get(_ROUTE))
+        edge = route.rpartition("|")[0]
+        offer = batch.meta.get(_RING_OFFER)
+        if offer is not None:
+            self._filed.rings[edge] = ShmRing.attach(json.loads(str(offer)), peer=self._peer)
+            return self._next(timeout)
+        if self._filed.owed.get(edge):
+            self._filed.owed[edge] -= 1
+        return route, batch
+
     def disconnect(self) -> None:
-        """Nothing to release (the process's endpoint closes with the worker)."""
+        """Close this edge's ring ends (the process's endpoint closes with the worker)."""
+        for ring in (self._ring, self._filed.rings.pop(self._edge, None)):
+            if ring is not None:
+                with contextlib.suppress(CommError):
+                    ring.close()
+        self._ring = None
