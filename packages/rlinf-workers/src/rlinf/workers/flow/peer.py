@@ -34,6 +34,7 @@ from collections import deque
 from typing import Any
 
 import numpy as np
+import structlog
 import torch
 
 from rlinf.comm import (
@@ -48,6 +49,8 @@ from rlinf.comm import (
 from rlinf.workers.errors import WorkersError
 
 __all__ = ["PeerChannel", "PeerGoneError", "PeerTimeoutError", "endpoint_name"]
+
+_log = structlog.get_logger(__name__)
 
 _ROUTE = "flow_route"
 """Metadata entry that carries ``"<edge name>|<key>"``."""
@@ -183,9 +186,13 @@ class PeerChannel:
         """Open this edge's ring if the peer shares this node's memory, and offer it."""
         self._try_ring = False
         if not self._endpoint.shares_memory_with(self._peer, timeout=timeout):
+            _log.debug("p2p_over_endpoint", edge=self._edge, peer=self._peer,
+                       why="another node or pid namespace")
             return
         ring = ShmRing.create(slots=_RING_SLOTS, slot_bytes=_slot_bytes(nbytes),
                               peer=self._peer)
+        _log.debug("p2p_ring_opened", edge=self._edge, peer=self._peer, ring=ring.name,
+                   slot_bytes=ring.slot_bytes, slots=ring.slots)
         try:
             self._endpoint.send(Batch({}, meta={_ROUTE: f"{self._edge}|",
                                                 _RING_OFFER: json.dumps(ring.offer())}),
