@@ -11,7 +11,8 @@ from .conftest import make_policy
 
 
 @pytest.mark.parametrize("name,obs_dim,act_dim", [("InvertedPendulum-v5", 4, 1),
-                                                  ("Hopper-v5", 11, 3)])
+                                                  ("Hopper-v5", 11, 3),
+                                                  ("Ant-v5", 105, 8)])  # reward reads xpos
 def test_restored_worker_continues_the_same_trajectory(make_env, name, obs_dim, act_dim):
     options = {"num_envs": 3, "pipeline_stages": 1, "seed": 4, "max_episode_steps": 15}
     original = make_env(name, **options)

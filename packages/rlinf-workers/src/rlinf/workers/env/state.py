@@ -69,6 +69,10 @@ def capture_env_state(env: VectorEnv) -> dict[str, Any]:
         mujoco.mj_getState(sim.model, sim.data, physics, spec)
         envs.append({
             "physics": physics,
+            # Body positions as the last mj_step left them: computed at the start of that
+            # step, one integration behind qpos. Rewards read them before the next step (Ant's
+            # forward progress), so a restore puts them back after its mj_forward.
+            "xpos": sim.data.xpos.copy(), "xipos": sim.data.xipos.copy(),
             "rng": copy.deepcopy(sim.np_random.bit_generator.state),
             # The time limit's count is the open episode's length: a batched MuJoCo env
             # truncates on that length and never steps gymnasium's TimeLimit wrapper.
@@ -101,6 +105,9 @@ def restore_env_state(env: VectorEnv, state: dict[str, Any]) -> None:
                               "numbers, this model needs a different count: resume the same task")
         mujoco.mj_setState(sim.model, sim.data, np.asarray(saved["physics"]), spec)
         mujoco.mj_forward(sim.model, sim.data)
+        for field in ("xpos", "xipos"):
+            if field in saved:  # states saved before these were kept recompute them
+                getattr(sim.data, field)[:] = saved[field]
         sim.np_random.bit_generator.state = copy.deepcopy(saved["rng"])
         for layer, elapsed in zip(_layers(single), saved["elapsed"], strict=False):
             if elapsed is not None and hasattr(layer, "_elapsed_steps"):
