@@ -3,8 +3,10 @@
 A checkpoint taken between iterations must let the next rollout produce exactly what an
 uninterrupted run would have produced. For gymnasium MuJoCo tasks that is, per env: the
 physics integration state (`mujoco.mj_getState` with ``mjSTATE_INTEGRATION``: time, qpos,
-qvel, actuator activations, warm-start accelerations, ...), the env's random generator (it
-draws the next auto-reset's initial state) and the elapsed steps of its time-limit wrapper;
+qvel, actuator activations, warm-start accelerations, ...), the body positions the last
+step left (`xpos`, `xipos`: one integration behind qpos, and Ant's reward reads them before
+it steps), the env's random generator (it draws the next auto-reset's initial state) and
+the elapsed steps of its time-limit wrapper;
 per vector env: the open episodes' bookkeeping (return, length, success so far). Restoring
 into freshly built envs of the same task reproduces every later step bit for bit (tested,
 auto-resets included).
