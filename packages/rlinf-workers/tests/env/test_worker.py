@@ -73,6 +73,41 @@ def test_same_start_blocks_share_initial_states(make_env):
     assert not np.array_equal(obs[0], obs[2])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_same_start_blocks_step_batched_exactly_as_the_loop(threads):
+    """GRPO's same-start env on a task the batched backend knows steps it as one batch, and
+    produces what gymnasium's loop does (auto-resets within the run included)."""
+    from rlinf.envs.embodied import LoopVectorEnv
+    from rlinf.envs.embodied.backends import gym_backend
+    from rlinf.envs.embodied.backends.mujoco_batch import MujocoVectorEnv
+    from rlinf.workers.env.same_start import block_seeded, make_same_start_env
+
+    config = EnvWorkerConfig(env_name="Hopper-v5", num_envs=4, same_start_group_size=2,
+                             seed=3, max_episode_steps=40, threads=threads)
+    batched = make_same_start_env(config)
+    loop = LoopVectorEnv(block_seeded(gym_backend.make_envs(
+        "Hopper-v5", num_envs=4, render_size=(128, 128), max_episode_steps=40,
+        env_kwargs={}), 2),
+        seed=3, name="Hopper-v5")
+    try:
+        assert isinstance(batched, MujocoVectorEnv) and batched.threads == threads
+        obs_a, _ = batched.reset()
+        obs_b, _ = loop.reset()
+        np.testing.assert_array_equal(obs_a, obs_b)
+        np.testing.assert_array_equal(obs_a[0], obs_a[1])
+        actions = np.random.default_rng(0).uniform(-1, 1, (120, 4, 3)).astype(np.float32)
+        resets = 0
+        for action in actions:
+            a, b = batched.step(action), loop.step(action)
+            for field in ("obs", "reward", "terminated", "truncated"):
+                np.testing.assert_array_equal(getattr(a, field), getattr(b, field), field)
+            resets += int(np.sum(a.terminated | a.truncated))
+        assert resets > 0
+    finally:
+        batched.close()
+        loop.close()
+
+
 def test_wrong_action_count_is_a_shape_error(make_env):
     env = make_env(num_envs=4, pipeline_stages=2)
     link = InlinePolicyLink(make_policy(4, 1))

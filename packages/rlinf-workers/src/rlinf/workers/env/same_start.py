@@ -1,7 +1,9 @@
 """Envs that start each episode from the same state as the rest of their block (for GRPO).
 
 `LoopVectorEnv` seeds env i with ``seed + i``; wrapping env i so that it subtracts its offset
-in its block makes all envs of a block receive one seed, hence one initial state. Auto-resets
+in its block makes all envs of a block receive one seed, hence one initial state. Tasks the
+batched MuJoCo backend knows step as one batch (`MujocoVectorEnv`, `threads` threads), like
+the plain env worker's. Auto-resets
 then continue each env's own generator; envs of a block consume their generators identically
 (MuJoCo tasks draw only at reset), so every later episode of a block starts identically too.
 """
@@ -13,7 +15,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlinf.envs.embodied import LoopVectorEnv, SingleEnv, VectorEnv, resolve_backend
-from rlinf.envs.embodied.backends import gym_backend
+from rlinf.envs.embodied.backends import gym_backend, mujoco_batch
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.errors import ConfigError
 
@@ -35,6 +37,14 @@ class _BlockSeeded:
     def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         return self._env.step(action)
 
+    @property
+    def unwrapped(self) -> Any:
+        """The gymnasium env underneath (the batched MuJoCo backend steps its physics)."""
+        return self._env.unwrapped  # type: ignore[attr-defined]
+
+    def get_wrapper_attr(self, name: str) -> Any:
+        return self._env.get_wrapper_attr(name)  # type: ignore[attr-defined]
+
     def render(self) -> Any:
         return self._env.render()
 
@@ -52,6 +62,10 @@ def make_same_start_env(config: EnvWorkerConfig) -> VectorEnv:
         max_episode_steps=config.max_episode_steps, env_kwargs=dict(config.env_kwargs),
     )
     wrapped = block_seeded(envs, config.same_start_group_size)
+    if mujoco_batch.supports(config.env_name):  # batched physics: resets stay per env
+        return mujoco_batch.MujocoVectorEnv(wrapped, name=config.env_name, seed=config.seed,
+                                            threads=config.threads,
+                                            max_episode_steps=config.max_episode_steps)
     return LoopVectorEnv(wrapped, seed=config.seed, name=config.env_name)
 
 
