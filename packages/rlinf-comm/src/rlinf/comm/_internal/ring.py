@@ -56,7 +56,7 @@ _CHECK_S = 0.05
 SPIN_ENV = "RLINF_COMM_RING_SPIN_US"
 """Environment variable: microseconds a waiting side polls before it sleeps (x86-64 only:
 see the module docstring on ordering). Default 0: on our loaded 2-core machine a 20 us spin
-made the env <-> policy round trip 25% slower and a 100 us spin 75% slower
+made the env <-> policy round trip 5-25% slower and a 100 us spin 75% slower
 (`benchmarks/bench_link.py --spin-us 0 20 100`); where a core is free per side, try it."""
 
 
