@@ -178,3 +178,12 @@ def test_a_spinning_consumer_gets_the_same_items(monkeypatch: pytest.MonkeyPatch
         assert consumer.get(timeout=1) == b"abcd"
         with pytest.raises(CommTimeoutError):
             consumer.get(timeout=0.1)
+
+
+def test_an_offer_that_does_not_match_its_segment_is_refused() -> None:
+    with ShmRing.create(slots=2, slot_bytes=64) as producer:
+        for wrong in ({"slots": 4}, {"slot_bytes": 128}, {"slots": -1}):
+            with pytest.raises(CommError, match="do not match the segment"):
+                ShmRing.attach({**producer.offer(), **wrong})
+        with pytest.raises(CommError, match="expected a ring offer"):
+            ShmRing.attach({"segment": "../etc/passwd", "slots": 2, "slot_bytes": 64})

@@ -40,7 +40,7 @@ import numpy as np
 
 from rlinf.comm._internal import futex
 from rlinf.comm._internal.locality import process_stamp, stamped_process_gone
-from rlinf.comm._internal.shm import Segment, valid_segment_name
+from rlinf.comm._internal.shm import Segment, _shm_open, valid_segment_name
 from rlinf.comm.errors import ChannelClosedError, CommError, CommTimeoutError, PeerDiedError
 
 __all__ = ["RingClosedError", "ShmRing"]
@@ -67,6 +67,8 @@ def _default_spin_s() -> float:
         return max(float(os.environ.get(SPIN_ENV, "0")), 0.0) * 1e-6
     except ValueError:
         return 0.0
+
+
 _POLL_S = 50e-6
 """Sleep between polls where futexes are unavailable."""
 
@@ -134,12 +136,16 @@ class ShmRing:
                 slot_bytes, int):
             raise CommError(f"expected a ring offer from ShmRing.offer(), got {offer!r}")
         try:
-            fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
+            fd = _shm_open(str(name), os.O_RDWR, 0o600)
         except OSError as exc:
             raise PeerDiedError(f"ring {name} of {peer!r} is gone before it was attached "
                                 f"({exc}); its producer died or closed it") from exc
         try:
-            mapping = mmap.mmap(fd, _HEADER + slots * slot_bytes)
+            size = _HEADER + slots * slot_bytes
+            if slots < 1 or slot_bytes < 64 or os.fstat(fd).st_size != size:
+                raise CommError(f"ring {name}: the offer's {slots} slots of {slot_bytes} bytes "
+                                f"do not match the segment's {os.fstat(fd).st_size} bytes")
+            mapping = mmap.mmap(fd, size)
         finally:
             os.close(fd)
         ring = cls(mapping, segment=None, name=str(name), slots=slots, slot_bytes=slot_bytes,

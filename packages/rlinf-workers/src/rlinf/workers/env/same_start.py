@@ -1,11 +1,11 @@
 """Envs that start each episode from the same state as the rest of their block (for GRPO).
 
 `LoopVectorEnv` seeds env i with ``seed + i``; wrapping env i so that it subtracts its offset
-in its block makes all envs of a block receive one seed, hence one initial state. Tasks the
-batched MuJoCo backend knows step as one batch (`MujocoVectorEnv`, `threads` threads), like
-the plain env worker's. Auto-resets
+in its block makes all envs of a block receive one seed, hence one initial state. Auto-resets
 then continue each env's own generator; envs of a block consume their generators identically
 (MuJoCo tasks draw only at reset), so every later episode of a block starts identically too.
+Tasks the batched MuJoCo backend knows step as one batch (`MujocoVectorEnv` on `threads`
+threads), as in the plain env worker.
 """
 
 from __future__ import annotations

@@ -163,11 +163,12 @@ class PeerChannel:
         """Send `item` under `key` (`weight` is accepted for channel compatibility)."""
         limit = self._timeout if timeout is None else timeout
         payload = _encode(item, key) if self._ring is not None or self._try_ring else None
+        size = _size(payload) if payload is not None else 0
         try:
             if payload is not None and self._ring is None:
-                self._open_ring(_size(payload), limit)
+                self._open_ring(size, limit)
             if self._ring is not None:
-                fits = payload is not None and _size(payload) <= self._ring.capacity
+                fits = payload is not None and size <= self._ring.capacity
                 self._ring.put(payload if fits else _ON_ENDPOINT,  # type: ignore[arg-type]
                                timeout=limit)
                 if fits:
