@@ -29,12 +29,13 @@ def test_ppo_learns_inverted_pendulum():
     untrained = evaluate_policy(POLICY, actor.get_weights(), env_name=ENV, num_episodes=8,
                                 max_episode_steps=1000)
     try:
-        results = train(env, policy, actor, iterations=30, num_steps=64, schedule="pipelined")
+        results = train(env, policy, actor, iterations=45, num_steps=64, schedule="pipelined")
     finally:
         env.shutdown()
     trained = evaluate_policy(POLICY, actor.get_weights(), env_name=ENV, num_episodes=8,
                               max_episode_steps=1000)
-    # Untrained: the pole falls within ~25 steps. 30 iterations x 512 steps reach ~1000.
+    # Untrained: the pole falls within ~25 steps. 45 iterations x 512 steps reach 1000 with
+    # seeds 0, 1 and 2; at 30, the return is chaotic in float32 rounding (86-284).
     assert trained > max(200.0, 5 * untrained), (untrained, trained,
                                                  [r.episode_return for r in results])
 

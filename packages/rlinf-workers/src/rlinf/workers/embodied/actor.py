@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from rlinf.workers.algorithms import gae, grpo_advantages, ppo_policy_loss
+from rlinf.workers.embodied.mlp_ppo import STAT_NAMES, MlpPPOKernel, PPOCoefficients
 from rlinf.workers.embodied.ppo_step import ppo_terms
 from rlinf.workers.embodied.vla_policy import VLAActorCritic, VLAPolicyConfig
 from rlinf.workers.env.trajectory import Trajectory
@@ -80,6 +81,10 @@ class EmbodiedActorConfig:
     device: str = "cpu"
     """Torch device the model, optimizer state and updates live on ("cpu", "cuda",
     "cuda:N"); weights leave as CPU copies and checkpoints load onto it."""
+    fused_update: bool = True
+    """PPO updates of an MLP Gaussian policy on the CPU by `MlpPPOKernel` (hand-derived
+    gradients, 2-4x faster than autograd at 64-256 wide); False: always autograd. Either
+    way the same math, within float32 rounding."""
 
     def __post_init__(self) -> None:
         if not (self.device == "cpu" or re.fullmatch(r"cuda(:\d+)?", self.device)):
@@ -178,9 +183,12 @@ class EmbodiedActorWorker(Worker):
         if size < cfg.num_minibatches:
             raise ConfigError(f"num_minibatches={cfg.num_minibatches} exceeds the "
                               f"{size} samples of the rollout")
+        self.model.train()
+        if cfg.algorithm == "ppo" and cfg.fused_update and MlpPPOKernel.supports(
+                self.model, self.optimizer):
+            return self._kernel_epochs(flat, size)
         sums: dict[str, float] = {}
         updates = 0
-        self.model.train()
         budget = torch.get_num_threads()
         threads = self._update_threads(size // cfg.num_minibatches, budget)
         torch.set_num_threads(threads)
@@ -195,6 +203,38 @@ class EmbodiedActorWorker(Worker):
         finally:
             torch.set_num_threads(budget)
         return {key: total / updates for key, total in sums.items()}
+
+    def _kernel_epochs(self, flat: dict[str, torch.Tensor], size: int) -> dict[str, float]:
+        """`_epochs` by `MlpPPOKernel`: the same updates without autograd (the same order of
+        minibatches from the same generator, so a run can change paths across a resume)."""
+        cfg = self.config
+        coef = PPOCoefficients(clip_ratio=cfg.clip_ratio, value_clip=cfg.value_clip,
+                               value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef,
+                               normalize_advantages=cfg.normalize_advantages,
+                               max_grad_norm=cfg.max_grad_norm)
+        kernel = MlpPPOKernel(self.model, self.optimizer)
+        if tuple(flat["obs"].shape) != (size, kernel.obs_dim):
+            raise ShapeError(f"observations must be [{size}, {kernel.obs_dim}], got "
+                             f"{list(flat['obs'].shape)}")
+        arrays = {key: flat[key].numpy().astype(np.float32, copy=False)
+                  for key in ("obs", "actions", "log_probs", "values", "advantages", "returns")}
+        totals = np.zeros(len(STAT_NAMES))
+        updates = 0
+        try:
+            for _ in range(cfg.epochs):
+                order = torch.randperm(size, generator=self.generator)
+                for chunk in order.chunk(cfg.num_minibatches):
+                    idx = chunk.numpy()
+                    mb = {key: value[idx] for key, value in arrays.items()}
+                    totals += kernel.step(coef, obs=mb["obs"], actions=mb["actions"],
+                                          old_log_probs=mb["log_probs"],
+                                          old_values=mb["values"],
+                                          advantages=mb["advantages"], returns=mb["returns"])
+                    updates += 1
+        finally:
+            kernel.finish()
+        return {name: float(total / updates)
+                for name, total in zip(STAT_NAMES, totals, strict=True)}
 
     def _update_threads(self, minibatch: int, budget: int) -> int:
         """Intra-op threads for updates of `minibatch` samples: the whole budget only where an
