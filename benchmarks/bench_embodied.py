@@ -207,6 +207,7 @@ def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
     import gymnasium as gym
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     class Clock(BaseCallback):  # type: ignore[misc]
@@ -238,6 +239,8 @@ def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
                     batch_size=s.num_envs * s.rollout_steps // s.minibatches,
                     n_epochs=s.epochs, seed=0, device=s.device, verbose=0,
                     policy_kwargs={"net_arch": {"pi": [s.hidden] * 2, "vf": [s.hidden] * 2}})
+        # A logger with no outputs: SB3's default makes a /tmp/SB3-<time> folder per run.
+        model.set_logger(Logger(folder=None, output_formats=[]))
         clock = Clock()
         total = warmup + iterations
         model.learn(total_timesteps=s.num_envs * s.rollout_steps * total, callback=clock)
