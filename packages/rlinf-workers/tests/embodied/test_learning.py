@@ -1,5 +1,7 @@
 """PPO learns InvertedPendulum-v5 through the pipelined driver (the real program, tiny budget)."""
 
+import statistics
+
 import pytest
 
 from rlinf.workers.embodied import (
@@ -18,14 +20,14 @@ ENV = "InvertedPendulum-v5"
 POLICY = PolicyConfig(obs_shape=(4,), action_dim=1)
 
 
-@pytest.mark.slow
-def test_ppo_learns_inverted_pendulum():
+def _ppo_run(seed: int) -> tuple[float, float, list[float | None]]:
+    """(untrained return, trained return, per-iteration returns) of one seed."""
     env = EnvWorker(CONTEXT, config=EnvWorkerConfig(env_name=ENV, num_envs=8,
-                                                    pipeline_stages=2, seed=0))
-    policy = PolicyRolloutWorker(CONTEXT, config=PolicyRolloutConfig(policy=POLICY, seed=0,
+                                                    pipeline_stages=2, seed=seed))
+    policy = PolicyRolloutWorker(CONTEXT, config=PolicyRolloutConfig(policy=POLICY, seed=seed,
                                                                      num_threads=1))
     actor = EmbodiedActorWorker(CONTEXT, config=EmbodiedActorConfig(
-        policy=POLICY, seed=0, epochs=10, num_minibatches=8, num_threads=1))
+        policy=POLICY, seed=seed, epochs=10, num_minibatches=8, num_threads=1))
     untrained = evaluate_policy(POLICY, actor.get_weights(), env_name=ENV, num_episodes=8,
                                 max_episode_steps=1000)
     try:
@@ -34,10 +36,18 @@ def test_ppo_learns_inverted_pendulum():
         env.shutdown()
     trained = evaluate_policy(POLICY, actor.get_weights(), env_name=ENV, num_episodes=8,
                               max_episode_steps=1000)
-    # Untrained: the pole falls within ~25 steps. 45 iterations x 512 steps reach 1000 with
-    # seeds 0, 1 and 2; at 30, the return is chaotic in float32 rounding (86-284).
-    assert trained > max(200.0, 5 * untrained), (untrained, trained,
-                                                 [r.episode_return for r in results])
+    return untrained, trained, [r.episode_return for r in results]
+
+
+@pytest.mark.slow
+def test_ppo_learns_inverted_pendulum():
+    # Untrained: the pole falls within ~25 steps. 45 iterations x 512 steps reach 1000 on
+    # most seeds, but one PPO run can sit in a dip at its last iteration (seen: 117 for one
+    # of 5 seeds; at 30 iterations, 86-284), so the median of three seeds decides.
+    runs = [_ppo_run(seed) for seed in (0, 1, 2)]
+    untrained = statistics.median(run[0] for run in runs)
+    trained = statistics.median(run[1] for run in runs)
+    assert trained > max(200.0, 5 * untrained), runs
 
 
 def test_grpo_learns_inverted_pendulum_from_same_start_groups():

@@ -4,7 +4,7 @@ import torch
 
 from rlinf.comm import Batch
 from rlinf.workers.embodied import PolicyRolloutConfig, PolicyRolloutWorker
-from rlinf.workers.errors import ConfigError
+from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models import PolicyConfig
 
 from .conftest import CONTEXT
@@ -91,3 +91,31 @@ def test_serve_rejects_empty_work():
     worker = _worker(PolicyConfig(obs_shape=(3,), action_dim=1))
     with pytest.raises(ConfigError):
         worker.serve(source=KeyedQueue(), sink=KeyedQueue(), num_steps=0, num_stages=1)
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_numpy_path_answers_as_the_torch_path(deterministic):
+    policy = PolicyConfig(obs_shape=(17,), action_dim=6, hidden_sizes=(64, 64))
+    fast, plain = (_worker(policy, seed=4, deterministic=deterministic) for _ in range(2))
+    plain._arrays = None  # the torch path
+    assert fast._arrays is not None
+    rng = np.random.default_rng(1)
+    weights = {k: v + 0.1 * torch.randn(v.shape) for k, v in fast.get_weights().items()}
+    for worker in (fast, plain):
+        worker.set_weights(weights)  # loaded in place: the NumPy views see the new weights
+    for step in range(5):
+        obs = rng.normal(size=(8, 17)).astype(np.float64)  # float64 from the env, as MuJoCo's
+        batch = _obs_batch(obs, range(8), final_mask=rng.random(8) < 0.3,
+                           bootstrap=step == 4)
+        got, want = fast.infer(batch), plain.infer(batch)
+        assert got.tensors.keys() == want.tensors.keys()
+        for key, value in want.tensors.items():
+            assert got.tensors[key].dtype == value.dtype == np.float32, key
+            np.testing.assert_allclose(got.tensors[key], value, rtol=1e-5, atol=1e-5,
+                                       err_msg=key)
+    fast.offload()
+    fast.onload()
+    np.testing.assert_allclose(fast.infer(batch).tensors["value"], want.tensors["value"],
+                               rtol=1e-5, atol=1e-5)
+    with pytest.raises(ShapeError, match=r"\[N, 17\]"):
+        fast.infer(_obs_batch(np.zeros((2, 5), np.float32), [0, 1]))

@@ -6,6 +6,11 @@ stages are served: collocated and pipelined rollouts of the same seed and stage 
 produce bit-identical trajectories, and pipelining cannot change what is learned. Across
 different groupings they agree up to float rounding (a batched matmul may round a row
 differently depending on the micro-batch size).
+
+An MLP Gaussian policy on the CPU answers in NumPy over views of the model's weights: torch
+spent ~0.5-0.7 ms per micro-batch of 8 HalfCheetah observations at 64x64 (per-op overhead of
+six Linear calls, four tanh and the sampling), NumPy ~0.05 ms; the math is the same (a test
+holds both paths equal within float32 rounding).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import torch
 
 from rlinf.comm import Batch
 from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
-from rlinf.workers.errors import ConfigError
+from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models.policy import ActorCritic, PolicyConfig, build_actor_critic
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.runtime.worker import Worker
@@ -61,6 +66,14 @@ class PolicyRolloutWorker(Worker):
         self._device = torch.device(config.device)
         self.model.to(self._device)
         self._streams: dict[int, np.random.Generator] = {}
+        self._arrays: _MlpArrays | None = None
+        self._bind_arrays()
+
+    def _bind_arrays(self) -> None:
+        """NumPy views of an MLP Gaussian policy's weights on the CPU (None otherwise): the
+        fast path of `infer`. Views share the parameters' memory, so loading weights in
+        place keeps them current; a device move rebinds."""
+        self._arrays = _MlpArrays.of(self.model)
 
     def _stream(self, env_index: int) -> np.random.Generator:
         found = self._streams.get(env_index)
@@ -69,12 +82,17 @@ class PolicyRolloutWorker(Worker):
             self._streams[env_index] = found
         return found
 
-    def _noise(self, env_index: npt.NDArray[np.int64], width: int, *, gumbel: bool) -> torch.Tensor:
+    def _noise_array(self, env_index: npt.NDArray[np.int64], width: int, *,
+                     gumbel: bool) -> npt.NDArray[np.float32]:
         out = np.empty((len(env_index), width), dtype=np.float32)
         for row, index in enumerate(env_index.tolist()):
             stream = self._stream(int(index))
             out[row] = stream.gumbel(size=width) if gumbel else stream.standard_normal(width)
-        return torch.from_numpy(out).to(self._device)
+        return out
+
+    def _noise(self, env_index: npt.NDArray[np.int64], width: int, *, gumbel: bool) -> torch.Tensor:
+        return torch.from_numpy(self._noise_array(env_index, width, gumbel=gumbel)).to(
+            self._device)
 
     def _tensor(self, array: npt.NDArray[np.generic]) -> torch.Tensor:
         return torch.as_tensor(np.asarray(array)).to(self._device)
@@ -84,6 +102,8 @@ class PolicyRolloutWorker(Worker):
         """Actions, log-probs and values for ``batch["obs"]``; values of ``final_obs`` where
         ``final_mask``. A batch with ``meta["bootstrap"]`` gets values only (no sampling, so
         no env's stream advances)."""
+        if self._arrays is not None:
+            return self._infer_arrays(self._arrays, batch)
         obs = self._tensor(batch.tensors["obs"])
         env_index = np.asarray(batch.tensors["env_index"], dtype=np.int64)
         final_mask = np.asarray(batch.tensors["final_mask"], dtype=bool)
@@ -99,6 +119,32 @@ class PolicyRolloutWorker(Worker):
             action, log_prob = self._sample(obs, env_index)
             out |= {"action": action, "log_prob": log_prob}
         return Batch({k: v.cpu().numpy() for k, v in out.items()}, meta=dict(batch.meta))
+
+    def _infer_arrays(self, arrays: _MlpArrays, batch: Batch) -> Batch:
+        """`infer` in NumPy (the module docstring): the torch path's formulas, in its order."""
+        obs = np.asarray(batch.tensors["obs"]).astype(np.float32, copy=False)
+        if obs.ndim != 2 or obs.shape[1] != arrays.obs_dim:
+            raise ShapeError(f"observations must be [N, {arrays.obs_dim}], got "
+                             f"{list(obs.shape)}")
+        env_index = np.asarray(batch.tensors["env_index"], dtype=np.int64)
+        final_mask = np.asarray(batch.tensors["final_mask"], dtype=bool)
+        value = arrays.value(obs)
+        final_value = np.zeros(len(env_index), dtype=np.float32)
+        if final_mask.any():  # full batch, so a row's value does not depend on the others
+            final_obs = np.asarray(batch.tensors["final_obs"]).astype(np.float32, copy=False)
+            final_value = np.where(final_mask, arrays.value(final_obs), np.float32(0.0))
+        out = {"value": value, "final_value": final_value}
+        if not batch.meta.get("bootstrap", False):
+            mean = arrays.mean(obs)
+            if self.config.deterministic:
+                z = np.zeros_like(mean)
+            else:
+                z = self._noise_array(env_index, mean.shape[1], gumbel=False)
+            log_std = arrays.log_std
+            action = mean + z * np.exp(log_std)
+            log_prob = (-0.5 * (z * z) - log_std - np.float32(_HALF_LOG_2PI)).sum(-1)
+            out |= {"action": action, "log_prob": log_prob}
+        return Batch(out, meta=dict(batch.meta))
 
     def _sample(self, obs: torch.Tensor, env_index: npt.NDArray[np.int64]
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,7 +211,59 @@ class PolicyRolloutWorker(Worker):
     def onload(self) -> None:
         """Move the policy onto its device."""
         self.model.to(self._device)
+        self._bind_arrays()
 
     def offload(self) -> None:
         """Move the policy to host memory, freeing its device."""
         self.model.to("cpu")
+        self._bind_arrays()
+
+
+@dataclass(frozen=True)
+class _MlpArrays:
+    """An MLP Gaussian `ActorCritic`'s weights as NumPy views: ``(weight, bias)`` per layer."""
+
+    actor: list[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]]
+    critic: list[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]]
+    log_std: npt.NDArray[np.float32]
+    obs_dim: int
+
+    @classmethod
+    def of(cls, model: ActorCritic) -> _MlpArrays | None:
+        """Views of `model`'s weights, or None where it is not an MLP Gaussian policy in
+        float32 on the CPU."""
+        cfg = model.config
+        if cfg.discrete or len(cfg.obs_shape) != 1 or any(
+                p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
+            return None
+        trunks = []
+        for trunk, head in ((model.actor, model.policy_head), (model.critic, model.value_head)):
+            modules = [*trunk, head]
+            linears = [m for m in modules[0::2] if isinstance(m, torch.nn.Linear)]
+            if (len(linears) != len(modules[0::2]) or any(m.bias is None for m in linears)
+                    or not all(isinstance(m, torch.nn.Tanh) for m in modules[1::2])):
+                return None
+            trunks.append([(m.weight.detach().numpy(), m.bias.detach().numpy())
+                           for m in linears])
+        return cls(actor=trunks[0], critic=trunks[1],
+                   log_std=model.log_std.detach().numpy(), obs_dim=cfg.obs_shape[0])
+
+    @staticmethod
+    def _forward(layers: list[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]],
+                 x: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        for weight, bias in layers[:-1]:
+            x = x @ weight.T
+            x += bias
+            np.tanh(x, out=x)
+        weight, bias = layers[-1]
+        out = x @ weight.T
+        out += bias
+        return out
+
+    def mean(self, obs: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Gaussian means ``[N, A]``."""
+        return self._forward(self.actor, obs)
+
+    def value(self, obs: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Critic estimates ``[N]``."""
+        return self._forward(self.critic, obs)[:, 0]
