@@ -29,11 +29,15 @@ updates at several batch sizes, plus round trips of stage-group messages between
 policy processes, which `link_cluster` fits to the link's latency per message and bandwidth)
 is fitted once; for every rlinf mode the planner's simulator prices the same plan with it,
 and the predicted and measured seconds per iteration stand side by side. The last line is one JSON
-object: ``hybrid_speedup_vs_collocated``, ``speedup_vs_sb3`` (best rlinf mode over the
-fastest SB3 configuration, env steps/s), ``auto_vs_best_fixed``, ``max_prediction_error``
-(largest |predicted - measured| / measured), CPU-seconds per 1,000 steps, and details.
-User settings: ``--width 64 --epochs 10 --minibatch-size 64 --num-envs 16
---rollout-steps 128`` (and ``--width 256``).
+object: ``speedup_vs_best_peer_<width>`` (best rlinf mode over the fastest peer, env
+steps/s; the peers are SB3's configurations, torchrl is not installed here),
+``speedup_vs_sb3`` (the same, at the first width), ``hybrid_speedup_vs_collocated``,
+``auto_vs_best_fixed``, ``max_prediction_error`` (largest |predicted - measured| /
+measured), CPU-seconds per 1,000 steps, and details. Several ``--width`` values run one
+after another (each with its own rounds) into one object, with the worst
+``auto_vs_best_fixed`` and ``max_prediction_error`` over widths and each width's summary
+under ``per_width``. User settings: ``--width 64 256 --epochs 10 --minibatch-size 64
+--num-envs 16 --rollout-steps 128``.
 
 Launch: ``tox -e bench-embodied`` (full setting) or ``tox -e bench-embodied -- --quick``.
 ``--device cuda`` (`main_cuda`) puts every contender's policy and updates on one GPU, the
@@ -319,8 +323,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-load", type=float, default=None,
                         help="refuse to start above this 1-minute load average (default: the "
                              "core count; negative: never refuse)")
-    parser.add_argument("--hidden", "--width", dest="hidden", type=int, default=None,
-                        help="MLP width (default: calibrated, forward of a group = env step)")
+    parser.add_argument("--hidden", "--width", dest="hidden", type=int, nargs="+",
+                        default=None,
+                        help="MLP width; several (--width 64 256) run one after another and "
+                             "the last line holds speedup_vs_best_peer_<width> for each "
+                             "(default: calibrated, forward of a group = env step)")
     parser.add_argument("--skip-sb3-subproc", action="store_true")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where policies and updates compute (every contender); cuda "
@@ -328,10 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-threads", type=int, default=1,
                         help="threads stepping a batched MuJoCo env's physics (rlinf)")
     args = parser.parse_args(argv)
+    widths: list[int | None] = list(args.hidden or [None])
     if args.device == "cuda":
+        if len(widths) > 1:
+            parser.error("--device cuda takes one --width")
+        args.hidden = widths[0]
         return main_cuda(args)
-    import ray
-
     cores = os.cpu_count() or 1
     max_load = cores if args.max_load is None else args.max_load
     load_before = os.getloadavg()[0]
@@ -339,6 +348,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refused: load average {load_before:.2f} > --max-load {max_load:g}; other work "
               "would be timed too", file=sys.stderr)
         return 3
+    summaries = []
+    for width in widths:
+        one = argparse.Namespace(**vars(args))
+        one.hidden = width
+        summaries.append(run_cpu(one, cores=cores))
+    if len(summaries) == 1:
+        summary = summaries[0]
+    else:  # headline keys: each width's speedup; the worst of the rest
+        summary = {key: value for s in summaries for key, value in s.items()
+                   if key.startswith("speedup_vs_best_peer_")}
+        summary |= {
+            "speedup_vs_sb3": summaries[0]["speedup_vs_sb3"],
+            "hybrid_speedup_vs_collocated": {s["setting"]["hidden"]:
+                                             s["hybrid_speedup_vs_collocated"]
+                                             for s in summaries},
+            "auto_vs_best_fixed": max(s["auto_vs_best_fixed"] for s in summaries),
+            "max_prediction_error": max(s["max_prediction_error"] for s in summaries),
+            "per_width": {s["setting"]["hidden"]: s for s in summaries},
+        }
+    summary["load_average"] = [load_before, os.getloadavg()[0]]
+    print(json.dumps(summary))
+    return 0
+
+
+def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
+    """Every contender at one width on the CPU, interleaved in rounds; prints the table and
+    returns the summary (the last line's object, for that width)."""
+    import ray
+
+    load_before = os.getloadavg()[0]
     warmup, iterations = timing_of(args)
     rounds = args.rounds or (1 if args.quick else 3)
     repeats = 3 if args.quick else 7
@@ -435,9 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     best_mode = min(rlinf_modes, key=lambda m: tallies[m].median)
     best_sb3 = min(sb3_labels, key=lambda label: tallies[label].median)
     best_fixed = min(tallies["collocated"].median, tallies["hybrid"].median)
-    summary = {
+    # The peers are SB3's configurations (torchrl's collector is not installed here).
+    speedup = tallies[best_sb3].median / tallies[best_mode].median
+    return {
+        f"speedup_vs_best_peer_{hidden}": speedup,
         "hybrid_speedup_vs_collocated": tallies["collocated"].median / tallies["hybrid"].median,
-        "speedup_vs_sb3": tallies[best_sb3].median / tallies[best_mode].median,
+        "speedup_vs_sb3": speedup,
         "auto_vs_best_fixed": tallies["auto"].median / best_fixed,
         "max_prediction_error": max(errors),
         "best_mode": best_mode, "sb3_best": best_sb3,
@@ -457,8 +499,6 @@ def main(argv: list[str] | None = None) -> int:
                     "infer_ms": infer_s * 1e3},
         "load_average": [load_before, os.getloadavg()[0]],
     }
-    print(json.dumps(summary))
-    return 0
 
 
 def main_cuda(args: argparse.Namespace) -> int:
