@@ -13,6 +13,7 @@ from rlinf.workers.embodied import EmbodiedActorConfig, EmbodiedActorWorker, run
 from rlinf.workers.embodied.mlp_ppo import STAT_NAMES, MlpPPOKernel, PPOCoefficients
 from rlinf.workers.embodied.ppo_step import ppo_terms
 from rlinf.workers.env import Trajectory
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.policy import PolicyConfig, build_actor_critic
 
 from .conftest import CONTEXT, make_policy
@@ -118,7 +119,7 @@ def test_supports_only_what_it_computes() -> None:
     assert not MlpPPOKernel.supports(discrete, torch.optim.Adam(discrete.parameters()))
     pixels = build_actor_critic(PolicyConfig(obs_shape=(3, 8, 8), action_dim=2), seed=0)
     assert not MlpPPOKernel.supports(pixels, torch.optim.Adam(pixels.parameters()))
-    with pytest.raises(ValueError, match="supports"):
+    with pytest.raises(ConfigError, match="supports"):
         MlpPPOKernel(discrete, torch.optim.Adam(discrete.parameters()))
 
 

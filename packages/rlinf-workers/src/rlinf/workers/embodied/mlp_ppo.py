@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.policy import ActorCritic
 
 __all__ = ["STAT_NAMES", "MlpPPOKernel", "PPOCoefficients"]
@@ -89,8 +90,10 @@ class MlpPPOKernel:
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         if not self.supports(model, optimizer):
-            raise ValueError("MlpPPOKernel needs an MLP ActorCritic with continuous actions "
-                             "on the CPU under plain Adam (check MlpPPOKernel.supports)")
+            raise ConfigError("MlpPPOKernel needs an MLP ActorCritic with continuous actions "
+                              "on the CPU in float32 under plain torch.optim.Adam (check "
+                              "MlpPPOKernel.supports, or set EmbodiedActorConfig."
+                              "fused_update=False)")
         assert isinstance(model, ActorCritic)
         actor, critic = _linears(model.actor), _linears(model.critic)
         heads = [model.policy_head, model.value_head]
@@ -157,7 +160,8 @@ class MlpPPOKernel:
             state["exp_avg_sq"] = self.exp_avg_sq[window].view(p.shape)
             offset += size
         if len(steps) != 1:
-            raise ValueError(f"the optimizer's parameters are at different steps {steps}")
+            raise ConfigError(f"the optimizer's parameters are at different steps {steps}: "
+                              "train with EmbodiedActorConfig.fused_update=False")
         return steps.pop()
 
     def _layer(self, layer: nn.Linear) -> _Layer:
