@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import gymnasium as gym
@@ -17,6 +18,7 @@ from rlinf.envs.embodied import (
     VectorEnvConfig,
     make_vector_env,
 )
+from rlinf.envs.errors import EnvStepError
 
 TASKS = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "InvertedDoublePendulum-v5",
          "InvertedPendulum-v5")
@@ -139,3 +141,33 @@ def test_closing_a_view_stops_the_thread_pool_and_refuses_steps() -> None:
     assert env._physics.pool is None and pool._shutdown
     with pytest.raises(Exception, match="closed"):
         env.step(np.zeros((4, 6), dtype=np.float32))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_close_from_another_thread_waits_for_the_step_in_flight(threads: int) -> None:
+    env = make_vector_env("HalfCheetah-v5", num_envs=8, threads=threads)
+    env.reset(seed=0)
+    assert isinstance(env, MujocoVectorEnv)
+    actions = np.zeros((8, 6), dtype=np.float32)
+    stepped, errors = [0], []
+    started = threading.Event()
+
+    def loop() -> None:
+        try:
+            while True:
+                env.step(actions)
+                stepped[0] += 1
+                started.set()
+        except Exception as exc:  # the step after close: EnvStepError
+            errors.append(exc)
+
+    worker = threading.Thread(target=loop)
+    worker.start()
+    assert started.wait(30)
+    env.close()  # while steps are running
+    worker.join(30)
+    assert not worker.is_alive() and stepped[0] > 0
+    assert len(errors) == 1 and isinstance(errors[0], EnvStepError), errors
+    assert "closed" in str(errors[0])
+    with pytest.raises(EnvStepError, match="closed"):
+        env.reset()

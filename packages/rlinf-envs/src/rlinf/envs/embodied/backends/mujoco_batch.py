@@ -14,6 +14,10 @@ replaces the per-step path:
 - **time limit**: the episode length kept by the vector env's bookkeeping, truncating where
   gymnasium's `TimeLimit` would.
 
+`close` may come from another thread than the one stepping (a worker's shutdown): it waits
+for steps and resets in flight to return before it frees the simulators and the pool, and
+later calls raise `EnvStepError`, instead of racing MuJoCo's data being freed under a step.
+
 Everything else (auto-reset, seeding, episode stats, sub-group views, rendering) is
 `LoopVectorEnv`'s, so the two backends produce the same trajectories for the same seed and
 actions, and `rlinf.workers.env.state` checkpoints both alike.
@@ -22,9 +26,11 @@ actions, and `rlinf.workers.env.state` checkpoints both alike.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -64,6 +70,10 @@ class _Physics:
     mj_step: Callable[..., None]
     mj_rne_post_constraint: Callable[..., None]
     pool: ThreadPoolExecutor | None = None
+    gate: threading.Condition = field(default_factory=threading.Condition)
+    """Guards `in_flight` and `closing`: steps of several views run at once, close waits."""
+    in_flight: int = 0
+    closing: bool = False
 
 
 class MujocoVectorEnv(LoopVectorEnv):
@@ -130,7 +140,30 @@ class MujocoVectorEnv(LoopVectorEnv):
         for future in futures:
             future.result()
 
+    @contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """Count a step or reset as running, refused once `close` began."""
+        physics = self._physics
+        with physics.gate:
+            if physics.closing:
+                raise EnvStepError(f"{self!r} is closed")
+            physics.in_flight += 1
+        try:
+            yield
+        finally:
+            with physics.gate:
+                physics.in_flight -= 1
+                physics.gate.notify_all()
+
+    def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        with self._in_flight():
+            return super().reset(seed=seed)
+
     def step(self, actions: npt.ArrayLike) -> StepResult:
+        with self._in_flight():
+            return self._step(actions)
+
+    def _step(self, actions: npt.ArrayLike) -> StepResult:
         self._check_open()
         shared, physics = self._shared, self._physics
         if not shared.was_reset[self._indices].all():
@@ -161,8 +194,11 @@ class MujocoVectorEnv(LoopVectorEnv):
                           {"final_mask": done, "final_obs": final_obs})
 
     def close(self) -> None:
-        pool = self._physics.pool
-        if pool is not None:
-            pool.shutdown(wait=True)
-            self._physics.pool = None
+        physics = self._physics
+        with physics.gate:
+            physics.closing = True
+            physics.gate.wait_for(lambda: physics.in_flight == 0)
+        if physics.pool is not None:
+            physics.pool.shutdown(wait=True)
+            physics.pool = None
         super().close()
