@@ -137,8 +137,10 @@ class AlgorithmConfig:
     """Separate upper ratio clip (null: clip_ratio)."""
     kl_coef: Annotated[float, Range(0)] = 0.0
     """Weight of the KL-to-reference term (0: no reference model)."""
-    kl_estimator: Literal["k1", "k2", "k3", "low-var-kl"] = "low-var-kl"
-    """KL estimator."""
+    kl_estimator: Literal["k1", "kl", "abs", "k2", "mse", "k3", "low-var-kl", "low_var_kl",
+                          "k3-unclamped"] = "low-var-kl"
+    """KL estimator, as veRL names them: k3 is the clamped low-var-kl; "k3-unclamped" is
+    Schulman's k3 without veRL's clamps."""
     entropy_coef: Annotated[float, Range(0)] = 0.0
     """Weight of the entropy bonus."""
     epochs: Positive = 1

@@ -15,6 +15,8 @@ from rlinf.envs.math import score, score_batch
         ("I think 7\nso 8", "8", 1.0),
         ("\\boxed{9}", "8", 0.0),
         ("The answer is 0.33", "1/3", 0.0),
+        ("So the share is \\boxed{50\\%}.", "0.5", 1.0),  # a percentage against a fraction
+        ("So the share is \\boxed{5\\%}.", "0.5", 0.0),
     ],
 )
 def test_score(response: str, answer: str, expected: float) -> None:

@@ -65,6 +65,16 @@ NUMERIC_CASES = [
     ("-2", "2", False),
     ("2", "-2", False),
     ("1e-7", "0", False),
+    # a percentage against a plain number: its value, or its value over 100
+    ("50\\%", "0.5", True),
+    ("50\\%", "\\frac{1}{2}", True),
+    ("50%", "50", True),
+    ("0.5", "50\\%", True),
+    ("12.5\\%", "1/8", True),
+    ("50\\%", "0.05", False),
+    ("5\\%", "0.5", False),
+    ("50\\%", "50\\%", True),
+    ("50\\%", "0.5\\%", False),  # both percentages: compared as written
 ]
 
 

@@ -98,8 +98,9 @@ def test_kl_estimators(estimator: KLEstimator | str, expected: float) -> None:
 
 
 def test_low_var_kl_is_clamped_and_unknown_rejected() -> None:
-    # log_ratio = -20: k3 = e^20 - 1 - 20 ~ 4.85e8, the low-var form clamps it to 10
-    assert kl_penalty(T([-20.0]), T([0.0]), estimator="k3").item() > 1e8
+    # log_ratio = -20: k3 = e^20 - 1 - 20 ~ 4.85e8, the low-var form (= veRL's k3) clamps it
+    assert kl_penalty(T([-20.0]), T([0.0]), estimator="k3-unclamped").item() > 1e8
+    assert kl_penalty(T([-20.0]), T([0.0]), estimator="k3").item() == 10.0
     assert kl_penalty(T([-20.0]), T([0.0]), estimator="low-var-kl").item() == 10.0
     with pytest.raises(ConfigError, match="k3"):
         kl_penalty(T([0.0]), T([0.0]), estimator="k9")

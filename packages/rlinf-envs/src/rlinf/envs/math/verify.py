@@ -6,6 +6,8 @@ Order of trust, for `backend="auto"`:
    thousands separators) → compare the exact `Fraction`s. This is the built-in path and it
    is deliberately strict: `1/2 == 0.5`, `3.0 == 3` and `-0 == 0` hold, `0.33 != 1/3` and
    `0.333333 != 1/3` (math-verify rounds floats to 6 places and would accept the latter).
+   A percentage on one side only (`50\\%` against `0.5`) also matches its value over 100;
+   datasets write a percentage's gold answer with the sign, without it, or as a fraction.
 2. Otherwise math-verify (extra `math`, imported lazily) compares the expressions
    symbolically (`\\sqrt{4}` vs `2`, `\\pi/2` vs `\\frac{\\pi}{2}`, tuples, intervals).
 3. Without math-verify: equality of the normalized LaTeX strings.
@@ -88,6 +90,11 @@ def parse_number(text: str) -> Fraction | None:
     return -value if match.group(1) == "-" else value
 
 
+def _is_percent(text: str) -> bool:
+    """Whether a numeric answer carries a percent sign (``%`` or ``\\%``)."""
+    return "%" in text
+
+
 def _math_verify_equal(predicted: str, reference: str) -> bool:
     math_verify: Any = import_extra(
         "math_verify", extra="math", feature="symbolic answer verification"
@@ -110,7 +117,15 @@ def is_equivalent(predicted: str | None, reference: str, *, backend: Backend = "
         return False
     left, right = parse_number(predicted), parse_number(reference)
     if left is not None and right is not None:
-        return left == right
+        if left == right:
+            return True
+        # "50%" against 0.5: a percentage on one side only also reads as its value / 100.
+        left_percent, right_percent = _is_percent(predicted), _is_percent(reference)
+        if left_percent and not right_percent:
+            return left / 100 == right
+        if right_percent and not left_percent:
+            return left == right / 100
+        return False
     if backend == "math_verify" or (backend == "auto" and has_module("math_verify")):
         try:
             return _math_verify_equal(predicted, reference)

@@ -50,7 +50,8 @@ class ActorConfig:
     kl_coef: float = 0.0
     """Weight of the KL-to-reference loss term (0: no reference needed)."""
     kl_estimator: str = KLEstimator.LOW_VAR_KL.value
-    """KL estimator: "k1", "k2", "k3" or "low-var-kl"."""
+    """KL estimator, named as veRL names them: "k1"/"kl", "abs", "k2"/"mse", "k3" =
+    "low-var-kl"/"low_var_kl" (clamped as veRL does), or "k3-unclamped"."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus."""
     temperature: float = 1.0

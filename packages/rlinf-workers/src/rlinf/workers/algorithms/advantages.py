@@ -128,9 +128,11 @@ def grpo_advantages(
     """GRPO advantages: each reward minus its group's mean, over the group's std + eps.
 
     ``rewards`` is ``[N]`` with ``N = num_groups * group_size`` and each group (the responses
-    to one prompt) contiguous. The std is unbiased (Bessel), as in GRPO's reference code; a
-    group of one has std 0, so its advantage is 0. ``normalize_std=False`` skips the division
-    (Dr. GRPO), which keeps the scale of rewards and avoids over-weighting easy prompts.
+    to one prompt) contiguous. The std is unbiased (Bessel), as in GRPO's reference code. A
+    group of one has no baseline: as veRL does, its mean is taken as 0 and its std as 1, so
+    its advantage is the raw reward (over 1 + eps). ``normalize_std=False`` skips the
+    division (Dr. GRPO), which keeps the scale of rewards and avoids over-weighting easy
+    prompts.
     """
     if rewards.ndim != 1:
         raise ShapeError(
@@ -141,11 +143,12 @@ def grpo_advantages(
             f"group_size must be >= 1 and divide the number of rewards ({rewards.shape[0]}), "
             f"got {group_size}"
         )
+    if group_size == 1:
+        return rewards / (1.0 + eps) if normalize_std else rewards.clone()
     grouped = rewards.reshape(-1, group_size)
     centred = grouped - grouped.mean(dim=1, keepdim=True)
     if normalize_std:
-        std = grouped.std(dim=1, keepdim=True) if group_size > 1 else torch.zeros_like(centred)
-        centred = centred / (std + eps)
+        centred = centred / (grouped.std(dim=1, keepdim=True) + eps)
     return centred.reshape(-1)
 
 
