@@ -1,7 +1,7 @@
 """One rank of a data-parallel actor run, launched as a subprocess by test_actor_dist.py.
 
-Usage: python dist_train.py RANK WORLD_SIZE PORT PARALLELISM[,PARALLELISM...] OUT_DIR
-For each parallelism (one process group, one launch: starting Python is the slow part),
+Usage: python dist_train.py RANK WORLD_SIZE PORT MODE[,MODE...] OUT_DIR
+For each mode (`config`; one process group, one launch: starting Python is the slow part),
 builds the same tiny model and batch as the test, trains on this rank's shard (whole
 groups) for two steps, and saves the full parameters gathered through the rollout buckets
 to OUT_DIR/{parallelism}-rank{R}.pt, plus those of a checkpoint-resume check.
@@ -41,9 +41,13 @@ def make_batch() -> RolloutBatch:
     return batch.replace(rewards=rewards)
 
 
-def config(parallelism: str) -> ActorConfig:
+def config(mode: str) -> ActorConfig:
+    """``ddp``/``fsdp2``/``none`` train GRPO; a ``-ppo`` suffix trains PPO with its critic
+    and advantages whitened over the whole batch."""
+    parallelism, _, algorithm = mode.partition("-")
     return ActorConfig(parallelism=parallelism, lr=1e-2, micro_batch_size=1,  # type: ignore[arg-type]
-                       aggregation="token-mean", max_grad_norm=1.0)
+                       aggregation="token-mean", max_grad_norm=1.0,
+                       algorithm=algorithm or "grpo")  # type: ignore[arg-type]
 
 
 def _full(actor: ActorWorker) -> dict[str, torch.Tensor]:

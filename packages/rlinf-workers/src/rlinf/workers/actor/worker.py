@@ -51,6 +51,8 @@ __all__ = ["ActorWorker"]
 
 _log = structlog.get_logger(__name__)
 
+_WHITEN_EPS = 1e-8  # as masked_whiten
+
 
 class ActorWorker:
     """Policy trainer (see the module docstring)."""
@@ -237,9 +239,28 @@ class ActorWorker:
             token_rewards, values, gamma=cfg.gamma, lam=cfg.lam, terminated=last,
             next_values=bootstrap_next_values(values, torch.zeros_like(rewards)))
         if cfg.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
+            advantages = self._whiten(advantages, mask)
         data.update(advantages=advantages * mask, returns=returns * mask, old_values=values)
         return data
+
+    def _whiten(self, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """`masked_whiten` over the whole batch: under data parallelism each rank holds a
+        shard, and whitening it alone would make PPO depend on the number of ranks. Mean
+        then unbiased variance, each one all-reduce of two float64 scalars (a collective:
+        every rank prepares its shard in `train`)."""
+        if not is_distributed():
+            return masked_whiten(advantages, mask)
+        import torch.distributed as dist
+
+        values, weights = advantages.to(torch.float64), mask.to(torch.float64)
+        moments = torch.stack([(values * weights).sum(), weights.sum()])
+        dist.all_reduce(moments)
+        total, count = moments.tolist()
+        mean = total / count if count > 0 else 0.0
+        spread = ((values - mean).square() * weights).sum().reshape(1)
+        dist.all_reduce(spread)
+        var = spread.item() / (count - 1) if count > 1 else 0.0
+        return ((advantages - mean) * (var + _WHITEN_EPS) ** -0.5) * mask
 
     def _values(self, data: dict[str, torch.Tensor], rows: slice, *,
                 critic: nn.Module | None = None) -> torch.Tensor:
