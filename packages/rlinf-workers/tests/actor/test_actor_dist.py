@@ -1,4 +1,4 @@
-"""Two-process data-parallel training (gloo on CPU): DDP and FSDP2."""
+"""Two-process data-parallel training (gloo on CPU): DDP and FSDP2, GRPO and PPO."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 
 HERE = Path(__file__).parent
@@ -23,7 +25,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _launch(modes: list[str], out: Path) -> dict[str, list[dict[str, torch.Tensor]]]:
+def _launch(modes: list[str], out: Path) -> dict[str, list[dict[str, Any]]]:
     port = _free_port()
     procs = [subprocess.Popen([sys.executable, str(HERE / "dist_train.py"), str(rank), "2",
                                str(port), ",".join(modes), str(out)],
@@ -44,11 +46,17 @@ def _single_process_params(mode: str = "none") -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in actor.model.state_dict().items()}
 
 
-def test_ppo_on_two_ranks_equals_one_process_whitening_the_whole_batch(tmp_path) -> None:
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Every mode in one launch of the two ranks (starting Python is the slow part)."""
+    return _launch(["ddp", "fsdp2", "ddp-ppo"], tmp_path_factory.mktemp("dist"))
+
+
+def test_ppo_on_two_ranks_equals_one_process_whitening_the_whole_batch(launched) -> None:
     # Advantages are whitened over the global batch (one all-reduce of the moments), so the
     # two ranks' shards train as the whole batch does in one process; whitening each shard
     # alone moved them by up to 0.04 from the one-process run after two steps here.
-    ranks = [o["params"] for o in _launch(["ddp-ppo"], tmp_path)["ddp-ppo"]]
+    ranks = [o["params"] for o in launched["ddp-ppo"]]
     reference = _single_process_params("none-ppo")
     for name in reference:
         torch.testing.assert_close(ranks[0][name], ranks[1][name], atol=0, rtol=0)
@@ -57,8 +65,8 @@ def test_ppo_on_two_ranks_equals_one_process_whitening_the_whole_batch(tmp_path)
 
 
 def test_ddp_and_fsdp2_ranks_end_identical_and_equal_to_one_process_on_the_whole_batch(
-        tmp_path):
-    results = _launch(["ddp", "fsdp2"], tmp_path)
+        launched):
+    results = {mode: launched[mode] for mode in ("ddp", "fsdp2")}
     reference = _single_process_params()
     initial = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer()).state_dict()
     assert any(not torch.equal(reference[n], initial[n]) for n in reference)
