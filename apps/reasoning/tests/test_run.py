@@ -128,6 +128,9 @@ def test_outputs_are_well_formed(reference_run: tuple[Path, str]) -> None:
     assert summary["heldout_after"] == records[-1]["heldout/accuracy"]
     assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
     assert "held-out greedy accuracy:" in stdout and "samples/s" in stdout
+    # The banner: what was loaded, before anything runs.
+    assert "model: warm start " in stdout and "parameters, stored float32" in stdout
+    assert "data: generated level " in stdout and "held-out" in stdout
     assert (run_dir / "checkpoints" / "LATEST").read_text().strip() == "step-00000002"
 
 

@@ -93,6 +93,11 @@ class ProblemSource:
         return {**self.__dict__, "_stream": None, "_stream_pos": 0}
 
     @property
+    def train_size(self) -> int | None:
+        """Training problems read from files (None: generated on the fly)."""
+        return None if self._generator is not None else len(self._train)
+
+    @property
     def heldout(self) -> list[MathProblem]:
         """The held-out problems greedy accuracy is measured on."""
         return list(self._heldout)

@@ -55,6 +55,7 @@ from rlinf.workers.telemetry import (
     Span,
     read_metrics,
 )
+from rlinf_reasoning.banner import describe_loaded
 from rlinf_reasoning.config import ReasoningConfig, config_dict
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import ResumeError
@@ -247,6 +248,9 @@ def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out:
     source = ProblemSource(cfg)
     spec = flow_spec(cfg)
     _write_config(run_dir, cfg, overrides)
+    if not restarts:  # a restart loads the same things again
+        for line in describe_loaded(cfg, spec, source).lines():
+            print(line, file=out)
     owns_ray = ensure_ray()
     try:
         session = _Session(cfg=cfg, spec=spec, cluster=_cluster(cfg), source=source,

@@ -1,0 +1,96 @@
+"""What a run loaded, printed before it starts: the model (parameters, stored dtype, the
+precision it trains in), the tokenizer, and the problems of each split. A user who points
+`model.dir` or `data.path` at their own files sees at once whether the right ones came in.
+
+A Hugging Face folder's model is counted on the meta device, so no weights are read here;
+a warm start or a tiny model from config is small enough to build.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from rlinf_reasoning.config import ReasoningConfig
+from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.models import model_factory
+from rlinf_reasoning.spec import FlowSpec
+from rlinf_reasoning.warmstart import METADATA_FILE
+
+__all__ = ["Loaded", "describe_loaded"]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What `describe_loaded` found."""
+
+    model: str
+    """Where the model comes from (a folder, or "tiny model from config")."""
+    parameters: int
+    stored_dtype: str
+    """The weights' dtype as stored (the Hugging Face config's, or the built model's)."""
+    precision: str
+    """The precision the actor trains in (``model.precision``)."""
+    tokenizer: str
+    """Tokenizer class and vocabulary size."""
+    train_problems: int | None
+    """Training problems in the file (None: generated on the fly)."""
+    heldout_problems: int
+    data: str
+    """Where the problems come from."""
+
+    def lines(self) -> list[str]:
+        """The banner, one line each for model, tokenizer and data."""
+        train = ("generated on the fly" if self.train_problems is None
+                 else f"{self.train_problems} train")
+        return [f"model: {self.model} — {_count(self.parameters)} parameters, stored "
+                f"{self.stored_dtype}, trains in {self.precision}",
+                f"tokenizer: {self.tokenizer}",
+                f"data: {self.data} — {train}, {self.heldout_problems} held-out"]
+
+
+def _count(n: int) -> str:
+    for unit, size in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
+
+
+def _dtype_name(dtype: object) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _hf_on_meta(folder: Path) -> tuple[nn.Module, PreTrainedTokenizerBase, str]:
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    stored = getattr(config, "torch_dtype", None) or getattr(config, "dtype", None)
+    return (model, AutoTokenizer.from_pretrained(folder, local_files_only=True),
+            _dtype_name(stored) if stored is not None else "float32")
+
+
+def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource) -> Loaded:
+    """Count what `spec` and `source` will train on (module docstring)."""
+    folder = Path(spec.model_dir)
+    if spec.model_config is None and not (folder / METADATA_FILE).is_file():
+        model, tokenizer, stored = _hf_on_meta(folder)
+        where = str(folder)
+    else:
+        model, tokenizer = model_factory(spec)()
+        stored = _dtype_name(next(model.parameters()).dtype)
+        where = "tiny model from config" if spec.model_config is not None else (
+            f"warm start {folder}")
+    data = (f"generated level {cfg.data.level}" if cfg.data.path is None
+            else str(cfg.data.path) + (f" + {cfg.data.heldout_path}"
+                                       if cfg.data.heldout_path else ""))
+    return Loaded(model=where, parameters=sum(p.numel() for p in model.parameters()),
+                  stored_dtype=stored, precision=cfg.model.precision,
+                  tokenizer=f"{type(tokenizer).__name__} (vocabulary {len(tokenizer)})",
+                  train_problems=source.train_size, heldout_problems=len(source.heldout),
+                  data=data)

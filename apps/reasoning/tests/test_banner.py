@@ -1,0 +1,51 @@
+"""The banner a run prints first: what model, tokenizer and problems it loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from rlinf_reasoning.banner import describe_loaded
+from rlinf_reasoning.config import ReasoningConfig, from_omegaconf
+from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.models import model_factory
+from rlinf_reasoning.spec import flow_spec
+
+from rlinf.envs.math import MathProblem, save_jsonl
+from rlinf.workers.models import TinyLMConfig, build_tiny_model
+
+
+def _cfg(**sections: dict[str, object]) -> ReasoningConfig:
+    return from_omegaconf(dict(sections), num_devices=2)
+
+
+def test_default_run_names_the_warm_start_and_generated_problems() -> None:
+    cfg = _cfg()
+    spec = flow_spec(cfg)
+    loaded = describe_loaded(cfg, spec, ProblemSource(cfg))
+    model, tokenizer = model_factory(spec)()
+    assert loaded.parameters == sum(p.numel() for p in model.parameters())
+    assert loaded.train_problems is None and loaded.heldout_problems == cfg.data.heldout_size
+    model_line, tokenizer_line, data_line = loaded.lines()
+    assert model_line.startswith("model: warm start ") and "trains in fp32" in model_line
+    assert f"vocabulary {len(tokenizer)}" in tokenizer_line
+    assert data_line == (f"data: generated level {cfg.data.level} — generated on the fly, "
+                         f"{cfg.data.heldout_size} held-out")
+
+
+def test_a_hugging_face_folder_is_counted_without_reading_its_weights(tmp_path: Path) -> None:
+    model, tokenizer = build_tiny_model(TinyLMConfig(hidden_size=64, num_layers=3), seed=0)
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    problems = [MathProblem(f"What is {i} + 1?", str(i + 1)) for i in range(200)]
+    save_jsonl(problems, tmp_path / "problems.jsonl")
+    cfg = _cfg(model={"dir": str(tmp_path / "model")},
+               data={"path": str(tmp_path / "problems.jsonl"), "heldout_size": 50})
+    source = ProblemSource(cfg)
+    loaded = describe_loaded(cfg, flow_spec(cfg), source)
+    assert loaded.parameters == sum(p.numel() for p in model.parameters())
+    assert loaded.stored_dtype == "bfloat16"
+    assert loaded.train_problems is not None
+    assert loaded.train_problems + len(source.heldout) == 200
+    assert loaded.model == str(tmp_path / "model")
+    assert f"{loaded.train_problems} train, {len(source.heldout)} held-out" in loaded.lines()[2]
