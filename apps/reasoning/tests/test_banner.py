@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from rlinf_reasoning.banner import describe_loaded
 from rlinf_reasoning.config import ReasoningConfig, from_omegaconf
 from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.errors import InvalidConfigError
 from rlinf_reasoning.models import model_factory
 from rlinf_reasoning.spec import flow_spec
 
@@ -49,3 +51,9 @@ def test_a_hugging_face_folder_is_counted_without_reading_its_weights(tmp_path: 
     assert loaded.train_problems + len(source.heldout) == 200
     assert loaded.model == str(tmp_path / "model")
     assert f"{loaded.train_problems} train, {len(source.heldout)} held-out" in loaded.lines()[2]
+
+
+def test_chat_template_without_one_in_the_tokenizer_is_refused_before_launch() -> None:
+    cfg = _cfg(data={"template": "chat"})
+    with pytest.raises(InvalidConfigError, match=r"data\.template.*no chat template"):
+        describe_loaded(cfg, flow_spec(cfg), ProblemSource(cfg))

@@ -1,6 +1,8 @@
 """What a run loaded, printed before it starts: the model (parameters, stored dtype, the
 precision it trains in), the tokenizer, and the problems of each split. A user who points
-`model.dir` or `data.path` at their own files sees at once whether the right ones came in.
+`model.dir` or `data.path` at their own files sees at once whether the right ones came in,
+and ``data.template=chat`` with a tokenizer that has no chat template is refused here,
+before any worker starts.
 
 A Hugging Face folder's model is counted on the meta device, so no weights are read here;
 a warm start or a tiny model from config is small enough to build.
@@ -17,6 +19,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rlinf_reasoning.config import ReasoningConfig
 from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.errors import InvalidConfigError
 from rlinf_reasoning.models import model_factory
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.warmstart import METADATA_FILE
@@ -86,6 +89,11 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
         stored = _dtype_name(next(model.parameters()).dtype)
         where = "tiny model from config" if spec.model_config is not None else (
             f"warm start {folder}")
+    if cfg.data.template == "chat" and not getattr(tokenizer, "chat_template", None):
+        raise InvalidConfigError(
+            "data.template", "chat",
+            f"'plain' or 'short' for this model: its {type(tokenizer).__name__} has no chat "
+            "template (a chat model's tokenizer_config.json carries one)")
     data = (f"generated level {cfg.data.level}" if cfg.data.path is None
             else str(cfg.data.path) + (f" + {cfg.data.heldout_path}"
                                        if cfg.data.heldout_path else ""))

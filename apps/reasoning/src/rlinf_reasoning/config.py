@@ -93,7 +93,9 @@ class DataConfig:
     heldout_size: Positive = 400
     """Held-out problems for the greedy accuracy (distinct when generated)."""
     template: Literal["short", "plain", "chat"] = "short"
-    """Prompt template of rlinf.envs.math.format_prompt ("short" for tiny char models)."""
+    """Prompt template of rlinf.envs.math.format_prompt ("short" for tiny char models);
+    "chat" renders system and user messages with the tokenizer's own chat template and is
+    refused when the tokenizer has none."""
 
     def __post_init__(self) -> None:
         if self.heldout_path is not None and self.path is None:

@@ -135,3 +135,29 @@ def test_bad_config_and_sink_are_rejected(model, tokenizer, problems):
     worker, _ = _worker(model, tokenizer)
     with pytest.raises(ConfigError, match="sink"):
         worker.rollout(problems[:1], sink=42)  # type: ignore[arg-type]
+
+
+CHAT_TEMPLATE = ("{% for m in messages %}[{{ m['role'] }}]{{ m['content'] }}\n{% endfor %}"
+                 "{% if add_generation_prompt %}[assistant]{% endif %}")
+
+
+def test_chat_template_renders_prompts_through_the_tokenizer(model, problems) -> None:
+    from rlinf.envs.math import format_chat
+    from rlinf.workers.models import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    worker, _ = _worker(model, tokenizer, template="chat")
+    ids = worker.encode_prompt(problems[0])
+    system, user = (m["content"] for m in format_chat(problems[0]))
+    expected = f"[system]{system}\n[user]{user}\n[assistant]"
+    assert ids == list(tokenizer(expected, add_special_tokens=False)["input_ids"])
+    assert tokenizer.decode(ids) == expected
+    # The plain text form ("System: ...") is not what a chat model was trained on.
+    assert "System:" not in tokenizer.decode(ids)
+
+
+def test_chat_template_without_one_in_the_tokenizer_is_refused(model, tokenizer) -> None:
+    assert not getattr(tokenizer, "chat_template", None)
+    with pytest.raises(ConfigError, match="template 'plain'"):
+        _worker(model, tokenizer, template="chat")

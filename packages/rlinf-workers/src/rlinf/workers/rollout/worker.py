@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 from transformers import PreTrainedTokenizerBase
 
-from rlinf.envs.math import MathProblem, format_prompt
+from rlinf.envs.math import MathProblem, format_chat, format_prompt
 from rlinf.envs.math.templates import TemplateName
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.rollout.batch import RolloutBatch
@@ -53,7 +53,9 @@ class RolloutWorkerConfig:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     """Sampling options passed to the engine."""
     template: TemplateName = "short"
-    """Prompt template of `rlinf.envs.math.format_prompt` ("short" for tiny char models)."""
+    """Prompt template of `rlinf.envs.math.format_prompt` ("short" for tiny char models);
+    "chat" applies the tokenizer's chat template to `rlinf.envs.math.format_chat`'s messages
+    and is refused for a tokenizer without one."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.groups_per_micro_batch < 1:
@@ -84,12 +86,24 @@ class RolloutWorker:
     ) -> None:
         if tokenizer.pad_token_id is None:
             raise ConfigError("the tokenizer needs a pad token (prompts are left-padded)")
+        if config.template == "chat" and not getattr(tokenizer, "chat_template", None):
+            raise ConfigError(
+                f"template 'chat' renders prompts with the tokenizer's chat template, and "
+                f"this {type(tokenizer).__name__} has none: use template 'plain' for a base "
+                "model, or load a chat model's folder (its tokenizer_config.json carries one)")
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
 
     def encode_prompt(self, problem: MathProblem) -> list[int]:
-        """Token ids of `problem` under the configured template."""
+        """Token ids of `problem` under the configured template; ``chat`` goes through the
+        tokenizer's own chat template (system and user messages, generation prompt), whose
+        text already holds the special tokens the model expects."""
+        if self.config.template == "chat":
+            text = self.tokenizer.apply_chat_template(
+                format_chat(problem), add_generation_prompt=True, tokenize=False)
+            assert isinstance(text, str)
+            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         text = format_prompt(problem, template=self.config.template)
         return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
 
