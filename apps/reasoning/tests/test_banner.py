@@ -57,3 +57,34 @@ def test_chat_template_without_one_in_the_tokenizer_is_refused_before_launch() -
     cfg = _cfg(data={"template": "chat"})
     with pytest.raises(InvalidConfigError, match=r"data\.template.*no chat template"):
         describe_loaded(cfg, flow_spec(cfg), ProblemSource(cfg))
+
+
+def _cache_with(tmp_path: Path, repo_id: str) -> Path:
+    """A Hugging Face cache holding one snapshot of a tiny model as `repo_id`."""
+    org, name = repo_id.split("/")
+    repo = tmp_path / "hub" / f"models--{org}--{name}"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    model, tokenizer = build_tiny_model(TinyLMConfig(hidden_size=32, num_layers=1), seed=0)
+    model.save_pretrained(repo / "snapshots" / commit)
+    tokenizer.save_pretrained(repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    return tmp_path / "hub"
+
+
+def test_a_hub_id_resolves_from_the_local_cache(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(_cache_with(tmp_path, "acme/tiny-math")))
+    cfg = _cfg(model={"dir": "acme/tiny-math"})
+    spec = flow_spec(cfg)
+    assert spec.model_dir.parts[-2:-1] == ("snapshots",)
+    assert (spec.model_dir / "config.json").is_file()
+    loaded = describe_loaded(cfg, spec, ProblemSource(cfg))
+    assert loaded.model == str(spec.model_dir) and loaded.parameters > 0
+
+
+def test_a_hub_id_not_in_the_cache_says_how_to_download_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    with pytest.raises(InvalidConfigError, match=r"hf download acme/absent"):
+        _cfg(model={"dir": "acme/absent"})

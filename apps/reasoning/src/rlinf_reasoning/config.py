@@ -49,7 +49,8 @@ class ModelConfig:
     """Which policy to start from."""
 
     dir: str | None = None
-    """HF-format model + tokenizer folder (null: the shipped warm-start checkpoint)."""
+    """HF-format model + tokenizer folder, or a Hub id (``org/name``) already in the local
+    Hugging Face cache (null: the shipped warm-start checkpoint)."""
     from_scratch: bool = False
     """Build a fresh tiny model from the sizes below (char tokenizer) instead of loading one."""
     hidden_size: Annotated[int, Range(8)] = 128
@@ -292,10 +293,13 @@ _MODEL_FILES = ("config.json", "warmstart.json")
 
 def _check_paths(cfg: ReasoningConfig) -> None:
     if cfg.model.dir is not None:
-        folder = Path(cfg.model.dir).expanduser()
+        from rlinf_reasoning.hub import resolve_model_dir
+
+        folder = resolve_model_dir(cfg.model.dir)
         if not folder.is_dir():
             raise InvalidConfigError("model.dir", cfg.model.dir,
-                                     "an existing folder with an HF-format model and tokenizer")
+                                     "an existing folder with an HF-format model and tokenizer, "
+                                     "or a Hugging Face Hub id (org/name) in the local cache")
         if not any((folder / name).is_file() for name in _MODEL_FILES):
             # The roles would fail only after Ray started, one worker at a time.
             raise InvalidConfigError(

@@ -15,6 +15,7 @@ from rlinf.workers.models import TinyLMConfig
 from rlinf.workers.reward import RewardConfig
 from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
 from rlinf_reasoning.config import ReasoningConfig
+from rlinf_reasoning.hub import resolve_model_dir
 from rlinf_reasoning.warmstart import WARMSTART_DIR
 
 __all__ = ["FlowSpec", "flow_spec"]
@@ -109,7 +110,7 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
                         num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
                         intermediate_size=model.intermediate_size) if model.from_scratch else None
     return FlowSpec(
-        model_dir=Path(model.dir).expanduser() if model.dir is not None else WARMSTART_DIR,
+        model_dir=resolve_model_dir(model.dir) if model.dir is not None else WARMSTART_DIR,
         model_config=tiny,
         rollout=RolloutWorkerConfig(group_size=cfg.rollout.group_size,
                                     groups_per_micro_batch=cfg.rollout.groups_per_micro_batch,
