@@ -94,6 +94,9 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
     (("algorithm.lr=-1",), "algorithm.lr", "> 0"),
     (("algorithm.lr=fast",), "algorithm.lr", "type float"),
     (("algorithm.kl_estimator=k9",), "algorithm.kl_estimator", "low-var-kl"),
+    (("reward.function=no_such_module_xyz:score",), "reward.function",
+     "cannot import 'no_such_module_xyz'"),
+    (("reward.function=math:no_such_function",), "reward.function", "has no"),
     (("algorithm.lam=2",), "algorithm.lam", "in [0, 1]"),
     (("algorithm.name=dpo",), "algorithm.name", "'grpo', 'ppo'"),
     (("run.steps=0",), "run.steps", ">= 1"),
@@ -249,3 +252,11 @@ def test_sweep_of_a_string_key_says_how_to_quote_it() -> None:
         compose_config(["placement=rollout: 0, actor: 1"])
     with pytest.raises(ConfigError, match=r"key=\[value1,value2\]"):  # a list key: Hydra's hint
         compose_config(["run.profile_batches=8,16"])
+
+
+def test_a_reward_function_reaches_the_reward_workers() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    cfg = load("reward.function=math:copysign")  # any importable callable is accepted
+    assert flow_spec(cfg).reward.function == "math:copysign"
+    assert flow_spec(load()).reward.function is None

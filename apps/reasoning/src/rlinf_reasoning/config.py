@@ -173,6 +173,15 @@ class AlgorithmConfig:
 
 
 @dataclass(frozen=True)
+class RewardSection:
+    """How responses are scored."""
+
+    function: str | None = None
+    """Your reward function as ``module:function``, taking ``(response, answer)`` and
+    returning a number, imported in every reward worker (null: the math verifier)."""
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     """The devices placements refer to."""
 
@@ -241,6 +250,8 @@ class ReasoningConfig:
     """How responses are generated."""
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     """The RL algorithm and its optimizer."""
+    reward: RewardSection = field(default_factory=RewardSection)
+    """How responses are scored."""
     placement: str = "hybrid"
     """collocated, disaggregated, hybrid, auto, or a spec like 'rollout: 0, actor,reward: 1'."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -317,6 +328,20 @@ def _check_paths(cfg: ReasoningConfig) -> None:
         _check_problems(key, path)
 
 
+def _check_reward(cfg: ReasoningConfig) -> None:
+    """Import the reward function now: a typo is refused before any worker starts."""
+    if cfg.reward.function is None:
+        return
+    from rlinf.workers.errors import ConfigError as WorkersConfigError
+    from rlinf.workers.reward import load_reward_function
+
+    try:
+        load_reward_function(cfg.reward.function)
+    except WorkersConfigError as exc:
+        raise InvalidConfigError("reward.function", cfg.reward.function,
+                                 f"an importable 'module:function' ({exc})") from exc
+
+
 def _check_problems(key: str, path: Path) -> None:
     """Read the file once now, so a bad line is reported before any worker starts (the run
     reads it again; files of problems are small)."""
@@ -371,6 +396,7 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
         raise InvalidConfigError("<root>", data, "a mapping of config sections")
     config = build(ReasoningConfig, {str(k): v for k, v in data.items()})
     _check_paths(config)
+    _check_reward(config)
     from rlinf.sched import ExecutionMode
     from rlinf_reasoning.placement import resolve_placement
 

@@ -116,7 +116,7 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
                                     groups_per_micro_batch=cfg.rollout.groups_per_micro_batch,
                                     sampling=sampling, template=cfg.data.template),
         engine=cfg.rollout.engine,
-        reward=RewardConfig(),
+        reward=RewardConfig(function=cfg.reward.function),
         actor=actor,
         recompute_logprobs=algo.recompute_logprobs,
         weight_sync=cfg.run.weight_sync,

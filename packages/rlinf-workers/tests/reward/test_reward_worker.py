@@ -42,3 +42,45 @@ def test_format_penalty_applies_when_no_answer_is_found(tokenizer):
     assert torch.equal(rewards, torch.tensor([-0.5, 1.0]))
     with pytest.raises(ConfigError):
         worker.score_texts(["1"], ["1", "2"])
+
+
+@pytest.fixture
+def user_rewards(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    return "user_rewards"
+
+
+def test_a_user_reward_function_scores_by_name(tokenizer, user_rewards):
+    batch = _batch(tokenizer, ["2", "3", "19", "x"], ["2", "2", "19", "20"], group_size=2)
+    worker = RewardWorker(tokenizer, config=RewardConfig(function=f"{user_rewards}:exact_match"))
+    scored, stats = worker.compute_rewards(batch)
+    assert scored.rewards.tolist() == [1.0, -0.5, 1.0, -0.5]
+    assert stats.accuracy == pytest.approx(0.5)
+    nested = RewardWorker(tokenizer, config=RewardConfig(function=f"{user_rewards}:Scorers.length"))
+    assert nested.compute_rewards(batch)[0].rewards.tolist() == [1.0, 1.0, 2.0, 1.0]
+
+
+def test_a_failing_reward_function_is_reported_with_its_sample(tokenizer, user_rewards):
+    from rlinf.workers.errors import RewardFunctionError
+
+    batch = _batch(tokenizer, ["2", "seven"], ["2", "7"], group_size=2)
+    worker = RewardWorker(tokenizer, config=RewardConfig(function=f"{user_rewards}:broken"))
+    with pytest.raises(RewardFunctionError, match=r"user_rewards:broken.*ValueError.*"
+                                                  r"sample 1: response 'seven', answer '7'"):
+        worker.compute_rewards(batch)
+    odd = RewardWorker(tokenizer, config=RewardConfig(function=f"{user_rewards}:not_a_number"))
+    with pytest.raises(RewardFunctionError, match="returned 'high', not a finite number"):
+        odd.compute_rewards(batch)
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("user_rewards", "must read 'module:function'"),
+    ("no_such_module_xyz:f", "cannot import 'no_such_module_xyz'"),
+    ("user_rewards:missing", "has no 'missing'"),
+    ("user_rewards:THRESHOLD", "is a float, not a function"),
+])
+def test_bad_reward_function_names_say_what_is_wrong(tokenizer, user_rewards, spec, message):
+    with pytest.raises(ConfigError, match=message):
+        RewardWorker(tokenizer, config=RewardConfig(function=spec))

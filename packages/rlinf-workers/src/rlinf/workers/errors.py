@@ -15,6 +15,7 @@ __all__ = [
     "DispatchError",
     "GroupClosedError",
     "MissingExtraError",
+    "RewardFunctionError",
     "ShapeError",
     "WorkerCallError",
     "WorkerDiedError",
@@ -41,6 +42,11 @@ class DispatchError(WorkersError, ValueError):
 
 class GroupClosedError(WorkersError, RuntimeError):
     """A call was made on a `WorkerGroup` after `kill()` or `shutdown()`."""
+
+
+class RewardFunctionError(WorkersError, RuntimeError):
+    """A user's reward function raised or returned something other than a finite number;
+    the message names the function and quotes the sample it was given."""
 
 
 def _where(role: str, rank: int, node: str | None) -> str:

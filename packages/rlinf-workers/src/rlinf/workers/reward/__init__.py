@@ -1,5 +1,12 @@
-"""Rule-based rewards for math responses."""
+"""Rule-based rewards for math responses, or a user's reward function."""
 
-from rlinf.workers.reward.worker import RewardConfig, RewardStats, RewardWorker
+from rlinf.workers.reward.worker import (
+    RewardConfig,
+    RewardFunction,
+    RewardStats,
+    RewardWorker,
+    load_reward_function,
+)
 
-__all__ = ["RewardConfig", "RewardStats", "RewardWorker"]
+__all__ = ["RewardConfig", "RewardFunction", "RewardStats", "RewardWorker",
+           "load_reward_function"]

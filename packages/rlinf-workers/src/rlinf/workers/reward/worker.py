@@ -1,8 +1,19 @@
-"""`RewardWorker`: rule-based rewards for math responses (`rlinf.envs.math.score`)."""
+"""`RewardWorker`: rule-based rewards for math responses (`rlinf.envs.math.score`), or a
+user's own reward function named ``module:function``.
+
+A reward function takes ``(response, answer)`` — the decoded response text and the
+reference answer — and returns a number; it is imported in the reward worker's process
+(`load_reward_function`, which the app also calls at config time so a typo is refused before
+any worker starts). An exception or a non-finite result becomes a `RewardFunctionError`
+naming the function and quoting the sample. A veRL ``compute_score(data_source,
+solution_str, ground_truth, extra_info=None)`` is wrapped in one line.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -10,10 +21,39 @@ from transformers import PreTrainedTokenizerBase
 
 from rlinf.envs.math import score
 from rlinf.envs.math.extract import Strategy
-from rlinf.workers.errors import ConfigError
+from rlinf.workers.errors import ConfigError, RewardFunctionError
 from rlinf.workers.rollout.batch import RolloutBatch
 
-__all__ = ["RewardConfig", "RewardStats", "RewardWorker"]
+__all__ = ["RewardConfig", "RewardFunction", "RewardStats", "RewardWorker",
+           "load_reward_function"]
+
+RewardFunction = Callable[[str, str], float]
+"""``(response text, reference answer) -> reward``."""
+
+_QUOTE = 200  # characters of a sample quoted in an error
+
+
+def load_reward_function(spec: str) -> RewardFunction:
+    """The callable ``module:function`` names (``module.sub:attr.attr`` also works);
+    ConfigError saying what is wrong otherwise."""
+    module_name, sep, attr_path = spec.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise ConfigError(f"reward function {spec!r} must read 'module:function' (e.g. "
+                          "'my_rewards:exact_match')")
+    try:
+        target: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"reward function {spec!r}: cannot import {module_name!r} ({exc}); "
+                          "put the module on PYTHONPATH of every node") from exc
+    for name in attr_path.split("."):
+        if not hasattr(target, name):
+            raise ConfigError(f"reward function {spec!r}: {module_name!r} has no "
+                              f"{attr_path!r}")
+        target = getattr(target, name)
+    if not callable(target):
+        raise ConfigError(f"reward function {spec!r} is a {type(target).__name__}, not a "
+                          "function")
+    return target  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -27,6 +67,10 @@ class RewardConfig:
     """Reward given as ``-format_penalty`` when no answer can be extracted."""
     skip_special_tokens: bool = True
     """Drop EOS/pad tokens when decoding responses to text."""
+    function: str | None = None
+    """A user's reward function, ``module:function`` taking ``(response, answer)`` and
+    returning a number (module docstring); None: `rlinf.envs.math.score` with
+    `strategies` and `format_penalty`."""
 
     def __post_init__(self) -> None:
         if not self.strategies:
@@ -55,6 +99,8 @@ class RewardWorker:
     ) -> None:
         self.tokenizer = tokenizer
         self.config = config
+        self.function = (load_reward_function(config.function)
+                         if config.function is not None else None)
 
     def decode(self, batch: RolloutBatch) -> list[str]:
         """Response texts of `batch`, padding removed."""
@@ -70,11 +116,34 @@ class RewardWorker:
         """``[N]`` float32 rewards of response texts against reference answers."""
         if len(responses) != len(answers):
             raise ConfigError(f"got {len(responses)} responses for {len(answers)} answers")
+        if self.function is not None:
+            return torch.tensor([self._call(i, r, a) for i, (r, a) in
+                                 enumerate(zip(responses, answers, strict=True))],
+                                dtype=torch.float32)
         return torch.tensor([
             score(r, a, format_penalty=self.config.format_penalty,
                   strategies=self.config.strategies)
             for r, a in zip(responses, answers, strict=True)
         ], dtype=torch.float32)
+
+    def _call(self, index: int, response: str, answer: str) -> float:
+        """The user's function on one sample; a `RewardFunctionError` quoting it otherwise."""
+        assert self.function is not None
+        sample = (f"sample {index}: response {response[:_QUOTE]!r}, answer "
+                  f"{answer[:_QUOTE]!r}")
+        try:
+            value = self.function(response, answer)
+        except Exception as exc:
+            raise RewardFunctionError(f"reward function {self.config.function!r} raised "
+                                      f"{exc!r} on {sample}") from exc
+        try:
+            reward = float(value)
+        except (TypeError, ValueError):
+            reward = math.nan
+        if not math.isfinite(reward):
+            raise RewardFunctionError(f"reward function {self.config.function!r} returned "
+                                      f"{value!r}, not a finite number, on {sample}")
+        return reward
 
     def compute_rewards(self, batch: RolloutBatch) -> tuple[RolloutBatch, RewardStats]:
         """`batch` with `rewards` set, and its accuracy statistics."""
