@@ -85,3 +85,22 @@ def test_run_dir_guards(tmp_path: Path) -> None:
     (fresh / "metrics.jsonl").write_text('{"step": 0}\n')
     with pytest.raises(ResumeError, match="already holds a run"):
         _check_run_dir(fresh, CheckpointStore(fresh / "checkpoints"), cfg, resume=False)
+
+
+def test_a_checkpoint_from_before_a_key_existed_resumes_while_the_key_is_at_its_default(
+        tmp_path: Path) -> None:
+    import json
+
+    from rlinf.workers.telemetry.checkpoints import META_FILE
+
+    store = CheckpointStore(tmp_path)
+    path = save(store, config(steps=10), 3)
+    meta = json.loads((path / META_FILE).read_text())
+    del meta["config"]["reward.function"]  # as written by a version without the key
+    meta["config_hash"] = "written-before"
+    (path / META_FILE).write_text(json.dumps(meta))
+    assert find_resume_point(store, config(steps=20, export_hf=True)).step == 3
+    changed = from_omegaconf({"run": {"steps": 20}, "algorithm": {"lr": 3e-4},
+                              "reward": {"function": "math:copysign"}}, num_devices=2)
+    with pytest.raises(CheckpointMismatchError, match=r"reward\.function: None -> "):
+        find_resume_point(store, changed)

@@ -80,7 +80,8 @@ def assert_same_metrics(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[st
                 f"step {ra['step']} {k}: {sa[k]} != {sb[k]}"
 
 
-REFERENCE = ("placement=collocated", "cluster.cpu_slots=1", "run.trace=true")
+REFERENCE = ("placement=collocated", "cluster.cpu_slots=1", "run.trace=true",
+             "run.export_hf=true")
 """Overrides of the reference run (and of the run that is killed and resumed)."""
 
 
@@ -132,6 +133,8 @@ def test_outputs_are_well_formed(reference_run: tuple[Path, str]) -> None:
     assert "model: warm start " in stdout and "parameters, stored float32" in stdout
     assert "data: generated level " in stdout and "held-out" in stdout
     assert (run_dir / "checkpoints" / "LATEST").read_text().strip() == "step-00000002"
+    # run.export_hf: the checkpoint also as a Hugging Face folder
+    assert (run_dir / "hf" / "step-00000002" / "model.safetensors").is_file()
 
 
 @pytest.mark.parametrize("overrides", [

@@ -5,6 +5,7 @@
     rlinf-reasoning "placement='rollout: 0, actor,reward,inference: 1'"
     rlinf-reasoning placement=auto --dry-run            # profile, print the ranked plans, stop
     rlinf-reasoning --run-dir runs/a --resume           # continue from the latest checkpoint
+    rlinf-reasoning export runs/a --out models/a        # a checkpoint as a Hugging Face folder
 
 Arguments other than the flags are Hydra overrides of ``conf/config.yaml`` (``key=value``,
 ``algorithm=ppo`` picks ``conf/algorithm/ppo.yaml``). The composed config is validated into a
@@ -159,9 +160,34 @@ def _print_config(cfg: ReasoningConfig, out: TextIO) -> None:
         print(f"  {key}: {'null' if value is None else value}", file=out)
 
 
+def export_main(argv: Sequence[str]) -> int:
+    """``rlinf-reasoning export RUN_DIR [--step N] --out DIR``; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="rlinf-reasoning export",
+        description="Write a run's checkpoint as a Hugging Face folder (safetensors, config, "
+                    "tokenizer) that transformers, vLLM and SGLang load.")
+    parser.add_argument("run_dir", type=Path, help="the run folder (its --run-dir)")
+    parser.add_argument("--step", type=int, default=None,
+                        help="the checkpoint's step (default: the latest)")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write")
+    args = parser.parse_args(list(argv))
+    from rlinf_reasoning.export import export_checkpoint
+
+    try:
+        out = export_checkpoint(args.run_dir, args.out, step=args.step)
+    except ConfigError as exc:
+        print(f"rlinf-reasoning export: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"exported to {out}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``rlinf-reasoning``; returns the exit status."""
-    args, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
+    args, overrides = parse_args(argv)
     if args.help:
         print(help_text())
         return 0

@@ -39,9 +39,9 @@ Positive = Annotated[int, Range(1)]
 NonNegative = Annotated[int, Range(0)]
 Probability = Annotated[float, Range(0, 1)]
 
-LENGTH_KEYS = frozenset({"run.steps", "run.run_dir", "run.max_restarts"})
-"""Keys a resumed run may change: its length, where the run directory lives, and how often
-it may restart itself."""
+LENGTH_KEYS = frozenset({"run.steps", "run.run_dir", "run.max_restarts", "run.export_hf"})
+"""Keys a resumed run may change: its length, where the run directory lives, how often it
+may restart itself, and whether checkpoints are also exported."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +205,9 @@ class RunConfig:
     """Save a checkpoint every this many steps and at the end (0: only at the end)."""
     keep_checkpoints: Positive = 2
     """Checkpoints kept in run_dir/checkpoints (older ones are pruned)."""
+    export_hf: bool = False
+    """Also write every checkpoint as a Hugging Face folder (``hf/step-N`` in the run folder:
+    safetensors, config, tokenizer), as ``rlinf-reasoning export`` does."""
     eval_every: NonNegative = 10
     """Held-out greedy accuracy every this many steps (0: only before and after)."""
     trace: bool = False

@@ -15,6 +15,7 @@ from rlinf.workers.errors import ConfigError, MissingExtraError
 __all__ = [
     "CheckpointMismatchError",
     "DataFileError",
+    "ExportError",
     "InvalidConfigError",
     "MissingEngineError",
     "ResumeError",
@@ -38,6 +39,11 @@ class InvalidConfigError(ConfigError):
 
 class ResumeError(ConfigError):
     """``--resume`` cannot continue: no checkpoint, or the run directory is unusable."""
+
+
+class ExportError(ConfigError):
+    """``export`` cannot write the model: no such checkpoint, or it does not fit the run's
+    model."""
 
 
 class CheckpointMismatchError(ResumeError):

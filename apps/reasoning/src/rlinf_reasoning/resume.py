@@ -60,6 +60,15 @@ def checkpoint_meta(
     }
 
 
+def _differences(old: Mapping[str, Any], cfg: ReasoningConfig) -> tuple[str, ...]:
+    """`config_differences`, less the keys a checkpoint written before they existed lacks
+    while `cfg` holds their default: such a run resumes after an upgrade."""
+    new, defaults = config_dict(cfg), config_dict(ReasoningConfig())
+    added = {k for k in new if k not in old and new[k] == defaults.get(k)}
+    return config_differences(dict(old),
+                              {k: v for k, v in new.items() if k not in added})
+
+
 def find_resume_point(store: CheckpointStore, cfg: ReasoningConfig) -> Checkpoint:
     """The latest checkpoint of `store`, checked against `cfg`.
 
@@ -75,8 +84,11 @@ def find_resume_point(store: CheckpointStore, cfg: ReasoningConfig) -> Checkpoin
     _, path, meta = found
     if meta.get("config_hash") != config_hash(cfg):
         old = meta.get("config")
-        diffs = (config_differences(old, config_dict(cfg)) if isinstance(old, Mapping)
+        diffs = (_differences(old, cfg) if isinstance(old, Mapping)
                  else ("the checkpoint does not record its config",))
+    else:
+        diffs = ()
+    if diffs:
         overrides = meta.get("overrides") or []
         hint = (f"it was started with the overrides {' '.join(overrides)}",) if overrides else ()
         raise CheckpointMismatchError(str(path), (*diffs, *hint))

@@ -59,6 +59,7 @@ from rlinf_reasoning.banner import describe_loaded
 from rlinf_reasoning.config import ReasoningConfig, config_dict
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import ResumeError
+from rlinf_reasoning.export import export_checkpoint
 from rlinf_reasoning.flow import ReasoningFlow
 from rlinf_reasoning.planning import (
     PlanChoice,
@@ -88,6 +89,8 @@ __all__ = ["CONFIG_FILE", "PLAN_FILE", "PROFILE_FILE", "dry_run", "train"]
 _log = structlog.get_logger(__name__)
 
 CONFIG_FILE = "config.json"
+HF_EXPORT_DIR = "hf"
+"""Folder of the Hugging Face exports of checkpoints (``run.export_hf``)."""
 """The resolved config and the overrides, in the run folder."""
 PROFILE_FILE = "profile.json"
 """The measured profile the plan was priced with (reused on resume)."""
@@ -433,6 +436,9 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
                     cfg, step=step, heldout_before=before,
                     plan=decision.plan if decision is not None and switch else choice.plan,
                     seconds=seconds, overrides=session.overrides))
+                if run.export_hf:
+                    export_checkpoint(session.run_dir, session.run_dir / HF_EXPORT_DIR /
+                                      f"step-{step:08d}", step=step)
             decided = time.time()
             if decision is not None and switch:
                 flow, choice = _relaunch(session, flow, choice, decision.plan, path)
