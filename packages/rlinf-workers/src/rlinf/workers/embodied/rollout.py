@@ -9,7 +9,7 @@ differently depending on the micro-batch size).
 
 An MLP Gaussian policy on the CPU answers in NumPy over views of the model's weights: torch
 spent ~0.5-0.7 ms per micro-batch of 8 HalfCheetah observations at 64x64 (per-op overhead of
-six Linear calls, four tanh and the sampling), NumPy ~0.05 ms; the math is the same (a test
+six Linear calls, four tanh and the sampling), NumPy ~0.1 ms; the math is the same (a test
 holds both paths equal within float32 rounding).
 """
 
