@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models.policy import ActorCritic
+from rlinf.workers.models.policy import ActorCritic, gaussian_mlp_layers
 
 __all__ = ["STAT_NAMES", "MlpPPOKernel", "PPOCoefficients"]
 
@@ -62,18 +62,6 @@ class PPOCoefficients:
     max_grad_norm: float
 
 
-def _linears(trunk: nn.Module) -> list[nn.Linear] | None:
-    """The Linear layers of a Linear/Tanh trunk, or None for any other shape."""
-    if not isinstance(trunk, nn.Sequential):
-        return None
-    modules = list(trunk)
-    linears = [m for m in modules[0::2] if isinstance(m, nn.Linear)]
-    if (len(modules) % 2 or len(linears) != len(modules) // 2
-            or not all(isinstance(m, nn.Tanh) for m in modules[1::2])):
-        return None
-    return linears
-
-
 def _tie_shares(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Gradient shares of ``maximum(a, b)``: all to the larger side, half each on a tie."""
     tie = (a == b) * np.float32(0.5)
@@ -95,10 +83,8 @@ class MlpPPOKernel:
                               "MlpPPOKernel.supports, or set EmbodiedActorConfig."
                               "fused_update=False)")
         assert isinstance(model, ActorCritic)
-        actor, critic = _linears(model.actor), _linears(model.critic)
-        heads = [model.policy_head, model.value_head]
-        assert actor is not None and critic is not None
-        assert isinstance(heads[0], nn.Linear) and isinstance(heads[1], nn.Linear)
+        layers = gaussian_mlp_layers(model)
+        assert layers is not None
         self.obs_dim = model.config.obs_shape[0]
         self.optimizer = optimizer
         params = [p for p in model.parameters() if p.requires_grad]
@@ -106,26 +92,17 @@ class MlpPPOKernel:
             torch.zeros(sum(p.numel() for p in params)) for _ in range(4))
         self.steps = self._bind(params)
         self._step_tensors = [optimizer.state[p]["step"] for p in params]
-        self.param_view: dict[int, np.ndarray] = {}
-        self.grad_view: dict[int, np.ndarray] = {}
-        offset = 0
-        for p in params:
-            size = p.numel()
-            self.param_view[id(p)] = self.flat_param.numpy()[offset:offset + size].reshape(
-                p.shape)
-            self.grad_view[id(p)] = self.flat_grad.numpy()[offset:offset + size].reshape(p.shape)
-            offset += size
-        self.actor = [self._layer(m) for m in [*actor, heads[0]]]
-        self.critic = [self._layer(m) for m in [*critic, heads[1]]]
+        # NumPy views of the flat buffers, through the parameters `_bind` made views of them.
+        self.param_view = {id(p): p.data.numpy() for p in params}
+        self.grad_view = {id(p): p.grad.numpy() for p in params if p.grad is not None}
+        self.actor, self.critic = ([self._layer(m) for m in trunk] for trunk in layers)
         self.log_std = self.param_view[id(model.log_std)]
         self.log_std_grad = self.grad_view[id(model.log_std)]
 
     @staticmethod
     def supports(model: nn.Module, optimizer: torch.optim.Optimizer) -> bool:
         """Whether `model` and `optimizer` are what this kernel computes exactly."""
-        if not (isinstance(model, ActorCritic) and not model.config.discrete
-                and len(model.config.obs_shape) == 1 and _linears(model.actor) is not None
-                and _linears(model.critic) is not None):
+        if gaussian_mlp_layers(model) is None:
             return False
         params = [p for p in model.parameters() if p.requires_grad]
         if not all(p.device.type == "cpu" and p.dtype == torch.float32 for p in params):

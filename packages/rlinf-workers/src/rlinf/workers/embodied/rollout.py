@@ -27,7 +27,12 @@ import torch
 from rlinf.comm import Batch
 from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
 from rlinf.workers.errors import ConfigError, ShapeError
-from rlinf.workers.models.policy import ActorCritic, PolicyConfig, build_actor_critic
+from rlinf.workers.models.policy import (
+    ActorCritic,
+    PolicyConfig,
+    build_actor_critic,
+    gaussian_mlp_layers,
+)
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.runtime.worker import Worker
 
@@ -232,21 +237,14 @@ class _MlpArrays:
     def of(cls, model: ActorCritic) -> _MlpArrays | None:
         """Views of `model`'s weights, or None where it is not an MLP Gaussian policy in
         float32 on the CPU."""
-        cfg = model.config
-        if cfg.discrete or len(cfg.obs_shape) != 1 or any(
-                p.device.type != "cpu" or p.dtype != torch.float32 for p in model.parameters()):
+        layers = gaussian_mlp_layers(model)
+        if layers is None or any(p.device.type != "cpu" or p.dtype != torch.float32
+                                 for p in model.parameters()):
             return None
-        trunks = []
-        for trunk, head in ((model.actor, model.policy_head), (model.critic, model.value_head)):
-            modules = [*trunk, head]
-            linears = [m for m in modules[0::2] if isinstance(m, torch.nn.Linear)]
-            if (len(linears) != len(modules[0::2]) or any(m.bias is None for m in linears)
-                    or not all(isinstance(m, torch.nn.Tanh) for m in modules[1::2])):
-                return None
-            trunks.append([(m.weight.detach().numpy(), m.bias.detach().numpy())
-                           for m in linears])
-        return cls(actor=trunks[0], critic=trunks[1],
-                   log_std=model.log_std.detach().numpy(), obs_dim=cfg.obs_shape[0])
+        actor, critic = ([(m.weight.detach().numpy(), m.bias.detach().numpy()) for m in trunk]
+                         for trunk in layers)
+        return cls(actor=actor, critic=critic, log_std=model.log_std.detach().numpy(),
+                   obs_dim=model.config.obs_shape[0])
 
     @staticmethod
     def _forward(layers: list[tuple[npt.NDArray[np.float32], npt.NDArray[np.float32]]],

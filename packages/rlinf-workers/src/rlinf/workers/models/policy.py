@@ -18,7 +18,8 @@ from torch import nn
 
 from rlinf.workers.errors import ConfigError, ShapeError
 
-__all__ = ["ActionEval", "ActionSample", "ActorCritic", "PolicyConfig", "build_actor_critic"]
+__all__ = ["ActionEval", "ActionSample", "ActorCritic", "PolicyConfig", "build_actor_critic",
+           "gaussian_mlp_layers"]
 
 _PIXEL_NDIM = 3
 
@@ -174,3 +175,22 @@ def build_actor_critic(config: PolicyConfig, *, seed: int) -> ActorCritic:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return ActorCritic(config)
+
+
+def gaussian_mlp_layers(model: nn.Module) -> tuple[list[nn.Linear], list[nn.Linear]] | None:
+    """The Linear layers (with biases) of an `ActorCritic` over state vectors with Gaussian
+    actions, actor then critic, each list ending with its head; None for a discrete, pixel
+    or otherwise shaped model. What the hand-written NumPy paths (`MlpPPOKernel`, the
+    rollout worker's inference) compute."""
+    if (not isinstance(model, ActorCritic) or model.config.discrete
+            or len(model.config.obs_shape) != 1):
+        return None
+    trunks = []
+    for trunk, head in ((model.actor, model.policy_head), (model.critic, model.value_head)):
+        modules = [*trunk, head]
+        linears = [m for m in modules[0::2] if isinstance(m, nn.Linear)]
+        if (len(linears) != len(modules[0::2]) or any(m.bias is None for m in linears)
+                or not all(isinstance(m, nn.Tanh) for m in modules[1::2])):
+            return None
+        trunks.append(linears)
+    return trunks[0], trunks[1]
