@@ -75,3 +75,11 @@ def test_the_cli_exports_the_latest_and_refuses_a_missing_step(
                  str(tmp_path / "x")]) == 2
     assert "has no checkpoint of step 6; it has steps [5, 7]" in capsys.readouterr().err
     assert main(["export", str(tmp_path / "nothing"), "--out", str(tmp_path / "y")]) == 2
+    # A folder with other files is not overwritten; an earlier export may be.
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    assert main(["export", str(tmp_path / "run"), "--out", str(tmp_path / "mine")]) == 2
+    assert "is not empty" in capsys.readouterr().err
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+    assert main(["export", str(tmp_path / "run"), "--step", "5", "--out",
+                 str(tmp_path / "hf")]) == 0

@@ -66,6 +66,9 @@ def _checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path, dict[str, A
 def export_checkpoint(run_dir: Path, out: Path, *, step: int | None = None) -> Path:
     """Write the policy of `run_dir`'s checkpoint at `step` (None: the latest) to `out` as a
     Hugging Face folder; returns `out` (module docstring)."""
+    if out.exists() and any(out.iterdir()) and not (out / EXPORT_FILE).is_file():
+        raise ExportError(f"{out} is not empty and holds no earlier export ({EXPORT_FILE}): "
+                          "pass a new or empty --out folder, so nothing in it is overwritten")
     found_step, folder, meta = _checkpoint(run_dir, step)
     cfg = build(ReasoningConfig, _nested(meta["config"]))
     model, tokenizer = model_factory(flow_spec(cfg))()
