@@ -119,6 +119,36 @@ def test_mutual_exclusion_and_context_switches_across_processes(
     assert sum(1 for e in events if e[2] == "enter") == 3 * iterations
 
 
+def test_closing_during_an_offload_waits_for_it_before_the_device_moves_on(
+    connect: Callable[..., DeviceLockClient],
+) -> None:
+    # The race behind a CI failure: a process closed its client while its reader thread ran
+    # an offload; the server took the goodbye as the end of that offload and onloaded the
+    # next owner while the departing one was still offloading.
+    events: list[str] = []
+    offloading = threading.Event()
+
+    def slow_offload() -> None:
+        offloading.set()
+        time.sleep(0.3)
+        events.append("a offload")
+
+    a, b = connect("a"), connect("b")
+    a.register("actor", CallbackOnloadable(lambda: events.append("a onload"), slow_offload))
+    b.register("rollout", CallbackOnloadable(lambda: events.append("b onload"), lambda: None))
+    with a.hold(0, component="actor", timeout=5):
+        pass  # the actor stays resident after release
+    granted: list[object] = []
+    waiter = threading.Thread(target=lambda: granted.append(
+        b.acquire(0, component="rollout", timeout=10)))
+    waiter.start()
+    assert offloading.wait(10), "the server never asked a to offload"
+    a.close()
+    waiter.join(15)
+    assert granted, "b was never granted the device"
+    assert events == ["a onload", "a offload", "b onload"]
+
+
 def test_reentrant_for_the_holder(connect: Callable[..., DeviceLockClient]) -> None:
     a, b = connect("a"), connect("b")
     a.acquire(0, component="actor", timeout=5)

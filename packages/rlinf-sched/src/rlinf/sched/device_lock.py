@@ -195,6 +195,10 @@ class DeviceLockClient:
         self._memory: dict[str, int | None] = {}
         self._pending: dict[int, _Pending] = {}
         self._lock = threading.Lock()
+        # Held while an offload runs; `close` takes it before saying goodbye, so the server
+        # never hands the device on while this process is still offloading.
+        self._offload_lock = threading.Lock()
+        self._closing = False
         self._gone: str | None = None
         try:
             self._conn: Connection = connect(address, token=token, timeout=connect_timeout)
@@ -291,9 +295,15 @@ class DeviceLockClient:
         return list(reply.get("devices", []))
 
     def close(self) -> None:
-        """Disconnect; the server releases whatever this owner still holds (no death notice)."""
-        with contextlib.suppress(CommError):
-            self._conn.send({"op": "bye"}, timeout=5)
+        """Disconnect; the server releases whatever this owner still holds (no death notice).
+
+        An offload already running finishes first; one that arrives later is skipped (the
+        process is leaving, and the server frees its residency at goodbye).
+        """
+        with self._offload_lock:
+            self._closing = True
+            with contextlib.suppress(CommError):
+                self._conn.send({"op": "bye"}, timeout=5)
         self._fail_all("client closed")
         self._conn.close("client closed")
         if self._reader is not threading.current_thread():
@@ -362,14 +372,17 @@ class DeviceLockClient:
         component = str(header["component"])
         device = int(header.get("device", -1))
         ok, error, seconds = True, "", 0.0
-        try:
-            seconds = self.switcher.offload(component, device=device)
-        except Exception as exc:  # report to the server, which grants anyway
-            ok, error = False, f"{type(exc).__name__}: {exc}"
-            _log.exception("offload_failed", component=component, device=device)
-        with contextlib.suppress(CommError):
-            self._conn.send({"op": "offloaded", "evict": int(header["evict"]),
-                             "seconds": seconds, "ok": ok, "error": error}, timeout=30)
+        with self._offload_lock:
+            if self._closing:
+                return  # goodbye already sent: the server no longer waits for this offload
+            try:
+                seconds = self.switcher.offload(component, device=device)
+            except Exception as exc:  # report to the server, which grants anyway
+                ok, error = False, f"{type(exc).__name__}: {exc}"
+                _log.exception("offload_failed", component=component, device=device)
+            with contextlib.suppress(CommError):
+                self._conn.send({"op": "offloaded", "evict": int(header["evict"]),
+                                 "seconds": seconds, "ok": ok, "error": error}, timeout=30)
 
 
 def main(argv: list[str] | None = None) -> int:
