@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -151,9 +152,34 @@ def test_every_mode_gives_the_same_metrics(reference_run: tuple[Path, str], tmp_
                         read_jsonl(tmp_path / "run" / "metrics.jsonl"), tol=1e-3)
 
 
-def test_auto_plans_and_reports_predicted_and_measured_times(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def auto_dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """``placement=auto --dry-run`` with a profile cache: the one profile the auto tests
+    share (profiling is the slow part; each test copies the cache it starts from)."""
+    root = tmp_path_factory.mktemp("auto")
+    cache = root / "profiles"
+    proc = subprocess.run(cli_command(root / "run", "placement=auto", "--dry-run",
+                                      f"run.profile_cache={cache}"),
+                          capture_output=True, text=True, env=cli_env(), timeout=400,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert not (root / "run").exists(), "a dry run trains nothing and writes no run folder"
+    return cache, proc.stdout
+
+
+def _copy_cache(cache: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "profiles"
+    shutil.copytree(cache, copy)
+    return copy
+
+
+def test_auto_plans_and_reports_predicted_and_measured_times(
+    auto_dry_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    cache = _copy_cache(auto_dry_run[0], tmp_path)
     proc = run_cli(tmp_path / "run", "placement=auto", "run.eval_every=0",
-                   "run.checkpoint_every=0")
+                   "run.checkpoint_every=0", f"run.profile_cache={cache}")
+    assert "reusing the profile" in proc.stdout  # the run's length is not in the key
     assert "planner: ranked plans" in proc.stdout
     assert " *1. " in proc.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -228,42 +254,51 @@ def test_resume_refuses_a_changed_config(reference_run: tuple[Path, str]) -> Non
     assert "Traceback" not in proc.stderr
 
 
-def test_auto_dry_run_prints_ranked_plans_and_trains_nothing(tmp_path: Path) -> None:
-    proc = subprocess.run(cli_command(tmp_path / "run", "placement=auto", "--dry-run"),
-                          capture_output=True, text=True, env=cli_env(), timeout=400,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    assert "  placement: auto" in proc.stdout
-    assert "planner: ranked plans (predicted seconds per iteration)" in proc.stdout
-    assert " *1. " in proc.stdout and "predicted iteration time:" in proc.stdout
-    assert not (tmp_path / "run").exists()
+def test_auto_dry_run_prints_ranked_plans_and_trains_nothing(
+    auto_dry_run: tuple[Path, str]
+) -> None:
+    cache, stdout = auto_dry_run
+    assert "  placement: auto" in stdout
+    assert "auto: profiling on" in stdout and "reusing the profile" not in stdout
+    assert "planner: ranked plans (predicted seconds per iteration)" in stdout
+    assert " *1. " in stdout and "predicted iteration time:" in stdout
+    assert len(list(cache.glob("*.json"))) == 1
 
 
 def test_auto_reuses_a_cached_profile_for_the_same_workflow_model_and_cluster(
-    tmp_path: Path
+    auto_dry_run: tuple[Path, str], tmp_path: Path
 ) -> None:
-    cache = tmp_path / "profiles"
-
-    def dry(*overrides: str) -> str:
-        proc = subprocess.run(cli_command(tmp_path / "run", "placement=auto", "--dry-run",
-                                          f"run.profile_cache={cache}", *overrides),
-                              capture_output=True, text=True, env=cli_env(), timeout=400,
-                              check=False)
-        assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-        return proc.stdout
-
-    first = dry()
-    assert "auto: profiling on" in first and "reusing the profile" not in first
-    assert len(list(cache.glob("*.json"))) == 1
-    second = dry()
-    assert "reusing the profile" in second and "auto: profiling on" not in second
-    ranked = [line for line in first.splitlines() if line.lstrip().startswith("*1.")]
-    assert ranked and ranked == [line for line in second.splitlines()
+    cache = _copy_cache(auto_dry_run[0], tmp_path)
+    proc = subprocess.run(cli_command(tmp_path / "run", "placement=auto", "--dry-run",
+                                      f"run.profile_cache={cache}"),
+                          capture_output=True, text=True, env=cli_env(), timeout=400,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    assert "reusing the profile" in proc.stdout and "auto: profiling on" not in proc.stdout
+    ranked = [line for line in auto_dry_run[1].splitlines() if line.lstrip().startswith("*1.")]
+    assert ranked and ranked == [line for line in proc.stdout.splitlines()
                                  if line.lstrip().startswith("*1.")]
-    # another model is another key: profiled again
-    third = dry("rollout.max_new_tokens=5")
-    assert "auto: profiling on" in third
-    assert len(list(cache.glob("*.json"))) == 2
+
+
+def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
+    from rlinf_reasoning.cli import compose_config
+    from rlinf_reasoning.config import from_omegaconf
+    from rlinf_reasoning.run import _profile_identity
+    from rlinf_reasoning.spec import flow_spec
+    from rlinf_reasoning.workflow import reasoning_workflow
+
+    from rlinf.sched import Cluster, profile_key
+
+    def key(*overrides: str) -> str:
+        cfg = from_omegaconf(compose_config([*TINY, "placement=auto", *overrides]))
+        return profile_key(workflow=reasoning_workflow(flow_spec(cfg)),
+                           cluster=Cluster.uniform(1, 2, "8GiB", "cpu"),
+                           model=_profile_identity(cfg))
+
+    base = key()
+    assert key("run.steps=7", "run.eval_every=0", "run.checkpoint_every=0") == base
+    assert key("rollout.max_new_tokens=5") != base  # another model: profiled again
+    assert key("run.profile_batches=[2,8]") != base
 
 
 def test_an_unusable_profile_cache_is_refused_before_profiling(tmp_path: Path) -> None:
