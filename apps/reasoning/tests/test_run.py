@@ -311,3 +311,21 @@ def test_an_unusable_profile_cache_is_refused_before_profiling(tmp_path: Path) -
     assert proc.returncode == 2, proc.stdout + proc.stderr[-4000:]
     assert "run.profile_cache" in proc.stderr and "Traceback" not in proc.stderr
     assert "auto: profiling on" not in proc.stdout
+
+
+def test_a_multirun_sweep_trains_one_run_per_value_and_tabulates_them(tmp_path: Path) -> None:
+    base = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlinf_reasoning.cli", "-m", *TINY, "placement=collocated",
+         "cluster.cpu_slots=1", "run.predict=false", "run.checkpoint_every=0",
+         "run.seed=0,1", "--run-dir", str(base)],
+        capture_output=True, text=True, timeout=600, env=cli_env(), check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    runs = [read_jsonl(base / str(i) / "metrics.jsonl") for i in (0, 1)]
+    assert all([r["step"] for r in records] == [0, 1, 2] for records in runs)
+    assert stable(runs[0][1]) != stable(runs[1][1])  # another seed, another trajectory
+    for i in (0, 1):
+        summary = json.loads((base / str(i) / "summary.json").read_text())
+        line = (f"  {i}: run.seed={i}: {summary['heldout_before']:.3f} -> "
+                f"{summary['heldout_after']:.3f}")
+        assert line in proc.stdout, proc.stdout

@@ -6,17 +6,34 @@
     rlinf-reasoning placement=auto --dry-run            # profile, print the ranked plans, stop
     rlinf-reasoning --run-dir runs/a --resume           # continue from the latest checkpoint
     rlinf-reasoning export runs/a --out models/a        # a checkpoint as a Hugging Face folder
+    rlinf-reasoning --config-dir my_conf --config-name exp1   # your own config file
+    rlinf-reasoning -m algorithm.lr=1e-4,3e-4 run.seed=0,1 --run-dir runs/sweep   # 4 runs
 
 Arguments other than the flags are Hydra overrides of ``conf/config.yaml`` (``key=value``,
 ``algorithm=ppo`` picks ``conf/algorithm/ppo.yaml``). The composed config is validated into a
 `ReasoningConfig` before anything starts; a bad one exits with status 2 and one line naming
 the key, the value and what is allowed.
+
+Your own config: ``--config-dir DIR --config-name NAME`` composes ``DIR/NAME.yaml`` with the
+shipped folder behind it, so it can start from the shipped config and change what it needs::
+
+    defaults:
+      - config                    # the shipped conf/config.yaml
+      - override algorithm: ppo   # a shipped group option (or one of DIR/algorithm/)
+      - _self_
+    run:
+      steps: 30
+
+``-m``/``--multirun`` runs a sweep (`rlinf_reasoning.sweep`): one run per combination of the
+comma-separated values, in ``RUN_DIR/0``, ``RUN_DIR/1``, ..., every job's config checked
+before the first one starts, and a table of their held-out accuracies at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
+import itertools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,6 +71,12 @@ def parse_args(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
                         help="folder for metrics, checkpoints, plots (sets run.run_dir)")
     parser.add_argument("--resume", action="store_true",
                         help="continue from the latest checkpoint in the run folder")
+    parser.add_argument("--config-dir", default=None,
+                        help="a folder of your own configs (the shipped one stays behind it)")
+    parser.add_argument("--config-name", default="config",
+                        help="the config to compose, NAME.yaml (default: config)")
+    parser.add_argument("-m", "--multirun", action="store_true",
+                        help="sweep: one run per combination of the comma-separated values")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="Hydra overrides, e.g. run.steps=30 algorithm=ppo")
     args = parser.parse_intermixed_args(list(argv))
@@ -67,6 +90,10 @@ def help_text() -> str:
              "  --dry-run        print the resolved config and plan, then exit",
              "  --run-dir DIR    run folder (sets run.run_dir)",
              "  --resume         continue from the latest checkpoint in the run folder",
+             "  --config-dir DIR your own config folder (the shipped one stays behind it)",
+             "  --config-name N  compose N.yaml (default: config)",
+             "  -m, --multirun   one run per combination of comma-separated values, in",
+             "                   RUN_DIR/0, RUN_DIR/1, ...",
              "", "Config keys (KEY=VALUE; groups: algorithm=grpo|ppo):"]
     section = ""
     for info in describe(ReasoningConfig):
@@ -133,25 +160,45 @@ def _explain_overrides(overrides: Sequence[str]) -> ConfigError | None:
     return None
 
 
-def compose_config(overrides: Sequence[str], *, run_dir: str | None = None) -> Any:
-    """The composed `DictConfig`; a `ConfigError` (see `_explain_overrides`) on a bad override."""
+def compose_config(overrides: Sequence[str], *, run_dir: str | None = None,
+                   config_dir: str | Path | None = None, config_name: str = "config") -> Any:
+    """The composed `DictConfig`; a `ConfigError` (see `_explain_overrides`) on a bad override.
+
+    `config_dir` puts a user's config folder in front of the shipped one (`CONF_DIR`), which
+    stays on the search path, and `config_name` picks the file to compose.
+    """
     from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
+    from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
 
     all_overrides = list(overrides)
+    primary = CONF_DIR
+    if config_dir is not None:
+        primary = Path(config_dir).expanduser().resolve()
+        if not primary.is_dir():
+            raise ConfigError(f"--config-dir {config_dir}: not a folder; give the folder that "
+                              "holds your NAME.yaml")
+        all_overrides.append(f"hydra.searchpath=[file://{CONF_DIR}]")
     if run_dir is not None:
         all_overrides.append(f"run.run_dir={run_dir}")
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-            return compose(config_name="config", overrides=all_overrides)
+        with initialize_config_dir(config_dir=str(primary), version_base=None):
+            return compose(config_name=config_name, overrides=all_overrides)
+    except MissingConfigException as exc:
+        if not (primary / f"{config_name}.yaml").is_file() and \
+                not (CONF_DIR / f"{config_name}.yaml").is_file():
+            raise ConfigError(f"--config-name {config_name}: no {config_name}.yaml in "
+                              f"{primary}") from exc
+        message = " ".join(str(exc).split())
+        raise ConfigError(f"{config_name}.yaml in {primary}: {message}") from exc
     except (HydraException, OmegaConfBaseException) as exc:
-        explained = _explain_overrides(all_overrides)
+        explained = _explain_overrides(overrides)
         if explained is not None:
             raise explained from exc
         message = " ".join(str(exc).split())
-        raise ConfigError(f"cannot apply the overrides {all_overrides}: {message}; run "
-                          "`rlinf-reasoning --help` for the keys and their types") from exc
+        raise ConfigError(f"cannot compose {config_name}.yaml with the overrides "
+                          f"{list(overrides)}: {message}; run `rlinf-reasoning --help` for the "
+                          "keys and their types") from exc
 
 
 def _print_config(cfg: ReasoningConfig, out: TextIO) -> None:
@@ -194,11 +241,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rlinf.workers.telemetry import configure_logging
 
     configure_logging(level="warning")
+    if args.multirun:
+        return _multirun(args, overrides)
     try:
-        cfg = from_omegaconf(compose_config(overrides, run_dir=args.run_dir))
+        cfg = _load(args, overrides, run_dir=args.run_dir)
     except (ConfigError, MissingExtraError) as exc:
         print(f"rlinf-reasoning: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    return _run(cfg, args, overrides)
+
+
+def _load(args: argparse.Namespace, overrides: Sequence[str],
+          run_dir: str | None) -> ReasoningConfig:
+    return from_omegaconf(compose_config(overrides, run_dir=run_dir,
+                                         config_dir=args.config_dir,
+                                         config_name=args.config_name))
+
+
+def _run(cfg: ReasoningConfig, args: argparse.Namespace, overrides: Sequence[str]) -> int:
+    """Dry-run or train one validated config; the exit status."""
+    from rlinf.workers.telemetry import configure_logging
+
     configure_logging(level=cfg.run.log_level)
     if args.dry_run:
         from rlinf_reasoning.run import dry_run
@@ -226,6 +289,65 @@ def main(argv: Sequence[str] | None = None) -> int:
               "last checkpoint with --resume", file=sys.stderr)
         return EXIT_FAILED
     return 0
+
+
+def _multirun(args: argparse.Namespace, overrides: Sequence[str]) -> int:
+    """Every job of the sweep, one after another; every config is checked before any runs."""
+    from rlinf_reasoning.sweep import sweep_jobs
+
+    try:
+        base = args.run_dir
+        if base is None:  # the composed run.run_dir of the sweep's first job
+            first = sweep_jobs(overrides, Path("."))[0]
+            base = _load(args, first.overrides, run_dir=None).run.run_dir
+        jobs = sweep_jobs(overrides, Path(base))
+        configs = [_load(args, job.overrides, run_dir=str(job.run_dir)) for job in jobs]
+    except (ConfigError, MissingExtraError) as exc:
+        print(f"rlinf-reasoning: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"multirun: {len(jobs)} jobs in {base}", flush=True)
+    statuses: list[int] = []
+    owns_ray = False
+    if not args.dry_run:  # one local Ray for every job: each would start and stop its own
+        from rlinf.workers.flow import ensure_ray
+
+        owns_ray = ensure_ray()
+    try:
+        for job, cfg in zip(jobs, configs, strict=True):
+            print(f"multirun job {job.index} of {len(jobs)}: {' '.join(job.swept)} "
+                  f"-> {job.run_dir}", flush=True)
+            status = _run(cfg, args, job.overrides)
+            statuses.append(status)
+            if status == 130:
+                print(f"rlinf-reasoning: sweep interrupted at job {job.index}; rerun the same "
+                      "command with --resume to continue", file=sys.stderr)
+                break
+    finally:
+        if owns_ray:
+            import ray
+
+            ray.shutdown()
+    _print_sweep(jobs, statuses, sys.stdout)
+    return next((status for status in statuses if status != 0), 0)
+
+
+def _print_sweep(jobs: Sequence[Any], statuses: Sequence[int], out: TextIO) -> None:
+    """One line per job: its swept values and held-out accuracy before -> after."""
+    import json
+
+    from rlinf_reasoning.report import SUMMARY_FILE
+
+    print("multirun summary (held-out greedy accuracy before -> after):", file=out)
+    for job, status in itertools.zip_longest(jobs, statuses):
+        result = "not run" if status is None else f"failed (exit {status})"
+        path = job.run_dir / SUMMARY_FILE
+        if status == 0 and path.is_file():
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            result = (f"{summary['heldout_before']:.3f} -> {summary['heldout_after']:.3f} "
+                      f"({summary['gain_points']:+.1f} points)")
+        elif status == 0:
+            result = "ok"
+        print(f"  {job.index}: {' '.join(job.swept)}: {result}", file=out)
 
 
 if __name__ == "__main__":

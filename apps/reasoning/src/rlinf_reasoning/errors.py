@@ -86,8 +86,9 @@ class UnquotedValueError(ConfigError):
         self.value = value
         # Outer quotes keep one shell argument; inner ones make Hydra read one string.
         quoted = f"\"{key}='{value}'\"" if "'" not in value else f"'{key}=\"{value}\"'"
+        sweep = " (or add -m to run one job per comma-separated value)" if "," in value else ""
         super().__init__(f"the value of {key!r} has spaces or commas and must reach Hydra "
-                         f"quoted, as one argument: write {quoted}")
+                         f"quoted, as one argument: write {quoted}{sweep}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.value))
