@@ -335,7 +335,7 @@ def _print_sweep(jobs: Sequence[Any], statuses: Sequence[int], out: TextIO) -> N
     """One line per job: its swept values and held-out accuracy before -> after."""
     import json
 
-    from rlinf_reasoning.report import SUMMARY_FILE
+    from rlinf_reasoning.report import SUMMARY_FILE, format_fixed
 
     print("multirun summary (held-out greedy accuracy before -> after):", file=out)
     for job, status in itertools.zip_longest(jobs, statuses):
@@ -343,8 +343,9 @@ def _print_sweep(jobs: Sequence[Any], statuses: Sequence[int], out: TextIO) -> N
         path = job.run_dir / SUMMARY_FILE
         if status == 0 and path.is_file():
             summary = json.loads(path.read_text(encoding="utf-8"))
-            result = (f"{summary['heldout_before']:.3f} -> {summary['heldout_after']:.3f} "
-                      f"({summary['gain_points']:+.1f} points)")
+            result = (f"{format_fixed(summary['heldout_before'], 3)} -> "
+                      f"{format_fixed(summary['heldout_after'], 3)} "
+                      f"({format_fixed(summary['gain_points'], 1, sign=True)} points)")
         elif status == 0:
             result = "ok"
         print(f"  {job.index}: {' '.join(job.swept)}: {result}", file=out)

@@ -15,6 +15,7 @@ import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TextIO
 
@@ -33,6 +34,7 @@ __all__ = [
     "TIMELINE_FILE",
     "TRACE_FILE",
     "Summary",
+    "format_fixed",
     "print_summary",
     "steady_median",
     "write_curve",
@@ -107,14 +109,27 @@ def steady_median(values: Sequence[float]) -> float | None:
     return statistics.median(steady) if steady else None
 
 
+def format_fixed(value: float, places: int, *, sign: bool = False) -> str:
+    """`value` with `places` decimals, halves rounded up, the same way everywhere a run prints
+    accuracies and gains: the binary noise of a float (0.3925 computed as 0.39249998, a gain
+    of 19.749999999999996 points) is dropped first, so a halfway value never rounds one way
+    in one run and the other way in the next."""
+    exact = Decimal(repr(round(value, 9)))
+    text = str(exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))
+    if text.startswith("-") and not Decimal(text):
+        text = text[1:]  # no "-0.000"
+    return f"+{text}" if sign and not text.startswith("-") else text
+
+
 def print_summary(summary: Summary, out: TextIO) -> None:
     """The closing lines of a run."""
     predicted = summary.predicted_iteration_s
     measured = summary.measured_iteration_s
     timing = (f"predicted {predicted:.2f} s" if predicted is not None else "not predicted") + \
         (f" vs measured {measured:.2f} s (median)" if measured is not None else "")
-    print(f"held-out greedy accuracy: {summary.heldout_before:.3f} -> "
-          f"{summary.heldout_after:.3f} ({summary.gain_points:+.1f} points)", file=out)
+    print(f"held-out greedy accuracy: {format_fixed(summary.heldout_before, 3)} -> "
+          f"{format_fixed(summary.heldout_after, 3)} "
+          f"({format_fixed(summary.gain_points, 1, sign=True)} points)", file=out)
     print(f"steps: {summary.steps}, training wall time {summary.wall_seconds:.1f} s "
           f"(this session {summary.total_seconds:.1f} s incl. launch), "
           f"{summary.samples_per_s:.1f} samples/s", file=out)
