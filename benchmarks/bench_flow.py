@@ -65,7 +65,7 @@ class Setting:
 
 
 REASONING_COMMON = ("data.heldout_size=16", "run.eval_every=0", "run.checkpoint_every=0",
-                    "run.tensorboard=false", "run.log_level=warning")
+                    "run.loggers=[jsonl]", "run.log_level=warning")
 """Every reasoning run: no evaluation between steps, no TensorBoard, a small held-out set."""
 
 REASONING_MODES = {

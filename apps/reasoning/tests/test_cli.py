@@ -49,6 +49,9 @@ def test_help_lists_every_key_with_its_docstring(capsys: pytest.CaptureFixture[s
     (("placement='rollout: 0, actor: 7, reward,inference: 1'",), "device(s) 7 out of range"),
     (("placement='rollout: 0, actor: 1'",), "missing from placement"),
     (("nosuch.key=1",), "unknown config key 'nosuch.key'"),
+    (("run.loggers=[tensorboard]",), "expected a list holding jsonl"),
+    (("run.loggers=[jsonl,neptune]",), "run.loggers"),
+    (("run.tensorboard=false",), "run.tensorboard was replaced by run.loggers"),
 ])
 def test_bad_config_exits_2_before_ray_or_torch(args: tuple[str, ...], phrase: str) -> None:
     proc = run_cli(*args)

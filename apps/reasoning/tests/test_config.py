@@ -260,3 +260,25 @@ def test_a_reward_function_reaches_the_reward_workers() -> None:
     cfg = load("reward.function=math:copysign")  # any importable callable is accepted
     assert flow_spec(cfg).reward.function == "math:copysign"
     assert flow_spec(load()).reward.function is None
+
+
+def test_a_tracker_that_is_not_installed_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from rlinf.workers.errors import MissingExtraError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(MissingExtraError, match=r"pip install 'rlinf-workers\[mlflow\]'"):
+        load("run.loggers=[jsonl,mlflow]")
+    assert load("run.loggers=[jsonl]").run.loggers == ("jsonl",)
+
+
+def test_loggers_may_change_on_resume() -> None:
+    base = load()
+    assert config_hash(load("run.loggers=[jsonl,tensorboard,wandb]")) == config_hash(base)
+    assert config_differences(config_dict(base), config_dict(load("run.loggers=[jsonl]"))) == ()
+    # a checkpoint of a version with run.tensorboard (now run.loggers) resumes
+    old = {k: v for k, v in config_dict(base).items() if k != "run.loggers"}
+    assert config_differences({**old, "run.tensorboard": True}, config_dict(base)) == ()

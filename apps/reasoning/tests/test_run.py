@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -44,8 +45,20 @@ def cli_command(run_dir: Path, *overrides: str) -> list[str]:
 
 
 def cli_env() -> dict[str, str]:
-    """Environment of a CLI subprocess (one OpenMP thread per process)."""
-    return {**os.environ, "OMP_NUM_THREADS": "1"}
+    """Environment of a CLI subprocess (one OpenMP thread per process; wandb offline and
+    MLflow in the run folder whatever the machine's settings)."""
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    return {**env, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+
+
+def mlflow_run(run_dir: Path) -> tuple[Any, str]:
+    """The MLflow client of a run folder's local store and the run's id."""
+    from mlflow.tracking import MlflowClient
+
+    # MLflow 3 refuses its (maintenance-mode) file store unless asked, readers included.
+    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").resolve().as_uri())
+    return client, (run_dir / ".mlflow-run-id").read_text().strip()
 
 
 def run_cli(run_dir: Path, *overrides: str,
@@ -83,7 +96,7 @@ def assert_same_metrics(a: Sequence[Mapping[str, float]], b: Sequence[Mapping[st
 
 
 REFERENCE = ("placement=collocated", "cluster.cpu_slots=1", "run.trace=true",
-             "run.export_hf=true")
+             "run.export_hf=true", "run.loggers=[jsonl,tensorboard,wandb,mlflow]")
 """Overrides of the reference run (and of the run that is killed and resumed)."""
 
 
@@ -137,6 +150,13 @@ def test_outputs_are_well_formed(reference_run: tuple[Path, str]) -> None:
     assert (run_dir / "checkpoints" / "LATEST").read_text().strip() == "step-00000002"
     # run.export_hf: the checkpoint also as a Hugging Face folder
     assert (run_dir / "hf" / "step-00000002" / "model.safetensors").is_file()
+    # run.loggers: wandb offline (no login here) and MLflow's local store beside the JSONL
+    assert len(list((run_dir / "wandb").glob("offline-run-*/*.wandb"))) == 1
+    client, run_id = mlflow_run(run_dir)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["algorithm.name"] == "grpo"
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "heldout/accuracy")] \
+        == [(r["step"], r["heldout/accuracy"]) for r in records]
 
 
 @pytest.mark.parametrize("overrides", [
@@ -238,6 +258,13 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(
     assert "resuming from step 1" in resumed.stdout
     assert_same_metrics(read_jsonl(ref_dir / "metrics.jsonl"),
                         read_jsonl(run_dir / "metrics.jsonl"), tol=1e-5)
+    # the trackers went on with the killed run's tracker runs
+    client, run_id = mlflow_run(run_dir)
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert len(client.search_runs([client.get_run(run_id).info.experiment_id])) == 1
+    assert {m.step for m in client.get_metric_history(run_id, "heldout/accuracy")} == {0, 1, 2}
+    assert len(list((run_dir / "wandb").glob(
+        f"offline-run-*-{(run_dir / '.wandb-run-id').read_text().strip()}"))) == 2
     ref, got = _weights(ref_dir, 2), _weights(run_dir, 2)
     assert ref.keys() == got.keys()
     for name, tensor in ref.items():

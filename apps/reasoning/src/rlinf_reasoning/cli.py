@@ -116,6 +116,11 @@ def _known_keys() -> set[str]:
     return keys | {k.split(".")[0] for k in keys} | groups
 
 
+_RENAMED = {"run.tensorboard": "run.loggers, a list: e.g. run.loggers=[jsonl] for no "
+                                  "TensorBoard, run.loggers=[jsonl,tensorboard,wandb]"}
+"""Keys of earlier versions → what to write instead."""
+
+
 def _unquote(value: str) -> str:
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[1:-1]
@@ -156,6 +161,8 @@ def _explain_overrides(overrides: Sequence[str]) -> ConfigError | None:
         if override.is_add() or override.is_force_add() or override.is_delete() or \
                 key in known or key.startswith("hydra."):
             continue
+        if key in _RENAMED:
+            return ConfigError(f"{key} was replaced by {_RENAMED[key]}")
         return UnknownKeyError(key, tuple(difflib.get_close_matches(key, known, n=1)))
     return None
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from rlinf.workers.errors import MissingExtraError
 from rlinf_reasoning._schema import Range, build
 from rlinf_reasoning.errors import DataFileError, InvalidConfigError, MissingEngineError
 
@@ -39,7 +40,8 @@ Positive = Annotated[int, Range(1)]
 NonNegative = Annotated[int, Range(0)]
 Probability = Annotated[float, Range(0, 1)]
 
-LENGTH_KEYS = frozenset({"run.steps", "run.run_dir", "run.max_restarts", "run.export_hf"})
+LENGTH_KEYS = frozenset({"run.steps", "run.run_dir", "run.max_restarts", "run.export_hf",
+                         "run.loggers", "run.tensorboard"})
 """Keys a resumed run may change: its length, where the run directory lives, how often it
 may restart itself, and whether checkpoints are also exported."""
 
@@ -212,8 +214,11 @@ class RunConfig:
     """Held-out greedy accuracy every this many steps (0: only before and after)."""
     trace: bool = False
     """Write a Chrome trace of the real timeline next to the planner's predicted one."""
-    tensorboard: bool = True
-    """Also write TensorBoard scalars (metrics.jsonl is always written)."""
+    loggers: tuple[Literal["jsonl", "tensorboard", "wandb", "mlflow"], ...] = (
+        "jsonl", "tensorboard")
+    """Where metrics go: jsonl (metrics.jsonl, the run's record: always on), tensorboard,
+    wandb (offline into run_dir/wandb without a wandb login; extra wandb) and mlflow (a
+    local file store in run_dir/mlruns unless MLFLOW_TRACKING_URI; extra mlflow)."""
     weight_sync: Literal["auto", "shm", "cuda_ipc", "nccl"] = "auto"
     """Transport of actor → rollout weight updates (auto: from the placement; nccl means
     gloo on CPU; cuda_ipc needs CUDA and actor and rollout on the same devices)."""
@@ -331,6 +336,24 @@ def _check_paths(cfg: ReasoningConfig) -> None:
         _check_problems(key, path)
 
 
+_LOGGER_MODULES = {"tensorboard": ("tensorboard", "telemetry"), "wandb": ("wandb", "wandb"),
+                   "mlflow": ("mlflow", "mlflow")}
+"""Logger → (module it needs, rlinf-workers extra that provides it)."""
+
+
+def _check_loggers(cfg: RunConfig) -> None:
+    """jsonl kept, no logger twice, and each one's package installed (found, not imported)."""
+    loggers = list(cfg.loggers)
+    if "jsonl" not in loggers or len(set(loggers)) != len(loggers):
+        raise InvalidConfigError(
+            "run.loggers", loggers, "a list holding jsonl (metrics.jsonl is the run's record: "
+            "resume and the summary read it) and any of tensorboard, wandb, mlflow, each once")
+    for name in loggers:
+        module, extra = _LOGGER_MODULES.get(name, (None, None))
+        if module is not None and importlib.util.find_spec(module) is None:
+            raise MissingExtraError(f"run.loggers={loggers} ({name})", str(extra), module)
+
+
 def _check_reward(cfg: ReasoningConfig) -> None:
     """Import the reward function now: a typo is refused before any worker starts."""
     if cfg.reward.function is None:
@@ -399,6 +422,7 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
         raise InvalidConfigError("<root>", data, "a mapping of config sections")
     config = build(ReasoningConfig, {str(k): v for k, v in data.items()})
     _check_paths(config)
+    _check_loggers(config.run)
     _check_reward(config)
     from rlinf.sched import ExecutionMode
     from rlinf_reasoning.placement import resolve_placement

@@ -400,7 +400,10 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
     last_spans: list[Span] = []
     loop_start = time.perf_counter()
     redo_from = start + 1 if ckpt is not None else (0 if session.restarts else None)
-    with MetricsWriter(run_dir, tensorboard=run.tensorboard, resume_step=redo_from) as writer, \
+    trackers = [name for name in run.loggers if name not in ("jsonl", "tensorboard")]
+    with MetricsWriter(run_dir, tensorboard="tensorboard" in run.loggers, resume_step=redo_from,
+                       trackers=trackers, run_name="/".join(run_dir.resolve().parts[-2:]),
+                       config=config_dict(session.cfg)) as writer, \
             ProgressDisplay(run.steps, desc="train", start=start, keys=PROGRESS_KEYS) as progress, \
             contextlib.ExitStack() as flows:
         flows.callback(_close_flows, relaunched)

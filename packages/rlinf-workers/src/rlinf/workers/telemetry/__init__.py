@@ -4,7 +4,9 @@ Importing this package is cheap (stdlib, numpy, structlog); TensorBoard, matplot
 Pillow (the ``rlinf-workers[telemetry]`` extra) load when a feature needs them, and a
 missing one raises `MissingExtraError` naming the extra.
 
-- `MetricsWriter` / `read_metrics`: JSONL records (source of truth) + TensorBoard scalars.
+- `MetricsWriter` / `read_metrics`: JSONL records (source of truth) + TensorBoard scalars,
+  mirrored to experiment trackers (`trackers`: wandb, offline without a login; mlflow, a
+  local file store by default; the ``wandb`` and ``mlflow`` extras).
 - `ProgressDisplay`: step/total, rate, ETA and a few metrics; live on a TTY, periodic lines
   elsewhere.
 - `plot_learning_curve`, `plot_timeline`: PNGs of metric records and of measured vs
@@ -22,15 +24,18 @@ from rlinf.workers.telemetry.metrics import MetricsWriter, read_metrics
 from rlinf.workers.telemetry.plots import plot_learning_curve, plot_timeline
 from rlinf.workers.telemetry.progress import ProgressDisplay
 from rlinf.workers.telemetry.trace import Span, TraceRecorder, predicted_spans, write_chrome_trace
+from rlinf.workers.telemetry.trackers import TRACKERS, open_tracker
 from rlinf.workers.telemetry.video import write_video
 
 __all__ = [
+    "TRACKERS",
     "CheckpointStore",
     "MetricsWriter",
     "ProgressDisplay",
     "Span",
     "TraceRecorder",
     "configure_logging",
+    "open_tracker",
     "plot_learning_curve",
     "plot_timeline",
     "predicted_spans",

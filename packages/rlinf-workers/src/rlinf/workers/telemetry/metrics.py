@@ -1,4 +1,5 @@
-"""Training metrics: a JSONL file (the source of truth) mirrored to TensorBoard scalars.
+"""Training metrics: a JSONL file (the source of truth) mirrored to TensorBoard scalars and
+to experiment trackers (`rlinf.workers.telemetry.trackers`: wandb, mlflow).
 
 Each record is one JSON object per line: ``step``, ``time`` (``time.time()``), then the
 metrics. Every write is flushed, so a process killed with SIGKILL loses at most the line it
@@ -11,7 +12,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -20,6 +21,7 @@ import structlog
 
 from rlinf.workers._extras import require
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.telemetry.trackers import Tracker, open_tracker
 
 __all__ = ["METRICS_FILE", "TENSORBOARD_DIR", "MetricsWriter", "read_metrics"]
 
@@ -97,17 +99,32 @@ class MetricsWriter:
         resume_step: when resuming from a checkpoint taken before step `resume_step`, drop the
             records with ``step >= resume_step`` (they are about to be redone); TensorBoard
             purges its events past that step likewise.
+        trackers: experiment trackers to mirror every record to (``"wandb"``, ``"mlflow"``;
+            `open_tracker`), opened under `run_name` with the flat `config` as parameters.
+            After a resume from an earlier checkpoint, the redone steps are logged again:
+            MLflow's history keeps both values of such a step, wandb keeps the first.
     """
 
     def __init__(
-        self, run_dir: Path, *, tensorboard: bool = True, resume_step: int | None = None
+        self, run_dir: Path, *, tensorboard: bool = True, resume_step: int | None = None,
+        trackers: Sequence[str] = (), run_name: str | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / METRICS_FILE
         self._tb: Any = None
         self._file: IO[str] | None = None
+        self._trackers: list[Tracker] = []
         self._prepare(resume_step)
+        try:
+            for name in trackers:
+                self._trackers.append(open_tracker(
+                    name, self.run_dir, run_name=run_name or self.run_dir.resolve().name,
+                    config=config or {}))
+        except BaseException:
+            self._close_trackers()
+            raise
         if tensorboard:
             tb = require("torch.utils.tensorboard", feature="TensorBoard metrics",
                          extra="telemetry")
@@ -154,6 +171,8 @@ class MetricsWriter:
             for k, v in values.items():
                 if math.isfinite(v):
                     self._tb.add_scalar(k, v, global_step=int(step))
+        for tracker in self._trackers:
+            tracker.log(int(step), values)
 
     def flush(self) -> None:
         """Push buffered TensorBoard events to disk now (the JSONL file never buffers)."""
@@ -161,13 +180,22 @@ class MetricsWriter:
             self._tb.flush()
 
     def close(self) -> None:
-        """Flush and close both outputs; further writes raise `ConfigError`."""
+        """Flush and close every output; further writes raise `ConfigError`."""
         if self._file is not None:
             self._file.close()
             self._file = None
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        self._close_trackers()
+
+    def _close_trackers(self) -> None:
+        trackers, self._trackers = self._trackers, []
+        for tracker in trackers:
+            try:
+                tracker.close()
+            except Exception:  # a tracker's failure must not lose the other outputs
+                log.exception("tracker_close_failed", tracker=type(tracker).__name__)
 
     def __enter__(self) -> MetricsWriter:
         return self
