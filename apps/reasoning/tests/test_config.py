@@ -282,3 +282,22 @@ def test_loggers_may_change_on_resume() -> None:
     # a checkpoint of a version with run.tensorboard (now run.loggers) resumes
     old = {k: v for k, v in config_dict(base).items() if k != "run.loggers"}
     assert config_differences({**old, "run.tensorboard": True}, config_dict(base)) == ()
+
+
+def test_the_math_verifier_is_configured_from_the_reward_section() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    cfg = load("reward.answer_strategies=[boxed,last_number]", "reward.verifier=math_verify",
+               "reward.format_penalty=0.5")
+    reward = flow_spec(cfg).reward
+    assert (reward.strategies, reward.verifier, reward.format_penalty) == (
+        ("boxed", "last_number"), "math_verify", 0.5)
+    default = flow_spec(load()).reward  # unchanged: the last number, auto, no penalty
+    assert (default.strategies, default.verifier, default.format_penalty) == (
+        ("last_number",), "auto", 0.0)
+    for bad, phrase in [("reward.answer_strategies=[]", "at least one of boxed"),
+                        ("reward.answer_strategies=[nope]", "expected one of 'boxed'"),
+                        ("reward.verifier=sympy", "'auto', 'builtin', 'math_verify'"),
+                        ("reward.format_penalty=-1", "expected a value >= 0")]:
+        with pytest.raises(InvalidConfigError, match=phrase):
+            load(bad)

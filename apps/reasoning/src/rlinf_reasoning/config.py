@@ -180,7 +180,21 @@ class RewardSection:
 
     function: str | None = None
     """Your reward function as ``module:function``, taking ``(response, answer)`` and
-    returning a number, imported in every reward worker (null: the math verifier)."""
+    returning a number, imported in every reward worker (null: the math verifier below)."""
+    answer_strategies: tuple[Literal["boxed", "hash", "phrase", "last_number"], ...] = (
+        "last_number",)
+    """Math verifier: where the final answer is read from a response, tried in order
+    (\\boxed{}, '#### x', 'the answer is x', the last number); also for held-out accuracy."""
+    verifier: Literal["auto", "builtin", "math_verify"] = "auto"
+    """Math verifier: numbers, fractions and percents compare exactly; anything else with
+    math_verify (symbolic), auto (math_verify) or builtin (normalised string match)."""
+    format_penalty: Annotated[float, Range(0)] = 0.0
+    """Math verifier: the reward is -format_penalty when no answer can be read."""
+
+    def __post_init__(self) -> None:
+        if not self.answer_strategies:
+            raise InvalidConfigError("reward.answer_strategies", [],
+                                     "at least one of boxed, hash, phrase, last_number")
 
 
 @dataclass(frozen=True)

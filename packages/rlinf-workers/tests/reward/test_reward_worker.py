@@ -84,3 +84,17 @@ def test_a_failing_reward_function_is_reported_with_its_sample(tokenizer, user_r
 def test_bad_reward_function_names_say_what_is_wrong(tokenizer, user_rewards, spec, message):
     with pytest.raises(ConfigError, match=message):
         RewardWorker(tokenizer, config=RewardConfig(function=spec))
+
+
+def test_the_verifier_decides_what_is_equal_beyond_numbers(tokenizer):
+    pytest.importorskip("math_verify", reason="rlinf-envs[math]")
+    responses, answers = ["\\boxed{\\frac{x}{2}}"], ["x/2"]
+    boxed = ("boxed",)
+    symbolic = RewardWorker(tokenizer, config=RewardConfig(strategies=boxed,
+                                                           verifier="math_verify"))
+    literal = RewardWorker(tokenizer, config=RewardConfig(strategies=boxed, verifier="builtin"))
+    assert symbolic.score_texts(responses, answers).tolist() == [1.0]
+    assert literal.score_texts(responses, answers).tolist() == [0.0]
+    # the strategies' order: the boxed answer, not the last number
+    both = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed", "last_number")))
+    assert both.score_texts(["\\boxed{7} since 3+4 and 8"], ["7"]).tolist() == [1.0]

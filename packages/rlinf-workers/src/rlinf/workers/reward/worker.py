@@ -21,6 +21,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rlinf.envs.math import score
 from rlinf.envs.math.extract import Strategy
+from rlinf.envs.math.verify import Backend
 from rlinf.workers.errors import ConfigError, RewardFunctionError
 from rlinf.workers.rollout.batch import RolloutBatch
 
@@ -65,6 +66,11 @@ class RewardConfig:
     ("last_number" suits the short template's bare-number completions)."""
     format_penalty: float = 0.0
     """Reward given as ``-format_penalty`` when no answer can be extracted."""
+    verifier: Backend = "auto"
+    """How an extracted answer is compared with the reference (`rlinf.envs.math.is_equivalent`):
+    numbers, fractions and percents exactly, then for anything else "math_verify"
+    (symbolic, the math-verify package), "auto" (math-verify when installed) or "builtin"
+    (string match after normalising)."""
     skip_special_tokens: bool = True
     """Drop EOS/pad tokens when decoding responses to text."""
     function: str | None = None
@@ -122,7 +128,7 @@ class RewardWorker:
                                 dtype=torch.float32)
         return torch.tensor([
             score(r, a, format_penalty=self.config.format_penalty,
-                  strategies=self.config.strategies)
+                  strategies=self.config.strategies, backend=self.config.verifier)
             for r, a in zip(responses, answers, strict=True)
         ], dtype=torch.float32)
 
