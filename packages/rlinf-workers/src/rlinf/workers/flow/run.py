@@ -50,6 +50,7 @@ from rlinf.workers.flow.channels import FlowChannel
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.declaration import ComponentSpec, MacroFlow
 from rlinf.workers.flow.errors import FlowClosedError, FlowDeclarationError
+from rlinf.workers.flow.interrupts import check_interrupted, keep_interrupts
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, iteration_metrics, profile_of
 from rlinf.workers.flow.weights import WeightSync, weight_transport
 from rlinf.workers.flow.worker import EntryReport
@@ -237,24 +238,29 @@ class FlowRun:
         for channel in self._channels.values():
             channel.check_shards(ctx.items[channel.dst])
         try:
-            t0 = time.perf_counter()
-            launched = [s for s in self.flow.components if s.name in self._groups]
-            futures = {spec.name: self._groups[spec.name].call_async(
-                "run_entry", spec.entry, ctx, inputs=self._channels_of(spec.name, "src"),
-                outputs=self._channels_of(spec.name, "dst")) for spec in launched}
-            reports, finished = self._wait_timed(futures, t0)
-            phases = [self._phase(spec, reports[self.inlined.get(spec.name, spec.name)], ctx,
-                                  finished[self.inlined.get(spec.name, spec.name)])
-                      for spec in self.flow.components]
-            for sync in self._syncs:
-                started = time.perf_counter() - t0
-                seconds = sync.sync()
-                phases.append(PhaseRecord(f"weight_sync:{sync.sender.role}", started,
-                                          started + seconds, seconds))
-            seconds = time.perf_counter() - t0
+            with keep_interrupts():
+                return self._step(ctx, step)
         except BaseException:
             self.close(kill=True)
             raise
+
+    def _step(self, ctx: StepContext, step: int) -> IterationRecord:
+        """One iteration (`step`'s body; it closes the flow when this raises)."""
+        t0 = time.perf_counter()
+        launched = [s for s in self.flow.components if s.name in self._groups]
+        futures = {spec.name: self._groups[spec.name].call_async(
+            "run_entry", spec.entry, ctx, inputs=self._channels_of(spec.name, "src"),
+            outputs=self._channels_of(spec.name, "dst")) for spec in launched}
+        reports, finished = self._wait_timed(futures, t0)
+        phases = [self._phase(spec, reports[self.inlined.get(spec.name, spec.name)], ctx,
+                              finished[self.inlined.get(spec.name, spec.name)])
+                  for spec in self.flow.components]
+        for sync in self._syncs:
+            started = time.perf_counter() - t0
+            seconds = sync.sync()
+            phases.append(PhaseRecord(f"weight_sync:{sync.sender.role}", started,
+                                      started + seconds, seconds))
+        seconds = time.perf_counter() - t0
         rank_metrics = {name: tuple(r.metrics for r in reports[name]) for name in reports}
         record = IterationRecord(step=step, seconds=seconds, phases=tuple(phases),
                                  metrics=iteration_metrics(phases, rank_metrics, seconds=seconds),
@@ -337,6 +343,7 @@ class FlowRun:
                 late = sorted({owner[ref] for ref in pending})
                 futures[late[0]].rank_results(timeout=0.0)  # raises WorkerTimeoutError
             ready, pending = ray.wait(pending, num_returns=1, timeout=min(_SLICE_S, remaining))
+            check_interrupted()
             for ref in ready:
                 name = owner[ref]
                 try:

@@ -1,0 +1,59 @@
+"""Ctrl-C that a flow's driver never loses.
+
+A SIGINT normally surfaces as `KeyboardInterrupt` at the next Python bytecode of the main
+thread. Twice in full test-suite runs (2026-11-26) one arrived during a step and vanished:
+the step and the run went on, although no handler of ours catches it; the call that
+swallowed it was not found. While a step runs, `keep_interrupts` therefore records every
+SIGINT in a flag besides raising `KeyboardInterrupt` as usual, and `check_interrupted`
+(called by the step's wait loop at least once a second) raises it again when the flag is set
+but the exception never arrived. Only the default handler is replaced, only in the main
+thread, and it is restored when the step ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
+
+__all__ = ["check_interrupted", "keep_interrupts"]
+
+_tripped = threading.Event()
+_depth = [0]
+"""Nesting depth of `keep_interrupts` (a list: module state without ``global``)."""
+
+
+def _on_sigint(signum: int, frame: FrameType | None) -> None:
+    _tripped.set()
+    signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def keep_interrupts() -> Iterator[None]:
+    """Record SIGINTs while the block runs (main thread, default handler only; nests)."""
+    owner = _depth[0] > 0 or (threading.current_thread() is threading.main_thread()
+                           and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    if not owner:
+        yield
+        return
+    if _depth[0] == 0:
+        _tripped.clear()
+        signal.signal(signal.SIGINT, _on_sigint)
+    _depth[0] += 1
+    try:
+        yield
+    finally:
+        _depth[0] -= 1
+        if _depth[0] == 0:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            _tripped.clear()  # raised or re-raised by now, or the block ended first
+
+
+def check_interrupted() -> None:
+    """Raise `KeyboardInterrupt` for a SIGINT recorded by `keep_interrupts` whose exception
+    some call swallowed."""
+    if _tripped.is_set():
+        _tripped.clear()
+        raise KeyboardInterrupt("Ctrl-C (raised again: the first one was swallowed)")
