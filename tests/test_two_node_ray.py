@@ -453,7 +453,7 @@ def test_reasoning_run_that_loses_a_node_replans_for_the_devices_left_and_finish
     cfg = from_omegaconf(cli.compose_config(
         ["placement=collocated", "cluster.cpu_slots=1", "run.steps=5", "run.checkpoint_every=1",
          "run.eval_every=0", "data.heldout_size=4", "run.predict=false", "run.max_restarts=1",
-         "run.tensorboard=false"], run_dir=str(run_dir)))
+         "run.loggers=[jsonl]"], run_dir=str(run_dir)))
     removed = threading.Event()
 
     def lose_the_second_node() -> None:
