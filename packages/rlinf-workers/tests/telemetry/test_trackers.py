@@ -14,8 +14,8 @@ import pytest
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.telemetry import MetricsWriter, open_tracker
 
-pytest.importorskip("wandb", reason="the wandb extra (rlinf-workers[test] installs it)")
-pytest.importorskip("mlflow", reason="the mlflow extra (rlinf-workers[test] installs it)")
+pytest.importorskip("wandb", reason="the wandb extra (tox's test-workers installs it)")
+pytest.importorskip("mlflow", reason="the mlflow extra (tox's test-workers installs it)")
 
 CONFIG = {"algorithm.lr": 0.001, "run.steps": 3, "model.dir": None}
 
