@@ -29,10 +29,11 @@ def test_a_sweep_expands_to_every_combination_last_key_fastest() -> None:
 
 
 def test_sweep_jobs_get_numbered_folders_and_need_a_swept_key(tmp_path: Path) -> None:
-    jobs = sweep_jobs(["algorithm.lr=1e-4,3e-4"], tmp_path)
-    assert [(j.index, j.run_dir) for j in jobs] == [(0, tmp_path / "0"), (1, tmp_path / "1")]
+    jobs = sweep_jobs(["algorithm.lr=1e-4,3e-4"])
+    assert [(j.index, j.run_dir(tmp_path)) for j in jobs] == [(0, tmp_path / "0"),
+                                                              (1, tmp_path / "1")]
     with pytest.raises(ConfigError, match="at least one swept key"):
-        sweep_jobs(["run.steps=3"], tmp_path)
+        sweep_jobs(["run.steps=3"])
     with pytest.raises(ConfigError, match=r"cannot parse the override 'run.steps=\[1'"):
         expand_sweep(["run.steps=[1"])
 

@@ -45,6 +45,7 @@ from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
 from rlinf_reasoning._schema import describe
 from rlinf_reasoning.config import ReasoningConfig, config_dict, from_omegaconf
 from rlinf_reasoning.errors import UnknownKeyError, UnquotedValueError
+from rlinf_reasoning.sweep import SweepJob, sweep_jobs
 
 __all__ = ["CONF_DIR", "compose_config", "main", "parse_args"]
 
@@ -300,15 +301,12 @@ def _run(cfg: ReasoningConfig, args: argparse.Namespace, overrides: Sequence[str
 
 def _multirun(args: argparse.Namespace, overrides: Sequence[str]) -> int:
     """Every job of the sweep, one after another; every config is checked before any runs."""
-    from rlinf_reasoning.sweep import sweep_jobs
-
     try:
-        base = args.run_dir
-        if base is None:  # the composed run.run_dir of the sweep's first job
-            first = sweep_jobs(overrides, Path("."))[0]
-            base = _load(args, first.overrides, run_dir=None).run.run_dir
-        jobs = sweep_jobs(overrides, Path(base))
-        configs = [_load(args, job.overrides, run_dir=str(job.run_dir)) for job in jobs]
+        jobs = sweep_jobs(overrides)
+        # --run-dir, else the composed run.run_dir of the sweep's first job
+        base = Path(args.run_dir if args.run_dir is not None
+                    else _load(args, jobs[0].overrides, run_dir=None).run.run_dir)
+        configs = [_load(args, job.overrides, run_dir=str(job.run_dir(base))) for job in jobs]
     except (ConfigError, MissingExtraError) as exc:
         print(f"rlinf-reasoning: config error: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -322,7 +320,7 @@ def _multirun(args: argparse.Namespace, overrides: Sequence[str]) -> int:
     try:
         for job, cfg in zip(jobs, configs, strict=True):
             print(f"multirun job {job.index} of {len(jobs)}: {' '.join(job.swept)} "
-                  f"-> {job.run_dir}", flush=True)
+                  f"-> {job.run_dir(base)}", flush=True)
             status = _run(cfg, args, job.overrides)
             statuses.append(status)
             if status == 130:
@@ -334,11 +332,12 @@ def _multirun(args: argparse.Namespace, overrides: Sequence[str]) -> int:
             import ray
 
             ray.shutdown()
-    _print_sweep(jobs, statuses, sys.stdout)
+    _print_sweep(jobs, base, statuses, sys.stdout)
     return next((status for status in statuses if status != 0), 0)
 
 
-def _print_sweep(jobs: Sequence[Any], statuses: Sequence[int], out: TextIO) -> None:
+def _print_sweep(jobs: Sequence[SweepJob], base: Path, statuses: Sequence[int],
+                 out: TextIO) -> None:
     """One line per job: its swept values and held-out accuracy before -> after."""
     import json
 
@@ -347,7 +346,7 @@ def _print_sweep(jobs: Sequence[Any], statuses: Sequence[int], out: TextIO) -> N
     print("multirun summary (held-out greedy accuracy before -> after):", file=out)
     for job, status in itertools.zip_longest(jobs, statuses):
         result = "not run" if status is None else f"failed (exit {status})"
-        path = job.run_dir / SUMMARY_FILE
+        path = job.run_dir(base) / SUMMARY_FILE
         if status == 0 and path.is_file():
             summary = json.loads(path.read_text(encoding="utf-8"))
             result = (f"{format_fixed(summary['heldout_before'], 3)} -> "

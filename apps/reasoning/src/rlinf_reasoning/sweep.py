@@ -21,14 +21,17 @@ __all__ = ["SweepJob", "expand_sweep", "sweep_jobs"]
 
 @dataclass(frozen=True)
 class SweepJob:
-    """One job of a sweep: its number, its overrides and its run folder."""
+    """One job of a sweep: its number and its overrides."""
 
     index: int
     overrides: tuple[str, ...]
     """The job's overrides: the fixed ones and one value of each swept key."""
     swept: tuple[str, ...]
     """Only the swept ``key=value`` pairs (what tells this job from its siblings)."""
-    run_dir: Path
+
+    def run_dir(self, base: Path) -> Path:
+        """The job's run folder under the sweep's: ``base/<index>``."""
+        return base / str(self.index)
 
 
 def expand_sweep(overrides: Sequence[str]) -> list[tuple[tuple[str, ...], tuple[str, ...]]]:
@@ -63,8 +66,8 @@ def expand_sweep(overrides: Sequence[str]) -> list[tuple[tuple[str, ...], tuple[
     return jobs
 
 
-def sweep_jobs(overrides: Sequence[str], base_dir: Path) -> list[SweepJob]:
-    """The jobs of a sweep with their run folders ``base_dir/0``, ``base_dir/1``, ...
+def sweep_jobs(overrides: Sequence[str]) -> list[SweepJob]:
+    """The jobs of a sweep, numbered from 0.
 
     Raises:
         ConfigError: an unparsable override, or overrides that sweep nothing.
@@ -73,5 +76,5 @@ def sweep_jobs(overrides: Sequence[str], base_dir: Path) -> list[SweepJob]:
     if not any(swept for _, swept in expanded):
         raise ConfigError("--multirun needs at least one swept key, e.g. algorithm.lr=1e-4,3e-4 "
                           "(a comma-separated list of values)")
-    return [SweepJob(index, job_overrides, swept, base_dir / str(index))
+    return [SweepJob(index, job_overrides, swept)
             for index, (job_overrides, swept) in enumerate(expanded)]
