@@ -20,7 +20,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,12 +48,12 @@ class Tracker(Protocol):
     def close(self) -> None: ...
 
 
-def _run_id(run_dir: Path, name: str, make: Any) -> tuple[str, bool]:
+def _run_id(run_dir: Path, name: str, make: Callable[[], str]) -> tuple[str, bool]:
     """The tracker run id kept in ``run_dir/.<name>-run-id``: (id, whether it existed)."""
     path = run_dir / f".{name}-run-id"
     if path.is_file():
         return path.read_text(encoding="utf-8").strip(), True
-    run_id = str(make())
+    run_id = make()
     path.write_text(run_id + "\n", encoding="utf-8")
     return run_id, False
 
