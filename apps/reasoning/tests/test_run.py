@@ -173,16 +173,21 @@ def test_every_mode_gives_the_same_metrics(reference_run: tuple[Path, str], tmp_
                         read_jsonl(tmp_path / "run" / "metrics.jsonl"), tol=1e-3)
 
 
+def auto_dry_run_cli(run_dir: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    """``placement=auto --dry-run`` with the profile cache `cache` (its status unchecked)."""
+    return subprocess.run(cli_command(run_dir, "placement=auto", "--dry-run",
+                                      f"run.profile_cache={cache}"),
+                          capture_output=True, text=True, env=cli_env(), timeout=400,
+                          check=False)
+
+
 @pytest.fixture(scope="module")
 def auto_dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """``placement=auto --dry-run`` with a profile cache: the one profile the auto tests
     share (profiling is the slow part; each test copies the cache it starts from)."""
     root = tmp_path_factory.mktemp("auto")
     cache = root / "profiles"
-    proc = subprocess.run(cli_command(root / "run", "placement=auto", "--dry-run",
-                                      f"run.profile_cache={cache}"),
-                          capture_output=True, text=True, env=cli_env(), timeout=400,
-                          check=False)
+    proc = auto_dry_run_cli(root / "run", cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert not (root / "run").exists(), "a dry run trains nothing and writes no run folder"
     return cache, proc.stdout
@@ -297,10 +302,7 @@ def test_auto_reuses_a_cached_profile_for_the_same_workflow_model_and_cluster(
     auto_dry_run: tuple[Path, str], tmp_path: Path
 ) -> None:
     cache = _copy_cache(auto_dry_run[0], tmp_path)
-    proc = subprocess.run(cli_command(tmp_path / "run", "placement=auto", "--dry-run",
-                                      f"run.profile_cache={cache}"),
-                          capture_output=True, text=True, env=cli_env(), timeout=400,
-                          check=False)
+    proc = auto_dry_run_cli(tmp_path / "run", cache)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "reusing the profile" in proc.stdout and "auto: profiling on" not in proc.stdout
     ranked = [line for line in auto_dry_run[1].splitlines() if line.lstrip().startswith("*1.")]
@@ -332,10 +334,7 @@ def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
 def test_an_unusable_profile_cache_is_refused_before_profiling(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
-    proc = subprocess.run(cli_command(tmp_path / "run", "placement=auto", "--dry-run",
-                                      f"run.profile_cache={blocker}/profiles"),
-                          capture_output=True, text=True, env=cli_env(), timeout=400,
-                          check=False)
+    proc = auto_dry_run_cli(tmp_path / "run", blocker / "profiles")
     assert proc.returncode == 2, proc.stdout + proc.stderr[-4000:]
     assert "run.profile_cache" in proc.stderr and "Traceback" not in proc.stderr
     assert "auto: profiling on" not in proc.stdout

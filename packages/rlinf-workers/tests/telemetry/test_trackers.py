@@ -29,6 +29,13 @@ def no_login(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("NETRC", str(tmp_path / "no-netrc"))
 
 
+def tracked(run_dir: Path, tracker: str, run_name: str, *,
+            resume_step: int | None = None) -> MetricsWriter:
+    """A writer mirroring to `tracker` only (no TensorBoard), with `CONFIG` as parameters."""
+    return MetricsWriter(run_dir, tensorboard=False, trackers=[tracker], run_name=run_name,
+                         config=CONFIG, resume_step=resume_step)
+
+
 def _wandb_records(path: str) -> Iterator[bytes]:
     """The records of a ``.wandb`` file: a ``:W&B`` header, then LevelDB-log blocks of
     32 KiB whose records may be split FIRST/MIDDLE/LAST across blocks."""
@@ -78,15 +85,13 @@ def test_wandb_without_a_login_logs_offline_and_a_resume_continues_the_run(
     tmp_path: Path, no_login: None
 ) -> None:
     run_dir = tmp_path / "run"
-    with MetricsWriter(run_dir, tensorboard=False, trackers=["wandb"], run_name="exp/a",
-                       config=CONFIG) as writer:
+    with tracked(run_dir, "wandb", "exp/a") as writer:
         for step in range(3):
             writer.write(step, {"loss": 1.0 / (step + 1), "reward/accuracy": 0.1 * step})
         writer.write(2, {"loss": 9.0})  # a step wandb has seen: not sent twice
     run_id = (run_dir / ".wandb-run-id").read_text().strip()
     assert len(glob.glob(str(run_dir / "wandb" / f"offline-run-*-{run_id}"))) == 1
-    with MetricsWriter(run_dir, tensorboard=False, trackers=["wandb"], run_name="exp/a",
-                       config=CONFIG, resume_step=3) as writer:
+    with tracked(run_dir, "wandb", "exp/a", resume_step=3) as writer:
         writer.write(3, {"loss": 0.25, "reward/accuracy": 0.3})
     assert (run_dir / ".wandb-run-id").read_text().strip() == run_id
     history = wandb_history(run_dir)
@@ -102,8 +107,7 @@ def test_mlflow_logs_metrics_and_params_to_a_local_file_store(
     from mlflow.tracking import MlflowClient
 
     run_dir = tmp_path / "run"
-    with MetricsWriter(run_dir, tensorboard=False, trackers=["mlflow"], run_name="exp/b",
-                       config=CONFIG) as writer:
+    with tracked(run_dir, "mlflow", "exp/b") as writer:
         for step in range(3):
             writer.write(step, {"loss": 1.0 / (step + 1), "time/step": float("nan")})
     run_id = (run_dir / ".mlflow-run-id").read_text().strip()
@@ -114,8 +118,7 @@ def test_mlflow_logs_metrics_and_params_to_a_local_file_store(
     history = client.get_metric_history(run_id, "loss")
     assert [(m.step, m.value) for m in history] == [(0, 1.0), (1, 0.5), (2, pytest.approx(1 / 3))]
     assert "time/step" not in run.data.metrics  # non-finite values are not sent
-    with MetricsWriter(run_dir, tensorboard=False, trackers=["mlflow"], run_name="exp/b",
-                       config=CONFIG, resume_step=3) as writer:
+    with tracked(run_dir, "mlflow", "exp/b", resume_step=3) as writer:
         writer.write(3, {"loss": 0.25})
     assert [m.step for m in client.get_metric_history(run_id, "loss")] == [0, 1, 2, 3]
     assert client.get_run(run_id).info.status == "FINISHED"
