@@ -94,6 +94,9 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
     (("algorithm.lr=-1",), "algorithm.lr", "> 0"),
     (("algorithm.lr=fast",), "algorithm.lr", "type float"),
     (("algorithm.kl_estimator=k9",), "algorithm.kl_estimator", "low-var-kl"),
+    (("algorithm.rollout_correction_cap=0",), "algorithm.rollout_correction_cap", "> 0"),
+    (("algorithm.rollout_correction_cap=2", "algorithm.recompute_logprobs=false"),
+     "algorithm.rollout_correction_cap", "recompute_logprobs=true"),
     (("reward.function=no_such_module_xyz:score",), "reward.function",
      "cannot import 'no_such_module_xyz'"),
     (("reward.function=math:no_such_function",), "reward.function", "has no"),
@@ -186,6 +189,14 @@ def test_components_follow_recompute_logprobs() -> None:
     assert "inference" not in component_names(load("algorithm.recompute_logprobs=false"))
     assert "inference" in component_names(load("algorithm.recompute_logprobs=false",
                                                "algorithm.kl_coef=0.1"))
+
+
+def test_the_rollout_correction_reaches_the_actor() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    assert flow_spec(load()).actor.rollout_correction_cap is None
+    spec = flow_spec(load("algorithm.rollout_correction_cap=2"))
+    assert spec.actor.rollout_correction_cap == 2.0 and spec.recompute_logprobs
 
 
 def test_config_hash_ignores_only_the_run_length() -> None:

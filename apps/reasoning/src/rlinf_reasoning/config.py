@@ -172,6 +172,10 @@ class AlgorithmConfig:
     """PPO: normalise advantages over the batch's valid tokens."""
     recompute_logprobs: bool = True
     """Run the inference worker for old log-probs (false: use the rollout's own)."""
+    rollout_correction_cap: Annotated[float, Range(0, lo_open=True)] | None = None
+    """Truncated importance sampling against the rollout engine (vLLM, SGLang): each token's
+    loss times ``min(pi_old / pi_rollout, cap)``, as veRL's ``tis_imp_ratio_cap`` and TRL's
+    ``vllm_importance_sampling_cap`` (2 in both). Needs recompute_logprobs (null: off)."""
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,13 @@ class ReasoningConfig:
             raise InvalidConfigError("run.replan", True,
                                      "false unless placement=auto (re-planning changes the "
                                      "placement; a fixed one is kept as written)")
+        if self.algorithm.rollout_correction_cap is not None and not (
+                self.algorithm.recompute_logprobs):
+            raise InvalidConfigError("algorithm.rollout_correction_cap",
+                                     self.algorithm.rollout_correction_cap,
+                                     "null unless algorithm.recompute_logprobs=true (the "
+                                     "correction weighs the trainer's old log-probs against "
+                                     "the engine's)")
         if len(set(self.run.profile_batches)) < 2:
             raise InvalidConfigError("run.profile_batches", list(self.run.profile_batches),
                                      "at least two different batch sizes to fit cost curves")

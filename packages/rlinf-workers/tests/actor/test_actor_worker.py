@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -161,6 +162,34 @@ def test_kl_term_needs_reference_and_is_zero_against_itself():
     assert metrics["kl"] == pytest.approx(0.0, abs=1e-6)
     with pytest.raises(ConfigError, match="rewards"):
         actor.train(batch.replace(rewards=None))
+
+
+def test_rollout_correction_weighs_each_token_by_the_capped_engine_mismatch():
+    batch = make_batch()
+    with torch.no_grad():  # on-policy: the trainer's old log-probs are its current ones
+        old = response_log_probs(
+            _model(), prompt_ids=batch.prompt_ids, prompt_mask=batch.prompt_mask,
+            response_ids=batch.response_ids, response_mask=batch.response_mask)
+    capped = ActorConfig(parallelism="none", max_grad_norm=None, rollout_correction_cap=2.0)
+    with pytest.raises(ConfigError, match="recompute"):
+        ActorWorker(_model(), config=capped).train(batch)
+    plain = _train_recording_gradient(
+        ActorWorker(_model(), config=ActorConfig(parallelism="none", max_grad_norm=None)),
+        batch.replace(old_log_probs=old))
+    # the engine agrees with the trainer: every weight is 1, nothing changes
+    agreeing = _train_recording_gradient(ActorWorker(_model(), config=capped),
+                                         batch.replace(old_log_probs=old,
+                                                       rollout_log_probs=old.clone()))
+    # the engine under-sampled every token 3x: each weight is capped at 2, the loss doubles
+    under = _train_recording_gradient(ActorWorker(_model(), config=capped),
+                                      batch.replace(old_log_probs=old,
+                                                    rollout_log_probs=old - math.log(3.0)))
+    assert plain
+    for name, grad in plain.items():
+        torch.testing.assert_close(agreeing[name], grad, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(under[name], 2 * grad, rtol=1e-5, atol=1e-7)
+    with pytest.raises(ConfigError, match="rollout_correction_cap"):
+        ActorConfig(rollout_correction_cap=0.0)
 
 
 def test_rollout_buckets_cover_the_state_dict_within_the_size_bound():

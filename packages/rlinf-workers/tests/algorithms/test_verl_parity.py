@@ -1,7 +1,9 @@
 """The edges where a veRL config must mean the same here: KL estimators by veRL's names (and
-their clamps, gradients included) and GRPO's group of one. The references are veRL's
-formulas (`verl/trainer/ppo/core_algos.py`: `kl_penalty`, `compute_grpo_outcome_advantage`)
-written out in plain torch."""
+their clamps, gradients included), GRPO's group of one, and the truncated importance
+sampling against the rollout engine. The references are veRL's formulas
+(`verl/trainer/ppo/core_algos.py`: `kl_penalty`, `compute_grpo_outcome_advantage`,
+`compute_policy_loss` with ``rollout_log_probs`` and ``tis_imp_ratio_cap``) written out in
+plain torch."""
 
 from __future__ import annotations
 
@@ -10,7 +12,13 @@ from collections import defaultdict
 import pytest
 import torch
 
-from rlinf.workers.algorithms import KLEstimator, grpo_advantages, kl_penalty
+from rlinf.workers.algorithms import (
+    KLEstimator,
+    grpo_advantages,
+    kl_penalty,
+    ppo_policy_loss,
+    rollout_correction_weights,
+)
 from rlinf.workers.errors import ConfigError
 
 # log pi - log pi_ref: ordinary values, both clamps' edges, and far beyond them
@@ -94,3 +102,45 @@ def test_grpo_advantages_equal_verl(group_size: int, norm_by_std: bool) -> None:
     torch.testing.assert_close(
         grpo_advantages(scores, group_size=group_size, normalize_std=norm_by_std),
         verl_grpo(scores, index, norm_by_std=norm_by_std))
+
+
+def verl_tis_policy_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
+                         rollout_log_prob: torch.Tensor, advantages: torch.Tensor,
+                         mask: torch.Tensor, *, clip: float, cap: float) -> torch.Tensor:
+    """veRL's vanilla `compute_policy_loss` (token-mean) with ``tis_imp_ratio_cap``: the
+    clipped surrogate against the trainer's old log-probs, each token's loss times
+    ``clamp(exp(old_log_prob - rollout_log_probs), max=cap)``."""
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0))
+    losses = torch.maximum(-advantages * ratio,
+                           -advantages * torch.clamp(ratio, 1.0 - clip, 1.0 + clip))
+    tis = torch.clamp(torch.exp(old_log_prob - rollout_log_prob), max=cap)
+    losses = losses * tis
+    return (losses * mask).sum() / mask.sum()
+
+
+@pytest.mark.parametrize("cap", [1.0, 2.0, 5.0])
+def test_rollout_correction_equals_verl_tis_in_value_and_gradient(cap: float) -> None:
+    gen = torch.Generator().manual_seed(0)
+    shape = (4, 6)
+    old = -torch.rand(shape, generator=gen, dtype=torch.float64) * 3
+    # the engine's log-probs: near the trainer's, some tokens far off on either side
+    rollout = old + torch.randn(shape, generator=gen, dtype=torch.float64) * 0.8
+    rollout[0, 0], rollout[1, 1] = old[0, 0] - 30.0, old[1, 1] + 30.0
+    advantages = torch.randn(shape, generator=gen, dtype=torch.float64)
+    mask = (torch.rand(shape, generator=gen) > 0.2).double()
+    ours = (old + torch.randn(shape, generator=gen, dtype=torch.float64) * 0.3).requires_grad_()
+    theirs = ours.detach().clone().requires_grad_()
+    got = ppo_policy_loss(ours, old, advantages, mask, clip_ratio=0.2,
+                          token_weights=rollout_correction_weights(old, rollout, cap=cap)).loss
+    want = verl_tis_policy_loss(theirs, old, rollout, advantages, mask, clip=0.2, cap=cap)
+    torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12)
+    got.backward()
+    want.backward()
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-9, atol=1e-12)
+    weights = rollout_correction_weights(old, rollout, cap=cap)
+    assert weights.max() <= cap and weights[0, 0] == cap and weights[1, 1] < 1e-12
+    half = rollout_correction_weights(torch.zeros(1, dtype=torch.float16),
+                                      torch.full((1,), -30.0, dtype=torch.float16), cap=cap)
+    assert half.item() == cap  # exp overflowed float16 to inf; the cap bounds it
+    with pytest.raises(ConfigError, match="cap must be > 0"):
+        rollout_correction_weights(old, rollout, cap=0.0)

@@ -45,6 +45,12 @@ class ActorConfig:
     """Separate upper ratio clip (DAPO clip-higher)."""
     dual_clip: float | None = None
     """Dual-clip bound for negative advantages (> 1), None to disable."""
+    rollout_correction_cap: float | None = None
+    """Truncated importance sampling against the rollout engine's sampling distribution:
+    each token's loss is weighted by ``min(pi_old / pi_rollout, cap)`` (veRL's
+    ``tis_imp_ratio_cap``, TRL's ``vllm_importance_sampling_cap``; 2 is both defaults).
+    Needs the old log-probs recomputed by the trainer's model (batches that carry
+    ``old_log_probs``). None: off."""
     aggregation: str = LossAggregation.TOKEN_MEAN.value
     """Loss aggregation: "token-mean", "seq-mean-token-sum" or "seq-mean-token-mean"."""
     kl_coef: float = 0.0
@@ -84,6 +90,9 @@ class ActorConfig:
         if self.lr <= 0 or self.temperature <= 0:
             raise ConfigError(f"lr and temperature must be > 0, got {self.lr}, "
                               f"{self.temperature}")
+        if self.rollout_correction_cap is not None and not self.rollout_correction_cap > 0:
+            raise ConfigError(f"rollout_correction_cap must be > 0 (2 is veRL's and TRL's "
+                              f"default) or None, got {self.rollout_correction_cap}")
         LossAggregation.parse(self.aggregation)
         KLEstimator.parse(self.kl_estimator)
         check_precision(self.precision)

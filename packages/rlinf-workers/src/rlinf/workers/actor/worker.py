@@ -39,6 +39,7 @@ from rlinf.workers.algorithms import (
     masked_whiten,
     place_at_last_token,
     ppo_policy_loss,
+    rollout_correction_weights,
     value_loss,
 )
 from rlinf.workers.errors import ConfigError
@@ -190,6 +191,8 @@ class ActorWorker:
         keys = ["advantage_mean", "approx_kl", "clip_fraction", "entropy", "policy_loss"]
         if self.config.kl_coef:
             keys.append("kl")
+        if self.config.rollout_correction_cap is not None:
+            keys.append("rollout_correction_weight")
         if self.critic is not None:
             keys += ["value_clip_fraction", "value_loss"]
         return tuple(sorted(keys))
@@ -221,6 +224,15 @@ class ActorWorker:
         mask = data["response_mask"].float()
         old = batch.old_log_probs if batch.old_log_probs is not None else batch.rollout_log_probs
         data["old_log_probs"] = old.to(dev)
+        if cfg.rollout_correction_cap is not None:
+            if batch.old_log_probs is None:
+                raise ConfigError("rollout_correction_cap weighs tokens by pi_old / pi_rollout "
+                                  "and needs the old log-probs recomputed by the trainer's "
+                                  "model: enable the recompute (recompute_logprobs) or drop "
+                                  "the cap")
+            data["rollout_weights"] = rollout_correction_weights(
+                data["old_log_probs"], batch.rollout_log_probs.to(dev),
+                cap=cfg.rollout_correction_cap)
         if batch.ref_log_probs is not None:
             data["ref_log_probs"] = batch.ref_log_probs.to(dev)
         rewards = batch.rewards.to(dev).float()  # type: ignore[union-attr]
@@ -350,7 +362,8 @@ class ActorWorker:
         surrogate = ppo_policy_loss(
             log_probs, data["old_log_probs"], data["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
-            dual_clip=cfg.dual_clip, aggregation=self._agg)
+            dual_clip=cfg.dual_clip, aggregation=self._agg,
+            token_weights=data.get("rollout_weights"))
         loss = surrogate.loss
         metrics = {"policy_loss": _scalar(surrogate.loss),
                    "clip_fraction": _scalar(surrogate.clip_fraction),
@@ -358,6 +371,9 @@ class ActorWorker:
                    # aggregated like the loss, so streamed and whole-batch training agree
                    "advantage_mean": _scalar(aggregate_loss(data["advantages"], mask,
                                                             mode=self._agg))}
+        if "rollout_weights" in data:
+            metrics["rollout_correction_weight"] = _scalar(
+                aggregate_loss(data["rollout_weights"], mask, mode=self._agg))
         entropy_loss = aggregate_loss(entropy, mask, mode=self._agg)
         metrics["entropy"] = _scalar(entropy_loss)
         if cfg.entropy_coef:

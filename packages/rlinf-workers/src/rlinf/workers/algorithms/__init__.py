@@ -22,6 +22,7 @@ from rlinf.workers.algorithms.losses import (
     value_loss,
 )
 from rlinf.workers.algorithms.masked import masked_mean, masked_sum, masked_var, masked_whiten
+from rlinf.workers.algorithms.rollout_correction import rollout_correction_weights
 
 __all__ = [
     "KLEstimator",
@@ -42,5 +43,6 @@ __all__ = [
     "masked_whiten",
     "place_at_last_token",
     "ppo_policy_loss",
+    "rollout_correction_weights",
     "value_loss",
 ]

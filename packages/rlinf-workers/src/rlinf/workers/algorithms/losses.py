@@ -54,13 +54,15 @@ def ppo_policy_loss(
     clip_ratio_high: float | None = None,
     dual_clip: float | None = None,
     aggregation: LossAggregation | str = LossAggregation.TOKEN_MEAN,
+    token_weights: torch.Tensor | None = None,
 ) -> PolicyLoss:
     """PPO clipped surrogate, per token ``max(-A r, -A clip(r, 1 - eps_lo, 1 + eps_hi))``.
 
     ``r = exp(log_probs - old_log_probs)``. ``clip_ratio_high`` sets a separate upper bound
     (DAPO's clip-higher; default: ``clip_ratio``). ``dual_clip = c > 1`` additionally bounds
     the loss of negative-advantage tokens by ``-c * A`` (dual-clip PPO), so a token whose
-    ratio exploded cannot dominate the batch.
+    ratio exploded cannot dominate the batch. `token_weights` (detached, e.g.
+    `rollout_correction_weights`) scale each token's loss before aggregation.
     """
     check_same_shape(
         log_probs=log_probs, old_log_probs=old_log_probs, advantages=advantages, mask=mask
@@ -80,6 +82,9 @@ def ppo_policy_loss(
         bound = -advantages * dual_clip
         dual_hit = (advantages < 0) & (losses > bound)
         losses = torch.where(dual_hit, bound, losses)
+    if token_weights is not None:
+        check_same_shape(log_probs=log_probs, token_weights=token_weights)
+        losses = losses * token_weights.detach()
     mask_f = mask.to(losses.dtype)
     with torch.no_grad():
         clip_fraction = masked_mean((clipped > unclipped).to(losses.dtype), mask_f)
