@@ -174,8 +174,8 @@ class AlgorithmConfig:
     """Run the inference worker for old log-probs (false: use the rollout's own)."""
     rollout_correction_cap: Annotated[float, Range(0, lo_open=True)] | None = None
     """Truncated importance sampling against the rollout engine (vLLM, SGLang): each token's
-    loss times ``min(pi_old / pi_rollout, cap)``, as veRL's ``tis_imp_ratio_cap`` and TRL's
-    ``vllm_importance_sampling_cap`` (2 in both). Needs recompute_logprobs (null: off)."""
+    loss times ``min(pi_old / pi_rollout, cap)``, as veRL's ``tis_imp_ratio_cap`` (2 in its
+    examples) and TRL's token_truncate mode. Needs recompute_logprobs (null: off)."""
 
 
 @dataclass(frozen=True)

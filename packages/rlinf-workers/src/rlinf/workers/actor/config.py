@@ -48,7 +48,8 @@ class ActorConfig:
     rollout_correction_cap: float | None = None
     """Truncated importance sampling against the rollout engine's sampling distribution:
     each token's loss is weighted by ``min(pi_old / pi_rollout, cap)`` (veRL's
-    ``tis_imp_ratio_cap``, TRL's ``vllm_importance_sampling_cap``; 2 is both defaults).
+    ``tis_imp_ratio_cap``, 2 in its examples; TRL's ``vllm_importance_sampling_mode=
+    "token_truncate"`` with ``vllm_importance_sampling_clip_max``).
     Needs the old log-probs recomputed by the trainer's model (batches that carry
     ``old_log_probs``). None: off."""
     aggregation: str = LossAggregation.TOKEN_MEAN.value

@@ -5,7 +5,8 @@ trainer computes: other kernels, other precision. The PPO ratio is taken against
 trainer's own recomputed old log-probs, and each token's loss is weighted by
 ``min(pi_old / pi_rollout, cap)``, so tokens the engine over-sampled count less and no token
 counts more than `cap` times. This is veRL's ``tis_imp_ratio_cap`` and TRL's
-``vllm_importance_sampling_correction`` with ``vllm_importance_sampling_cap`` (token level).
+``vllm_importance_sampling_mode="token_truncate"`` (whose default, ``"sequence_mask"``, zeroes
+whole sequences whose product of ratios leaves the bounds instead).
 """
 
 from __future__ import annotations
