@@ -2,17 +2,25 @@
 ``run.max_restarts=3``, three of whose worker processes are SIGKILLed at random while it
 trains, finishes with exit 0, records the three restarts, and ends with the metrics and
 weights of an uninterrupted run; SIGINT to the main process alone stops a run within 10 s
-with the resume hint, its checkpoints intact and none of its processes left."""
+with the resume hint, its checkpoints intact and none of its processes left; a run whose Ray
+cluster is stopped under it (``ray stop``) ends at once with `ClusterLostError`, without
+trying to restart on a cluster that is gone."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
+import shutil
 import signal
+import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -138,3 +146,80 @@ def test_sigint_to_the_main_process_stops_the_run_within_10_s(tmp_path: Path) ->
     assert (run_dir / "checkpoints" / "LATEST").exists()
     _, alive = psutil.wait_procs(started_by_run, timeout=10)
     assert not alive, [" ".join(p.cmdline()) for p in alive if p.is_running()]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _ray_head() -> Iterator[tuple[str, Path]]:
+    """A Ray head started with ``ray start`` in a folder of its own: (its address, the
+    folder). Whatever of it is still running at the end is killed."""
+    # Ray's unix sockets live under the folder: keep its path short.
+    folder = Path(tempfile.mkdtemp(prefix="rlinf-rs-", dir="/tmp"))
+    port = _free_port()
+    ray_cli = str(Path(sys.executable).parent / "ray")
+    subprocess.run([ray_cli, "start", "--head", f"--port={port}", "--num-cpus=8",
+                    f"--temp-dir={folder}", "--include-dashboard=false",
+                    "--disable-usage-stats"], env=cli_env(), check=True,
+                   capture_output=True, timeout=120)
+    try:
+        yield f"127.0.0.1:{port}", folder
+    finally:
+        _stop_cluster(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _stop_cluster(folder: Path) -> None:
+    """What ``ray stop`` does, for the one cluster whose session lives in `folder` (a real
+    ``ray stop`` would also stop every other Ray instance on the machine): SIGTERM to its
+    daemons and their workers, SIGKILL to what is left after 5 s."""
+    members: list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if str(folder) in " ".join(proc.cmdline()):
+                members += [proc, *proc.children(recursive=True)]
+    for proc in members:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(members, timeout=5)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+
+
+def _segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("rlinf-")}
+
+
+def test_ray_stop_under_a_run_ends_it_at_once_without_restarts(tmp_path: Path) -> None:
+    before = _segments()
+    run_dir = tmp_path / "run"
+    with _ray_head() as (address, folder):
+        proc = subprocess.Popen(cli_command(run_dir, *CHAOS[1:], "run.steps=500",
+                                            "run.max_restarts=3"),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**cli_env(), "RAY_ADDRESS": address})
+        try:
+            while _last_step(run_dir) < 3:  # past the first checkpoint (step 2)
+                assert proc.poll() is None, proc.communicate()[0][-4000:]
+                time.sleep(0.05)
+            stopped = time.monotonic()
+            _stop_cluster(folder)
+            out, _ = proc.communicate(timeout=90)
+            ended = time.monotonic() - stopped
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert proc.returncode == 1, out[-4000:]
+    assert "ClusterLostError" in out and "--resume" in out, out[-4000:]
+    assert "restart 1 of" not in out and "Traceback" not in out, out[-4000:]
+    assert ended < 30.0, (ended, out[-4000:])
+    assert (run_dir / "checkpoints" / "LATEST").exists()
+    deadline = time.monotonic() + 10
+    while _segments() - before and time.monotonic() < deadline:
+        time.sleep(0.2)  # the guardians unlink once their creators are gone
+    assert not _segments() - before

@@ -38,7 +38,7 @@ import structlog
 
 from rlinf.sched import Cluster, ExecutionPlan, Profile, Workflow
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import with_restarts
+from rlinf.workers.flow import ensure_ray, with_restarts
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -118,16 +118,14 @@ def _ray_session(cfg: AppConfig) -> Iterator[None]:
     (stopped afterwards); an already initialised Ray is used as is."""
     import ray
 
-    if ray.is_initialized():
-        yield
-        return
-    options: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    options: dict[str, Any] = {}
     if not os.environ.get("RAY_ADDRESS"):
         # One CPU resource per process the placement may start, however few cores there
         # are: the processes share the cores (the OS schedules them), Ray only counts.
-        options |= {"num_cpus": max(4, 3 * cfg.placement.num_devices + 2),
-                    "include_dashboard": False}
-    ray.init(**options)
+        options["num_cpus"] = max(4, 3 * cfg.placement.num_devices + 2)
+    if not ensure_ray(**options):  # an already initialised Ray is used as is
+        yield
+        return
     try:
         yield
     finally:

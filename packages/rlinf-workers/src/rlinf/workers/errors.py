@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
+    "ClusterLostError",
     "ConfigError",
     "DispatchError",
     "GroupClosedError",
@@ -75,6 +76,23 @@ class WorkerDiedError(WorkersError, RuntimeError):
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), (self.role, self.rank), {
             "node": self.node, "method": self.method, "detail": self.detail}))
+
+
+class ClusterLostError(WorkersError, RuntimeError):
+    """The Ray cluster itself is gone or unreachable (``ray stop``, the head node lost, a
+    wrong ``RAY_ADDRESS``): no worker can be restarted until Ray runs again."""
+
+    def __init__(self, address: str | None, *, detail: str = "") -> None:
+        where = f" at {address}" if address else ""
+        super().__init__(
+            f"the Ray cluster{where} is gone or unreachable (ray stop, its head node lost, or "
+            f"a wrong RAY_ADDRESS)" + (f": {detail}" if detail else "")
+            + "; start Ray again (or unset RAY_ADDRESS for a local instance)")
+        self.address = address
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), (self.address,), {"detail": self.detail}))
 
 
 class WorkerTimeoutError(WorkersError, TimeoutError):

@@ -34,8 +34,9 @@ from rlinf.sched import (
 )
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.declaration import MacroFlow
+from rlinf.workers.flow.ray_session import ensure_ray
 from rlinf.workers.flow.records import IterationRecord
-from rlinf.workers.flow.run import FlowRun, ensure_ray
+from rlinf.workers.flow.run import FlowRun
 
 __all__ = ["AutoReport", "launch_auto", "plan_flow", "profile_flow"]
 

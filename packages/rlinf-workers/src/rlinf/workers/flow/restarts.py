@@ -6,7 +6,9 @@ here: each time a worker dies the restart is recorded and the session runs again
 ``resume=True`` (from the last checkpoint, or from the start before the first one), at most
 `max_restarts` times; after that the error propagates. The session gets the restarts so far
 to write into its metrics and summary. A worker whose constructor raised is not restarted:
-that failure repeats (a bad config, a missing file), so it propagates at once.
+that failure repeats (a bad config, a missing file), so it propagates at once. Nor is a
+death that took the whole Ray cluster with it (``ray stop``, the head node lost): with no
+cluster to launch on, a `ClusterLostError` ends the run at once, its checkpoints kept.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from typing import TextIO, TypeVar
 
 import structlog
 
-from rlinf.workers.errors import WorkerDiedError
+from rlinf.workers.errors import ClusterLostError, WorkerDiedError
+from rlinf.workers.flow.ray_session import cluster_address, cluster_reachable
 from rlinf.workers.telemetry import CheckpointStore
 
 __all__ = ["with_restarts"]
@@ -37,6 +40,9 @@ def with_restarts(session: Callable[[bool, tuple[str, ...]], T], *, resume: bool
         try:
             return session(resume, tuple(restarts))
         except WorkerDiedError as exc:
+            if not cluster_reachable():
+                raise ClusterLostError(cluster_address(),
+                                       detail=f"{exc.role} rank {exc.rank} went with it") from exc
             if len(restarts) >= max_restarts or exc.method == "__init__":
                 raise
             latest = checkpoints.latest()

@@ -45,19 +45,25 @@ import structlog
 
 from rlinf.comm import RayStore, new_token
 from rlinf.sched import Cluster, ExecutionMode, ExecutionPlan, Placement, Profile
-from rlinf.workers.errors import ConfigError, WorkerDiedError, WorkersError
+from rlinf.workers.errors import ClusterLostError, ConfigError, WorkerDiedError, WorkersError
 from rlinf.workers.flow.channels import FlowChannel
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.declaration import ComponentSpec, MacroFlow
 from rlinf.workers.flow.errors import FlowClosedError, FlowDeclarationError
 from rlinf.workers.flow.interrupts import check_interrupted, keep_interrupts
+from rlinf.workers.flow.ray_session import (
+    ClusterWatch,
+    cluster_address,
+    cluster_reachable,
+    ensure_ray,
+)
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, iteration_metrics, profile_of
 from rlinf.workers.flow.weights import WeightSync, weight_transport
 from rlinf.workers.flow.worker import EntryReport
 from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup, count_onloads
 from rlinf.workers.telemetry import Span
 
-__all__ = ["FlowRun", "ensure_ray"]
+__all__ = ["FlowRun"]
 
 _log = structlog.get_logger(__name__)
 
@@ -240,8 +246,13 @@ class FlowRun:
         try:
             with keep_interrupts():
                 return self._step(ctx, step)
-        except BaseException:
-            self.close(kill=True)
+        except BaseException as exc:
+            # A worker death may be the whole cluster's (ray stop): then say so, and skip
+            # the calls to it, each of which would wait a minute for an answer.
+            lost = isinstance(exc, ClusterLostError) or not cluster_reachable()
+            self.close(kill=True, cluster_lost=lost)
+            if lost and isinstance(exc, WorkersError) and not isinstance(exc, ClusterLostError):
+                raise ClusterLostError(cluster_address(), detail=str(exc)) from exc
             raise
 
     def _step(self, ctx: StepContext, step: int) -> IterationRecord:
@@ -336,6 +347,7 @@ class FlowRun:
         left = {name: len(future.refs) for name, future in futures.items()}
         finished: dict[str, float] = {}
         pending = list(owner)
+        watch = ClusterWatch()  # a cluster gone under the call: Ray alone would hang a minute
         deadline = time.monotonic() + self.timeout
         while pending:
             remaining = deadline - time.monotonic()
@@ -344,6 +356,7 @@ class FlowRun:
                 futures[late[0]].rank_results(timeout=0.0)  # raises WorkerTimeoutError
             ready, pending = ray.wait(pending, num_returns=1, timeout=min(_SLICE_S, remaining))
             check_interrupted()
+            watch.check()
             for ref in ready:
                 name = owner[ref]
                 try:
@@ -378,20 +391,23 @@ class FlowRun:
             raise FlowClosedError("this FlowRun is closed (after close() or a failed step); "
                                   "launch a new one")
 
-    def close(self, *, kill: bool = False) -> None:
+    def close(self, *, kill: bool = False, cluster_lost: bool = False) -> None:
         """Stop every group (`kill`: at once, without shutdown hooks — for ranks that may be
-        stuck), the device lock, the channel store, and Ray if the run started it."""
+        stuck), the device lock, the channel store, and Ray if the run started it.
+        `cluster_lost`: the Ray cluster is gone with every worker and the store, and a call
+        to it would wait a minute for an answer: only this process's own parts stop."""
         if self._closed:
             return
         self._closed = True
-        for group in self._groups.values():
-            with contextlib.suppress(Exception):
-                if kill:
-                    group.kill()
-                else:
-                    group.shutdown(timeout=min(self.timeout, 30.0))
-        _await_exit(self._groups.values(), timeout=min(self.timeout, 30.0))
-        _stop(self._lock, self._store, self._owns_ray)
+        if not cluster_lost:
+            for group in self._groups.values():
+                with contextlib.suppress(Exception):
+                    if kill:
+                        group.kill()
+                    else:
+                        group.shutdown(timeout=min(self.timeout, 30.0))
+            _await_exit(self._groups.values(), timeout=min(self.timeout, 30.0))
+        _stop(self._lock, None if cluster_lost else self._store, self._owns_ray)
         _log.info("flow_closed", flow=self.flow.name, killed=kill)
 
     def __enter__(self) -> FlowRun:
@@ -400,15 +416,6 @@ class FlowRun:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close(kill=exc is not None)
-
-
-def ensure_ray() -> bool:
-    """Start a local Ray instance unless this process is connected to one; returns whether
-    it started one (whoever did stops it)."""
-    if ray.is_initialized():
-        return False
-    ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
-    return True
 
 
 def _error_of(future: GroupFuture) -> BaseException:
@@ -546,11 +553,12 @@ def _await_exit(groups: Iterable[WorkerGroup], *, timeout: float) -> None:
         ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
-def _stop(lock: Any, store: str, owns_ray: bool) -> None:
+def _stop(lock: Any, store: str | None, owns_ray: bool) -> None:
     if lock is not None:
         with contextlib.suppress(Exception):
             lock.close()
-    with contextlib.suppress(Exception):
-        ray.kill(ray.get_actor(store))
+    if store is not None:
+        with contextlib.suppress(Exception):
+            ray.kill(ray.get_actor(store))
     if owns_ray:
         ray.shutdown()

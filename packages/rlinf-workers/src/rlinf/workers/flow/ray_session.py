@@ -1,0 +1,130 @@
+"""This driver's connection to Ray, and whether the cluster behind it is still there.
+
+A worker that dies is restarted (`with_restarts`); a cluster that is gone (``ray stop``, the
+head node lost) is not a worker death: nothing can be launched again until someone starts
+Ray. `ensure_ray` remembers the addresses of the cluster's control store (GCS) and of this
+node's raylet, and `cluster_reachable` tells the two cases apart with a TCP connect to each:
+``ray stop`` takes the raylets (and with them every worker) first and the GCS seconds later,
+so a worker death that came with its raylet's is already known for what it is.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+import structlog
+
+from rlinf.workers.errors import ClusterLostError
+
+__all__ = ["ClusterWatch", "cluster_address", "cluster_reachable", "ensure_ray"]
+
+_log = structlog.get_logger(__name__)
+
+
+
+@dataclass
+class _Connection:
+    address: str | None = None
+    """``host:port`` of the GCS this process last connected to (None: not connected yet);
+    kept after ``ray.shutdown`` so a restart can tell whether the cluster is still there."""
+    raylet: str | None = None
+    """``host:port`` of this node's raylet (its node manager), likewise."""
+    started_here: bool = False
+    """Whether this process started that instance (``ray.init`` without a cluster to join):
+    once it shut it down itself, its absence is no loss (a restart starts a fresh one)."""
+
+
+_last = _Connection()
+
+
+def ensure_ray(**options: Any) -> bool:
+    """Start a local Ray instance, or connect to ``RAY_ADDRESS`` when it is set, unless this
+    process is connected already; returns whether it connected (whoever did shuts it
+    down). `options` go to ``ray.init`` (default: no dashboard, worker logs not forwarded,
+    Ray's logging left alone). A cluster that cannot be reached is a `ClusterLostError`."""
+    if ray.is_initialized():
+        _remember()
+        return False
+    settings = {"include_dashboard": False, "log_to_driver": False,
+                "configure_logging": False, **options}
+    try:
+        ray.init(**settings)
+    except ConnectionError as exc:
+        raise ClusterLostError(None, detail=str(exc)) from exc
+    _remember()
+    return True
+
+
+def cluster_address() -> str | None:
+    """``host:port`` of the cluster `ensure_ray` last connected to (None: never)."""
+    return _last.address
+
+
+def cluster_reachable(timeout: float = 2.0) -> bool:
+    """Whether the cluster `ensure_ray` connected to still accepts connections at its GCS
+    and at this node's raylet (True when there is none to check: never connected, or a
+    local instance this process started and has shut down)."""
+    if _last.started_here and not ray.is_initialized():
+        return True
+    for address in (_last.address, _last.raylet):
+        if address is None:
+            continue
+        host, _, port = address.rpartition(":")
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout):
+                pass
+        except (OSError, ValueError) as exc:
+            _log.warning("ray_cluster_unreachable", address=address, error=str(exc))
+            return False
+    return True
+
+
+class ClusterWatch:
+    """For a driver's wait loop: `check` raises `ClusterLostError` once the cluster has not
+    accepted a connection for `grace` seconds, probing at most once per `period`. Ray's own
+    driver would wait a minute for a dead control store and then abort the process, with
+    no word of which run or what to do; this ends the run in seconds instead."""
+
+    def __init__(self, *, grace: float = 3.0, period: float = 1.0) -> None:
+        self.grace = grace
+        self.period = period
+        self._next_probe = 0.0
+        self._unreachable_since: float | None = None
+
+    def check(self) -> None:
+        now = time.monotonic()
+        if now < self._next_probe:
+            return
+        self._next_probe = now + self.period
+        if cluster_reachable(timeout=min(self.period, 0.5)):
+            self._unreachable_since = None
+            return
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        elif now - self._unreachable_since >= self.grace:
+            raise ClusterLostError(cluster_address(),
+                                   detail=f"no answer from its control store (GCS) for "
+                                          f"{now - self._unreachable_since:.0f} s")
+
+
+def _remember() -> None:
+    """Record the GCS and raylet addresses of the connected cluster (kept as they were when
+    Ray does not tell: an older Ray, or a client connection)."""
+    try:
+        context = ray.get_runtime_context()
+        gcs = context.gcs_address
+        node_id = context.get_node_id()
+        node = next((n for n in ray.nodes() if n.get("NodeID") == node_id), None)
+    except Exception:
+        return
+    if gcs:
+        _last.address = str(gcs)
+    # Ray says so only on its node object (`head`: ray.init started the instance).
+    _last.started_here = bool(getattr(getattr(ray._private.worker, "_global_node", None),
+                                      "head", False))
+    if node is not None and node.get("NodeManagerPort"):
+        _last.raylet = f"{node['NodeManagerAddress']}:{node['NodeManagerPort']}"

@@ -1,0 +1,89 @@
+"""Telling a dead worker from a dead cluster: `cluster_reachable` and `ClusterWatch` against
+a listening and a closed port, and `with_restarts` refusing to restart on a lost cluster."""
+
+from __future__ import annotations
+
+import io
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from rlinf.workers.errors import ClusterLostError, WorkerDiedError
+from rlinf.workers.flow import ray_session, with_restarts
+from rlinf.workers.flow.ray_session import ClusterWatch, cluster_reachable
+from rlinf.workers.telemetry import CheckpointStore
+
+
+@pytest.fixture
+def listening() -> Iterator[str]:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.fixture
+def closed() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"  # nobody listens once it is closed
+
+
+@pytest.fixture(autouse=True)
+def remembered(monkeypatch: pytest.MonkeyPatch) -> ray_session._Connection:
+    connection = ray_session._Connection()
+    monkeypatch.setattr(ray_session, "_last", connection)
+    return connection
+
+
+def test_a_cluster_is_reachable_while_its_gcs_and_raylet_listen(
+        remembered: ray_session._Connection, listening: str, closed: str) -> None:
+    assert cluster_reachable()  # nothing connected yet: nothing known to be lost
+    remembered.address = remembered.raylet = listening
+    assert cluster_reachable()
+    remembered.raylet = closed  # ray stop takes the raylets first
+    assert not cluster_reachable()
+    remembered.raylet, remembered.address = listening, closed
+    assert not cluster_reachable()
+
+
+def test_a_local_instance_shut_down_by_its_starter_is_not_lost(
+        remembered: ray_session._Connection, closed: str) -> None:
+    remembered.address = remembered.raylet = closed
+    remembered.started_here = True  # ray.init started it; the session's end stopped it
+    assert cluster_reachable()
+    remembered.started_here = False  # a cluster joined by address: gone means lost
+    assert not cluster_reachable()
+
+
+def test_the_watch_raises_once_the_cluster_stayed_away_for_its_grace(
+        remembered: ray_session._Connection, listening: str, closed: str) -> None:
+    remembered.address = listening
+    watch = ClusterWatch(grace=0.3, period=0.05)
+    watch.check()
+    remembered.address = closed
+    started = time.monotonic()
+    with pytest.raises(ClusterLostError, match="gone or unreachable") as lost:
+        while time.monotonic() - started < 5:
+            watch.check()
+            time.sleep(0.01)
+    assert 0.3 <= time.monotonic() - started < 2.0
+    assert lost.value.address == closed
+
+
+def test_a_worker_death_on_a_lost_cluster_is_not_restarted(
+        remembered: ray_session._Connection, closed: str, tmp_path) -> None:
+    calls: list[bool] = []
+
+    def session(resume: bool, restarts: tuple[str, ...]) -> None:
+        calls.append(resume)
+        raise WorkerDiedError("actor", 0, method="run_entry")
+
+    remembered.address = closed
+    out = io.StringIO()
+    with pytest.raises(ClusterLostError, match="actor rank 0 went with it"):
+        with_restarts(session, resume=False, max_restarts=3,
+                      checkpoints=CheckpointStore(tmp_path), out=out)
+    assert calls == [False] and "restart" not in out.getvalue()
