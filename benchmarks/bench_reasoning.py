@@ -273,19 +273,18 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
 def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
     """The planner's predicted seconds per iteration of `mode` with `engine`, from a profile
     taken as ``rlinf-reasoning`` takes it."""
-    from rlinf_reasoning.planning import predict
-    from rlinf_reasoning.workflow import declare, fixed_plan
+    from rlinf_reasoning.planning import predict, profile_spec
+    from rlinf_reasoning.workflow import fixed_plan
 
     from rlinf.sched import Cluster
-    from rlinf.workers.flow import profile_flow
 
     spec, per_call = _flow_spec(settings, mode, engine)
     cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
     plan = fixed_plan(spec, mode.placement_for(engine == "vllm"), num_devices=mode.devices,
                       granularity_groups=per_call)
     sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
-    probes = declare(spec, problems=ProblemGenerator().batch, granularity_groups=per_call)
-    profile = profile_flow(probes, cluster, batch_sizes=sizes, timeout=spec.timeout)
+    profile = profile_spec(spec, cluster, batch_sizes=sizes, problems=ProblemGenerator().batch,
+                           granularity_groups=per_call)
     priced, _ = predict(plan, spec, profile, cluster)
     return float(priced.predicted_time)
 

@@ -251,3 +251,27 @@ def test_vllm_rollout_receives_the_trainers_weights(
             result = flow.step(step)
             assert result.samples == 16
             assert result.metrics["weight_sync/logprob_max_abs_diff"] < 1e-4
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_profiling_a_vllm_flow_exports_the_model_for_the_engine(ray_local: None) -> None:
+    """`auto` and every prediction profile the flow before it runs: with vLLM the probes
+    load the warm start from a Hugging Face folder exported for them (and removed after),
+    as the run itself does; before, the probe's rollout refused to start."""
+    pytest.importorskip("vllm")
+    import glob
+    import tempfile
+
+    from rlinf_reasoning.planning import profile_spec
+
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
+    spec = dataclasses.replace(SPEC, engine="vllm", engine_options={"max_model_len": 128})
+    exported = os.path.join(tempfile.gettempdir(), "rlinf-flow-model-*")
+    before = set(glob.glob(exported))
+    profile = profile_spec(spec, Cluster.discover(use_ray=True, cpu_slots=1),
+                           batch_sizes=[8, 16], problems=ProblemGenerator().batch,
+                           granularity_groups=2)
+    assert {m.component for m in profile.measurements} >= {"rollout", "actor"}
+    assert set(glob.glob(exported)) == before

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -40,8 +41,10 @@ from rlinf.sched import (
 )
 from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.reasoning import ProblemSource as ProblemStream
 from rlinf_reasoning.config import ReasoningConfig, component_names
 from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.models import export_for_engine
 from rlinf_reasoning.placement import resolve_placement
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import declare, fixed_plan, reasoning_workflow, streams_actor
@@ -56,6 +59,7 @@ __all__ = [
     "planned_fixed",
     "predict",
     "profile_flow",
+    "profile_spec",
     "replanner",
 ]
 
@@ -112,10 +116,25 @@ def profile_flow(spec: FlowSpec, cfg: ReasoningConfig, cluster: Cluster,
     of `cluster`'s devices, by probe runs closed before the run starts (module docstring)."""
     group = cfg.rollout.group_size
     sizes = sorted({prompts * group for prompts in cfg.run.profile_batches})
-    flow = declare(spec, problems=source, granularity_groups=cfg.rollout.groups_per_micro_batch)
-    profile = rf.profile_flow(flow, cluster, batch_sizes=sizes, timeout=spec.timeout)
+    profile = profile_spec(spec, cluster, batch_sizes=sizes, problems=source,
+                           granularity_groups=cfg.rollout.groups_per_micro_batch)
     _log.info("profiled", sizes=sizes, measurements=len(profile.measurements))
     return profile
+
+
+def profile_spec(spec: FlowSpec, cluster: Cluster, *, batch_sizes: Sequence[int],
+                 problems: ProblemStream, granularity_groups: int) -> Profile:
+    """`rlinf.workers.flow.profile_flow` of `spec`'s workflow; a vLLM or SGLang rollout
+    loads the model from a Hugging Face folder, exported for the probes (and removed after
+    them) when the model is not in one already, as `ReasoningFlow.launch` does."""
+    path, exported = export_for_engine(spec)
+    try:
+        flow = declare(spec, problems=problems, granularity_groups=granularity_groups,
+                       engine_model_path=path)
+        return rf.profile_flow(flow, cluster, batch_sizes=batch_sizes, timeout=spec.timeout)
+    finally:
+        if exported is not None:
+            exported.cleanup()
 
 
 def _simulated_micro_batches(plan: ExecutionPlan, spec: FlowSpec) -> dict[str, int]:
