@@ -50,9 +50,10 @@ runs), ``bounds_met`` (each against `reasoning_summary.BOUNDS`: 1.5, 1.2 and 0.1
 on every setting), per-contender samples/s and CPU-seconds per sample, the setting, and the
 load average at the start and the end.
 
-Launch: ``tox -e bench-reasoning`` (the default setting: ~40 min on 2 cores in bf16) or
-``tox -e bench-reasoning -- --quick`` (a smaller model and batch, one round); any setting
-with ``-- --layers 2 --hidden 256 --prompts 32 --group-size 4 --new-tokens 32``.
+Launch: ``tox -e bench-reasoning`` (the default setting; on 2 cores in fp32 about 90 min,
+TRL taking ~97 s per iteration) or ``tox -e bench-reasoning -- --quick`` (a smaller model
+and batch, one round); any setting with, e.g., ``-- --layers 2 --prompts 32 --group-size 4
+--new-tokens 32`` (19 min on 2 cores in fp32).
 """
 
 from __future__ import annotations
