@@ -3,7 +3,7 @@
 `profile_flow` launches short probe runs of the flow collocated on the first n devices,
 for each device count n (1 and all of the cluster's devices by default, so the fit can tell
 a component's parallel part from its fixed and collective parts), and times an iteration at
-each batch size after one discarded warm-up iteration; what it measures is what
+each batch size after a discarded warm-up iteration at that size; what it measures is what
 `FlowRun.profile` records (busy time, peak memory, onloads and offloads per component).
 Probe runs train throw-away copies and are closed before the real run starts, so the run's
 trajectory is the same as with a fixed placement. `plan_flow` fits the profile
@@ -93,10 +93,14 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
     for n in counts:
         probe = flow.fixed_plan(f"{names}: 0-{n - 1}", num_devices=cluster.num_devices)
         with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
-            run.step(0, global_batch=sizes[0])  # warm-up: connections, first kernels
-            for i, size in enumerate(sizes, start=1):
+            # One discarded step at every size: connections and first kernels, and an engine
+            # such as vLLM prepares each new batch shape on its first call (~2 s on CPU, which
+            # a single warm-up at the smallest size left in the largest size's measurement).
+            for i, size in enumerate(sizes):
                 run.step(i, global_batch=size)
-            profile = profile.merge(run.profile(skip=1))
+            for i, size in enumerate(sizes, start=len(sizes)):
+                run.step(i, global_batch=size)
+            profile = profile.merge(run.profile(skip=len(sizes)))
         _log.info("flow_profiled", flow=flow.name, devices=n, sizes=sizes)
     return profile
 
