@@ -25,7 +25,6 @@ __all__ = ["ClusterWatch", "cluster_address", "cluster_reachable", "ensure_ray"]
 _log = structlog.get_logger(__name__)
 
 
-
 @dataclass
 class _Connection:
     address: str | None = None
@@ -107,16 +106,20 @@ class ClusterWatch:
             self._unreachable_since = now
         elif now - self._unreachable_since >= self.grace:
             raise ClusterLostError(cluster_address(),
-                                   detail=f"no answer from its control store (GCS) for "
+                                   detail=f"no answer from its control store (GCS) or this "
+                                          f"node's raylet for "
                                           f"{now - self._unreachable_since:.0f} s")
 
 
 def _remember() -> None:
     """Record the GCS and raylet addresses of the connected cluster (kept as they were when
-    Ray does not tell: an older Ray, or a client connection)."""
+    Ray does not tell: an older Ray, or a client connection). Every launch calls this; the
+    node table is asked only when the cluster is not the one already recorded."""
     try:
         context = ray.get_runtime_context()
         gcs = context.gcs_address
+        if gcs and str(gcs) == _last.address and _last.raylet is not None:
+            return
         node_id = context.get_node_id()
         node = next((n for n in ray.nodes() if n.get("NodeID") == node_id), None)
     except Exception:
