@@ -417,17 +417,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     vllm_mode: Mode | None = None
     try:
         for round_index in range(settings.rounds):
-            contenders: list[tuple[str, object]] = [("trl", s) for s in args.setups]
-            contenders += [("hf", m) for m in wanted]
-            for kind, what in contenders:
-                runs.append(_timed(settings, kind, what, batches, round_index))
+            contenders: list[TrlSetup | Mode] = [*args.setups, *wanted]
+            for what in contenders:
+                runs.append(_timed(settings, what, "hf", batches, round_index))
             if not args.no_vllm:
                 if vllm_mode is None:
                     hf = [r for r in runs if r.system == "rlinf"]
                     best = max(hf, key=lambda r: r.samples_per_s) if hf else None
                     vllm_mode = next((m for m in MODES if best and m.placement == best.placement),
                                      MODES[0])
-                runs.append(_timed(settings, "vllm", vllm_mode, batches, round_index))
+                runs.append(_timed(settings, vllm_mode, "vllm", batches, round_index))
         results = merge_rounds(runs)
         priced: list[RunResult] = []
         for r in results:
@@ -470,16 +469,17 @@ def wait_for_quiet(max_load: float, patience: float) -> float:
     return load
 
 
-def _timed(settings: Settings, kind: str, what: object,
+def _timed(settings: Settings, what: TrlSetup | Mode, engine: str,
            batches: Sequence[Sequence[MathProblem]], round_index: int) -> RunResult:
-    """One contender's run in round `round_index`, announced with the load before it."""
-    label = what.label if isinstance(what, TrlSetup) else f"{what.name} ({kind})"  # type: ignore[attr-defined]
-    print(f"round {round_index + 1}/{settings.rounds}: {'trl' if kind == 'trl' else 'rlinf'} "
-          f"{label}, load {os.getloadavg()[0]:.2f} ...", flush=True)
+    """One contender's run in round `round_index` (TRL in a setup, or rlinf in a placement
+    mode with `engine`), announced with the load before it."""
+    label = f"trl {what.label}" if isinstance(what, TrlSetup) else f"rlinf {what.name} ({engine})"
+    print(f"round {round_index + 1}/{settings.rounds}: {label}, "
+          f"load {os.getloadavg()[0]:.2f} ...", flush=True)
     if isinstance(what, TrlSetup):
         result = run_trl_setup(settings, what, batches)
     else:
-        result = run_rlinf(settings, what, kind, batches)  # type: ignore[arg-type]
+        result = run_rlinf(settings, what, engine, batches)
     print(f"  {result.samples_per_s:.1f} samples/s, "
           f"{result.cpu_seconds_per_sample or 0:.4f} CPU-s/sample", flush=True)
     return result

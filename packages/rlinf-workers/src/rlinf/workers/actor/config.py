@@ -92,8 +92,8 @@ class ActorConfig:
             raise ConfigError(f"lr and temperature must be > 0, got {self.lr}, "
                               f"{self.temperature}")
         if self.rollout_correction_cap is not None and not self.rollout_correction_cap > 0:
-            raise ConfigError(f"rollout_correction_cap must be > 0 (2 is veRL's and TRL's "
-                              f"default) or None, got {self.rollout_correction_cap}")
+            raise ConfigError(f"rollout_correction_cap must be > 0 (veRL's examples use 2) or "
+                              f"None, got {self.rollout_correction_cap}")
         LossAggregation.parse(self.aggregation)
         KLEstimator.parse(self.kl_estimator)
         check_precision(self.precision)
