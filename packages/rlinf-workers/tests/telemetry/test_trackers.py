@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import glob
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,6 +82,18 @@ def wandb_history(run_dir: Path) -> dict[int, dict[str, float]]:
     return history
 
 
+def settled_wandb_history(run_dir: Path, *, last_step: int,
+                          timeout_s: float = 30.0) -> dict[int, dict[str, float]]:
+    """`wandb_history` once `last_step` is on disk: wandb's service process writes the
+    offline file after `finish()` returns (a CI run under load read it one record short)."""
+    deadline = time.monotonic() + timeout_s
+    history = wandb_history(run_dir)
+    while last_step not in history and time.monotonic() < deadline:
+        time.sleep(0.2)
+        history = wandb_history(run_dir)
+    return history
+
+
 def test_wandb_without_a_login_logs_offline_and_a_resume_continues_the_run(
     tmp_path: Path, no_login: None
 ) -> None:
@@ -94,7 +107,7 @@ def test_wandb_without_a_login_logs_offline_and_a_resume_continues_the_run(
     with tracked(run_dir, "wandb", "exp/a", resume_step=3) as writer:
         writer.write(3, {"loss": 0.25, "reward/accuracy": 0.3})
     assert (run_dir / ".wandb-run-id").read_text().strip() == run_id
-    history = wandb_history(run_dir)
+    history = settled_wandb_history(run_dir, last_step=3)
     assert sorted(history) == [0, 1, 2, 3]
     assert history[2] == {"loss": pytest.approx(1 / 3), "reward/accuracy": pytest.approx(0.2)}
     assert history[3]["loss"] == 0.25
