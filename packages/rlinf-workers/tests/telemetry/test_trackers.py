@@ -84,8 +84,8 @@ def wandb_history(run_dir: Path) -> dict[int, dict[str, float]]:
 
 def settled_wandb_history(run_dir: Path, *, last_step: int,
                           timeout_s: float = 30.0) -> dict[int, dict[str, float]]:
-    """`wandb_history` once `last_step` is on disk: wandb's service process writes the
-    offline file after `finish()` returns (a CI run under load read it one record short)."""
+    """`wandb_history` once `last_step` is on disk: a CI run under load read the offline file
+    one record short, most likely wandb's service process still writing after `finish()`."""
     deadline = time.monotonic() + timeout_s
     history = wandb_history(run_dir)
     while last_step not in history and time.monotonic() < deadline:
