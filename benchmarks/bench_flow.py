@@ -31,7 +31,7 @@ fixed mode's), ``max_prediction_error`` (max |predicted - measured| / measured o
 Launch: ``tox -e bench-flow`` (3 settings per app, about 15 minutes on 2 cores), or
 ``tox -e bench-flow -- --quick`` (one small setting per app, 3 steps: a smoke run).
 ``--settings`` picks settings by name, ``--modes`` the modes, ``--steps`` and
-``--iterations`` the run lengths.
+``--iterations`` the run lengths, ``--keep-runs DIR`` keeps each run's folder to read later.
 """
 
 from __future__ import annotations
@@ -217,6 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="runs per setting and mode (the median measured run is kept)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds one run may take before it counts as failed")
+    parser.add_argument("--keep-runs", type=Path, default=None, metavar="DIR",
+                        help="keep every run's folder (metrics.jsonl, summary.json, trace) "
+                             "under DIR instead of a temporary folder removed at the end")
     args = parser.parse_args(argv)
 
     apps = [a.strip() for a in args.apps.split(",") if a.strip()]
@@ -241,8 +244,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     rows: list[FlowRun] = []
     began = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-flow-") as workdir, \
+    if args.keep_runs is not None:
+        args.keep_runs.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-flow-") as scratch, \
             ray_instance() as address:
+        workdir = str(args.keep_runs or scratch)
         for index, setting in enumerate(settings):
             runs: dict[str, list[FlowRun]] = {m: [] for m in modes}
             for round_ in range(args.rounds):

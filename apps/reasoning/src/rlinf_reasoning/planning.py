@@ -19,7 +19,8 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -35,6 +36,7 @@ from rlinf.sched import (
     Replanner,
     SimulationResult,
     Workflow,
+    fit_background,
     fit_profile,
     plan,
     simulate,
@@ -53,6 +55,7 @@ __all__ = [
     "PlanChoice",
     "ProfileCosts",
     "auto_plan",
+    "calibrated",
     "describe_plan",
     "execution_workflow",
     "format_plans",
@@ -61,6 +64,7 @@ __all__ = [
     "profile_flow",
     "profile_spec",
     "replanner",
+    "weight_sync_seconds",
 ]
 
 _log = structlog.get_logger(__name__)
@@ -166,13 +170,73 @@ def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile | CostModel,
             cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
     """`plan_` with the predicted iteration time and utilisation of its simulation, run the
     way the flow executes it (`_simulated_micro_batches`), priced from a measured profile
-    or any cost model (the re-planner's live one)."""
-    cost = ProfileCosts(profile) if isinstance(profile, Profile) else profile
+    (on the cluster `calibrated` to it, plus the weight sync it measured) or any cost model
+    (the re-planner's live one)."""
+    if isinstance(profile, Profile):
+        return _priced(plan_, spec, ProfileCosts(profile), calibrated(cluster, profile, spec),
+                       overhead=weight_sync_seconds(profile))
+    return _priced(plan_, spec, profile, cluster)
+
+
+def _priced(plan_: ExecutionPlan, spec: FlowSpec, cost: CostModel, cluster: Cluster, *,
+            overhead: float = 0.0) -> tuple[ExecutionPlan, SimulationResult]:
     simulation = simulate(execution_workflow(plan_, spec), plan_.placement, cost, cluster,
                           micro_batch=_simulated_micro_batches(plan_, spec), record=True)
-    priced = dataclasses.replace(plan_, predicted_time=simulation.iteration_time,
+    priced = dataclasses.replace(plan_, predicted_time=simulation.iteration_time + overhead,
                                  utilisation=simulation.utilisation)
     return priced, simulation
+
+
+def weight_sync_seconds(profile: Profile) -> float:
+    """Median seconds of the weight syncs the profiling probes ran (0 without any): every
+    plan pays one per iteration besides the dataflow the simulator models."""
+    seconds = [m.seconds for m in profile.measurements if m.component == rf.WEIGHT_SYNC]
+    return statistics.median(seconds) if seconds else 0.0
+
+
+def calibrated(cluster: Cluster, profile: Profile, spec: FlowSpec) -> Cluster:
+    """`cluster` with the runtime's CPU background (`rlinf.sched.core_sharing`) fitted so
+    the pipelined probe's simulation matches the iterations it measured
+    (`rlinf.workers.flow.pipeline_probe_spec`): on CPU slots, components computing beside
+    each other share the cores with each other and with the driver and Ray, which a
+    collocated probe never shows. Unchanged without a pipelined probe in `profile`."""
+    measured = [m for m in profile.measurements if m.component == rf.PROBE_ITERATION]
+    stored = profile.metadata.get("probe_plan")
+    if not measured or not isinstance(stored, dict):
+        return cluster
+    probe = ExecutionPlan.from_dict(stored)
+    size = measured[0].batch_size
+    at_size = dataclasses.replace(spec, prompts_per_step=max(1, size // spec.rollout.group_size))
+    cost = ProfileCosts(profile)
+
+    def simulated(candidate: Cluster) -> float:
+        return _priced(probe, at_size, cost, candidate)[1].iteration_time
+
+    target = statistics.median(m.seconds for m in measured)
+    fitted = fit_background(cluster, simulated, target)
+    if simulated(fitted) < target:
+        fitted = _fit_latency(fitted, simulated, target)
+    _log.info("probe_calibrated", cpu_background=round(fitted.cpu_background, 3),
+              latency_s=fitted.intra_node_latency, probe=probe.spec, measured_s=target)
+    return fitted
+
+
+def _fit_latency(cluster: Cluster, simulated: Callable[[Cluster], float],
+                 target: float) -> Cluster:
+    """`cluster` with the latency per message between device sets of a node raised until
+    `simulated` reaches `target`: what the cores' sharing leaves of a pipelined probe's
+    measured time (the channel's puts and gets, wake-ups) is charged per message, so only
+    plans that send messages between device sets pay it."""
+    low = cluster.intra_node_latency
+    high = max(2 * low, 1e-4)
+    while simulated(dataclasses.replace(cluster, intra_node_latency=high)) < target \
+            and high < target:
+        high *= 2
+    for _ in range(30):
+        middle = (low + high) / 2
+        below = simulated(dataclasses.replace(cluster, intra_node_latency=middle)) < target
+        low, high = (middle, high) if below else (low, middle)
+    return dataclasses.replace(cluster, intra_node_latency=high)
 
 
 def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) -> PlanChoice:
@@ -180,16 +244,23 @@ def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) ->
     each (and each fixed-mode baseline) priced again as the flow will run it (`predict`: the
     flow keeps the config's rollout and actor micro-batches, which the planner may have
     chosen otherwise); the fastest by that price is chosen."""
-    cost = ProfileCosts(profile) if isinstance(profile, Profile) else profile
+    overhead = 0.0
+    if isinstance(profile, Profile):
+        cost: CostModel = ProfileCosts(profile)
+        cluster = calibrated(cluster, profile, spec)
+        overhead = weight_sync_seconds(profile)
+    else:
+        cost = profile
     result = plan(reasoning_workflow(spec), cost, cluster)
     candidates = {(p.spec, tuple(sorted(p.granularity.items()))): p
                   for p in (*result.ranked, *result.baselines.values())}
-    priced = sorted((predict(p, spec, profile, cluster) for p in candidates.values()),
+    priced = sorted((_priced(p, spec, cost, cluster, overhead=overhead)
+                     for p in candidates.values()),
                     key=lambda pair: pair[0].predicted_time)
     best, simulation = priced[0]
     ranked = dataclasses.replace(
         result, ranked=tuple(p for p, _ in priced),
-        baselines={name: predict(p, spec, profile, cluster)[0]
+        baselines={name: _priced(p, spec, cost, cluster, overhead=overhead)[0]
                    for name, p in result.baselines.items()})
     return PlanChoice(plan=best, ranked=ranked,
                       profile=profile if isinstance(profile, Profile) else None,

@@ -33,12 +33,14 @@ time) and, on request, every busy interval for a Gantt chart.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlinf.sched.cluster import Cluster
+from rlinf.sched.core_sharing import CoreSharing
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.placement import Placement
@@ -300,18 +302,25 @@ def simulate_layout(
             atoms, layout.comp_devices[name],
             tuple(a for a in atoms if a in tracked) if comp.resource == "gpu" else ())
     tasks = list(_schedule(workflow))
+    run = _run
+    sharing = CoreSharing.of(cluster)
+    if sharing is not None:
+        threads = {name: sharing.threads(_devices(layout, p.atoms), cluster)
+                   for name, p in prepared.items()}
+        if any(threads.values()):
+            run = functools.partial(_run_shared, sharing=sharing, threads=threads)
     if not tracked:
-        return _run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks, residents={},
-                    memory=memory, record=record)[0]
+        return run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks, residents={},
+                   memory=memory, record=record)[0]
     # Steady state: the residents at the start are those at the end. Start from the state a
     # replay of the calls in dependency order leaves, then once more from the simulated end
     # state when the list schedule ordered the calls differently.
     start = _replayed_residents(layout, tasks, prepared, tracked, memory)
-    result, end = _run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks,
-                       residents=start, memory=memory, record=record)
+    result, end = run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks,
+                      residents=start, memory=memory, record=record)
     if end != start:
-        result, _ = _run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks,
-                         residents=end, memory=memory, record=record)
+        result, _ = run(workflow, layout, cost, cluster, prepared=prepared, tasks=tasks,
+                        residents=end, memory=memory, record=record)
     return result
 
 
@@ -437,6 +446,198 @@ def _run(
         if len(out) == len(prep.durations):
             active.remove(ti)
             done_steps[name] = step + 1
+    util = device_seconds / (cluster.num_devices * horizon) if horizon > 0 else 0.0
+    result = SimulationResult(horizon, min(1.0, util), busy, switch_total, tuple(intervals),
+                              switch_counts)
+    return result, {a: r.resident for a, r in residency.items()}
+
+
+@dataclass
+class _Call:
+    """A call in flight in `_run_shared`: switching until `compute_start`, then computing
+    its `work` (profiled seconds) at the rate the node's core sharing allows."""
+
+    task: int
+    name: str
+    step: int
+    begin: float
+    compute_start: float
+    work: float
+    remaining: float
+    rate: float = 1.0
+
+    @property
+    def done(self) -> float:
+        """Fraction of its work done."""
+        return 1.0 - self.remaining / self.work if self.work > 0 else 1.0
+
+
+_EPS = 1e-12
+
+
+def _run_shared(
+    workflow: Workflow, layout: Layout, cost: CostModel, cluster: Cluster, *,
+    prepared: Mapping[str, _Prepared], tasks: Sequence[tuple[str, int]], residents: _Residents,
+    memory: Mapping[str, int], record: bool, sharing: CoreSharing,
+    threads: Mapping[str, Mapping[int, int]],
+) -> tuple[SimulationResult, _Residents]:
+    """`_run` where calls on CPU slots share their node's cores (`rlinf.sched.core_sharing`):
+    a call's duration depends on what computes beside it, so time advances event by event
+    (a call starts, finishes, or a stream reaches a fraction a consumer waits for) instead of
+    placing each call with a known end. The schedule is the same list schedule: at each
+    moment the calls whose inputs are in and whose devices are free start, one without a
+    switch before one with, then in dependency order; with every rate at 1 both agree."""
+    residency = {a: Residency[str](layout.atom_memory[a],
+                                   ((n, memory[n]) for n in residents.get(a, ())))
+                 for a in {a for p in prepared.values() for a in p.switching_atoms}}
+    ends: dict[tuple[str, int], list[float]] = {}
+    marks: dict[tuple[str, int], list[tuple[float, float]]] = {}  # stream: (time, done)
+    busy: dict[str, float] = {n: 0.0 for n in workflow.names}
+    switch_counts: dict[str, int] = {}
+    device_seconds = switch_total = horizon = 0.0
+    intervals: list[Interval] = []
+    done_steps: dict[str, int] = {name: 0 for name in prepared}
+    awaited: dict[str, list[float]] = {}  # streaming component → fractions consumers wait for
+    for p in prepared.values():
+        for inp, _ in p.edges:
+            if inp.streaming:
+                awaited.setdefault(inp.src, []).extend(inp.fraction)
+    awaited = {k: sorted(set(v)) for k, v in awaited.items()}
+
+    def stream_time(key: tuple[str, int], fraction: float) -> float | None:
+        points = marks.get(key)
+        if not points:
+            return None
+        t0, p0 = points[0]
+        if p0 >= fraction - _EPS:
+            return t0
+        for t1, p1 in points[1:]:
+            if p1 >= fraction - _EPS:
+                return t1 if p1 <= p0 else t0 + (t1 - t0) * (fraction - p0) / (p1 - p0)
+            t0, p0 = t1, p1
+        return None
+
+    def ready_time(name: str, step: int, j: int) -> float | None:
+        ready = 0.0
+        for inp, (bw, latency) in prepared[name].edges:
+            if inp.rule == 0:
+                src_step = step
+            elif inp.rule == 1:
+                if step == 0:
+                    continue
+                src_step = step - 1
+            elif inp.rule == 2:
+                if step > 0:
+                    continue
+                src_step = prepared[inp.src].steps - 1
+            else:
+                src_step = prepared[inp.src].steps - 1
+            if inp.streaming:
+                t = stream_time((inp.src, src_step), inp.fraction[j])
+                if t is None:
+                    return None
+            else:
+                placed = ends.get((inp.src, src_step))
+                if placed is None or len(placed) <= inp.index[j]:
+                    return None
+                t = placed[inp.index[j]]
+            if inp.nbytes[j] > 0:
+                t += latency + inp.nbytes[j] / bw
+            ready = max(ready, t)
+        return ready
+
+    busy_atoms: set[int] = set()
+    running: list[_Call] = []
+    active = list(range(len(tasks)))
+    now = 0.0
+    while active:
+        # Start every call that can start now.
+        while True:
+            in_flight = {(c.name, c.step) for c in running}
+            candidates: list[tuple[float, int]] = []
+            for ti in active:
+                name, step = tasks[ti]
+                prep = prepared[name]
+                if done_steps[name] < step or (name, step) in in_flight or \
+                        any(a in busy_atoms for a in prep.atoms):
+                    continue
+                ready = ready_time(name, step, len(ends.get((name, step), ())))
+                if ready is None or ready > now + _EPS:
+                    continue
+                switching = any(name not in residency[a] for a in prep.switching_atoms)
+                candidates.append((cost.switch_time(name) if switching else 0.0, ti))
+            if not candidates:
+                break
+            sw, ti = min(candidates)
+            name, step = tasks[ti]
+            prep = prepared[name]
+            j = len(ends.get((name, step), ()))
+            switched = False
+            for a in prep.switching_atoms:
+                switched |= residency[a].admit(name, memory[name]).onload
+            if switched:
+                switch_counts[name] = switch_counts.get(name, 0) + 1
+                switch_total += sw
+                if record and sw > 0:
+                    intervals.append(Interval(name, _devices(layout, prep.atoms), now, now + sw,
+                                              "switch", step, j))
+            work = prep.durations[j]
+            running.append(_Call(ti, name, step, now, now + sw, work, work))
+            busy_atoms.update(prep.atoms)
+            if prep.comp.streaming:
+                marks[(name, step)] = [(now + sw, 0.0)]
+        # Rates of the calls computing now; the next event.
+        computing: dict[int, int] = {}
+        for c in running:
+            if c.compute_start <= now + _EPS:
+                for node, k in threads[c.name].items():
+                    computing[node] = computing.get(node, 0) + k
+        upcoming: list[float] = []
+        for c in running:
+            if c.compute_start > now + _EPS:
+                upcoming.append(c.compute_start)
+                continue
+            c.rate = sharing.rate(threads[c.name], computing)
+            upcoming.append(now + c.remaining / c.rate)
+            for fraction in awaited.get(c.name, ()):
+                if fraction > c.done + _EPS:
+                    upcoming.append(now + (fraction - c.done) * c.work / c.rate)
+                    break
+        for ti in active:
+            name, step = tasks[ti]
+            if done_steps[name] >= step:
+                ready = ready_time(name, step, len(ends.get((name, step), ())))
+                if ready is not None and ready > now + _EPS:
+                    upcoming.append(ready)
+        if not upcoming:  # pragma: no cover - _schedule is a topological order
+            raise PlanningError("the workflow's dependencies could not be scheduled")
+        later = min(upcoming)
+        # Advance to it: progress, stream marks, finished calls.
+        for c in list(running):
+            if c.compute_start > now + _EPS:
+                continue
+            c.remaining = max(0.0, c.remaining - c.rate * (later - now))
+            finished = c.remaining <= _EPS * max(1.0, c.work)
+            if (c.name, c.step) in marks:
+                marks[(c.name, c.step)].append((later, 1.0 if finished else c.done))
+            if not finished:
+                continue
+            running.remove(c)
+            prep = prepared[c.name]
+            busy_atoms.difference_update(prep.atoms)
+            out = ends.setdefault((c.name, c.step), [])
+            wall = later - c.compute_start
+            busy[c.name] += wall
+            device_seconds += wall * prep.ndev
+            horizon = max(horizon, later)
+            if record:
+                intervals.append(Interval(c.name, _devices(layout, prep.atoms), c.compute_start,
+                                          later, "compute", c.step, len(out)))
+            out.append(later)
+            if len(out) == len(prep.durations):
+                active.remove(c.task)
+                done_steps[c.name] = c.step + 1
+        now = later
     util = device_seconds / (cluster.num_devices * horizon) if horizon > 0 else 0.0
     result = SimulationResult(horizon, min(1.0, util), busy, switch_total, tuple(intervals),
                               switch_counts)

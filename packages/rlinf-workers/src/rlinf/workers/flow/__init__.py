@@ -22,7 +22,15 @@ runs it.
   inside its host's process where the plan puts them on the same devices.
 """
 
-from rlinf.workers.flow.auto import AutoReport, launch_auto, plan_flow, profile_flow
+from rlinf.workers.flow.auto import (
+    PROBE_ITERATION,
+    WEIGHT_SYNC,
+    AutoReport,
+    launch_auto,
+    pipeline_probe_spec,
+    plan_flow,
+    profile_flow,
+)
 from rlinf.workers.flow.channels import ChannelTransport, FlowChannel, Sharding, rank_key
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.declaration import ChannelSpec, ComponentSpec, MacroFlow, WeightSyncSpec
@@ -43,7 +51,9 @@ from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
 
 __all__ = [
+    "PROBE_ITERATION",
     "TRANSPORTS",
+    "WEIGHT_SYNC",
     "AutoReport",
     "BucketLayout",
     "ChannelSpec",
@@ -75,6 +85,7 @@ __all__ = [
     "cluster_reachable",
     "ensure_ray",
     "launch_auto",
+    "pipeline_probe_spec",
     "plan_flow",
     "profile_flow",
     "profile_of",

@@ -15,6 +15,7 @@ an `AutoReport` whose `predicted_seconds` the caller compares with the measured 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 import time
@@ -25,11 +26,15 @@ import structlog
 
 from rlinf.sched import (
     Cluster,
+    CoreSharing,
     ExecutionPlan,
+    Measurement,
     PlannerOptions,
     PlanResult,
     Profile,
+    Profiler,
     fit_profile,
+    format_devices,
     plan,
 )
 from rlinf.workers.errors import ConfigError
@@ -38,7 +43,8 @@ from rlinf.workers.flow.ray_session import ensure_ray
 from rlinf.workers.flow.records import IterationRecord
 from rlinf.workers.flow.run import FlowRun
 
-__all__ = ["AutoReport", "launch_auto", "plan_flow", "profile_flow"]
+__all__ = ["PROBE_ITERATION", "WEIGHT_SYNC", "AutoReport", "launch_auto",
+           "pipeline_probe_spec", "plan_flow", "profile_flow"]
 
 _log = structlog.get_logger(__name__)
 
@@ -101,8 +107,64 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
             for i, size in enumerate(sizes, start=len(sizes)):
                 run.step(i, global_batch=size)
             profile = profile.merge(run.profile(skip=len(sizes)))
+            profile = profile.merge(_overheads(run.records[len(sizes):]))
         _log.info("flow_profiled", flow=flow.name, devices=n, sizes=sizes)
+    split = pipeline_probe_spec(flow, cluster)
+    if split is not None:
+        profile = profile.merge(_pipeline_probe(flow, cluster, split, max(sizes), timeout))
     return profile
+
+
+PROBE_ITERATION = "probe_iteration"
+"""Profile entries of the pipelined probe: its measured dataflow seconds per iteration
+(the plan it ran is the profile's ``probe_plan`` metadata)."""
+WEIGHT_SYNC = "weight_sync"
+"""Profile entries of the probes' weight syncs (seconds each), paid by every plan."""
+
+
+def pipeline_probe_spec(flow: MacroFlow, cluster: Cluster) -> str | None:
+    """The placement of the pipelined probe, or None when there is nothing for it to
+    measure: the first component on the first half of the devices, the others collocated
+    on the rest, so components compute beside each other as a pipelined plan has them.
+    Only on clusters of CPU slots with a known core count, where the cores those components
+    share (and the runtime's own use of them, `Cluster.cpu_background`) decide how fast a
+    pipelined plan runs; collocated probes cannot show it."""
+    probe_cluster = dataclasses.replace(cluster, cpu_background=1.0)
+    if len(flow.names) < 2 or cluster.num_devices < 2 or CoreSharing.of(probe_cluster) is None:
+        return None
+    half = (cluster.num_devices + 1) // 2
+    first, rest = flow.names[0], ",".join(flow.names[1:])
+    return f"{first}: {format_devices(range(half))}, " \
+           f"{rest}: {format_devices(range(half, cluster.num_devices))}"
+
+
+def _pipeline_probe(flow: MacroFlow, cluster: Cluster, spec: str, size: int,
+                    timeout: float) -> Profile:
+    """A warm-up and two measured iterations at `size` of the pipelined probe `spec`."""
+    probe = flow.fixed_plan(spec, num_devices=cluster.num_devices)
+    profiler = Profiler(track_memory=False)
+    with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
+        for i in range(3):
+            record = run.step(i, global_batch=size)
+            if i:
+                profiler.record(Measurement(
+                    component=PROBE_ITERATION, batch_size=size, num_devices=cluster.num_devices,
+                    seconds=record.metrics["time/dataflow"], peak_memory_bytes=0,
+                    memory_source="none", timestamp=0.0))
+    _log.info("flow_pipeline_probed", flow=flow.name, plan=spec, size=size)
+    return Profile(profiler.profile.measurements, metadata={"probe_plan": probe.to_dict()})
+
+
+def _overheads(records: Sequence[IterationRecord]) -> Profile:
+    """The weight syncs of `records` as `WEIGHT_SYNC` entries."""
+    profiler = Profiler(track_memory=False)
+    for record in records:
+        for phase in record.phases:
+            if not phase.is_component:
+                profiler.record(Measurement(
+                    component=WEIGHT_SYNC, batch_size=1, num_devices=1, seconds=phase.seconds,
+                    peak_memory_bytes=0, memory_source="none", timestamp=0.0))
+    return profiler.profile
 
 
 def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
