@@ -1,4 +1,5 @@
-"""`auto` planning proposes only plans the reasoning flow runs exactly (no Ray needed).
+"""`auto` planning proposes only plans the reasoning flow runs exactly, and prices them from
+what the profiling probes measured (no Ray needed).
 
 The flow hands every role messages of whole GRPO groups and shards an iteration's groups
 over each consumer's ranks (`rlinf.workers.flow.FlowChannel`), refusing a rank without a
@@ -9,14 +10,26 @@ devices.
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rlinf_reasoning.planning import ProfileCosts, calibrated, predict
 from rlinf_reasoning.spec import FlowSpec
-from rlinf_reasoning.workflow import declare, reasoning_workflow
+from rlinf_reasoning.workflow import declare, fixed_plan, reasoning_workflow
 
-from rlinf.sched import AnalyticCost, AnalyticCostModel, Cluster, ExecutionPlan, plan
+from rlinf.sched import (
+    AnalyticCost,
+    AnalyticCostModel,
+    Cluster,
+    ExecutionPlan,
+    Measurement,
+    Profile,
+    plan,
+)
 from rlinf.sched.granularity import check_micro_batches
-from rlinf.workers.flow import FlowChannel
+from rlinf.workers.flow import PROBE_ITERATION, WEIGHT_SYNC, FlowChannel
 from rlinf.workers.rollout import RolloutWorkerConfig
 
 GIB = 2**30
@@ -83,3 +96,38 @@ def test_few_prompts_keep_actor_ranks_fed() -> None:
     for chosen in (*result.ranked, *result.baselines.values()):
         assert max(c.num_devices for c in chosen.placement) <= 3
         assert_runs_as_planned(spec, chosen)
+
+
+def test_predictions_fit_the_message_latency_to_the_pipelined_probe_and_add_the_weight_sync(
+) -> None:
+    spec = FlowSpec(rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),
+                    prompts_per_step=8)
+    analytic = AnalyticCostModel({
+        "rollout": AnalyticCost(fixed=0.05, per_item=0.01), "reward": AnalyticCost(per_item=0.001),
+        "inference": AnalyticCost(per_item=0.004), "actor": AnalyticCost(per_item=0.006)})
+    base = Profile(tuple(
+        Measurement(c, b, n, analytic.time(c, batch_size=b, num_devices=n), 0, "none")
+        for c in ("rollout", "reward", "inference", "actor") for b in (8, 32) for n in (1, 2)))
+    box = Cluster.uniform(1, 2, "8GiB", "cpu", cpus_per_node=2)
+    probe = fixed_plan(spec, "rollout: 0, reward,inference,actor: 1", num_devices=2,
+                       granularity_groups=2)
+    # What the probe "measured": its simulation where every message costs 10 ms.
+    hops = dataclasses.replace(box, message_latency=0.01)
+    measured = predict(probe, spec, ProfileCosts(base), hops)[0].predicted_time
+    assert measured > predict(probe, spec, ProfileCosts(base), box)[0].predicted_time
+    profile = base.merge(Profile(
+        (Measurement(PROBE_ITERATION, 32, 2, measured, 0, "none"),
+         Measurement(WEIGHT_SYNC, 1, 1, 0.05, 0, "none")),
+        metadata={"probe_plan": probe.to_dict()}))
+    # List scheduling is not monotone in the latency: another latency may give the same time.
+    fitted = calibrated(box, profile, spec)
+    assert fitted.message_latency == pytest.approx(0.01, rel=0.3)
+    assert predict(probe, spec, profile, box)[0].predicted_time == pytest.approx(
+        measured + 0.05, rel=1e-3)
+    # any plan is priced on the calibrated cluster, plus the weight sync
+    together = fixed_plan(spec, "rollout,reward,inference,actor: 0-1", num_devices=2,
+                          granularity_groups=2)
+    assert predict(together, spec, profile, box)[0].predicted_time == pytest.approx(
+        predict(together, spec, ProfileCosts(base), fitted)[0].predicted_time + 0.05)
+    # without a pipelined probe (a cached profile from before, a GPU cluster) nothing changes
+    assert calibrated(box, base, spec) == box

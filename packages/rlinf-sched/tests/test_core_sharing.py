@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
 from rlinf.sched.cluster import Cluster
-from rlinf.sched.core_sharing import CoreSharing, fit_background
+from rlinf.sched.core_sharing import CoreSharing
 from rlinf.sched.placement import parse_placement
 from rlinf.sched.simulator import SimulationResult, simulate
 from rlinf.sched.workflow import Component, Edge, Workflow
@@ -84,6 +84,8 @@ def test_the_background_round_trips_through_the_cluster_file() -> None:
     assert Cluster.from_dict(box.to_dict()).cpu_background == 0.75
     with pytest.raises(Exception, match="cpu_background"):
         Cluster.from_dict({**box.to_dict(), "cpu_background": -1})
+    hops = dataclasses.replace(box, message_latency=0.002)
+    assert Cluster.from_dict(hops.to_dict()).message_latency == 0.002
 
 
 @st.composite
@@ -126,17 +128,3 @@ def test_without_contention_the_event_schedule_equals_the_fixed_one(
         assert sorted((i.component, i.step, i.chunk, round(i.start, 6)) for i in b.intervals) \
             == sorted((i.component, i.step, i.chunk, round(i.start, 6)) for i in a.intervals)
 
-
-@pytest.mark.parametrize(("measured", "background"), [(2.5, 0.5), (2.0, 0.0), (1.5, 0.0),
-                                                     (5.0, 1.0)])
-def test_the_background_is_fitted_to_a_measured_pipelined_run(measured: float,
-                                                              background: float) -> None:
-    # Side by side on 2 cores both take 2 (2 + b) / 2 = 2 + b s for b <= 1, the bound: one
-    # core short of the node's two (beyond it a one-thread component alone would slow too).
-    def simulated(cluster: Cluster) -> float:
-        return run(PAIR, "a: 0, b: 1", HALF_EACH, cluster).iteration_time
-
-    fitted = fit_background(cpu_box(2, 2), simulated, measured)
-    assert fitted.cpu_background == pytest.approx(background, abs=1e-6)
-    assert fit_background(Cluster.uniform(1, 2, 10**9, "H100", cpus_per_node=2), simulated,
-                          measured).cpu_background == 0.0

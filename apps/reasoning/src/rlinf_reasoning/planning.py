@@ -6,21 +6,24 @@
 - Profiling (`profile_flow`, for ``auto`` and for pricing a fixed plan) is the flow
   runtime's: `rlinf.workers.flow.profile_flow` launches throw-away probe runs of the
   declared workflow collocated on 1 and on all devices, times every component at each
-  `run.profile_batches` size (busy time, peak memory, onloads and offloads), and closes them
-  before the run starts, so the run's trajectory is the one a fixed placement gives.
+  `run.profile_batches` size (busy time, peak memory, onloads and offloads, weight syncs),
+  and closes them before the run starts, so the run's trajectory is the one a fixed
+  placement gives. For ``auto`` and pipelined placements on CPU slots, a pipelined probe
+  (rollout on slot 0, the rest on slot 1) measures what collocated probes cannot:
+  `calibrated` fits the latency of a message between processes to it.
 - ``auto`` fits cost curves (`rlinf.sched.fit_profile`) and asks the M2Flow planner
   (`rlinf.sched.plan`) for ranked plans of `reasoning_workflow(spec)` on this cluster; the
   fastest is launched.
 - Any plan can be priced from a profile (`predict`): the discrete-event simulation of one
-  iteration gives the predicted time, set on the plan, and the Gantt the trace shows next to
-  the measured timeline.
+  iteration plus the measured weight sync gives the predicted time, set on the plan, and
+  the Gantt the trace shows next to the measured timeline.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -30,13 +33,13 @@ from rlinf.sched import (
     Cluster,
     CostModel,
     DriftPolicy,
+    ExecutionMode,
     ExecutionPlan,
     PlanResult,
     Profile,
     Replanner,
     SimulationResult,
     Workflow,
-    fit_background,
     fit_profile,
     plan,
     simulate,
@@ -120,14 +123,21 @@ def profile_flow(spec: FlowSpec, cfg: ReasoningConfig, cluster: Cluster,
     of `cluster`'s devices, by probe runs closed before the run starts (module docstring)."""
     group = cfg.rollout.group_size
     sizes = sorted({prompts * group for prompts in cfg.run.profile_batches})
+    # A collocated plan computes one component at a time on one device set: what the
+    # pipelined probe calibrates (cores shared side by side, messages between device sets)
+    # never touches its price.
+    collocated = cfg.placement.strip().lower() != "auto" and \
+        planned_fixed(cfg, spec, cluster.num_devices).mode is ExecutionMode.COLLOCATED
     profile = profile_spec(spec, cluster, batch_sizes=sizes, problems=source,
-                           granularity_groups=cfg.rollout.groups_per_micro_batch)
+                           granularity_groups=cfg.rollout.groups_per_micro_batch,
+                           pipeline_probe=not collocated)
     _log.info("profiled", sizes=sizes, measurements=len(profile.measurements))
     return profile
 
 
 def profile_spec(spec: FlowSpec, cluster: Cluster, *, batch_sizes: Sequence[int],
-                 problems: ProblemStream, granularity_groups: int) -> Profile:
+                 problems: ProblemStream, granularity_groups: int,
+                 pipeline_probe: bool = True) -> Profile:
     """`rlinf.workers.flow.profile_flow` of `spec`'s workflow; a vLLM or SGLang rollout
     loads the model from a Hugging Face folder, exported for the probes (and removed after
     them) when the model is not in one already, as `ReasoningFlow.launch` does."""
@@ -135,7 +145,8 @@ def profile_spec(spec: FlowSpec, cluster: Cluster, *, batch_sizes: Sequence[int]
     try:
         flow = declare(spec, problems=problems, granularity_groups=granularity_groups,
                        engine_model_path=path)
-        return rf.profile_flow(flow, cluster, batch_sizes=batch_sizes, timeout=spec.timeout)
+        return rf.profile_flow(flow, cluster, batch_sizes=batch_sizes, timeout=spec.timeout,
+                               pipeline_probe=pipeline_probe)
     finally:
         if exported is not None:
             exported.cleanup()
@@ -195,11 +206,13 @@ def weight_sync_seconds(profile: Profile) -> float:
 
 
 def calibrated(cluster: Cluster, profile: Profile, spec: FlowSpec) -> Cluster:
-    """`cluster` with the runtime's CPU background (`rlinf.sched.core_sharing`) fitted so
-    the pipelined probe's simulation matches the iterations it measured
-    (`rlinf.workers.flow.pipeline_probe_spec`): on CPU slots, components computing beside
-    each other share the cores with each other and with the driver and Ray, which a
-    collocated probe never shows. Unchanged without a pipelined probe in `profile`."""
+    """`cluster` with the latency every message between two components' processes costs
+    (`Cluster.message_latency`) raised until the pipelined probe's simulation matches the
+    iterations it measured (`rlinf.workers.flow.pipeline_probe_spec`). A collocated probe
+    hides that cost (each hop overlaps the producer's next call); a pipelined plan pays it
+    on its critical path, a channel put, a get and a process wake-up per message (about
+    10 ms on 2 loaded cores). Never lowered; unchanged without a pipelined probe in
+    `profile`."""
     measured = [m for m in profile.measurements if m.component == rf.PROBE_ITERATION]
     stored = profile.metadata.get("probe_plan")
     if not measured or not isinstance(stored, dict):
@@ -208,35 +221,23 @@ def calibrated(cluster: Cluster, profile: Profile, spec: FlowSpec) -> Cluster:
     size = measured[0].batch_size
     at_size = dataclasses.replace(spec, prompts_per_step=max(1, size // spec.rollout.group_size))
     cost = ProfileCosts(profile)
+    target = statistics.median(m.seconds for m in measured)
 
-    def simulated(candidate: Cluster) -> float:
+    def simulated(latency: float) -> float:
+        candidate = dataclasses.replace(cluster, message_latency=latency)
         return _priced(probe, at_size, cost, candidate)[1].iteration_time
 
-    target = statistics.median(m.seconds for m in measured)
-    fitted = fit_background(cluster, simulated, target)
-    if simulated(fitted) < target:
-        fitted = _fit_latency(fitted, simulated, target)
-    _log.info("probe_calibrated", cpu_background=round(fitted.cpu_background, 3),
-              latency_s=fitted.intra_node_latency, probe=probe.spec, measured_s=target)
-    return fitted
-
-
-def _fit_latency(cluster: Cluster, simulated: Callable[[Cluster], float],
-                 target: float) -> Cluster:
-    """`cluster` with the latency per message between device sets of a node raised until
-    `simulated` reaches `target`: what the cores' sharing leaves of a pipelined probe's
-    measured time (the channel's puts and gets, wake-ups) is charged per message, so only
-    plans that send messages between device sets pay it."""
-    low = cluster.intra_node_latency
+    low = cluster.message_latency
+    if simulated(low) >= target:
+        return cluster
     high = max(2 * low, 1e-4)
-    while simulated(dataclasses.replace(cluster, intra_node_latency=high)) < target \
-            and high < target:
+    while simulated(high) < target and high < target:
         high *= 2
     for _ in range(30):
         middle = (low + high) / 2
-        below = simulated(dataclasses.replace(cluster, intra_node_latency=middle)) < target
-        low, high = (middle, high) if below else (low, middle)
-    return dataclasses.replace(cluster, intra_node_latency=high)
+        low, high = (middle, high) if simulated(middle) < target else (low, middle)
+    _log.info("message_latency_fitted", latency_s=high, probe=probe.spec, measured_s=target)
+    return dataclasses.replace(cluster, message_latency=high)
 
 
 def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) -> PlanChoice:

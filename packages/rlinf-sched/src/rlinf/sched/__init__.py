@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel, load_cost_model
 from rlinf.sched.cluster import Cluster, Device, Node
 from rlinf.sched.context_switch import CallbackOnloadable, ContextSwitcher, Onloadable, SwitchEvent
-from rlinf.sched.core_sharing import CoreSharing, fit_background
+from rlinf.sched.core_sharing import CoreSharing
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import (
     ClusterError,
@@ -124,7 +124,6 @@ __all__ = [
     "check_micro_batches",
     "derive_mode",
     "exhaustive_search",
-    "fit_background",
     "fit_curve",
     "fit_profile",
     "format_devices",

@@ -17,6 +17,8 @@ these indices. Three ways to get a `Cluster`:
       inter_node_bandwidth: 5.0e10   # optional, bytes/s between nodes
       intra_node_latency: 2.0e-5     # optional (0), seconds per message within a node
       inter_node_latency: 1.0e-4     # optional (0), seconds per message between nodes
+      message_latency: 1.0e-3        # optional (0), seconds every message between two
+                                     # components' processes costs, on the same devices too
       cpu_background: 0.5            # optional (0), cores' worth of CPU the runtime itself
                                      # uses on a node of CPU slots (`rlinf.sched.core_sharing`)
       nodes:                         # required, a list; entries expand in order
@@ -171,6 +173,10 @@ class Cluster:
     a link's round trip measures at zero size: process wake-ups, the transport's calls)."""
     inter_node_latency: float = 0.0
     """Seconds per message between devices on different nodes."""
+    message_latency: float = 0.0
+    """Seconds every message between two components' processes costs besides its transfer,
+    also between components on the same devices (the consumer's wake-up, the channel's put
+    and get): a measured quantity (the reasoning app fits it to a pipelined probe)."""
     cpu_background: float = 0.0
     """Cores' worth of CPU that the runtime's own processes (driver, Ray, channel transfers)
     take on each node of CPU slots while components compute beside each other; a measured
@@ -182,7 +188,8 @@ class Cluster:
             raise ClusterError("a cluster needs at least one device: expected a non-empty list")
         for label in ("intra_node_bandwidth", "inter_node_bandwidth"):
             read_number(getattr(self, label), label, error=ClusterError, positive=True)
-        for label in ("intra_node_latency", "inter_node_latency", "cpu_background"):
+        for label in ("intra_node_latency", "inter_node_latency", "message_latency",
+                      "cpu_background"):
             read_number(getattr(self, label), label, error=ClusterError)
         for i, dev in enumerate(self.devices):
             if dev.index != i:
@@ -348,6 +355,8 @@ class Cluster:
                                            "intra_node_latency", error=ClusterError),
             inter_node_latency=read_number(data.get("inter_node_latency", 0.0),
                                            "inter_node_latency", error=ClusterError),
+            message_latency=read_number(data.get("message_latency", 0.0), "message_latency",
+                                        error=ClusterError),
             cpu_background=read_number(data.get("cpu_background", 0.0), "cpu_background",
                                        error=ClusterError),
         )
@@ -400,6 +409,7 @@ class Cluster:
             "inter_node_bandwidth": self.inter_node_bandwidth,
             "intra_node_latency": self.intra_node_latency,
             "inter_node_latency": self.inter_node_latency,
+            **({"message_latency": self.message_latency} if self.message_latency else {}),
             **({"cpu_background": self.cpu_background} if self.cpu_background else {}),
             "nodes": entries,
         }
@@ -457,8 +467,8 @@ class Cluster:
 
 
 _CLUSTER_KEYS = frozenset({"name", "intra_node_bandwidth", "inter_node_bandwidth",
-                           "intra_node_latency", "inter_node_latency", "cpu_background",
-                           "nodes"})
+                           "intra_node_latency", "inter_node_latency", "message_latency",
+                           "cpu_background", "nodes"})
 _NODE_KEYS = frozenset(
     {"count", "devices", "device_kind", "device_memory", "backend", "nvlink", "cpus", "memory",
      "hostname", "address"}
@@ -490,7 +500,7 @@ class _Builder:
     def build(
         self, *, name: str, intra_node_bandwidth: float, inter_node_bandwidth: float,
         intra_node_latency: float = 0.0, inter_node_latency: float = 0.0,
-        cpu_background: float = 0.0,
+        message_latency: float = 0.0, cpu_background: float = 0.0,
     ) -> Cluster:
         nodes: list[Node] = []
         devices: list[Device] = []
@@ -505,7 +515,7 @@ class _Builder:
             ))
         return Cluster(
             tuple(nodes), tuple(devices), name, intra_node_bandwidth, inter_node_bandwidth,
-            intra_node_latency, inter_node_latency, cpu_background,
+            intra_node_latency, inter_node_latency, message_latency, cpu_background,
         )
 
 

@@ -18,13 +18,12 @@ simulator keeps its fixed-duration schedule for them.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from rlinf.sched.cluster import Cluster
 
-__all__ = ["CoreSharing", "fit_background"]
+__all__ = ["CoreSharing"]
 
 
 @dataclass(frozen=True)
@@ -67,29 +66,3 @@ class CoreSharing:
             rate = min(rate, self.speed(node, computing.get(node, 0)) / self.speed(node, mine))
         return rate
 
-
-def fit_background(cluster: Cluster, simulated: Callable[[Cluster], float],
-                   measured: float) -> Cluster:
-    """`cluster` with the `Cluster.cpu_background` at which `simulated` (the simulated
-    seconds of a plan that ran, e.g. a pipelined profiling probe) comes closest to
-    `measured` (its measured seconds), by bisection. The background can only be fitted
-    where it slows components beside each other without slowing one alone, up to one core
-    short of a node's cores (beyond, a one-thread component's profiled speed would drop
-    too and the model turns); at that bound when even it falls short. Unchanged when no
-    node's slots could share cores."""
-    cores = CoreSharing.of(dataclasses.replace(cluster, cpu_background=1.0))
-    if cores is None or measured <= 0:
-        return cluster
-    low, high = 0.0, float(max(cores.cores.values()) - 1)
-
-    def at(background: float) -> float:
-        return simulated(dataclasses.replace(cluster, cpu_background=background))
-
-    if high <= 0 or at(low) >= measured:
-        return dataclasses.replace(cluster, cpu_background=0.0)
-    if at(high) <= measured:
-        return dataclasses.replace(cluster, cpu_background=high)
-    for _ in range(40):
-        middle = (low + high) / 2
-        low, high = (middle, high) if at(middle) < measured else (low, middle)
-    return dataclasses.replace(cluster, cpu_background=(low + high) / 2)

@@ -675,16 +675,19 @@ def _schedule(workflow: Workflow) -> Iterable[tuple[str, int]]:
 
 
 def _link(layout: Layout, cluster: Cluster, src: str, dst: str) -> tuple[float, float]:
-    """(bytes/s, seconds per message) from `src` to `dst`: free on the same device set,
-    else ``min(|src devices|, |dst devices|)`` parallel links of the node's (or the
-    inter-node) bandwidth, each message paying the link's latency once."""
+    """(bytes/s, seconds per message) from `src` to `dst`: every message pays the cluster's
+    `message_latency` (a hop between processes); on the same device set the bytes move
+    for free, else over ``min(|src devices|, |dst devices|)`` parallel links of the node's
+    (or the inter-node) bandwidth, each message paying the link's latency once more."""
     if layout.comp_sets.get(src) == layout.comp_sets.get(dst):
-        return math.inf, 0.0
+        return math.inf, cluster.message_latency
     links = min(layout.comp_devices[src], layout.comp_devices[dst])
     same_node = layout.comp_node[src] is not None and layout.comp_node[src] == layout.comp_node[dst]
     if same_node:
-        return cluster.intra_node_bandwidth * links, cluster.intra_node_latency
-    return cluster.inter_node_bandwidth * links, cluster.inter_node_latency
+        return (cluster.intra_node_bandwidth * links,
+                cluster.intra_node_latency + cluster.message_latency)
+    return (cluster.inter_node_bandwidth * links,
+            cluster.inter_node_latency + cluster.message_latency)
 
 
 def _memory(

@@ -34,7 +34,6 @@ from rlinf.sched import (
     Profile,
     Profiler,
     fit_profile,
-    format_devices,
     plan,
 )
 from rlinf.workers.errors import ConfigError
@@ -84,9 +83,11 @@ class AutoReport:
 
 def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
                  device_counts: Sequence[int] | None = None,
-                 timeout: float = 600.0) -> Profile:
+                 timeout: float = 600.0, pipeline_probe: bool = True) -> Profile:
     """Measure every component of `flow` at each of `batch_sizes` (global batch, items) on
-    each of `device_counts` devices (default: 1 and every device of `cluster`)."""
+    each of `device_counts` devices (default: 1 and every device of `cluster`), and with
+    `pipeline_probe` run the pipelined probe where it measures something
+    (`pipeline_probe_spec`; a caller pricing only collocated plans can skip it)."""
     sizes = sorted(set(batch_sizes))
     counts = sorted(set(device_counts or (1, cluster.num_devices)))
     if not sizes or min(sizes) < 1:
@@ -109,7 +110,7 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
             profile = profile.merge(run.profile(skip=len(sizes)))
             profile = profile.merge(_overheads(run.records[len(sizes):]))
         _log.info("flow_profiled", flow=flow.name, devices=n, sizes=sizes)
-    split = pipeline_probe_spec(flow, cluster)
+    split = pipeline_probe_spec(flow, cluster) if pipeline_probe else None
     if split is not None:
         profile = profile.merge(_pipeline_probe(flow, cluster, split, max(sizes), timeout))
     return profile
@@ -124,18 +125,17 @@ WEIGHT_SYNC = "weight_sync"
 
 def pipeline_probe_spec(flow: MacroFlow, cluster: Cluster) -> str | None:
     """The placement of the pipelined probe, or None when there is nothing for it to
-    measure: the first component on the first half of the devices, the others collocated
-    on the rest, so components compute beside each other as a pipelined plan has them.
-    Only on clusters of CPU slots with a known core count, where the cores those components
-    share (and the runtime's own use of them, `Cluster.cpu_background`) decide how fast a
-    pipelined plan runs; collocated probes cannot show it."""
+    measure: the first component on device 0, the others collocated on device 1, so
+    components compute beside each other and every message is a hop between processes,
+    as in a pipelined plan (collocated probes hide both: one component computes at a time
+    and a hop overlaps the producer's next call). Two devices whatever the cluster's size,
+    so the probe shares no core more than a plan would. Only on clusters of CPU slots with
+    a known core count, where those hops and the shared cores decide how fast a pipelined
+    plan runs."""
     probe_cluster = dataclasses.replace(cluster, cpu_background=1.0)
     if len(flow.names) < 2 or cluster.num_devices < 2 or CoreSharing.of(probe_cluster) is None:
         return None
-    half = (cluster.num_devices + 1) // 2
-    first, rest = flow.names[0], ",".join(flow.names[1:])
-    return f"{first}: {format_devices(range(half))}, " \
-           f"{rest}: {format_devices(range(half, cluster.num_devices))}"
+    return f"{flow.names[0]}: 0, {','.join(flow.names[1:])}: 1"
 
 
 def _pipeline_probe(flow: MacroFlow, cluster: Cluster, spec: str, size: int,
