@@ -206,38 +206,17 @@ def weight_sync_seconds(profile: Profile) -> float:
 
 
 def calibrated(cluster: Cluster, profile: Profile, spec: FlowSpec) -> Cluster:
-    """`cluster` with the latency every message between two components' processes costs
-    (`Cluster.message_latency`) raised until the pipelined probe's simulation matches the
-    iterations it measured (`rlinf.workers.flow.pipeline_probe_spec`). A collocated probe
-    hides that cost (each hop overlaps the producer's next call); a pipelined plan pays it
-    on its critical path, a channel put, a get and a process wake-up per message (about
-    10 ms on 2 loaded cores). Never lowered; unchanged without a pipelined probe in
-    `profile`."""
-    measured = [m for m in profile.measurements if m.component == rf.PROBE_ITERATION]
-    stored = profile.metadata.get("probe_plan")
-    if not measured or not isinstance(stored, dict):
-        return cluster
-    probe = ExecutionPlan.from_dict(stored)
-    size = measured[0].batch_size
-    at_size = dataclasses.replace(spec, prompts_per_step=max(1, size // spec.rollout.group_size))
+    """`cluster` with its message latency fitted to the pipelined probe in `profile`
+    (`rlinf.workers.flow.calibrated_cluster`), the probe simulated as the flow runs it
+    (`predict`) at the batch it ran; unchanged without one."""
     cost = ProfileCosts(profile)
-    target = statistics.median(m.seconds for m in measured)
 
-    def simulated(latency: float) -> float:
-        candidate = dataclasses.replace(cluster, message_latency=latency)
+    def simulated(probe: ExecutionPlan, size: int, candidate: Cluster) -> float:
+        prompts = max(1, size // spec.rollout.group_size)
+        at_size = dataclasses.replace(spec, prompts_per_step=prompts)
         return _priced(probe, at_size, cost, candidate)[1].iteration_time
 
-    low = cluster.message_latency
-    if simulated(low) >= target:
-        return cluster
-    high = max(2 * low, 1e-4)
-    while simulated(high) < target and high < target:
-        high *= 2
-    for _ in range(30):
-        middle = (low + high) / 2
-        low, high = (middle, high) if simulated(middle) < target else (low, middle)
-    _log.info("message_latency_fitted", latency_s=high, probe=probe.spec, measured_s=target)
-    return dataclasses.replace(cluster, message_latency=high)
+    return rf.calibrated_cluster(cluster, profile, simulated)
 
 
 def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) -> PlanChoice:

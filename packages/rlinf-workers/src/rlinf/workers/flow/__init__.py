@@ -23,9 +23,12 @@ runs it.
 """
 
 from rlinf.workers.flow.auto import (
+    COLLOCATED_PROBE_ITERATION,
     PROBE_ITERATION,
     WEIGHT_SYNC,
     AutoReport,
+    ProbeSimulation,
+    calibrated_cluster,
     launch_auto,
     pipeline_probe_spec,
     plan_flow,
@@ -51,6 +54,7 @@ from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
 
 __all__ = [
+    "COLLOCATED_PROBE_ITERATION",
     "PROBE_ITERATION",
     "TRANSPORTS",
     "WEIGHT_SYNC",
@@ -72,6 +76,7 @@ __all__ = [
     "PeerGoneError",
     "PeerTimeoutError",
     "PhaseRecord",
+    "ProbeSimulation",
     "Sharding",
     "StepContext",
     "UnknownComponentError",
@@ -81,6 +86,7 @@ __all__ = [
     "WeightSyncSpec",
     "WeightSyncTargetError",
     "WeightTransport",
+    "calibrated_cluster",
     "cluster_address",
     "cluster_reachable",
     "ensure_ray",

@@ -6,9 +6,12 @@ a component's parallel part from its fixed and collective parts), and times an i
 each batch size after a discarded warm-up iteration at that size; what it measures is what
 `FlowRun.profile` records (busy time, peak memory, onloads and offloads per component).
 Probe runs train throw-away copies and are closed before the real run starts, so the run's
-trajectory is the same as with a fixed placement. `plan_flow` fits the profile
-(`rlinf.sched.fit_profile`) and asks the M2Flow planner (`rlinf.sched.plan`) for ranked
-plans of `MacroFlow.to_sched_workflow()`; `launch_auto` launches the best one and returns
+trajectory is the same as with a fixed placement. The probes also record their weight
+syncs, the collocated probe's whole iteration and, on CPU slots, a pipelined probe's
+(`pipeline_probe_spec`), to which `calibrated_cluster` fits the cluster's message latency
+and CPU background. `plan_flow` fits the profile (`rlinf.sched.fit_profile`), calibrates
+the cluster, and asks the M2Flow planner (`rlinf.sched.plan`) for ranked plans of
+`MacroFlow.to_sched_workflow()`; `launch_auto` launches the best one and returns
 an `AutoReport` whose `predicted_seconds` the caller compares with the measured iterations
 (`AutoReport.compare`).
 """
@@ -19,8 +22,9 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import structlog
 
@@ -35,6 +39,7 @@ from rlinf.sched import (
     Profiler,
     fit_profile,
     plan,
+    simulate,
 )
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.declaration import MacroFlow
@@ -42,8 +47,9 @@ from rlinf.workers.flow.ray_session import ensure_ray
 from rlinf.workers.flow.records import IterationRecord
 from rlinf.workers.flow.run import FlowRun
 
-__all__ = ["PROBE_ITERATION", "WEIGHT_SYNC", "AutoReport", "launch_auto",
-           "pipeline_probe_spec", "plan_flow", "profile_flow"]
+__all__ = ["COLLOCATED_PROBE_ITERATION", "PROBE_ITERATION", "WEIGHT_SYNC", "AutoReport",
+           "ProbeSimulation", "calibrated_cluster", "launch_auto", "pipeline_probe_spec",
+           "plan_flow", "profile_flow"]
 
 _log = structlog.get_logger(__name__)
 
@@ -109,6 +115,10 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
                 run.step(i, global_batch=size)
             profile = profile.merge(run.profile(skip=len(sizes)))
             profile = profile.merge(_overheads(run.records[len(sizes):]))
+            if n == counts[-1]:  # the collocated probe's iteration at the largest size
+                profile = profile.merge(_probe_iterations(
+                    COLLOCATED_PROBE_ITERATION, "collocated_probe_plan", probe,
+                    run.records[-1:], size=max(sizes), num_devices=cluster.num_devices))
         _log.info("flow_profiled", flow=flow.name, devices=n, sizes=sizes)
     split = pipeline_probe_spec(flow, cluster) if pipeline_probe else None
     if split is not None:
@@ -119,6 +129,9 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
 PROBE_ITERATION = "probe_iteration"
 """Profile entries of the pipelined probe: its measured dataflow seconds per iteration
 (the plan it ran is the profile's ``probe_plan`` metadata)."""
+COLLOCATED_PROBE_ITERATION = "collocated_probe_iteration"
+"""Profile entries of the collocated probe on every device at the largest size: its
+measured dataflow seconds (its plan: the ``collocated_probe_plan`` metadata)."""
 WEIGHT_SYNC = "weight_sync"
 """Profile entries of the probes' weight syncs (seconds each), paid by every plan."""
 
@@ -142,17 +155,26 @@ def _pipeline_probe(flow: MacroFlow, cluster: Cluster, spec: str, size: int,
                     timeout: float) -> Profile:
     """A warm-up and two measured iterations at `size` of the pipelined probe `spec`."""
     probe = flow.fixed_plan(spec, num_devices=cluster.num_devices)
-    profiler = Profiler(track_memory=False)
     with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
         for i in range(3):
-            record = run.step(i, global_batch=size)
-            if i:
-                profiler.record(Measurement(
-                    component=PROBE_ITERATION, batch_size=size, num_devices=cluster.num_devices,
-                    seconds=record.metrics["time/dataflow"], peak_memory_bytes=0,
-                    memory_source="none", timestamp=0.0))
+            run.step(i, global_batch=size)
+        measured = run.records[1:]
     _log.info("flow_pipeline_probed", flow=flow.name, plan=spec, size=size)
-    return Profile(profiler.profile.measurements, metadata={"probe_plan": probe.to_dict()})
+    return _probe_iterations(PROBE_ITERATION, "probe_plan", probe, measured, size=size,
+                             num_devices=cluster.num_devices)
+
+
+def _probe_iterations(component: str, key: str, probe: ExecutionPlan,
+                      records: Sequence[IterationRecord], *, size: int,
+                      num_devices: int) -> Profile:
+    """The dataflow seconds of `records` as `component` entries, `probe` as metadata."""
+    profiler = Profiler(track_memory=False)
+    for record in records:
+        profiler.record(Measurement(
+            component=component, batch_size=size, num_devices=num_devices,
+            seconds=record.metrics["time/dataflow"], peak_memory_bytes=0,
+            memory_source="none", timestamp=0.0))
+    return Profile(profiler.profile.measurements, metadata={key: probe.to_dict()})
 
 
 def _overheads(records: Sequence[IterationRecord]) -> Profile:
@@ -167,10 +189,93 @@ def _overheads(records: Sequence[IterationRecord]) -> Profile:
     return profiler.profile
 
 
+ProbeSimulation = Callable[[ExecutionPlan, int, Cluster], float]
+"""Simulated seconds of a probe plan at a global batch (items) on a cluster."""
+
+
+def calibrated_cluster(cluster: Cluster, profile: Profile,
+                       simulated: ProbeSimulation) -> Cluster:
+    """`cluster` calibrated to the probes' measured iterations, in two steps:
+
+    1. `Cluster.message_latency`, raised until `simulated` of the collocated probe matches
+       it: each hop between processes (a channel put, a get, a wake-up) shows there once
+       per hand-over from one component to the next.
+    2. `Cluster.cpu_background`, raised within [0, C - 1] (`rlinf.sched.core_sharing`)
+       until the pipelined probe (`pipeline_probe_spec`) matches it: components computing
+       side by side share the cores with each other and with the driver and Ray, which a
+       collocated probe never shows.
+
+    Each by bisection (list scheduling is not monotone in either, so the value found is
+    one at which the simulation matches, not necessarily the least); never lowered; a
+    step without its probe in `profile` leaves its setting as it is."""
+    cluster = _fit(cluster, profile, simulated, component=COLLOCATED_PROBE_ITERATION,
+                   key="collocated_probe_plan", setting="message_latency", bound=None)
+    sharing = CoreSharing.of(dataclasses.replace(cluster, cpu_background=1.0))
+    if sharing is not None:
+        bound = float(max(sharing.cores.values()) - 1)
+        cluster = _fit(cluster, profile, simulated, component=PROBE_ITERATION,
+                       key="probe_plan", setting="cpu_background", bound=bound)
+    return cluster
+
+
+Calibrated = Literal["message_latency", "cpu_background"]
+
+
+def _with(cluster: Cluster, setting: Calibrated, value: float) -> Cluster:
+    if setting == "message_latency":
+        return dataclasses.replace(cluster, message_latency=value)
+    return dataclasses.replace(cluster, cpu_background=value)
+
+
+def _fit(cluster: Cluster, profile: Profile, simulated: ProbeSimulation, *, component: str,
+         key: str, setting: Calibrated, bound: float | None) -> Cluster:
+    """`cluster` with `setting` raised (up to `bound`) until `simulated` of the probe
+    stored under `key` matches its `component` entries."""
+    measured = [m for m in profile.measurements if m.component == component]
+    stored = profile.metadata.get(key)
+    if not measured or not isinstance(stored, dict):
+        return cluster
+    probe = ExecutionPlan.from_dict(stored)
+    size = measured[0].batch_size
+    target = statistics.median(m.seconds for m in measured)
+
+    def at(value: float) -> float:
+        return simulated(probe, size, _with(cluster, setting, value))
+
+    low = float(getattr(cluster, setting))
+    if at(low) >= target or (bound is not None and low >= bound):
+        return cluster
+    if bound is not None:
+        high = bound
+        if at(high) <= target:
+            return _with(cluster, setting, high)
+    else:
+        high = max(2 * low, 1e-4)
+        while at(high) < target and high < target:
+            high *= 2
+    for _ in range(30):
+        middle = (low + high) / 2
+        low, high = (middle, high) if at(middle) < target else (low, middle)
+    _log.info("probe_fitted", setting=setting, value=high, probe=probe.spec,
+              measured_s=target)
+    return _with(cluster, setting, high)
+
+
 def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
               options: PlannerOptions | None = None) -> PlanResult:
-    """Ranked plans of `flow` on `cluster`, priced by cost curves fitted to `profile`."""
-    return plan(flow.to_sched_workflow(), fit_profile(profile), cluster, options=options)
+    """Ranked plans of `flow` on `cluster` (its message latency calibrated to the pipelined
+    probe, `calibrated_cluster`), priced by cost curves fitted to `profile`."""
+    workflow = flow.to_sched_workflow()
+    cost = fit_profile(profile)
+
+    def simulated(probe: ExecutionPlan, size: int, candidate: Cluster) -> float:
+        at_size = dataclasses.replace(workflow, global_batch=size)
+        micro = {name: min(items, size) for name, items in probe.micro_batch.items()}
+        return simulate(at_size, probe.placement, cost, candidate,
+                        micro_batch=micro).iteration_time
+
+    return plan(workflow, cost, calibrated_cluster(cluster, profile, simulated),
+                options=options)
 
 
 def launch_auto(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
