@@ -23,7 +23,6 @@ runs it.
 """
 
 from rlinf.workers.flow.auto import (
-    COLLOCATED_PROBE_ITERATION,
     PROBE_ITERATION,
     WEIGHT_SYNC,
     AutoReport,
@@ -54,7 +53,6 @@ from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
 
 __all__ = [
-    "COLLOCATED_PROBE_ITERATION",
     "PROBE_ITERATION",
     "TRANSPORTS",
     "WEIGHT_SYNC",

@@ -7,13 +7,12 @@ each batch size after a discarded warm-up iteration at that size; what it measur
 `FlowRun.profile` records (busy time, peak memory, onloads and offloads per component).
 Probe runs train throw-away copies and are closed before the real run starts, so the run's
 trajectory is the same as with a fixed placement. The probes also record their weight
-syncs, the collocated probe's whole iteration and, on CPU slots, a pipelined probe's
-(`pipeline_probe_spec`), to which `calibrated_cluster` fits the cluster's message latency
-and CPU background. `plan_flow` fits the profile (`rlinf.sched.fit_profile`), calibrates
-the cluster, and asks the M2Flow planner (`rlinf.sched.plan`) for ranked plans of
-`MacroFlow.to_sched_workflow()`; `launch_auto` launches the best one and returns
-an `AutoReport` whose `predicted_seconds` the caller compares with the measured iterations
-(`AutoReport.compare`).
+syncs and, on CPU slots, a pipelined probe's iterations (`pipeline_probe_spec`), to which
+`calibrated_cluster` fits the cluster's message latency. `plan_flow` fits the profile
+(`rlinf.sched.fit_profile`), calibrates the cluster, and asks the M2Flow planner
+(`rlinf.sched.plan`) for ranked plans of `MacroFlow.to_sched_workflow()`; `launch_auto`
+launches the best one and returns an `AutoReport` whose `predicted_seconds` the caller
+compares with the measured iterations (`AutoReport.compare`).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
 import structlog
 
@@ -47,7 +45,7 @@ from rlinf.workers.flow.ray_session import ensure_ray
 from rlinf.workers.flow.records import IterationRecord
 from rlinf.workers.flow.run import FlowRun
 
-__all__ = ["COLLOCATED_PROBE_ITERATION", "PROBE_ITERATION", "WEIGHT_SYNC", "AutoReport",
+__all__ = ["PROBE_ITERATION", "WEIGHT_SYNC", "AutoReport",
            "ProbeSimulation", "calibrated_cluster", "launch_auto", "pipeline_probe_spec",
            "plan_flow", "profile_flow"]
 
@@ -115,10 +113,6 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
                 run.step(i, global_batch=size)
             profile = profile.merge(run.profile(skip=len(sizes)))
             profile = profile.merge(_overheads(run.records[len(sizes):]))
-            if n == counts[-1]:  # the collocated probe's iteration at the largest size
-                profile = profile.merge(_probe_iterations(
-                    COLLOCATED_PROBE_ITERATION, "collocated_probe_plan", probe,
-                    run.records[-1:], size=max(sizes), num_devices=cluster.num_devices))
         _log.info("flow_profiled", flow=flow.name, devices=n, sizes=sizes)
     split = pipeline_probe_spec(flow, cluster) if pipeline_probe else None
     if split is not None:
@@ -129,9 +123,6 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
 PROBE_ITERATION = "probe_iteration"
 """Profile entries of the pipelined probe: its measured dataflow seconds per iteration
 (the plan it ran is the profile's ``probe_plan`` metadata)."""
-COLLOCATED_PROBE_ITERATION = "collocated_probe_iteration"
-"""Profile entries of the collocated probe on every device at the largest size: its
-measured dataflow seconds (its plan: the ``collocated_probe_plan`` metadata)."""
 WEIGHT_SYNC = "weight_sync"
 """Profile entries of the probes' weight syncs (seconds each), paid by every plan."""
 
@@ -195,70 +186,37 @@ ProbeSimulation = Callable[[ExecutionPlan, int, Cluster], float]
 
 def calibrated_cluster(cluster: Cluster, profile: Profile,
                        simulated: ProbeSimulation) -> Cluster:
-    """`cluster` calibrated to the probes' measured iterations, in two steps:
-
-    1. `Cluster.message_latency`, raised until `simulated` of the collocated probe matches
-       it: each hop between processes (a channel put, a get, a wake-up) shows there once
-       per hand-over from one component to the next.
-    2. `Cluster.cpu_background`, raised within [0, C - 1] (`rlinf.sched.core_sharing`)
-       until the pipelined probe (`pipeline_probe_spec`) matches it: components computing
-       side by side share the cores with each other and with the driver and Ray, which a
-       collocated probe never shows.
-
-    Each by bisection (list scheduling is not monotone in either, so the value found is
-    one at which the simulation matches, not necessarily the least); never lowered; a
-    step without its probe in `profile` leaves its setting as it is."""
-    cluster = _fit(cluster, profile, simulated, component=COLLOCATED_PROBE_ITERATION,
-                   key="collocated_probe_plan", setting="message_latency", bound=None)
-    sharing = CoreSharing.of(dataclasses.replace(cluster, cpu_background=1.0))
-    if sharing is not None:
-        bound = float(max(sharing.cores.values()) - 1)
-        cluster = _fit(cluster, profile, simulated, component=PROBE_ITERATION,
-                       key="probe_plan", setting="cpu_background", bound=bound)
-    return cluster
-
-
-Calibrated = Literal["message_latency", "cpu_background"]
-
-
-def _with(cluster: Cluster, setting: Calibrated, value: float) -> Cluster:
-    if setting == "message_latency":
-        return dataclasses.replace(cluster, message_latency=value)
-    return dataclasses.replace(cluster, cpu_background=value)
-
-
-def _fit(cluster: Cluster, profile: Profile, simulated: ProbeSimulation, *, component: str,
-         key: str, setting: Calibrated, bound: float | None) -> Cluster:
-    """`cluster` with `setting` raised (up to `bound`) until `simulated` of the probe
-    stored under `key` matches its `component` entries."""
-    measured = [m for m in profile.measurements if m.component == component]
-    stored = profile.metadata.get(key)
+    """`cluster` with `Cluster.message_latency` raised until `simulated` of the pipelined
+    probe (`pipeline_probe_spec`) matches the dataflow seconds it measured: collocated
+    probes hide each hop between processes behind the producer's next call and compute one
+    component at a time; a pipelined plan pays the hops (a channel put, a get and a wake-up
+    per message) on its critical path, with components sharing the cores, and the latency
+    absorbs both. By bisection (list scheduling is not monotone in the latency, so the
+    latency found is one at which the simulation matches, not necessarily the least); never
+    lowered; unchanged without a pipelined probe in `profile` (a GPU cluster,
+    `pipeline_probe=False`, a profile cached before)."""
+    measured = [m for m in profile.measurements if m.component == PROBE_ITERATION]
+    stored = profile.metadata.get("probe_plan")
     if not measured or not isinstance(stored, dict):
         return cluster
     probe = ExecutionPlan.from_dict(stored)
     size = measured[0].batch_size
     target = statistics.median(m.seconds for m in measured)
 
-    def at(value: float) -> float:
-        return simulated(probe, size, _with(cluster, setting, value))
+    def at(latency: float) -> float:
+        return simulated(probe, size, dataclasses.replace(cluster, message_latency=latency))
 
-    low = float(getattr(cluster, setting))
-    if at(low) >= target or (bound is not None and low >= bound):
+    low = cluster.message_latency
+    if at(low) >= target:
         return cluster
-    if bound is not None:
-        high = bound
-        if at(high) <= target:
-            return _with(cluster, setting, high)
-    else:
-        high = max(2 * low, 1e-4)
-        while at(high) < target and high < target:
-            high *= 2
+    high = max(2 * low, 1e-4)
+    while at(high) < target and high < target:
+        high *= 2
     for _ in range(30):
         middle = (low + high) / 2
         low, high = (middle, high) if at(middle) < target else (low, middle)
-    _log.info("probe_fitted", setting=setting, value=high, probe=probe.spec,
-              measured_s=target)
-    return _with(cluster, setting, high)
+    _log.info("message_latency_fitted", latency_s=high, probe=probe.spec, measured_s=target)
+    return dataclasses.replace(cluster, message_latency=high)
 
 
 def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
