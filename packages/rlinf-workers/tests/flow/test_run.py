@@ -22,6 +22,7 @@ from rlinf.sched import Cluster, Component, Edge, Loop
 from rlinf.workers.errors import WorkerDiedError
 from rlinf.workers.flow import (
     PROBE_ITERATION,
+    WEIGHT_SYNC,
     ChannelSpec,
     ComponentSpec,
     FlowClosedError,
@@ -265,9 +266,10 @@ def test_auto_profiles_plans_and_launches_the_best_plan(clean: None) -> None:
     with run:
         records = [run.step(k) for k in range(2)]
     sizes = {(m.component, m.batch_size, m.num_devices) for m in report.profile.measurements}
-    # collocated probes on 1 and 2 slots, then (CPU slots of known cores) a pipelined one
+    # collocated probes on 1 and 2 slots with their weight syncs, then (CPU slots of known
+    # cores) a pipelined one
     assert sizes == {(c, b, n) for c in ("source", "sink") for b in (4, 8) for n in (1, 2)} | \
-        {(PROBE_ITERATION, 8, 2)}
+        {(WEIGHT_SYNC, 1, 1), (PROBE_ITERATION, 8, 2)}
     assert report.profile.metadata["probe_plan"]["spec"] == "source: 0, sink: 1"
     assert run.plan == report.plan == report.ranked.best
     assert math.isfinite(report.predicted_seconds) and report.predicted_seconds > 0
