@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,6 +343,43 @@ _Residents = dict[int, tuple[str, ...]]
 """Per tracked atom: its residents, least recently used first."""
 
 
+def _ready_time(
+    prepared: Mapping[str, _Prepared], name: str, step: int, j: int, *,
+    ends: Mapping[tuple[str, int], Sequence[float]],
+    stream_time: Callable[[tuple[str, int], float], float | None],
+) -> float | None:
+    """When call j of (name, step) has its inputs; None while a producer call it needs is
+    not placed yet. `ends` holds the placed calls' end times, `stream_time` when a
+    streaming producer's step reached a fraction of its work (None: not yet known)."""
+    ready = 0.0
+    for inp, (bw, latency) in prepared[name].edges:
+        if inp.rule == 0:
+            src_step = step
+        elif inp.rule == 1:
+            if step == 0:
+                continue
+            src_step = step - 1
+        elif inp.rule == 2:
+            if step > 0:
+                continue
+            src_step = prepared[inp.src].steps - 1
+        else:
+            src_step = prepared[inp.src].steps - 1
+        if inp.streaming:
+            t = stream_time((inp.src, src_step), inp.fraction[j])
+            if t is None:
+                return None
+        else:
+            placed = ends.get((inp.src, src_step))
+            if placed is None or len(placed) <= inp.index[j]:
+                return None
+            t = placed[inp.index[j]]
+        if inp.nbytes[j] > 0:
+            t += latency + inp.nbytes[j] / bw
+        ready = max(ready, t)
+    return ready
+
+
 def _run(
     workflow: Workflow, layout: Layout, cost: CostModel, cluster: Cluster, *,
     prepared: Mapping[str, _Prepared], tasks: Sequence[tuple[str, int]], residents: _Residents,
@@ -360,37 +397,12 @@ def _run(
     intervals: list[Interval] = []
     done_steps: dict[str, int] = {name: 0 for name in prepared}
 
+    def stream_time(key: tuple[str, int], fraction: float) -> float | None:
+        stream = streams.get(key)
+        return None if stream is None else stream[0] + stream[1] * fraction
+
     def ready_time(name: str, step: int, j: int) -> float | None:
-        """When call j of (name, step) has its inputs; None while a producer call it needs
-        is not placed yet."""
-        ready = 0.0
-        for inp, (bw, latency) in prepared[name].edges:
-            if inp.rule == 0:
-                src_step = step
-            elif inp.rule == 1:
-                if step == 0:
-                    continue
-                src_step = step - 1
-            elif inp.rule == 2:
-                if step > 0:
-                    continue
-                src_step = prepared[inp.src].steps - 1
-            else:
-                src_step = prepared[inp.src].steps - 1
-            if inp.streaming:
-                stream = streams.get((inp.src, src_step))
-                if stream is None:
-                    return None
-                t = stream[0] + stream[1] * inp.fraction[j]
-            else:
-                placed = ends.get((inp.src, src_step))
-                if placed is None or len(placed) <= inp.index[j]:
-                    return None
-                t = placed[inp.index[j]]
-            if inp.nbytes[j] > 0:
-                t += latency + inp.nbytes[j] / bw
-            ready = max(ready, t)
-        return ready
+        return _ready_time(prepared, name, step, j, ends=ends, stream_time=stream_time)
 
     # List scheduling: repeatedly start the call that can start earliest (ties: dependency
     # order), so a device's idle gap goes to whichever component has work ready, as the
@@ -518,33 +530,7 @@ def _run_shared(
         return None
 
     def ready_time(name: str, step: int, j: int) -> float | None:
-        ready = 0.0
-        for inp, (bw, latency) in prepared[name].edges:
-            if inp.rule == 0:
-                src_step = step
-            elif inp.rule == 1:
-                if step == 0:
-                    continue
-                src_step = step - 1
-            elif inp.rule == 2:
-                if step > 0:
-                    continue
-                src_step = prepared[inp.src].steps - 1
-            else:
-                src_step = prepared[inp.src].steps - 1
-            if inp.streaming:
-                t = stream_time((inp.src, src_step), inp.fraction[j])
-                if t is None:
-                    return None
-            else:
-                placed = ends.get((inp.src, src_step))
-                if placed is None or len(placed) <= inp.index[j]:
-                    return None
-                t = placed[inp.index[j]]
-            if inp.nbytes[j] > 0:
-                t += latency + inp.nbytes[j] / bw
-            ready = max(ready, t)
-        return ready
+        return _ready_time(prepared, name, step, j, ends=ends, stream_time=stream_time)
 
     busy_atoms: set[int] = set()
     running: list[_Call] = []
