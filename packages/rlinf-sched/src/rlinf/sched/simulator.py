@@ -380,6 +380,11 @@ def _ready_time(
     return ready
 
 
+# Times closer than this are equal: two calls ready "at once" by different float sums tie,
+# and ties go by dependency order in both schedules, never by rounding noise.
+_EPS = 1e-9
+
+
 def _run(
     workflow: Workflow, layout: Layout, cost: CostModel, cluster: Cluster, *,
     prepared: Mapping[str, _Prepared], tasks: Sequence[tuple[str, int]], residents: _Residents,
@@ -424,7 +429,7 @@ def _run(
             if any(name not in residency[a] for a in prep.switching_atoms):
                 sw = cost.switch_time(name)
             start = begin + sw
-            if best is None or start < best[0]:
+            if best is None or start < best[0] - _EPS:
                 best = (start, ti, begin, sw)
         if best is None:  # pragma: no cover - _schedule is a topological order
             raise PlanningError("the workflow's dependencies could not be scheduled")
@@ -482,9 +487,6 @@ class _Call:
     def done(self) -> float:
         """Fraction of its work done."""
         return 1.0 - self.remaining / self.work if self.work > 0 else 1.0
-
-
-_EPS = 1e-12
 
 
 def _run_shared(
