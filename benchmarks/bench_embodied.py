@@ -19,10 +19,15 @@ average is above ``--max-load``:
   pipelined over rlinf.comm point-to-point messages; the actor on devices 0-1;
 - ``auto``: `EmbodiedFlow.measure` → `rlinf.sched.fit_profile` → `rlinf.sched.plan` over
   the 2 CPU devices → launch the chosen plan (placement and stage groups);
-- SB3 PPO with ``DummyVecEnv``, with ``SubprocVecEnv`` (fork; one process per env) and,
-  when envpool is installed, with envpool's C++ vector env on every core
+- SB3 PPO (`sb3_ppo`) with ``DummyVecEnv``, with ``SubprocVecEnv`` (fork; one process per
+  env) and, when envpool is installed, with envpool's C++ vector env on every core
   (`envpool_vec_env.EnvpoolVecEnv`), each with torch's default threads (one per core) and
-  with one thread; the fastest is the baseline.
+  with one thread;
+- torchrl's PPO (`torchrl_ppo`), when torchrl is installed: its collector in the learner's
+  process (both thread counts) and its multi-process collector (`MultiSyncCollector`, one
+  collector process per core).
+
+The fastest of SB3's and torchrl's configurations is the best peer.
 
 The profile (`EmbodiedFlow.measure` on the hybrid flow: env steps, policy forwards and actor
 updates at several batch sizes, plus round trips of stage-group messages between the env and
@@ -30,14 +35,21 @@ policy processes, which `link_cluster` fits to the link's latency per message an
 is fitted once; for every rlinf mode the planner's simulator prices the same plan with it,
 and the predicted and measured seconds per iteration stand side by side. The last line is one JSON
 object: ``speedup_vs_best_peer_<width>`` (best rlinf mode over the fastest peer, env
-steps/s; the peers are SB3's configurations, torchrl is not installed here),
-``speedup_vs_sb3`` (the same, at the first width), ``hybrid_speedup_vs_collocated``,
-``auto_vs_best_fixed``, ``max_prediction_error`` (largest |predicted - measured| /
-measured), CPU-seconds per 1,000 steps, and details. Several ``--width`` values run one
-after another (each with its own rounds) into one object, with the worst
-``auto_vs_best_fixed`` and ``max_prediction_error`` over widths and each width's summary
-under ``per_width``. User settings: ``--width 64 256 --epochs 10 --minibatch-size 64
---num-envs 16 --rollout-steps 128``.
+steps/s), ``speedup_vs_sb3`` (over the fastest SB3 configuration, at the first width),
+``hybrid_speedup_vs_collocated``, ``auto_vs_best_fixed``, ``max_prediction_error``
+(largest |predicted - measured| / measured), CPU-seconds per 1,000 steps, and details.
+Several ``--width`` values run one after another (each with its own rounds) into one
+object, with the worst ``auto_vs_best_fixed`` and ``max_prediction_error`` over widths and
+each width's summary under ``per_width``. User settings: ``--width 64 256 --epochs 10
+--minibatch-size 64 --num-envs 16 --rollout-steps 128``.
+
+Then a learning check, so that no throughput trick hides a learning regression: on
+``--threshold-env`` (InvertedDoublePendulum-v5) at the first width's setting, rlinf's
+fastest fixed mode, the fastest SB3 and the fastest torchrl configuration each train until
+the episodes ended in an iteration average a return of ``--threshold`` (1000), seeds
+interleaved (``--threshold-seeds``, 3), each run capped at ``--threshold-budget-s``.
+``time_to_threshold_ratio`` is rlinf's median wall time (launch excluded) over the fastest
+peer's.
 
 Launch: ``tox -e bench-embodied`` (full setting) or ``tox -e bench-embodied -- --quick``.
 ``--device cuda`` (`main_cuda`) puts every contender's policy and updates on one GPU, the
@@ -69,6 +81,10 @@ import torch
 from rlinf_embodied.flow import EmbodiedFlow
 from rlinf_embodied.planning import link_cluster
 from rlinf_embodied.workflow import EmbodiedSpec, embodied_workflow, fixed_plan
+from sb3_ppo import Sb3Setting, VecKind, run_sb3
+from sb3_ppo import train_until as sb3_train_until
+from torchrl_ppo import Collector, TorchrlSetting, run_torchrl
+from torchrl_ppo import train_until as torchrl_train_until
 
 from rlinf.comm import Batch
 from rlinf.sched import Cluster, ExecutionPlan, fit_profile, plan, simulate
@@ -147,32 +163,39 @@ def calibrate(env_name: str, num_envs: int, stages: int, *, repeats: int,
     return best[1], step_s, best[2]
 
 
-def make_spec(s: Setting, *, obs_dim: int, act_dim: int) -> EmbodiedSpec:
+def make_spec(s: Setting, *, obs_dim: int, act_dim: int, seed: int = 0) -> EmbodiedSpec:
     return EmbodiedSpec(
-        env=EnvWorkerConfig(s.env, num_envs=s.num_envs, pipeline_stages=s.stages, seed=0,
+        env=EnvWorkerConfig(s.env, num_envs=s.num_envs, pipeline_stages=s.stages, seed=seed,
                             threads=s.env_threads),
         policy=PolicyConfig(obs_shape=(obs_dim,), action_dim=act_dim,
                             hidden_sizes=(s.hidden, s.hidden)),
-        actor=EmbodiedActorConfig(epochs=s.epochs, num_minibatches=s.minibatches),
-        rollout_steps=s.rollout_steps, seed=0, device=s.device)
+        actor=EmbodiedActorConfig(epochs=s.epochs, num_minibatches=s.minibatches, seed=seed),
+        rollout_steps=s.rollout_steps, seed=seed, device=s.device)
+
+
+def env_dims(env: str) -> tuple[int, int]:
+    """(observation, action) sizes of `env`."""
+    probe = EnvWorker(CONTEXT, config=EnvWorkerConfig(env, num_envs=1))
+    try:
+        return (int(np.prod(probe.observation_space.shape or ())),
+                int(np.prod(probe.action_space.shape or ())))
+    finally:
+        probe.shutdown()
 
 
 def build_setting(args: argparse.Namespace, device: Literal["cpu", "cuda"]
                   ) -> tuple[Setting, EmbodiedSpec]:
     """The command line's setting, its width calibrated on `device` unless ``--hidden``
     names one, and the spec every rlinf contender runs."""
-    num_envs, stages = args.num_envs or 64, 2
+    num_envs, stages = args.num_envs, 2
     hidden, step_s, infer_s = calibrate(args.env, num_envs, stages, repeats=20, device=device)
-    rollout_steps = args.rollout_steps or (32 if args.quick else 64)
+    rollout_steps = args.rollout_steps
     if args.minibatch_size:
         args.minibatches = max(1, num_envs * rollout_steps // args.minibatch_size)
     setting = Setting(args.env, num_envs, stages, rollout_steps, args.epochs,
                       args.minibatches, args.hidden or hidden, step_s, infer_s, device=device,
                       env_threads=args.env_threads)
-    probe = EnvWorker(CONTEXT, config=EnvWorkerConfig(args.env, num_envs=1))
-    obs_dim = int(np.prod(probe.observation_space.shape or ()))
-    act_dim = int(np.prod(probe.action_space.shape or ()))
-    probe.shutdown()
+    obs_dim, act_dim = env_dims(args.env)
     return setting, make_spec(setting, obs_dim=obs_dim, act_dim=act_dim)
 
 
@@ -203,59 +226,14 @@ def predict(spec: EmbodiedSpec, chosen: ExecutionPlan, cost: Any, cluster: Clust
     return float(result.iteration_time)
 
 
-def run_sb3(s: Setting, vec: str, *, warmup: int, iterations: int,
-            threads: int) -> tuple[list[float], float]:
-    """Seconds of each timed PPO iteration (collect n_steps from every env + update) of SB3
-    with `threads` torch intra-op threads, and the machine's CPU-seconds over them (from the
-    first timed rollout's start to the end of learning: no setup, warm-up or teardown)."""
-    import gymnasium as gym
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.logger import Logger
-    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+def sb3_setting(s: Setting, *, env: str | None = None, seed: int = 0) -> Sb3Setting:
+    return Sb3Setting(env or s.env, s.num_envs, s.rollout_steps, s.epochs, s.minibatches,
+                      s.hidden, device=s.device, seed=seed)
 
-    class Clock(BaseCallback):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.starts: list[float] = []
-            self.busy: list[float] = []
 
-        def _on_rollout_start(self) -> None:
-            self.starts.append(time.perf_counter())
-            self.busy.append(machine_busy_seconds())
-
-        def _on_step(self) -> bool:
-            return True
-
-    makers = [lambda: gym.make(s.env) for _ in range(s.num_envs)]
-    if vec == "envpool":  # envpool's C++ pool on every core, SB3's PPO on top
-        from envpool_vec_env import EnvpoolVecEnv
-
-        env: Any = EnvpoolVecEnv(s.env, num_envs=s.num_envs,
-                                 num_threads=len(os.sched_getaffinity(0)))
-    elif vec == "dummy":
-        env = DummyVecEnv(makers)
-    else:
-        env = SubprocVecEnv(makers, start_method="fork")
-    try:
-        torch.set_num_threads(threads)
-        model = PPO("MlpPolicy", env, n_steps=s.rollout_steps,
-                    batch_size=s.num_envs * s.rollout_steps // s.minibatches,
-                    n_epochs=s.epochs, seed=0, device=s.device, verbose=0,
-                    policy_kwargs={"net_arch": {"pi": [s.hidden] * 2, "vf": [s.hidden] * 2}})
-        # A logger with no outputs: SB3's default makes a /tmp/SB3-<time> folder per run.
-        model.set_logger(Logger(folder=None, output_formats=[]))
-        clock = Clock()
-        total = warmup + iterations
-        model.learn(total_timesteps=s.num_envs * s.rollout_steps * total, callback=clock)
-        # learn() returns right after the last update: this closes the last iteration.
-        clock.starts.append(time.perf_counter())
-        clock.busy.append(machine_busy_seconds())
-    finally:
-        env.close()
-    gaps = np.diff(clock.starts)
-    return ([float(g) for g in gaps[warmup:warmup + iterations]],
-            clock.busy[warmup + iterations] - clock.busy[warmup])
+def torchrl_setting(s: Setting, *, env: str | None = None, seed: int = 0) -> TorchrlSetting:
+    return TorchrlSetting(env or s.env, s.num_envs, s.rollout_steps, s.epochs,
+                          s.num_envs * s.rollout_steps // s.minibatches, s.hidden, seed=seed)
 
 
 def machine_busy_seconds() -> float:
@@ -304,17 +282,113 @@ def timed_flow(spec: EmbodiedSpec, chosen: ExecutionPlan, *, warmup: int, iterat
             {key: statistics.median(r.metrics[key] for r in results) for key in BREAKDOWN})
 
 
+def rlinf_train_until(spec: EmbodiedSpec, chosen: ExecutionPlan, *, threshold: float,
+                      budget_s: float) -> float:
+    """Wall seconds (launch excluded) until the end of the first iteration whose rollout's
+    ended episodes have a mean return of at least `threshold`; ``inf`` past `budget_s`."""
+    with EmbodiedFlow.launch(spec, chosen) as flow:
+        started = time.perf_counter()
+        step = 0
+        while time.perf_counter() - started < budget_s:
+            mean_return = flow.step(step).metrics.get("episode_return")
+            step += 1
+            if mean_return is not None and mean_return >= threshold:
+                return time.perf_counter() - started
+    return math.inf
+
+
+def time_to_threshold(args: argparse.Namespace, first: dict[str, Any]) -> dict[str, Any]:
+    """Wall time to a training return on ``--threshold-env`` of rlinf's fastest fixed mode,
+    the fastest SB3 and the fastest torchrl configuration of `first` (the first width's
+    summary), seeds interleaved (rlinf, SB3, torchrl for seed 0, then seed 1 ...); each
+    contender's median over seeds. A run that misses the budget counts as infinite."""
+    import ray
+
+    st = first["setting"]
+    setting = Setting(args.threshold_env, st["num_envs"], st["stages"], st["rollout_steps"],
+                      st["epochs"], st["minibatches"], st["hidden"], 0.0, 0.0,
+                      env_threads=st["env_threads"])
+    measured = first["measured_s"]
+    mode = min(("collocated", "hybrid"), key=lambda m: measured[m])
+    speeds = first["env_steps_per_s"]
+    peers = [max((label for label in speeds if label.startswith(prefix)), key=speeds.get)
+             for prefix in ("sb3_", "torchrl_") if any(k.startswith(prefix) for k in speeds)]
+    obs_dim, act_dim = env_dims(args.threshold_env)
+    budget, threshold = args.threshold_budget_s, args.threshold
+    print(f"# time to a training return of {threshold:g} on {args.threshold_env} (budget "
+          f"{budget:g} s, {args.threshold_seeds} seeds): rlinf {mode}, {', '.join(peers)}",
+          flush=True)
+    seconds: dict[str, list[float]] = {f"rlinf_{mode}": [], **{p: [] for p in peers}}
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        for seed in range(args.threshold_seeds):
+            spec = make_spec(setting, obs_dim=obs_dim, act_dim=act_dim, seed=seed)
+            seconds[f"rlinf_{mode}"].append(rlinf_train_until(
+                spec, fixed_plan(spec, mode), threshold=threshold, budget_s=budget))
+            for label in peers:
+                kind, config, threads_text = label.split("_")
+                threads = int(threads_text.removesuffix("thr"))
+                if kind == "sb3":
+                    vec: VecKind = config  # type: ignore[assignment]
+                    took = sb3_train_until(sb3_setting(setting, seed=seed), vec,
+                                           threshold=threshold, budget_s=budget,
+                                           threads=threads)
+                else:
+                    collector: Collector = config  # type: ignore[assignment]
+                    took = torchrl_train_until(torchrl_setting(setting, seed=seed), collector,
+                                               threshold=threshold, budget_s=budget,
+                                               threads=threads)
+                seconds[label].append(took)
+            print("# seed " + str(seed) + ": " + ", ".join(
+                f"{k} {v[-1]:.1f} s" for k, v in seconds.items()), flush=True)
+    finally:
+        ray.shutdown()
+    medians = {k: statistics.median(v) for k, v in seconds.items()}
+    fastest_peer = min(peers, key=lambda p: medians[p])
+    ratio = medians[f"rlinf_{mode}"] / medians[fastest_peer]
+    return {"time_to_threshold_ratio": ratio if math.isfinite(ratio) else None,
+            "time_to_threshold_s": seconds, "threshold": threshold,
+            "threshold_env": args.threshold_env, "threshold_fastest_peer": fastest_peer}
+
+
+def fill_defaults(args: argparse.Namespace) -> None:
+    """The user settings of issue #12 (HalfCheetah, 16 envs, 128-step rollouts, PPO 10
+    epochs x minibatches of 64, 64x64 and 256x256 MLPs) or, with ``--stress``, the stress
+    case, for every flag left unset."""
+    stress = args.stress
+    if args.num_envs is None:
+        args.num_envs = 64 if stress else 16
+    if args.rollout_steps is None:
+        args.rollout_steps = 32 if args.quick else 64 if stress else 128
+    if args.epochs is None:
+        args.epochs = 1 if stress else 10
+    if args.minibatches is None and args.minibatch_size is None:
+        if stress:
+            args.minibatches = 2
+        else:
+            args.minibatch_size = 64
+    if args.hidden is None and not stress:
+        args.hidden = [64] if args.quick or args.device == "cuda" else [64, 256]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small setting, few iterations")
     parser.add_argument("--env", default="HalfCheetah-v5")
-    parser.add_argument("--num-envs", type=int, default=None)
-    parser.add_argument("--rollout-steps", type=int, default=None)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--minibatches", type=int, default=2)
+    parser.add_argument("--stress", action="store_true",
+                        help="the stress case instead of the user settings: 64 envs, 64-step "
+                             "rollouts, PPO 1 epoch x 2 minibatches, the MLP width calibrated "
+                             "so a stage group's forward costs one of its env steps")
+    parser.add_argument("--num-envs", type=int, default=None, help="default 16 (stress 64)")
+    parser.add_argument("--rollout-steps", type=int, default=None,
+                        help="default 128 (stress 64; --quick 32)")
+    parser.add_argument("--epochs", type=int, default=None, help="default 10 (stress 1)")
+    parser.add_argument("--minibatches", type=int, default=None,
+                        help="minibatches per epoch (stress: 2)")
     parser.add_argument("--minibatch-size", type=int, default=None,
-                        help="samples per minibatch (overrides --minibatches: the rollout's "
-                             "samples divided by it)")
+                        help="samples per minibatch (default 64; overrides --minibatches: the "
+                             "rollout's samples divided by it)")
     parser.add_argument("--warmup", type=int, default=None)
     parser.add_argument("--iterations", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None,
@@ -325,16 +399,27 @@ def main(argv: list[str] | None = None) -> int:
                              "core count; negative: never refuse)")
     parser.add_argument("--hidden", "--width", dest="hidden", type=int, nargs="+",
                         default=None,
-                        help="MLP width; several (--width 64 256) run one after another and "
-                             "the last line holds speedup_vs_best_peer_<width> for each "
-                             "(default: calibrated, forward of a group = env step)")
+                        help="MLP width; several run one after another and the last line "
+                             "holds speedup_vs_best_peer_<width> for each (default 64 256; "
+                             "--quick or --device cuda: 64; --stress: calibrated)")
     parser.add_argument("--skip-sb3-subproc", action="store_true")
+    parser.add_argument("--no-torchrl", action="store_true", help="leave torchrl's peer out")
+    parser.add_argument("--threshold", type=float, default=1000.0,
+                        help="training return the learning check waits for (mean over the "
+                             "episodes ended in an iteration)")
+    parser.add_argument("--threshold-env", default="InvertedDoublePendulum-v5")
+    parser.add_argument("--threshold-seeds", type=int, default=3,
+                        help="seeds per contender in the learning check (0: skip it)")
+    parser.add_argument("--threshold-budget-s", type=float, default=300.0,
+                        help="wall seconds a learning-check run may take before it counts "
+                             "as never reaching the threshold")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where policies and updates compute (every contender); cuda "
                              "runs collocated, hybrid and SB3, with no planner predictions")
     parser.add_argument("--env-threads", type=int, default=1,
                         help="threads stepping a batched MuJoCo env's physics (rlinf)")
     args = parser.parse_args(argv)
+    fill_defaults(args)
     widths: list[int | None] = list(args.hidden or [None])
     if args.device == "cuda":
         if len(widths) > 1:
@@ -367,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
             "max_prediction_error": max(s["max_prediction_error"] for s in summaries),
             "per_width": {s["setting"]["hidden"]: s for s in summaries},
         }
+    if args.threshold_seeds > 0:
+        summary |= time_to_threshold(args, summaries[0])
     summary["load_average"] = [load_before, os.getloadavg()[0]]
     print(json.dumps(summary))
     return 0
@@ -408,6 +495,15 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
         vec_envs.remove("envpool")
         print("# envpool is not installed: no SB3 + envpool peer", flush=True)
     sb3_configs = [(vec, threads) for vec in vec_envs for threads in dict.fromkeys((cores, 1))]
+    # torchrl as its users run it: its collector in the learner's process (both thread
+    # counts) and its multi-process collector (one collector process per core).
+    torchrl_configs: list[tuple[Collector, int]] = []
+    if args.no_torchrl:
+        pass
+    elif importlib.util.find_spec("torchrl") is None:
+        print("# torchrl is not installed: no torchrl peer", flush=True)
+    else:
+        torchrl_configs = [("serial", t) for t in dict.fromkeys((cores, 1))] + [("multisync", 1)]
     tallies: dict[str, Tally] = {}
     predicted: dict[str, float] = {}
     try:
@@ -435,9 +531,18 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
                 print(f"# round {round_index + 1} {mode}: {statistics.median(times):.3f} "
                       f"s/iter, load {os.getloadavg()[0]:.1f}", flush=True)
             for vec, threads in sb3_configs:
-                times, cpu = run_sb3(setting, vec, warmup=warmup, iterations=iterations,
-                                     threads=threads)
+                times, cpu = run_sb3(sb3_setting(setting), vec, warmup=warmup,
+                                     iterations=iterations, threads=threads,
+                                     busy_seconds=machine_busy_seconds)
                 label = f"sb3_{vec}_{threads}thr"
+                tallies.setdefault(label, Tally([], [], [])).record(times, cpu, None)
+                print(f"# round {round_index + 1} {label}: {statistics.median(times):.3f} "
+                      f"s/iter", flush=True)
+            for collector, threads in torchrl_configs:
+                times, cpu = run_torchrl(torchrl_setting(setting), collector, warmup=warmup,
+                                         iterations=iterations, threads=threads,
+                                         busy_seconds=machine_busy_seconds)
+                label = f"torchrl_{collector}_{threads}thr"
                 tallies.setdefault(label, Tally([], [], [])).record(times, cpu, None)
                 print(f"# round {round_index + 1} {label}: {statistics.median(times):.3f} "
                       f"s/iter", flush=True)
@@ -447,6 +552,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
     samples = num_envs * rollout_steps
     rlinf_modes = [m for m in ("collocated", "hybrid", "auto") if m in tallies]
     sb3_labels = [label for label in tallies if label.startswith("sb3_")]
+    peer_labels = [label for label in tallies if label not in rlinf_modes]
     print()
     print("medians over rounds of each round's median s/iter; cpu s/1k: machine CPU-seconds "
           "per 1,000 env steps; breakdown (rollout, env step, env wait, train, sync) medians")
@@ -466,23 +572,22 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
               f"{b['rollout_seconds']:>8.3f} {b['env_step_seconds']:>6.3f} "
               f"{b['env_wait_seconds']:>6.3f} {b['train_seconds']:>6.3f} "
               f"{b['sync_seconds']:>6.3f}")
-    for label in sb3_labels:
+    for label in peer_labels:
         tally = tallies[label]
         print(f"{label:<18} {'':<34} {tally.median:>7.3f} {'':>7} {'':>6} "
               f"{samples / tally.median:>8.0f} "
               f"{statistics.median(tally.cpu_seconds) / samples * 1e3:>8.3f}")
     best_mode = min(rlinf_modes, key=lambda m: tallies[m].median)
     best_sb3 = min(sb3_labels, key=lambda label: tallies[label].median)
+    best_peer = min(peer_labels, key=lambda label: tallies[label].median)
     best_fixed = min(tallies["collocated"].median, tallies["hybrid"].median)
-    # The peers are SB3's configurations (torchrl's collector is not installed here).
-    speedup = tallies[best_sb3].median / tallies[best_mode].median
     return {
-        f"speedup_vs_best_peer_{hidden}": speedup,
+        f"speedup_vs_best_peer_{hidden}": tallies[best_peer].median / tallies[best_mode].median,
         "hybrid_speedup_vs_collocated": tallies["collocated"].median / tallies["hybrid"].median,
-        "speedup_vs_sb3": speedup,
+        "speedup_vs_sb3": tallies[best_sb3].median / tallies[best_mode].median,
         "auto_vs_best_fixed": tallies["auto"].median / best_fixed,
         "max_prediction_error": max(errors),
-        "best_mode": best_mode, "sb3_best": best_sb3,
+        "best_mode": best_mode, "sb3_best": best_sb3, "best_peer": best_peer,
         "env_steps_per_s": {m: samples / t.median for m, t in tallies.items()},
         "cpu_seconds_per_1k_steps": {m: statistics.median(t.cpu_seconds) / samples * 1e3
                                      for m, t in tallies.items()},
@@ -533,8 +638,9 @@ def main_cuda(args: argparse.Namespace) -> int:
     samples = num_envs * rollout_steps
     sb3: dict[int, float] = {}
     for threads in dict.fromkeys((os.cpu_count() or 1, 1)):
-        sb3[threads] = statistics.median(run_sb3(setting, "dummy", warmup=warmup,
-                                                 iterations=iterations, threads=threads)[0])
+        sb3[threads] = statistics.median(run_sb3(
+            sb3_setting(setting), "dummy", warmup=warmup, iterations=iterations,
+            threads=threads, busy_seconds=machine_busy_seconds)[0])
         print(f"# sb3 dummy, cuda, {threads} threads: {sb3[threads]:.3f} s/iteration",
               flush=True)
     print()
