@@ -50,7 +50,6 @@ from rlinf.workers.flow.channels import FlowChannel
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.declaration import ComponentSpec, MacroFlow
 from rlinf.workers.flow.errors import FlowClosedError, FlowDeclarationError
-from rlinf.workers.flow.interrupts import check_interrupted, keep_interrupts
 from rlinf.workers.flow.ray_session import (
     ClusterWatch,
     cluster_address,
@@ -61,14 +60,17 @@ from rlinf.workers.flow.records import IterationRecord, PhaseRecord, iteration_m
 from rlinf.workers.flow.weights import WeightSync, weight_transport
 from rlinf.workers.flow.worker import EntryReport
 from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup, count_onloads
+from rlinf.workers.runtime.interrupts import (
+    WAIT_SLICE_S,
+    check_interrupted,
+    keep_interrupts,
+)
 from rlinf.workers.telemetry import Span
 
 __all__ = ["FlowRun"]
 
 _log = structlog.get_logger(__name__)
 
-_SLICE_S = 1.0
-"""Longest single ``ray.wait``: waits stay interruptible (Ctrl-C) without polling."""
 _DEATH_GRACE_S = 5.0
 """After a rank fails, how long to look for a dead peer that explains the failure."""
 
@@ -354,7 +356,7 @@ class FlowRun:
             if remaining <= 0:
                 late = sorted({owner[ref] for ref in pending})
                 futures[late[0]].rank_results(timeout=0.0)  # raises WorkerTimeoutError
-            ready, pending = ray.wait(pending, num_returns=1, timeout=min(_SLICE_S, remaining))
+            ready, pending = ray.wait(pending, num_returns=1, timeout=min(WAIT_SLICE_S, remaining))
             check_interrupted()
             watch.check()
             for ref in ready:

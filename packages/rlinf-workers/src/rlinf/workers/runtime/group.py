@@ -42,6 +42,7 @@ from rlinf.workers.runtime.dispatch import (
     gather_results,
     split_arguments,
 )
+from rlinf.workers.runtime.interrupts import WAIT_SLICE_S, check_interrupted, keep_interrupts
 from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
 from rlinf.workers.runtime.worker import Worker
 
@@ -142,24 +143,34 @@ class GroupFuture:
         deadline = time.monotonic() + limit
         pending = {ref: i for i, ref in enumerate(self._refs)}
         results: list[Any] = [None] * len(self._refs)
-        while pending:
-            remaining = deadline - time.monotonic()
-            ready: list[ray.ObjectRef] = []
-            if remaining > 0:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=remaining)
-            if not ready:
-                missing = sorted(self._ranks[i] for i in pending.values())
-                raise WorkerTimeoutError(self._role, missing, method=self._method, timeout=limit)
-            for ref in ready:
-                index = pending.pop(ref)
-                rank = self._ranks[index]
-                try:
-                    results[index] = ray.get(ref, timeout=max(remaining, 0.0))
-                except Exception as exc:
-                    raise _translate(exc, role=self._role, rank=rank, method=self._method,
-                                     node=self._nodes.get(rank)) from exc
+        with keep_interrupts():
+            while pending:
+                remaining = deadline - time.monotonic()
+                ready: list[ray.ObjectRef] = []
+                if remaining > 0:  # in slices: a swallowed Ctrl-C is raised again in time
+                    ready, _ = ray.wait(list(pending), num_returns=1,
+                                        timeout=min(WAIT_SLICE_S, remaining))
+                    check_interrupted()
+                if ready:
+                    self._collect(ready, pending, results, remaining)
+                elif time.monotonic() >= deadline:
+                    missing = sorted(self._ranks[i] for i in pending.values())
+                    raise WorkerTimeoutError(self._role, missing, method=self._method,
+                                             timeout=limit)
         self._results = results
         return list(results)
+
+    def _collect(self, ready: list[ray.ObjectRef], pending: dict[ray.ObjectRef, int],
+                 results: list[Any], remaining: float) -> None:
+        """Move the `ready` ranks' results from `pending` into `results`."""
+        for ref in ready:
+            index = pending.pop(ref)
+            rank = self._ranks[index]
+            try:
+                results[index] = ray.get(ref, timeout=max(remaining, 0.0))
+            except Exception as exc:
+                raise _translate(exc, role=self._role, rank=rank, method=self._method,
+                                 node=self._nodes.get(rank)) from exc
 
     def result(self, timeout: float | None = None) -> Any:
         """The gathered result per the call's `DispatchSpec` (see `rank_results`)."""

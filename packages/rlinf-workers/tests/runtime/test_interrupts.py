@@ -1,4 +1,5 @@
-"""A Ctrl-C that some call swallows during a step is raised again by the step's wait loop."""
+"""A Ctrl-C that some call swallows is raised again by the wait loops of a flow step and of
+a group call."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 
 import pytest
 
-from rlinf.workers.flow.interrupts import check_interrupted, keep_interrupts
+from rlinf.workers.runtime.interrupts import check_interrupted, keep_interrupts
 
 
 def _swallow_a_ctrl_c() -> None:
@@ -67,3 +68,30 @@ def test_other_threads_and_custom_handlers_are_left_alone() -> None:
             assert signal.getsignal(signal.SIGINT) is custom
     finally:
         signal.signal(signal.SIGINT, mine)
+
+
+def test_a_group_call_raises_a_ctrl_c_that_its_wait_swallowed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # An evaluation or checkpoint call (GroupFuture.rank_results) waits outside any flow
+    # step: the first ray.wait swallows the Ctrl-C, the next slice raises it again.
+    from rlinf.workers.runtime import RANK_ZERO, GroupFuture
+    from rlinf.workers.runtime import group as group_module
+
+    waits: list[float] = []
+
+    def swallowing_wait(refs: list[object], *, num_returns: int,
+                        timeout: float) -> tuple[list[object], list[object]]:
+        waits.append(timeout)
+        if len(waits) == 1:
+            _swallow_a_ctrl_c()
+        return [], refs
+
+    monkeypatch.setattr(group_module.ray, "wait", swallowing_wait)
+    future = GroupFuture(role="actor", method="save_checkpoint", ranks=(0,),
+                         refs=[object()], spec=RANK_ZERO, nodes={}, default_timeout=60.0)
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt, match="raised again"):
+        future.rank_results(timeout=30.0)
+    assert time.monotonic() - started < 5.0
+    assert waits and max(waits) <= 1.0  # sliced, not one 30 s wait
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

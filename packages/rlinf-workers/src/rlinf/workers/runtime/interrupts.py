@@ -1,14 +1,15 @@
-"""Ctrl-C that a flow's driver never loses.
+"""Ctrl-C that the driver never loses.
 
 A SIGINT normally surfaces as `KeyboardInterrupt` at the next Python bytecode of the main
-thread. Twice in full test-suite runs (2026-11-26) one arrived during a step and vanished:
-the step and the run went on, although no handler of ours catches it; the call that
-swallowed it was not found. While a step runs, `keep_interrupts` therefore records every
-SIGINT in a flag besides raising `KeyboardInterrupt` as usual, and `check_interrupted`
-(called by the step's wait loop at least once a second) raises it again when the flag is set
-but the exception never arrived. Only the default handler is replaced, only in the main
-thread, and it is restored when the step ends.
-"""
+thread. Twice in full test-suite runs (2026-11-26) one arrived during a flow step and
+vanished: the step and the run went on, although no handler of ours catches it; the call
+that swallowed it was not found. While a flow step (`rlinf.workers.flow.FlowRun.step`) or a
+group call (`GroupFuture.rank_results`: evaluation, checkpoints, weight fetches) waits,
+`keep_interrupts` therefore records every SIGINT in a flag besides raising
+`KeyboardInterrupt` as usual, and `check_interrupted` (called by those wait loops at least
+once a second) raises it again when the flag is set but the exception never arrived. Only
+the default handler is replaced, only in the main thread, and it is restored when the
+outermost block ends."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ import threading
 from collections.abc import Iterator
 from types import FrameType
 
-__all__ = ["check_interrupted", "keep_interrupts"]
+__all__ = ["WAIT_SLICE_S", "check_interrupted", "keep_interrupts"]
+
+WAIT_SLICE_S = 1.0
+"""Longest wait between two `check_interrupted` calls of a guarded wait loop."""
 
 _tripped = threading.Event()
 _depth = [0]
