@@ -5,6 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -19,7 +21,7 @@ from rlinf.comm import (
     Work,
 )
 
-from .procs import spawn
+from .procs import spawn, stop
 
 
 @pytest.mark.parametrize(
@@ -172,3 +174,34 @@ def test_close_reports_a_live_peer_that_does_not_confirm_delivery(
         store.get("rlinf/comm/endpoint/sender", timeout=0.1)  # it did leave
     with pytest.raises(CommError, match="closed"):
         sender.send({"x": np.arange(4)}, "mute", timeout=1)
+
+
+def _raises_timeout_within(limit: float, call: Callable[[], object]) -> None:
+    started = time.monotonic()
+    with pytest.raises(CommTimeoutError):
+        call()
+    took = time.monotonic() - started
+    assert took <= 1.1 * limit + 0.05, f"returned after {took:.3f} s for a {limit} s timeout"
+
+
+def test_send_and_recv_return_within_their_timeout_while_the_peer_is_stopped(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    """Defect 3 for endpoints: with the peer SIGSTOPped, a recv that gets nothing and a send
+    that fills the socket (TCP payload larger than the kernel buffers) raise within their
+    timeout plus 10% and 50 ms."""
+    proc = spawn("recv_and_hang", store, "main", "sleeper")
+    try:
+        endpoint.send({"x": np.ones(4)}, "sleeper", timeout=30)  # connected
+        assert store.get("got/sleeper", timeout=30) == b"4"
+        stop(proc.pid)
+        try:
+            _raises_timeout_within(0.5, lambda: endpoint.recv("sleeper", timeout=0.5))
+            beyond_socket_buffers = {"x": np.ones(4 << 20)}  # 32 MiB, made before timing
+            _raises_timeout_within(0.5, lambda: endpoint.send(
+                beyond_socket_buffers, "sleeper", timeout=0.5, transport="tcp"))
+        finally:
+            os.kill(proc.pid, signal.SIGCONT)
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)

@@ -338,7 +338,7 @@ class Endpoint:
     def shares_memory_with(self, dst: str, *, timeout: float | None = None) -> bool:
         """Whether endpoint `dst`'s process runs on this node, in this kernel and pid
         namespace, so that a `ShmRing` can join the two (connects to `dst` if needed)."""
-        self._peer(dst, timeout=self._timeout(timeout))
+        self._peer(dst, deadline=time.monotonic() + self._timeout(timeout))
         stamp = self._peer_info[dst].get("process")
         return (self.locality.same_node(self._peer_locality[dst]) and isinstance(stamp, dict)
                 and stamp.get("namespace") == process_stamp()["namespace"] != "")
@@ -376,15 +376,15 @@ class Endpoint:
 
     def _send(self, batch: Batch, dst: str, limit: float, transport: str | None) -> None:
         deadline = time.monotonic() + limit
-        peer = self._peer(dst, timeout=limit)
+        peer = self._peer(dst, deadline=deadline)
         dst_locality = self._peer_locality[dst]
         if transport is None and layout.inline_ok(
             batch, self.config.eager_bytes, self.locality, dst_locality
         ):
             header, buffers = layout.inline_message(batch)
             header["src"] = self.name
-            try:
-                peer.conn.send(header, buffers, timeout=limit)
+            try:  # what the lookup and connect left of the timeout, not all of it again
+                peer.conn.send(header, buffers, timeout=max(deadline - time.monotonic(), 0))
             except errors.PeerDiedError as exc:
                 raise errors.PeerDiedError(f"endpoint {dst!r} died or left: {exc}") from exc
             return
@@ -574,10 +574,10 @@ class Endpoint:
                     f"producer endpoint {producer.get('name')!r} (pid {theirs.pid}) died; "
                     f"its payload is lost ({exc})"
                 ) from exc
-        peer = self._peer(str(producer["name"]), timeout=self.config.timeout)
-        reply, buffers = peer.call(
-            {"op": "fetch", "xid": int(payload["xid"])}, timeout=self.config.timeout
-        )
+        deadline = time.monotonic() + self.config.timeout
+        peer = self._peer(str(producer["name"]), deadline=deadline)
+        reply, buffers = peer.call({"op": "fetch", "xid": int(payload["xid"])},
+                                   timeout=max(deadline - time.monotonic(), 0))
         on_release()
         return tp.get_transport(str(reply["t"])).open(reply["d"], buffers)
 
@@ -600,7 +600,8 @@ class Endpoint:
         peer.reply(header, {"t": tcp.name, "d": out.descriptor}, out.buffers)
 
     # -- connections ------------------------------------------------------------------
-    def _peer(self, dst: str, *, timeout: float) -> RpcPeer:
+    def _peer(self, dst: str, *, deadline: float) -> RpcPeer:
+        """The connection to `dst`, made (store lookup, connect, handshake) by `deadline`."""
         peer = self._peers.get(dst)
         if peer is not None and not peer.closed:
             return peer
@@ -610,11 +611,13 @@ class Endpoint:
             peer = self._peers.get(dst)
             if peer is not None and not peer.closed:
                 return peer
-            info = json.loads(self.store.get(_store_key(dst), timeout=timeout))
+            info = json.loads(self.store.get(_store_key(dst),
+                                             timeout=max(deadline - time.monotonic(), 0)))
             try:
                 conn = wire.connect(
                     tuple(info["address"]), token=self.token,
-                    timeout=min(timeout, self.config.connect_timeout),
+                    timeout=min(max(deadline - time.monotonic(), 0),
+                                self.config.connect_timeout),
                 )
             except errors.PeerDiedError as exc:
                 raise errors.PeerDiedError(
