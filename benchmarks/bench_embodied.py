@@ -1,11 +1,14 @@
-"""Embodied PPO throughput: RLinf (collocated, hybrid-pipelined, `auto`) vs Stable-Baselines3.
+"""Embodied PPO throughput: RLinf (collocated, hybrid-pipelined, `auto`) vs Stable-Baselines3
+and torchrl, and the wall time each takes to learn.
 
-Setting (stated in the output): a gymnasium MuJoCo task, N envs in 2 stage groups, an MLP
-actor-critic (separate policy and value MLPs of two tanh layers, as SB3's ``MlpPolicy``)
-whose width is calibrated so that one policy forward of a stage group costs about one env
-step of that group — simulation and inference cost the same, the case where pipelining
-them can pay most (ideally 2x). Every contender runs PPO with the same envs, rollout length
-(``n_steps``), epochs, minibatch count and network.
+Setting (stated in the output; every flag can change it): by default the settings users run
+(issue #12): HalfCheetah-v5, 16 envs in 2 stage groups, 128-step rollouts, separate policy
+and value MLPs of two tanh layers (as SB3's ``MlpPolicy``) at 64x64 and then 256x256, PPO 10
+epochs over minibatches of 64. ``--stress`` is the labelled stress case instead: 64 envs,
+64-step rollouts, 1 epoch x 2 minibatches, and a width calibrated so that one policy forward
+of a stage group costs about one env step of that group (simulation and inference cost the
+same, where pipelining them can pay most, ideally 2x). Every contender runs PPO with the
+same envs, rollout length (``n_steps``), epochs, minibatch count and network.
 
 Contenders, interleaved in ``--rounds`` rounds (every contender once per round, A B C ...
 A B C ...; each time `--warmup` untimed iterations, then `--iterations` timed; the figure
@@ -220,10 +223,13 @@ def time_flow(flow: EmbodiedFlow, *, warmup: int, iterations: int) -> dict[str, 
     return out
 
 
-def predict(spec: EmbodiedSpec, chosen: ExecutionPlan, cost: Any, cluster: Cluster) -> float:
+def predict(spec: EmbodiedSpec, chosen: ExecutionPlan, cost: Any, cluster: Cluster
+            ) -> tuple[float, dict[str, float]]:
+    """The simulated seconds per iteration of `chosen`, and each component's busy seconds
+    in it (to set beside the measured breakdown)."""
     result = simulate(embodied_workflow(spec), chosen.placement, cost, cluster,
                       micro_batch=dict(chosen.micro_batch))
-    return float(result.iteration_time)
+    return float(result.iteration_time), dict(result.busy_seconds)
 
 
 def sb3_setting(s: Setting, *, env: str | None = None, seed: int = 0) -> Sb3Setting:
@@ -506,6 +512,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
         torchrl_configs = [("serial", t) for t in dict.fromkeys((cores, 1))] + [("multisync", 1)]
     tallies: dict[str, Tally] = {}
     predicted: dict[str, float] = {}
+    simulated: dict[str, tuple[float, dict[str, float]]] = {}
     try:
         # Profile once, on the hybrid flow (it has a link to measure), then plan `auto`.
         with EmbodiedFlow.launch(spec, plans["hybrid"]) as flow:
@@ -522,7 +529,8 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
         # free to the planner (before latency was modelled it split the envs into 16 groups
         # of 4, 2x slower, and the search had to be capped by hand).
         plans["auto"] = plan(embodied_workflow(spec), cost, cluster).best
-        predicted = {mode: predict(spec, chosen, cost, cluster) for mode, chosen in plans.items()}
+        simulated = {mode: predict(spec, chosen, cost, cluster) for mode, chosen in plans.items()}
+        predicted = {mode: seconds for mode, (seconds, _) in simulated.items()}
         for round_index in range(rounds):
             for mode, chosen in plans.items():
                 times, cpu, breakdown = timed_flow(spec, chosen, warmup=warmup,
@@ -556,7 +564,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
     print()
     print("medians over rounds of each round's median s/iter; cpu s/1k: machine CPU-seconds "
           "per 1,000 env steps; breakdown (rollout, env step, env wait, train, sync) medians")
-    print(f"{'contender':<18} {'plan':<34} {'s/iter':>7} {'pred':>7} {'err':>6} "
+    print(f"{'contender':<22} {'plan':<34} {'s/iter':>7} {'pred':>7} {'err':>6} "
           f"{'steps/s':>8} {'cpu s/1k':>8} {'rollout':>8} {'env':>6} {'wait':>6} "
           f"{'train':>6} {'sync':>6}")
     errors = []
@@ -566,7 +574,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
         errors.append(err)
         b = tally.median_breakdown()
         plan_text = f"{plans[mode].spec} /{num_envs // plans[mode].micro_batch['env']}"
-        print(f"rlinf {mode:<12} {plan_text:<34} {tally.median:>7.3f} {predicted[mode]:>7.3f} "
+        print(f"rlinf {mode:<16} {plan_text:<34} {tally.median:>7.3f} {predicted[mode]:>7.3f} "
               f"{err:>6.1%} {samples / tally.median:>8.0f} "
               f"{statistics.median(tally.cpu_seconds) / samples * 1e3:>8.3f} "
               f"{b['rollout_seconds']:>8.3f} {b['env_step_seconds']:>6.3f} "
@@ -574,7 +582,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
               f"{b['sync_seconds']:>6.3f}")
     for label in peer_labels:
         tally = tallies[label]
-        print(f"{label:<18} {'':<34} {tally.median:>7.3f} {'':>7} {'':>6} "
+        print(f"{label:<22} {'':<34} {tally.median:>7.3f} {'':>7} {'':>6} "
               f"{samples / tally.median:>8.0f} "
               f"{statistics.median(tally.cpu_seconds) / samples * 1e3:>8.3f}")
     best_mode = min(rlinf_modes, key=lambda m: tallies[m].median)
@@ -593,6 +601,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
                                      for m, t in tallies.items()},
         "per_round_s": {m: t.seconds for m, t in tallies.items()},
         "predicted_s": predicted,
+        "predicted_busy_s": {mode: busy for mode, (_, busy) in simulated.items()},
         "measured_s": {m: tallies[m].median for m in rlinf_modes},
         "breakdown_s": {m: tallies[m].median_breakdown() for m in rlinf_modes},
         "auto_plan": f"{plans['auto'].spec} /{num_envs // plans['auto'].micro_batch['env']}",
