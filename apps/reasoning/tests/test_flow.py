@@ -120,15 +120,15 @@ def test_collocated_step_trains_and_syncs_exactly(collocated: dict[str, object])
 
 def test_profiling_times_every_role_at_each_batch_size(collocated: dict[str, object]) -> None:
     """The runtime's probe runs (closed before anything else launches) time every component
-    at each size, with its peak memory, and each iteration's weight sync."""
+    at each size, twice here, with its peak memory, and each iteration's weight sync."""
     flow = declare(SPEC, problems=ProblemGenerator(warmstart_task()).batch)
     profile = rf.profile_flow(flow, Cluster.discover(cpu_slots=1), batch_sizes=[8, 12],
-                              timeout=SPEC.timeout)
+                              repeats=2, timeout=SPEC.timeout)
     assert set(profile.components) == {*flow_components(SPEC), rf.WEIGHT_SYNC}
-    assert len(profile.of(rf.WEIGHT_SYNC)) == 2 and all(
+    assert len(profile.of(rf.WEIGHT_SYNC)) == 4 and all(
         m.seconds > 0 for m in profile.of(rf.WEIGHT_SYNC))
     for role in flow_components(SPEC):
-        assert sorted(m.batch_size for m in profile.of(role)) == [8, 12]
+        assert sorted(m.batch_size for m in profile.of(role)) == [8, 8, 12, 12]
         assert all(m.seconds > 0 for m in profile.of(role)), role
         assert all(m.peak_memory_bytes > 0 and m.memory_source == "rss"
                    for m in profile.of(role)), role

@@ -94,6 +94,15 @@ def test_fit_exact_data_without_noise() -> None:
     assert curve.residual_std == pytest.approx(0.0, abs=1e-9)
 
 
+def test_repeated_points_count_as_their_median_so_one_outlier_moves_nothing() -> None:
+    exact = [(bt, d, 1.0 + 0.5 * bt / d + 0.25 * bt) for bt in (2, 8) for d in (1, 2)]
+    # three timings of every point, one of them 3x slow (a hiccup of a shared machine)
+    repeated = [(bt, d, y * k) for bt, d, y in exact for k in (1.0, 3.0, 1.0)]
+    curve = fit_curve(repeated)
+    assert np.allclose(curve.coefficients, (1.0, 0.5, 0.25))
+    assert curve.num_points == len(exact)
+
+
 def test_fit_drops_features_the_data_cannot_separate() -> None:
     # One device count: batch and batch/devices are collinear; the fit must stay exact.
     points = [(bt, 2, 3.0 + 0.5 * bt) for bt in (1, 2, 4, 8)]

@@ -364,11 +364,19 @@ def fit_curve(
 ) -> CostCurve:
     """Least-squares fit of y over (batch_size, num_devices, y) points.
 
+    Repeated measurements of one (batch_size, num_devices) point count as their median:
+    timing noise on a shared machine is one-sided and heavy-tailed (one of three identical
+    reasoning profiles timed a rollout call at 0.54 s, the others at 0.20 and 0.15 s), and a
+    least-squares fit would take a third of such an outlier into the curve.
+
     Features the data cannot separate are dropped from the end of `features` (e.g. with one
     device count, ``batch`` and ``batch_per_device`` are collinear: only ``batch_per_device``
     is kept); their coefficients are 0.
     """
-    pts = list(points)
+    repeats: dict[tuple[int, int], list[float]] = {}
+    for batch_size, num_devices, value in points:
+        repeats.setdefault((batch_size, num_devices), []).append(value)
+    pts = [(b, n, float(np.median(ys))) for (b, n), ys in repeats.items()]
     if not pts:
         raise ProfileError("no points to fit: expected at least one measurement")
     names = list(features)

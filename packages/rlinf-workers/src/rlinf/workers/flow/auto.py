@@ -86,12 +86,16 @@ class AutoReport:
 
 
 def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
-                 device_counts: Sequence[int] | None = None,
+                 device_counts: Sequence[int] | None = None, repeats: int = 3,
                  timeout: float = 600.0, pipeline_probe: bool = True) -> Profile:
-    """Measure every component of `flow` at each of `batch_sizes` (global batch, items) on
-    each of `device_counts` devices (default: 1 and every device of `cluster`), and with
-    `pipeline_probe` run the pipelined probe where it measures something
-    (`pipeline_probe_spec`; a caller pricing only collocated plans can skip it)."""
+    """Measure every component of `flow` `repeats` times at each of `batch_sizes` (global
+    batch, items; the sizes interleaved, so a slow spell of a shared machine hits each
+    once; the fit takes each point's median) on each of `device_counts` devices (default:
+    1 and every device of `cluster`), and with `pipeline_probe` run the pipelined probe
+    where it measures something (`pipeline_probe_spec`; a caller pricing only collocated
+    plans can skip it)."""
+    if repeats < 1:
+        raise ConfigError(f"repeats must be >= 1, got {repeats}")
     sizes = sorted(set(batch_sizes))
     counts = sorted(set(device_counts or (1, cluster.num_devices)))
     if not sizes or min(sizes) < 1:
@@ -107,9 +111,7 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
             # One discarded step at every size: connections and first kernels, and an engine
             # such as vLLM prepares each new batch shape on its first call (~2 s on CPU, which
             # a single warm-up at the smallest size left in the largest size's measurement).
-            for i, size in enumerate(sizes):
-                run.step(i, global_batch=size)
-            for i, size in enumerate(sizes, start=len(sizes)):
+            for i, size in enumerate(sizes * (1 + repeats)):
                 run.step(i, global_batch=size)
             profile = profile.merge(run.profile(skip=len(sizes)))
             profile = profile.merge(_overheads(run.records[len(sizes):]))
@@ -120,6 +122,10 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
     return profile
 
 
+_PROBE_ITERATIONS = 3
+"""Measured iterations of the pipelined probe; `calibrated_cluster` fits their median. With
+two the median was their mean, and on this 2-core box about one probe iteration in three
+ran 0.3-0.4 s slow (seen 2026-11-27: 0.71, 0.71, 1.02 s; 0.49, 0.48, 0.85 s)."""
 PROBE_ITERATION = "probe_iteration"
 """Profile entries of the pipelined probe: its measured dataflow seconds per iteration
 (the plan it ran is the profile's ``probe_plan`` metadata)."""
@@ -144,10 +150,11 @@ def pipeline_probe_spec(flow: MacroFlow, cluster: Cluster) -> str | None:
 
 def _pipeline_probe(flow: MacroFlow, cluster: Cluster, spec: str, size: int,
                     timeout: float) -> Profile:
-    """A warm-up and two measured iterations at `size` of the pipelined probe `spec`."""
+    """A warm-up and `_PROBE_ITERATIONS` measured iterations at `size` of the pipelined
+    probe `spec`."""
     probe = flow.fixed_plan(spec, num_devices=cluster.num_devices)
     with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
-        for i in range(3):
+        for i in range(1 + _PROBE_ITERATIONS):
             run.step(i, global_batch=size)
         measured = run.records[1:]
     _log.info("flow_pipeline_probed", flow=flow.name, plan=spec, size=size)
