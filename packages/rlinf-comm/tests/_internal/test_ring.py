@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.comm import CommError, CommTimeoutError, PeerDiedError
+from rlinf.comm import CommError, CommTimeoutError, InvalidArgumentError, PeerDiedError
 from rlinf.comm._internal import futex
 from rlinf.comm._internal.ring import RingClosedError, ShmRing
 
@@ -64,6 +64,18 @@ def test_a_full_ring_blocks_the_producer_until_the_timeout() -> None:
         with pytest.raises(CommTimeoutError, match="full"):
             producer.put(b"c", timeout=0.2)
         assert 0.15 < time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, float("inf"), "soon"])
+def test_a_bad_timeout_is_refused_instead_of_waiting_forever(bad: object) -> None:
+    with ShmRing.create(slots=1, slot_bytes=64) as producer, \
+            ShmRing.attach(producer.offer()) as consumer:
+        with pytest.raises(InvalidArgumentError, match="timeout"):
+            consumer.get(timeout=bad)  # type: ignore[arg-type]
+        producer.put(b"a", timeout=1)
+        with pytest.raises(InvalidArgumentError, match="timeout"):
+            producer.put(b"b", timeout=bad)  # type: ignore[arg-type]
+        assert bytes(consumer.get(timeout=1)) == b"a"
 
 
 def test_an_oversized_payload_and_a_wrong_end_are_refused() -> None:

@@ -41,6 +41,7 @@ import numpy as np
 from rlinf.comm._internal import futex
 from rlinf.comm._internal.locality import process_stamp, stamped_process_gone
 from rlinf.comm._internal.shm import Segment, _shm_open, valid_segment_name
+from rlinf.comm._internal.store import check_timeout
 from rlinf.comm.errors import ChannelClosedError, CommError, CommTimeoutError, PeerDiedError
 
 __all__ = ["RingClosedError", "ShmRing"]
@@ -178,6 +179,8 @@ class ShmRing:
     def _await_change(self, offset: int, seen: int, timeout: float | None, doing: str) -> None:
         """Return once the counter at `offset` differs from `seen`; raise if the peer died,
         the ring was closed or `timeout` passed."""
+        # A NaN deadline never passes: validated and clamped as every rlinf.comm wait.
+        timeout = None if timeout is None else check_timeout(timeout)
         if self._spin_s > 0:
             spin_until = time.perf_counter() + self._spin_s
             while time.perf_counter() < spin_until:
