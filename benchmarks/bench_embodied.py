@@ -86,7 +86,7 @@ from rlinf_embodied.planning import link_cluster
 from rlinf_embodied.workflow import EmbodiedSpec, embodied_workflow, fixed_plan
 from sb3_ppo import Sb3Setting, VecKind, run_sb3
 from sb3_ppo import train_until as sb3_train_until
-from torchrl_ppo import Collector, TorchrlSetting, run_torchrl
+from torchrl_ppo import Collector, TorchrlSetting, collector_processes, run_torchrl
 from torchrl_ppo import train_until as torchrl_train_until
 
 from rlinf.comm import Batch
@@ -232,14 +232,86 @@ def predict(spec: EmbodiedSpec, chosen: ExecutionPlan, cost: Any, cluster: Clust
     return float(result.iteration_time), dict(result.busy_seconds)
 
 
-def sb3_setting(s: Setting, *, env: str | None = None, seed: int = 0) -> Sb3Setting:
-    return Sb3Setting(env or s.env, s.num_envs, s.rollout_steps, s.epochs, s.minibatches,
-                      s.hidden, device=s.device, seed=seed)
+@dataclass(frozen=True)
+class Peer:
+    """One configuration of a peer library: SB3 on a vector env, or torchrl with a
+    collector, at a torch thread count."""
+
+    library: Literal["sb3", "torchrl"]
+    config: str
+    """SB3's vector env (`sb3_ppo.VecKind`) or torchrl's collector (`torchrl_ppo.Collector`)."""
+    threads: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.library}_{self.config}_{self.threads}thr"
+
+    def timed(self, s: Setting, *, warmup: int, iterations: int) -> tuple[list[float], float]:
+        """Seconds of each timed iteration and the machine's CPU-seconds over them."""
+        if self.library == "sb3":
+            return run_sb3(self._sb3(s, 0), self._vec, warmup=warmup, iterations=iterations,
+                           threads=self.threads, busy_seconds=machine_busy_seconds)
+        return run_torchrl(self._torchrl(s, 0), self._collector, warmup=warmup,
+                           iterations=iterations, threads=self.threads,
+                           busy_seconds=machine_busy_seconds)
+
+    def train_until(self, s: Setting, *, seed: int, threshold: float, budget_s: float) -> float:
+        """Wall seconds to a training return of `threshold` (``inf`` past `budget_s`)."""
+        if self.library == "sb3":
+            return sb3_train_until(self._sb3(s, seed), self._vec, threshold=threshold,
+                                   budget_s=budget_s, threads=self.threads)
+        return torchrl_train_until(self._torchrl(s, seed), self._collector,
+                                   threshold=threshold, budget_s=budget_s,
+                                   threads=self.threads)
+
+    @property
+    def _vec(self) -> VecKind:
+        return self.config  # type: ignore[return-value]
+
+    @property
+    def _collector(self) -> Collector:
+        return self.config  # type: ignore[return-value]
+
+    @staticmethod
+    def _sb3(s: Setting, seed: int) -> Sb3Setting:
+        return Sb3Setting(s.env, s.num_envs, s.rollout_steps, s.epochs, s.minibatches,
+                          s.hidden, device=s.device, seed=seed)
+
+    @staticmethod
+    def _torchrl(s: Setting, seed: int) -> TorchrlSetting:
+        return TorchrlSetting(s.env, s.num_envs, s.rollout_steps, s.epochs,
+                              s.num_envs * s.rollout_steps // s.minibatches, s.hidden,
+                              seed=seed)
 
 
-def torchrl_setting(s: Setting, *, env: str | None = None, seed: int = 0) -> TorchrlSetting:
-    return TorchrlSetting(env or s.env, s.num_envs, s.rollout_steps, s.epochs,
-                          s.num_envs * s.rollout_steps // s.minibatches, s.hidden, seed=seed)
+def cpu_peers(args: argparse.Namespace, *, cores: int, num_envs: int) -> list[Peer]:
+    """Every peer configuration this machine can run, as their users run them: SB3 with
+    torch's default threads (one per core: policy forwards and updates use every core) and
+    with one, on DummyVecEnv, SubprocVecEnv and (tox -e bench-embodied installs it)
+    envpool's vector env, the fastest simulator path a SB3 user can pick; torchrl with its
+    collector in the learner's process (both thread counts) and its multi-process collector
+    (one collector process per core). Prints what is left out and why."""
+    thread_counts = dict.fromkeys((cores, 1))
+    vec_envs = ["dummy", "subproc", "envpool"]
+    if args.skip_sb3_subproc:
+        vec_envs.remove("subproc")
+    if importlib.util.find_spec("envpool") is None:
+        vec_envs.remove("envpool")
+        print("# envpool is not installed: no SB3 + envpool peer", flush=True)
+    peers = [Peer("sb3", vec, t) for vec in vec_envs for t in thread_counts]
+    if args.no_torchrl:
+        return peers
+    if importlib.util.find_spec("torchrl") is None:
+        print("# torchrl is not installed: no torchrl peer", flush=True)
+        return peers
+    peers += [Peer("torchrl", "serial", t) for t in thread_counts]
+    processes = collector_processes(num_envs)
+    if num_envs % processes == 0:
+        peers.append(Peer("torchrl", "multisync", 1))
+    else:
+        print(f"# {num_envs} envs do not split over {processes} torchrl collector processes: "
+              "no MultiSyncCollector peer", flush=True)
+    return peers
 
 
 def machine_busy_seconds() -> float:
@@ -303,7 +375,8 @@ def rlinf_train_until(spec: EmbodiedSpec, chosen: ExecutionPlan, *, threshold: f
     return math.inf
 
 
-def time_to_threshold(args: argparse.Namespace, first: dict[str, Any]) -> dict[str, Any]:
+def time_to_threshold(args: argparse.Namespace, first: dict[str, Any],
+                      peers: list[Peer]) -> dict[str, Any]:
     """Wall time to a training return on ``--threshold-env`` of rlinf's fastest fixed mode,
     the fastest SB3 and the fastest torchrl configuration of `first` (the first width's
     summary), seeds interleaved (rlinf, SB3, torchrl for seed 0, then seed 1 ...); each
@@ -317,14 +390,17 @@ def time_to_threshold(args: argparse.Namespace, first: dict[str, Any]) -> dict[s
     measured = first["measured_s"]
     mode = min(("collocated", "hybrid"), key=lambda m: measured[m])
     speeds = first["env_steps_per_s"]
-    peers = [max((label for label in speeds if label.startswith(prefix)), key=speeds.get)
-             for prefix in ("sb3_", "torchrl_") if any(k.startswith(prefix) for k in speeds)]
+    fastest = [max(same, key=lambda p: speeds[p.label])
+               for library in ("sb3", "torchrl")
+               if (same := [p for p in peers if p.library == library])]
     obs_dim, act_dim = env_dims(args.threshold_env)
     budget, threshold = args.threshold_budget_s, args.threshold
     print(f"# time to a training return of {threshold:g} on {args.threshold_env} (budget "
-          f"{budget:g} s, {args.threshold_seeds} seeds): rlinf {mode}, {', '.join(peers)}",
+          f"{budget:g} s, {args.threshold_seeds} seeds): rlinf {mode}, "
+          f"{', '.join(p.label for p in fastest)}",
           flush=True)
-    seconds: dict[str, list[float]] = {f"rlinf_{mode}": [], **{p: [] for p in peers}}
+    seconds: dict[str, list[float]] = {f"rlinf_{mode}": [],
+                                       **{p.label: [] for p in fastest}}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
     try:
@@ -332,26 +408,15 @@ def time_to_threshold(args: argparse.Namespace, first: dict[str, Any]) -> dict[s
             spec = make_spec(setting, obs_dim=obs_dim, act_dim=act_dim, seed=seed)
             seconds[f"rlinf_{mode}"].append(rlinf_train_until(
                 spec, fixed_plan(spec, mode), threshold=threshold, budget_s=budget))
-            for label in peers:
-                kind, config, threads_text = label.split("_")
-                threads = int(threads_text.removesuffix("thr"))
-                if kind == "sb3":
-                    vec: VecKind = config  # type: ignore[assignment]
-                    took = sb3_train_until(sb3_setting(setting, seed=seed), vec,
-                                           threshold=threshold, budget_s=budget,
-                                           threads=threads)
-                else:
-                    collector: Collector = config  # type: ignore[assignment]
-                    took = torchrl_train_until(torchrl_setting(setting, seed=seed), collector,
-                                               threshold=threshold, budget_s=budget,
-                                               threads=threads)
-                seconds[label].append(took)
+            for peer in fastest:
+                seconds[peer.label].append(peer.train_until(
+                    setting, seed=seed, threshold=threshold, budget_s=budget))
             print("# seed " + str(seed) + ": " + ", ".join(
                 f"{k} {v[-1]:.1f} s" for k, v in seconds.items()), flush=True)
     finally:
         ray.shutdown()
     medians = {k: statistics.median(v) for k, v in seconds.items()}
-    fastest_peer = min(peers, key=lambda p: medians[p])
+    fastest_peer = min((p.label for p in fastest), key=lambda label: medians[label])
     ratio = medians[f"rlinf_{mode}"] / medians[fastest_peer]
     return {"time_to_threshold_ratio": ratio if math.isfinite(ratio) else None,
             "time_to_threshold_s": seconds, "threshold": threshold,
@@ -425,6 +490,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env-threads", type=int, default=1,
                         help="threads stepping a batched MuJoCo env's physics (rlinf)")
     args = parser.parse_args(argv)
+    if args.threshold_seeds < 0 or not args.threshold_budget_s > 0:
+        parser.error(f"--threshold-seeds must be >= 0 and --threshold-budget-s > 0, got "
+                     f"{args.threshold_seeds} and {args.threshold_budget_s}")
     fill_defaults(args)
     widths: list[int | None] = list(args.hidden or [None])
     if args.device == "cuda":
@@ -439,11 +507,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"refused: load average {load_before:.2f} > --max-load {max_load:g}; other work "
               "would be timed too", file=sys.stderr)
         return 3
+    peers = cpu_peers(args, cores=cores, num_envs=args.num_envs)
     summaries = []
     for width in widths:
         one = argparse.Namespace(**vars(args))
         one.hidden = width
-        summaries.append(run_cpu(one, cores=cores))
+        summaries.append(run_cpu(one, cores=cores, peers=peers))
     if len(summaries) == 1:
         summary = summaries[0]
     else:  # headline keys: each width's speedup; the worst of the rest
@@ -459,13 +528,13 @@ def main(argv: list[str] | None = None) -> int:
             "per_width": {s["setting"]["hidden"]: s for s in summaries},
         }
     if args.threshold_seeds > 0:
-        summary |= time_to_threshold(args, summaries[0])
+        summary |= time_to_threshold(args, summaries[0], peers)
     summary["load_average"] = [load_before, os.getloadavg()[0]]
     print(json.dumps(summary))
     return 0
 
 
-def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
+def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[str, Any]:
     """Every contender at one width on the CPU, interleaved in rounds; prints the table and
     returns the summary (the last line's object, for that width)."""
     import ray
@@ -490,26 +559,6 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
              configure_logging=False)
     cluster = Cluster.discover(use_ray=False, cpu_slots=2)
     plans = {mode: fixed_plan(spec, mode) for mode in ("collocated", "hybrid")}
-    # SB3 as a user runs it: torch's default threads (one per core: its policy forwards and
-    # updates use both cores) and one thread, DummyVecEnv and SubprocVecEnv.
-    # With envpool installed (tox -e bench-embodied installs it), SB3 also runs on its
-    # vector env, the fastest simulator path a SB3 user can pick.
-    vec_envs = ["dummy", "subproc", "envpool"]
-    if args.skip_sb3_subproc:
-        vec_envs.remove("subproc")
-    if importlib.util.find_spec("envpool") is None:
-        vec_envs.remove("envpool")
-        print("# envpool is not installed: no SB3 + envpool peer", flush=True)
-    sb3_configs = [(vec, threads) for vec in vec_envs for threads in dict.fromkeys((cores, 1))]
-    # torchrl as its users run it: its collector in the learner's process (both thread
-    # counts) and its multi-process collector (one collector process per core).
-    torchrl_configs: list[tuple[Collector, int]] = []
-    if args.no_torchrl:
-        pass
-    elif importlib.util.find_spec("torchrl") is None:
-        print("# torchrl is not installed: no torchrl peer", flush=True)
-    else:
-        torchrl_configs = [("serial", t) for t in dict.fromkeys((cores, 1))] + [("multisync", 1)]
     tallies: dict[str, Tally] = {}
     predicted: dict[str, float] = {}
     simulated: dict[str, tuple[float, dict[str, float]]] = {}
@@ -538,22 +587,11 @@ def run_cpu(args: argparse.Namespace, *, cores: int) -> dict[str, Any]:
                 tallies.setdefault(mode, Tally([], [], [])).record(times, cpu, breakdown)
                 print(f"# round {round_index + 1} {mode}: {statistics.median(times):.3f} "
                       f"s/iter, load {os.getloadavg()[0]:.1f}", flush=True)
-            for vec, threads in sb3_configs:
-                times, cpu = run_sb3(sb3_setting(setting), vec, warmup=warmup,
-                                     iterations=iterations, threads=threads,
-                                     busy_seconds=machine_busy_seconds)
-                label = f"sb3_{vec}_{threads}thr"
-                tallies.setdefault(label, Tally([], [], [])).record(times, cpu, None)
-                print(f"# round {round_index + 1} {label}: {statistics.median(times):.3f} "
-                      f"s/iter", flush=True)
-            for collector, threads in torchrl_configs:
-                times, cpu = run_torchrl(torchrl_setting(setting), collector, warmup=warmup,
-                                         iterations=iterations, threads=threads,
-                                         busy_seconds=machine_busy_seconds)
-                label = f"torchrl_{collector}_{threads}thr"
-                tallies.setdefault(label, Tally([], [], [])).record(times, cpu, None)
-                print(f"# round {round_index + 1} {label}: {statistics.median(times):.3f} "
-                      f"s/iter", flush=True)
+            for peer in peers:
+                times, cpu = peer.timed(setting, warmup=warmup, iterations=iterations)
+                tallies.setdefault(peer.label, Tally([], [], [])).record(times, cpu, None)
+                print(f"# round {round_index + 1} {peer.label}: "
+                      f"{statistics.median(times):.3f} s/iter", flush=True)
     finally:
         ray.shutdown()
 
@@ -647,9 +685,8 @@ def main_cuda(args: argparse.Namespace) -> int:
     samples = num_envs * rollout_steps
     sb3: dict[int, float] = {}
     for threads in dict.fromkeys((os.cpu_count() or 1, 1)):
-        sb3[threads] = statistics.median(run_sb3(
-            sb3_setting(setting), "dummy", warmup=warmup, iterations=iterations,
-            threads=threads, busy_seconds=machine_busy_seconds)[0])
+        sb3[threads] = statistics.median(Peer("sb3", "dummy", threads).timed(
+            setting, warmup=warmup, iterations=iterations)[0])
         print(f"# sb3 dummy, cuda, {threads} threads: {sb3[threads]:.3f} s/iteration",
               flush=True)
     print()

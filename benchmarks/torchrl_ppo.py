@@ -27,6 +27,7 @@ trains until the mean return of the episodes ended in an iteration reaches a thr
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +36,6 @@ from typing import Any, Literal
 import torch
 
 Collector = Literal["serial", "multisync"]
-COLLECTORS: tuple[Collector, ...] = ("serial", "multisync")
 
 
 @dataclass(frozen=True)
@@ -121,7 +121,7 @@ class TorchrlPPO:
             self.collector: Any = SyncCollector(_gym_env(s.env, s.num_envs), self.actor,
                                                 frames_per_batch=frames, total_frames=-1)
         else:
-            workers = max(1, min(s.num_envs, len(_affinity())))
+            workers = collector_processes(s.num_envs)
             if s.num_envs % workers:
                 raise ValueError(f"{s.num_envs} envs do not split over {workers} collector "
                                  "processes")
@@ -166,10 +166,10 @@ class TorchrlPPO:
         self.collector.shutdown()
 
 
-def _affinity() -> set[int]:
-    import os
-
-    return os.sched_getaffinity(0)
+def collector_processes(num_envs: int) -> int:
+    """Collector processes of ``collector="multisync"``: one per core this process may
+    use, at most one per env."""
+    return max(1, min(num_envs, len(os.sched_getaffinity(0))))
 
 
 def run_torchrl(s: TorchrlSetting, collector: Collector, *, warmup: int, iterations: int,
@@ -198,11 +198,10 @@ def train_until(s: TorchrlSetting, collector: Collector, *, threshold: float,
     run = TorchrlPPO(s, collector, threads=threads)
     try:
         started = time.perf_counter()
-        while (elapsed := time.perf_counter() - started) < budget_s:
+        while time.perf_counter() - started < budget_s:
             mean_return = run.iterate()
             if mean_return is not None and mean_return >= threshold:
                 return time.perf_counter() - started
-        del elapsed
         return float("inf")
     finally:
         run.close()
