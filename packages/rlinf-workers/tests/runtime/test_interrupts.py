@@ -70,6 +70,35 @@ def test_other_threads_and_custom_handlers_are_left_alone() -> None:
         signal.signal(signal.SIGINT, mine)
 
 
+def test_a_thread_waiting_inside_a_step_neither_restores_the_handler_nor_raises() -> None:
+    # A pool thread's group call (keep_interrupts inside) can outlive the main thread's
+    # block: restoring the handler from it would raise ValueError (signal only works in the
+    # main thread), and a re-raise there would end that thread, not the run.
+    entered, release, errors = threading.Event(), threading.Event(), []
+
+    def pool_thread() -> None:
+        try:
+            with keep_interrupts():
+                entered.set()
+                release.wait(10)
+                check_interrupted()
+        except BaseException as exc:
+            errors.append(exc)
+
+    with keep_interrupts():
+        worker = threading.Thread(target=pool_thread)
+        worker.start()
+        assert entered.wait(10)
+        _swallow_a_ctrl_c()
+        with pytest.raises(KeyboardInterrupt, match="raised again"):
+            check_interrupted()
+        _swallow_a_ctrl_c()  # recorded again; only the main thread may re-raise it
+    release.set()
+    worker.join(10)
+    assert errors == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_a_group_call_raises_a_ctrl_c_that_its_wait_swallowed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # An evaluation or checkpoint call (GroupFuture.rank_results) waits outside any flow

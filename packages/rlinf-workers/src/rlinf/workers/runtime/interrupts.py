@@ -36,9 +36,11 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def keep_interrupts() -> Iterator[None]:
-    """Record SIGINTs while the block runs (main thread, default handler only; nests)."""
-    owner = _depth[0] > 0 or (threading.current_thread() is threading.main_thread()
-                           and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    """Record SIGINTs while the block runs (main thread, default handler only; nests).
+    Other threads (group calls waited on by a pool) pass through: only the main thread
+    receives SIGINT, installs handlers and re-raises."""
+    owner = _on_main_thread() and (
+        _depth[0] > 0 or signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     if not owner:
         yield
         return
@@ -57,7 +59,12 @@ def keep_interrupts() -> Iterator[None]:
 
 def check_interrupted() -> None:
     """Raise `KeyboardInterrupt` for a SIGINT recorded by `keep_interrupts` whose exception
-    some call swallowed."""
-    if _tripped.is_set():
+    some call swallowed (main thread only: another thread's KeyboardInterrupt would end
+    that thread, not the run)."""
+    if _on_main_thread() and _tripped.is_set():
         _tripped.clear()
         raise KeyboardInterrupt("Ctrl-C (raised again: the first one was swallowed)")
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
