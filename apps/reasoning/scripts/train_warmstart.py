@@ -2,30 +2,31 @@
 
 What it does: builds the tiny Qwen2-style model (`TinyLMConfig`, no download) and the char
 tokenizer, then trains it with plain next-token cross-entropy on generated arithmetic in the
-short template — prompt "12+7=", target "19<eos>", loss on the target only — for a fixed,
-deliberately small number of steps. It stops early on purpose: the app's GRPO run starts
-from a model that is right on some problems and wrong on others, so sampled groups carry
-signal and RL has room to improve it. Every `eval_every` steps it logs held-out greedy and
-sampled (T=1) accuracy; at the end it writes into `out_dir`:
-``model.safetensors``, ``warmstart.json`` (model config, task config, these settings, the
-measured accuracy) and ``tokenizer.json`` + ``tokenizer_config.json``.
+short template — prompt "12+7=", target "19<eos>", loss on the target only. It stops early
+on purpose: the app's GRPO run starts from a model that is right on some problems and wrong
+on others, so sampled groups carry signal and RL has room to improve it.
+
+Where it stops is chosen on a validation split of its own, never on the held-out (test)
+split the app reports its before/after accuracy on. The problem space is cut by a hash of
+each problem: 10% held out (the app's test split), 10% validation, 80% training
+(`GeneratorConfig.validation_fraction`). Every `eval_every` steps the script measures greedy
+accuracy on `eval_problems` distinct validation problems and stops at the first check at or
+above `target_accuracy`. Only then is the held-out accuracy measured, once, and recorded.
+It writes into `out_dir`: ``model.safetensors``, ``warmstart.json`` (model config, task
+config, these settings, the validation curve that chose the stop, the validation and the
+held-out accuracy) and ``tokenizer.json`` + ``tokenizer_config.json``.
 
 Task: `GeneratorConfig.for_level(2)` — two operands of 1-2 digits, + and -, negative answers
-allowed ("57-83=" → "-26"); held-out problems are a hash-defined 10% of that space.
+allowed ("57-83=" → "-26").
 
-Deterministic: seeded model init, seeded problem streams, one torch thread. The same command
-writes the same weights on the same torch build.
+Deterministic: seeded model init, seeded problem streams, greedy validation, one torch
+thread. The same command writes the same weights on the same torch build.
 
-Run (from the repository root; 124 s measured on one thread of a shared 2-core machine)::
+Run (from the repository root; about 2 minutes on one thread of a shared 2-core machine)::
 
     .venv/bin/python apps/reasoning/scripts/train_warmstart.py
 
-Reached with the defaults (800 steps of 128 problems, seeds 0; torch 2.13.0 CPU): held-out
-greedy accuracy 0.300 on 400 distinct problems, sampled (T=1) 0.2225 — recorded in
-``warmstart.json``. The stop point was chosen from this curve of the same run continued
-(greedy / sampled held-out accuracy): step 400 0.07/0.04, 600 0.14/0.09, 800 0.30/0.22,
-1000 0.47/0.38, 1200 0.55/0.43, 1600 0.62/0.51, 2400 0.64/0.58. Weights: 0.5M parameters,
-2.0 MB in fp32.
+The figures it reached are in ``warmstart.json`` and in the app's README.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -67,8 +69,11 @@ class TrainConfig:
     """Decoder layers."""
     intermediate_size: int = 512
     """MLP width."""
-    steps: int = 800
-    """Optimizer steps; the stop point that leaves the model partly competent."""
+    target_accuracy: float = 0.30
+    """Validation greedy accuracy at which training stops: partly competent, with room
+    for RL. The stop is the first validation check at or above it."""
+    max_steps: int = 2400
+    """Optimizer steps after which the run gives up if the target was never reached."""
     batch_size: int = 128
     """Problems per step."""
     lr: float = 3e-3
@@ -78,22 +83,37 @@ class TrainConfig:
     weight_decay: float = 0.0
     """AdamW weight decay."""
     eval_every: int = 50
-    """Log held-out accuracy every this many steps (0: only at the end)."""
+    """Validation check every this many steps."""
     eval_problems: int = 400
-    """Distinct held-out problems for each evaluation."""
+    """Distinct problems of each validation check, and of the final held-out measurement."""
+    validation_fraction: float = 0.1
+    """Share of the problem space kept for validation (apart from training and held-out)."""
     threads: int = 1
     """torch CPU threads (the machines are shared)."""
     out_dir: str = str(WARMSTART_DIR)
     """Where the checkpoint is written."""
 
 
-def parse_args() -> TrainConfig:
+def parse_args(argv: list[str] | None = None) -> TrainConfig:
     """`TrainConfig` from the command line; `--help` lists every field with its default."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for field in dataclasses.fields(TrainConfig):
         parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default),
                             default=field.default)
-    return TrainConfig(**vars(parser.parse_args()))
+    cfg = TrainConfig(**vars(parser.parse_args(argv)))
+    if not 0.0 < cfg.target_accuracy <= 1.0:
+        parser.error(f"--target-accuracy must be in (0, 1], got {cfg.target_accuracy}")
+    if cfg.eval_every < 1 or cfg.max_steps < cfg.eval_every:
+        parser.error(f"need 1 <= --eval-every <= --max-steps, got {cfg.eval_every}, "
+                     f"{cfg.max_steps}")
+    if cfg.eval_problems < 1:
+        parser.error(f"--eval-problems must be >= 1, got {cfg.eval_problems}")
+    return cfg
+
+
+def stop_step(curve: list[tuple[int, float]], target: float) -> int | None:
+    """The first checked step whose validation accuracy reaches `target` (None: none did)."""
+    return next((step for step, value in curve if value >= target), None)
 
 
 def encode(
@@ -126,12 +146,13 @@ def batches(stream: Iterator[MathProblem], size: int) -> Iterator[list[MathProbl
         yield [next(stream) for _ in range(size)]
 
 
-def main(cfg: TrainConfig) -> None:
-    """Train, evaluate along the way, write the checkpoint."""
+def main(cfg: TrainConfig) -> int:
+    """Train until validation reaches the target, measure held-out once, write the checkpoint."""
     torch.set_num_threads(cfg.threads)
-    task = GeneratorConfig.for_level(cfg.level, seed=cfg.task_seed)
+    task = dataclasses.replace(GeneratorConfig.for_level(cfg.level, seed=cfg.task_seed),
+                               validation_fraction=cfg.validation_fraction)
     generator = ProblemGenerator(task)
-    heldout = generator.generate(cfg.eval_problems, split="heldout", unique=True)
+    validation = generator.generate(cfg.eval_problems, split="validation", unique=True)
     tokenizer = build_char_tokenizer()
     model_config = TinyLMConfig(hidden_size=cfg.hidden_size, num_layers=cfg.num_layers,
                                 intermediate_size=cfg.intermediate_size)
@@ -141,17 +162,10 @@ def main(cfg: TrainConfig) -> None:
         optimizer, lambda step: min(1.0, (step + 1) / max(cfg.warmup_steps, 1)))
     log.info("start", params=sum(p.numel() for p in model.parameters()), task=str(task))
 
-    def evaluate(step: int) -> dict[str, float]:
-        model.eval()
-        torch.manual_seed(cfg.model_seed)  # the sampled accuracy is reproducible too
-        result = {"greedy": accuracy(model, tokenizer, heldout),
-                  "sampled": accuracy(model, tokenizer, heldout, do_sample=True)}
-        log.info("eval", step=step, **result, elapsed_s=round(time.monotonic() - start, 1))
-        return result
-
     start = time.monotonic()
+    curve: list[tuple[int, float]] = []
     stream = batches(generator.stream(split="train"), cfg.batch_size)
-    for step in range(1, cfg.steps + 1):
+    for step in range(1, cfg.max_steps + 1):
         model.train()
         input_ids, mask, labels = encode(tokenizer, next(stream))
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
@@ -162,14 +176,32 @@ def main(cfg: TrainConfig) -> None:
         schedule.step()
         if step % 25 == 0:
             log.info("train", step=step, loss=round(loss.item(), 4))
-        if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
-            evaluate(step)
-    final = evaluate(cfg.steps)
+        if step % cfg.eval_every == 0:
+            model.eval()
+            curve.append((step, accuracy(model, tokenizer, validation)))
+            log.info("validation", step=step, greedy=curve[-1][1],
+                     elapsed_s=round(time.monotonic() - start, 1))
+            if stop_step(curve, cfg.target_accuracy) is not None:
+                break
+    stopped = stop_step(curve, cfg.target_accuracy)
+    if stopped is None:
+        log.error("target_not_reached", target=cfg.target_accuracy, max_steps=cfg.max_steps,
+                  best=max(value for _, value in curve))
+        print(f"validation greedy accuracy never reached {cfg.target_accuracy} within "
+              f"{cfg.max_steps} steps (best {max(v for _, v in curve):.3f}); raise "
+              "--max-steps or --lr, or lower --target-accuracy", file=sys.stderr)
+        return 1
     train_s = time.monotonic() - start
+
+    # Measured once, after the stop is fixed: the held-out split never chooses anything.
+    model.eval()
+    heldout = generator.generate(cfg.eval_problems, split="heldout", unique=True)
+    torch.manual_seed(cfg.model_seed)  # the sampled accuracy is reproducible too
+    test = {"greedy": accuracy(model, tokenizer, heldout),
+            "sampled": accuracy(model, tokenizer, heldout, do_sample=True)}
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model.eval()
     # Tied embeddings: store the input embedding once, leave the (shared) head out.
     state = {k: v.detach().contiguous() for k, v in model.state_dict().items()
              if not (model_config.tie_word_embeddings and k == "lm_head.weight")}
@@ -180,13 +212,21 @@ def main(cfg: TrainConfig) -> None:
         "task": dataclasses.asdict(task),
         "template": "short",
         "train": dataclasses.asdict(cfg) | {"out_dir": None},
-        "heldout_accuracy": {**final, "problems": cfg.eval_problems, "max_new_tokens": 6},
+        "selection": {
+            "rule": "first validation check with greedy accuracy >= target_accuracy",
+            "stopped_at_step": stopped,
+            "validation_curve": [[s, v] for s, v in curve],
+        },
+        "validation_accuracy": {"greedy": curve[-1][1], "problems": cfg.eval_problems},
+        "heldout_accuracy": {**test, "problems": cfg.eval_problems, "max_new_tokens": 6},
         "train_seconds": round(train_s, 1),
         "torch": torch.__version__,
     }
     (out / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n")
-    log.info("written", out=str(out), **final, train_s=round(train_s, 1))
+    log.info("written", out=str(out), step=stopped, validation=curve[-1][1], **test,
+             train_s=round(train_s, 1))
+    return 0
 
 
 if __name__ == "__main__":
-    main(parse_args())
+    sys.exit(main(parse_args()))

@@ -1,4 +1,4 @@
-"""The README's first command, as shipped: held-out greedy accuracy up >= 10 points in <= 10 min.
+"""The README's first command, as shipped: held-out greedy accuracy up >= 5 points in <= 10 min.
 
 Slow (minutes on 2 CPU cores): ``pytest -m slow apps/reasoning/tests/test_default_run.py``.
 """
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 MAX_SECONDS = 600
-MIN_GAIN_POINTS = 10.0
+MIN_GAIN_POINTS = 5.0
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(MAX_SECONDS + 120)
-def test_default_run_gains_ten_points_within_ten_minutes(tmp_path: Path) -> None:
+def test_default_run_gains_five_points_within_ten_minutes(tmp_path: Path) -> None:
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "rlinf_reasoning.cli", "--run-dir",
                            str(tmp_path / "run")], capture_output=True, text=True,

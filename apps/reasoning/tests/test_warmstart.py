@@ -1,25 +1,40 @@
 """The shipped warm-start checkpoint: loads, is small, deterministic, and partly competent.
 
 The accuracy band guards against shipping a broken checkpoint (too low: GRPO gets no
-signal) or an over-trained one (too high: RL has no room to show a gain).
+signal) or an over-trained one (too high: RL has no room to show a gain). Its stop point
+was chosen on a validation split of its own; the held-out split, on which the app reports
+RL's gain, chose nothing.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import torch
 from rlinf_reasoning import WARMSTART_DIR, load_warmstart
 from rlinf_reasoning.evaluate import accuracy, generate
 from rlinf_reasoning.warmstart import read_metadata, warmstart_task
 
-from rlinf.envs.math import ProblemGenerator
+from rlinf.envs.math import ProblemGenerator, split_of
 
 ACCURACY_BAND = (0.15, 0.60)
 """Held-out greedy accuracy the shipped checkpoint must lie in (documented in the README)."""
 MAX_CHECKPOINT_BYTES = 5 * 1024 * 1024
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def _train_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("train_warmstart",
+                                                  SCRIPTS / "train_warmstart.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_checkpoint_is_small() -> None:
@@ -65,8 +80,48 @@ def test_metadata_records_its_accuracy() -> None:
     assert meta["template"] == "short"
 
 
+def test_the_stop_was_chosen_on_validation_problems_the_heldout_split_never_holds() -> None:
+    meta = read_metadata()
+    task = warmstart_task()
+    assert task.validation_fraction > 0
+    selection = meta["selection"]
+    curve = [(step, value) for step, value in selection["validation_curve"]]
+    target = meta["train"]["target_accuracy"]
+    # the recorded stop is the rule applied to the recorded curve, and the run ended there
+    assert selection["stopped_at_step"] == _train_script().stop_step(curve, target)
+    assert curve[-1][0] == selection["stopped_at_step"]
+    assert all(value < target for _, value in curve[:-1])
+    validation = ProblemGenerator(task).generate(200, split="validation", unique=True)
+    heldout = ProblemGenerator(task).generate(200, split="heldout", unique=True)
+    assert not {p.question for p in validation} & {p.question for p in heldout}
+    for problem in validation:  # the app's own held-out split (no validation) excludes them
+        assert split_of(problem.metadata["compact"],
+                        heldout_fraction=task.heldout_fraction) == "train"
+
+
+def test_stop_step_is_the_first_check_at_or_above_the_target() -> None:
+    stop_step = _train_script().stop_step
+    assert stop_step([(50, 0.1), (100, 0.3), (150, 0.5)], 0.3) == 100
+    assert stop_step([(50, 0.1), (100, 0.29)], 0.3) is None
+    assert stop_step([], 0.3) is None
+
+
+def test_a_target_never_reached_writes_nothing_and_says_what_to_change(tmp_path: Path) -> None:
+    out = tmp_path / "ws"
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / "train_warmstart.py"), "--max-steps", "2",
+         "--eval-every", "1", "--eval-problems", "8", "--batch-size", "4",
+         "--target-accuracy", "1.0", "--out-dir", str(out)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "never reached 1.0 within 2 steps" in result.stderr
+    assert "--max-steps" in result.stderr
+    assert not out.exists()
+
+
 def test_headroom_script_runs_with_a_tiny_budget() -> None:
-    script = Path(__file__).resolve().parents[1] / "scripts" / "check_rl_headroom.py"
+    script = SCRIPTS / "check_rl_headroom.py"
     result = subprocess.run(
         [sys.executable, str(script), "--steps", "2", "--prompts-per-step", "4",
          "--eval-every", "1", "--eval-problems", "16"],

@@ -33,6 +33,30 @@ def test_train_and_heldout_never_overlap_across_seeds() -> None:
         assert split_of(compact, heldout_fraction=0.1) == "heldout"
 
 
+def test_a_validation_split_is_carved_from_training_and_leaves_heldout_alone() -> None:
+    plain = GeneratorConfig.for_level(2)
+    config = GeneratorConfig(max_digits=2, validation_fraction=0.1)
+    splits = {split: set(_compacts(config, 300, split=split))
+              for split in ("train", "validation", "heldout")}
+    assert all(splits.values())
+    assert not splits["train"] & splits["validation"]
+    assert not splits["train"] & splits["heldout"]
+    assert not splits["validation"] & splits["heldout"]
+    # the held-out split is the one a config without validation has
+    assert _compacts(config, 50, split="heldout") == _compacts(plain, 50, split="heldout")
+    # validation problems are training problems when no validation split is asked for
+    for compact in splits["validation"]:
+        assert split_of(compact, heldout_fraction=0.1, validation_fraction=0.1) == "validation"
+        assert split_of(compact, heldout_fraction=0.1) == "train"
+    assert {p.metadata["split"] for p in
+            ProblemGenerator(config).generate(5, split="validation")} == {"validation"}
+
+
+def test_an_empty_validation_split_is_refused() -> None:
+    with pytest.raises(ConfigError, match="validation_fraction"):
+        ProblemGenerator().generate(1, split="validation")
+
+
 def test_answers_are_correct() -> None:
     config = GeneratorConfig(max_digits=3, min_operands=2, max_operands=4,
                              operators=("+", "-", "*", "/"), integer_answers=False)
@@ -96,6 +120,8 @@ def test_unique_exhausts_small_space() -> None:
         {"operators": ("^",)},
         {"operators": ()},
         {"heldout_fraction": 0.0},
+        {"validation_fraction": -0.1},
+        {"heldout_fraction": 0.5, "validation_fraction": 0.5},
         {"kind": "calculus"},
     ],
 )

@@ -3,9 +3,11 @@
 Deterministic: the same `GeneratorConfig` (seed included) and split always give the same
 problems, on any machine (`random.Random` seeded with a string is platform independent).
 
-Splits never overlap: a problem belongs to the held-out split exactly when a hash of its
-compact form falls below `heldout_fraction`. The hash ignores the seed, so no seed of a
-config can produce a training problem that another seed produces as held-out.
+Splits never overlap: a hash of a problem's compact form, read as a number u in [0, 1),
+puts it in the held-out split when u < `heldout_fraction`, in the validation split when
+u < `heldout_fraction + validation_fraction` (empty by default), and in training otherwise.
+The hash ignores the seed, so no seed of a config can produce a training problem that
+another seed produces as held-out or validation.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from rlinf.envs.errors import ConfigError, GeneratorError
 from rlinf.envs.math.problem import MathProblem
 
 Kind = Literal["arithmetic", "linear", "mixed"]
-Split = Literal["train", "heldout"]
+Split = Literal["train", "validation", "heldout"]
+SPLITS: tuple[Split, ...] = ("train", "validation", "heldout")
 OPERATORS = ("+", "-", "*", "/")
 
 
@@ -49,6 +52,9 @@ class GeneratorConfig:
     """Digits of the coefficient a and constant b in linear equations a*x + b = c."""
     heldout_fraction: float = 0.1
     """Share of the problem space reserved for the held-out split (by hash, not by seed)."""
+    validation_fraction: float = 0.0
+    """Share reserved for a validation split next to the held-out one (0: none), so a
+    choice made while training (a stop point, a learning rate) never sees the held-out set."""
     seed: int = 0
     """Seed of the problem stream; each split has its own stream."""
 
@@ -73,6 +79,12 @@ class GeneratorConfig:
             raise ConfigError(f"coefficient_digits must be >= 1, got {self.coefficient_digits}")
         if not 0.0 < self.heldout_fraction < 1.0:
             raise ConfigError(f"heldout_fraction must be in (0, 1), got {self.heldout_fraction}")
+        if not 0.0 <= self.validation_fraction < 1.0 - self.heldout_fraction:
+            raise ConfigError(
+                f"validation_fraction must be in [0, 1 - heldout_fraction = "
+                f"{1.0 - self.heldout_fraction:g}), got {self.validation_fraction}; "
+                "some of the space must be left for training"
+            )
 
     @classmethod
     def for_level(cls, level: int, *, seed: int = 0) -> GeneratorConfig:
@@ -90,10 +102,15 @@ class GeneratorConfig:
         return presets[level]
 
 
-def split_of(compact: str, *, heldout_fraction: float) -> Split:
+def split_of(compact: str, *, heldout_fraction: float, validation_fraction: float = 0.0) -> Split:
     """The split a problem with this compact form belongs to (stable across seeds)."""
     digest = hashlib.blake2b(compact.encode(), digest_size=8).digest()
-    return "heldout" if int.from_bytes(digest, "big") / 2**64 < heldout_fraction else "train"
+    position = int.from_bytes(digest, "big") / 2**64
+    if position < heldout_fraction:
+        return "heldout"
+    if position < heldout_fraction + validation_fraction:
+        return "validation"
+    return "train"
 
 
 def evaluate(operands: list[int], operators: list[str]) -> Fraction:
@@ -172,16 +189,20 @@ class ProblemGenerator:
     def _draws(self, split: Split, *, batch: int | None = None) -> Iterator[MathProblem | None]:
         """One item per random draw: the problem, or None when it was rejected. `batch`
         selects a stream of its own (see `batch`); None is the split's main stream."""
-        if split not in ("train", "heldout"):
-            raise ConfigError(f"split must be 'train' or 'heldout', got {split!r}")
         cfg = self.config
+        if split not in SPLITS:
+            raise ConfigError(f"split must be one of {SPLITS}, got {split!r}")
+        if split == "validation" and cfg.validation_fraction == 0.0:
+            raise ConfigError("the validation split is empty: set "
+                              "GeneratorConfig.validation_fraction > 0 to reserve one")
         suffix = "" if batch is None else f":batch{batch}"
         rng = random.Random(f"rlinf-math:{cfg.seed}:{split}{suffix}")
         while True:
             kind = cfg.kind if cfg.kind != "mixed" else rng.choice(("arithmetic", "linear"))
             problem = self._arithmetic(rng) if kind == "arithmetic" else self._linear(rng)
             if problem is None or split_of(
-                    problem.metadata["compact"], heldout_fraction=cfg.heldout_fraction) != split:
+                    problem.metadata["compact"], heldout_fraction=cfg.heldout_fraction,
+                    validation_fraction=cfg.validation_fraction) != split:
                 yield None
                 continue
             yield MathProblem(problem.question, problem.answer, None,
