@@ -323,14 +323,48 @@ def test_idle_unauthenticated_connections_delay_no_legitimate_client(token):
                 sock.close()
 
 
-def test_handshakes_beyond_max_pending_are_closed_at_once(token):
+def _recv_all(sock: socket.socket) -> bytes:
+    sock.settimeout(10)
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    return data
+
+
+def test_a_full_handshake_table_evicts_its_oldest_idle_client(token):
     with wire.Listener(token=token, max_pending=2) as listener:
-        idle = [socket.create_connection(listener.address, timeout=10) for _ in range(3)]
+        idle = [socket.create_connection(listener.address, timeout=10) for _ in range(2)]
+        time.sleep(0.2)  # both are pending, in this order
+        idle.append(socket.create_connection(listener.address, timeout=10))
         try:
-            idle[2].settimeout(10)
-            # the third gets nothing but EOF (the first two got the greeting)
-            assert idle[2].recv(64) == b""
+            assert _recv_all(idle[0])  # the greeting, then EOF: evicted for the newcomer
             assert listener.refused == 1
+            idle[2].settimeout(0.5)
+            assert idle[2].recv(64)  # the newcomer got its greeting and stays open
+            idle[1].settimeout(0.5)
+            assert idle[1].recv(64)  # the greeting ...
+            with pytest.raises(TimeoutError):
+                idle[1].recv(64)  # ... and no EOF: the younger idle client is still pending
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_idle_connections_filling_the_handshake_table_lock_no_legitimate_client_out(token):
+    """Regression (#13, D1): once `max_pending` unauthenticated connections were open, every
+    new client was closed at once, legitimate ones included, until the idle ones timed out
+    (10 s by default) or went away."""
+    with wire.Listener(token=token, max_pending=8) as listener, ThreadPoolExecutor(1) as pool:
+        idle = [socket.create_connection(listener.address, timeout=10) for _ in range(8)]
+        try:
+            time.sleep(0.2)  # the table is full
+            started = time.monotonic()
+            client = pool.submit(wire.connect, listener.address, token=token, timeout=5)
+            with listener.accept(timeout=5) as server_end, client.result(timeout=5) as ours:
+                ours.send({"hello": 1}, timeout=5)
+                assert server_end.recv(timeout=5)[0] == {"hello": 1}
+            assert time.monotonic() - started < 2.0
+            assert listener.refused == 1  # the oldest idle connection made room
         finally:
             for sock in idle:
                 sock.close()

@@ -295,8 +295,11 @@ class Listener:
     that connects and says nothing, or too little, costs one socket until
     `handshake_timeout` and delays no other client. `accept` hands out only connections
     whose client proved the token; refused clients are closed, logged and counted in
-    `refused`. At most `max_pending` handshakes run at once; beyond that, new clients are
-    closed at once (and counted).
+    `refused`. At most `max_pending` handshakes run at once; a client arriving when all
+    are taken evicts the oldest one whose client has not proven the token yet (closed and
+    counted), so a flood of idle connections cycles through the table instead of locking
+    out the legitimate clients that arrive after it. Only when every pending client has
+    proven the token is the newcomer closed at once (and counted).
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, token: bytes,
@@ -407,7 +410,7 @@ class Listener:
                 if not self._closed:
                     log.warning("accept_failed", address=self.address, error=str(exc))
                 return
-            if len(pending) >= self._max_pending:
+            if len(pending) >= self._max_pending and not self._evict_oldest(pending, poller):
                 log.warning("handshake_backlog_full", peer=peer, address=self.address,
                             pending=len(pending))
                 self.refused += 1
@@ -418,6 +421,18 @@ class Listener:
                              time.monotonic() + self._handshake_timeout)
             pending[sock.fileno()] = entry
             poller.register(sock.fileno(), select.POLLIN | select.POLLOUT)
+
+    def _evict_oldest(self, pending: dict[int, _Pending], poller: select.poll) -> bool:
+        """Drop the oldest handshake whose client has not proven the token; False if all
+        have."""
+        unproven = [fd for fd, entry in pending.items() if not entry.proven]
+        if not unproven:
+            return False
+        oldest = min(unproven, key=lambda fd: pending[fd].deadline)
+        log.warning("handshake_evicted", peer=pending[oldest].peer, address=self.address,
+                    pending=len(pending))
+        self._drop(pending, poller, oldest)
+        return True
 
     def _step(self, pending: dict[int, _Pending], poller: select.poll, fd: int,
               mask: int) -> None:
