@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from rlinf.sched import Cluster, ExecutionPlan, Measurement, Profile
+from rlinf.workers import flow as rf
 from rlinf.workers.embodied.profiling import measure_components
 from rlinf.workers.embodied.roles import EnvDescription, weights_from_wire
 from rlinf.workers.errors import ConfigError
@@ -36,6 +37,7 @@ from rlinf.workers.flow import FlowClosedError, FlowRun
 from rlinf.workers.runtime import RANK_ZERO, WorkerGroup
 from rlinf.workers.telemetry import Span
 from rlinf_embodied.evaluation import EvalResult, evaluate
+from rlinf_embodied.planning import CONTROL
 from rlinf_embodied.workflow import (
     COMPONENTS,
     EmbodiedSpec,
@@ -254,10 +256,10 @@ class EmbodiedFlow:
         metadata = dict(profile.metadata)
         if probe_iterations > 1:
             seconds = [self.step(i).seconds for i in range(1, probe_iterations + 1)][1:]
-            extra.append(Measurement("probe_iteration", self.spec.env.num_envs, 1,
+            extra.append(Measurement(rf.PROBE_ITERATION, self.spec.env.num_envs, 1,
                                      float(np.median(seconds)), 0, memory_source="none",
                                      timestamp=time.time()))
-            metadata["probe_plan"] = self.plan.to_dict()
+            metadata[rf.PROBE_PLAN] = self.plan.to_dict()
         return Profile((*profile.measurements, *extra), profile.switches, metadata)
 
     def _measure_iteration_overhead(self, repeats: int) -> tuple[Measurement, Measurement]:
@@ -274,9 +276,9 @@ class EmbodiedFlow:
                 future.rank_results(timeout=self.spec.link_timeout)
             trips.append(time.perf_counter() - started)
         now = time.time()
-        return (Measurement("weight_sync", 1, 1, float(np.median(syncs)), 0,
+        return (Measurement(rf.WEIGHT_SYNC, 1, 1, float(np.median(syncs)), 0,
                             memory_source="none", timestamp=now),
-                Measurement("control", 1, 1, 2 * float(np.median(trips)), 0,
+                Measurement(CONTROL, 1, 1, 2 * float(np.median(trips)), 0,
                             memory_source="none", timestamp=now))
 
     # -- teardown --------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from rlinf.sched import (
     plan,
     simulate,
 )
+from rlinf.workers import flow as rf
 from rlinf_embodied.config import AppConfig, PlacementConfig, resolve_placement
 
 __all__ = [
@@ -54,7 +55,9 @@ __all__ = [
 
 _log = structlog.get_logger(__name__)
 
-OVERHEADS = ("weight_sync", "control")
+CONTROL = "control"
+"""Profile entries of the driver's round trips to every role in an iteration."""
+OVERHEADS = (rf.WEIGHT_SYNC, CONTROL)
 """Profile components that every iteration pays on top of the simulated dataflow."""
 
 TIE_TOLERANCE = 0.02
@@ -163,30 +166,21 @@ def calibrated_link(cluster: Cluster, workflow: Workflow, profile: Profile,
     for the cores with the driver and Ray: 20-25% under-predicted on 2 cores); the latency
     absorbs that, and only plans that send messages pay it. Never lowered; unchanged
     without a probe."""
-    measured = [m.seconds for m in profile.measurements if m.component == "probe_iteration"]
-    stored = profile.metadata.get("probe_plan")
-    if not measured or not isinstance(stored, dict):
+    probe = rf.pipeline_probe(profile)
+    if probe is None:
         return cluster
-    probe = ExecutionPlan.from_dict(stored)
-    target = float(np.median(measured)) - overhead
 
     def simulated(latency: float) -> float:
         linked = replace(cluster, intra_node_latency=latency)
-        return simulate(workflow, probe.placement, cost, linked,
-                        micro_batch=probe.micro_batch).iteration_time
+        return simulate(workflow, probe.plan.placement, cost, linked,
+                        micro_batch=probe.plan.micro_batch).iteration_time
 
-    low = cluster.intra_node_latency
-    if target <= 0 or simulated(low) >= target:
+    latency = rf.fit_latency(cluster.intra_node_latency, probe.seconds - overhead, simulated)
+    if latency == cluster.intra_node_latency:
         return cluster
-    high = max(low * 2, 1e-4)
-    while simulated(high) < target and high < target:
-        high *= 2
-    for _ in range(30):
-        middle = (low + high) / 2
-        low, high = (middle, high) if simulated(middle) < target else (low, middle)
-    _log.info("link_calibrated", latency_s=high, before_s=cluster.intra_node_latency,
-              probe=probe.spec, measured_s=target + overhead)
-    return replace(cluster, intra_node_latency=high)
+    _log.info("link_calibrated", latency_s=latency, before_s=cluster.intra_node_latency,
+              probe=probe.plan.spec, measured_s=probe.seconds)
+    return replace(cluster, intra_node_latency=latency)
 
 
 def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
@@ -220,12 +214,8 @@ def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
 def iteration_overhead(profile: Profile) -> float:
     """Seconds every iteration pays outside the simulated dataflow, whatever the plan: the
     weight sync and the driver's control round trips (`EmbodiedFlow.measure` records them
-    as ``weight_sync`` and ``control``); 0 for a profile without them."""
-    total = 0.0
-    for name in OVERHEADS:
-        seconds = [m.seconds for m in profile.measurements if m.component == name]
-        total += float(np.median(seconds)) if seconds else 0.0
-    return total
+    as `rf.WEIGHT_SYNC` and `CONTROL`); 0 for a profile without them."""
+    return rf.overhead_seconds(profile, OVERHEADS)
 
 
 def _with_simulation(plan_: ExecutionPlan, workflow: Workflow, cost: FittedCostModel,

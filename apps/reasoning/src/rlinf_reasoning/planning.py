@@ -22,7 +22,6 @@
 from __future__ import annotations
 
 import dataclasses
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
@@ -201,8 +200,7 @@ def _priced(plan_: ExecutionPlan, spec: FlowSpec, cost: CostModel, cluster: Clus
 def weight_sync_seconds(profile: Profile) -> float:
     """Median seconds of the weight syncs the profiling probes ran (0 without any): every
     plan pays one per iteration besides the dataflow the simulator models."""
-    seconds = [m.seconds for m in profile.measurements if m.component == rf.WEIGHT_SYNC]
-    return statistics.median(seconds) if seconds else 0.0
+    return rf.overhead_seconds(profile, (rf.WEIGHT_SYNC,))
 
 
 def calibrated(cluster: Cluster, profile: Profile, spec: FlowSpec) -> Cluster:

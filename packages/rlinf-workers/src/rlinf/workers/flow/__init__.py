@@ -24,11 +24,16 @@ runs it.
 
 from rlinf.workers.flow.auto import (
     PROBE_ITERATION,
+    PROBE_PLAN,
     WEIGHT_SYNC,
     AutoReport,
+    PipelineProbe,
     ProbeSimulation,
     calibrated_cluster,
+    fit_latency,
     launch_auto,
+    overhead_seconds,
+    pipeline_probe,
     pipeline_probe_spec,
     plan_flow,
     profile_flow,
@@ -54,6 +59,7 @@ from rlinf.workers.flow.worker import EntryReport, FlowWorker
 
 __all__ = [
     "PROBE_ITERATION",
+    "PROBE_PLAN",
     "TRANSPORTS",
     "WEIGHT_SYNC",
     "AutoReport",
@@ -74,6 +80,7 @@ __all__ = [
     "PeerGoneError",
     "PeerTimeoutError",
     "PhaseRecord",
+    "PipelineProbe",
     "ProbeSimulation",
     "Sharding",
     "StepContext",
@@ -88,7 +95,10 @@ __all__ = [
     "cluster_address",
     "cluster_reachable",
     "ensure_ray",
+    "fit_latency",
     "launch_auto",
+    "overhead_seconds",
+    "pipeline_probe",
     "pipeline_probe_spec",
     "plan_flow",
     "profile_flow",

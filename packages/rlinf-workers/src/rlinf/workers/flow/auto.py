@@ -45,9 +45,10 @@ from rlinf.workers.flow.ray_session import ensure_ray
 from rlinf.workers.flow.records import IterationRecord
 from rlinf.workers.flow.run import FlowRun
 
-__all__ = ["PROBE_ITERATION", "WEIGHT_SYNC", "AutoReport",
-           "ProbeSimulation", "calibrated_cluster", "launch_auto", "pipeline_probe_spec",
-           "plan_flow", "profile_flow"]
+__all__ = ["PROBE_ITERATION", "PROBE_PLAN", "WEIGHT_SYNC", "AutoReport", "PipelineProbe",
+           "ProbeSimulation", "calibrated_cluster", "fit_latency", "launch_auto",
+           "overhead_seconds", "pipeline_probe", "pipeline_probe_spec", "plan_flow",
+           "profile_flow"]
 
 _log = structlog.get_logger(__name__)
 
@@ -129,8 +130,59 @@ ran 0.3-0.4 s slow (seen 2026-11-27: 0.71, 0.71, 1.02 s; 0.49, 0.48, 0.85 s)."""
 PROBE_ITERATION = "probe_iteration"
 """Profile entries of the pipelined probe: its measured dataflow seconds per iteration
 (the plan it ran is the profile's ``probe_plan`` metadata)."""
+PROBE_PLAN = "probe_plan"
+"""Profile metadata key of the plan (`ExecutionPlan.to_dict`) the pipelined probe ran."""
 WEIGHT_SYNC = "weight_sync"
 """Profile entries of the probes' weight syncs (seconds each), paid by every plan."""
+
+
+@dataclass(frozen=True)
+class PipelineProbe:
+    """What a profile recorded of a probe that ran real iterations of a plan."""
+
+    plan: ExecutionPlan
+    """The plan the probe ran."""
+    batch_size: int
+    """Items per iteration it ran."""
+    seconds: float
+    """Median measured seconds per iteration."""
+
+
+def pipeline_probe(profile: Profile) -> PipelineProbe | None:
+    """The probe in `profile` (`PROBE_ITERATION` entries and `PROBE_PLAN` metadata), or
+    None without one (a GPU cluster, no probe asked for, a profile cached before)."""
+    measured = [m for m in profile.measurements if m.component == PROBE_ITERATION]
+    stored = profile.metadata.get(PROBE_PLAN)
+    if not measured or not isinstance(stored, dict):
+        return None
+    return PipelineProbe(ExecutionPlan.from_dict(stored), measured[0].batch_size,
+                         statistics.median(m.seconds for m in measured))
+
+
+def overhead_seconds(profile: Profile, components: Sequence[str] = (WEIGHT_SYNC,)) -> float:
+    """Seconds every plan pays per iteration beside the dataflow the simulator models: the
+    sum over `components` of the median of their entries in `profile` (0 for one without)."""
+    total = 0.0
+    for name in components:
+        seconds = [m.seconds for m in profile.measurements if m.component == name]
+        total += statistics.median(seconds) if seconds else 0.0
+    return total
+
+
+def fit_latency(low: float, target: float, seconds_at: Callable[[float], float]) -> float:
+    """A per-message latency, never below `low`, at which `seconds_at` (a simulated probe
+    iteration) reaches `target` (its measured seconds); `low` when it already does. By
+    bisection: list scheduling is not monotone in the latency, so the latency found is one
+    at which the simulation matches, not necessarily the least."""
+    if target <= 0 or seconds_at(low) >= target:
+        return low
+    high = max(2 * low, 1e-4)
+    while seconds_at(high) < target and high < target:
+        high *= 2
+    for _ in range(30):
+        middle = (low + high) / 2
+        low, high = (middle, high) if seconds_at(middle) < target else (low, middle)
+    return high
 
 
 def pipeline_probe_spec(flow: MacroFlow, cluster: Cluster) -> str | None:
@@ -158,7 +210,7 @@ def _pipeline_probe(flow: MacroFlow, cluster: Cluster, spec: str, size: int,
             run.step(i, global_batch=size)
         measured = run.records[1:]
     _log.info("flow_pipeline_probed", flow=flow.name, plan=spec, size=size)
-    return _probe_iterations(PROBE_ITERATION, "probe_plan", probe, measured, size=size,
+    return _probe_iterations(PROBE_ITERATION, PROBE_PLAN, probe, measured, size=size,
                              num_devices=cluster.num_devices)
 
 
@@ -202,28 +254,16 @@ def calibrated_cluster(cluster: Cluster, profile: Profile,
     latency found is one at which the simulation matches, not necessarily the least); never
     lowered; unchanged without a pipelined probe in `profile` (a GPU cluster,
     `pipeline_probe=False`, a profile cached before)."""
-    measured = [m for m in profile.measurements if m.component == PROBE_ITERATION]
-    stored = profile.metadata.get("probe_plan")
-    if not measured or not isinstance(stored, dict):
+    probe = pipeline_probe(profile)
+    if probe is None:
         return cluster
-    probe = ExecutionPlan.from_dict(stored)
-    size = measured[0].batch_size
-    target = statistics.median(m.seconds for m in measured)
-
-    def at(latency: float) -> float:
-        return simulated(probe, size, dataclasses.replace(cluster, message_latency=latency))
-
-    low = cluster.message_latency
-    if at(low) >= target:
+    latency = fit_latency(cluster.message_latency, probe.seconds, lambda latency: simulated(
+        probe.plan, probe.batch_size, dataclasses.replace(cluster, message_latency=latency)))
+    if latency == cluster.message_latency:
         return cluster
-    high = max(2 * low, 1e-4)
-    while at(high) < target and high < target:
-        high *= 2
-    for _ in range(30):
-        middle = (low + high) / 2
-        low, high = (middle, high) if at(middle) < target else (low, middle)
-    _log.info("message_latency_fitted", latency_s=high, probe=probe.spec, measured_s=target)
-    return dataclasses.replace(cluster, message_latency=high)
+    _log.info("message_latency_fitted", latency_s=latency, probe=probe.plan.spec,
+              measured_s=probe.seconds)
+    return dataclasses.replace(cluster, message_latency=latency)
 
 
 def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
