@@ -2,7 +2,8 @@
 ``run.max_restarts=3``, three of whose worker processes are SIGKILLed at random while it
 trains, finishes with exit 0, records the three restarts, and ends with the metrics and
 weights of an uninterrupted run; SIGINT to the main process alone stops a run within 10 s
-with the resume hint, its checkpoints intact and none of its processes left; a run whose Ray
+with the resume hint, its checkpoints intact and none of its processes left; none of these
+runs leaves a shared-memory segment behind; a run whose Ray
 cluster is stopped under it (``ray stop``) ends at once with `ClusterLostError`, without
 trying to restart on a cluster that is gone."""
 
@@ -50,6 +51,19 @@ def _workers(pid: int) -> list[psutil.Process]:
     return found
 
 
+def _segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("rlinf-")}
+
+
+def _assert_no_new_segments(before: set[str], *, within: float = 10.0) -> None:
+    """No shared-memory segment of ours outlives the run: the guardians unlink what a
+    killed process left once its creator is gone, so allow them `within` seconds."""
+    deadline = time.monotonic() + within
+    while _segments() - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _segments() - before, sorted(_segments() - before)
+
+
 def _last_step(run_dir: Path) -> int:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
@@ -81,8 +95,10 @@ def _chaos(proc: subprocess.Popen[str], run_dir: Path, killed: list[str],
 
 def test_a_run_heals_three_killed_workers_and_matches_an_uninterrupted_run(
         tmp_path: Path) -> None:
+    before = _segments()
     reference = tmp_path / "reference"
     run_cli(reference, *CHAOS)
+    _assert_no_new_segments(before)
     run_dir = tmp_path / "chaos"
     proc = subprocess.Popen(cli_command(run_dir, *CHAOS, "run.max_restarts=3"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -116,6 +132,7 @@ def test_a_run_heals_three_killed_workers_and_matches_an_uninterrupted_run(
     assert [r["run/restarts"] for r in records if "run/restarts" in r] == [1.0, 2.0, 3.0]
     assert_same_metrics(read_jsonl(reference / "metrics.jsonl"),
                         [r for r in records if "run/restarts" not in r], tol=1e-5)
+    _assert_no_new_segments(before)
     ckpt = Path("checkpoints") / "step-00000016" / "actor" / "rank0.pt"
     ref = torch.load(reference / ckpt, map_location="cpu", weights_only=False)["model"]
     got = torch.load(run_dir / ckpt, map_location="cpu", weights_only=False)["model"]
@@ -125,6 +142,7 @@ def test_a_run_heals_three_killed_workers_and_matches_an_uninterrupted_run(
 
 
 def test_sigint_to_the_main_process_stops_the_run_within_10_s(tmp_path: Path) -> None:
+    before = _segments()
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(cli_command(run_dir, *CHAOS[1:], "run.steps=500"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -146,6 +164,7 @@ def test_sigint_to_the_main_process_stops_the_run_within_10_s(tmp_path: Path) ->
     assert (run_dir / "checkpoints" / "LATEST").exists()
     _, alive = psutil.wait_procs(started_by_run, timeout=10)
     assert not alive, [" ".join(p.cmdline()) for p in alive if p.is_running()]
+    _assert_no_new_segments(before)
 
 
 def _free_port() -> int:
@@ -191,10 +210,6 @@ def _stop_cluster(folder: Path) -> None:
             proc.kill()
 
 
-def _segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("rlinf-")}
-
-
 def test_ray_stop_under_a_run_ends_it_at_once_without_restarts(tmp_path: Path) -> None:
     before = _segments()
     run_dir = tmp_path / "run"
@@ -219,7 +234,4 @@ def test_ray_stop_under_a_run_ends_it_at_once_without_restarts(tmp_path: Path) -
     assert "restart 1 of" not in out and "Traceback" not in out, out[-4000:]
     assert ended < 30.0, (ended, out[-4000:])
     assert (run_dir / "checkpoints" / "LATEST").exists()
-    deadline = time.monotonic() + 10
-    while _segments() - before and time.monotonic() < deadline:
-        time.sleep(0.2)  # the guardians unlink once their creators are gone
-    assert not _segments() - before
+    _assert_no_new_segments(before)
