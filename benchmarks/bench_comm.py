@@ -233,7 +233,7 @@ def bench_rlinf(plans: list[Plan], pings: int) -> tuple[dict[str, float], float,
     endpoint.make_current()
     channel = Channel.create("bench", store=store, maxsize=INFLIGHT, endpoint=endpoint)
     ctx = mp.get_context("spawn")
-    address = f"{store.address[0]}:{store.address[1]}"
+    address = store.address
     child = ctx.Process(target=_rlinf_consumer, args=(address, token.hex(), plans), daemon=True)
     child.start()
     out = {}

@@ -82,7 +82,7 @@ def run_peer(shared_memory: bool, steps: int, num_envs: int, obs_dim: int,
     with TCPStore.serve(token=token, timeout=60) as store:
         me = Endpoint("bench/env/0", store=store)
         ctx = mp.get_context("spawn")
-        child = ctx.Process(target=_peer_policy, args=(store.address_str, token.hex(),
+        child = ctx.Process(target=_peer_policy, args=(store.address, token.hex(),
                                                        shared_memory, steps, action_dim))
         child.start()
         filed = PeerChannel.mailbox()

@@ -135,7 +135,7 @@ def test_random_kills_lose_nothing_acknowledged_and_leave_no_segment(
     store, token = fleet_store
     rng = random.Random(SEED)
     before = _segments()
-    fleet = _Fleet(store.address_str, token)
+    fleet = _Fleet(store.address, token)
     with Endpoint("soak-owner", store=store, token=token) as me, \
             Channel.create("soak", store=store, maxsize=8, endpoint=me) as channel:
         try:

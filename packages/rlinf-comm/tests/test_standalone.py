@@ -19,7 +19,7 @@ _QUIET = textwrap.dedent("""
 
     token = new_token()
     with TCPStore.serve(token=token) as store:
-        peer = TCPStore(store.address_str, token=token)
+        peer = TCPStore(store.address, token=token)
         with Endpoint("a", store=store, token=token) as a, \\
                 Endpoint("b", store=peer, token=token) as b:
             a.send({"x": np.arange(4)}, "b", timeout=10)
@@ -36,9 +36,9 @@ _QUIET = textwrap.dedent("""
 def test_the_store_address_is_a_string_another_process_can_connect_to() -> None:
     token = new_token()
     with TCPStore.serve(token=token) as store:
-        host, port = store.address
-        assert store.address_str == f"{host}:{port}"
-        with TCPStore(store.address_str, token=token) as other:
+        host, port = store.host_port
+        assert isinstance(store.address, str) and store.address == f"{host}:{port}"
+        with TCPStore(store.address, token=token) as other:
             other.set("k", b"v")
         assert store.get("k", timeout=5) == b"v"
 

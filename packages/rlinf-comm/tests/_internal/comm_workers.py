@@ -137,7 +137,7 @@ def own_channel_and_hang(store: TCPStore, channel_name: str, me: str, maxsize: i
 def serve_store_and_hang(store: TCPStore, label: str, me: str) -> None:
     """Serve a second store from this process, publish its address, wait to be killed."""
     served = TCPStore.serve(timeout=60)
-    store.set(f"store/{me}", served.address_str.encode())
+    store.set(f"store/{me}", served.address.encode())
     time.sleep(300)
 
 

@@ -19,7 +19,7 @@ def spawn(role: str, store: TCPStore, *args: object, node: str | None = None) ->
     env = dict(os.environ)
     if node is not None:
         env["RLINF_TEST_NODE"] = node
-    cmd = [sys.executable, str(WORKERS), role, store.address_str, *map(str, args)]
+    cmd = [sys.executable, str(WORKERS), role, store.address, *map(str, args)]
     return subprocess.Popen(cmd, env=env)
 
 

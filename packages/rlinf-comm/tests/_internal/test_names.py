@@ -94,7 +94,7 @@ def test_a_record_that_points_elsewhere_is_taken_over(store: TCPStore, endpoint:
     """A port reused by another listener (here: the store, which answers no whoami as
     that name) or an unreadable record does not keep a name taken."""
     store.set("rlinf/comm/endpoint/ghost", json.dumps(
-        {"name": "ghost", "address": list(store.address)}).encode())
+        {"name": "ghost", "address": list(store.host_port)}).encode())
     store.set("rlinf/comm/endpoint/garbled", b"not json")
     for name in ("ghost", "garbled"):
         with Endpoint(name, store=store) as fresh:

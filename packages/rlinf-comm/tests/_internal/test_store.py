@@ -112,7 +112,7 @@ store.close()
 
 def test_two_processes_rendezvous(store: TCPStore, token: bytes) -> None:
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, format_address(store.address), token.hex()]
+        [sys.executable, "-c", _CHILD, store.address, token.hex()]
     )
     try:
         store.set("question", b"abc")
@@ -127,7 +127,7 @@ _STOPPABLE_SERVER = """
 import sys, time
 from rlinf.comm._internal.store import TCPStore
 served = TCPStore.serve(token=bytes.fromhex(sys.argv[1]))
-print(served.address_str, flush=True)
+print(served.address, flush=True)
 time.sleep(300)
 """
 

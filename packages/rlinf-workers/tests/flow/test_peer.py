@@ -92,7 +92,7 @@ def test_a_killed_producer_is_named_by_the_consumer(store: TCPStore) -> None:
         import time, numpy as np
         from rlinf.comm import Batch, Endpoint, TCPStore
         from rlinf.workers.flow.peer import PeerChannel
-        store = TCPStore({store.address_str!r}, timeout=30)
+        store = TCPStore({store.address!r}, timeout=30)
         env = Endpoint("run/env/0", store=store)
         link = PeerChannel(env, edge="env->policy", peer="run/policy/0", timeout=30,
                            filed=PeerChannel.mailbox())

@@ -164,13 +164,14 @@ class TCPStoreServer:
         log.debug("tcp_store_serving", address=self._server.address)
 
     @property
-    def address(self) -> Address:
-        return self._server.address
-
-    @property
-    def address_str(self) -> str:
+    def address(self) -> str:
         """``"host:port"``: what another process passes to `TCPStore`."""
         return format_address(self._server.address)
+
+    @property
+    def host_port(self) -> Address:
+        """The same address as a ``(host, port)`` tuple."""
+        return self._server.address
 
     def close(self) -> None:
         self._server.close()
@@ -260,7 +261,7 @@ class TCPStore(Store):
 
     `TCPStore.serve()` starts a server in this process and returns a client that owns it;
     other processes connect with `TCPStore(address, token=...)`, where `address` is this
-    client's `address_str` (``"host:port"``) or `address` (``(host, port)``).
+    client's `address` (``"host:port"``; `host_port` is the same as a tuple).
     """
 
     def __init__(
@@ -271,17 +272,18 @@ class TCPStore(Store):
         timeout: float = DEFAULT_STORE_TIMEOUT_S,
         connect_timeout: float = 30.0,
     ) -> None:
-        self.address = parse_address(address)
+        self.host_port: Address = parse_address(address)
+        """The server's ``(host, port)``."""
         self.token = token if token is not None else wire.default_token()
         self.timeout = timeout
         self._server: TCPStoreServer | None = None
-        conn = wire.connect(self.address, token=self.token, timeout=connect_timeout)
-        self._peer = RpcPeer(conn, name=f"tcp-store@{format_address(self.address)}").start()
+        conn = wire.connect(self.host_port, token=self.token, timeout=connect_timeout)
+        self._peer = RpcPeer(conn, name=f"tcp-store@{self.address}").start()
 
     @property
-    def address_str(self) -> str:
+    def address(self) -> str:
         """``"host:port"`` of the server: what another process passes to `TCPStore`."""
-        return format_address(self.address)
+        return format_address(self.host_port)
 
     @classmethod
     def serve(
@@ -348,4 +350,4 @@ class TCPStore(Store):
             self._server = None
 
     def __repr__(self) -> str:
-        return f"TCPStore({format_address(self.address)!r})"
+        return f"TCPStore({self.address!r})"
