@@ -97,3 +97,47 @@ def test_micro_batches_entropy_and_gradients(
     grads = [p.grad for p in tiny_lm.parameters() if p.grad is not None]
     assert grads and any(g.abs().sum() > 0 for g in grads)
     tiny_lm.zero_grad(set_to_none=True)
+
+
+class _WithoutLogitsToKeep(torch.nn.Module):
+    """A causal LM whose forward has no ``logits_to_keep`` (a user's own model)."""
+
+    def __init__(self, inner: PreTrainedModel) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                position_ids: torch.Tensor, use_cache: bool) -> object:
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, use_cache=use_cache)
+
+
+class _Wrapper(torch.nn.Module):
+    """Holds the model as ``.module`` and forwards every keyword, as DDP does."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, **kwargs: object) -> object:
+        return self.module(**kwargs)
+
+
+def test_the_output_head_sees_only_the_positions_that_predict_the_response(
+    tiny_lm: PreTrainedModel, char_tokenizer: PreTrainedTokenizerFast
+) -> None:
+    batch = _batch(char_tokenizer)
+    positions: list[int] = []
+    hook = tiny_lm.get_output_embeddings().register_forward_hook(
+        lambda _module, args, _out: positions.append(args[0].shape[1]))
+    try:
+        with torch.no_grad():
+            kept = response_log_probs(tiny_lm, **batch)
+            wrapped = response_log_probs(_Wrapper(tiny_lm), **batch)
+            full = response_log_probs(_WithoutLogitsToKeep(tiny_lm), **batch)
+    finally:
+        hook.remove()
+    prompt_len, response_len = batch["prompt_ids"].shape[1], batch["response_ids"].shape[1]
+    assert positions == [response_len + 1, response_len + 1, prompt_len + response_len]
+    torch.testing.assert_close(kept, full, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(wrapped, full, atol=1e-6, rtol=1e-6)

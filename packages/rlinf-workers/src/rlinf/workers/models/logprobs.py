@@ -11,6 +11,7 @@ rollout sampled from.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 
 import torch
@@ -87,22 +88,49 @@ def response_logits(
     response_mask: torch.Tensor,
     temperature: float = 1.0,
 ) -> torch.Tensor:
-    """Temperature-scaled logits that predict each response token, ``[B, R, V]``."""
+    """Temperature-scaled logits that predict each response token, ``[B, R, V]``.
+
+    Where the model's forward takes ``logits_to_keep`` (transformers' causal LMs do), only
+    the last ``R + 1`` positions go through the output head: the prompt's logits are never
+    used, and with a 150k vocabulary and long prompts they are most of the head's work and
+    of the activation memory the backward pass keeps.
+    """
     _check_layout(prompt_ids, prompt_mask, response_ids, response_mask, temperature)
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     # A padding id may be outside the vocabulary (e.g. -100); masked positions never count.
     input_ids = torch.where(attention_mask.bool(), input_ids, torch.zeros_like(input_ids))
+    prompt_len, response_len = prompt_ids.shape[1], response_ids.shape[1]
+    keep = {"logits_to_keep": response_len + 1} if _keeps_logits(model) else {}
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
         position_ids=position_ids_from_mask(attention_mask),
         use_cache=False,
+        **keep,
     )
-    prompt_len, response_len = prompt_ids.shape[1], response_ids.shape[1]
-    # The logit at position i predicts token i + 1: response token j is predicted at P-1+j.
-    logits = out.logits[:, prompt_len - 1 : prompt_len - 1 + response_len, :]
+    # The logit at position i predicts token i + 1: response token j is predicted at P-1+j,
+    # which is row j of the last R + 1 positions.
+    first = 0 if keep else prompt_len - 1
+    logits = out.logits[:, first : first + response_len, :]
     return logits.float() / temperature
+
+
+_TAKES_LOGITS_TO_KEEP: dict[type, bool] = {}
+"""Per model class: whether its forward has a ``logits_to_keep`` parameter."""
+
+
+def _keeps_logits(model: nn.Module) -> bool:
+    """Whether `model` (or the module a DDP/FSDP wrapper holds) takes ``logits_to_keep``."""
+    inner: nn.Module = getattr(model, "module", model)
+    cls = type(inner)
+    if cls not in _TAKES_LOGITS_TO_KEEP:
+        try:
+            names = set(inspect.signature(cls.forward).parameters)
+        except (TypeError, ValueError):
+            names = set()
+        _TAKES_LOGITS_TO_KEEP[cls] = "logits_to_keep" in names
+    return _TAKES_LOGITS_TO_KEEP[cls]
 
 
 def response_log_probs(
