@@ -11,8 +11,11 @@ optimizer are untouched):
   in `actor_devices` (a CPU device is a core slot, one torch thread each), plus publishing
   the weights (serialise, deserialise, load into a rollout policy) as the weight sync does.
 
-Each point is the median of `repeats` timed calls after a warm-up (the actor: of
-``max(1, repeats // 3)`` updates; an update lasts long enough to vary less).
+Each point is the median of `repeats` timed calls after a warm-up. The actor's updates on
+the different thread counts are interleaved (1, 2, 1, 2, ...; at least `_ACTOR_REPEATS`
+each), so a slow spell of the shared machine hits every count alike: one update per count,
+as before 2026-11-27, once put a 2-thread update at a third of the 1-thread one and the
+planner predicted 0.063 s for a plan that ran 0.322 s.
 `rlinf.sched.fit_profile` turns the `Profile` into cost curves.
 """
 
@@ -43,6 +46,8 @@ from rlinf.workers.runtime.context import WorkerContext
 __all__ = ["measure_components", "synthetic_trajectory"]
 
 _CONTEXT = WorkerContext(role="profile", rank=0, world_size=1)
+_ACTOR_REPEATS = 3
+"""Fewest timed updates per actor thread count (their median is the point)."""
 
 
 def _median_seconds(call: Callable[[], object], repeats: int) -> float:
@@ -109,6 +114,31 @@ def _train_and_publish(trainer: EmbodiedActorWorker, policy: RolloutPolicy,
     policy.set_weights(pickle.loads(pickle.dumps(trainer.get_weights())))
 
 
+def _actor_points(actor: EmbodiedActorConfig, policy: RolloutPolicy, traj: Trajectory, *,
+                  samples: int, actor_devices: Sequence[int], repeats: int
+                  ) -> list[Measurement]:
+    """One ``actor`` point per thread count: the median of `repeats` updates (and weight
+    publications), the thread counts taking turns after one warm-up update each."""
+    trainers = {}
+    for devices in actor_devices:
+        torch.set_num_threads(devices)
+        trainers[devices] = EmbodiedActorWorker(_CONTEXT, config=replace(
+            actor, num_threads=devices))
+        _train_and_publish(trainers[devices], policy, traj)  # warm-up
+    times: dict[int, list[float]] = {devices: [] for devices in actor_devices}
+    try:
+        for _ in range(repeats):
+            for devices, trainer in trainers.items():
+                torch.set_num_threads(devices)
+                started = time.perf_counter()
+                _train_and_publish(trainer, policy, traj)
+                times[devices].append(time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(1)
+    return [_point("actor", samples, devices, statistics.median(seconds))
+            for devices, seconds in times.items()]
+
+
 def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | VLARolloutConfig,
                        actor: EmbodiedActorConfig, rollout_steps: int,
                        batch_sizes: Sequence[int], repeats: int = 5,
@@ -138,14 +168,9 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
                     partial(policy.infer, batch), repeats)))
                 traj = synthetic_trajectory(obs, tuple(space.shape or ()), steps=rollout_steps,
                                             seed=env.seed)
-                for devices in actor_devices:
-                    torch.set_num_threads(devices)
-                    trainer = EmbodiedActorWorker(_CONTEXT, config=replace(
-                        actor, num_threads=devices))
-                    seconds = _median_seconds(partial(_train_and_publish, trainer, policy, traj),
-                                              max(1, repeats // 3))
-                    points.append(_point("actor", size * rollout_steps, devices, seconds))
-                    torch.set_num_threads(1)
+                points += _actor_points(actor, policy, traj, samples=size * rollout_steps,
+                                        actor_devices=actor_devices,
+                                        repeats=max(_ACTOR_REPEATS, repeats))
             finally:
                 worker.shutdown()
     finally:
