@@ -11,11 +11,10 @@ optimizer are untouched):
   in `actor_devices` (a CPU device is a core slot, one torch thread each), plus publishing
   the weights (serialise, deserialise, load into a rollout policy) as the weight sync does.
 
-Each point is the median of `repeats` timed calls after a warm-up. The actor's updates on
-the different thread counts are interleaved (1, 2, 1, 2, ...; at least `_ACTOR_REPEATS`
-each), so a slow spell of the shared machine hits every count alike: one update per count,
-as before 2026-11-27, once put a 2-thread update at a third of the 1-thread one and the
-planner predicted 0.063 s for a plan that ran 0.322 s.
+Each point is the median of `repeats` timed calls after a warm-up (env and actor points at
+least `_MIN_REPEATS`). The actor's updates on the different thread counts are interleaved
+(1, 2, 1, 2, ...), so a slow spell of the shared machine hits every count alike. One call
+per point, as before 2026-11-27, let the planner price a plan at 0.063 s that ran 0.322 s.
 `rlinf.sched.fit_profile` turns the `Profile` into cost curves.
 """
 
@@ -46,8 +45,9 @@ from rlinf.workers.runtime.context import WorkerContext
 __all__ = ["measure_components", "synthetic_trajectory"]
 
 _CONTEXT = WorkerContext(role="profile", rank=0, world_size=1)
-_ACTOR_REPEATS = 3
-"""Fewest timed updates per actor thread count (their median is the point)."""
+_MIN_REPEATS = 3
+"""Fewest timed calls behind an env or actor point (their median is the point): one call
+per point let a single fast or slow spell of the shared machine set a cost curve."""
 
 
 def _median_seconds(call: Callable[[], object], repeats: int) -> float:
@@ -161,7 +161,7 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
                 space.seed(env.seed)
                 actions = np.stack([space.sample() for _ in range(size)])
                 points.append(_point("env", size, 1, _env_step_seconds(
-                    worker, actions, repeats=max(1, repeats // 2))))
+                    worker, actions, repeats=max(_MIN_REPEATS, repeats))))
                 batch = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(size, bool),
                                "env_index": np.arange(size)}, meta={"bootstrap": False})
                 points.append(_point("rollout", size, 1, _median_seconds(
@@ -170,7 +170,7 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
                                             seed=env.seed)
                 points += _actor_points(actor, policy, traj, samples=size * rollout_steps,
                                         actor_devices=actor_devices,
-                                        repeats=max(_ACTOR_REPEATS, repeats))
+                                        repeats=max(_MIN_REPEATS, repeats))
             finally:
                 worker.shutdown()
     finally:
