@@ -65,3 +65,9 @@ def test_the_fitted_latency_makes_the_simulation_meet_the_measurement() -> None:
 def test_the_latency_is_never_lowered() -> None:
     assert fit_latency(0.01, 0.1, lambda latency: 0.2 + latency) == 0.01  # already slower
     assert fit_latency(0.01, 0.0, lambda latency: 0.2 + latency) == 0.01  # nothing to fit
+
+
+def test_a_gap_no_latency_explains_leaves_the_latency_alone() -> None:
+    """A probe that sends no messages: its simulated time does not depend on the latency,
+    and bisecting anyway ended at a latency of about the target (seconds per message)."""
+    assert fit_latency(1e-4, 0.5, lambda latency: 0.2) == 1e-4

@@ -173,12 +173,17 @@ def fit_latency(low: float, target: float, seconds_at: Callable[[float], float])
     """A per-message latency, never below `low`, at which `seconds_at` (a simulated probe
     iteration) reaches `target` (its measured seconds); `low` when it already does. By
     bisection: list scheduling is not monotone in the latency, so the latency found is one
-    at which the simulation matches, not necessarily the least."""
+    at which the simulation matches, not necessarily the least. `low` too when no latency
+    up to `target` seconds per message reaches it (a probe that sends no messages): the
+    gap is not the link's, and a latency of that size would price every message-sending
+    plan out."""
     if target <= 0 or seconds_at(low) >= target:
         return low
     high = max(2 * low, 1e-4)
     while seconds_at(high) < target and high < target:
         high *= 2
+    if seconds_at(high) < target:
+        return low
     for _ in range(30):
         middle = (low + high) / 2
         low, high = (middle, high) if seconds_at(middle) < target else (low, middle)
