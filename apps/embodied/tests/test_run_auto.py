@@ -3,6 +3,8 @@ predicted against the measured iteration time."""
 
 from __future__ import annotations
 
+from rlinf.sched import Profile
+
 from .conftest import TINY, check_outputs, run_cli, summary_of
 
 
@@ -22,6 +24,10 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
     assert isinstance(summary["simulated_switches"], int)
     assert summary["lock_switches_per_iteration"] == summary["simulated_switches"]
     assert "per iteration by the device lock" in proc.stdout
+    # What the planner priced is kept beside the run, to compare with what ran.
+    profile = Profile.load(run_dir / "profile.json")
+    assert {"env", "rollout", "actor"} <= set(profile.components)
+    saved = (run_dir / "profile.json").read_bytes()
 
     # Resuming keeps the checkpoint's plan (its stage groups are part of the saved state):
     # no new profile, so the very same prediction, not a fresh measurement's.
@@ -32,3 +38,4 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
     assert "resumed from" in longer.stdout
     assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in longer.stdout
     assert summary_of(run_dir)["mode"] == summary["mode"]
+    assert (run_dir / "profile.json").read_bytes() == saved  # no new profile on resume

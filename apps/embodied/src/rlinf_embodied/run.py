@@ -88,6 +88,9 @@ PROFILE_REPEATS = 3
 PROBE_ITERATIONS = 3
 """Real iterations `auto`'s profiling flow runs (the first a warm-up) so that planning prices
 the env ↔ policy link as it ran there (`planning.calibrated_link`)."""
+PROFILE_FILE = "profile.json"
+"""The measured profile a plan was priced with (`auto`, or a traced fixed placement), as
+`rlinf.sched.Profile.save` writes it: what the planner believed, to compare with the run."""
 _TRACE_ITERATIONS = 5
 """Iterations whose spans go into the Chrome trace (the first ones of the run segment)."""
 
@@ -271,6 +274,9 @@ def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ..
 
         if cfg.run.trace and choice.cost is None:  # price the fixed plan for its Gantt
             choice = priced(choice, _probed(spec, cfg, choice.plan), workflow, cluster)
+        if choice.profile is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            choice.profile.save(run_dir / PROFILE_FILE)
         flow = EmbodiedFlow.launch(spec, choice.plan, cluster=cluster, trace=cfg.run.trace)
         try:
             if not math.isnan(choice.plan.predicted_time):
