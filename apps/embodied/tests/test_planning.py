@@ -169,3 +169,11 @@ def test_the_link_is_calibrated_to_the_iterations_the_profiling_flow_ran() -> No
     assert calibrated_link(cluster, workflow, profile_of(before * 0.5), cost,
                            overhead=0.0) == cluster
     assert calibrated_link(cluster, workflow, Profile(()), cost, overhead=0.0) == cluster
+
+
+def test_the_profile_measures_one_env_so_small_groups_are_priced_not_extrapolated() -> None:
+    from rlinf_embodied.planning import profile_batch_sizes
+
+    assert profile_batch_sizes(32, 2) == (1, 16, 32)
+    assert profile_batch_sizes(8, 1) == (1, 8)
+    assert profile_batch_sizes(1, 1) == (1,)

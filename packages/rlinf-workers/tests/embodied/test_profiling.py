@@ -62,3 +62,14 @@ def test_the_actor_is_timed_at_least_three_times_per_thread_count(
         rollout_steps=4, batch_sizes=[2], repeats=1, actor_devices=(1, 2))
     assert seen == [profiling._MIN_REPEATS]
     assert {m.num_devices for m in profile.measurements if m.component == "actor"} == {1, 2}
+
+
+def test_sizes_too_small_to_split_into_minibatches_get_no_actor_point() -> None:
+    from .test_roles import env_config
+
+    profile = profiling.measure_components(
+        env=env_config(pipeline_stages=1), rollout=PolicyRolloutConfig(policy=POLICY),
+        actor=EmbodiedActorConfig(policy=POLICY, epochs=1, num_minibatches=4),
+        rollout_steps=2, batch_sizes=[1, 4], repeats=1, actor_devices=(1,))
+    assert {m.batch_size for m in profile.measurements if m.component == "actor"} == {8}
+    assert {m.batch_size for m in profile.measurements if m.component == "env"} == {1, 4}

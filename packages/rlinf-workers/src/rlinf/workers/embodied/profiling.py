@@ -166,6 +166,9 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
                                "env_index": np.arange(size)}, meta={"bootstrap": False})
                 points.append(_point("rollout", size, 1, _median_seconds(
                     partial(policy.infer, batch), repeats)))
+                if size * rollout_steps < actor.num_minibatches or (
+                        actor.algorithm == "grpo" and size % actor.grpo_group_size):
+                    continue  # the actor never trains on so few samples (or envs)
                 traj = synthetic_trajectory(obs, tuple(space.shape or ()), steps=rollout_steps,
                                             seed=env.seed)
                 points += _actor_points(actor, policy, traj, samples=size * rollout_steps,
