@@ -305,6 +305,17 @@ def test_silent_client_cannot_hold_accept(token):
             silent.close()
 
 
+def _assert_a_client_is_served_within_2_s(listener: wire.Listener, pool: ThreadPoolExecutor,
+                                          token: bytes) -> None:
+    """A legitimate client connects, is accepted and exchanges a message within 2 s."""
+    started = time.monotonic()
+    client = pool.submit(wire.connect, listener.address, token=token, timeout=5)
+    with listener.accept(timeout=5) as server_end, client.result(timeout=5) as ours:
+        ours.send({"hello": 1}, timeout=5)
+        assert server_end.recv(timeout=5)[0] == {"hello": 1}
+    assert time.monotonic() - started < 2.0
+
+
 def test_idle_unauthenticated_connections_delay_no_legitimate_client(token):
     """Regression: the handshake ran in the accepting thread with a 10 s budget per
     connection, so four idle TCP connections (no token needed) locked a legitimate client
@@ -312,12 +323,7 @@ def test_idle_unauthenticated_connections_delay_no_legitimate_client(token):
     with wire.Listener(token=token) as listener, ThreadPoolExecutor(1) as pool:
         idle = [socket.create_connection(listener.address, timeout=10) for _ in range(8)]
         try:
-            started = time.monotonic()
-            client = pool.submit(wire.connect, listener.address, token=token, timeout=5)
-            with listener.accept(timeout=5) as server_end, client.result(timeout=5) as ours:
-                ours.send({"hello": 1}, timeout=5)
-                assert server_end.recv(timeout=5)[0] == {"hello": 1}
-            assert time.monotonic() - started < 2.0
+            _assert_a_client_is_served_within_2_s(listener, pool, token)
         finally:
             for sock in idle:
                 sock.close()
@@ -358,12 +364,7 @@ def test_idle_connections_filling_the_handshake_table_lock_no_legitimate_client_
         idle = [socket.create_connection(listener.address, timeout=10) for _ in range(8)]
         try:
             time.sleep(0.2)  # the table is full
-            started = time.monotonic()
-            client = pool.submit(wire.connect, listener.address, token=token, timeout=5)
-            with listener.accept(timeout=5) as server_end, client.result(timeout=5) as ours:
-                ours.send({"hello": 1}, timeout=5)
-                assert server_end.recv(timeout=5)[0] == {"hello": 1}
-            assert time.monotonic() - started < 2.0
+            _assert_a_client_is_served_within_2_s(listener, pool, token)
             assert listener.refused == 1  # the oldest idle connection made room
         finally:
             for sock in idle:
