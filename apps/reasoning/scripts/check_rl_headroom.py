@@ -100,13 +100,13 @@ def main(cfg: HeadroomConfig) -> dict[str, float]:
     model, tokenizer = load_warmstart(path=Path(cfg.checkpoint))
     task = dataclasses.replace(warmstart_task(Path(cfg.checkpoint)), seed=cfg.seed)
     generator = ProblemGenerator(task)
-    heldout = generator.generate(cfg.eval_problems, split=cfg.eval_split,  # type: ignore[arg-type]
-                                 unique=True)
+    evaluated = generator.generate(cfg.eval_problems, split=cfg.eval_split,  # type: ignore[arg-type]
+                                   unique=True)
     train_stream = generator.stream(split="train")
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
 
-    before = accuracy(model, tokenizer, heldout)
-    log.info("heldout", step=0, greedy=before)
+    before = accuracy(model, tokenizer, evaluated)
+    log.info(cfg.eval_split, step=0, greedy=before)
     start = time.monotonic()
     after, step = before, 0
     for step in range(1, cfg.steps + 1):
@@ -142,8 +142,8 @@ def main(cfg: HeadroomConfig) -> dict[str, float]:
         out_of_time = elapsed > cfg.max_seconds
         if step % cfg.eval_every == 0 or step == cfg.steps or out_of_time:
             model.eval()
-            after = accuracy(model, tokenizer, heldout)
-            log.info("heldout", step=step, greedy=after, train_reward=reward.mean().item(),
+            after = accuracy(model, tokenizer, evaluated)
+            log.info(cfg.eval_split, step=step, greedy=after, train_reward=reward.mean().item(),
                      elapsed_s=round(time.monotonic() - start, 1))
         if out_of_time:
             break

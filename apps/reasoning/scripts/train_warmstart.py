@@ -47,6 +47,7 @@ from rlinf_reasoning.warmstart import METADATA_FILE, WARMSTART_DIR, WEIGHTS_FILE
 from safetensors.torch import save_file
 from transformers import PreTrainedTokenizerBase
 
+from rlinf.envs import ConfigError
 from rlinf.envs.math import GeneratorConfig, MathProblem, ProblemGenerator, format_prompt
 from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
 
@@ -108,7 +109,17 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
                      f"{cfg.max_steps}")
     if cfg.eval_problems < 1:
         parser.error(f"--eval-problems must be >= 1, got {cfg.eval_problems}")
+    try:
+        task_of(cfg)
+    except ConfigError as exc:  # --level, --validation-fraction
+        parser.error(str(exc))
     return cfg
+
+
+def task_of(cfg: TrainConfig) -> GeneratorConfig:
+    """The generator config of the task: the level's preset with a validation split."""
+    return dataclasses.replace(GeneratorConfig.for_level(cfg.level, seed=cfg.task_seed),
+                               validation_fraction=cfg.validation_fraction)
 
 
 def stop_step(curve: list[tuple[int, float]], target: float) -> int | None:
@@ -149,8 +160,7 @@ def batches(stream: Iterator[MathProblem], size: int) -> Iterator[list[MathProbl
 def main(cfg: TrainConfig) -> int:
     """Train until validation reaches the target, measure held-out once, write the checkpoint."""
     torch.set_num_threads(cfg.threads)
-    task = dataclasses.replace(GeneratorConfig.for_level(cfg.level, seed=cfg.task_seed),
-                               validation_fraction=cfg.validation_fraction)
+    task = task_of(cfg)
     generator = ProblemGenerator(task)
     validation = generator.generate(cfg.eval_problems, split="validation", unique=True)
     tokenizer = build_char_tokenizer()
@@ -181,14 +191,15 @@ def main(cfg: TrainConfig) -> int:
             curve.append((step, accuracy(model, tokenizer, validation)))
             log.info("validation", step=step, greedy=curve[-1][1],
                      elapsed_s=round(time.monotonic() - start, 1))
-            if stop_step(curve, cfg.target_accuracy) is not None:
+            if curve[-1][1] >= cfg.target_accuracy:
                 break
     stopped = stop_step(curve, cfg.target_accuracy)
     if stopped is None:
+        best = max(value for _, value in curve)
         log.error("target_not_reached", target=cfg.target_accuracy, max_steps=cfg.max_steps,
-                  best=max(value for _, value in curve))
+                  best=best)
         print(f"validation greedy accuracy never reached {cfg.target_accuracy} within "
-              f"{cfg.max_steps} steps (best {max(v for _, v in curve):.3f}); raise "
+              f"{cfg.max_steps} steps (best {best:.3f}); raise "
               "--max-steps or --lr, or lower --target-accuracy", file=sys.stderr)
         return 1
     train_s = time.monotonic() - start
