@@ -192,16 +192,28 @@ def _ray_head() -> Iterator[tuple[str, Path]]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _stop_cluster(folder: Path) -> None:
+def _stop_cluster(folder: Path, *, daemons_after: float = 0.0) -> None:
     """What ``ray stop`` does, for the one cluster whose session lives in `folder` (a real
     ``ray stop`` would also stop every other Ray instance on the machine): SIGTERM to its
-    daemons and their workers, SIGKILL to what is left after 5 s."""
-    members: list[psutil.Process] = []
+    daemons and their workers, SIGKILL to what is left after 5 s. `daemons_after`: the
+    workers go that long before the daemons (GCS, raylet), so the run sees a worker die
+    while the cluster still answers: the order that lets a run mistake it for a death to
+    heal."""
+    daemons: list[psutil.Process] = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
             if str(folder) in " ".join(proc.cmdline()):
-                members += [proc, *proc.children(recursive=True)]
-    for proc in members:
+                daemons.append(proc)
+    workers: list[psutil.Process] = []
+    for proc in daemons:
+        with contextlib.suppress(psutil.Error):
+            workers += [c for c in proc.children(recursive=True) if c not in daemons]
+    members = [*workers, *daemons]
+    for proc in workers:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    time.sleep(daemons_after)
+    for proc in daemons:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
     _, alive = psutil.wait_procs(members, timeout=5)
@@ -223,7 +235,7 @@ def test_ray_stop_under_a_run_ends_it_at_once_without_restarts(tmp_path: Path) -
                 assert proc.poll() is None, proc.communicate()[0][-4000:]
                 time.sleep(0.05)
             stopped = time.monotonic()
-            _stop_cluster(folder)
+            _stop_cluster(folder, daemons_after=1.0)
             out, _ = proc.communicate(timeout=90)
             ended = time.monotonic() - stopped
         finally:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import TracebackType
 
 import numpy as np
 import torch
@@ -283,12 +284,14 @@ class EmbodiedFlow:
 
     # -- teardown --------------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Stop every worker (dead ones included) and the device lock; idempotent."""
-        self.run.close()
+    def close(self, *, kill: bool = False) -> None:
+        """Stop every worker (dead ones included) and the device lock; idempotent. `kill`:
+        without shutdown hooks (after a failure: ranks may be stuck, the cluster gone)."""
+        self.run.close(kill=kill)
 
     def __enter__(self) -> EmbodiedFlow:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close(kill=exc is not None)

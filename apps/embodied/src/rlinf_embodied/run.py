@@ -277,16 +277,15 @@ def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ..
         if choice.profile is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
             choice.profile.save(run_dir / PROFILE_FILE)
-        flow = EmbodiedFlow.launch(spec, choice.plan, cluster=cluster, trace=cfg.run.trace)
-        try:
+        # Closed with a kill after a failure: ranks may be stuck, the cluster gone.
+        with EmbodiedFlow.launch(spec, choice.plan, cluster=cluster,
+                                 trace=cfg.run.trace) as flow:
             if not math.isnan(choice.plan.predicted_time):
                 print(f"plan: [{choice.plan.mode.value}] {choice.plan.spec}; the planner "
                       f"predicts {choice.plan.predicted_time:.3f} s/iteration", file=out)
             summary = _loop(cfg, flow, choice=choice, workflow=workflow, cluster=cluster,
                             store=store, latest=latest, resuming=resume, out=out,
                             restarts=restarts)
-        finally:
-            flow.close()
     print(summary.format(), file=out)
     return summary
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -18,6 +20,7 @@ import torch
 from rlinf.sched.placement import ComponentPlacement
 from rlinf.sched.profiler import Profile
 from rlinf.workers.errors import (
+    ClusterLostError,
     DispatchError,
     GroupClosedError,
     WorkerCallError,
@@ -33,6 +36,7 @@ from rlinf.workers.runtime import (
     Worker,
     WorkerContext,
     WorkerGroup,
+    ray_session,
 )
 
 # Test modules are not importable in Ray's worker processes: ship these classes by value.
@@ -184,6 +188,26 @@ def test_timeout_names_the_stuck_ranks(ray_cluster: None) -> None:
         assert not future.done()
         with pytest.raises(WorkerTimeoutError, match=r"'stuck' rank\(s\) \[0\].*'block'"):
             future.result(timeout=0.5)
+    finally:
+        group.kill()
+
+
+def test_a_call_ends_soon_after_the_cluster_stops_answering(
+        ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the GCS gone, Ray never tells the driver that a rank died, and Ray aborts the
+    driver a minute later: the wait itself notices (here the recorded GCS address is made to
+    point at a closed port while a rank is stuck)."""
+    group = WorkerGroup.launch(EchoWorker, role="orphan", num_ranks=1, num_cpus_per_rank=CPUS)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setattr(ray_session, "_last", ray_session._Connection(address=closed))
+    try:
+        future = group.call_async("block", 120.0)
+        started = time.monotonic()
+        with pytest.raises(ClusterLostError, match="gone or unreachable"):
+            future.result(timeout=60)
+        assert time.monotonic() - started < 10.0
     finally:
         group.kill()
 

@@ -165,5 +165,10 @@ class RayStore(Store):
     def close(self) -> None:
         """Nothing to release per client: the actor lives as long as the Ray job."""
 
+    def destroy(self) -> None:
+        """Kill the actor now, for every client (its creator's teardown). Asks Ray without
+        waiting for an answer, so it returns at once also when the cluster is gone."""
+        self._ray.kill(self._actor, no_restart=True)
+
     def __repr__(self) -> str:
         return f"RayStore({self.name!r})"

@@ -49,13 +49,13 @@ from rlinf.workers.flow.errors import (
     WeightSyncTargetError,
 )
 from rlinf.workers.flow.peer import PeerChannel, PeerGoneError, PeerTimeoutError
-from rlinf.workers.flow.ray_session import cluster_address, cluster_reachable, ensure_ray
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
 from rlinf.workers.flow.restarts import with_restarts
 from rlinf.workers.flow.run import FlowRun
 from rlinf.workers.flow.weight_roles import BucketLayout, WeightReceiver, WeightSender
 from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
+from rlinf.workers.runtime.ray_session import cluster_address, cluster_reachable, ensure_ray
 
 __all__ = [
     "PROBE_ITERATION",

@@ -41,9 +41,9 @@ from rlinf.sched import (
 )
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.declaration import MacroFlow
-from rlinf.workers.flow.ray_session import ensure_ray
 from rlinf.workers.flow.records import IterationRecord
 from rlinf.workers.flow.run import FlowRun
+from rlinf.workers.runtime.ray_session import ensure_ray
 
 __all__ = ["PROBE_ITERATION", "PROBE_PLAN", "WEIGHT_SYNC", "AutoReport", "PipelineProbe",
            "ProbeSimulation", "calibrated_cluster", "fit_latency", "launch_auto",

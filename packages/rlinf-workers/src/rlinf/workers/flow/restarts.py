@@ -19,7 +19,7 @@ from typing import TextIO, TypeVar
 import structlog
 
 from rlinf.workers.errors import ClusterLostError, WorkerDiedError
-from rlinf.workers.flow.ray_session import cluster_address, cluster_reachable
+from rlinf.workers.runtime.ray_session import cluster_address, cluster_gone
 from rlinf.workers.telemetry import CheckpointStore
 
 __all__ = ["with_restarts"]
@@ -40,7 +40,7 @@ def with_restarts(session: Callable[[bool, tuple[str, ...]], T], *, resume: bool
         try:
             return session(resume, tuple(restarts))
         except WorkerDiedError as exc:
-            if not cluster_reachable():
+            if cluster_gone():
                 raise ClusterLostError(cluster_address(),
                                        detail=f"{exc.role} rank {exc.rank} went with it") from exc
             if len(restarts) >= max_restarts or exc.method == "__init__":

@@ -50,12 +50,6 @@ from rlinf.workers.flow.channels import FlowChannel
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.declaration import ComponentSpec, MacroFlow
 from rlinf.workers.flow.errors import FlowClosedError, FlowDeclarationError
-from rlinf.workers.flow.ray_session import (
-    ClusterWatch,
-    cluster_address,
-    cluster_reachable,
-    ensure_ray,
-)
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, iteration_metrics, profile_of
 from rlinf.workers.flow.weights import WeightSync, weight_transport
 from rlinf.workers.flow.worker import EntryReport
@@ -64,6 +58,12 @@ from rlinf.workers.runtime.interrupts import (
     WAIT_SLICE_S,
     check_interrupted,
     keep_interrupts,
+)
+from rlinf.workers.runtime.ray_session import (
+    ClusterWatch,
+    cluster_address,
+    cluster_reachable,
+    ensure_ray,
 )
 from rlinf.workers.telemetry import Span
 
@@ -79,8 +79,8 @@ class FlowRun:
     """The launched groups of one flow and the driver of its iterations (module docstring)."""
 
     def __init__(self, flow: MacroFlow, plan: ExecutionPlan, *, groups: Mapping[str, WorkerGroup],
-                 channels: Mapping[str, FlowChannel], lock: Any, store: str, owns_ray: bool,
-                 timeout: float) -> None:
+                 channels: Mapping[str, FlowChannel], lock: Any, store: RayStore,
+                 owns_ray: bool, timeout: float) -> None:
         self.flow = flow
         self.plan = plan
         self.timeout = timeout
@@ -91,6 +91,7 @@ class FlowRun:
         self._syncs: list[WeightSync] = []
         self._lock = lock
         self._store = store
+        """The rendezvous actor channels are found through (this run made it)."""
         self._owns_ray = owns_ray
         self._records: list[IterationRecord] = []
         self._closed = False
@@ -119,8 +120,9 @@ class FlowRun:
         token = new_token()
         groups: dict[str, WorkerGroup] = {}
         lock: Any = None
+        rendezvous: RayStore | None = None
         try:
-            RayStore(store)  # the rendezvous actor channels are found through
+            rendezvous = RayStore(store)  # the actor channels are found through
             options: dict[str, Any] = {
                 "env_vars": {"RLINF_COMM_TOKEN": token.hex()}, "log_level": log_level,
                 "launch_timeout": timeout, "call_timeout": timeout, "cluster": cluster}
@@ -145,13 +147,13 @@ class FlowRun:
                     c.key, c.granularity or flow.unit_of(c))), transport=c.transport)
                 for c in flow.channels
                 if c.edge.src not in inlined and c.edge.dst not in inlined}
-            run = cls(flow, plan, groups=groups, channels=channels, lock=lock, store=store,
-                      owns_ray=owns_ray, timeout=timeout)
+            run = cls(flow, plan, groups=groups, channels=channels, lock=lock,
+                      store=rendezvous, owns_ray=owns_ray, timeout=timeout)
         except BaseException:
             for group in groups.values():
                 group.kill()
             _await_exit(groups.values(), timeout=min(timeout, 30.0))
-            _stop(lock, store, owns_ray)
+            _stop(lock, rendezvous, owns_ray)
             raise
         try:
             _check_peer_ends(channels.values(), groups)
@@ -397,10 +399,13 @@ class FlowRun:
         """Stop every group (`kill`: at once, without shutdown hooks — for ranks that may be
         stuck), the device lock, the channel store, and Ray if the run started it.
         `cluster_lost`: the Ray cluster is gone with every worker and the store, and a call
-        to it would wait a minute for an answer: only this process's own parts stop."""
+        to it would wait a minute for an answer: only this process's own parts stop. A
+        `kill` after a failure checks that itself (a failure outside `step` may be the
+        cluster's too), and every wait on the cluster here ends early once it is gone."""
         if self._closed:
             return
         self._closed = True
+        cluster_lost = cluster_lost or (kill and not cluster_reachable())
         if not cluster_lost:
             for group in self._groups.values():
                 with contextlib.suppress(Exception):
@@ -549,18 +554,23 @@ def _gpus_per_rank(flow: MacroFlow, spec: ComponentSpec, placement: Placement, *
 
 def _await_exit(groups: Iterable[WorkerGroup], *, timeout: float) -> None:
     """Return once Ray knows every rank of `groups` is gone (so their CPUs are free for the
-    next launch): a call on a killed actor fails exactly then."""
+    next launch): a call on a killed actor fails exactly then. Returns early when the
+    cluster stops answering (``ray stop`` under a closing run): Ray would never say."""
     refs: list[Any] = [actor.worker_info.remote() for group in groups for actor in group.actors]
+    deadline = time.monotonic() + timeout
     with contextlib.suppress(Exception):
-        ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        while refs and (left := deadline - time.monotonic()) > 0:
+            _, refs = ray.wait(refs, num_returns=len(refs), timeout=min(WAIT_SLICE_S, left))
+            if refs and not cluster_reachable(timeout=0.5):
+                return
 
 
-def _stop(lock: Any, store: str | None, owns_ray: bool) -> None:
+def _stop(lock: Any, store: RayStore | None, owns_ray: bool) -> None:
     if lock is not None:
         with contextlib.suppress(Exception):
             lock.close()
-    if store is not None:
+    if store is not None:  # by its handle: looking it up by name would block on a dead GCS
         with contextlib.suppress(Exception):
-            ray.kill(ray.get_actor(store))
+            store.destroy()
     if owns_ray:
         ray.shutdown()

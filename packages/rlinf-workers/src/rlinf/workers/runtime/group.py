@@ -44,6 +44,7 @@ from rlinf.workers.runtime.dispatch import (
 )
 from rlinf.workers.runtime.interrupts import WAIT_SLICE_S, check_interrupted, keep_interrupts
 from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
+from rlinf.workers.runtime.ray_session import ClusterWatch
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = ["GroupFuture", "WorkerGroup", "count_onloads"]
@@ -134,8 +135,9 @@ class GroupFuture:
     def rank_results(self, timeout: float | None = None) -> list[Any]:
         """One result per target rank, in order, waiting at most `timeout` seconds overall.
 
-        Raises `WorkerDiedError`, `WorkerCallError` (the method raised) or
-        `WorkerTimeoutError`. `timeout=None` uses the group's call timeout, never infinity.
+        Raises `WorkerDiedError`, `WorkerCallError` (the method raised),
+        `WorkerTimeoutError`, or `ClusterLostError` once the Ray cluster stopped answering.
+        `timeout=None` uses the group's call timeout, never infinity.
         """
         if self._results is not None:
             return list(self._results)
@@ -143,6 +145,9 @@ class GroupFuture:
         deadline = time.monotonic() + limit
         pending = {ref: i for i, ref in enumerate(self._refs)}
         results: list[Any] = [None] * len(self._refs)
+        # A rank's death reaches this process through the GCS: with the cluster gone
+        # (ray stop) its call would never end, and Ray would abort the process in a minute.
+        watch = ClusterWatch()
         with keep_interrupts():
             while pending:
                 remaining = deadline - time.monotonic()
@@ -151,6 +156,7 @@ class GroupFuture:
                     ready, _ = ray.wait(list(pending), num_returns=1,
                                         timeout=min(WAIT_SLICE_S, remaining))
                     check_interrupted()
+                    watch.check()
                 if ready:
                     self._collect(ready, pending, results, remaining)
                 elif time.monotonic() >= deadline:

@@ -1,18 +1,21 @@
-"""Telling a dead worker from a dead cluster: `cluster_reachable` and `ClusterWatch` against
-a listening and a closed port, and `with_restarts` refusing to restart on a lost cluster."""
+"""Telling a dead worker from a dead cluster: `cluster_reachable`, `cluster_gone` and
+`ClusterWatch` against a listening and a closed port, and `with_restarts` refusing to restart
+on a lost cluster, also one whose control store closes after the worker's death is seen."""
 
 from __future__ import annotations
 
 import io
 import socket
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from rlinf.workers.errors import ClusterLostError, WorkerDiedError
-from rlinf.workers.flow import ray_session, with_restarts
-from rlinf.workers.flow.ray_session import ClusterWatch, cluster_reachable
+from rlinf.workers.flow import with_restarts
+from rlinf.workers.runtime import ray_session
+from rlinf.workers.runtime.ray_session import ClusterWatch, cluster_gone, cluster_reachable
 from rlinf.workers.telemetry import CheckpointStore
 
 
@@ -50,7 +53,10 @@ def test_a_cluster_is_reachable_while_its_gcs_and_raylet_listen(
 
 
 def test_a_local_instance_shut_down_by_its_starter_is_not_lost(
-        remembered: ray_session._Connection, closed: str) -> None:
+        remembered: ray_session._Connection, closed: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # Shut down here, whatever Ray another test module of this session has running.
+    monkeypatch.setattr(ray_session.ray, "is_initialized", lambda: False)
     remembered.address = remembered.raylet = closed
     remembered.started_here = True  # ray.init started it; the session's end stopped it
     assert cluster_reachable()
@@ -86,4 +92,47 @@ def test_a_worker_death_on_a_lost_cluster_is_not_restarted(
     with pytest.raises(ClusterLostError, match="actor rank 0 went with it"):
         with_restarts(session, resume=False, max_restarts=3,
                       checkpoints=CheckpointStore(tmp_path), out=out)
+    assert calls == [False] and "restart" not in out.getvalue()
+
+
+def _close_after(server: socket.socket, seconds: float) -> threading.Timer:
+    timer = threading.Timer(seconds, server.close)
+    timer.start()
+    return timer
+
+
+def test_a_cluster_that_closes_within_the_settle_time_is_gone(
+        remembered: ray_session._Connection, listening: str) -> None:
+    remembered.address = listening
+    started = time.monotonic()
+    assert not cluster_gone(settle=0.4)  # stays up: judged after the settle time
+    assert 0.4 <= time.monotonic() - started < 2.0
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        remembered.address = f"127.0.0.1:{server.getsockname()[1]}"
+        timer = _close_after(server, 0.3)
+        assert cluster_gone(settle=2.0)
+        timer.join()
+
+
+def test_a_death_seen_before_ray_stop_closed_the_gcs_is_not_restarted(
+        remembered: ray_session._Connection, tmp_path) -> None:
+    """``ray stop`` SIGTERMs workers and daemons together: the worker's death arrives while
+    the GCS still listens, and a restart then would block on it until Ray aborts."""
+    calls: list[bool] = []
+    with socket.socket() as gcs:
+        gcs.bind(("127.0.0.1", 0))
+        gcs.listen()
+        remembered.address = f"127.0.0.1:{gcs.getsockname()[1]}"
+
+        def session(resume: bool, restarts: tuple[str, ...]) -> None:
+            calls.append(resume)
+            _close_after(gcs, 0.3)  # the daemons go a moment after their worker
+            raise WorkerDiedError("actor", 0, method="run_entry")
+
+        out = io.StringIO()
+        with pytest.raises(ClusterLostError, match="actor rank 0 went with it"):
+            with_restarts(session, resume=False, max_restarts=3,
+                          checkpoints=CheckpointStore(tmp_path), out=out)
     assert calls == [False] and "restart" not in out.getvalue()

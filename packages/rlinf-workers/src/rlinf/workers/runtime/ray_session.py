@@ -20,7 +20,7 @@ import structlog
 
 from rlinf.workers.errors import ClusterLostError
 
-__all__ = ["ClusterWatch", "cluster_address", "cluster_reachable", "ensure_ray"]
+__all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray"]
 
 _log = structlog.get_logger(__name__)
 
@@ -82,6 +82,22 @@ def cluster_reachable(timeout: float = 2.0) -> bool:
     return True
 
 
+def cluster_gone(settle: float = 1.0) -> bool:
+    """Whether the cluster stopped answering, now or within `settle` seconds. For a worker
+    death about to be healed: ``ray stop`` SIGTERMs workers, raylets and the GCS together,
+    and the worker's death can be seen before the daemons have closed their ports; a
+    restart launched then would block a minute on the dead GCS, and Ray would abort."""
+    if _last.address is None and _last.raylet is None:
+        return False  # never connected: nothing to lose
+    deadline = time.monotonic() + settle
+    while True:
+        if not cluster_reachable(timeout=0.5):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+
+
 class ClusterWatch:
     """For a driver's wait loop: `check` raises `ClusterLostError` once the cluster has not
     accepted a connection for `grace` seconds, probing at most once per `period`. Ray's own
@@ -91,7 +107,7 @@ class ClusterWatch:
     def __init__(self, *, grace: float = 3.0, period: float = 1.0) -> None:
         self.grace = grace
         self.period = period
-        self._next_probe = 0.0
+        self._next_probe = time.monotonic() + period  # a call done within it costs nothing
         self._unreachable_since: float | None = None
 
     def check(self) -> None:
