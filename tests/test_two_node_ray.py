@@ -174,6 +174,14 @@ class Where(Worker):
         return str(ray.get_runtime_context().get_node_id())
 
 
+@ray.remote
+class _Busy:
+    """Holds part of a node's CPUs, so Ray places what comes next elsewhere."""
+
+    def ready(self) -> bool:
+        return True
+
+
 def on(rank: int) -> DispatchSpec:
     """Call one rank, return its result."""
     return DispatchSpec(gather=Gather.FIRST, ranks=(rank,))
@@ -478,3 +486,69 @@ def test_reasoning_run_that_loses_a_node_replans_for_the_devices_left_and_finish
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["run/devices"] for r in records if "run/devices" in r] == [1.0]
     assert max(r["step"] for r in records) == 5
+
+
+def _keep_head_and_second_node(two_nodes: Any) -> Any:
+    """Bring the cluster to the head and the second node (a CPU each); the second node."""
+    if not any(NODE_RESOURCES[1] in n["Resources"] for n in ray.nodes() if n["Alive"]):
+        two_nodes.add_node(num_cpus=1, resources={NODE_RESOURCES[1]: 1})
+        two_nodes.wait_for_nodes()
+    for node in list(two_nodes.worker_nodes):
+        if not any(n["NodeID"] == node.node_id and NODE_RESOURCES[1] in n["Resources"]
+                   for n in ray.nodes()):
+            two_nodes.remove_node(node)
+    _wait_for_cpus(2)
+    return next(n for n in two_nodes.worker_nodes if any(
+        r["NodeID"] == n.node_id and NODE_RESOURCES[1] in r["Resources"] for r in ray.nodes()))
+
+
+def test_embodied_run_that_loses_a_node_restarts_on_the_node_left_and_finishes(
+    two_nodes: Any, tmp_path: Any,
+) -> None:
+    """Runs after the reasoning one (#13): a collocated ``rlinf-embodied`` run with
+    ``run.max_restarts=1`` whose head node is busy (a 0.6-CPU actor), so Ray puts one of its
+    two 0.25-CPU ranks on the second node; once iteration 2 is checkpointed that node's
+    raylet is killed and the head freed. The embodied placement's devices are logical CPU
+    slots, not Ray nodes, so its plan still holds: the run restarts from its checkpoint on
+    the head and finishes every iteration."""
+    import threading
+
+    pytest.importorskip("rlinf_embodied.cli")
+    from rlinf_embodied.cli import load_config
+    from rlinf_embodied.run import train
+
+    from rlinf.workers.telemetry.checkpoints import CheckpointStore
+
+    second = _keep_head_and_second_node(two_nodes)
+    hog = _Busy.options(num_cpus=0.6, resources={NODE_RESOURCES[0]: 0.5}).remote()
+    ray.get(hog.ready.remote())
+    run_dir = tmp_path / "run"
+    cfg = load_config(["placement=collocated", "run.iterations=20", "run.rollout_steps=64",
+                       "env.num_envs=4", "env.pipeline_stages=2", "algorithm.epochs=2",
+                       "algorithm.num_minibatches=4", "policy.hidden_sizes=[16,16]",
+                       "run.eval_episodes=2", "env.max_episode_steps=50",
+                       "run.eval_max_steps=50", "run.checkpoint_every=2", "run.video=false",
+                       "run.max_restarts=1"], run_dir=run_dir)
+    removed = threading.Event()
+
+    def lose_the_second_node() -> None:
+        deadline = time.monotonic() + 600
+        store = CheckpointStore(run_dir / "checkpoints")
+        while (store.latest() or (0,))[0] < 2:
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.05)
+        two_nodes.remove_node(second, allow_graceful=False)
+        ray.kill(hog)
+        removed.set()
+
+    killer = threading.Thread(target=lose_the_second_node, daemon=True)
+    killer.start()
+    summary = train(cfg, stream=sys.stdout)
+    killer.join(timeout=60)
+    assert removed.is_set(), "the run finished before the node could be removed"
+    assert summary.iterations == 20
+    (restart,) = summary.restarts
+    assert "died; went on from iteration 2" in restart, restart
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["step"] for r in records) == 20

@@ -212,6 +212,33 @@ def test_a_call_ends_soon_after_the_cluster_stops_answering(
         group.kill()
 
 
+def test_a_rank_on_a_lost_node_is_named_dead_before_ray_says_so(
+        ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray reports the death of a rank on a lost node only once it declares the node dead;
+    the future asks about the nodes of its unfinished ranks (here rank 1's is made lost)."""
+    from rlinf.workers.runtime import group as group_module
+
+    group = WorkerGroup.launch(EchoWorker, role="far", num_ranks=2, num_cpus_per_rank=CPUS)
+    try:
+        future = group.call_async("block", 120.0)
+        assert future.died_with_a_node() is None  # every node answers
+        far = group.infos[1].node_id
+        asked: list[set[str]] = []
+
+        def lost(node_ids: Any) -> set[str]:
+            asked.append(set(node_ids))
+            return {far}
+
+        monkeypatch.setattr(group_module, "lost_nodes", lost)
+        died = future.died_with_a_node()
+        assert isinstance(died, WorkerDiedError)
+        # one local node holds both ranks: the first unfinished one on it is named
+        assert (died.role, died.rank, died.method) == ("far", 0, "block")
+        assert "Ray node was lost" in str(died) and asked == [{far}]
+    finally:
+        group.kill()
+
+
 def test_constructor_failure_fails_launch(ray_cluster: None) -> None:
     with pytest.raises(WorkerDiedError, match="'broken' rank 0") as info:
         WorkerGroup.launch(BrokenWorker, role="broken", num_ranks=1, num_cpus_per_rank=CPUS,

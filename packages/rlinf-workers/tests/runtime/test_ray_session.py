@@ -15,7 +15,12 @@ import pytest
 from rlinf.workers.errors import ClusterLostError, WorkerDiedError
 from rlinf.workers.flow import with_restarts
 from rlinf.workers.runtime import ray_session
-from rlinf.workers.runtime.ray_session import ClusterWatch, cluster_gone, cluster_reachable
+from rlinf.workers.runtime.ray_session import (
+    ClusterWatch,
+    cluster_gone,
+    cluster_reachable,
+    lost_nodes,
+)
 from rlinf.workers.telemetry import CheckpointStore
 
 
@@ -136,3 +141,18 @@ def test_a_death_seen_before_ray_stop_closed_the_gcs_is_not_restarted(
             with_restarts(session, resume=False, max_restarts=3,
                           checkpoints=CheckpointStore(tmp_path), out=out)
     assert calls == [False] and "restart" not in out.getvalue()
+
+
+def test_a_node_is_lost_when_ray_lists_it_dead_or_its_raylet_refuses(
+        listening: str, closed: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def record(node_id: str, address: str, *, alive: bool = True) -> dict[str, object]:
+        host, _, port = address.rpartition(":")
+        return {"NodeID": node_id, "Alive": alive, "NodeManagerAddress": host,
+                "NodeManagerPort": int(port)}
+
+    nodes = [record("up", listening), record("killed", closed),  # Ray: alive for seconds more
+             record("dead", listening, alive=False), {"NodeID": "unprobed", "Alive": True}]
+    monkeypatch.setattr(ray_session.ray, "nodes", lambda: nodes)
+    assert lost_nodes(["up", "killed", "dead", "unprobed", "unknown"]) == {
+        "killed", "dead", "unknown"}
+    assert lost_nodes([]) == set()

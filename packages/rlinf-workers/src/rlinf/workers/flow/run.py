@@ -379,9 +379,17 @@ class FlowRun:
         if isinstance(error, WorkerDiedError):
             return error
         deadline = time.monotonic() + _DEATH_GRACE_S
-        while pending and time.monotonic() < deadline:
+        while pending:
+            # A rank on a lost node fails its peers at once, but Ray says it died only
+            # once it declares the node dead: look at the nodes of the ranks not done.
+            for late in sorted({owner[ref] for ref in pending}):
+                died = futures[late].died_with_a_node()
+                if died is not None:
+                    return died
+            if time.monotonic() >= deadline:
+                break
             ready, pending = ray.wait(pending, num_returns=1,
-                                      timeout=max(deadline - time.monotonic(), 0.0))
+                                      timeout=min(WAIT_SLICE_S, deadline - time.monotonic()))
             for ref in ready:
                 other = _error_of(futures[owner[ref]])
                 if isinstance(other, WorkerDiedError):

@@ -44,7 +44,7 @@ from rlinf.workers.runtime.dispatch import (
 )
 from rlinf.workers.runtime.interrupts import WAIT_SLICE_S, check_interrupted, keep_interrupts
 from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
-from rlinf.workers.runtime.ray_session import ClusterWatch
+from rlinf.workers.runtime.ray_session import ClusterWatch, lost_nodes
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = ["GroupFuture", "WorkerGroup", "count_onloads"]
@@ -105,6 +105,7 @@ class GroupFuture:
     def __init__(
         self, *, role: str, method: str, ranks: tuple[int, ...], refs: Sequence[ray.ObjectRef],
         spec: DispatchSpec, nodes: Mapping[int, str], default_timeout: float,
+        node_ids: Mapping[int, str] | None = None,
     ) -> None:
         self._role = role
         self._method = method
@@ -112,6 +113,7 @@ class GroupFuture:
         self._refs = list(refs)
         self._spec = spec
         self._nodes = dict(nodes)
+        self._node_ids = dict(node_ids or {})
         self._default_timeout = default_timeout
         self._results: list[Any] | None = None
 
@@ -165,6 +167,24 @@ class GroupFuture:
                                              timeout=limit)
         self._results = results
         return list(results)
+
+    def died_with_a_node(self) -> WorkerDiedError | None:
+        """A `WorkerDiedError` for the first unfinished rank whose Ray node is lost (listed
+        dead, or its raylet refuses connections), else None. Ray reports such a rank's death
+        only once it declares the node dead, many seconds later; its peers fail at once (a
+        collective's connection closed), and their errors would hide the cause."""
+        if self._results is not None:
+            return None
+        ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        unfinished = [r for i, r in enumerate(self._ranks) if self._refs[i] not in ready]
+        lost = lost_nodes({self._node_ids[r] for r in unfinished if r in self._node_ids})
+        for rank in unfinished:
+            if self._node_ids.get(rank) in lost:
+                return WorkerDiedError(self._role, rank, node=self._nodes.get(rank),
+                                       method=self._method,
+                                       detail="its Ray node was lost (the raylet stopped "
+                                              "answering)")
+        return None
 
     def _collect(self, ready: list[ray.ObjectRef], pending: dict[ray.ObjectRef, int],
                  results: list[Any], remaining: float) -> None:
@@ -350,7 +370,8 @@ class WorkerGroup:
                 for rank, (a, kw) in zip(ranks, per_rank, strict=True)]
         nodes = {info.rank: info.node_ip for info in self._infos}
         return GroupFuture(role=self._role, method=method, ranks=ranks, refs=refs,
-                           spec=resolved, nodes=nodes, default_timeout=self._call_timeout)
+                           spec=resolved, nodes=nodes, default_timeout=self._call_timeout,
+                           node_ids={info.rank: info.node_id for info in self._infos})
 
     def call(
         self, method: str, *args: Any, spec: DispatchSpec | None = None,

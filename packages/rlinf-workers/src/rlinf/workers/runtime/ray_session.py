@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,8 @@ import structlog
 
 from rlinf.workers.errors import ClusterLostError
 
-__all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray"]
+__all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray",
+           "lost_nodes"]
 
 _log = structlog.get_logger(__name__)
 
@@ -80,6 +82,36 @@ def cluster_reachable(timeout: float = 2.0) -> bool:
             _log.warning("ray_cluster_unreachable", address=address, error=str(exc))
             return False
     return True
+
+
+def lost_nodes(node_ids: Iterable[str], *, timeout: float = 0.5) -> set[str]:
+    """Which of the Ray nodes `node_ids` are lost: Ray lists them dead, or their raylet
+    refuses a connection. Ray declares a node dead only after it missed several health
+    checks (seconds to tens of seconds), and until then tells no one that the actors on it
+    died; a killed raylet refuses at once."""
+    wanted = set(node_ids)
+    if not wanted:
+        return set()
+    try:
+        records = {str(n.get("NodeID")): n for n in ray.nodes()}
+    except Exception as exc:  # the cluster itself is gone: that is for `cluster_reachable`
+        _log.debug("ray_nodes_unavailable", error=str(exc))
+        return set()
+    lost = set()
+    for node_id in wanted:
+        record = records.get(node_id)
+        if record is None or not record.get("Alive"):
+            lost.add(node_id)
+            continue
+        host, port = record.get("NodeManagerAddress"), record.get("NodeManagerPort")
+        if not host or not port:
+            continue  # nothing to probe: trust Ray
+        try:
+            with socket.create_connection((str(host), int(port)), timeout=timeout):
+                pass
+        except OSError:
+            lost.add(node_id)
+    return lost
 
 
 def cluster_gone(settle: float = 1.0) -> bool:
