@@ -1,6 +1,6 @@
 """Channel soak: producers and consumers killed (SIGKILL) and restarted at random for
-``RLINF_SOAK_SECONDS`` (600 in ``tox -e soak-comm``; 300 in CI's
-``test-comm-soak-sched-envs-workers``, to fit CI's 90 minutes), through the public API.
+``RLINF_SOAK_SECONDS`` (default 600; CI's ``test-comm-soak-sched-envs-workers`` runs it
+beside other packages' tests, ``scripts/soak_beside.py``), through the public API.
 
 What must hold at the end (see `soak_workers.py` for what each process records):
 - nothing acknowledged is lost: every item of a burst whose producer's flush returned was
