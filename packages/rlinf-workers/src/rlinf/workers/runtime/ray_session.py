@@ -114,7 +114,7 @@ def lost_nodes(node_ids: Iterable[str], *, timeout: float = 0.5) -> set[str]:
     return lost
 
 
-def cluster_gone(settle: float = 1.0) -> bool:
+def cluster_gone(settle: float = 2.0) -> bool:
     """Whether the cluster stopped answering, now or within `settle` seconds. For a worker
     death about to be healed: ``ray stop`` SIGTERMs workers, raylets and the GCS together,
     and the worker's death can be seen before the daemons have closed their ports; a
