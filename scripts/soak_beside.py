@@ -5,7 +5,7 @@ about one core busy; run after the other commands of its tox env it would add it
 length to CI's 90 minutes. So its env starts it first, runs its other tests beside it, and
 waits for its verdict at the end:
 
-    python scripts/soak_beside.py start DIR   # returns at once
+    python scripts/soak_beside.py start DIR   # returns at once (start DIR -- CMD...: another)
     ...                                       # other test commands
     python scripts/soak_beside.py wait DIR    # the soak's output; its exit code
     python scripts/soak_beside.py stop DIR    # (commands_post) kill it if still running
@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 SOAK_COMMAND = ("-m", "pytest", "packages/rlinf-comm/tests", "-m", "soak", "-s",
@@ -36,11 +38,13 @@ def _paths(folder: Path) -> tuple[Path, Path, Path]:
     return folder / "soak.log", folder / "soak.rc", folder / "supervisor.pid"
 
 
-def start(folder: Path) -> int:
-    """Launch the supervisor, detached, and return."""
+def start(folder: Path, command: Sequence[str] = ()) -> int:
+    """Launch the supervisor of `command` (default: the soak), detached, and return."""
     folder.mkdir(parents=True, exist_ok=True)
     log, rc, pid = _paths(folder)
     rc.unlink(missing_ok=True)
+    (folder / "command.json").write_text(
+        json.dumps(list(command) or [sys.executable, *SOAK_COMMAND]))
     supervisor = subprocess.Popen(
         [sys.executable, __file__, "supervise", str(folder), str(os.getppid())],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -63,7 +67,8 @@ def supervise(folder: Path, starter: int) -> int:
 
     signal.signal(signal.SIGTERM, on_term)
     with log.open("wb") as out:
-        soak = subprocess.Popen([sys.executable, *SOAK_COMMAND], stdout=out,
+        command = json.loads((folder / "command.json").read_text())
+        soak = subprocess.Popen(command, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         while soak.poll() is None:
             if stopping or not _alive(starter):
@@ -131,11 +136,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("action", choices=("start", "wait", "stop", "supervise"))
     parser.add_argument("folder", type=Path)
-    parser.add_argument("starter", type=int, nargs="?", default=0)
+    parser.add_argument("starter", type=int, nargs="?", default=0,
+                        help="(supervise) the pid whose exit stops the soak")
+    argv = sys.argv[1:] if argv is None else argv
+    command: list[str] = []
+    if "--" in argv:  # start DIR -- CMD...: supervise CMD instead of the soak (tests)
+        command, argv = argv[argv.index("--") + 1:], argv[:argv.index("--")]
     args = parser.parse_args(argv)
     if args.action == "supervise":
         return supervise(args.folder, args.starter)
-    return {"start": start, "wait": wait, "stop": stop}[args.action](args.folder)
+    if args.action == "start":
+        return start(args.folder, command)
+    return {"wait": wait, "stop": stop}[args.action](args.folder)
 
 
 if __name__ == "__main__":
