@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -54,3 +55,19 @@ def test_ray_store_has_the_store_semantics(ray_session: None) -> None:
     with pytest.raises(CommTimeoutError):
         store.wait(["a", "never"], timeout=0.2)
     store.wait(["a", "n"], timeout=5)
+
+
+def test_destroy_kills_the_actor_for_every_client(ray_session: None) -> None:
+    store = RayStore("test-destroyed", timeout=30)
+    store.set("a", b"1")
+    store.destroy()
+    deadline = time.monotonic() + 30  # Ray frees the name once the kill has gone through
+    while True:
+        try:
+            ray.get_actor("test-destroyed")
+        except ValueError:
+            break
+        assert time.monotonic() < deadline, "the destroyed store's actor is still named"
+        time.sleep(0.1)
+    with pytest.raises(CommTimeoutError):  # a new actor by that name: nothing kept
+        RayStore("test-destroyed").get("a", timeout=0.2)
