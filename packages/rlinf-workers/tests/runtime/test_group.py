@@ -222,14 +222,15 @@ def test_a_rank_on_a_lost_node_is_named_dead_before_ray_says_so(
     try:
         future = group.call_async("block", 120.0)
         assert future.died_with_a_node() is None  # every node answers
-        far = group.infos[1].node_id
+        assert set(group._raylets) == {0, 1}  # each rank's raylet, recorded at launch
+        far = group._raylets[1]
         asked: list[set[str]] = []
 
-        def lost(node_ids: Any) -> set[str]:
-            asked.append(set(node_ids))
+        def lost(addresses: Any) -> set[str]:
+            asked.append(set(addresses))
             return {far}
 
-        monkeypatch.setattr(group_module, "lost_nodes", lost)
+        monkeypatch.setattr(group_module, "unreachable", lost)
         died = future.died_with_a_node()
         assert isinstance(died, WorkerDiedError)
         # one local node holds both ranks: the first unfinished one on it is named

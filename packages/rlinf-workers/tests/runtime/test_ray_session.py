@@ -19,7 +19,8 @@ from rlinf.workers.runtime.ray_session import (
     ClusterWatch,
     cluster_gone,
     cluster_reachable,
-    lost_nodes,
+    raylet_addresses,
+    unreachable,
 )
 from rlinf.workers.telemetry import CheckpointStore
 
@@ -143,16 +144,34 @@ def test_a_death_seen_before_ray_stop_closed_the_gcs_is_not_restarted(
     assert calls == [False] and "restart" not in out.getvalue()
 
 
-def test_a_node_is_lost_when_ray_lists_it_dead_or_its_raylet_refuses(
-        listening: str, closed: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    def record(node_id: str, address: str, *, alive: bool = True) -> dict[str, object]:
-        host, _, port = address.rpartition(":")
-        return {"NodeID": node_id, "Alive": alive, "NodeManagerAddress": host,
-                "NodeManagerPort": int(port)}
-
-    nodes = [record("up", listening), record("killed", closed),  # Ray: alive for seconds more
-             record("dead", listening, alive=False), {"NodeID": "unprobed", "Alive": True}]
+def test_raylet_addresses_are_those_of_the_wanted_live_nodes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = [{"NodeID": "up", "Alive": True, "NodeManagerAddress": "10.0.0.1",
+              "NodeManagerPort": 4100},
+             {"NodeID": "dead", "Alive": False, "NodeManagerAddress": "10.0.0.2",
+              "NodeManagerPort": 4100},
+             {"NodeID": "unaddressed", "Alive": True},
+             {"NodeID": "other", "Alive": True, "NodeManagerAddress": "10.0.0.3",
+              "NodeManagerPort": 4100}]
     monkeypatch.setattr(ray_session.ray, "nodes", lambda: nodes)
-    assert lost_nodes(["up", "killed", "dead", "unprobed", "unknown"]) == {
-        "killed", "dead", "unknown"}
-    assert lost_nodes([]) == set()
+    assert raylet_addresses(["up", "dead", "unaddressed", "unknown"]) == {
+        "up": "10.0.0.1:4100"}
+
+
+def test_raylet_addresses_are_empty_when_ray_does_not_answer(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def down() -> list[dict[str, object]]:
+        raise ConnectionError("GCS unreachable")
+
+    monkeypatch.setattr(ray_session.ray, "nodes", down)
+    assert raylet_addresses(["up"]) == {}
+
+
+def test_an_address_is_unreachable_when_it_refuses_or_is_malformed(
+        listening: str, closed: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_gcs() -> None:
+        raise AssertionError("the probe must not ask the GCS")
+
+    monkeypatch.setattr(ray_session.ray, "nodes", no_gcs)
+    assert unreachable([listening, closed, "no-port"]) == {closed, "no-port"}
+    assert unreachable([]) == set()

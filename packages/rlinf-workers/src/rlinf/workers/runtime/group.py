@@ -44,7 +44,7 @@ from rlinf.workers.runtime.dispatch import (
 )
 from rlinf.workers.runtime.interrupts import WAIT_SLICE_S, check_interrupted, keep_interrupts
 from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
-from rlinf.workers.runtime.ray_session import ClusterWatch, lost_nodes
+from rlinf.workers.runtime.ray_session import ClusterWatch, raylet_addresses, unreachable
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = ["GroupFuture", "WorkerGroup", "count_onloads"]
@@ -105,7 +105,7 @@ class GroupFuture:
     def __init__(
         self, *, role: str, method: str, ranks: tuple[int, ...], refs: Sequence[ray.ObjectRef],
         spec: DispatchSpec, nodes: Mapping[int, str], default_timeout: float,
-        node_ids: Mapping[int, str] | None = None,
+        raylets: Mapping[int, str] | None = None,
     ) -> None:
         self._role = role
         self._method = method
@@ -113,7 +113,7 @@ class GroupFuture:
         self._refs = list(refs)
         self._spec = spec
         self._nodes = dict(nodes)
-        self._node_ids = dict(node_ids or {})
+        self._raylets = dict(raylets or {})
         self._default_timeout = default_timeout
         self._results: list[Any] | None = None
 
@@ -169,17 +169,17 @@ class GroupFuture:
         return list(results)
 
     def died_with_a_node(self) -> WorkerDiedError | None:
-        """A `WorkerDiedError` for the first unfinished rank whose Ray node is lost (listed
-        dead, or its raylet refuses connections), else None. Ray reports such a rank's death
+        """A `WorkerDiedError` for the first unfinished rank whose node is lost (its raylet,
+        recorded at launch, refuses connections), else None. Ray reports such a rank's death
         only once it declares the node dead, many seconds later; its peers fail at once (a
         collective's connection closed), and their errors would hide the cause."""
         if self._results is not None:
             return None
         ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
         unfinished = [r for i, r in enumerate(self._ranks) if self._refs[i] not in ready]
-        lost = lost_nodes({self._node_ids[r] for r in unfinished if r in self._node_ids})
+        lost = unreachable({self._raylets[r] for r in unfinished if r in self._raylets})
         for rank in unfinished:
-            if self._node_ids.get(rank) in lost:
+            if self._raylets.get(rank) in lost:
                 return WorkerDiedError(self._role, rank, node=self._nodes.get(rank),
                                        method=self._method,
                                        detail="its Ray node was lost (the raylet stopped "
@@ -216,6 +216,8 @@ class WorkerGroup:
         self._actors = tuple(actors)
         self._call_timeout = call_timeout
         self._infos: tuple[WorkerInfo, ...] = ()
+        self._raylets: dict[int, str] = {}
+        """``host:port`` of each rank's raylet, recorded at launch (to tell a lost node)."""
         self._closed = False
 
     @classmethod
@@ -309,6 +311,9 @@ class WorkerGroup:
             group.kill()
             raise
         group._infos = tuple(infos)
+        raylets = raylet_addresses({info.node_id for info in infos})
+        group._raylets = {info.rank: raylets[info.node_id] for info in infos
+                          if info.node_id in raylets}
         _log.info("worker_group_launched", role=role, group=name, world_size=world,
                   nodes=sorted({info.node_ip for info in infos}), pinned=node_ids is not None)
         return group
@@ -371,7 +376,7 @@ class WorkerGroup:
         nodes = {info.rank: info.node_ip for info in self._infos}
         return GroupFuture(role=self._role, method=method, ranks=ranks, refs=refs,
                            spec=resolved, nodes=nodes, default_timeout=self._call_timeout,
-                           node_ids={info.rank: info.node_id for info in self._infos})
+                           raylets=self._raylets)
 
     def call(
         self, method: str, *args: Any, spec: DispatchSpec | None = None,

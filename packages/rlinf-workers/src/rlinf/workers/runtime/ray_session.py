@@ -22,7 +22,7 @@ import structlog
 from rlinf.workers.errors import ClusterLostError
 
 __all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray",
-           "lost_nodes"]
+           "raylet_addresses", "unreachable"]
 
 _log = structlog.get_logger(__name__)
 
@@ -84,34 +84,34 @@ def cluster_reachable(timeout: float = 2.0) -> bool:
     return True
 
 
-def lost_nodes(node_ids: Iterable[str], *, timeout: float = 0.5) -> set[str]:
-    """Which of the Ray nodes `node_ids` are lost: Ray lists them dead, or their raylet
-    refuses a connection. Ray declares a node dead only after it missed several health
-    checks (seconds to tens of seconds), and until then tells no one that the actors on it
-    died; a killed raylet refuses at once."""
+def raylet_addresses(node_ids: Iterable[str]) -> dict[str, str]:
+    """``host:port`` of the raylet of each of the Ray nodes `node_ids` that Ray lists alive
+    (asks the GCS once: call it while the cluster is there, e.g. at launch)."""
     wanted = set(node_ids)
-    if not wanted:
-        return set()
     try:
-        records = {str(n.get("NodeID")): n for n in ray.nodes()}
-    except Exception as exc:  # the cluster itself is gone: that is for `cluster_reachable`
+        nodes = ray.nodes()
+    except Exception as exc:  # no answer: nothing to record, nothing will be probed
         _log.debug("ray_nodes_unavailable", error=str(exc))
-        return set()
-    lost = set()
-    for node_id in wanted:
-        record = records.get(node_id)
-        if record is None or not record.get("Alive"):
-            lost.add(node_id)
-            continue
-        host, port = record.get("NodeManagerAddress"), record.get("NodeManagerPort")
-        if not host or not port:
-            continue  # nothing to probe: trust Ray
+        return {}
+    return {str(n["NodeID"]): f"{n['NodeManagerAddress']}:{n['NodeManagerPort']}"
+            for n in nodes if str(n.get("NodeID")) in wanted and n.get("Alive")
+            and n.get("NodeManagerAddress") and n.get("NodeManagerPort")}
+
+
+def unreachable(addresses: Iterable[str], *, timeout: float = 0.5) -> set[str]:
+    """Which of the ``host:port`` `addresses` refuse (or time out) a TCP connect. A lost
+    node's raylet refuses at once, while Ray declares the node dead only after it missed
+    several health checks (seconds to tens of seconds) and until then tells no one that the
+    actors on it died. No call to the GCS, which may be going away too."""
+    refused = set()
+    for address in set(addresses):
+        host, _, port = address.rpartition(":")
         try:
-            with socket.create_connection((str(host), int(port)), timeout=timeout):
+            with socket.create_connection((host, int(port)), timeout=timeout):
                 pass
-        except OSError:
-            lost.add(node_id)
-    return lost
+        except (OSError, ValueError):
+            refused.add(address)
+    return refused
 
 
 def cluster_gone(settle: float = 2.0) -> bool:
