@@ -22,6 +22,13 @@ average is above ``--max-load``:
   pipelined over rlinf.comm point-to-point messages; the actor on devices 0-1;
 - ``auto``: `EmbodiedFlow.measure` → `rlinf.sched.fit_profile` → `rlinf.sched.plan` over
   the 2 CPU devices → launch the chosen plan (placement and stage groups);
+- ``lagged`` (unless ``--no-lagged``): ``algorithm.policy_lag=1`` with env and policy in one
+  process on device 0 and the actor on device 1, so each rollout runs beside the update on
+  the previous one (one update of policy lag, corrected by decoupled PPO). A different
+  algorithm from the synchronous modes, so it stands beside them: it is neither the "best
+  mode" of the headline ratios nor priced by the planner (``lagged_speedup_vs_best_fixed``
+  is its own ratio; its timed iterations follow at least one warm-up, since the first
+  trains nothing);
 - SB3 PPO (`sb3_ppo`) with ``DummyVecEnv``, with ``SubprocVecEnv`` (fork; one process per
   env) and, when envpool is installed, with envpool's C++ vector env on every core
   (`envpool_vec_env.EnvpoolVecEnv`), each with torch's default threads (one per core) and
@@ -69,7 +76,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -200,6 +207,12 @@ def build_setting(args: argparse.Namespace, device: Literal["cpu", "cuda"]
                       env_threads=args.env_threads)
     obs_dim, act_dim = env_dims(args.env)
     return setting, make_spec(setting, obs_dim=obs_dim, act_dim=act_dim)
+
+
+LAGGED = "lagged"
+"""The policy_lag=1 contender's label."""
+LAGGED_PLACEMENT = "env,rollout: 0, actor: 1"
+"""Its placement: the actor apart, so the update overlaps the next rollout."""
 
 
 def timing_of(args: argparse.Namespace) -> tuple[int, int]:
@@ -475,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
                              "--quick or --device cuda: 64; --stress: calibrated)")
     parser.add_argument("--skip-sb3-subproc", action="store_true")
     parser.add_argument("--no-torchrl", action="store_true", help="leave torchrl's peer out")
+    parser.add_argument("--no-lagged", action="store_true",
+                        help="leave out the policy_lag=1 contender (rollout beside the update)")
     parser.add_argument("--threshold", type=float, default=1000.0,
                         help="training return the learning check waits for (mean over the "
                              "episodes ended in an iteration)")
@@ -525,6 +540,10 @@ def main(argv: list[str] | None = None) -> int:
                                              for s in summaries},
             "auto_vs_best_fixed": max(s["auto_vs_best_fixed"] for s in summaries),
             "max_prediction_error": max(s["max_prediction_error"] for s in summaries),
+            **({"lagged_speedup_vs_best_fixed": {s["setting"]["hidden"]:
+                                                 s["lagged_speedup_vs_best_fixed"]
+                                                 for s in summaries}}
+               if not args.no_lagged else {}),
             "per_width": {s["setting"]["hidden"]: s for s in summaries},
         }
     if args.threshold_seeds > 0:
@@ -559,6 +578,8 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
              configure_logging=False)
     cluster = Cluster.discover(use_ray=False, cpu_slots=2)
     plans = {mode: fixed_plan(spec, mode) for mode in ("collocated", "hybrid")}
+    lagged_spec = replace(spec, actor=replace(spec.actor, policy_lag=1))
+    lagged_plan = fixed_plan(lagged_spec, LAGGED_PLACEMENT)
     tallies: dict[str, Tally] = {}
     predicted: dict[str, float] = {}
     simulated: dict[str, tuple[float, dict[str, float]]] = {}
@@ -587,6 +608,12 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
                 tallies.setdefault(mode, Tally([], [], [])).record(times, cpu, breakdown)
                 print(f"# round {round_index + 1} {mode}: {statistics.median(times):.3f} "
                       f"s/iter, load {os.getloadavg()[0]:.1f}", flush=True)
+            if not args.no_lagged:
+                times, cpu, breakdown = timed_flow(lagged_spec, lagged_plan,
+                                                   warmup=max(warmup, 1), iterations=iterations)
+                tallies.setdefault(LAGGED, Tally([], [], [])).record(times, cpu, breakdown)
+                print(f"# round {round_index + 1} {LAGGED}: {statistics.median(times):.3f} "
+                      f"s/iter, load {os.getloadavg()[0]:.1f}", flush=True)
             for peer in peers:
                 times, cpu = peer.timed(setting, warmup=warmup, iterations=iterations)
                 tallies.setdefault(peer.label, Tally([], [], [])).record(times, cpu, None)
@@ -598,7 +625,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
     samples = num_envs * rollout_steps
     rlinf_modes = [m for m in ("collocated", "hybrid", "auto") if m in tallies]
     sb3_labels = [label for label in tallies if label.startswith("sb3_")]
-    peer_labels = [label for label in tallies if label not in rlinf_modes]
+    peer_labels = [label for label in tallies if label not in (*rlinf_modes, LAGGED)]
     print()
     print("medians over rounds of each round's median s/iter; cpu s/1k: machine CPU-seconds "
           "per 1,000 env steps; breakdown (rollout, env step, env wait, train, sync) medians")
@@ -618,6 +645,16 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
               f"{b['rollout_seconds']:>8.3f} {b['env_step_seconds']:>6.3f} "
               f"{b['env_wait_seconds']:>6.3f} {b['train_seconds']:>6.3f} "
               f"{b['sync_seconds']:>6.3f}")
+    if LAGGED in tallies:
+        tally = tallies[LAGGED]
+        b = tally.median_breakdown()
+        plan_text = f"{lagged_plan.spec} /{num_envs // lagged_plan.micro_batch['env']}"
+        print(f"rlinf {LAGGED:<16} {plan_text:<34} {tally.median:>7.3f} {'n/a':>7} {'':>6} "
+              f"{samples / tally.median:>8.0f} "
+              f"{statistics.median(tally.cpu_seconds) / samples * 1e3:>8.3f} "
+              f"{b['rollout_seconds']:>8.3f} {b['env_step_seconds']:>6.3f} "
+              f"{b['env_wait_seconds']:>6.3f} {b['train_seconds']:>6.3f} "
+              f"{b['sync_seconds']:>6.3f}")
     for label in peer_labels:
         tally = tallies[label]
         print(f"{label:<22} {'':<34} {tally.median:>7.3f} {'':>7} {'':>6} "
@@ -627,7 +664,12 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
     best_sb3 = min(sb3_labels, key=lambda label: tallies[label].median)
     best_peer = min(peer_labels, key=lambda label: tallies[label].median)
     best_fixed = min(tallies["collocated"].median, tallies["hybrid"].median)
+    lagged = ({"lagged_speedup_vs_best_fixed": best_fixed / tallies[LAGGED].median,
+               "lagged_speedup_vs_best_peer": tallies[best_peer].median / tallies[LAGGED].median,
+               "lagged_breakdown_s": tallies[LAGGED].median_breakdown()}
+              if LAGGED in tallies else {})
     return {
+        **lagged,
         f"speedup_vs_best_peer_{hidden}": tallies[best_peer].median / tallies[best_mode].median,
         "hybrid_speedup_vs_collocated": tallies["collocated"].median / tallies["hybrid"].median,
         "speedup_vs_sb3": tallies[best_sb3].median / tallies[best_mode].median,
@@ -640,7 +682,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
         "per_round_s": {m: t.seconds for m, t in tallies.items()},
         "predicted_s": predicted,
         "predicted_busy_s": {mode: busy for mode, (_, busy) in simulated.items()},
-        "measured_s": {m: tallies[m].median for m in rlinf_modes},
+        "measured_s": {m: tallies[m].median for m in (*rlinf_modes, LAGGED) if m in tallies},
         "breakdown_s": {m: tallies[m].median_breakdown() for m in rlinf_modes},
         "auto_plan": f"{plans['auto'].spec} /{num_envs // plans['auto'].micro_batch['env']}",
         "setting": {"env": args.env, "num_envs": num_envs, "stages": stages,

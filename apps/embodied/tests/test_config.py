@@ -67,6 +67,8 @@ def test_round_trip_through_plain_data():
     ("run.video=maybe", "run.video", "true or false"),
     ("algorithm.num_minibatches=100000", "algorithm.num_minibatches", "at most the 2048"),
     ("placement.num_devices=0", "placement.num_devices", ">= 1"),
+    ("algorithm.policy_lag=2", "algorithm.policy_lag", "0 (synchronous) or 1"),
+    ("algorithm.max_importance_weight=0", "algorithm.max_importance_weight", "a number > 0"),
     ("placement.spec=everywhere", "placement.spec", "a valid placement"),
 ])
 def test_bad_value_names_key_value_and_allowed(override, key, allowed):

@@ -6,6 +6,7 @@ One `ray.init(num_cpus=2)` for the module; flows are shared where a test does no
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -127,6 +128,36 @@ def test_save_load_continues_the_same_trajectory(hybrid, collocated, tmp_path):
     assert run(collocated, range(22, 25)) == uninterrupted
     for key, value in collocated.get_weights().items():
         torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=key)
+
+
+def test_a_policy_lag_runs_each_rollout_beside_the_previous_update(collocated, tmp_path):
+    """algorithm.policy_lag=1 with the actor on a device of its own: step k's rollout acts
+    with the weights before the update on k-1's rollout, which runs meanwhile and is
+    corrected for the lag; `drain` trains the last rollout, so a checkpoint taken after it
+    resumes exactly."""
+    spec = dataclasses.replace(SPEC, actor=dataclasses.replace(SPEC.actor, policy_lag=1))
+    collocated.save(tmp_path / "start")
+    with EmbodiedFlow.launch(spec, fixed_plan(spec, "env,rollout: 0, actor: 1")) as lagged:
+        lagged.load(tmp_path / "start")
+        first = outcome(lagged.step(0))
+        assert "policy_loss" not in first  # nothing to train on yet
+        assert first == {k: v for k, v in run(collocated, range(1))[0].items()
+                         if k not in ("policy_loss", "clip_fraction", "approx_kl",
+                                      "value_loss", "entropy", "grad_norm")}
+        second = outcome(lagged.step(1))
+        # the rollout of iteration 0 was acted by the actor's own weights: no lag yet
+        assert second["importance_weight"] == pytest.approx(1.0, abs=1e-4)
+        third = outcome(lagged.step(2, drain=True))
+        assert lagged.run.pending_step is None
+        # the drained update trained rollout 2, acted by weights one update old
+        assert third["importance_weight"] != 1.0 and third["behaviour_kl"] != 0.0
+        lagged.save(tmp_path / "lagged")
+        uninterrupted = [outcome(lagged.step(3)), outcome(lagged.step(4, drain=True))]
+        weights = lagged.get_weights()
+        lagged.load(tmp_path / "lagged")
+        assert [outcome(lagged.step(3)), outcome(lagged.step(4, drain=True))] == uninterrupted
+        for key, value in lagged.get_weights().items():
+            torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=key)
 
 
 def test_load_rejects_what_is_not_a_checkpoint(collocated, tmp_path):

@@ -166,10 +166,20 @@ class AlgorithmConfig:
     """Whiten advantages per minibatch (ppo)."""
     grpo_group_size: int = 4
     """Envs per GRPO group, all starting each episode from one state; divides env.num_envs."""
+    policy_lag: int = 0
+    """0: each rollout acts with the weights of the update before it. 1: the rollout of
+    iteration k runs beside the update on iteration k-1's data (a speed-up where the actor
+    has devices of its own, e.g. placement.spec='env,rollout: 0, actor: 1'), acting with
+    weights one update old; the update corrects for it (decoupled PPO: clipped around the
+    actor's own policy, samples weighed by the truncated policy ratio). Checkpoints and the
+    last iteration train alone, so nothing is left in flight."""
+    max_importance_weight: float = 2.0
+    """Truncation of the policy ratio that weighs samples under policy_lag=1."""
 
     def __post_init__(self) -> None:
         positive = {"lr": self.lr, "max_grad_norm": self.max_grad_norm,
-                    "clip_ratio": self.clip_ratio}
+                    "clip_ratio": self.clip_ratio,
+                    "max_importance_weight": self.max_importance_weight}
         for name, value in positive.items():
             if not value > 0:
                 raise AppConfigError(f"algorithm.{name}", value, "a number > 0")
@@ -187,6 +197,9 @@ class AlgorithmConfig:
             value = getattr(self, name)
             if value < 1:
                 raise AppConfigError(f"algorithm.{name}", value, "an integer >= 1")
+        if self.policy_lag not in (0, 1):
+            raise AppConfigError("algorithm.policy_lag", self.policy_lag,
+                                 "0 (synchronous) or 1 (rollout beside the update)")
 
 
 @dataclass(frozen=True)

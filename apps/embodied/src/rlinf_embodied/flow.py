@@ -8,7 +8,9 @@ over p2p messages with a policy process: while the policy computes group g+1's a
 env steps group g), puts the trajectory into the actor's channel; the actor trains on it;
 the runtime then syncs the weights into the policy. The driver passes control only. With
 the same seed and stage groups every placement produces identical trajectories and metrics
-(tested).
+(tested). With ``algorithm.policy_lag=1`` the runtime runs the actor one iteration behind:
+iteration k's rollout runs beside the update on iteration k-1's trajectory, and
+``step(k, drain=True)`` then trains iteration k's too (before a checkpoint, at the end).
 
 Resuming: `save` writes the actor (model, optimizer, shuffling generator, step, global
 RNGs), the rollout policy's sampling streams, and the simulators' exact state (MuJoCo
@@ -124,7 +126,7 @@ class EmbodiedFlow:
         flow = declare(spec, stages=stages, rollout=rollout, actor=actor, trace=trace)
         run = FlowRun.launch(flow, plan, cluster=cluster, log_level="WARNING", stop_ray=False,
                              timeout=spec.link_timeout * (spec.rollout_steps + 2),
-                             cpus_per_rank=_CPU_PER_RANK)
+                             cpus_per_rank=_CPU_PER_RANK, policy_lag=spec.actor.policy_lag)
         return cls(spec, run, description=description, stages=stages, trace=trace)
 
     @property
@@ -143,23 +145,32 @@ class EmbodiedFlow:
                                   "step); launch a new one")
         return self.run.group_of(name)
 
-    def step(self, step: int) -> EmbodiedStepResult:
-        """One iteration: rollout → actor training → weight sync (module docstring)."""
+    def step(self, step: int, *, drain: bool = False) -> EmbodiedStepResult:
+        """One iteration: rollout → actor training → weight sync (module docstring). With a
+        policy lag the update trains on the previous rollout meanwhile (none right after a
+        drain), and `drain` also trains this one before returning; the loss terms are the
+        latest update's, ``train_seconds`` all of the iteration's."""
         wall_start = time.time()
-        record = self.run.step(step)
-        env = record.rank_metrics["env"][0]
-        trained = dict(record.rank_metrics["actor"][0])
-        train_s = trained.pop("train_seconds")
-        sync_s = sum(p.seconds for p in record.phases if not p.is_component)
+        records = [self.run.step(step)]
+        tail = self.run.drain() if drain else None
+        if tail is not None:
+            records.append(tail)
+        env = records[0].rank_metrics["env"][0]
+        updates = [r.rank_metrics["actor"][0] for r in records if "actor" in r.rank_metrics]
+        trained = dict(updates[-1]) if updates else {}
+        trained.pop("train_seconds", None)
+        seconds = sum(r.seconds for r in records)
+        sync_s = sum(p.seconds for r in records for p in r.phases if not p.is_component)
         metrics: dict[str, float] = {
             **_episode_metrics(env), **trained,
-            "env_steps_per_s": env["env_steps"] / record.seconds,
+            "env_steps_per_s": env["env_steps"] / seconds,
             "rollout_steps_per_s": env["env_steps"] / env["rollout_seconds"],
-            "rollout_seconds": env["rollout_seconds"], "train_seconds": train_s,
+            "rollout_seconds": env["rollout_seconds"],
+            "train_seconds": sum(u["train_seconds"] for u in updates),
             "sync_seconds": sync_s, "env_step_seconds": env["step_seconds"],
-            "env_wait_seconds": env["wait_seconds"], "iteration_seconds": record.seconds}
+            "env_wait_seconds": env["wait_seconds"], "iteration_seconds": seconds}
         return EmbodiedStepResult(
-            step=step, metrics=metrics, seconds=record.seconds, env_steps=int(env["env_steps"]),
+            step=step, metrics=metrics, seconds=seconds, env_steps=int(env["env_steps"]),
             spans=tuple(self.run.drain_spans()) if self.trace else (),
             onloads=self.run.onloads(since=wall_start))
 
@@ -256,7 +267,9 @@ class EmbodiedFlow:
                                          timestamp=time.time()))
         metadata = dict(profile.metadata)
         if probe_iterations > 1:
-            seconds = [self.step(i).seconds for i in range(1, probe_iterations + 1)][1:]
+            # drained: a synchronous iteration's time, which is what the planner prices
+            seconds = [self.step(i, drain=True).seconds
+                       for i in range(1, probe_iterations + 1)][1:]
             extra.append(Measurement(rf.PROBE_ITERATION, self.spec.env.num_envs, 1,
                                      float(np.median(seconds)), 0, memory_source="none",
                                      timestamp=time.time()))

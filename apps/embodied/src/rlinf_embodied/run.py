@@ -320,7 +320,11 @@ def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: W
         try:
             for step in range(progress.step + 1, run.iterations + 1):
                 started = time.perf_counter()
-                result = flow.step(step)
+                checkpoint = step == run.iterations or bool(
+                    run.checkpoint_every and step % run.checkpoint_every == 0)
+                # With a policy lag, a checkpoint (and the end) trains the last rollout
+                # first: nothing is in flight when the state is saved.
+                result = flow.step(step, drain=checkpoint)
                 record = dict(result.metrics)
                 progress.env_steps += result.env_steps
                 progress.iteration_seconds.append(result.seconds)
@@ -337,8 +341,7 @@ def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: W
                 display.update(step, record | last_eval)
                 progress.step = step
                 progress.wall_seconds += time.perf_counter() - started
-                if step == run.iterations or (run.checkpoint_every
-                                              and step % run.checkpoint_every == 0):
+                if checkpoint:
                     store.save(step, flow.save, meta=progress.meta(cfg, choice))
         finally:
             display.close()
@@ -414,6 +417,6 @@ def _summarise(cfg: AppConfig, choice: PlanChoice, progress: _Progress,
         simulated_switches=choice.simulation.switches if choice.simulation else None,
         lock_switches_per_iteration=(_steady_median(progress.onloads)
                                      if progress.onloads else None),
-        restarts=restarts)
+        restarts=restarts, policy_lag=cfg.algorithm.policy_lag)
     summary.save(Path(run.run_dir) / "summary.json")
     return summary

@@ -113,7 +113,8 @@ def actor_config(cfg: AppConfig, policy: NetworkConfig | VLAPolicyConfig) -> Emb
         gae_lambda=a.gae_lambda, clip_ratio=a.clip_ratio, value_clip=a.value_clip,
         value_coef=a.value_coef, entropy_coef=a.entropy_coef, max_grad_norm=a.max_grad_norm,
         epochs=a.epochs, num_minibatches=a.num_minibatches,
-        normalize_advantages=a.normalize_advantages, grpo_group_size=a.grpo_group_size)
+        normalize_advantages=a.normalize_advantages, grpo_group_size=a.grpo_group_size,
+        policy_lag=a.policy_lag, max_importance_weight=a.max_importance_weight)
 
 
 def build_spec(cfg: AppConfig) -> EmbodiedSpec:

@@ -76,6 +76,9 @@ class RunSummary:
     session's steady iterations)."""
     restarts: tuple[str, ...] = ()
     """One line per restart after a worker died (``run.max_restarts``)."""
+    policy_lag: int = 0
+    """``algorithm.policy_lag``: 1 when rollouts ran beside the previous update (the
+    prediction is then a synchronous iteration's)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "restarts", tuple(self.restarts))  # a list when read back
@@ -92,8 +95,9 @@ class RunSummary:
                 wanted.append(f"success rate >= {self.target_success_rate:g}")
             verdict = (" and ".join(wanted) + ": "
                        + ("REACHED" if self.target_reached else "NOT reached"))
+        synchronous = " for a synchronous one" if self.policy_lag else ""
         predicted = ("" if self.predicted_iteration_s is None else
-                     f" (planner predicted {self.predicted_iteration_s:.3f} s)")
+                     f" (planner predicted {self.predicted_iteration_s:.3f} s{synchronous})")
         lines = [
             f"== rlinf-embodied summary: {self.task} ({self.algorithm}) ==",
             f"evaluation return   {self.eval_return_before:.1f} -> {self.eval_return_after:.1f}",
@@ -106,7 +110,8 @@ class RunSummary:
             f"iteration time      {self.measured_iteration_s:.3f} s median{predicted}",
             f"context switches    {_fmt(self.lock_switches_per_iteration, 'g')} per iteration "
             f"by the device lock ({_fmt(self.simulated_switches, 'd')} simulated)",
-            f"mode                {self.mode}: {self.placement}",
+            f"mode                {self.mode}: {self.placement}"
+            + (", rollout beside the previous update (policy_lag=1)" if self.policy_lag else ""),
             f"outputs             {self.run_dir}",
             *(f"restart             {line}" for line in self.restarts),
         ]

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -86,7 +88,8 @@ def test_grpo_needs_the_whole_worker_in_env_order(make_env):
 
 @pytest.mark.parametrize("options", [{"algorithm": "a2c"}, {"epochs": 0}, {"lr": 0.0},
                                      {"device": "gpu"}, {"device": "cuda:x"},
-                                     {"clip_ratio": -0.1}, {"value_clip": -1.0}])
+                                     {"clip_ratio": -0.1}, {"value_clip": -1.0},
+                                     {"policy_lag": -1}, {"max_importance_weight": 0.0}])
 def test_config_rejects_bad_values(options):
     with pytest.raises(ConfigError):
         EmbodiedActorConfig(policy=POLICY, **options)
@@ -161,3 +164,50 @@ def test_small_updates_run_on_one_thread_and_big_ones_on_the_whole_budget(make_e
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def _own(actor: EmbodiedActorWorker, traj: Trajectory) -> Trajectory:
+    """`traj` as if `actor`'s current policy had acted: its own log-probs of the actions."""
+    with torch.no_grad():
+        ev = actor.model.evaluate(torch.from_numpy(traj.obs).flatten(0, 1),
+                                  torch.from_numpy(traj.actions).flatten(0, 1))
+    return dataclasses.replace(traj, log_probs=ev.log_prob.reshape(traj.log_probs.shape).numpy())
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("algorithm", ["ppo", "grpo"])
+def test_a_lag_correction_without_a_lag_changes_nothing(make_env, fused, algorithm):
+    """The behaviour policy is the actor's: π_prox = π_behaviour, every weight is 1 and the
+    update is the uncorrected one, bit for bit."""
+    options = {"fused_update": fused, "algorithm": algorithm, "grpo_group_size": 4, "seed": 2}
+    lagged, plain = _actor(policy_lag=1, **options), _actor(**options)
+    traj = _own(plain, _trajectory(make_env, num_envs=8, same_start_group_size=4))
+    stats, want = lagged.train(traj), plain.train(traj)
+    assert stats["importance_weight"] == 1.0 and stats["behaviour_kl"] == 0.0
+    assert stats["importance_truncated"] == 0.0
+    assert {k: stats[k] for k in want} == want
+    for name, value in plain.get_weights().items():
+        assert torch.equal(lagged.get_weights()[name], value), name
+
+
+def test_a_lagging_behaviour_policy_is_weighed_by_the_truncated_ratio(make_env):
+    """One update behind: the ratio is clipped around the actor's policy before the update,
+    and each sample weighs π_prox / π_behaviour, truncated at max_importance_weight."""
+    actor = _actor(policy_lag=1, max_importance_weight=1.5, lr=3e-2)
+    first = _trajectory(make_env, num_envs=4)
+    stale = _own(actor, _trajectory(make_env, num_envs=4, seed=1))  # acted by θ0
+    actor.train(_own(actor, first))  # θ0 → θ1: the policy that acted is one update old
+    behaviour = torch.from_numpy(stale.log_probs).flatten()
+    with torch.no_grad():
+        prox = actor.model.evaluate(torch.from_numpy(stale.obs).flatten(0, 1),
+                                    torch.from_numpy(stale.actions).flatten(0, 1)).log_prob
+    flat = {"obs": torch.from_numpy(stale.obs).flatten(0, 1),
+            "actions": torch.from_numpy(stale.actions).flatten(0, 1),
+            "log_probs": behaviour.clone()}
+    stats = actor._correct_for_lag(flat)
+    ratio = torch.exp(prox - behaviour)
+    torch.testing.assert_close(flat["log_probs"], prox)
+    torch.testing.assert_close(flat["importance"], ratio.clamp(max=1.5))
+    assert 0.0 < stats["importance_truncated"] < 1.0  # both sides of the truncation
+    assert stats["behaviour_kl"] == pytest.approx(float((behaviour - prox).mean()), rel=1e-5)
+    assert np.isfinite(actor.train(stale)["policy_loss"])

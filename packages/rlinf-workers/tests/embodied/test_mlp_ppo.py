@@ -21,7 +21,7 @@ from .conftest import CONTEXT, make_policy
 CONFIG = PolicyConfig(obs_shape=(5,), action_dim=2, hidden_sizes=(16, 16))
 
 
-def _batch(seed: int, size: int = 64) -> dict[str, np.ndarray]:
+def _batch(seed: int, size: int = 64, importance: bool = False) -> dict[str, np.ndarray]:
     gen = np.random.default_rng(seed)
     old_log_probs = 3 * gen.standard_normal(size) - 4  # far from the current: many clip
     old_log_probs[:4] = (-60.0, 60.0, -60.0, 60.0)  # beyond the log-ratio clamp
@@ -29,6 +29,8 @@ def _batch(seed: int, size: int = 64) -> dict[str, np.ndarray]:
               "old_log_probs": old_log_probs, "old_values": gen.standard_normal(size),
               "advantages": 2 * gen.standard_normal(size) + 0.5,
               "returns": gen.standard_normal(size)}
+    if importance:  # a lagging behaviour policy's truncated weights
+        arrays["importance"] = np.minimum(gen.lognormal(0.0, 0.5, size), 2.0)
     return {key: value.astype(np.float32) for key, value in arrays.items()}
 
 
@@ -41,7 +43,8 @@ def _autograd_step(model: nn.Module, optimizer: torch.optim.Optimizer,
                       advantages=t["advantages"], returns=t["returns"],
                       clip_ratio=coef.clip_ratio, value_clip=coef.value_clip,
                       value_coef=coef.value_coef, entropy_coef=coef.entropy_coef,
-                      normalize_advantages=coef.normalize_advantages)
+                      normalize_advantages=coef.normalize_advantages,
+                      importance=t.get("importance"))
     optimizer.zero_grad(set_to_none=True)
     terms.loss.backward()
     norm = nn.utils.clip_grad_norm_(model.parameters(), coef.max_grad_norm, foreach=True)
@@ -58,9 +61,9 @@ def _pair(seed: int) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module,
 
 @pytest.mark.parametrize("value_clip", [None, 0.2])
 @pytest.mark.parametrize("normalize", [True, False])
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize(("seed", "importance"), [(0, False), (1, False), (2, True)])
 def test_many_updates_match_autograd(value_clip: float | None, normalize: bool,
-                                     seed: int) -> None:
+                                     seed: int, importance: bool) -> None:
     coef = PPOCoefficients(clip_ratio=0.2, value_clip=value_clip, value_coef=0.5,
                            entropy_coef=0.01, normalize_advantages=normalize,
                            # small enough that most updates clip the gradient norm
@@ -69,7 +72,7 @@ def test_many_updates_match_autograd(value_clip: float | None, normalize: bool,
     kernel = MlpPPOKernel(model, opt)
     clipped_norms = 0
     for update in range(40):
-        mb = _batch(seed * 100 + update)
+        mb = _batch(seed * 100 + update, importance=importance)
         want = _autograd_step(reference, ref_opt, mb, coef)
         got = kernel.step(coef, **mb)
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-5,

@@ -65,3 +65,20 @@ def test_loss_statistics_and_gradients_equal_the_masked_losses(
             assert got is None
         else:
             torch.testing.assert_close(got, want)
+
+
+def test_importance_weighs_each_samples_surrogate_after_whitening() -> None:
+    """Decoupled PPO: ``mean(max(-w A r, -w A clip(r)))`` with A whitened first."""
+    model = build_actor_critic(PolicyConfig(obs_shape=(5,), action_dim=2,
+                                            hidden_sizes=(16, 16)), seed=0)
+    mb = _batch(3)
+    weights = torch.rand(64, generator=torch.Generator().manual_seed(4)) * 2
+    ev = model.evaluate(mb["obs"], mb["actions"])
+    terms = ppo_terms(ev, old_log_probs=mb["log_probs"], old_values=mb["values"],
+                      advantages=mb["advantages"], returns=mb["returns"], value_clip=None,
+                      normalize_advantages=True, importance=weights, **COEFS)
+    adv = mb["advantages"]
+    adv = weights * (adv - adv.mean()) / torch.sqrt(adv.var() + 1e-8)
+    ratio = torch.exp((ev.log_prob - mb["log_probs"]).clamp(-20, 20))
+    want = torch.maximum(-adv * ratio, -adv * ratio.clamp(0.8, 1.2)).mean()
+    torch.testing.assert_close(terms.stats["policy_loss"], want.detach())

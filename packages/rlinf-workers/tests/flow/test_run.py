@@ -19,7 +19,7 @@ import pytest
 import ray
 
 from rlinf.sched import Cluster, Component, Edge, Loop
-from rlinf.workers.errors import WorkerDiedError
+from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.flow import (
     PROBE_ITERATION,
     WEIGHT_SYNC,
@@ -33,7 +33,7 @@ from rlinf.workers.flow import (
     launch_auto,
 )
 
-from .toys import LoopEnv, LoopPolicy, Relay, Sink, Source, act
+from .toys import LoopEnv, LoopPolicy, Relay, Sink, Source, TrainingRelay, act
 
 SHM = Path("/dev/shm")
 ITEMS, UNIT = 8, 2
@@ -193,6 +193,78 @@ def test_a_loop_runs_over_its_channels_or_inside_its_host(
         assert record.metrics["actor/in_order"] == 1.0
         assert ("policy/served" in record.metrics) is not bool(inlined)
     assert {m.component for m in profile.measurements} == {"env", "policy", "actor"}
+
+
+def test_with_a_policy_lag_the_trainer_trains_the_previous_iteration_beside_the_next(
+        clean: None) -> None:
+    """policy_lag=1: step k produces iteration k while the trainer trains on k-1's data
+    (waiting in its channel); its weights reach the source one iteration later than without
+    a lag; `drain` trains the last iteration alone."""
+    flow = declare(sink_kwargs={"delay": 1.0, "trace": True},
+                   source_kwargs={"delay": 0.25, "trace": True})
+    with FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
+                        timeout=120, policy_lag=1) as run:
+        assert run.pending_step is None
+        records = [run.step(k) for k in range(3)]
+        assert run.pending_step == 2
+        spans = run.drain_spans()
+        tail = run.drain()
+        assert run.pending_step is None and run.drain() is None
+    assert [[p.name for p in r.phases] for r in records] == [
+        ["source"], ["source", "sink", "weight_sync:sink"], ["source", "sink", "weight_sync:sink"]]
+    assert [r.trained_step for r in records] == [None, 0, 1]
+    assert [r.metrics["sink/data_step"] for r in records[1:]] == [0.0, 1.0]
+    assert all(r.metrics["sink/sum"] == sum(range(ITEMS // UNIT)) for r in records[1:])
+    # the source acted with the weights trained on the data two iterations back
+    assert [r.metrics["source/version"] for r in records] == [0.0, 0.0, 1.0]
+    assert tail is not None and tail.step == tail.trained_step == 2
+    assert [p.name for p in tail.phases] == ["sink", "weight_sync:sink"]
+    assert tail.metrics["sink/data_step"] == 2.0
+    # the update of iteration k-1 ran while iteration k's units were produced
+    consumes = [s for s in spans if s.name == "consume"]
+    produces = [s for s in spans if s.name == "produce"]
+    assert len(consumes) == 2 and all(
+        any(p.start < c.end and c.start < p.end for p in produces) for c in consumes)
+
+
+def test_a_policy_lag_with_the_policy_inside_the_env_keeps_the_loop_exact(clean: None) -> None:
+    flow = declare_loop()
+    with FlowRun.launch(flow, flow.fixed_plan("env,policy: 0, actor: 1", num_devices=2),
+                        timeout=120, policy_lag=1) as run:
+        records = [run.step(k) for k in range(3)]
+        run.drain()
+    assert [r.metrics["env/action_sum"] for r in records] == [
+        loop_action_sum(0, version=0), loop_action_sum(1, version=0),
+        loop_action_sum(2, version=1)]
+    assert [r.metrics.get("actor/data_step") for r in records] == [None, 0.0, 1.0]
+
+
+@pytest.mark.parametrize(("lag", "syncs", "placement", "error"), [
+    (2, None, "source,relay,sink: 0", "policy_lag must be 0"),
+    (1, (), "source,relay,sink: 0", "declares no weight sync"),
+    (1, (WeightSyncSpec("relay", ("source",)),), "source,relay,sink: 0",
+     r"only output is their weights.*relay->sink"),
+])
+def test_a_policy_lag_the_flow_cannot_run_is_refused_before_launch(
+        lag: int, syncs: tuple[WeightSyncSpec, ...] | None, placement: str, error: str) -> None:
+    flow = declare(relay=True)
+    if syncs is not None:
+        components = tuple(dataclasses.replace(c, worker=TrainingRelay) if c.name == "relay"
+                           else c for c in flow.components)
+        flow = dataclasses.replace(flow, components=components, weight_syncs=syncs)
+    with pytest.raises((FlowDeclarationError, ConfigError), match=error):
+        FlowRun.launch(flow, flow.fixed_plan(placement, num_devices=1), policy_lag=lag)
+
+
+def test_a_policy_lag_with_the_trainer_inside_a_generator_is_refused() -> None:
+    flow = declare_loop()
+    actor = dataclasses.replace(flow.component("actor"), inline_with="env")
+    flow = dataclasses.replace(flow, components=tuple(
+        actor if c.name == "actor" else c for c in flow.components),
+        weight_syncs=(WeightSyncSpec("actor", ("policy",)),))
+    with pytest.raises(FlowDeclarationError, match="in one process"):
+        FlowRun.launch(flow, flow.fixed_plan("env,policy,actor: 0", num_devices=1),
+                       policy_lag=1)
 
 
 def test_a_p2p_edge_between_multi_rank_ends_is_refused(clean: None) -> None:

@@ -71,7 +71,9 @@ class Source(Switching):
         pass
 
 
-def _take(worker: FlowWorker, channel: FlowChannel, ctx: StepContext) -> list[int]:
+def _take(worker: FlowWorker, channel: FlowChannel, ctx: StepContext,
+          steps: set[int] | None = None) -> list[int]:
+    """This rank's units of `channel` (and, into `steps`, the iterations that produced them)."""
     handle = worker.channel(channel)
     total = channel.units(ctx.items[worker.role])
     left = len(channel.indices(worker.rank, total))
@@ -81,6 +83,8 @@ def _take(worker: FlowWorker, channel: FlowChannel, ctx: StepContext) -> list[in
         items = handle.get_batch(target_weight=take * channel.unit, key=rank_key(worker.rank),
                                  timeout=worker.io_timeout)
         got += [int(item.tensors["x"][0]) for item in items]
+        if steps is not None:
+            steps.update(int(item.meta.get("step", -1)) for item in items)
         left -= len(items)
     return got
 
@@ -106,9 +110,10 @@ class Sink(Switching):
     input_sharding: ClassVar[Sharding] = "contiguous"
 
     def __init__(self, context: WorkerContext, *, exit_on_step: int | None = None,
-                 **kwargs: Any) -> None:
+                 delay: float = 0.0, **kwargs: Any) -> None:
         super().__init__(context, **kwargs)
         self.exit_on_step = exit_on_step
+        self.delay = delay
         self.version = 0
         self.ready = False
 
@@ -118,13 +123,18 @@ class Sink(Switching):
     def consume(self, ctx: StepContext, *, input_channel: FlowChannel) -> dict[str, float]:
         if ctx.step == self.exit_on_step:
             os._exit(3)  # a rank that dies mid-iteration
-        got = _take(self, input_channel, ctx)
+        steps: set[int] = set()
+        got = _take(self, input_channel, ctx, steps)
         with self.turn("consume", units=len(got)):
+            time.sleep(self.delay)  # stands in for training
             self.version += 1
         total = input_channel.units(ctx.items[self.role])
         expected = list(input_channel.indices(self.rank, total))
+        # The iteration that produced the data: the one this call runs, or (policy lag)
+        # the one before; -1 when it is mixed or unknown.
+        data_step = steps.pop() if len(steps) == 1 else -1
         return {"sum": float(sum(got)), "in_order": float(sorted(got) == expected),
-                "ready": float(self.ready)}
+                "ready": float(self.ready), "data_step": float(data_step)}
 
     # sender half of weight sync
     def export_weights(self, transport: str) -> list[Any]:
@@ -177,7 +187,8 @@ class LoopEnv(Source):
         units = trainer.units(ctx.items["actor"])
         for index in range(units):
             trainer_channel = self.channel(trainer)
-            trainer_channel.put(Batch({"x": np.full(trainer.unit, index, dtype=np.int64)}),
+            trainer_channel.put(Batch({"x": np.full(trainer.unit, index, dtype=np.int64)},
+                                      meta={"step": ctx.step}),
                                 weight=trainer.unit, key=trainer.key_of(index, units))
         return {"action_sum": float(total)}
 
@@ -203,3 +214,7 @@ class LoopPolicy(Source):
                 actions = act(np.asarray(batch.tensors["obs"]), self.offset, self.version)
             sink.put(Batch({"action": actions}), key=rank_key(0))
         return {"served": float(ctx.loop_steps[self.role])}
+
+
+class TrainingRelay(Relay, Sink):
+    """A relay that also sends weights: a trainer whose data feeds another component."""

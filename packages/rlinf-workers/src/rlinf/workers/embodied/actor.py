@@ -8,6 +8,12 @@ GRPO needs no critic: envs run in blocks that start from one identical state
 (`EnvWorkerConfig.same_start_group_size`), each env's first episode of the rollout is one
 sample, its return is normalised within its block (`grpo_advantages`) and every step of the
 episode gets that advantage; steps after the episode's end are masked out.
+
+A rollout policy that lags the actor (the flow's ``policy_lag=1``: the next rollout runs
+during this update, with the weights before it) is corrected as decoupled PPO does (Hilton
+et al., 2022): the ratio is clipped around the actor's policy before the update (the
+proximal policy), and each sample's surrogate is weighed by π_prox / π_behaviour, truncated
+at `max_importance_weight`. Without a lag the two policies are one and nothing changes.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ __all__ = ["EmbodiedActorConfig", "EmbodiedActorWorker", "first_episode_mask"]
 # between the 69M of a 64x64 update on 1,024 samples (1 thread faster) and the 465M of a
 # 768x768 one on 64 (2 threads faster).
 _PARALLEL_UPDATE_FLOPS = 2e8
+_MAX_LOG_RATIO = 20.0  # as the PPO losses: exp() stays finite
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,13 @@ class EmbodiedActorConfig:
     """PPO updates of an MLP Gaussian policy on the CPU by `MlpPPOKernel` (hand-derived
     gradients, 2-4x faster than autograd at 64-256 wide); False: always autograd. Either
     way the same math, within float32 rounding."""
+    policy_lag: int = 0
+    """Updates the rollout policy lags this actor by: 0 (it acts with the last update's
+    weights) or more (the flow's ``policy_lag=1``), which turns on the correction of the
+    module docstring."""
+    max_importance_weight: float = 2.0
+    """Truncation of π_prox / π_behaviour under a policy lag (bounds one stale sample's
+    weight)."""
 
     def __post_init__(self) -> None:
         if not (self.device == "cpu" or re.fullmatch(r"cuda(:\d+)?", self.device)):
@@ -97,6 +111,9 @@ class EmbodiedActorConfig:
         if self.lr <= 0 or self.max_grad_norm <= 0:
             raise ConfigError(f"lr and max_grad_norm must be > 0, got {self.lr}, "
                               f"{self.max_grad_norm}")
+        if self.policy_lag < 0 or not self.max_importance_weight > 0:
+            raise ConfigError(f"policy_lag must be >= 0 and max_importance_weight > 0, got "
+                              f"{self.policy_lag}, {self.max_importance_weight}")
         if self.clip_ratio < 0 or (self.value_clip is not None and self.value_clip < 0):
             raise ConfigError(f"clip_ratio and value_clip must be >= 0 (value_clip may be None), "
                               f"got {self.clip_ratio}, {self.value_clip}")
@@ -171,11 +188,30 @@ class EmbodiedActorWorker(Worker):
                 "values": self._tensor(trajectory.values).flatten(0, 1),
                 **{k: v.flatten(0, 1) for k, v in targets.items()},
             }
-            stats = self._epochs(flat)
+            lag_stats = self._correct_for_lag(flat) if cfg.policy_lag else {}
+            stats = {**self._epochs(flat), **lag_stats}
         self.step += 1
         self.log.info("embodied_train", step=self.step, algorithm=cfg.algorithm,
                       **{k: round(v, 5) for k, v in stats.items()})
         return stats
+
+    def _correct_for_lag(self, flat: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Replace the behaviour log-probs by the proximal policy's (this actor's, before
+        the update) and add each sample's truncated weight π_prox / π_behaviour as
+        ``importance`` (module docstring); returns how far the two policies were apart."""
+        cfg = self.config
+        chunk = max(1, flat["obs"].shape[0] // cfg.num_minibatches)
+        with torch.no_grad():
+            prox = torch.cat([self.model.evaluate(obs, actions).log_prob for obs, actions in
+                              zip(flat["obs"].split(chunk), flat["actions"].split(chunk),
+                                  strict=True)])
+        log_ratio = (prox - flat["log_probs"]).clamp(min=-_MAX_LOG_RATIO, max=_MAX_LOG_RATIO)
+        ratio = torch.exp(log_ratio)
+        flat["log_probs"] = prox
+        flat["importance"] = ratio.clamp(max=cfg.max_importance_weight)
+        return {"importance_weight": float(flat["importance"].mean()),
+                "importance_truncated": float((ratio > cfg.max_importance_weight).float().mean()),
+                "behaviour_kl": float((-log_ratio).mean())}
 
     def _epochs(self, flat: dict[str, torch.Tensor]) -> dict[str, float]:
         cfg = self.config
@@ -217,7 +253,8 @@ class EmbodiedActorWorker(Worker):
             raise ShapeError(f"observations must be [{size}, {kernel.obs_dim}], got "
                              f"{list(flat['obs'].shape)}")
         arrays = {key: flat[key].numpy().astype(np.float32, copy=False)
-                  for key in ("obs", "actions", "log_probs", "values", "advantages", "returns")}
+                  for key in ("obs", "actions", "log_probs", "values", "advantages", "returns",
+                              "importance") if key in flat}
         totals = np.zeros(len(STAT_NAMES))
         updates = 0
         try:
@@ -229,7 +266,8 @@ class EmbodiedActorWorker(Worker):
                     totals += kernel.step(coef, obs=mb["obs"], actions=mb["actions"],
                                           old_log_probs=mb["log_probs"],
                                           old_values=mb["values"],
-                                          advantages=mb["advantages"], returns=mb["returns"])
+                                          advantages=mb["advantages"], returns=mb["returns"],
+                                          importance=mb.get("importance"))
                     updates += 1
         finally:
             kernel.finish()
@@ -257,7 +295,8 @@ class EmbodiedActorWorker(Worker):
                               advantages=mb["advantages"], returns=mb["returns"],
                               clip_ratio=cfg.clip_ratio, value_clip=cfg.value_clip,
                               value_coef=cfg.value_coef, entropy_coef=cfg.entropy_coef,
-                              normalize_advantages=cfg.normalize_advantages)
+                              normalize_advantages=cfg.normalize_advantages,
+                              importance=mb.get("importance"))
             self.optimizer.zero_grad(set_to_none=True)
             terms.loss.backward()  # type: ignore[no-untyped-call]
             grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm,
@@ -270,7 +309,8 @@ class EmbodiedActorWorker(Worker):
         mask = mb["mask"]
         # The losses take [B, T] token tensors; an env step is a sequence of one token.
         col = {"log_prob": ev.log_prob[:, None], "old": mb["log_probs"][:, None],
-               "adv": mb["advantages"][:, None], "mask": mask[:, None]}
+               "adv": (mb["advantages"] * mb["importance"] if "importance" in mb
+                       else mb["advantages"])[:, None], "mask": mask[:, None]}
         policy = ppo_policy_loss(col["log_prob"], col["old"], col["adv"], col["mask"],
                                  clip_ratio=cfg.clip_ratio)
         entropy = (ev.entropy * mask).sum() / mask.sum().clamp(min=1.0)

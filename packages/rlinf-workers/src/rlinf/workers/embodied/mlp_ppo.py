@@ -173,10 +173,11 @@ class MlpPPOKernel:
 
     def step(self, coef: PPOCoefficients, *, obs: np.ndarray, actions: np.ndarray,
              old_log_probs: np.ndarray, old_values: np.ndarray, advantages: np.ndarray,
-             returns: np.ndarray) -> np.ndarray:
+             returns: np.ndarray, importance: np.ndarray | None = None) -> np.ndarray:
         """Loss, gradients, norm clip and an Adam step on one minibatch of float32 arrays
-        (``[B, D]`` observations, ``[B, A]`` actions, ``[B]`` the rest); returns the
-        statistics ``[6]`` in `STAT_NAMES` order."""
+        (``[B, D]`` observations, ``[B, A]`` actions, ``[B]`` the rest; `importance` weighs
+        each sample's surrogate after whitening, as `ppo_terms`); returns the statistics
+        ``[6]`` in `STAT_NAMES` order."""
         x, act, old_lp, adv, ret = obs, actions, old_log_probs, advantages, returns
         n = x.shape[0]
         actor_acts = self._forward(self.actor, x)
@@ -185,6 +186,8 @@ class MlpPPOKernel:
 
         if coef.normalize_advantages and n > 1:
             adv = (adv - adv.mean()) / np.sqrt(adv.var(ddof=1) + _WHITEN_EPS)
+        if importance is not None:
+            adv = adv * importance
         log_std = self.log_std
         inv_std = np.exp(-log_std)
         z = (act - mean) * inv_std

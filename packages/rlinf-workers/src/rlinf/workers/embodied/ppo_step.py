@@ -35,11 +35,16 @@ class PPOTerms:
 def ppo_terms(ev: ActionEval, *, old_log_probs: torch.Tensor, old_values: torch.Tensor,
               advantages: torch.Tensor, returns: torch.Tensor, clip_ratio: float,
               value_clip: float | None, value_coef: float, entropy_coef: float,
-              normalize_advantages: bool) -> PPOTerms:
-    """``policy + value_coef * value - entropy_coef * entropy`` over samples ``[B]``."""
+              normalize_advantages: bool,
+              importance: torch.Tensor | None = None) -> PPOTerms:
+    """``policy + value_coef * value - entropy_coef * entropy`` over samples ``[B]``.
+    `importance`: per-sample weights of the surrogate (a lagging behaviour policy's
+    correction, applied after whitening; `old_log_probs` are then the proximal policy's)."""
     adv = advantages
     if normalize_advantages and adv.numel() > 1:
         adv = (adv - adv.mean()) * torch.rsqrt(adv.var(unbiased=True) + _WHITEN_EPS)
+    if importance is not None:
+        adv = adv * importance
     log_ratio = (ev.log_prob - old_log_probs).clamp(min=-_MAX_LOG_RATIO, max=_MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio

@@ -77,6 +77,9 @@ class IterationRecord:
     """What each component's entry returned on each rank, in rank order (for pooling sums
     exactly where a mean over ranks is not the statistic, e.g. accuracy over unequal
     shards)."""
+    trained_step: int | None = None
+    """The iteration whose data the trainers (weight-sync senders) trained on: `step`, the
+    one before with a policy lag, None where no trainer ran (or the flow has none)."""
 
     def phase(self, name: str) -> PhaseRecord:
         """The phase called `name`."""

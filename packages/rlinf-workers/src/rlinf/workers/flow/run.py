@@ -28,6 +28,14 @@ rank that dies, raises or times out fails the step at once — a dead rank as
 sees its channel vanish) — and the flow is then killed and closed, as on KeyboardInterrupt.
 `close()` stops every group, channel, the lock server, the rendezvous store, and Ray if the
 run started it.
+
+With ``policy_lag=1`` (off by default) the trainers — the senders of weight syncs — run one
+iteration behind: `step(k)` runs every other component on iteration k while the trainers
+train on iteration k-1's data (which waited in their input channels), then syncs. Where
+the plan gives trainers devices of their own, the next rollout overlaps the update; the
+generators act with weights one update old, which the trainer corrects for (e.g. PPO's
+importance ratio against the behaviour policy). `drain()` trains the data still waiting,
+alone, so that a checkpoint taken after it holds no iteration in flight.
 """
 
 from __future__ import annotations
@@ -80,10 +88,12 @@ class FlowRun:
 
     def __init__(self, flow: MacroFlow, plan: ExecutionPlan, *, groups: Mapping[str, WorkerGroup],
                  channels: Mapping[str, FlowChannel], lock: Any, store: RayStore,
-                 owns_ray: bool, timeout: float) -> None:
+                 owns_ray: bool, timeout: float, policy_lag: int = 0) -> None:
         self.flow = flow
         self.plan = plan
         self.timeout = timeout
+        self.policy_lag = policy_lag
+        """Iterations the trainers run behind the other components (0 or 1)."""
         self.inlined = flow.inlined(plan.placement)
         """``{component: host}``: components served inside their host's process."""
         self._groups = dict(groups)
@@ -94,6 +104,9 @@ class FlowRun:
         """The rendezvous actor channels are found through (this run made it)."""
         self._owns_ray = owns_ray
         self._records: list[IterationRecord] = []
+        self._trainers = frozenset(sync.src for sync in flow.weight_syncs)
+        self._pending: StepContext | None = None
+        """With a policy lag: the iteration whose data awaits the trainers."""
         self._closed = False
 
     # -- launch ----------------------------------------------------------------------------
@@ -101,15 +114,18 @@ class FlowRun:
     @classmethod
     def launch(cls, flow: MacroFlow, plan: ExecutionPlan, *, cluster: Cluster | None = None,
                timeout: float = 600.0, log_level: str = "WARNING",
-               stop_ray: bool | None = None, cpus_per_rank: float | None = None) -> FlowRun:
+               stop_ray: bool | None = None, cpus_per_rank: float | None = None,
+               policy_lag: int = 0) -> FlowRun:
         """Start `flow` where `plan` places it (see the module docstring). Ray is started if
         this process has not initialised it, and stopped at `close` if this launch started
         it (`stop_ray` decides otherwise). `cluster` (from `rlinf.sched.Cluster.discover()`
         on the live Ray cluster) pins each rank to its device's node. `timeout` bounds every
         wait (launch, each call, each step). `cpus_per_rank`: the Ray CPUs each rank
         reserves (default: an equal share of the cluster's, so one flow fills it; less lets
-        several flows run side by side)."""
+        several flows run side by side). `policy_lag`: 1 runs the trainers one iteration
+        behind (module docstring)."""
         placement = _checked_placement(flow, plan.placement)
+        _check_policy_lag(flow, placement, policy_lag)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
         started = ensure_ray()
@@ -148,7 +164,8 @@ class FlowRun:
                 for c in flow.channels
                 if c.edge.src not in inlined and c.edge.dst not in inlined}
             run = cls(flow, plan, groups=groups, channels=channels, lock=lock,
-                      store=rendezvous, owns_ray=owns_ray, timeout=timeout)
+                      store=rendezvous, owns_ray=owns_ray, timeout=timeout,
+                      policy_lag=policy_lag)
         except BaseException:
             for group in groups.values():
                 group.kill()
@@ -240,16 +257,48 @@ class FlowRun:
             sources=tuple(n for n in self.flow.names if not self.flow.inputs(n)),
             loop_steps=self.flow.loop_steps, inlined=dict(self.inlined))
 
+    @property
+    def pending_step(self) -> int | None:
+        """With a policy lag: the iteration whose data the trainers have not trained on yet
+        (`drain` trains it); None when nothing waits."""
+        return None if self._pending is None else self._pending.step
+
     def step(self, step: int, *, global_batch: int | None = None) -> IterationRecord:
         """Run iteration `step` (at `global_batch` items; default: the declared batch), then
-        sync weights. Any failure kills and closes the flow before it propagates."""
+        sync weights. With ``policy_lag=1`` the trainers train on the previous iteration's
+        data meanwhile (none on the first step after launch or `drain`). Any failure kills
+        and closes the flow before it propagates."""
         self._check_open()
         ctx = self.context(step, global_batch=global_batch)
         for channel in self._channels.values():
             channel.check_shards(ctx.items[channel.dst])
+        launched = [name for name in self.flow.names if name in self._groups]
+        if not self.policy_lag:
+            contexts = {name: ctx for name in launched}
+        else:
+            contexts = {name: ctx for name in launched if name not in self._trainers}
+            if self._pending is not None:
+                contexts.update({name: self._pending for name in self._trainers})
+        record = self._guarded(contexts, step)
+        if self.policy_lag:
+            self._pending = ctx
+        return record
+
+    def drain(self) -> IterationRecord | None:
+        """With a policy lag: train on the data still waiting (the last `step`'s), alone,
+        then sync weights; None when nothing waits. Call it before a checkpoint and after
+        the last step, so that no iteration is left in flight."""
+        self._check_open()
+        if self._pending is None:
+            return None
+        pending, self._pending = self._pending, None
+        return self._guarded({name: pending for name in self._trainers}, pending.step)
+
+    def _guarded(self, contexts: Mapping[str, StepContext], step: int) -> IterationRecord:
+        """`_step`, closing the flow when it raises (see `step`)."""
         try:
             with keep_interrupts():
-                return self._step(ctx, step)
+                return self._step(contexts, step)
         except BaseException as exc:
             # A worker death may be the whole cluster's (ray stop): then say so, and skip
             # the calls to it, each of which would wait a minute for an answer.
@@ -259,18 +308,25 @@ class FlowRun:
                 raise ClusterLostError(cluster_address(), detail=str(exc)) from exc
             raise
 
-    def _step(self, ctx: StepContext, step: int) -> IterationRecord:
-        """One iteration (`step`'s body; it closes the flow when this raises)."""
+    def _step(self, contexts: Mapping[str, StepContext], step: int) -> IterationRecord:
+        """The entries of the launched components in `contexts` (each on its context), then
+        the weight syncs of the trainers among them (`_guarded` closes the flow when this
+        raises)."""
         t0 = time.perf_counter()
-        launched = [s for s in self.flow.components if s.name in self._groups]
+        called = [s for s in self.flow.components if s.name in contexts]
         futures = {spec.name: self._groups[spec.name].call_async(
-            "run_entry", spec.entry, ctx, inputs=self._channels_of(spec.name, "src"),
-            outputs=self._channels_of(spec.name, "dst")) for spec in launched}
+            "run_entry", spec.entry, contexts[spec.name],
+            inputs=self._channels_of(spec.name, "src"),
+            outputs=self._channels_of(spec.name, "dst")) for spec in called}
         reports, finished = self._wait_timed(futures, t0)
-        phases = [self._phase(spec, reports[self.inlined.get(spec.name, spec.name)], ctx,
-                              finished[self.inlined.get(spec.name, spec.name)])
-                  for spec in self.flow.components]
+        hosts = {spec.name: self.inlined.get(spec.name, spec.name) for spec in self.flow.components}
+        phases = [self._phase(spec, reports[hosts[spec.name]], contexts[hosts[spec.name]],
+                              finished[hosts[spec.name]])
+                  for spec in self.flow.components if hosts[spec.name] in contexts]
+        trained = sorted({contexts[name].step for name in self._trainers if name in contexts})
         for sync in self._syncs:
+            if sync.sender.role not in contexts:
+                continue  # its trainer did not run: its weights have not changed
             started = time.perf_counter() - t0
             seconds = sync.sync()
             phases.append(PhaseRecord(f"weight_sync:{sync.sender.role}", started,
@@ -279,7 +335,8 @@ class FlowRun:
         rank_metrics = {name: tuple(r.metrics for r in reports[name]) for name in reports}
         record = IterationRecord(step=step, seconds=seconds, phases=tuple(phases),
                                  metrics=iteration_metrics(phases, rank_metrics, seconds=seconds),
-                                 rank_metrics=rank_metrics)
+                                 rank_metrics=rank_metrics,
+                                 trained_step=trained[0] if trained else None)
         self._records.append(record)
         return record
 
@@ -492,6 +549,32 @@ def _check_peer_ends(channels: Iterable[FlowChannel], groups: Mapping[str, Worke
                 f"channel {channel.edge} is p2p, which joins one rank to one rank, but the plan "
                 f"gives its ends {ranks} ranks: place each on one device (max_devices=1) or "
                 "declare the edge with transport='channel'")
+
+
+def _check_policy_lag(flow: MacroFlow, placement: Placement, policy_lag: int) -> None:
+    """A lag of 1 needs trainers (weight-sync senders) that feed nothing of the iteration
+    they lag and run in processes of their own."""
+    if policy_lag not in (0, 1):
+        raise ConfigError(f"policy_lag must be 0 (synchronous) or 1 (the trainers one "
+                          f"iteration behind), got {policy_lag!r}")
+    if not policy_lag:
+        return
+    trainers = {sync.src for sync in flow.weight_syncs}
+    if not trainers:
+        raise FlowDeclarationError(
+            "policy_lag=1 runs the trainers one iteration behind, but the flow declares no "
+            "weight sync, so it has no trainer: declare a WeightSyncSpec or use policy_lag=0")
+    feeding = sorted(c.key for c in flow.channels if c.edge.src in trainers)
+    if feeding:
+        raise FlowDeclarationError(
+            f"policy_lag=1 needs trainers whose only output is their weights, but {feeding} "
+            "carry a trainer's data to components of the iteration it lags: use policy_lag=0")
+    together = sorted(f"{guest} in {host}" for guest, host in flow.inlined(placement).items()
+                      if (guest in trainers) != (host in trainers))
+    if together:
+        raise FlowDeclarationError(
+            f"policy_lag=1 overlaps trainers with the other components, but the plan serves "
+            f"{together} in one process: place them apart or use policy_lag=0")
 
 
 def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
