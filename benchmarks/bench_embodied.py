@@ -59,7 +59,9 @@ fastest fixed mode, the fastest SB3 and the fastest torchrl configuration each t
 the episodes ended in an iteration average a return of ``--threshold`` (1000), seeds
 interleaved (``--threshold-seeds``, 3), each run capped at ``--threshold-budget-s``.
 ``time_to_threshold_ratio`` is rlinf's median wall time (launch excluded) over the fastest
-peer's.
+peer's; the ``lagged`` contender trains too (``lagged_time_to_threshold_ratio`` over the
+fastest peer, ``lagged_vs_synchronous_time_to_threshold`` over rlinf's fixed mode), since
+learning from weights one update old may take more iterations than it saves time.
 
 Launch: ``tox -e bench-embodied`` (full setting) or ``tox -e bench-embodied -- --quick``.
 ``--device cuda`` (`main_cuda`) puts every contender's policy and updates on one GPU, the
@@ -412,7 +414,9 @@ def time_to_threshold(args: argparse.Namespace, first: dict[str, Any],
           f"{budget:g} s, {args.threshold_seeds} seeds): rlinf {mode}, "
           f"{', '.join(p.label for p in fastest)}",
           flush=True)
+    lagged = LAGGED in measured
     seconds: dict[str, list[float]] = {f"rlinf_{mode}": [],
+                                       **({f"rlinf_{LAGGED}": []} if lagged else {}),
                                        **{p.label: [] for p in fastest}}
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
@@ -421,6 +425,11 @@ def time_to_threshold(args: argparse.Namespace, first: dict[str, Any],
             spec = make_spec(setting, obs_dim=obs_dim, act_dim=act_dim, seed=seed)
             seconds[f"rlinf_{mode}"].append(rlinf_train_until(
                 spec, fixed_plan(spec, mode), threshold=threshold, budget_s=budget))
+            if lagged:  # a throughput trick must not hide slower learning
+                lagged_spec = replace(spec, actor=replace(spec.actor, policy_lag=1))
+                seconds[f"rlinf_{LAGGED}"].append(rlinf_train_until(
+                    lagged_spec, fixed_plan(lagged_spec, LAGGED_PLACEMENT), threshold=threshold,
+                    budget_s=budget))
             for peer in fastest:
                 seconds[peer.label].append(peer.train_until(
                     setting, seed=seed, threshold=threshold, budget_s=budget))
@@ -431,7 +440,14 @@ def time_to_threshold(args: argparse.Namespace, first: dict[str, Any],
     medians = {k: statistics.median(v) for k, v in seconds.items()}
     fastest_peer = min((p.label for p in fastest), key=lambda label: medians[label])
     ratio = medians[f"rlinf_{mode}"] / medians[fastest_peer]
-    return {"time_to_threshold_ratio": ratio if math.isfinite(ratio) else None,
+    extra = {}
+    if lagged:
+        to_peer = medians[f"rlinf_{LAGGED}"] / medians[fastest_peer]
+        to_sync = medians[f"rlinf_{LAGGED}"] / medians[f"rlinf_{mode}"]
+        extra = {"lagged_time_to_threshold_ratio": to_peer if math.isfinite(to_peer) else None,
+                 "lagged_vs_synchronous_time_to_threshold": (to_sync if math.isfinite(to_sync)
+                                                             else None)}
+    return {"time_to_threshold_ratio": ratio if math.isfinite(ratio) else None, **extra,
             "time_to_threshold_s": seconds, "threshold": threshold,
             "threshold_env": args.threshold_env, "threshold_fastest_peer": fastest_peer}
 
