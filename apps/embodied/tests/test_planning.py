@@ -177,3 +177,29 @@ def test_the_profile_measures_one_env_so_small_groups_are_priced_not_extrapolate
     assert profile_batch_sizes(32, 2) == (1, 16, 32)
     assert profile_batch_sizes(8, 1) == (1, 8)
     assert profile_batch_sizes(1, 1) == (1,)
+
+
+def test_with_a_policy_lag_auto_gives_the_actor_a_device_of_its_own() -> None:
+    """A rollout and an update of about equal cost: synchronous, they run one after the
+    other; lagged, the actor on a device of its own overlaps the next rollout, and the
+    planner prices the iteration at the longer of the two."""
+    synchronous = spec_of(16, 64)
+    lagged = EmbodiedSpec(env=synchronous.env, policy=synchronous.policy,
+                          actor=EmbodiedActorConfig(policy_lag=1), rollout_steps=64)
+    workflow = embodied_workflow(lagged)
+    assert [e.key for e in workflow.edges if e.lagged] == ["env->actor"]
+    assert not any(e.lagged for e in embodied_workflow(synchronous).edges)
+    cost = AnalyticCostModel({"env": AnalyticCost(per_item=0.01 / 16),
+                              "rollout": AnalyticCost(per_item=0.002 / 16),
+                              "actor": AnalyticCost(per_item=1.0 / 1024)})
+    cluster = Cluster.uniform(1, 2, 8 << 30, "cpu")
+    best = plan(workflow, cost, cluster).best
+    assert set(best.placement.devices_of("actor")).isdisjoint(
+        best.placement.devices_of("env"))
+    rollout_s, update_s = 64 * (0.01 + 0.002), 1.0
+    assert best.predicted_time == pytest.approx(max(rollout_s, update_s), rel=0.05)
+    # synchronous, the update waits for the rollout whatever the placement (the best: the
+    # rollout pipelined over both devices, then the update on both, 1.14 s)
+    assert plan(embodied_workflow(synchronous), cost, cluster).best.predicted_time > (
+        1.1 * best.predicted_time)
+    assert_launchable(lagged, best)

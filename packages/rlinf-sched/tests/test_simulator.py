@@ -68,6 +68,26 @@ def test_two_stage_pipeline_is_fill_plus_bottleneck_plus_drain(chunks: int) -> N
     assert r.utilisation == pytest.approx((8 + 24) / (2 * r.iteration_time))
 
 
+def test_a_lagged_consumer_runs_beside_its_producer_where_devices_allow() -> None:
+    """A lagged edge (the trainer one iteration behind): its data is there at the start, so
+    on devices of its own the consumer overlaps the producer (max, not sum) and no transfer
+    is charged; on shared devices they still take turns."""
+    cost = AnalyticCostModel({"gen": AnalyticCost(per_item=1.0),
+                              "train": AnalyticCost(per_item=2.0)})
+    cluster = Cluster.uniform(1, 2, 100, "H100", intra_node_bandwidth=10 * GB)
+    lagged = Workflow((Component("gen"), Component("train")),
+                      (Edge("gen", "train", bytes_per_item=GB, lagged=True),), global_batch=4)
+    synchronous = chain("gen", "train", batch=4, bytes_per_item=GB)
+    assert run(synchronous, "gen: 0, train: 1", cost, cluster).iteration_time == pytest.approx(
+        4 + 0.4 + 8)
+    apart = run(lagged, "gen: 0, train: 1", cost, cluster)
+    assert apart.iteration_time == pytest.approx(8)
+    starts = {i.component: i.start for d in (0, 1) for i in apart.device_intervals(d)}
+    assert starts == {"gen": 0.0, "train": 0.0}
+    assert run(lagged, "gen,train: 0", cost,
+               Cluster.uniform(1, 1, 100, "H100")).iteration_time == pytest.approx(4 + 8)
+
+
 def test_transfer_cost_intra_and_inter_node() -> None:
     # 4 items × 1 GB over one link: 0.4 s at 10 GB/s within a node, 4 s at 1 GB/s across nodes.
     wf = chain("a", "b", batch=4, bytes_per_item=GB)

@@ -35,6 +35,17 @@ def test_cycle_without_feedback_is_rejected() -> None:
         Workflow((Component("a"), Component("b")), (Edge("a", "b"), Edge("b", "a")))
 
 
+def test_a_lagged_edge_feeds_a_component_outside_loops() -> None:
+    loop = (Loop(("a", "b"), 2),)
+    parts = (Component("a"), Component("b"), Component("c"))
+    with pytest.raises(WorkflowError, match="lagged edge c->a"):
+        Workflow(parts, (Edge("c", "a", lagged=True), Edge("a", "b"),
+                         Edge("b", "a", feedback=True)), loops=loop)
+    with pytest.raises(WorkflowError, match="lagged edge b->a"):
+        Workflow(parts, (Edge("a", "b"), Edge("b", "a", feedback=True, lagged=True)),
+                 loops=loop)
+
+
 def test_feedback_edge_must_stay_inside_one_loop() -> None:
     with pytest.raises(WorkflowError, match="feedback"):
         Workflow((Component("a"), Component("b")), (Edge("b", "a", feedback=True),))
@@ -106,7 +117,8 @@ def test_file_round_trip_json_and_yaml(tmp_path: Path) -> None:
          Component("rollout", micro_batch_multiple=2, same_micro_batch_as="env"),
          Component("actor", batch=40, whole_batch=True)),
         (Edge("env", "rollout"), Edge("rollout", "env", feedback=True),
-         Edge("rollout", "actor")), global_batch=8, loops=(Loop(("env", "rollout"), 5),))
+         Edge("rollout", "actor", lagged=True)), global_batch=8,
+        loops=(Loop(("env", "rollout"), 5),))
     path.write_text(json.dumps(declared.to_dict()))
     assert Workflow.from_file(path) == declared
     assert "whole_batch" not in json.dumps(wf.to_dict())  # defaults are not written

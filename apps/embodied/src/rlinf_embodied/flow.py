@@ -126,7 +126,7 @@ class EmbodiedFlow:
         flow = declare(spec, stages=stages, rollout=rollout, actor=actor, trace=trace)
         run = FlowRun.launch(flow, plan, cluster=cluster, log_level="WARNING", stop_ray=False,
                              timeout=spec.link_timeout * (spec.rollout_steps + 2),
-                             cpus_per_rank=_CPU_PER_RANK, policy_lag=spec.actor.policy_lag)
+                             cpus_per_rank=_CPU_PER_RANK)
         return cls(spec, run, description=description, stages=stages, trace=trace)
 
     @property

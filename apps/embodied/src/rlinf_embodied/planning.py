@@ -172,10 +172,13 @@ def calibrated_link(cluster: Cluster, workflow: Workflow, profile: Profile,
     probe = rf.pipeline_probe(profile)
     if probe is None:
         return cluster
+    # The probe's iterations ran synchronously (drained): price them so, lag or not.
+    synchronous = replace(workflow, edges=tuple(replace(e, lagged=False)
+                                                for e in workflow.edges))
 
     def simulated(latency: float) -> float:
         linked = replace(cluster, intra_node_latency=latency)
-        return simulate(workflow, probe.plan.placement, cost, linked,
+        return simulate(synchronous, probe.plan.placement, cost, linked,
                         micro_batch=probe.plan.micro_batch).iteration_time
 
     latency = rf.fit_latency(cluster.intra_node_latency, probe.seconds - overhead, simulated)

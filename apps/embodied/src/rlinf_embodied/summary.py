@@ -78,7 +78,7 @@ class RunSummary:
     """One line per restart after a worker died (``run.max_restarts``)."""
     policy_lag: int = 0
     """``algorithm.policy_lag``: 1 when rollouts ran beside the previous update (the
-    prediction is then a synchronous iteration's)."""
+    prediction prices that: the actor's input is ready when the iteration starts)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "restarts", tuple(self.restarts))  # a list when read back
@@ -95,9 +95,8 @@ class RunSummary:
                 wanted.append(f"success rate >= {self.target_success_rate:g}")
             verdict = (" and ".join(wanted) + ": "
                        + ("REACHED" if self.target_reached else "NOT reached"))
-        synchronous = " for a synchronous one" if self.policy_lag else ""
         predicted = ("" if self.predicted_iteration_s is None else
-                     f" (planner predicted {self.predicted_iteration_s:.3f} s{synchronous})")
+                     f" (planner predicted {self.predicted_iteration_s:.3f} s)")
         lines = [
             f"== rlinf-embodied summary: {self.task} ({self.algorithm}) ==",
             f"evaluation return   {self.eval_return_before:.1f} -> {self.eval_return_after:.1f}",

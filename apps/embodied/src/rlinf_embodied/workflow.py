@@ -143,6 +143,8 @@ def embodied_workflow(spec: EmbodiedSpec) -> Workflow:
     slots (every component a ``cpu`` resource); with ``device="cuda"`` the policy and actor
     processes also share the machine's GPU, which the profile's measured times carry."""
     components, edges = _components(spec)
+    if spec.actor.policy_lag:  # the actor trains the previous rollout (see `declare`)
+        edges = tuple(replace(e, lagged=True) if e.dst == "actor" else e for e in edges)
     return Workflow(components, edges, global_batch=spec.env.num_envs,
                     loops=(Loop(("env", "rollout"), spec.rollout_steps),),
                     name=f"embodied-{spec.env.env_name}")
@@ -174,7 +176,8 @@ def declare(spec: EmbodiedSpec, *, stages: int, rollout: PolicyRolloutConfig | V
                   ChannelSpec(edges[2])),
         weight_syncs=(WeightSyncSpec("actor", ("rollout",)),),
         loops=(Loop(("env", "rollout"), spec.rollout_steps),),
-        global_batch=spec.env.num_envs, name=f"embodied-{spec.env.env_name}")
+        global_batch=spec.env.num_envs, name=f"embodied-{spec.env.env_name}",
+        policy_lag=spec.actor.policy_lag)
 
 
 _FIXED_SPECS = {

@@ -19,7 +19,7 @@ import pytest
 import ray
 
 from rlinf.sched import Cluster, Component, Edge, Loop
-from rlinf.workers.errors import ConfigError, WorkerDiedError
+from rlinf.workers.errors import WorkerDiedError
 from rlinf.workers.flow import (
     PROBE_ITERATION,
     WEIGHT_SYNC,
@@ -200,10 +200,13 @@ def test_with_a_policy_lag_the_trainer_trains_the_previous_iteration_beside_the_
     """policy_lag=1: step k produces iteration k while the trainer trains on k-1's data
     (waiting in its channel); its weights reach the source one iteration later than without
     a lag; `drain` trains the last iteration alone."""
-    flow = declare(sink_kwargs={"delay": 1.0, "trace": True},
-                   source_kwargs={"delay": 0.25, "trace": True})
+    flow = dataclasses.replace(declare(sink_kwargs={"delay": 1.0, "trace": True},
+                                       source_kwargs={"delay": 0.25, "trace": True}),
+                               policy_lag=1)
+    lagged = flow.to_sched_workflow()
+    assert [e.lagged for e in lagged.edges] == [True]  # the planner sees the lag too
     with FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
-                        timeout=120, policy_lag=1) as run:
+                        timeout=120) as run:
         assert run.pending_step is None
         records = [run.step(k) for k in range(3)]
         assert run.pending_step == 2
@@ -228,9 +231,9 @@ def test_with_a_policy_lag_the_trainer_trains_the_previous_iteration_beside_the_
 
 
 def test_a_policy_lag_with_the_policy_inside_the_env_keeps_the_loop_exact(clean: None) -> None:
-    flow = declare_loop()
+    flow = dataclasses.replace(declare_loop(), policy_lag=1)
     with FlowRun.launch(flow, flow.fixed_plan("env,policy: 0, actor: 1", num_devices=2),
-                        timeout=120, policy_lag=1) as run:
+                        timeout=120) as run:
         records = [run.step(k) for k in range(3)]
         run.drain()
     assert [r.metrics["env/action_sum"] for r in records] == [
@@ -239,32 +242,28 @@ def test_a_policy_lag_with_the_policy_inside_the_env_keeps_the_loop_exact(clean:
     assert [r.metrics.get("actor/data_step") for r in records] == [None, 0.0, 1.0]
 
 
-@pytest.mark.parametrize(("lag", "syncs", "placement", "error"), [
-    (2, None, "source,relay,sink: 0", "policy_lag must be 0"),
-    (1, (), "source,relay,sink: 0", "declares no weight sync"),
-    (1, (WeightSyncSpec("relay", ("source",)),), "source,relay,sink: 0",
-     r"only output is their weights.*relay->sink"),
+@pytest.mark.parametrize(("lag", "syncs", "error"), [
+    (2, None, "policy_lag must be 0"),
+    (1, (), "declares no weight sync"),
+    (1, (WeightSyncSpec("relay", ("source",)),), r"only output is their weights.*relay->sink"),
 ])
-def test_a_policy_lag_the_flow_cannot_run_is_refused_before_launch(
-        lag: int, syncs: tuple[WeightSyncSpec, ...] | None, placement: str, error: str) -> None:
+def test_a_policy_lag_the_flow_cannot_run_is_refused_where_it_is_declared(
+        lag: int, syncs: tuple[WeightSyncSpec, ...] | None, error: str) -> None:
     flow = declare(relay=True)
-    if syncs is not None:
-        components = tuple(dataclasses.replace(c, worker=TrainingRelay) if c.name == "relay"
-                           else c for c in flow.components)
-        flow = dataclasses.replace(flow, components=components, weight_syncs=syncs)
-    with pytest.raises((FlowDeclarationError, ConfigError), match=error):
-        FlowRun.launch(flow, flow.fixed_plan(placement, num_devices=1), policy_lag=lag)
+    components = tuple(dataclasses.replace(c, worker=TrainingRelay) if c.name == "relay"
+                       else c for c in flow.components)
+    with pytest.raises(FlowDeclarationError, match=error):
+        dataclasses.replace(flow, components=components, policy_lag=lag,
+                            weight_syncs=flow.weight_syncs if syncs is None else syncs)
 
 
 def test_a_policy_lag_with_the_trainer_inside_a_generator_is_refused() -> None:
     flow = declare_loop()
     actor = dataclasses.replace(flow.component("actor"), inline_with="env")
     flow = dataclasses.replace(flow, components=tuple(
-        actor if c.name == "actor" else c for c in flow.components),
-        weight_syncs=(WeightSyncSpec("actor", ("policy",)),))
+        actor if c.name == "actor" else c for c in flow.components), policy_lag=1)
     with pytest.raises(FlowDeclarationError, match="in one process"):
-        FlowRun.launch(flow, flow.fixed_plan("env,policy,actor: 0", num_devices=1),
-                       policy_lag=1)
+        FlowRun.launch(flow, flow.fixed_plan("env,policy,actor: 0", num_devices=1))
 
 
 def test_a_p2p_edge_between_multi_rank_ends_is_refused(clean: None) -> None:

@@ -222,7 +222,8 @@ class _Input:
 
     src: str
     rule: int
-    """0 same step, 1 previous step (feedback), 2 once before step 0, 3 src's last step."""
+    """0 same step, 1 previous step (feedback), 2 once before step 0, 3 src's last step,
+    4 the previous iteration's (a lagged edge: ready when the iteration starts)."""
     streaming: bool
     index: tuple[int, ...]
     """Per consumer micro-batch: the producer micro-batch that completes its items."""
@@ -238,7 +239,9 @@ def _inputs(workflow: Workflow, name: str, *,
     out = []
     for e in workflow.inputs(name):
         src_loop, dst_loop = workflow.loop_of(e.src), workflow.loop_of(name)
-        if e.feedback:
+        if e.lagged:
+            rule = 4
+        elif e.feedback:
             rule = 1
         elif src_loop is not None and src_loop == dst_loop:
             rule = 0
@@ -353,6 +356,8 @@ def _ready_time(
     streaming producer's step reached a fraction of its work (None: not yet known)."""
     ready = 0.0
     for inp, (bw, latency) in prepared[name].edges:
+        if inp.rule == 4:
+            continue  # last iteration's data, already in the consumer's channel
         if inp.rule == 0:
             src_step = step
         elif inp.rule == 1:

@@ -176,6 +176,10 @@ class Edge:
     """Items per iteration (per step in a loop); None means `dst`'s batch."""
     feedback: bool = False
     """A loop's back edge: `src` at step t feeds `dst` at step t+1."""
+    lagged: bool = False
+    """`dst` consumes what `src` produced one iteration before (a trainer one iteration
+    behind its generators): the data is there when the iteration starts, so `dst` does not
+    wait for `src`."""
 
     @property
     def key(self) -> str:
@@ -238,6 +242,9 @@ class Workflow:
         for e in self.edges:
             if e.feedback and (e.src not in in_loop or in_loop.get(e.dst) != in_loop[e.src]):
                 raise WorkflowError(f"feedback edge {e.key} must join two components of one loop")
+            if e.lagged and (e.feedback or e.dst in in_loop):
+                raise WorkflowError(f"lagged edge {e.key} must feed a component outside any "
+                                    "loop and not be a feedback edge")
         self._check_micro_batch_rules()
         object.__setattr__(self, "_order", self._topological_order(names, in_loop))
 
@@ -379,6 +386,8 @@ class Workflow:
                 entry["items"] = e.items
             if e.feedback:
                 entry["feedback"] = True
+            if e.lagged:
+                entry["lagged"] = True
             edges.append(entry)
         return {
             "name": self.name,
@@ -404,7 +413,8 @@ class Workflow:
             edges = [Edge(src=str(e["src"]), dst=str(e["dst"]),
                           bytes_per_item=float(e.get("bytes_per_item", 0.0)),
                           items=None if e.get("items") is None else int(e["items"]),
-                          feedback=bool(e.get("feedback", False)))
+                          feedback=bool(e.get("feedback", False)),
+                          lagged=bool(e.get("lagged", False)))
                      for e in _list(data, "edges", required=False)]
             loops = [Loop(tuple(str(c) for c in lp["components"]), int(lp["steps"]))
                      for lp in _list(data, "loops", required=False)]
@@ -485,7 +495,8 @@ _COMPONENT_VALUES = {
     "max_devices": ("int", 1), "micro_batch_multiple": ("int", 1), "streaming": ("bool", 0),
     "micro_batch_divides": ("bool", 0), "whole_batch": ("bool", 0),
 }
-_EDGE_VALUES = {"bytes_per_item": ("number", 0), "items": ("int", 1), "feedback": ("bool", 0)}
+_EDGE_VALUES = {"bytes_per_item": ("number", 0), "items": ("int", 1), "feedback": ("bool", 0),
+                "lagged": ("bool", 0)}
 _LOOP_VALUES = {"steps": ("int", 1)}
 
 

@@ -33,6 +33,10 @@ keyed by the peer component. A component may declare `ComponentSpec.inline_with`
 where the plan puts both on the same devices, one process serves both (no transport, no
 device-lock turns between them) — the collocated env + policy of embodied RL.
 
+``policy_lag=1`` declares a trainer one iteration behind its generators (off-policy by one
+update): its input edges become lagged edges for the planner, and `FlowRun` overlaps its
+update with the next rollout.
+
 Every problem is found when the declaration is built and raised as a typed error naming it
 (`UnknownComponentError`, `FlowCycleError`, `WeightSyncTargetError`, or their base
 `FlowDeclarationError`).
@@ -40,6 +44,7 @@ Every problem is found when the declaration is built and raised as a typed error
 
 from __future__ import annotations
 
+import dataclasses
 import graphlib
 import math
 from collections.abc import Mapping
@@ -180,6 +185,11 @@ class MacroFlow:
     move by CUDA IPC or NCCL; on ``cpu`` every device is a CPU slot."""
     name: str = ""
     """Shown in plans and profiles."""
+    policy_lag: int = 0
+    """0: synchronous iterations. 1: the trainers (senders of weight syncs) run one
+    iteration behind the other components (`FlowRun`): they train on the previous
+    iteration's data beside the next rollout, which acts with weights one update old; the
+    planner prices their input edges as lagged (ready when the iteration starts)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "components", tuple(self.components))
@@ -192,6 +202,7 @@ class MacroFlow:
         self._check_channels()
         self._check_inline()
         self._check_weight_syncs()
+        self._check_policy_lag()
         try:
             self.to_sched_workflow()
         except WorkflowError as exc:
@@ -199,6 +210,34 @@ class MacroFlow:
         self._check_entries()
 
     # -- checks ----------------------------------------------------------------------------
+
+    @property
+    def trainers(self) -> tuple[str, ...]:
+        """The senders of weight syncs, in declaration order."""
+        return tuple(dict.fromkeys(sync.src for sync in self.weight_syncs))
+
+    def _check_policy_lag(self) -> None:
+        """A lag of 1 needs trainers that feed nothing of the iteration they lag."""
+        declared = sorted(c.key for c in self.channels if c.edge.lagged)
+        if declared:
+            raise FlowDeclarationError(
+                f"channels {declared} are declared lagged: declare the flow's policy_lag=1 "
+                "instead (its trainers' inputs are then lagged for the planner)")
+        if self.policy_lag not in (0, 1):
+            raise FlowDeclarationError(f"policy_lag must be 0 (synchronous) or 1 (the trainers "
+                                       f"one iteration behind), got {self.policy_lag!r}")
+        if not self.policy_lag:
+            return
+        if not self.trainers:
+            raise FlowDeclarationError(
+                "policy_lag=1 runs the trainers one iteration behind, but the flow declares no "
+                "weight sync, so it has no trainer: declare a WeightSyncSpec or use policy_lag=0")
+        feeding = sorted(c.key for c in self.channels if c.edge.src in self.trainers)
+        if feeding:
+            raise FlowDeclarationError(
+                f"policy_lag=1 needs trainers whose only output is their weights, but {feeding} "
+                "carry a trainer's data to components of the iteration it lags: use "
+                "policy_lag=0")
 
     def _check_components(self) -> None:
         if not self.components:
@@ -403,8 +442,10 @@ class MacroFlow:
 
     def to_sched_workflow(self) -> Workflow:
         """The workflow the planner prices (`rlinf.sched.plan`, `rlinf.sched.simulate`)."""
+        lagged = set(self.trainers) if self.policy_lag else set()
         return Workflow(tuple(c.component for c in self.components),
-                        tuple(c.edge for c in self.channels), global_batch=self.batch,
+                        tuple(dataclasses.replace(c.edge, lagged=True) if c.edge.dst in lagged
+                              else c.edge for c in self.channels), global_batch=self.batch,
                         loops=self.loops, name=self.name)
 
     def fixed_plan(self, placement: str | Placement, *, num_devices: int) -> ExecutionPlan:

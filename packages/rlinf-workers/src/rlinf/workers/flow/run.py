@@ -29,9 +29,10 @@ sees its channel vanish) — and the flow is then killed and closed, as on Keybo
 `close()` stops every group, channel, the lock server, the rendezvous store, and Ray if the
 run started it.
 
-With ``policy_lag=1`` (off by default) the trainers — the senders of weight syncs — run one
-iteration behind: `step(k)` runs every other component on iteration k while the trainers
-train on iteration k-1's data (which waited in their input channels), then syncs. Where
+With the declaration's ``policy_lag=1`` (off by default) the trainers — the senders of
+weight syncs — run one iteration behind: `step(k)` runs every other component on iteration
+k while the trainers train on iteration k-1's data (which waited in their input channels),
+then syncs. Where
 the plan gives trainers devices of their own, the next rollout overlaps the update; the
 generators act with weights one update old, which the trainer corrects for (e.g. PPO's
 importance ratio against the behaviour policy). `drain()` trains the data still waiting,
@@ -88,11 +89,11 @@ class FlowRun:
 
     def __init__(self, flow: MacroFlow, plan: ExecutionPlan, *, groups: Mapping[str, WorkerGroup],
                  channels: Mapping[str, FlowChannel], lock: Any, store: RayStore,
-                 owns_ray: bool, timeout: float, policy_lag: int = 0) -> None:
+                 owns_ray: bool, timeout: float) -> None:
         self.flow = flow
         self.plan = plan
         self.timeout = timeout
-        self.policy_lag = policy_lag
+        self.policy_lag = flow.policy_lag
         """Iterations the trainers run behind the other components (0 or 1)."""
         self.inlined = flow.inlined(plan.placement)
         """``{component: host}``: components served inside their host's process."""
@@ -104,7 +105,7 @@ class FlowRun:
         """The rendezvous actor channels are found through (this run made it)."""
         self._owns_ray = owns_ray
         self._records: list[IterationRecord] = []
-        self._trainers = frozenset(sync.src for sync in flow.weight_syncs)
+        self._trainers = frozenset(flow.trainers)
         self._pending: StepContext | None = None
         """With a policy lag: the iteration whose data awaits the trainers."""
         self._closed = False
@@ -114,18 +115,16 @@ class FlowRun:
     @classmethod
     def launch(cls, flow: MacroFlow, plan: ExecutionPlan, *, cluster: Cluster | None = None,
                timeout: float = 600.0, log_level: str = "WARNING",
-               stop_ray: bool | None = None, cpus_per_rank: float | None = None,
-               policy_lag: int = 0) -> FlowRun:
+               stop_ray: bool | None = None, cpus_per_rank: float | None = None) -> FlowRun:
         """Start `flow` where `plan` places it (see the module docstring). Ray is started if
         this process has not initialised it, and stopped at `close` if this launch started
         it (`stop_ray` decides otherwise). `cluster` (from `rlinf.sched.Cluster.discover()`
         on the live Ray cluster) pins each rank to its device's node. `timeout` bounds every
         wait (launch, each call, each step). `cpus_per_rank`: the Ray CPUs each rank
         reserves (default: an equal share of the cluster's, so one flow fills it; less lets
-        several flows run side by side). `policy_lag`: 1 runs the trainers one iteration
-        behind (module docstring)."""
+        several flows run side by side)."""
         placement = _checked_placement(flow, plan.placement)
-        _check_policy_lag(flow, placement, policy_lag)
+        _check_policy_lag(flow, placement)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
         started = ensure_ray()
@@ -164,8 +163,7 @@ class FlowRun:
                 for c in flow.channels
                 if c.edge.src not in inlined and c.edge.dst not in inlined}
             run = cls(flow, plan, groups=groups, channels=channels, lock=lock,
-                      store=rendezvous, owns_ray=owns_ray, timeout=timeout,
-                      policy_lag=policy_lag)
+                      store=rendezvous, owns_ray=owns_ray, timeout=timeout)
         except BaseException:
             for group in groups.values():
                 group.kill()
@@ -551,24 +549,12 @@ def _check_peer_ends(channels: Iterable[FlowChannel], groups: Mapping[str, Worke
                 "declare the edge with transport='channel'")
 
 
-def _check_policy_lag(flow: MacroFlow, placement: Placement, policy_lag: int) -> None:
-    """A lag of 1 needs trainers (weight-sync senders) that feed nothing of the iteration
-    they lag and run in processes of their own."""
-    if policy_lag not in (0, 1):
-        raise ConfigError(f"policy_lag must be 0 (synchronous) or 1 (the trainers one "
-                          f"iteration behind), got {policy_lag!r}")
-    if not policy_lag:
+def _check_policy_lag(flow: MacroFlow, placement: Placement) -> None:
+    """A lagged flow's trainers run in processes of their own under this placement (the
+    declaration checked the rest)."""
+    if not flow.policy_lag:
         return
-    trainers = {sync.src for sync in flow.weight_syncs}
-    if not trainers:
-        raise FlowDeclarationError(
-            "policy_lag=1 runs the trainers one iteration behind, but the flow declares no "
-            "weight sync, so it has no trainer: declare a WeightSyncSpec or use policy_lag=0")
-    feeding = sorted(c.key for c in flow.channels if c.edge.src in trainers)
-    if feeding:
-        raise FlowDeclarationError(
-            f"policy_lag=1 needs trainers whose only output is their weights, but {feeding} "
-            "carry a trainer's data to components of the iteration it lags: use policy_lag=0")
+    trainers = set(flow.trainers)
     together = sorted(f"{guest} in {host}" for guest, host in flow.inlined(placement).items()
                       if (guest in trainers) != (host in trainers))
     if together:
