@@ -356,3 +356,20 @@ def test_a_multirun_sweep_trains_one_run_per_value_and_tabulates_them(tmp_path: 
         line = (f"  {i}: run.seed={i}: {format_fixed(summary['heldout_before'], 3)} -> "
                 f"{format_fixed(summary['heldout_after'], 3)}")
         assert line in proc.stdout, proc.stdout
+
+
+def test_a_policy_lag_trains_each_step_beside_the_next_rollout(tmp_path: Path) -> None:
+    """algorithm.policy_lag=1 with the actor on a device of its own: step 1 trains nothing,
+    step k trains step k-1's responses (the rollout correction weighing them against the
+    stale sampling policy), and the last step also trains its own before the checkpoint."""
+    run_dir = tmp_path / "run"
+    proc = run_cli(run_dir, "run.steps=3", "run.checkpoint_every=0", "run.predict=false",
+                   "algorithm.policy_lag=1", "algorithm.rollout_correction_cap=2",
+                   "algorithm.recompute_logprobs=false",
+                   "placement='rollout,reward: 0, actor: 1'")
+    assert "rollout,reward: 0, actor: 1" in proc.stdout
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    trained = {int(r["step"]): r for r in records if "actor/policy_loss" in r}
+    assert sorted(trained) == [2, 3]
+    assert all(r["actor/rollout_correction_weight"] > 0 for r in trained.values())
+    assert (run_dir / "checkpoints" / "LATEST").read_text().strip() == "step-00000003"

@@ -176,7 +176,15 @@ class AlgorithmConfig:
     rollout_correction_cap: Annotated[float, Range(0, lo_open=True)] | None = None
     """Truncated importance sampling against the rollout engine (vLLM, SGLang): each token's
     loss times ``min(pi_old / pi_rollout, cap)``, as veRL's ``tis_imp_ratio_cap`` (2 in its
-    examples) and TRL's token_truncate mode. Needs recompute_logprobs (null: off)."""
+    examples) and TRL's token_truncate mode. Needs recompute_logprobs or policy_lag=1 (null:
+    off)."""
+    policy_lag: Annotated[int, Range(0, 1)] = 0
+    """0: each step generates with the weights of the update before it. 1: step k's rollout
+    runs beside the update on step k-1's responses (one-step off-policy, as veRL's one-step
+    async recipe): faster where the actor has devices of its own. The actor recomputes the
+    old log-probs itself before updating and rollout_correction_cap, required then,
+    truncates each token's weight against the stale policy that sampled it. Checkpoint
+    steps and the last train their own responses before saving; not with run.replan."""
 
 
 @dataclass(frozen=True)
@@ -297,8 +305,17 @@ class ReasoningConfig:
             raise InvalidConfigError("run.replan", True,
                                      "false unless placement=auto (re-planning changes the "
                                      "placement; a fixed one is kept as written)")
+        if self.algorithm.policy_lag and self.algorithm.rollout_correction_cap is None:
+            raise InvalidConfigError("algorithm.rollout_correction_cap", None,
+                                     "a number > 0 with algorithm.policy_lag=1 (it truncates "
+                                     "pi_actor / pi_rollout of the stale sampling policy; "
+                                     "veRL uses 2)")
+        if self.algorithm.policy_lag and self.run.replan:
+            raise InvalidConfigError("run.replan", True,
+                                     "false with algorithm.policy_lag=1 (the re-planner "
+                                     "prices synchronous steps)")
         if self.algorithm.rollout_correction_cap is not None and not (
-                self.algorithm.recompute_logprobs):
+                self.algorithm.recompute_logprobs or self.algorithm.policy_lag):
             raise InvalidConfigError("algorithm.rollout_correction_cap",
                                      self.algorithm.rollout_correction_cap,
                                      "null unless algorithm.recompute_logprobs=true (the "

@@ -107,17 +107,27 @@ class ReasoningFlow:
 
     # -- one iteration -----------------------------------------------------------------------
 
-    def step(self, step: int) -> StepResult:
+    def step(self, step: int, *, drain: bool = False) -> StepResult:
         """One iteration: the rollout streams finished groups → reward → inference →
-        actor.train → weight sync. Raises `WorkerDiedError` naming a rank that died (the
-        flow is then closed: relaunch it and resume from a checkpoint)."""
+        actor.train → weight sync. With ``algorithm.policy_lag=1`` the actor trains on the
+        previous step's responses meanwhile (nothing right after a drain), and `drain` also
+        trains this step's before returning (a checkpoint, the last step); the actor's
+        metrics are then the latest update's, ``time/actor`` all of the step's. Raises
+        `WorkerDiedError` naming a rank that died (the flow is then closed: relaunch it and
+        resume from a checkpoint)."""
         wall_start = time.time()
-        record = self.run.step(step)
+        records = [self.run.step(step)]
+        tail = self.run.drain() if drain else None
+        if tail is not None:
+            records.append(tail)
+        record = records[0]
         rollout, reward = record.rank_metrics["rollout"], record.rank_metrics["reward"]
         responses = sum(r["responses"] for r in rollout)
         tokens = sum(r["response_tokens"] for r in rollout)
         scored = max(sum(r["responses"] for r in reward), 1.0)
-        sync = next(p for p in record.phases if not p.is_component)
+        seconds = sum(r.seconds for r in records)
+        synced = [p.seconds for r in records for p in r.phases if not p.is_component]
+        trained = [r for r in records if "actor" in r.rank_metrics]
         metrics: dict[str, float] = {
             "reward/mean": sum(r["reward_sum"] for r in reward) / scored,
             "reward/accuracy": sum(r["correct"] for r in reward) / scored,
@@ -125,18 +135,19 @@ class ReasoningFlow:
             / max(sum(r["groups"] for r in reward), 1.0),
             "rollout/response_length": tokens / max(responses, 1.0),
             "rollout/stopped_fraction": sum(r["stopped"] for r in rollout) / max(responses, 1.0),
-            "throughput/samples_per_s": responses / record.seconds,
-            "throughput/tokens_per_s": tokens / record.seconds,
-            "time/step": record.seconds,
-            "time/iteration_before_sync": record.metrics["time/dataflow"],
-            "time/weight_sync": sync.seconds,
-            **{f"time/{name}": record.metrics[f"time/{name}"] for name in self.run.flow.names},
-            **{key: value for key, value in record.metrics.items()
-               if key.startswith("actor/")},
+            "throughput/samples_per_s": responses / seconds,
+            "throughput/tokens_per_s": tokens / seconds,
+            "time/step": seconds,
+            "time/iteration_before_sync": sum(r.metrics["time/dataflow"] for r in records),
+            "time/weight_sync": sum(synced),
+            **{f"time/{name}": sum(r.metrics.get(f"time/{name}", 0.0) for r in records)
+               for name in self.run.flow.names},
+            **({key: value for key, value in trained[-1].metrics.items()
+                if key.startswith("actor/")} if trained else {}),
         }
         if self.spec.sync_check:
             metrics.update(self.check_sync(self.problems(step, self.spec.prompts_per_step)))
-        return StepResult(step=step, metrics=metrics, seconds=record.seconds,
+        return StepResult(step=step, metrics=metrics, seconds=seconds,
                           samples=int(responses), tokens=int(tokens),
                           spans=self.drain_spans() if self.trace else [],
                           onloads=self.onloads(since=wall_start))

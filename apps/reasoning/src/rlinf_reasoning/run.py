@@ -413,7 +413,11 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
             writer.write(start, {"run/restarts": float(len(session.restarts)),
                                  "run/devices": float(session.cluster.num_devices)})
         for step in range(start + 1, run.steps + 1):
-            result = flow.step(step)
+            # With a policy lag (never with replan) a checkpoint step, and the last, trains
+            # its own responses too: no step is in flight when the state is saved.
+            due = step == run.steps or bool(run.checkpoint_every
+                                            and step % run.checkpoint_every == 0)
+            result = flow.step(step, drain=due)
             record = {**result.metrics, "rollout/samples": float(result.samples),
                       "rollout/tokens": float(result.tokens)}
             step_seconds.append(result.seconds)

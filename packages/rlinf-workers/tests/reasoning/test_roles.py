@@ -299,3 +299,54 @@ def test_streamed_training_steps_like_training_on_the_whole_shard(
     for a, b in zip(grads[id(streamed)], grads[id(whole)], strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
     assert streamed.actor.global_step == whole.actor.global_step == 1
+
+
+@pytest.mark.parametrize("placement", ["rollout: 0, reward,inference,actor: 1",  # streams
+                                       "rollout,reward,inference,actor: 0"])  # collects
+def test_a_lagging_trainer_recomputes_the_old_log_probs_under_its_own_weights(
+        wiring: Wiring, problems: list[MathProblem], placement: str) -> None:
+    """policy_lag=1: the responses were sampled by weights one update old; the trainer
+    clips around its own policy before the update (log-probs it recomputes) and weighs
+    each token against the sampling policy by the rollout correction."""
+    lagged_ctx = step_ctx(2, 4, placement)
+    to_reward = wiring.channel("rollout", "reward")
+    to_actor = wiring.channel("reward", "actor", groups_per_message=2, sharding="contiguous")
+    rollout_role(wiring, problems).rollout_step(lagged_ctx, output_channel=to_reward)
+    RewardRole(ctx("reward"), setup=wiring.setup(), config=RewardConfig(
+        format_penalty=1.0)).reward_step(lagged_ctx, input_channel=to_reward,
+                                          output_channel=to_actor)
+    arrived = drain(wiring.channels["reward->actor"], 4, key=rank_key(0), step=2)
+    config = ActorConfig(parallelism="none", lr=1e-2, micro_batch_size=8, policy_lag=1,
+                         rollout_correction_cap=2.0)
+    lagged, reference = (ActorRole(ctx("actor"), setup=wiring.setup(), config=config)
+                         for _ in range(2))
+    lagged.build()
+    reference.build()
+    for role in (lagged, reference):  # the trainer one update ahead of the sampler
+        with torch.no_grad():
+            for p in role.actor.model.parameters():
+                p.add_(0.01 * torch.sin(torch.arange(p.numel(), dtype=p.dtype)).view_as(p))
+    grads: dict[int, list[torch.Tensor]] = {id(lagged): [], id(reference): []}
+    for role in (lagged, reference):
+        record_steps(role.actor.optimizer, grads[id(role)])
+    batch = RolloutBatch.concat([arrived[i] for i in range(4)], pad_token_id=0)
+    proximal = reference.log_probs(batch)
+    assert not torch.allclose(proximal, batch.rollout_log_probs, atol=1e-3)
+    channel = wiring.channels["reward->actor"]
+    for index in range(4):
+        channel.put(pack_group(arrived[index], index=index, step=2), weight=4, key=rank_key(0))
+    metrics = lagged.train_step(lagged_ctx, input_channel=to_actor)
+    want = reference.train_batch(dataclasses.replace(batch, old_log_probs=proximal))
+    for key in ("policy_loss", "rollout_correction_weight", "approx_kl", "grad_norm"):
+        assert metrics[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
+    assert metrics["rollout_correction_weight"] != pytest.approx(1.0, abs=1e-4)
+    assert len(grads[id(lagged)]) == len(grads[id(reference)]) > 0
+    for a, b in zip(grads[id(lagged)], grads[id(reference)], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
+
+
+def test_a_policy_lag_needs_the_rollout_correction() -> None:
+    with pytest.raises(ConfigError, match="rollout_correction_cap"):
+        ActorConfig(policy_lag=1)
+    with pytest.raises(ConfigError, match="policy_lag must be 0 or 1"):
+        ActorConfig(policy_lag=2, rollout_correction_cap=2.0)

@@ -78,6 +78,12 @@ class ActorConfig:
     precision: Precision = "fp32"
     """Forward/backward precision: "fp32", or "bf16" autocast (parameters, gradients and
     optimizer state stay fp32). The flow gives the rollout and inference roles the same."""
+    policy_lag: int = 0
+    """Updates the rollout lags this trainer by: 0, or 1 (a flow with ``policy_lag=1``:
+    the batch was sampled with the weights before the last update). With 1 the trainer
+    recomputes the old log-probs itself before updating (the proximal policy of decoupled
+    PPO) and `rollout_correction_cap`, required then, truncates each token's weight
+    pi_old / pi_rollout against the policy that sampled it."""
 
     def __post_init__(self) -> None:
         if self.algorithm not in ("grpo", "ppo"):
@@ -94,6 +100,12 @@ class ActorConfig:
         if self.rollout_correction_cap is not None and not self.rollout_correction_cap > 0:
             raise ConfigError(f"rollout_correction_cap must be > 0 (veRL's examples use 2) or "
                               f"None, got {self.rollout_correction_cap}")
+        if self.policy_lag not in (0, 1):
+            raise ConfigError(f"policy_lag must be 0 or 1, got {self.policy_lag!r}")
+        if self.policy_lag and self.rollout_correction_cap is None:
+            raise ConfigError("policy_lag=1 weighs each token by pi_old / pi_rollout against "
+                              "the stale policy that sampled it: set rollout_correction_cap "
+                              "(veRL's examples use 2)")
         LossAggregation.parse(self.aggregation)
         KLEstimator.parse(self.kl_estimator)
         check_precision(self.precision)

@@ -3,10 +3,15 @@
 Groups arrive in any order; the role sorts them by index and trains on their concatenation,
 so the optimizer sees the same batch whatever the placement and timing. The optimizer steps
 only once every group of the shard arrived (``ActorConfig`` decides how many steps follow).
+With ``ActorConfig.policy_lag=1`` (the flow's trainer one iteration behind) every batch's
+old log-probs are recomputed here, under the weights before this update (decoupled PPO's
+proximal policy); the rollout's own log-probs stay the sampling policy's, weighed against
+them by the rollout correction.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,7 +110,7 @@ class ActorRole(WeightSenderRole):
             batch = self._collect(step, channel, shard=shard, group_size=group_size,
                                   granularity=granularity)
             self._all_collected()
-            return self.train_batch(batch, step=step)
+            return self.train_batch(self._proximal(batch), step=step)
         size = max(1, self.config.micro_batch_size // group_size)
         chunks = [range(start, min(start + size, shard.stop))
                   for start in range(shard.start, shard.stop, size)]
@@ -116,8 +121,8 @@ class ActorRole(WeightSenderRole):
                                     group_size=group_size, granularity=granularity):
             self._file(message, received, shard)
             while done < len(chunks) and all(i in received for i in chunks[done]):
-                batch = RolloutBatch.concat([received[i] for i in chunks[done]],
-                                            pad_token_id=self._pad_id)
+                batch = self._proximal(RolloutBatch.concat([received[i] for i in chunks[done]],
+                                                            pad_token_id=self._pad_id))
                 with self.turn("train_micro_batch", step=step, index=done,
                                rows=batch.num_rows):
                     part, metrics = actor.accumulate(batch)
@@ -130,6 +135,14 @@ class ActorRole(WeightSenderRole):
         units, sums = actor.reduce_accumulated(units, sums)
         with self.turn("optimizer_step", step=step):
             return actor.step_accumulated(units, sums)
+
+    def _proximal(self, batch: RolloutBatch) -> RolloutBatch:
+        """Under a policy lag, `batch` with its old log-probs under this trainer's weights
+        before the update (the module docstring); unchanged without one. Streaming computes
+        it per micro-batch: the weights change only at the optimizer step after the last."""
+        if not self.config.policy_lag:
+            return batch
+        return dataclasses.replace(batch, old_log_probs=self.log_probs(batch))
 
     def _all_collected(self) -> None:
         """Wait (holding no device) until every actor rank has its shard: training runs DDP
