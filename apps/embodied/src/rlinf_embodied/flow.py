@@ -34,7 +34,7 @@ import torch
 from rlinf.sched import Cluster, ExecutionPlan, Measurement, Profile
 from rlinf.workers import flow as rf
 from rlinf.workers.embodied.profiling import measure_components
-from rlinf.workers.embodied.roles import EnvDescription, weights_from_wire
+from rlinf.workers.embodied.roles import EnvDescription, episode_means, weights_from_wire
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowClosedError, FlowRun
 from rlinf.workers.runtime import RANK_ZERO, WorkerGroup
@@ -78,17 +78,6 @@ class EmbodiedStepResult:
     """One track per worker: env_step/infer per stage group and step, train, weight sync."""
     onloads: int = 0
     """Onloads the device lock ran during the iteration, over every worker process."""
-
-
-def _episode_metrics(env: Mapping[str, float]) -> dict[str, float]:
-    episodes = env["episodes"]
-    if not episodes:
-        return {"episodes": 0.0}
-    out = {"episodes": episodes, "episode_return": env["return_sum"] / episodes,
-           "episode_length": env["length_sum"] / episodes}
-    if env["success_count"]:
-        out["success_rate"] = env["success_sum"] / env["success_count"]
-    return out
 
 
 class EmbodiedFlow:
@@ -162,7 +151,7 @@ class EmbodiedFlow:
         seconds = sum(r.seconds for r in records)
         sync_s = sum(p.seconds for r in records for p in r.phases if not p.is_component)
         metrics: dict[str, float] = {
-            **_episode_metrics(env), **trained,
+            **episode_means(env), **trained,
             "env_steps_per_s": env["env_steps"] / seconds,
             "rollout_steps_per_s": env["env_steps"] / env["rollout_seconds"],
             "rollout_seconds": env["rollout_seconds"],
@@ -173,10 +162,6 @@ class EmbodiedFlow:
             step=step, metrics=metrics, seconds=seconds, env_steps=int(env["env_steps"]),
             spans=tuple(self.run.drain_spans()) if self.trace else (),
             onloads=self.run.onloads(since=wall_start))
-
-    def onloads(self, *, since: float) -> int:
-        """Onloads the device lock ran in every worker process since Unix time `since`."""
-        return self.run.onloads(since=since)
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """The actor's current parameters (CPU copies)."""

@@ -15,6 +15,7 @@ from rlinf.workers.embodied.roles import (
     ActorRole,
     EnvRole,
     build_rollout_policy,
+    episode_means,
     serve_stages,
 )
 from rlinf.workers.env import EnvWorkerConfig, Trajectory
@@ -205,3 +206,12 @@ def test_inline_env_role_state_restores_env_and_sampling_streams_separately():
     finally:
         first.shutdown()
         second.shutdown()
+
+
+def test_episode_means_pool_the_rollout_sums() -> None:
+    sums = {"episodes": 4.0, "return_sum": 10.0, "length_sum": 200.0, "success_sum": 1.0,
+            "success_count": 4.0}
+    assert episode_means(sums) == {"episodes": 4.0, "episode_return": 2.5,
+                                   "episode_length": 50.0, "success_rate": 0.25}
+    assert "success_rate" not in episode_means({**sums, "success_count": 0.0})
+    assert episode_means({**sums, "episodes": 0.0}) == {"episodes": 0.0}

@@ -26,6 +26,7 @@ from rlinf.workers.embodied.roles.env_role import (
     EnvRole,
     RolloutReport,
     describe_env,
+    episode_means,
     rollout_metrics,
 )
 from rlinf.workers.embodied.roles.policy_role import (
@@ -48,6 +49,7 @@ __all__ = [
     "Weights",
     "build_rollout_policy",
     "describe_env",
+    "episode_means",
     "rollout_metrics",
     "serve_stages",
     "weights_from_wire",

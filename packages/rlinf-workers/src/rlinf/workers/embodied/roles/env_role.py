@@ -37,7 +37,8 @@ from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span, TraceRecorder
 from rlinf.workers.weight_sync import WeightTarget
 
-__all__ = ["EnvDescription", "EnvRole", "RolloutReport", "describe_env", "rollout_metrics"]
+__all__ = ["EnvDescription", "EnvRole", "RolloutReport", "describe_env", "episode_means",
+           "rollout_metrics"]
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,19 @@ def rollout_metrics(result: EnvRollout) -> dict[str, float]:
             "success_sum": float(sum(bool(f) for f in flags)), "success_count": float(len(flags)),
             "env_steps": float(result.env_steps), "rollout_seconds": float(result.seconds),
             "step_seconds": float(result.step_seconds), "wait_seconds": float(result.wait_seconds)}
+
+
+def episode_means(sums: Mapping[str, float]) -> dict[str, float]:
+    """The episode count and mean return, length and (where the task reports it) success
+    rate of `rollout_metrics` sums (pooled over ranks or not)."""
+    episodes = sums["episodes"]
+    if not episodes:
+        return {"episodes": 0.0}
+    out = {"episodes": episodes, "episode_return": sums["return_sum"] / episodes,
+           "episode_length": sums["length_sum"] / episodes}
+    if sums["success_count"]:
+        out["success_rate"] = sums["success_sum"] / sums["success_count"]
+    return out
 
 
 class _InlineLink:
