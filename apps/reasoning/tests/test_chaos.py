@@ -32,6 +32,11 @@ from .test_run import assert_same_metrics, cli_command, cli_env, read_jsonl, run
 
 pytestmark = pytest.mark.timeout(900)
 
+# A suite started as a shell's background job (`cmd &`) inherits SIGINT ignored, and so
+# would the runs it starts: handled here, SIGINT is back to its default in them after exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 CHAOS = ("run.steps=16", "run.checkpoint_every=2", "run.eval_every=0", "placement=collocated",
          "cluster.cpu_slots=1", "run.predict=false")
 """16 steps of the tiny run, a checkpoint every other step, one process per role."""

@@ -7,12 +7,18 @@ fixture (`ray_cluster`) and give ranks fractional CPUs so several small groups f
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# The Ctrl-C tests need Python's KeyboardInterrupt handler, which Python does not install
+# when it starts with SIGINT ignored (a suite run as a shell's background job, `cmd &`).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
