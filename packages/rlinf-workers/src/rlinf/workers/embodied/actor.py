@@ -30,7 +30,7 @@ from torch import nn
 
 from rlinf.workers.algorithms import gae, grpo_advantages, ppo_policy_loss
 from rlinf.workers.embodied.mlp_ppo import STAT_NAMES, MlpPPOKernel, PPOCoefficients
-from rlinf.workers.embodied.ppo_step import ppo_terms
+from rlinf.workers.embodied.ppo_step import MAX_LOG_RATIO, ppo_terms
 from rlinf.workers.embodied.vla_policy import VLAActorCritic, VLAPolicyConfig
 from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.errors import ConfigError, ShapeError
@@ -45,7 +45,6 @@ __all__ = ["EmbodiedActorConfig", "EmbodiedActorWorker", "first_episode_mask"]
 # between the 69M of a 64x64 update on 1,024 samples (1 thread faster) and the 465M of a
 # 768x768 one on 64 (2 threads faster).
 _PARALLEL_UPDATE_FLOPS = 2e8
-_MAX_LOG_RATIO = 20.0  # as the PPO losses: exp() stays finite
 
 
 @dataclass(frozen=True)
@@ -205,7 +204,7 @@ class EmbodiedActorWorker(Worker):
             prox = torch.cat([self.model.evaluate(obs, actions).log_prob for obs, actions in
                               zip(flat["obs"].split(chunk), flat["actions"].split(chunk),
                                   strict=True)])
-        log_ratio = (prox - flat["log_probs"]).clamp(min=-_MAX_LOG_RATIO, max=_MAX_LOG_RATIO)
+        log_ratio = (prox - flat["log_probs"]).clamp(min=-MAX_LOG_RATIO, max=MAX_LOG_RATIO)
         ratio = torch.exp(log_ratio)
         flat["log_probs"] = prox
         flat["importance"] = ratio.clamp(max=cfg.max_importance_weight)

@@ -32,12 +32,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from rlinf.workers.embodied.ppo_step import MAX_LOG_RATIO
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.policy import ActorCritic, gaussian_mlp_layers
 
 __all__ = ["STAT_NAMES", "MlpPPOKernel", "PPOCoefficients"]
 
-_MAX_LOG_RATIO = 20.0  # as ppo_step: exp() stays finite
 _WHITEN_EPS = 1e-8
 _CLIP_EPS = 1e-6  # as nn.utils.clip_grad_norm_
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -195,14 +195,14 @@ class MlpPPOKernel:
         action_dim = act.shape[1]
         log_prob = -0.5 * z2.sum(-1) - (log_std.sum() + action_dim * _HALF_LOG_2PI)
         raw_log_ratio = log_prob - old_lp
-        log_ratio = np.clip(raw_log_ratio, -_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+        log_ratio = np.clip(raw_log_ratio, -MAX_LOG_RATIO, MAX_LOG_RATIO)
         ratio = np.exp(log_ratio)
         low, high = 1.0 - coef.clip_ratio, 1.0 + coef.clip_ratio
         unclipped, clipped = -adv * ratio, -adv * np.clip(ratio, low, high)
         policy_loss = np.maximum(unclipped, clipped).mean()
         to_unclipped, to_clipped = _tie_shares(unclipped, clipped)
         in_bounds = (ratio >= low) & (ratio <= high)
-        in_clamp = np.abs(raw_log_ratio) <= _MAX_LOG_RATIO
+        in_clamp = np.abs(raw_log_ratio) <= MAX_LOG_RATIO
         # d loss / d log_prob: through max, the ratio clip, exp and the log-ratio clamp.
         g_log_prob = (adv * (-1.0 / n)) * (to_unclipped + to_clipped * in_bounds) * ratio
         g_log_prob *= in_clamp

@@ -18,9 +18,9 @@ import torch
 
 from rlinf.workers.models.policy import ActionEval
 
-__all__ = ["PPOTerms", "ppo_terms"]
+__all__ = ["MAX_LOG_RATIO", "PPOTerms", "ppo_terms"]
 
-_MAX_LOG_RATIO = 20.0  # as rlinf.workers.algorithms.losses: exp() stays finite
+MAX_LOG_RATIO = 20.0  # as rlinf.workers.algorithms.losses: exp() stays finite
 _WHITEN_EPS = 1e-8  # as masked_whiten
 
 
@@ -45,7 +45,7 @@ def ppo_terms(ev: ActionEval, *, old_log_probs: torch.Tensor, old_values: torch.
         adv = (adv - adv.mean()) * torch.rsqrt(adv.var(unbiased=True) + _WHITEN_EPS)
     if importance is not None:
         adv = adv * importance
-    log_ratio = (ev.log_prob - old_log_probs).clamp(min=-_MAX_LOG_RATIO, max=_MAX_LOG_RATIO)
+    log_ratio = (ev.log_prob - old_log_probs).clamp(min=-MAX_LOG_RATIO, max=MAX_LOG_RATIO)
     ratio = torch.exp(log_ratio)
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(min=1.0 - clip_ratio, max=1.0 + clip_ratio)
