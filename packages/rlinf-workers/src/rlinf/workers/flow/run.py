@@ -32,11 +32,11 @@ run started it.
 With the declaration's ``policy_lag=1`` (off by default) the trainers — the senders of
 weight syncs — run one iteration behind: `step(k)` runs every other component on iteration
 k while the trainers train on iteration k-1's data (which waited in their input channels),
-then syncs. Where
-the plan gives trainers devices of their own, the next rollout overlaps the update; the
-generators act with weights one update old, which the trainer corrects for (e.g. PPO's
-importance ratio against the behaviour policy). `drain()` trains the data still waiting,
-alone, so that a checkpoint taken after it holds no iteration in flight.
+then syncs. Where the plan gives trainers devices of their own, the next rollout overlaps
+the update; the generators act with weights one update old, which the trainer corrects for
+(e.g. PPO's importance ratio against the behaviour policy). `drain()` trains the data still
+waiting, alone, so that a checkpoint taken after it holds no iteration in flight
+(`step(k, drain=True)` does both).
 """
 
 from __future__ import annotations
@@ -93,8 +93,6 @@ class FlowRun:
         self.flow = flow
         self.plan = plan
         self.timeout = timeout
-        self.policy_lag = flow.policy_lag
-        """Iterations the trainers run behind the other components (0 or 1)."""
         self.inlined = flow.inlined(plan.placement)
         """``{component: host}``: components served inside their host's process."""
         self._groups = dict(groups)
@@ -254,6 +252,11 @@ class FlowRun:
             placement=placement, micro_batch=dict(self.plan.micro_batch),
             sources=tuple(n for n in self.flow.names if not self.flow.inputs(n)),
             loop_steps=self.flow.loop_steps, inlined=dict(self.inlined))
+
+    @property
+    def policy_lag(self) -> int:
+        """Iterations the trainers run behind the other components (the flow's: 0 or 1)."""
+        return self.flow.policy_lag
 
     @property
     def pending_step(self) -> int | None:
