@@ -140,10 +140,7 @@ class EmbodiedFlow:
         drain), and `drain` also trains this one before returning; the loss terms are the
         latest update's, ``train_seconds`` all of the iteration's."""
         wall_start = time.time()
-        records = [self.run.step(step)]
-        tail = self.run.drain() if drain else None
-        if tail is not None:
-            records.append(tail)
+        records = self.run.iteration(step, drain=drain)
         env = records[0].rank_metrics["env"][0]
         updates = [r.rank_metrics["actor"][0] for r in records if "actor" in r.rank_metrics]
         trained = dict(updates[-1]) if updates else {}

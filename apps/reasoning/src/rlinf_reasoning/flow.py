@@ -116,10 +116,7 @@ class ReasoningFlow:
         `WorkerDiedError` naming a rank that died (the flow is then closed: relaunch it and
         resume from a checkpoint)."""
         wall_start = time.time()
-        records = [self.run.step(step)]
-        tail = self.run.drain() if drain else None
-        if tail is not None:
-            records.append(tail)
+        records = self.run.iteration(step, drain=drain)
         record = records[0]
         rollout, reward = record.rank_metrics["rollout"], record.rank_metrics["reward"]
         responses = sum(r["responses"] for r in rollout)

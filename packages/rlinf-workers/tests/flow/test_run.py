@@ -234,8 +234,11 @@ def test_a_policy_lag_with_the_policy_inside_the_env_keeps_the_loop_exact(clean:
     flow = dataclasses.replace(declare_loop(), policy_lag=1)
     with FlowRun.launch(flow, flow.fixed_plan("env,policy: 0, actor: 1", num_devices=2),
                         timeout=120) as run:
-        records = [run.step(k) for k in range(3)]
-        run.drain()
+        records = [run.step(k) for k in range(2)]
+        last = run.iteration(2, drain=True)  # the step, then the drain of what it produced
+        records.append(last[0])
+        assert [r.trained_step for r in last] == [1, 2] and run.pending_step is None
+        assert run.iteration(3) == tuple(run.records[-1:])  # without drain: the step alone
     assert [r.metrics["env/action_sum"] for r in records] == [
         loop_action_sum(0, version=0), loop_action_sum(1, version=0),
         loop_action_sum(2, version=1)]

@@ -36,7 +36,7 @@ then syncs. Where the plan gives trainers devices of their own, the next rollout
 the update; the generators act with weights one update old, which the trainer corrects for
 (e.g. PPO's importance ratio against the behaviour policy). `drain()` trains the data still
 waiting, alone, so that a checkpoint taken after it holds no iteration in flight
-(`step(k, drain=True)` does both).
+(`iteration(k, drain=True)` does both).
 """
 
 from __future__ import annotations
@@ -284,6 +284,13 @@ class FlowRun:
         if self.policy_lag:
             self._pending = ctx
         return record
+
+    def iteration(self, step: int, *, drain: bool = False) -> tuple[IterationRecord, ...]:
+        """`step(step)`'s record, then with `drain` the record of `drain()` where it trained
+        something (an app's iteration that ends at a checkpoint)."""
+        records = [self.step(step)]
+        tail = self.drain() if drain else None
+        return (*records, tail) if tail is not None else tuple(records)
 
     def drain(self) -> IterationRecord | None:
         """With a policy lag: train on the data still waiting (the last `step`'s), alone,
