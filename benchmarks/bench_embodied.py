@@ -217,6 +217,11 @@ LAGGED_PLACEMENT = "env,rollout: 0, actor: 1"
 """Its placement: the actor apart, so the update overlaps the next rollout."""
 
 
+def lagged_of(spec: EmbodiedSpec) -> EmbodiedSpec:
+    """`spec` as the lagged contender trains it (``algorithm.policy_lag=1``)."""
+    return replace(spec, actor=replace(spec.actor, policy_lag=1))
+
+
 def timing_of(args: argparse.Namespace) -> tuple[int, int]:
     """(warm-up, timed) iterations of every contender."""
     warmup = args.warmup if args.warmup is not None else (1 if args.quick else 2)
@@ -426,7 +431,7 @@ def time_to_threshold(args: argparse.Namespace, first: dict[str, Any],
             seconds[f"rlinf_{mode}"].append(rlinf_train_until(
                 spec, fixed_plan(spec, mode), threshold=threshold, budget_s=budget))
             if lagged:  # a throughput trick must not hide slower learning
-                lagged_spec = replace(spec, actor=replace(spec.actor, policy_lag=1))
+                lagged_spec = lagged_of(spec)
                 seconds[f"rlinf_{LAGGED}"].append(rlinf_train_until(
                     lagged_spec, fixed_plan(lagged_spec, LAGGED_PLACEMENT), threshold=threshold,
                     budget_s=budget))
@@ -594,7 +599,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
              configure_logging=False)
     cluster = Cluster.discover(use_ray=False, cpu_slots=2)
     plans = {mode: fixed_plan(spec, mode) for mode in ("collocated", "hybrid")}
-    lagged_spec = replace(spec, actor=replace(spec.actor, policy_lag=1))
+    lagged_spec = lagged_of(spec)
     lagged_plan = fixed_plan(lagged_spec, LAGGED_PLACEMENT)
     tallies: dict[str, Tally] = {}
     predicted: dict[str, float] = {}
