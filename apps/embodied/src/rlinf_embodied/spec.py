@@ -37,18 +37,20 @@ __all__ = [
 def env_worker_config(cfg: AppConfig) -> EnvWorkerConfig:
     """The env workers' config: task, env count, stage groups, GRPO same-start blocks."""
     env = cfg.env
-    _, task = split_env_id(env.id)
+    backend, task = split_env_id(env.id)
     grpo = cfg.algorithm.name == "grpo"
     return EnvWorkerConfig(
         env_name=task, num_envs=env.num_envs, pipeline_stages=env.pipeline_stages,
         seed=cfg.run.seed, max_episode_steps=env.max_episode_steps,
         same_start_group_size=cfg.algorithm.grpo_group_size if grpo else 1,
         pixels=(env.image_size, env.image_size) if env.obs == "pixels" else None,
-        instruction=env.instruction, threads=env.threads)
+        instruction=env.instruction, threads=env.threads,
+        env_kwargs={"render_effects": env.render_effects} if backend == "libero" else {})
 
 
-def probe_spaces(env_cfg: EnvWorkerConfig) -> tuple[gym.Space[Any], gym.Space[Any]]:
-    """Observation and action space of one env of `env_cfg` (built and closed here)."""
+def probe_spaces(env_cfg: EnvWorkerConfig) -> tuple[gym.Space[Any], gym.Space[Any], str]:
+    """Observation and action space of one env of `env_cfg` and the task's own language
+    instruction ("" when it has none; built and closed here)."""
     from rlinf.envs.embodied import make_vector_env
     from rlinf.workers.env.pixels import make_pixel_env
 
@@ -59,7 +61,8 @@ def probe_spaces(env_cfg: EnvWorkerConfig) -> tuple[gym.Space[Any], gym.Space[An
            make_vector_env(one.env_name, num_envs=1, seed=one.seed,
                            max_episode_steps=one.max_episode_steps, env_kwargs=one.env_kwargs))
     try:
-        return env.single_observation_space, env.single_action_space
+        own = env.get_attr("instruction") if one.pixels is not None else [""]
+        return env.single_observation_space, env.single_action_space, str(own[0])
     finally:
         env.close()
 
@@ -73,9 +76,10 @@ def _action_shape(space: gym.Space[Any], env_id: str) -> tuple[int, bool]:
                          f"got {space}")
 
 
-def policy_config(cfg: AppConfig, obs_space: gym.Space[Any], action_space: gym.Space[Any]
-                  ) -> NetworkConfig | VLAPolicyConfig:
-    """The network of `cfg.policy` sized for the task's spaces."""
+def policy_config(cfg: AppConfig, obs_space: gym.Space[Any], action_space: gym.Space[Any],
+                  task_instruction: str = "") -> NetworkConfig | VLAPolicyConfig:
+    """The network of `cfg.policy` sized for the task's spaces; a VLA reads
+    `cfg.env.instruction`, else the task's own, else the task id."""
     pol = cfg.policy
     if not isinstance(obs_space, gym.spaces.Box):
         raise AppConfigError("env.id", cfg.env.id, f"a task with array observations, got "
@@ -95,14 +99,15 @@ def policy_config(cfg: AppConfig, obs_space: gym.Space[Any], action_space: gym.S
                              "the VLA's action bins")
     v = pol.vla
     network = VLAConfig(
-        image_shape=(3, cfg.env.image_size, cfg.env.image_size), action_dim=action_dim,
+        image_shape=(int(obs_space.shape[0]), cfg.env.image_size, cfg.env.image_size),
+        action_dim=action_dim,
         num_bins=v.num_bins, patch_size=v.patch_size,
         max_instruction_tokens=v.max_instruction_tokens, hidden_size=v.hidden_size,
         num_layers=v.num_layers, num_heads=v.num_heads)
     _, task = split_env_id(cfg.env.id)
     return VLAPolicyConfig(vla=network, action_low=tuple(low.tolist()),
                            action_high=tuple(high.tolist()),
-                           instruction=cfg.env.instruction or task)
+                           instruction=cfg.env.instruction or task_instruction or task)
 
 
 def actor_config(cfg: AppConfig, policy: NetworkConfig | VLAPolicyConfig) -> EmbodiedActorConfig:
@@ -122,8 +127,8 @@ def build_spec(cfg: AppConfig) -> EmbodiedSpec:
     from rlinf_embodied.workflow import EmbodiedSpec
 
     env = env_worker_config(cfg)
-    obs_space, action_space = probe_spaces(env)
-    policy = policy_config(cfg, obs_space, action_space)
+    obs_space, action_space, instruction = probe_spaces(env)
+    policy = policy_config(cfg, obs_space, action_space, instruction)
     return EmbodiedSpec(env=env, policy=policy, actor=actor_config(cfg, policy),
                         rollout_steps=cfg.run.rollout_steps, seed=cfg.run.seed,
                         device=cfg.run.device,
@@ -132,7 +137,7 @@ def build_spec(cfg: AppConfig) -> EmbodiedSpec:
 
 def resets_every_iteration(cfg: AppConfig) -> bool:
     """Whether every iteration starts from fresh seeded resets: GRPO compares each env's
-    first episode of a rollout, and ManiSkill3's simulator state cannot be checkpointed (a
-    resumed run must not depend on it)."""
+    first episode of a rollout, and the simulator state of ManiSkill3 and LIBERO cannot be
+    checkpointed (a resumed run must not depend on it)."""
     backend, _ = split_env_id(cfg.env.id)
-    return cfg.algorithm.name == "grpo" or backend == "maniskill"
+    return cfg.algorithm.name == "grpo" or backend in ("maniskill", "libero")

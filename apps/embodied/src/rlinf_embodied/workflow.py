@@ -94,10 +94,10 @@ class EmbodiedSpec:
         if isinstance(self.policy, VLAConfig | VLAPolicyConfig):
             vla = self.policy if isinstance(self.policy, VLAConfig) else self.policy.vla
             pixels = self.env.pixels
-            if pixels is None or vla.image_shape != (3, *pixels):
+            if pixels is None or vla.image_shape[1:] != tuple(pixels):
                 raise ConfigError(
-                    f"a VLA policy sees camera frames: set env.pixels so that (3, *pixels) "
-                    f"equals VLAConfig.image_shape={vla.image_shape}, got env.pixels={pixels}")
+                    f"a VLA policy sees camera frames: set env.pixels to the (height, width) "
+                    f"of VLAConfig.image_shape={vla.image_shape}, got env.pixels={pixels}")
         elif not isinstance(self.policy, PolicyConfig):
             raise ConfigError(f"policy must be a PolicyConfig, VLAConfig or VLAPolicyConfig, got "
                               f"{type(self.policy).__name__}")

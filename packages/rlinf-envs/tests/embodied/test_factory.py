@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from rlinf.envs import (
-    AssetsMissingError,
     EnvsError,
     MissingExtraError,
     RenderError,
@@ -16,7 +15,6 @@ from rlinf.envs._extras import has_module
 from rlinf.envs.embodied import make_vector_env, resolve_backend
 
 HAS_MANISKILL = has_module("mani_skill")
-HAS_LIBERO = has_module("libero")
 
 
 def test_resolve_backend() -> None:
@@ -46,12 +44,6 @@ def test_maniskill_without_extra_names_it() -> None:
     assert isinstance(info.value, ImportError)
 
 
-@pytest.mark.skipif(HAS_LIBERO, reason="libero is installed; missing-extra path not reachable")
-def test_libero_without_extra_names_it() -> None:
-    with pytest.raises(MissingExtraError, match=r"rlinf-envs\[libero\]"):
-        make_vector_env("libero_spatial", num_envs=1)
-
-
 def test_missing_extra_error_pickles() -> None:
     import pickle
 
@@ -77,17 +69,4 @@ def test_maniskill_pick_cube_state() -> None:
     np.testing.assert_array_equal(obs, obs_again)
     again = [env.step(a) for a in actions]
     np.testing.assert_allclose(first[-1].obs, again[-1].obs, rtol=1e-5, atol=1e-6)
-    env.close()
-
-
-@pytest.mark.skipif(not HAS_LIBERO, reason="LIBERO not installed (extra libero)")
-def test_libero_spatial_task() -> None:
-    try:
-        env = make_vector_env("libero_spatial/0", num_envs=1, seed=0, render_size=(64, 64))
-    except (AssetsMissingError, RenderError) as exc:
-        pytest.skip(f"LIBERO assets or GL missing: {exc}")
-    obs, _ = env.reset()
-    assert isinstance(obs, dict) and obs["image"].shape == (1, 64, 64, 3)
-    result = env.step(np.zeros((1, 7)))
-    assert "success" in result.info
     env.close()

@@ -10,18 +10,20 @@ class EnvsError(Exception):
 class MissingExtraError(EnvsError, ImportError):
     """A feature needs an optional dependency that is not installed; the message names the extra."""
 
-    def __init__(self, feature: str, extra: str, module: str) -> None:
+    def __init__(self, feature: str, extra: str, module: str, install: str | None = None) -> None:
+        self.install = install or f"pip install 'rlinf-envs[{extra}]'"
+        """The command that installs what is missing."""
         super().__init__(
             f"{feature} needs the optional module {module!r}, which is not installed; "
-            f"install it with: pip install 'rlinf-envs[{extra}]'"
+            f"install it with: {self.install}"
         )
         self.feature = feature
         self.extra = extra
         self.module = module
 
-    def __reduce__(self) -> tuple[type[MissingExtraError], tuple[str, str, str]]:
+    def __reduce__(self) -> tuple[type[MissingExtraError], tuple[str, str, str, str]]:
         # Keeps the error picklable across Ray/multiprocessing despite the custom __init__.
-        return (type(self), (self.feature, self.extra, self.module))
+        return (type(self), (self.feature, self.extra, self.module, self.install))
 
 
 class UnknownEnvError(EnvsError, KeyError):

@@ -11,6 +11,7 @@ from rlinf.envs.embodied.backends import gym_backend, libero, maniskill, mujoco_
 from rlinf.envs.embodied.base import VectorEnv
 from rlinf.envs.embodied.loop import LoopVectorEnv, SingleEnv
 from rlinf.envs.errors import ConfigError, MissingExtraError, UnknownEnvError
+from rlinf.envs.install_libero import INSTALL_HINT as LIBERO_INSTALL
 
 Backend = Literal["auto", "mujoco", "gymnasium", "maniskill", "libero"]
 BACKENDS: tuple[Backend, ...] = ("auto", "mujoco", "gymnasium", "maniskill", "libero")
@@ -96,7 +97,9 @@ def make_vector_env(
         if chosen == "gymnasium":
             raise  # a core dependency is broken: not something an extra fixes
         # A dependency of the extra itself (robosuite for LIBERO, sapien for ManiSkill).
-        raise MissingExtraError(f"{chosen} env {name!r}", chosen, exc.name or "?") from exc
+        install = LIBERO_INSTALL if chosen == "libero" else None
+        raise MissingExtraError(f"{chosen} env {name!r}", chosen, exc.name or "?",
+                                install=install) from exc
     if batched:
         return mujoco_batch.MujocoVectorEnv(envs, name=name, seed=seed, threads=threads,
                                             max_episode_steps=max_episode_steps)

@@ -1,10 +1,12 @@
-"""Camera observations: gymnasium tasks that observe their own rendered frames.
+"""Camera observations: what a VLA or CNN policy sees, as one ``uint8 (C, H, W)`` array.
 
-A VLA sees images, not state vectors. `make_pixel_env` builds the task's simulators with
-``rgb_array`` rendering at the requested size and wraps each in `PixelObservation`, whose
-observation is the frame after every reset and step as ``uint8 (3, H, W)``. The wrapper sits
-below the vector env, so an episode's final frame is rendered before its auto-reset and
-arrives as ``final_obs`` like any observation (PPO bootstraps truncations from it).
+A VLA sees images, not state vectors. For gymnasium tasks `make_pixel_env` builds the
+simulators with ``rgb_array`` rendering at the requested size and wraps each in
+`PixelObservation`, whose observation is the frame after every reset and step as
+``uint8 (3, H, W)``. LIBERO tasks have two cameras: `CameraStack` stacks the agent-view and
+wrist images into ``uint8 (6, H, W)`` (`pixel_channels`). The wrappers sit below the vector
+env, so an episode's final frame is rendered before its auto-reset and arrives as
+``final_obs`` like any observation (PPO bootstraps truncations from it).
 """
 
 from __future__ import annotations
@@ -16,12 +18,20 @@ import numpy as np
 import numpy.typing as npt
 
 from rlinf.envs.embodied import LoopVectorEnv, SingleEnv, VectorEnv, resolve_backend
-from rlinf.envs.embodied.backends import gym_backend
+from rlinf.envs.embodied.backends import gym_backend, libero
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.env.same_start import block_seeded
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["PixelObservation", "make_pixel_env"]
+__all__ = ["CameraStack", "PixelObservation", "make_pixel_env", "pixel_channels"]
+
+LIBERO_CAMERAS = ("image", "wrist_image")
+"""LIBERO's observation keys stacked by `CameraStack`: agent view, then wrist."""
+
+
+def pixel_channels(env_name: str) -> int:
+    """Channels of `make_pixel_env`'s observations for `env_name`: 3 per camera."""
+    return 3 * len(LIBERO_CAMERAS) if resolve_backend(env_name) == "libero" else 3
 
 
 class PixelObservation:
@@ -32,6 +42,7 @@ class PixelObservation:
         self.observation_space: gym.Space[Any] = gym.spaces.Box(
             0, 255, shape=(3, *size), dtype=np.uint8)
         self.action_space: gym.Space[Any] = env.action_space
+        self.instruction = ""  # gymnasium tasks have none: the env worker falls back to the id
         self._size = size
 
     def _frame(self) -> npt.NDArray[np.uint8]:
@@ -56,18 +67,62 @@ class PixelObservation:
         self._env.close()
 
 
+def _instruction(env: Any) -> str:
+    """The task's language instruction, looked up through wrappers (``_env``); "" if none."""
+    while env is not None:
+        if isinstance(getattr(env, "instruction", None), str):
+            return str(env.instruction)
+        env = getattr(env, "_env", None)
+    return ""
+
+
+class CameraStack:
+    """A `SingleEnv` with dict camera observations (LIBERO's) seen as one channel stack."""
+
+    def __init__(self, env: SingleEnv, *, size: tuple[int, int],
+                 keys: tuple[str, ...] = LIBERO_CAMERAS) -> None:
+        self._env = env
+        self._keys = keys
+        self.observation_space: gym.Space[Any] = gym.spaces.Box(
+            0, 255, shape=(3 * len(keys), *size), dtype=np.uint8)
+        self.action_space: gym.Space[Any] = env.action_space
+        self.instruction: str = _instruction(env)
+
+    def _stack(self, obs: dict[str, Any]) -> npt.NDArray[np.uint8]:
+        return np.concatenate([np.asarray(obs[key], dtype=np.uint8).transpose(2, 0, 1)
+                               for key in self._keys])
+
+    def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
+        obs, info = self._env.reset(seed=seed)
+        return self._stack(obs), info
+
+    def step(self, action: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self._env.step(action)
+        return self._stack(obs), reward, terminated, truncated, info
+
+    def render(self) -> Any:
+        return self._env.render()
+
+    def close(self) -> None:
+        self._env.close()
+
+
 def make_pixel_env(config: EnvWorkerConfig) -> VectorEnv:
-    """The vector env of `config` observing ``config.pixels``-sized frames."""
+    """The vector env of `config` observing ``config.pixels``-sized camera images."""
     if config.pixels is None:
         raise ConfigError("make_pixel_env needs EnvWorkerConfig.pixels=(height, width)")
-    if resolve_backend(config.env_name) != "gymnasium":
-        raise ConfigError(f"pixel observations are implemented for gymnasium tasks, got "
-                          f"{config.env_name!r}; ManiSkill3 and LIBERO expose cameras through "
-                          "their own observation modes")
-    envs: list[SingleEnv] = list(gym_backend.make_envs(
+    backend = resolve_backend(config.env_name)
+    if backend not in ("gymnasium", "libero"):
+        raise ConfigError(f"pixel observations are implemented for gymnasium and LIBERO tasks, "
+                          f"got {config.env_name!r}; ManiSkill3 exposes cameras through its "
+                          "own observation modes")
+    builder = libero.make_envs if backend == "libero" else gym_backend.make_envs
+    envs: list[SingleEnv] = list(builder(
         config.env_name, num_envs=config.num_envs, render_size=config.pixels,
         max_episode_steps=config.max_episode_steps, env_kwargs=dict(config.env_kwargs)))
     if config.same_start_group_size > 1:
         envs = block_seeded(envs, config.same_start_group_size)
-    wrapped = [PixelObservation(env, size=config.pixels) for env in envs]
+    wrapped: list[SingleEnv] = [
+        CameraStack(env, size=config.pixels) if backend == "libero"
+        else PixelObservation(env, size=config.pixels) for env in envs]
     return LoopVectorEnv(wrapped, seed=config.seed, name=config.env_name)

@@ -106,8 +106,12 @@ class EnvWorker(Worker):
 
     @property
     def instruction(self) -> str:
-        """The task's language instruction (the config's, else the task id)."""
-        return self.config.instruction or self.config.env_name
+        """The task's language instruction: the config's, else the task's own (LIBERO's),
+        else the task id."""
+        if self.config.instruction:
+            return self.config.instruction
+        own = self.env.get_attr("instruction") if self.config.pixels is not None else []
+        return next((str(text) for text in own if text), self.config.env_name)
 
     def state(self) -> dict[str, Any]:
         """Simulator state and current observations: `load_state` continues from here exactly

