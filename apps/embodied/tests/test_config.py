@@ -154,6 +154,7 @@ def test_missing_libero_names_both_install_steps(monkeypatch):
     ("env.id=libero:libero_spatial", "env.id", "libero:<suite>/<task id>"),
     ("env.id=libero:libero_nowhere/0", "env.id", "libero:<suite>/<task id>"),
     ("env.obs=state", "env.obs", "'pixels' for LIBERO"),
+    ("env.processes=5", "env.processes", "[1, env.num_envs=4]"),
 ])
 def test_bad_libero_settings_are_refused(override, key, allowed):
     overrides = ["task=libero_spatial", override]

@@ -16,10 +16,12 @@ pytestmark = pytest.mark.skipif(
            "python -m rlinf.envs.install_libero")
 
 
-@pytest.mark.parametrize("placement", ["collocated", "hybrid"])
-def test_libero_spatial_trains_end_to_end(tmp_path, ray_address, placement):
+@pytest.mark.parametrize(("placement", "processes"), [("collocated", 1), ("hybrid", 2)])
+def test_libero_spatial_trains_end_to_end(tmp_path, ray_address, placement, processes):
+    """Hybrid with the env worker's two envs in two processes of their own."""
     run_dir = tmp_path / "run"
     proc = run_cli(["task=libero_spatial", f"placement={placement}", "run.iterations=2",
+                    f"env.processes={processes}",
                     "run.rollout_steps=8", "env.num_envs=2", "env.image_size=32",
                     "policy.vla.patch_size=8", "policy.vla.hidden_size=32",
                     "run.eval_episodes=1", "env.max_episode_steps=12", "run.eval_max_steps=12",

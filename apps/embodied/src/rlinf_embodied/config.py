@@ -61,6 +61,10 @@ class EnvConfig:
     instruction: str = ""
     """Language instruction given to a VLA policy (empty: the task's own, LIBERO's, else the
     task id)."""
+    processes: int = 1
+    """Processes the env worker shards its envs over, stepped in parallel (env i in process
+    i mod processes): for slow simulators such as LIBERO's renderer; each process keeps a
+    core busy while it steps. Not counted against the placement's CPU slots."""
     render_effects: bool = True
     """LIBERO: render shadows and reflections (false: about 2x faster software rendering,
     different pictures; keep true for checkpoints trained on LIBERO's images)."""
@@ -87,6 +91,9 @@ class EnvConfig:
             raise AppConfigError("env.image_size", self.image_size, "an integer in [8, 512]")
         if self.threads < 1:
             raise AppConfigError("env.threads", self.threads, "an integer >= 1")
+        if not 1 <= self.processes <= self.num_envs:
+            raise AppConfigError("env.processes", self.processes,
+                                 f"an integer in [1, env.num_envs={self.num_envs}]")
 
 
 @dataclass(frozen=True)
@@ -316,6 +323,9 @@ class AppConfig:
             raise AppConfigError("algorithm.num_minibatches", algo.num_minibatches,
                                  f"at most the {samples} samples of a rollout "
                                  "(env.num_envs x run.rollout_steps)")
+        if algo.name == "grpo" and env.obs == "state" and env.processes > 1:
+            raise AppConfigError("env.processes", env.processes, "1 for GRPO on state "
+                                 "observations (its same-start blocks step in one process)")
         if algo.name == "grpo" and env.num_envs % algo.grpo_group_size:
             raise AppConfigError("algorithm.grpo_group_size", algo.grpo_group_size,
                                  f"a divisor of env.num_envs={env.num_envs}")

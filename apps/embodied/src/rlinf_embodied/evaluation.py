@@ -54,7 +54,8 @@ def evaluate(env: EnvWorkerConfig, rollout: PolicyRolloutConfig | VLARolloutConf
         kwargs["init_states"] = "sequential"
     worker = EnvWorker(context, config=replace(env, num_envs=num_episodes, seed=seed,
                                                pipeline_stages=num_episodes,
-                                               same_start_group_size=1, env_kwargs=kwargs))
+                                               same_start_group_size=1, env_kwargs=kwargs,
+                                               processes=min(env.processes, num_episodes)))
     try:
         return _evaluate(worker, policy, max_steps=max_steps, record_video=record_video)
     finally:

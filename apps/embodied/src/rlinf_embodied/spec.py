@@ -44,7 +44,7 @@ def env_worker_config(cfg: AppConfig) -> EnvWorkerConfig:
         seed=cfg.run.seed, max_episode_steps=env.max_episode_steps,
         same_start_group_size=cfg.algorithm.grpo_group_size if grpo else 1,
         pixels=(env.image_size, env.image_size) if env.obs == "pixels" else None,
-        instruction=env.instruction, threads=env.threads,
+        instruction=env.instruction, threads=env.threads, processes=env.processes,
         env_kwargs={"render_effects": env.render_effects} if backend == "libero" else {})
 
 
@@ -137,7 +137,8 @@ def build_spec(cfg: AppConfig) -> EmbodiedSpec:
 
 def resets_every_iteration(cfg: AppConfig) -> bool:
     """Whether every iteration starts from fresh seeded resets: GRPO compares each env's
-    first episode of a rollout, and the simulator state of ManiSkill3 and LIBERO cannot be
-    checkpointed (a resumed run must not depend on it)."""
+    first episode of a rollout, and the simulator state of ManiSkill3, LIBERO and envs in
+    other processes cannot be checkpointed (a resumed run must not depend on it)."""
     backend, _ = split_env_id(cfg.env.id)
-    return cfg.algorithm.name == "grpo" or backend in ("maniskill", "libero")
+    return (cfg.algorithm.name == "grpo" or backend in ("maniskill", "libero")
+            or cfg.env.processes > 1)

@@ -218,7 +218,7 @@ def stages_of(spec: EmbodiedSpec, plan: ExecutionPlan) -> int:
 def describe(spec: EmbodiedSpec) -> EnvDescription:
     """The task's spaces and instruction, from one env built and closed in this process."""
     probe = EnvWorker(WorkerContext(role="probe", rank=0, world_size=1),
-                      config=replace(spec.env, num_envs=1, pipeline_stages=1,
+                      config=replace(spec.env, num_envs=1, pipeline_stages=1, processes=1,
                                      same_start_group_size=1))
     try:
         return describe_env(probe)

@@ -167,3 +167,25 @@ def test_initial_states_are_seeded_or_sequential() -> None:
             env.close()
     assert draws[0][0] == draws[1][0]  # the same seed draws the same stored states
     np.testing.assert_array_equal(draws[0][1], draws[1][1])
+
+
+@needs_libero
+def test_envs_sharded_over_processes_match_local_ones() -> None:
+    """Two LIBERO envs in two processes (env i in process i): the same stored initial
+    states, proprioception and pictures as in this process, and their instructions."""
+    options: dict[str, Any] = {"num_envs": 2, "seed": 4, "render_size": (32, 32),
+                               "env_kwargs": FAST}
+    local = make_vector_env("libero_spatial/1", **options)
+    sharded = make_vector_env("libero_spatial/1", processes=2, **options)
+    try:
+        first, again = local.reset()[0], sharded.reset()[0]
+        assert sharded.get_attr("init_state") == local.get_attr("init_state")
+        assert sharded.get_attr("instruction") == local.get_attr("instruction")
+        actions = np.random.default_rng(0).uniform(-1, 1, (3, 2, 7))
+        for step in actions:
+            first, again = local.step(step).obs, sharded.step(step).obs
+        np.testing.assert_allclose(first["state"], again["state"], atol=1e-6)
+        np.testing.assert_array_equal(first["image"], again["image"])
+    finally:
+        local.close()
+        sharded.close()

@@ -74,3 +74,7 @@ class AssetsMissingError(EnvsError, FileNotFoundError):
 
 class RenderError(EnvsError, RuntimeError):
     """Offscreen rendering is unavailable (no headless GL) or the env was not built to render."""
+
+
+class EnvProcessError(EnvsError, RuntimeError):
+    """An env worker process died or failed; the message names it, its exit code and envs."""

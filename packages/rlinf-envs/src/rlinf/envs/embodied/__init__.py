@@ -11,19 +11,24 @@ from rlinf.envs.embodied.factory import (
     VectorEnvConfig,
     make_vector_env,
     resolve_backend,
+    sharded_vector_env,
 )
 from rlinf.envs.embodied.loop import LoopVectorEnv, SingleEnv
+from rlinf.envs.embodied.processes import EnvProcessPool, RemoteEnv
 
 __all__ = [
     "BACKENDS",
+    "EnvProcessPool",
     "EpisodeStats",
     "LoopVectorEnv",
     "MujocoVectorEnv",
     "Observation",
+    "RemoteEnv",
     "SingleEnv",
     "StepResult",
     "VectorEnv",
     "VectorEnvConfig",
     "make_vector_env",
     "resolve_backend",
+    "sharded_vector_env",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -10,6 +10,7 @@ from rlinf.envs._extras import has_module
 from rlinf.envs.embodied.backends import gym_backend, libero, maniskill, mujoco_batch
 from rlinf.envs.embodied.base import VectorEnv
 from rlinf.envs.embodied.loop import LoopVectorEnv, SingleEnv
+from rlinf.envs.embodied.processes import EnvProcessPool, ShardBuilder
 from rlinf.envs.errors import ConfigError, MissingExtraError, UnknownEnvError
 from rlinf.envs.install_libero import INSTALL_HINT as LIBERO_INSTALL
 
@@ -47,6 +48,28 @@ def resolve_backend(name: str) -> Literal["gymnasium", "maniskill", "libero"]:
     )
 
 
+@dataclass(frozen=True)
+class ShardSpec:
+    """What an `EnvProcessPool` process builds: called with global env indices, it returns
+    those envs among `num_envs` of `name` (a picklable `ShardBuilder`)."""
+
+    backend: str
+    name: str
+    render_size: tuple[int, int]
+    max_episode_steps: int | None
+    env_kwargs: Mapping[str, Any]
+    num_envs: int
+
+    def __call__(self, indices: Sequence[int]) -> list[SingleEnv]:
+        options: dict[str, Any] = {"render_size": self.render_size,
+                                   "max_episode_steps": self.max_episode_steps,
+                                   "env_kwargs": dict(self.env_kwargs)}
+        if self.backend == "libero":
+            return libero.make_envs(self.name, num_envs=self.num_envs, indices=indices,
+                                    **options)
+        return _BUILDERS[self.backend](self.name, num_envs=len(indices), **options)
+
+
 def make_vector_env(
     name: str,
     *,
@@ -57,6 +80,7 @@ def make_vector_env(
     max_episode_steps: int | None = None,
     env_kwargs: Mapping[str, Any] | None = None,
     threads: int = 1,
+    processes: int = 1,
 ) -> VectorEnv:
     """A vector env of `num_envs` copies of `name` (see `rlinf.envs.embodied.base`).
 
@@ -66,6 +90,9 @@ def make_vector_env(
     `backend="auto"` steps the gymnasium MuJoCo tasks that `mujoco_batch` knows as one
     batch (`MujocoVectorEnv`, physics on `threads` threads) and every other gymnasium env in
     a loop; `backend="gymnasium"` forces the loop over gymnasium's own `step`.
+    `processes > 1` shards the envs over that many worker processes stepped in parallel
+    (`rlinf.envs.embodied.processes`; for slow simulators such as LIBERO's renderer; not
+    with the batched MuJoCo backend or ManiSkill3, whose simulators batch themselves).
     Raises UnknownEnvError for names no backend knows, MissingExtraError naming the extra
     when the backend's package is not installed.
     """
@@ -83,9 +110,21 @@ def make_vector_env(
         raise ConfigError(
             f"backend 'mujoco' batches gymnasium's v5 MuJoCo tasks; {name!r} is not one of them "
             "(use backend='auto' or 'gymnasium')")
+    if not 1 <= processes <= num_envs:
+        raise ConfigError(f"processes must be between 1 and num_envs={num_envs}, got "
+                          f"{processes}")
     chosen = resolve_backend(name) if backend in ("auto", "mujoco") else backend
     batched = backend == "mujoco" or (
-        backend == "auto" and chosen == "gymnasium" and mujoco_batch.supports(name))
+        backend == "auto" and chosen == "gymnasium" and mujoco_batch.supports(name)
+        and processes == 1)
+    if processes > 1:
+        if batched or chosen == "maniskill":
+            raise ConfigError(f"processes > 1 shards loop-stepped simulators; {name!r} with "
+                              f"backend {backend!r} batches its own (use threads)")
+        shard = ShardSpec(chosen, name, (render_size[0], render_size[1]), max_episode_steps,
+                          dict(env_kwargs or {}), num_envs)
+        return sharded_vector_env(shard, num_envs=num_envs, processes=processes, seed=seed,
+                                  name=name)
     try:
         envs = _BUILDERS[chosen](
             name, num_envs=num_envs, render_size=tuple(render_size),
@@ -104,6 +143,14 @@ def make_vector_env(
         return mujoco_batch.MujocoVectorEnv(envs, name=name, seed=seed, threads=threads,
                                             max_episode_steps=max_episode_steps)
     return LoopVectorEnv(envs, seed=seed, name=name)
+
+
+def sharded_vector_env(builder: ShardBuilder, *, num_envs: int, processes: int, seed: int,
+                       name: str) -> LoopVectorEnv:
+    """A `LoopVectorEnv` over the envs `builder` makes in `processes` worker processes
+    (stopped when the vector env closes)."""
+    pool = EnvProcessPool(builder, num_envs=num_envs, processes=processes)
+    return LoopVectorEnv(pool.envs, seed=seed, name=name, on_close=pool.close)
 
 
 @dataclass(frozen=True)
@@ -126,11 +173,13 @@ class VectorEnvConfig:
     """Extra keyword arguments for the backend's env constructor."""
     threads: int = 1
     """Threads stepping a batched MuJoCo backend's physics (one per core it may use)."""
+    processes: int = 1
+    """Worker processes the envs are sharded over (slow simulators; 1: this process)."""
 
     def make(self) -> VectorEnv:
         """Build the vector env this config describes."""
         return make_vector_env(
             self.name, num_envs=self.num_envs, seed=self.seed, backend=self.backend,
             render_size=self.render_size, max_episode_steps=self.max_episode_steps,
-            env_kwargs=self.env_kwargs, threads=self.threads,
+            env_kwargs=self.env_kwargs, threads=self.threads, processes=self.processes,
         )

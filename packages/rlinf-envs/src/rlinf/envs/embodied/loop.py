@@ -4,13 +4,15 @@ One implementation serves every CPU backend (gymnasium MuJoCo, ManiSkill3 on its
 sim, LIBERO), since each gives one simulator per instance. A plain loop with batched
 numpy buffers measured faster than gymnasium's `SyncVectorEnv` on HalfCheetah-v5
 (see docs/architecture.md), and owning the loop is what makes sub-group views and
-same-step bookkeeping cheap. Async (subprocess) vector envs lose on 2 cores.
+same-step bookkeeping cheap. Subprocess envs lose on fast simulators; for slow ones (LIBERO's
+renderer) the envs may be `RemoteEnv` proxies of an `EnvProcessPool`, which the loop steps
+in parallel (`rlinf.envs.embodied.processes`).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,6 +60,26 @@ def _write(buffer: Observation, index: int, obs: Any) -> None:
         buffer[index] = obs
 
 
+def _step_all(envs: Sequence[Any], actions: npt.NDArray[Any]
+              ) -> list[tuple[Any, Any, Any, Any, dict[str, Any]]]:
+    """Step each env; envs in other processes (`step_async`) all start before any is
+    awaited, so they step in parallel."""
+    if envs and all(hasattr(env, "step_async") for env in envs):
+        for env, action in zip(envs, actions, strict=True):
+            env.step_async(action)
+        return [env.step_wait() for env in envs]
+    return [env.step(action) for env, action in zip(envs, actions, strict=True)]
+
+
+def _reset_all(envs: Sequence[Any], seeds: Sequence[int | None]) -> list[Any]:
+    """First observations of each env reset with its seed (in parallel, as `_step_all`)."""
+    if envs and all(hasattr(env, "reset_async") for env in envs):
+        for env, seed in zip(envs, seeds, strict=True):
+            env.reset_async(seed=seed)
+        return [env.reset_wait()[0] for env in envs]
+    return [env.reset(seed=seed)[0] for env, seed in zip(envs, seeds, strict=True)]
+
+
 def _success(info: dict[str, Any]) -> bool | None:
     value = info.get("success", info.get("is_success"))
     return None if value is None else bool(value)
@@ -77,6 +99,7 @@ class _Shared:
     finished: list[EpisodeStats] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
+    on_close: Callable[[], None] | None = None
 
 
 class LoopVectorEnv(VectorEnv):
@@ -89,7 +112,10 @@ class LoopVectorEnv(VectorEnv):
         seed: int = 0,
         name: str = "",
         render_error: str | None = None,
+        on_close: Callable[[], None] | None = None,
     ) -> None:
+        """`on_close` runs once `close` has closed every env (e.g. stopping the processes
+        of an `rlinf.envs.embodied.processes.EnvProcessPool` whose proxies `envs` are)."""
         if not envs:
             raise EnvStepError("a vector env needs at least one env, got none")
         count = len(envs)
@@ -97,6 +123,7 @@ class LoopVectorEnv(VectorEnv):
             envs=list(envs), seed=seed, render_error=render_error,
             returns=np.zeros(count), lengths=np.zeros(count, dtype=np.int64),
             succeeded=[None] * count, was_reset=np.zeros(count, dtype=bool),
+            on_close=on_close,
         )
         self._indices = np.arange(count)
         self._name = name
@@ -142,15 +169,17 @@ class LoopVectorEnv(VectorEnv):
         self._check_open()
         shared = self._shared
         obs = _alloc(self.single_observation_space, self.num_envs)
-        for local, index in enumerate(self._indices):
+        seeds: list[int | None] = []
+        for index in self._indices:
             if seed is not None:
-                env_seed: int | None = seed + int(index)
+                seeds.append(seed + int(index))
             elif not shared.was_reset[index]:
-                env_seed = shared.seed + int(index)
+                seeds.append(shared.seed + int(index))
             else:
-                env_seed = None  # continue the env's own generator
-            single_obs, _ = shared.envs[index].reset(seed=env_seed)
-            _write(obs, local, single_obs)
+                seeds.append(None)  # continue the env's own generator
+        firsts = _reset_all([shared.envs[index] for index in self._indices], seeds)
+        for local, index in enumerate(self._indices):
+            _write(obs, local, firsts[local])
             shared.was_reset[index] = True
             shared.returns[index], shared.lengths[index] = 0.0, 0
             shared.succeeded[index] = None
@@ -179,9 +208,11 @@ class LoopVectorEnv(VectorEnv):
         truncated = np.zeros(count, dtype=bool)
         success = np.zeros(count, dtype=bool)
         any_success_key = False
+        envs = [shared.envs[index] for index in self._indices]
+        results = _step_all(envs, batch)
         for local, index in enumerate(self._indices):
-            env = shared.envs[index]
-            single_obs, r, term, trunc, info = env.step(batch[local])
+            env = envs[local]
+            single_obs, r, term, trunc, info = results[local]
             reward[local], terminated[local], truncated[local] = r, term, trunc
             shared.returns[index] += float(r)
             shared.lengths[index] += 1
@@ -268,3 +299,5 @@ class LoopVectorEnv(VectorEnv):
                 env.close()
             except Exception as exc:  # one broken env must not keep the others open
                 _log.warning("env_close_failed", env=self._name, error=repr(exc))
+        if shared.on_close is not None:
+            shared.on_close()

@@ -154,7 +154,8 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
         torch.set_num_threads(1)
         policy = build_rollout_policy(_CONTEXT, replace(rollout, num_threads=1))
         for size in sizes:
-            worker = EnvWorker(_CONTEXT, config=replace(env, num_envs=size, pipeline_stages=1))
+            worker = EnvWorker(_CONTEXT, config=replace(env, num_envs=size, pipeline_stages=1,
+                                                        processes=min(env.processes, size)))
             try:
                 obs = np.asarray(worker.groups[0].reset(seed=env.seed)[0])
                 space = worker.action_space

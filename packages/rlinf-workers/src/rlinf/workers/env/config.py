@@ -39,6 +39,10 @@ class EnvWorkerConfig:
     threads: int = 1
     """Threads stepping the physics of batched MuJoCo tasks (`MujocoVectorEnv`): one per core
     this worker may use beside whatever else runs in its process."""
+    processes: int = 1
+    """Processes the envs are sharded over, stepped in parallel (env i in process i mod
+    processes; `rlinf.envs.embodied.processes`): for slow simulators such as LIBERO's
+    renderer. 1: the worker's own process."""
 
     def __post_init__(self) -> None:
         if self.num_envs < 1:
@@ -50,6 +54,9 @@ class EnvWorkerConfig:
             raise ConfigError(f"pixels must be (height, width) >= 1 or None, got {self.pixels}")
         if self.threads < 1:
             raise ConfigError(f"threads must be >= 1, got {self.threads}")
+        if not 1 <= self.processes <= self.num_envs:
+            raise ConfigError(f"processes must be in [1, num_envs={self.num_envs}], got "
+                              f"{self.processes}")
         size = self.same_start_group_size
         if size < 1 or self.num_envs % size:
             raise ConfigError(f"same_start_group_size must be >= 1 and divide num_envs="

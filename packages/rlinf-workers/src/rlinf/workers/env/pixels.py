@@ -11,19 +11,27 @@ env, so an episode's final frame is rendered before its auto-reset and arrives a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import numpy.typing as npt
 
-from rlinf.envs.embodied import LoopVectorEnv, SingleEnv, VectorEnv, resolve_backend
+from rlinf.envs.embodied import (
+    LoopVectorEnv,
+    SingleEnv,
+    VectorEnv,
+    resolve_backend,
+    sharded_vector_env,
+)
 from rlinf.envs.embodied.backends import gym_backend, libero
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.env.same_start import block_seeded
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["CameraStack", "PixelObservation", "make_pixel_env", "pixel_channels"]
+__all__ = ["CameraStack", "PixelObservation", "PixelShard", "make_pixel_env", "pixel_channels"]
 
 LIBERO_CAMERAS = ("image", "wrist_image")
 """LIBERO's observation keys stacked by `CameraStack`: agent view, then wrist."""
@@ -107,22 +115,43 @@ class CameraStack:
         self._env.close()
 
 
+@dataclass(frozen=True)
+class PixelShard:
+    """The camera-observing envs of `config` at given global indices (picklable: an env
+    process builds its shard with it)."""
+
+    config: EnvWorkerConfig
+
+    def __call__(self, indices: Sequence[int]) -> list[SingleEnv]:
+        config = self.config
+        if config.pixels is None:
+            raise ConfigError("make_pixel_env needs EnvWorkerConfig.pixels=(height, width)")
+        backend = resolve_backend(config.env_name)
+        options: dict[str, Any] = {
+            "render_size": config.pixels, "max_episode_steps": config.max_episode_steps,
+            "env_kwargs": dict(config.env_kwargs)}
+        if backend == "libero":
+            envs = libero.make_envs(config.env_name, num_envs=config.num_envs,
+                                    indices=indices, **options)
+        else:
+            envs = gym_backend.make_envs(config.env_name, num_envs=len(indices), **options)
+        if config.same_start_group_size > 1:
+            envs = block_seeded(envs, config.same_start_group_size, indices)
+        return [CameraStack(env, size=config.pixels) if backend == "libero"
+                else PixelObservation(env, size=config.pixels) for env in envs]
+
+
 def make_pixel_env(config: EnvWorkerConfig) -> VectorEnv:
-    """The vector env of `config` observing ``config.pixels``-sized camera images."""
+    """The vector env of `config` observing ``config.pixels``-sized camera images, its envs
+    sharded over ``config.processes`` processes when that is more than one."""
     if config.pixels is None:
         raise ConfigError("make_pixel_env needs EnvWorkerConfig.pixels=(height, width)")
-    backend = resolve_backend(config.env_name)
-    if backend not in ("gymnasium", "libero"):
+    if resolve_backend(config.env_name) not in ("gymnasium", "libero"):
         raise ConfigError(f"pixel observations are implemented for gymnasium and LIBERO tasks, "
                           f"got {config.env_name!r}; ManiSkill3 exposes cameras through its "
                           "own observation modes")
-    builder = libero.make_envs if backend == "libero" else gym_backend.make_envs
-    envs: list[SingleEnv] = list(builder(
-        config.env_name, num_envs=config.num_envs, render_size=config.pixels,
-        max_episode_steps=config.max_episode_steps, env_kwargs=dict(config.env_kwargs)))
-    if config.same_start_group_size > 1:
-        envs = block_seeded(envs, config.same_start_group_size)
-    wrapped: list[SingleEnv] = [
-        CameraStack(env, size=config.pixels) if backend == "libero"
-        else PixelObservation(env, size=config.pixels) for env in envs]
-    return LoopVectorEnv(wrapped, seed=config.seed, name=config.env_name)
+    shard = PixelShard(config)
+    if config.processes > 1:
+        return sharded_vector_env(shard, num_envs=config.num_envs, processes=config.processes,
+                                  seed=config.seed, name=config.env_name)
+    return LoopVectorEnv(shard(range(config.num_envs)), seed=config.seed, name=config.env_name)

@@ -10,6 +10,7 @@ threads), as in the plain env worker.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -69,6 +70,9 @@ def make_same_start_env(config: EnvWorkerConfig) -> VectorEnv:
     return LoopVectorEnv(wrapped, seed=config.seed, name=config.env_name)
 
 
-def block_seeded(envs: list[SingleEnv], size: int) -> list[SingleEnv]:
-    """`envs` wrapped so that each consecutive block of `size` shares one reset seed."""
-    return [_BlockSeeded(env, i % size) for i, env in enumerate(envs)]
+def block_seeded(envs: list[SingleEnv], size: int,
+                 indices: Sequence[int] | None = None) -> list[SingleEnv]:
+    """`envs` wrapped so that each consecutive block of `size` shares one reset seed;
+    `indices` are the envs' global indices (default 0, 1, ...: a process's shard has others)."""
+    order = range(len(envs)) if indices is None else indices
+    return [_BlockSeeded(env, i % size) for i, env in zip(order, envs, strict=True)]

@@ -76,12 +76,15 @@ class EnvWorker(Worker):
         if config.pixels is not None:
             self.env: VectorEnv = make_pixel_env(config)
         elif config.same_start_group_size > 1:
+            if config.processes > 1:
+                raise ConfigError("same-start blocks of state observations step in this "
+                                  "process (batched MuJoCo): set processes=1")
             self.env = make_same_start_env(config)
         else:
             self.env = make_vector_env(
                 config.env_name, num_envs=config.num_envs, seed=config.seed,
                 max_episode_steps=config.max_episode_steps, env_kwargs=config.env_kwargs,
-                threads=config.threads)
+                threads=config.threads, processes=config.processes)
         if isinstance(self.env.single_observation_space, gym.spaces.Dict):
             self.env.close()
             raise ConfigError(f"{config.env_name!r} has dict observations; the env worker "

@@ -29,7 +29,7 @@ Options (`env_kwargs`; the rest go to LIBERO's `OffScreenRenderEnv`):
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import gymnasium as gym
@@ -213,8 +213,11 @@ def make_envs(
     render_size: tuple[int, int],
     max_episode_steps: int | None,
     env_kwargs: Mapping[str, Any],
+    indices: Sequence[int] | None = None,
 ) -> list[SingleEnv]:
-    """`num_envs` LIBERO envs for `<suite>` or `<suite>/<task id>` (module docstring)."""
+    """`num_envs` LIBERO envs for `<suite>` or `<suite>/<task id>` (module docstring), or
+    only those of global `indices` among them (a process's shard: env i runs task i mod the
+    suite's count and starts sequential initial states at i)."""
     suite_name, task_part, options = _parse(name, env_kwargs)
     _check_installation()
     configure_headless_gl()
@@ -231,5 +234,5 @@ def make_envs(
     return [
         LiberoEnv(suite, int(task_part) if task_part else i % count, render_size=render_size,
                   max_episode_steps=steps, first_state=i, state_stride=num_envs, **options)
-        for i in range(num_envs)
+        for i in (range(num_envs) if indices is None else indices)
     ]
