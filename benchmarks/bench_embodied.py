@@ -478,6 +478,11 @@ def fill_defaults(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if "--libero" in args_in:  # the LIBERO mode: its own settings (bench_libero.py --help)
+        from bench_libero import main as libero_main
+
+        return libero_main([a for a in args_in if a != "--libero"])
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small setting, few iterations")
     parser.add_argument("--env", default="HalfCheetah-v5")

@@ -153,22 +153,25 @@ def ray_instance() -> Iterator[str]:
 
 
 def command(setting: Setting, mode: str, *, steps: int, iterations: int,
-            run_dir: Path) -> list[str]:
-    """The CLI command line of one run."""
+            run_dir: Path, common: Sequence[str] | None = None) -> list[str]:
+    """The CLI command line of one run (`common` replaces the app's shared overrides)."""
     if setting.app == "reasoning":
-        return [sys.executable, "-m", "rlinf_reasoning.cli", *REASONING_COMMON,
+        return [sys.executable, "-m", "rlinf_reasoning.cli", *(common or REASONING_COMMON),
                 *setting.overrides, *REASONING_MODES[mode], f"run.steps={steps}",
                 "--run-dir", str(run_dir)]
-    return [sys.executable, "-m", "rlinf_embodied.cli", *EMBODIED_COMMON, *setting.overrides,
-            *EMBODIED_MODES[mode], f"run.iterations={iterations}", "--run-dir", str(run_dir)]
+    return [sys.executable, "-m", "rlinf_embodied.cli", *(common or EMBODIED_COMMON),
+            *setting.overrides, *EMBODIED_MODES[mode], f"run.iterations={iterations}",
+            "--run-dir", str(run_dir)]
 
 
 def run_once(setting: Setting, mode: str, *, steps: int, iterations: int, ray_address: str,
-             workdir: Path, timeout: float) -> tuple[FlowRun, float]:
+             workdir: Path, timeout: float, common: Sequence[str] | None = None
+             ) -> tuple[FlowRun, float]:
     """One CLI run; its row (an ``error`` when it gave no summary) and its wall seconds."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"{setting.app}-{setting.name}-{mode}-",
                                     dir=workdir))
-    cmd = command(setting, mode, steps=steps, iterations=iterations, run_dir=run_dir)
+    cmd = command(setting, mode, steps=steps, iterations=iterations, run_dir=run_dir,
+                  common=common)
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
