@@ -257,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-peers", action="store_true", help="leave LIBERO's envs out")
     parser.add_argument("--no-app", action="store_true", help="skip the training part")
+    parser.add_argument("--no-env", action="store_true", help="skip the env steps/s part")
     parser.add_argument("--app-envs", type=int, default=4)
     parser.add_argument("--app-processes", type=int, nargs="+", default=None,
                         help="env processes of the app runs (default 1 and the cores)")
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# LIBERO {args.suite}/{args.task}: {args.num_envs} envs, {args.image_size}px "
           f"cameras (render effects {args.render_effects}), {cores} cores, load {load_start}",
           flush=True)
-    envs = env_part(args, argv)
+    envs = {} if args.no_env else env_part(args, argv)
     for name, value in envs.items():
         print(f"{name:26s} {value['env_steps_per_s']:8.2f} env steps/s "
               f"{value['cpu_s_per_1000_steps']:8.1f} CPU-s/1000 steps")
