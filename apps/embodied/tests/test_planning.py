@@ -203,3 +203,19 @@ def test_with_a_policy_lag_auto_gives_the_actor_a_device_of_its_own() -> None:
     assert plan(embodied_workflow(synchronous), cost, cluster).best.predicted_time > (
         1.1 * best.predicted_time)
     assert_launchable(lagged, best)
+
+
+def test_the_trainer_waits_for_a_whole_rollout_and_the_links_for_one_micro_batch() -> None:
+    """A slow simulator's rollout (a LIBERO episode: 220 steps, over 120 s here) must not
+    time out the trainer's wait for its trajectory, while env and policy keep the
+    per-micro-batch bound that catches a dead peer."""
+    from rlinf_embodied.workflow import declare
+
+    from rlinf.workers.embodied.rollout import PolicyRolloutConfig
+
+    spec = spec_of(4, 220)
+    rollout = PolicyRolloutConfig(policy=spec.policy)
+    flow = declare(spec, stages=2, rollout=rollout, actor=spec.actor)
+    timeouts = {c.component.name: c.init_kwargs["io_timeout"] for c in flow.components}
+    assert timeouts["actor"] == spec.rollout_timeout == spec.link_timeout * 222
+    assert timeouts["env"] == timeouts["rollout"] == spec.link_timeout

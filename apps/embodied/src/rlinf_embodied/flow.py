@@ -114,7 +114,7 @@ class EmbodiedFlow:
         rollout, actor = policy_configs(spec, description)
         flow = declare(spec, stages=stages, rollout=rollout, actor=actor, trace=trace)
         run = FlowRun.launch(flow, plan, cluster=cluster, log_level="WARNING", stop_ray=False,
-                             timeout=spec.link_timeout * (spec.rollout_steps + 2),
+                             timeout=spec.rollout_timeout,
                              cpus_per_rank=_CPU_PER_RANK)
         return cls(spec, run, description=description, stages=stages, trace=trace)
 

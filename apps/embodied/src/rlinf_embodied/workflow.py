@@ -81,7 +81,8 @@ class EmbodiedSpec:
     torch_threads: int | None = None
     """Torch threads per role (None: the role's device count)."""
     link_timeout: float = 120.0
-    """Seconds a rollout waits for one micro-batch before failing (dead or stuck peer)."""
+    """Seconds a rollout waits for one micro-batch before failing (dead or stuck peer); the
+    trainer waits for a whole rollout, `rollout_timeout`."""
     link_transport: ChannelTransport = "p2p"
     """How env and policy processes exchange micro-batches: rlinf.comm point-to-point
     messages (one per micro-batch) or channels owned by the receiver (`ChannelSpec`)."""
@@ -104,6 +105,12 @@ class EmbodiedSpec:
         if self.actor.algorithm == "grpo" and not self.reset_every_iteration:
             raise ConfigError("GRPO compares each env's first episode of a rollout: set "
                               "reset_every_iteration=True")
+
+    @property
+    def rollout_timeout(self) -> float:
+        """Seconds the trainer waits for an iteration's trajectory: a micro-batch's bound for
+        every step (a LIBERO episode of 220 steps took over 120 s here)."""
+        return self.link_timeout * (self.rollout_steps + 2)
 
     @property
     def samples_per_iteration(self) -> int:
@@ -170,8 +177,9 @@ def declare(spec: EmbodiedSpec, *, stages: int, rollout: PolicyRolloutConfig | V
                           init_kwargs={"config": rollout, **common}, num_gpus=gpus,
                           inline_with="env", inline_kwargs={"policy": rollout}),
             ComponentSpec(trainer, ActorRole, entry="train_step",
-                          init_kwargs={"config": actor, **common}, num_gpus=gpus,
-                          one_process=True)),
+                          init_kwargs={"config": actor, **common,
+                                       "io_timeout": spec.rollout_timeout},
+                          num_gpus=gpus, one_process=True)),
         channels=(ChannelSpec(edges[0], transport=loop), ChannelSpec(edges[1], transport=loop),
                   ChannelSpec(edges[2])),
         weight_syncs=(WeightSyncSpec("actor", ("rollout",)),),
