@@ -112,3 +112,28 @@ def test_bad_process_counts_are_refused() -> None:
         make_vector_env("CartPole-v1", num_envs=2, processes=3)
     with pytest.raises(ConfigError, match="batches its own"):
         make_vector_env("HalfCheetah-v5", num_envs=2, backend="mujoco", processes=2)
+
+
+def test_stage_groups_stepped_from_two_threads_get_their_own_replies() -> None:
+    """Views over disjoint envs may be stepped from different threads (base.py); every
+    process holds envs of both views, so both threads wait on the same pipes at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    local, sharded = _pair("Hopper-v5", 8, 2, seed=5, max_episode_steps=7)
+    try:
+        np.testing.assert_array_equal(local.reset()[0], sharded.reset()[0])
+        views = list(zip(local.split(2), sharded.split(2), strict=True))
+        rng = np.random.default_rng(1)
+        plans = [rng.uniform(-1, 1, (60, 4, 3)) for _ in views]
+
+        def run(group: int) -> list[np.ndarray]:
+            return [views[group][1].step(actions).obs for actions in plans[group]]
+
+        with ThreadPoolExecutor(2) as pool:
+            threaded = list(pool.map(run, range(2)))
+        for group, (view, _) in enumerate(views):
+            for step, actions in enumerate(plans[group]):
+                np.testing.assert_array_equal(view.step(actions).obs, threaded[group][step])
+    finally:
+        local.close()
+        sharded.close()

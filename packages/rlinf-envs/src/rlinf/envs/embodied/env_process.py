@@ -1,6 +1,7 @@
 """The child side of `rlinf.envs.embodied.processes`: ``python -m`` this module with the
 file descriptor of its end of a socket pair; it builds its shard of envs and answers the
 pool's requests (step with auto-reset, reset, render, attribute) until ``close`` or EOF.
+Every reply carries the index of the env it answers (-1: the start).
 
 Kept apart from the pool's module so that running it does not import it twice (the package
 imports the pool).
@@ -23,9 +24,9 @@ def serve(conn: Connection) -> None:
         _, _, (builder, indices) = conn.recv()
         envs = dict(zip(indices, builder(indices), strict=True))
         first = envs[indices[0]]
-        conn.send(("ok", (first.observation_space, first.action_space)))
+        conn.send((-1, "ok", (first.observation_space, first.action_space)))
     except BaseException:
-        conn.send(("error", traceback.format_exc()))
+        conn.send((-1, "error", traceback.format_exc()))
         return
     while True:
         try:
@@ -36,23 +37,23 @@ def serve(conn: Connection) -> None:
             if op == "close":
                 for env in envs.values():
                     env.close()
-                conn.send(("ok", None))
+                conn.send((index, "ok", None))
                 return
             env = envs[index]
             if op == "step":
                 obs, reward, terminated, truncated, info = env.step(argument)
                 restart = env.reset(seed=None)[0] if terminated or truncated else None
-                conn.send(("ok", (obs, reward, terminated, truncated, info, restart)))
+                conn.send((index, "ok", (obs, reward, terminated, truncated, info, restart)))
             elif op == "reset":
-                conn.send(("ok", env.reset(seed=argument)))
+                conn.send((index, "ok", env.reset(seed=argument)))
             elif op == "render":
-                conn.send(("ok", env.render()))
+                conn.send((index, "ok", env.render()))
             elif op == "getattr":
-                conn.send(("ok", _attribute(env, argument)))
+                conn.send((index, "ok", _attribute(env, argument)))
             else:
-                conn.send(("error", f"unknown request {op!r}"))
+                conn.send((index, "error", f"unknown request {op!r}"))
         except BaseException:
-            conn.send(("error", traceback.format_exc()))
+            conn.send((index, "error", traceback.format_exc()))
 
 
 def _attribute(env: Any, name: str) -> Any:

@@ -14,7 +14,8 @@ and the proxy hands the new first observation to the loop's following ``reset(se
 resets run in parallel too, and a trajectory is exactly that of the same envs in one
 process (same seeds, same actions, same observations; tested).
 
-Messages are pickled over one `multiprocessing` pipe per process: ~0.1 ms a round trip,
+Messages are pickled over one socket pair per process (replies tagged with their env, so
+stage groups stepped from different threads get their own): ~0.1 ms a round trip,
 negligible beside a 0.1 s step, a loss for 30-µs MuJoCo steps (use the batched MuJoCo
 backend's threads there). A process that dies (killed, crashed) surfaces as
 `EnvProcessError` naming it, its exit code and its envs; `close` stops every process.
@@ -26,6 +27,7 @@ import contextlib
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection
 from typing import Any
@@ -59,6 +61,9 @@ class _Process:
                  str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),))
         self.conn = Connection(ours.detach())
+        self._send_lock = threading.Lock()
+        self._receive_lock = threading.Lock()
+        self._replies: dict[int, tuple[str, Any]] = {}
         self.send("start", -1, (builder, indices))
 
     def describe(self) -> str:
@@ -72,19 +77,32 @@ class _Process:
 
     def send(self, op: str, index: int, argument: Any = None) -> None:
         try:
-            self.conn.send((op, index, argument))
+            with self._send_lock:
+                self.conn.send((op, index, argument))
         except (BrokenPipeError, OSError) as exc:
             raise EnvProcessError(f"{self.describe()} is gone: {exc!r}") from exc
 
-    def receive(self, timeout: float | None = None) -> Any:
-        try:
-            if timeout is not None and not self.conn.poll(timeout):
-                raise EnvProcessError(f"{self.describe()} did not answer within {timeout} s")
-            status, payload = self.conn.recv()
-        except (EOFError, OSError) as exc:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=1.0)  # for its exit code in the message
-            raise EnvProcessError(f"{self.describe()} died") from exc
+    def receive(self, index: int, timeout: float | None = None) -> Any:
+        """The reply to env `index`'s request. Envs of different stage groups may be stepped
+        from different threads, so replies are matched by env: whoever reads the pipe keeps
+        the replies meant for other envs until their owners ask."""
+        while True:
+            with self._receive_lock:
+                if index in self._replies:
+                    status, payload = self._replies.pop(index)
+                    break
+                try:
+                    if timeout is not None and not self.conn.poll(timeout):
+                        raise EnvProcessError(
+                            f"{self.describe()} did not answer within {timeout} s")
+                    owner, status, payload = self.conn.recv()
+                except (EOFError, OSError) as exc:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        self.process.wait(timeout=1.0)  # for its exit code in the message
+                    raise EnvProcessError(f"{self.describe()} died") from exc
+                if owner == index:
+                    break
+                self._replies[owner] = (status, payload)
         if status != "ok":
             raise EnvProcessError(f"{self.describe()} failed:\n{payload}")
         return payload
@@ -108,7 +126,7 @@ class RemoteEnv:
 
     def step_wait(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """The result of the action sent by `step_async`."""
-        obs, reward, terminated, truncated, info, restart = self._process.receive()
+        obs, reward, terminated, truncated, info, restart = self._process.receive(self.index)
         self._restart = restart
         return obs, reward, terminated, truncated, info
 
@@ -129,7 +147,7 @@ class RemoteEnv:
         if self._restart is not None:
             obs, self._restart = self._restart, None
             return obs, {}
-        result: tuple[Any, dict[str, Any]] = self._process.receive()
+        result: tuple[Any, dict[str, Any]] = self._process.receive(self.index)
         return result
 
     def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
@@ -138,12 +156,12 @@ class RemoteEnv:
 
     def render(self) -> Any:
         self._process.send("render", self.index)
-        return self._process.receive()
+        return self._process.receive(self.index)
 
     def get_wrapper_attr(self, name: str) -> Any:
         """Attribute `name` of the env in its process (e.g. LIBERO's `instruction`)."""
         self._process.send("getattr", self.index, name)
-        return self._process.receive()
+        return self._process.receive(self.index)
 
     def close(self) -> None:
         """Closing one env is a no-op: `EnvProcessPool.close` stops the processes."""
@@ -166,7 +184,7 @@ class EnvProcessPool:
         self.envs: list[RemoteEnv] = [None] * num_envs  # type: ignore[list-item]
         try:
             for process in self._processes:
-                spaces = process.receive(timeout=start_timeout)
+                spaces = process.receive(-1, timeout=start_timeout)
                 for index in process.indices:
                     self.envs[index] = RemoteEnv(process, index, *spaces)
         except BaseException:
