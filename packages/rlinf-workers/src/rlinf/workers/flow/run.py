@@ -288,9 +288,9 @@ class FlowRun:
     def iteration(self, step: int, *, drain: bool = False) -> tuple[IterationRecord, ...]:
         """`step(step)`'s record, then with `drain` the record of `drain()` where it trained
         something (an app's iteration that ends at a checkpoint)."""
-        records = [self.step(step)]
+        record = self.step(step)
         tail = self.drain() if drain else None
-        return (*records, tail) if tail is not None else tuple(records)
+        return (record,) if tail is None else (record, tail)
 
     def drain(self) -> IterationRecord | None:
         """With a policy lag: train on the data still waiting (the last `step`'s), alone,
