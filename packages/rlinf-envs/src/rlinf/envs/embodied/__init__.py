@@ -8,6 +8,7 @@ from rlinf.envs.embodied.backends.mujoco_batch import MujocoVectorEnv
 from rlinf.envs.embodied.base import EpisodeStats, Observation, StepResult, VectorEnv
 from rlinf.envs.embodied.factory import (
     BACKENDS,
+    ShardSpec,
     VectorEnvConfig,
     make_vector_env,
     resolve_backend,
@@ -24,6 +25,7 @@ __all__ = [
     "MujocoVectorEnv",
     "Observation",
     "RemoteEnv",
+    "ShardSpec",
     "SingleEnv",
     "StepResult",
     "VectorEnv",

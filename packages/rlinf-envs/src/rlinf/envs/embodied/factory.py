@@ -117,19 +117,16 @@ def make_vector_env(
     batched = backend == "mujoco" or (
         backend == "auto" and chosen == "gymnasium" and mujoco_batch.supports(name)
         and processes == 1)
+    if processes > 1 and (batched or chosen == "maniskill"):
+        raise ConfigError(f"processes > 1 shards loop-stepped simulators; {name!r} with "
+                          f"backend {backend!r} batches its own (use threads)")
+    shard = ShardSpec(chosen, name, (render_size[0], render_size[1]), max_episode_steps,
+                      dict(env_kwargs or {}), num_envs)
     if processes > 1:
-        if batched or chosen == "maniskill":
-            raise ConfigError(f"processes > 1 shards loop-stepped simulators; {name!r} with "
-                              f"backend {backend!r} batches its own (use threads)")
-        shard = ShardSpec(chosen, name, (render_size[0], render_size[1]), max_episode_steps,
-                          dict(env_kwargs or {}), num_envs)
         return sharded_vector_env(shard, num_envs=num_envs, processes=processes, seed=seed,
                                   name=name)
     try:
-        envs = _BUILDERS[chosen](
-            name, num_envs=num_envs, render_size=tuple(render_size),
-            max_episode_steps=max_episode_steps, env_kwargs=dict(env_kwargs or {}),
-        )
+        envs = shard(range(num_envs))
     except MissingExtraError:
         raise
     except ModuleNotFoundError as exc:

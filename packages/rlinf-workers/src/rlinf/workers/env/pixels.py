@@ -4,7 +4,7 @@ A VLA sees images, not state vectors. For gymnasium tasks `make_pixel_env` build
 simulators with ``rgb_array`` rendering at the requested size and wraps each in
 `PixelObservation`, whose observation is the frame after every reset and step as
 ``uint8 (3, H, W)``. LIBERO tasks have two cameras: `CameraStack` stacks the agent-view and
-wrist images into ``uint8 (6, H, W)`` (`pixel_channels`). The wrappers sit below the vector
+wrist images into ``uint8 (6, H, W)``. The wrappers sit below the vector
 env, so an episode's final frame is rendered before its auto-reset and arrives as
 ``final_obs`` like any observation (PPO bootstraps truncations from it).
 """
@@ -21,25 +21,21 @@ import numpy.typing as npt
 
 from rlinf.envs.embodied import (
     LoopVectorEnv,
+    ShardSpec,
     SingleEnv,
     VectorEnv,
     resolve_backend,
     sharded_vector_env,
 )
-from rlinf.envs.embodied.backends import gym_backend, libero
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.env.same_start import block_seeded
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["CameraStack", "PixelObservation", "PixelShard", "make_pixel_env", "pixel_channels"]
+__all__ = ["CameraStack", "PixelObservation", "PixelShard", "make_pixel_env"]
 
 LIBERO_CAMERAS = ("image", "wrist_image")
 """LIBERO's observation keys stacked by `CameraStack`: agent view, then wrist."""
 
-
-def pixel_channels(env_name: str) -> int:
-    """Channels of `make_pixel_env`'s observations for `env_name`: 3 per camera."""
-    return 3 * len(LIBERO_CAMERAS) if resolve_backend(env_name) == "libero" else 3
 
 
 class PixelObservation:
@@ -127,14 +123,8 @@ class PixelShard:
         if config.pixels is None:
             raise ConfigError("make_pixel_env needs EnvWorkerConfig.pixels=(height, width)")
         backend = resolve_backend(config.env_name)
-        options: dict[str, Any] = {
-            "render_size": config.pixels, "max_episode_steps": config.max_episode_steps,
-            "env_kwargs": dict(config.env_kwargs)}
-        if backend == "libero":
-            envs = libero.make_envs(config.env_name, num_envs=config.num_envs,
-                                    indices=indices, **options)
-        else:
-            envs = gym_backend.make_envs(config.env_name, num_envs=len(indices), **options)
+        envs = ShardSpec(backend, config.env_name, config.pixels, config.max_episode_steps,
+                         dict(config.env_kwargs), config.num_envs)(indices)
         if config.same_start_group_size > 1:
             envs = block_seeded(envs, config.same_start_group_size, indices)
         return [CameraStack(env, size=config.pixels) if backend == "libero"
