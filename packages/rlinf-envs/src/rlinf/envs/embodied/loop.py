@@ -60,20 +60,26 @@ def _write(buffer: Observation, index: int, obs: Any) -> None:
         buffer[index] = obs
 
 
-def _step_all(envs: Sequence[Any], actions: npt.NDArray[Any]
+def _is_remote(env: Any) -> bool:
+    """Whether `env` lives in another process (`RemoteEnv`: split step and reset calls)."""
+    return hasattr(env, "step_async") and hasattr(env, "reset_async")
+
+
+def _step_all(envs: Sequence[Any], actions: npt.NDArray[Any], *, remote: bool
               ) -> list[tuple[Any, Any, Any, Any, dict[str, Any]]]:
-    """Step each env; envs in other processes (`step_async`) all start before any is
-    awaited, so they step in parallel."""
-    if envs and all(hasattr(env, "step_async") for env in envs):
+    """Step each env; `remote` envs all start before any is awaited, so they step in
+    parallel."""
+    if remote:
         for env, action in zip(envs, actions, strict=True):
             env.step_async(action)
         return [env.step_wait() for env in envs]
     return [env.step(action) for env, action in zip(envs, actions, strict=True)]
 
 
-def _reset_all(envs: Sequence[Any], seeds: Sequence[int | None]) -> list[Any]:
+def _reset_all(envs: Sequence[Any], seeds: Sequence[int | None], *, remote: bool
+               ) -> list[Any]:
     """First observations of each env reset with its seed (in parallel, as `_step_all`)."""
-    if envs and all(hasattr(env, "reset_async") for env in envs):
+    if remote:
         for env, seed in zip(envs, seeds, strict=True):
             env.reset_async(seed=seed)
         return [env.reset_wait()[0] for env in envs]
@@ -100,6 +106,7 @@ class _Shared:
     lock: threading.Lock = field(default_factory=threading.Lock)
     closed: bool = False
     on_close: Callable[[], None] | None = None
+    remote: bool = False  # every env a `RemoteEnv`: step and reset them all, then await
 
 
 class LoopVectorEnv(VectorEnv):
@@ -123,7 +130,7 @@ class LoopVectorEnv(VectorEnv):
             envs=list(envs), seed=seed, render_error=render_error,
             returns=np.zeros(count), lengths=np.zeros(count, dtype=np.int64),
             succeeded=[None] * count, was_reset=np.zeros(count, dtype=bool),
-            on_close=on_close,
+            on_close=on_close, remote=all(_is_remote(env) for env in envs),
         )
         self._indices = np.arange(count)
         self._name = name
@@ -177,7 +184,8 @@ class LoopVectorEnv(VectorEnv):
                 seeds.append(shared.seed + int(index))
             else:
                 seeds.append(None)  # continue the env's own generator
-        firsts = _reset_all([shared.envs[index] for index in self._indices], seeds)
+        firsts = _reset_all([shared.envs[index] for index in self._indices], seeds,
+                            remote=shared.remote)
         for local, index in enumerate(self._indices):
             _write(obs, local, firsts[local])
             shared.was_reset[index] = True
@@ -209,7 +217,7 @@ class LoopVectorEnv(VectorEnv):
         success = np.zeros(count, dtype=bool)
         any_success_key = False
         envs = [shared.envs[index] for index in self._indices]
-        results = _step_all(envs, batch)
+        results = _step_all(envs, batch, remote=shared.remote)
         for local, index in enumerate(self._indices):
             env = envs[local]
             single_obs, r, term, trunc, info = results[local]
