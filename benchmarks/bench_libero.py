@@ -72,6 +72,8 @@ def build_libero(args: argparse.Namespace, kind: str) -> Stepper:
     from libero.libero import benchmark, get_libero_path
     from libero.libero.envs import DummyVectorEnv, OffScreenRenderEnv, SubprocVectorEnv
 
+    from rlinf.envs.embodied.backends.libero import disable_render_effects
+
     suite = benchmark.get_benchmark_dict()[args.suite](task_order_index=0)
     task = suite.get_task(args.task)
     bddl = f"{get_libero_path('bddl_files')}/{task.problem_folder}/{task.bddl_file}"
@@ -81,11 +83,7 @@ def build_libero(args: argparse.Namespace, kind: str) -> Stepper:
     def make() -> Any:
         env = OffScreenRenderEnv(bddl_file_name=bddl, camera_heights=size, camera_widths=size)
         if not effects:
-            import mujoco
-
-            flags = env.env.sim._render_context_offscreen.scn.flags
-            flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-            flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+            disable_render_effects(env)
         return env
 
     vector = (SubprocVectorEnv if kind == "subproc" else DummyVectorEnv)(
@@ -122,9 +120,9 @@ def build(args: argparse.Namespace, name: str) -> Stepper:
 
 
 def measure_one(args: argparse.Namespace) -> int:
-    """``--contender NAME``: build, time and close one contender in this fresh process (a
-    fork of a process holding GL contexts hangs, as LIBERO's SubprocVectorEnv forks); print
-    its figures as one JSON line."""
+    """``--contender NAME``: build, time and close one contender in this fresh process (LIBERO's
+    forking SubprocVectorEnv hung when built in a process that had rendered before; not
+    diagnosed); print its figures as one JSON line."""
     stepper = build(args, args.contender)
     try:
         rate, cpu = time_steps(stepper, num_envs=args.num_envs, warmup=args.warmup,

@@ -2,7 +2,7 @@
 
 A renderer such as LIBERO's (software OpenGL, ~0.1 s a step here) keeps one core busy per
 env, and Python threads cannot share that work (the robosuite code around MuJoCo holds the
-GIL). The pool starts `processes` spawned processes; process s owns the envs whose global
+GIL). The pool starts `processes` fresh interpreters; process s owns the envs whose global
 index i has ``i % processes == s`` (interleaved, so every contiguous stage group of a
 `LoopVectorEnv` spans all processes and its step runs on all of them at once). Each env is
 seen through a `RemoteEnv` proxy that `LoopVectorEnv` steps like any `SingleEnv`; the loop
@@ -40,7 +40,7 @@ __all__ = ["EnvProcessError", "EnvProcessPool", "RemoteEnv", "ShardBuilder"]
 
 ShardBuilder = Callable[[Sequence[int]], list[Any]]
 """Builds the `SingleEnv`s of the given global env indices, in a worker process (it must
-pickle: a module-level function or a `functools.partial` of one)."""
+pickle: e.g. a frozen dataclass with ``__call__``, as `rlinf.envs.embodied.ShardSpec`)."""
 
 _START_TIMEOUT = 600.0
 """Seconds a process may take to import and build its simulators."""
@@ -168,7 +168,7 @@ class RemoteEnv:
 
 
 class EnvProcessPool:
-    """`num_envs` envs built by `builder` in `processes` spawned processes."""
+    """`num_envs` envs built by `builder` in `processes` worker processes."""
 
     def __init__(self, builder: ShardBuilder, *, num_envs: int, processes: int,
                  start_timeout: float = _START_TIMEOUT) -> None:

@@ -41,7 +41,8 @@ from rlinf.envs.embodied.loop import SingleEnv
 from rlinf.envs.errors import AssetsMissingError, ConfigError, MissingExtraError, UnknownEnvError
 from rlinf.envs.install_libero import INSTALL_HINT
 
-__all__ = ["SUITE_STEP_LIMITS", "LiberoEnv", "is_libero_name", "make_envs", "suite_step_limit"]
+__all__ = ["SUITE_STEP_LIMITS", "LiberoEnv", "disable_render_effects", "is_libero_name",
+           "make_envs", "suite_step_limit"]
 
 SUITE_STEP_LIMITS = {
     "libero_spatial": 220, "libero_object": 280, "libero_goal": 300,
@@ -90,6 +91,18 @@ def _check_installation() -> None:
             f"not all installed; install them with: {INSTALL_HINT}")
 
 
+def disable_render_effects(env: Any) -> None:
+    """Turn shadows and reflections off in a LIBERO `OffScreenRenderEnv`'s offscreen scene
+    (``render_effects=False``)."""
+    import mujoco
+
+    context = env.env.sim._render_context_offscreen
+    if context is None:
+        return
+    context.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
+    context.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
+
+
 class LiberoEnv:
     """One LIBERO task behind the numpy `SingleEnv` protocol (see the module docstring)."""
 
@@ -107,7 +120,7 @@ class LiberoEnv:
             bddl_file_name=bddl, camera_heights=height, camera_widths=width,
             **{"hard_reset": False, **env_kwargs})
         if not render_effects:
-            self._disable_render_effects()
+            disable_render_effects(self._env)
         self._init_states = np.asarray(suite.get_task_init_states(task_id))
         self.task_id = task_id
         self.instruction: str = task.language
@@ -126,15 +139,6 @@ class LiberoEnv:
         })
         self.action_space: gym.Space[Any] = gym.spaces.Box(-1.0, 1.0, (7,), np.float32)
         self._last_frame: np.ndarray[Any, Any] | None = None
-
-    def _disable_render_effects(self) -> None:
-        import mujoco
-
-        context = self._env.env.sim._render_context_offscreen
-        if context is None:
-            return
-        context.scn.flags[mujoco.mjtRndFlag.mjRND_SHADOW] = 0
-        context.scn.flags[mujoco.mjtRndFlag.mjRND_REFLECTION] = 0
 
     @property
     def unwrapped(self) -> Any:
