@@ -49,22 +49,12 @@ def env_worker_config(cfg: AppConfig) -> EnvWorkerConfig:
 
 
 def probe_spaces(env_cfg: EnvWorkerConfig) -> tuple[gym.Space[Any], gym.Space[Any], str]:
-    """Observation and action space of one env of `env_cfg` and the task's own language
-    instruction ("" when it has none; built and closed here)."""
-    from rlinf.envs.embodied import make_vector_env
-    from rlinf.workers.env.pixels import make_pixel_env
+    """Observation and action space of one env of `env_cfg` and the instruction a VLA reads
+    (`EnvWorker.instruction`), from one env worker built and closed here."""
+    from rlinf_embodied.workflow import probe
 
-    one = EnvWorkerConfig(env_name=env_cfg.env_name, num_envs=1, seed=env_cfg.seed,
-                          max_episode_steps=env_cfg.max_episode_steps, pixels=env_cfg.pixels,
-                          env_kwargs=env_cfg.env_kwargs)
-    env = (make_pixel_env(one) if one.pixels is not None else
-           make_vector_env(one.env_name, num_envs=1, seed=one.seed,
-                           max_episode_steps=one.max_episode_steps, env_kwargs=one.env_kwargs))
-    try:
-        own = env.get_attr("instruction") if one.pixels is not None else [""]
-        return env.single_observation_space, env.single_action_space, str(own[0])
-    finally:
-        env.close()
+    with probe(env_cfg) as worker:
+        return worker.observation_space, worker.action_space, worker.instruction
 
 
 def _action_shape(space: gym.Space[Any], env_id: str) -> tuple[int, bool]:
@@ -77,9 +67,9 @@ def _action_shape(space: gym.Space[Any], env_id: str) -> tuple[int, bool]:
 
 
 def policy_config(cfg: AppConfig, obs_space: gym.Space[Any], action_space: gym.Space[Any],
-                  task_instruction: str = "") -> NetworkConfig | VLAPolicyConfig:
-    """The network of `cfg.policy` sized for the task's spaces; a VLA reads
-    `cfg.env.instruction`, else the task's own, else the task id."""
+                  instruction: str = "") -> NetworkConfig | VLAPolicyConfig:
+    """The network of `cfg.policy` sized for the task's spaces; a VLA reads `instruction`
+    (`probe_spaces`'), else `cfg.env.instruction`, else the task id."""
     pol = cfg.policy
     if not isinstance(obs_space, gym.spaces.Box):
         raise AppConfigError("env.id", cfg.env.id, f"a task with array observations, got "
@@ -107,7 +97,7 @@ def policy_config(cfg: AppConfig, obs_space: gym.Space[Any], action_space: gym.S
     _, task = split_env_id(cfg.env.id)
     return VLAPolicyConfig(vla=network, action_low=tuple(low.tolist()),
                            action_high=tuple(high.tolist()),
-                           instruction=cfg.env.instruction or task_instruction or task)
+                           instruction=instruction or cfg.env.instruction or task)
 
 
 def actor_config(cfg: AppConfig, policy: NetworkConfig | VLAPolicyConfig) -> EmbodiedActorConfig:

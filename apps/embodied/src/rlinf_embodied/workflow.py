@@ -12,7 +12,9 @@ it (`MacroFlow.to_sched_workflow`).
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -50,6 +52,7 @@ __all__ = [
     "embodied_workflow",
     "fixed_plan",
     "policy_configs",
+    "probe",
     "stages_of",
 ]
 
@@ -223,15 +226,23 @@ def stages_of(spec: EmbodiedSpec, plan: ExecutionPlan) -> int:
     return n // micro
 
 
+@contextlib.contextmanager
+def probe(env: EnvWorkerConfig) -> Iterator[EnvWorker]:
+    """An env worker of one env of `env`, in this process, shut down on exit (to read the
+    task's spaces and instruction)."""
+    worker = EnvWorker(WorkerContext(role="probe", rank=0, world_size=1),
+                       config=replace(env, num_envs=1, pipeline_stages=1, processes=1,
+                                      same_start_group_size=1, threads=1))
+    try:
+        yield worker
+    finally:
+        worker.shutdown()
+
+
 def describe(spec: EmbodiedSpec) -> EnvDescription:
     """The task's spaces and instruction, from one env built and closed in this process."""
-    probe = EnvWorker(WorkerContext(role="probe", rank=0, world_size=1),
-                      config=replace(spec.env, num_envs=1, pipeline_stages=1, processes=1,
-                                     same_start_group_size=1))
-    try:
-        return describe_env(probe)
-    finally:
-        probe.shutdown()
+    with probe(spec.env) as worker:
+        return describe_env(worker)
 
 
 def policy_configs(spec: EmbodiedSpec, desc: EnvDescription
