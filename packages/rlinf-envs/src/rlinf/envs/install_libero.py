@@ -33,7 +33,12 @@ def install_command(python: str = sys.executable) -> list[str]:
 
 def main() -> int:
     """Install the packages, then import LIBERO once to prove the installation works."""
-    subprocess.run(install_command(), check=True)
+    installed = subprocess.run(install_command(), check=False)
+    if installed.returncode != 0:
+        print(f"install_libero: pip failed (exit {installed.returncode}) installing "
+              f"{' '.join(NO_DEPS_PACKAGES)} without their dependencies; its output is above. "
+              "Nothing else was changed; rerun once pip can reach its index.", file=sys.stderr)
+        return installed.returncode
     probe = ("import libero.libero.benchmark as b, libero.libero.envs; "
              "print(len(b.get_benchmark_dict()), 'LIBERO suites')")
     return subprocess.run([sys.executable, "-c", probe], check=False).returncode
