@@ -76,6 +76,9 @@ def test_round_trip_through_plain_data():
     ("algorithm.policy_lag=2", "algorithm.policy_lag", "0 (synchronous) or 1"),
     ("algorithm.max_importance_weight=0", "algorithm.max_importance_weight", "a number > 0"),
     ("placement.spec=everywhere", "placement.spec", "a valid placement"),
+    ("policy.vla.pretrained=/no/such/folder", "policy.vla.pretrained", "the local folder"),
+    ("policy.vla.prompt=act", "policy.vla.prompt", "containing {instruction}"),
+    ("policy.vla.camera=-1", "policy.vla.camera", "an integer >= 0"),
 ])
 def test_bad_value_names_key_value_and_allowed(override, key, allowed):
     with pytest.raises(AppConfigError) as info:

@@ -10,6 +10,7 @@ workflow's components and the number of devices. Every failure is an `AppConfigE
 from __future__ import annotations
 
 import importlib.util
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -98,7 +99,8 @@ class EnvConfig:
 
 @dataclass(frozen=True)
 class VLASettings:
-    """Size of the tiny OpenVLA-style policy (policy.kind=vla)."""
+    """The OpenVLA-style policy (policy.kind=vla): a tiny one built from these sizes, or a
+    pretrained Hugging Face checkpoint from a local folder (`pretrained`)."""
 
     hidden_size: int = 64
     """Width of the decoder."""
@@ -112,6 +114,18 @@ class VLASettings:
     """Side of the square image patches; must divide env.image_size."""
     max_instruction_tokens: int = 32
     """Instruction tokens (left-padded or truncated)."""
+    pretrained: str = ""
+    """Local folder of a Hugging Face image-text-to-text checkpoint with its processor (empty:
+    the tiny VLA). Sizes above other than num_bins are then unused; set num_bins=255 for
+    OpenVLA's action tokens."""
+    camera: int = 0
+    """Pretrained: which stacked camera the model sees (0: the agent view, 1: LIBERO's wrist)."""
+    prompt: str = "In: What action should the robot take to {instruction}?\nOut:"
+    """Pretrained: prompt template with {instruction} (OpenVLA's by default)."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Pretrained: parameter dtype of the loaded model."""
+    trust_remote_code: bool = False
+    """Pretrained: allow the checkpoint's own Python code."""
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_layers", "num_heads", "num_bins", "patch_size",
@@ -122,6 +136,16 @@ class VLASettings:
         if self.hidden_size % self.num_heads:
             raise AppConfigError("policy.vla.num_heads", self.num_heads,
                                  f"a divisor of policy.vla.hidden_size={self.hidden_size}")
+        if self.pretrained and not os.path.isdir(self.pretrained):
+            raise AppConfigError("policy.vla.pretrained", self.pretrained,
+                                 "the local folder of a Hugging Face image-text-to-text "
+                                 "checkpoint (config.json, weights, processor files), or empty "
+                                 "for the tiny VLA")
+        if "{instruction}" not in self.prompt:
+            raise AppConfigError("policy.vla.prompt", self.prompt,
+                                 "a template containing {instruction}")
+        if self.camera < 0:
+            raise AppConfigError("policy.vla.camera", self.camera, "an integer >= 0")
 
 
 @dataclass(frozen=True)
@@ -311,7 +335,8 @@ class AppConfig:
             raise AppConfigError("env.obs", env.obs,
                                  f"{need!r} for policy.kind={policy.kind!r} (mlp reads states, "
                                  "cnn and vla read images)")
-        if policy.kind == "vla" and env.image_size % policy.vla.patch_size:
+        if (policy.kind == "vla" and not policy.vla.pretrained
+                and env.image_size % policy.vla.patch_size):
             raise AppConfigError("policy.vla.patch_size", policy.vla.patch_size,
                                  f"a divisor of env.image_size={env.image_size}")
         if env.max_episode_steps is not None and run.eval_max_steps < env.max_episode_steps:

@@ -14,6 +14,7 @@ import gymnasium as gym
 import numpy as np
 
 from rlinf.workers.embodied.actor import EmbodiedActorConfig
+from rlinf.workers.embodied.pretrained_vla import PretrainedVLAConfig
 from rlinf.workers.embodied.vla import VLAConfig
 from rlinf.workers.embodied.vla_policy import VLAPolicyConfig
 from rlinf.workers.env.config import EnvWorkerConfig
@@ -88,12 +89,22 @@ def policy_config(cfg: AppConfig, obs_space: gym.Space[Any], action_space: gym.S
         raise AppConfigError("policy.kind", "vla", "a task with a bounded action box for "
                              "the VLA's action bins")
     v = pol.vla
-    network = VLAConfig(
-        image_shape=(int(obs_space.shape[0]), cfg.env.image_size, cfg.env.image_size),
-        action_dim=action_dim,
-        num_bins=v.num_bins, patch_size=v.patch_size,
-        max_instruction_tokens=v.max_instruction_tokens, hidden_size=v.hidden_size,
-        num_layers=v.num_layers, num_heads=v.num_heads)
+    image_shape = (int(obs_space.shape[0]), cfg.env.image_size, cfg.env.image_size)
+    network: VLAConfig | PretrainedVLAConfig
+    if v.pretrained:
+        if image_shape[0] % 3 or v.camera >= image_shape[0] // 3:
+            raise AppConfigError("policy.vla.camera", v.camera,
+                                 f"one of the {image_shape[0] // 3} RGB cameras of the task's "
+                                 f"{image_shape[0]}-channel frames")
+        network = PretrainedVLAConfig(
+            path=v.pretrained, image_shape=image_shape, action_dim=action_dim,
+            num_bins=v.num_bins, camera=v.camera, prompt=v.prompt, dtype=v.dtype,
+            trust_remote_code=v.trust_remote_code)
+    else:
+        network = VLAConfig(
+            image_shape=image_shape, action_dim=action_dim, num_bins=v.num_bins,
+            patch_size=v.patch_size, max_instruction_tokens=v.max_instruction_tokens,
+            hidden_size=v.hidden_size, num_layers=v.num_layers, num_heads=v.num_heads)
     _, task = split_env_id(cfg.env.id)
     return VLAPolicyConfig(vla=network, action_low=tuple(low.tolist()),
                            action_high=tuple(high.tolist()),

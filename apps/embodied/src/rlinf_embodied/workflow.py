@@ -30,8 +30,11 @@ from rlinf.workers.embodied.roles import (
     describe_env,
 )
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
-from rlinf.workers.embodied.vla import VLAConfig
-from rlinf.workers.embodied.vla_policy import VLAPolicyConfig, VLARolloutConfig
+from rlinf.workers.embodied.vla_policy import (
+    VLANetworkConfig,
+    VLAPolicyConfig,
+    VLARolloutConfig,
+)
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import (
@@ -66,10 +69,10 @@ class EmbodiedSpec:
 
     env: EnvWorkerConfig
     """Task, number of envs, seed, time limit, stage groups (`pipeline_stages`), pixels."""
-    policy: PolicyConfig | VLAConfig | VLAPolicyConfig
-    """MLP/CNN actor-critic, or a tiny OpenVLA-style VLA (needs ``env.pixels``): a bare
-    `VLAConfig` gets the task's action box and instruction at launch, a `VLAPolicyConfig`
-    brings its own."""
+    policy: PolicyConfig | VLANetworkConfig | VLAPolicyConfig
+    """MLP/CNN actor-critic, or an OpenVLA-style VLA (needs ``env.pixels``), tiny
+    (`VLAConfig`) or pretrained (`PretrainedVLAConfig`): a bare network config gets the task's
+    action box and instruction at launch, a `VLAPolicyConfig` brings its own."""
     actor: EmbodiedActorConfig
     """PPO/GRPO hyper-parameters; its `policy` and `seed` are filled in from this spec."""
     rollout_steps: int
@@ -95,16 +98,16 @@ class EmbodiedSpec:
             raise ConfigError(f"rollout_steps must be >= 1, got {self.rollout_steps}")
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
-        if isinstance(self.policy, VLAConfig | VLAPolicyConfig):
-            vla = self.policy if isinstance(self.policy, VLAConfig) else self.policy.vla
+        if isinstance(self.policy, VLANetworkConfig | VLAPolicyConfig):
+            vla = _network(self.policy)
             pixels = self.env.pixels
             if pixels is None or vla.image_shape[1:] != tuple(pixels):
                 raise ConfigError(
                     f"a VLA policy sees camera frames: set env.pixels to the (height, width) "
-                    f"of VLAConfig.image_shape={vla.image_shape}, got env.pixels={pixels}")
+                    f"of the VLA's image_shape={vla.image_shape}, got env.pixels={pixels}")
         elif not isinstance(self.policy, PolicyConfig):
-            raise ConfigError(f"policy must be a PolicyConfig, VLAConfig or VLAPolicyConfig, got "
-                              f"{type(self.policy).__name__}")
+            raise ConfigError(f"policy must be a PolicyConfig, VLAConfig, PretrainedVLAConfig or "
+                              f"VLAPolicyConfig, got {type(self.policy).__name__}")
         if self.actor.algorithm == "grpo" and not self.reset_every_iteration:
             raise ConfigError("GRPO compares each env's first episode of a rollout: set "
                               "reset_every_iteration=True")
@@ -121,11 +124,13 @@ class EmbodiedSpec:
         return self.env.num_envs * self.rollout_steps
 
 
+def _network(policy: VLANetworkConfig | VLAPolicyConfig) -> VLANetworkConfig:
+    return policy.vla if isinstance(policy, VLAPolicyConfig) else policy
+
+
 def _obs_bytes(spec: EmbodiedSpec) -> int:
-    if isinstance(spec.policy, VLAPolicyConfig):
-        return int(np.prod(spec.policy.vla.image_shape))  # uint8 frames
-    if isinstance(spec.policy, VLAConfig):
-        return int(np.prod(spec.policy.image_shape))
+    if isinstance(spec.policy, VLANetworkConfig | VLAPolicyConfig):
+        return int(np.prod(_network(spec.policy).image_shape))  # uint8 frames
     return 4 * int(np.prod(spec.policy.obs_shape))
 
 
@@ -247,10 +252,10 @@ def describe(spec: EmbodiedSpec) -> EnvDescription:
 
 def policy_configs(spec: EmbodiedSpec, desc: EnvDescription
                     ) -> tuple[PolicyRolloutConfig | VLARolloutConfig, EmbodiedActorConfig]:
-    if isinstance(spec.policy, VLAConfig | VLAPolicyConfig):
-        network = spec.policy if isinstance(spec.policy, VLAConfig) else spec.policy.vla
+    if isinstance(spec.policy, VLANetworkConfig | VLAPolicyConfig):
+        network = _network(spec.policy)
         if desc.discrete_actions is not None or len(desc.action_low) != network.action_dim:
-            raise ConfigError(f"VLAConfig.action_dim={network.action_dim} but "
+            raise ConfigError(f"the VLA's action_dim={network.action_dim} but "
                               f"{spec.env.env_name!r} has action shape {desc.action_shape} "
                               f"(discrete: {desc.discrete_actions}); the VLA needs a box")
         vla = spec.policy if isinstance(spec.policy, VLAPolicyConfig) else VLAPolicyConfig(

@@ -9,7 +9,9 @@
   (policy in a second thread); `run_pipelined_process` serves from a `PolicyProcess`.
 - `vla.TinyVLA`: image + instruction → discretised action tokens (OpenVLA style) through a
   tiny Qwen2 built from a config, with `act`/`evaluate` and a value head.
-- `vla_policy`: the VLA behind the same protocol (`VLARolloutWorker`) and the PPO actor
+- `pretrained_vla.PretrainedVLA`: a Hugging Face image-text-to-text checkpoint from a local
+  folder decoding OpenVLA's action tokens, with the same `act`/`evaluate`.
+- `vla_policy`: either VLA behind the same protocol (`VLARolloutWorker`) and the PPO actor
   (`VLAActorCritic`, `VLAPolicyConfig` with the env's action box and instruction).
 - `roles`: `EnvRole`, `PolicyRole`, `ActorRole` — the workers as Ray actors of the app's
   macro flow (env ↔ policy over rlinf.comm, stage groups pipelined across processes).

@@ -1,11 +1,13 @@
-"""The tiny VLA as an actor-critic of the embodied workers: rollout inference and PPO.
+"""A VLA as an actor-critic of the embodied workers: rollout inference and PPO.
 
-`VLAActorCritic` puts a `TinyVLA` behind the interface the MLP/CNN `ActorCritic` offers the
-actor (`evaluate(obs, actions) -> ActionEval`): observations are camera frames
-(``uint8 [N, 3, H, W]``, `EnvWorkerConfig.pixels`), every row gets the task's instruction,
-and the action-token bins over [-1, 1] are mapped affinely onto the env's action box. The
-trajectory stores env actions (bin centres mapped onto the box); the actor maps them back to
-bin tokens, which round-trips exactly because a bin centre sits half a bin from its edges.
+`VLAActorCritic` puts a `TinyVLA` (built from a `VLAConfig`) or a `PretrainedVLA` (a Hugging
+Face checkpoint from a local folder, `PretrainedVLAConfig`) behind the interface the MLP/CNN
+`ActorCritic` offers the actor (`evaluate(obs, actions) -> ActionEval`): observations are
+camera frames (``uint8 [N, C, H, W]``, `EnvWorkerConfig.pixels`), every row gets the task's
+instruction, and the action-token bins over [-1, 1] are mapped affinely onto the env's action
+box. The trajectory stores env actions (bin centres mapped onto the box); the actor maps them
+back to bin tokens, which round-trips exactly because a bin centre sits half a bin from its
+edges.
 
 `VLARolloutWorker` answers the env worker's observation micro-batches like
 `PolicyRolloutWorker` (same protocol, same reply fields), decoding one token per action
@@ -24,20 +26,33 @@ import torch
 from torch import nn
 
 from rlinf.comm import Batch
+from rlinf.workers.embodied.pretrained_vla import PretrainedVLA, PretrainedVLAConfig
 from rlinf.workers.embodied.vla import TinyVLA, VLAConfig
 from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models.policy import ActionEval
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.runtime.worker import Worker
 
-__all__ = ["VLAActorCritic", "VLAPolicyConfig", "VLARolloutConfig", "VLARolloutWorker"]
+__all__ = ["VLAActorCritic", "VLANetworkConfig", "VLAPolicyConfig", "VLARolloutConfig",
+           "VLARolloutWorker", "build_vla"]
+
+VLANetworkConfig = VLAConfig | PretrainedVLAConfig
+"""A tiny VLA built from a config, or a pretrained Hugging Face one loaded from a folder."""
+
+
+def build_vla(config: VLANetworkConfig, *, seed: int) -> TinyVLA | PretrainedVLA:
+    """The network of `config` (`seed` initialises the tiny VLA, or the pretrained one's
+    value head)."""
+    if isinstance(config, PretrainedVLAConfig):
+        return PretrainedVLA(config, seed=seed)
+    return TinyVLA(config, seed=seed)
 
 
 @dataclass(frozen=True)
 class VLAPolicyConfig:
-    """A tiny VLA acting in one task."""
+    """A VLA acting in one task."""
 
-    vla: VLAConfig
+    vla: VLANetworkConfig
     """The network (image shape must equal the env's `pixels` frames, channels first)."""
     action_low: tuple[float, ...]
     """Lower bound of each action dimension (bin -1 maps here)."""
@@ -57,12 +72,12 @@ class VLAPolicyConfig:
 
 
 class VLAActorCritic(nn.Module):
-    """`TinyVLA` with env-space actions (see the module docstring)."""
+    """A VLA with env-space actions (see the module docstring)."""
 
     def __init__(self, config: VLAPolicyConfig, *, seed: int) -> None:
         super().__init__()
         self.config = config
-        self.vla = TinyVLA(config.vla, seed=seed)
+        self.vla = build_vla(config.vla, seed=seed)
         self.low: torch.Tensor
         self.high: torch.Tensor
         self.register_buffer("low", torch.tensor(config.action_low, dtype=torch.float32))
