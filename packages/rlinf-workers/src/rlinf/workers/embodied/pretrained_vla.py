@@ -30,7 +30,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from rlinf.workers.embodied.vla import VLASample
+from rlinf.workers.embodied.vla import (
+    VLASample,
+    action_bins,
+    bin_centres,
+    score_action_tokens,
+)
 from rlinf.workers.errors import ConfigError, ShapeError
 
 __all__ = ["OPENVLA_PROMPT", "PretrainedVLA", "PretrainedVLAConfig"]
@@ -130,12 +135,11 @@ class PretrainedVLA(nn.Module):
 
     def tokens_to_action(self, tokens: torch.Tensor) -> torch.Tensor:
         """Bin centres in [-1, 1] of bin indices."""
-        return -1.0 + (2.0 * tokens.float() + 1.0) / self.config.num_bins
+        return bin_centres(tokens, self.config.num_bins)
 
     def action_to_tokens(self, action: torch.Tensor) -> torch.Tensor:
         """Bin index of each (clipped) action value."""
-        scaled = (action.clamp(-1.0, 1.0) + 1.0) / 2.0 * self.config.num_bins
-        return scaled.long().clamp(max=self.config.num_bins - 1)
+        return action_bins(action, self.config.num_bins)
 
     def _inputs(self, images: torch.Tensor, instructions: Sequence[str]) -> dict[str, Any]:
         cfg = self.config
@@ -195,9 +199,6 @@ class PretrainedVLA(nn.Module):
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Differentiable ``(log_prob [N], entropy [N], value [N])`` of given action tokens,
         in one teacher-forced pass."""
-        if tuple(tokens.shape) != (len(images), self.config.action_dim):
-            raise ShapeError(f"expected tokens [N, {self.config.action_dim}], got "
-                             f"{tuple(tokens.shape)}")
         inputs = self._inputs(images, instructions)
         prefix_len = inputs["input_ids"].shape[1]
         forced = self.bin_ids[tokens[:, :-1]]
@@ -208,9 +209,7 @@ class PretrainedVLA(nn.Module):
                 inputs[key] = torch.cat([value, tail], dim=1)
         inputs["input_ids"] = torch.cat([inputs["input_ids"], forced], dim=1)
         out = self.model(**inputs, output_hidden_states=True)
-        logits = self._bin_logits(out.logits[:, prefix_len - 1:])  # [N, A, bins]
-        log_p = torch.log_softmax(logits, dim=-1)
-        picked = log_p.gather(-1, tokens[..., None]).squeeze(-1).sum(-1)
-        entropy = -(log_p.exp() * log_p).sum(-1).sum(-1)
+        picked, entropy = score_action_tokens(self._bin_logits(out.logits[:, prefix_len - 1:]),
+                                              tokens, action_dim=self.config.action_dim)
         value = self._value(out.hidden_states[-1][:, prefix_len - 1])
         return picked, entropy, value

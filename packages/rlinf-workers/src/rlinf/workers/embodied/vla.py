@@ -21,7 +21,7 @@ from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm
 from rlinf.workers.models.logprobs import position_ids_from_mask
 from rlinf.workers.models.tokenizer import build_char_tokenizer
 
-__all__ = ["TinyVLA", "VLAConfig", "VLASample"]
+__all__ = ["TinyVLA", "VLAConfig", "VLASample", "action_bins", "bin_centres", "score_action_tokens"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,29 @@ class VLASample:
     """``[N]`` critic estimate of the observation."""
 
 
+def bin_centres(tokens: torch.Tensor, num_bins: int) -> torch.Tensor:
+    """Centres in [-1, 1] of bin indices, `num_bins` uniform bins."""
+    return -1.0 + (2.0 * tokens.float() + 1.0) / num_bins
+
+
+def action_bins(action: torch.Tensor, num_bins: int) -> torch.Tensor:
+    """Bin index of each (clipped) action value in [-1, 1]."""
+    scaled = (action.clamp(-1.0, 1.0) + 1.0) / 2.0 * num_bins
+    return scaled.long().clamp(max=num_bins - 1)
+
+
+def score_action_tokens(bin_logits: torch.Tensor, tokens: torch.Tensor, *, action_dim: int
+                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log_prob [N], entropy [N])`` of action `tokens` ``[N, action_dim]`` under the bin
+    logits ``[N, action_dim, bins]`` of one teacher-forced pass (summed over dimensions)."""
+    if tuple(tokens.shape) != (len(bin_logits), action_dim):
+        raise ShapeError(f"expected tokens [N, {action_dim}], got {tuple(tokens.shape)}")
+    log_p = torch.log_softmax(bin_logits, dim=-1)
+    picked = log_p.gather(-1, tokens[..., None]).squeeze(-1).sum(-1)
+    entropy = -(log_p.exp() * log_p).sum(-1).sum(-1)
+    return picked, entropy
+
+
 class TinyVLA(nn.Module):
     """Image + instruction → discretised action tokens (see the module docstring)."""
 
@@ -92,12 +115,11 @@ class TinyVLA(nn.Module):
 
     def tokens_to_action(self, tokens: torch.Tensor) -> torch.Tensor:
         """Bin centres in [-1, 1] of bin indices."""
-        return -1.0 + (2.0 * tokens.float() + 1.0) / self.config.num_bins
+        return bin_centres(tokens, self.config.num_bins)
 
     def action_to_tokens(self, action: torch.Tensor) -> torch.Tensor:
         """Bin index of each (clipped) action value."""
-        scaled = (action.clamp(-1.0, 1.0) + 1.0) / 2.0 * self.config.num_bins
-        return scaled.long().clamp(max=self.config.num_bins - 1)
+        return action_bins(action, self.config.num_bins)
 
     def _prefix(self, images: torch.Tensor, instructions: Sequence[str]
                 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -165,15 +187,11 @@ class TinyVLA(nn.Module):
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Differentiable ``(log_prob [N], entropy [N], value [N])`` of given action tokens,
         in one teacher-forced pass."""
-        if tuple(tokens.shape) != (len(images), self.config.action_dim):
-            raise ShapeError(f"expected tokens [N, {self.config.action_dim}], got "
-                             f"{tuple(tokens.shape)}")
         embeds, mask = self._prefix(images, instructions)
         prefix_len = embeds.shape[1]
         embeds, mask = self._extend(embeds, mask, tokens[:, :-1])
         logits, hidden = self._run(embeds, mask)
-        log_p = torch.log_softmax(logits[:, prefix_len - 1:], dim=-1)  # [N, A, bins]
-        picked = log_p.gather(-1, tokens[..., None]).squeeze(-1).sum(-1)
-        entropy = -(log_p.exp() * log_p).sum(-1).sum(-1)
+        picked, entropy = score_action_tokens(logits[:, prefix_len - 1:], tokens,
+                                              action_dim=self.config.action_dim)
         value = self.value_head(hidden[:, prefix_len - 1]).squeeze(-1)
         return picked, entropy, value
