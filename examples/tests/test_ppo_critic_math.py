@@ -18,6 +18,9 @@ from typing import Any
 
 import pytest
 
+from rlinf.comm import live_segments as segments
+from rlinf.comm import orphaned_segments as orphaned
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
@@ -25,7 +28,6 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "ppo_critic_math.py"
 sys.path.insert(0, str(EXAMPLE.parent))
 import ppo_critic_math as example  # noqa: E402
 
-SHM = Path("/dev/shm")
 FIXED = {  # mode: (placement, CPU slots)
     "collocated": ("rollout,reward,inference,reference,actor: 0", 2),
     "hybrid": ("rollout: 0, reward,inference,reference,actor: 1", 2),
@@ -43,25 +45,6 @@ def ray_local() -> Iterator[None]:
         yield
     finally:
         ray.shutdown()
-
-
-def segments() -> set[str]:
-    return {p.name for p in SHM.glob("rlinf-*")}
-
-
-def orphaned(before: set[str]) -> set[str]:
-    """Segments created since `before` that no process maps any more (leaked); other
-    people's runs on the same machine create and free their own meanwhile."""
-    new = segments() - before
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        if not new:
-            break
-        try:
-            text = maps.read_text()
-        except OSError:
-            continue
-        new = {name for name in new if name not in text}
-    return new
 
 
 def eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:

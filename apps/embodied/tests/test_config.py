@@ -88,6 +88,27 @@ def test_bad_value_names_key_value_and_allowed(override, key, allowed):
     assert f"{key!r}" in str(info.value)
 
 
+@pytest.mark.parametrize(("spec", "allowed"), [
+    ("env: 0-2, rollout: 3, actor: 0-4", "divides env.num_envs=16"),
+    ("env: 0-1, rollout: 2-4, actor: 0-4", "divides 'env''s (2)"),
+    ("env: 0-3, rollout: 4, actor: 0-4", "keeps GRPO groups of 8 envs whole"),
+])
+def test_env_workers_must_split_the_envs_evenly(spec, allowed):
+    overrides = [f"placement.spec='{spec}'", "placement.num_devices=5"]
+    if "GRPO" in allowed:
+        overrides += ["algorithm.name=grpo", "algorithm.grpo_group_size=8",
+                      "env.pipeline_stages=4"]
+    with pytest.raises(AppConfigError) as info:
+        load_config(overrides)
+    assert info.value.key == "placement.spec" and allowed in str(info.value)
+
+
+def test_env_workers_on_several_devices_are_a_valid_placement():
+    cfg = load_config(["placement.spec='env,rollout: 0-1, actor: 0-1'",
+                       "placement.num_devices=2"])
+    assert resolve_placement(cfg.placement).devices_of("env") == (0, 1)
+
+
 def test_evaluation_must_outlast_the_episode_limit():
     with pytest.raises(AppConfigError, match=r"at least env\.max_episode_steps=200"):
         load_config(["env.max_episode_steps=200", "run.eval_max_steps=100"])
@@ -104,8 +125,9 @@ def test_unknown_key_in_a_mapping_is_rejected():
 
 @pytest.mark.parametrize(("spec", "devices", "message"), [
     ("collocated", 2, "1 for placement 'collocated'"),
-    ("env: 0-1, rollout: 0, actor: 1", 2, "'env' on exactly one device"),
-    ("env: 0, rollout: 1 x2, actor: 0", 2, "'rollout' on exactly one device"),
+    ("env: 0-1 x2, rollout: 0, actor: 1", 2, "'env' with one process per device"),
+    ("env: 0, rollout: 1 x2, actor: 0", 2, "'rollout' with one process per device"),
+    ("env: 0, rollout: 0-1, actor: 0-1", 2, "divides 'env''s"),
     ("hybrid", 1, "at least 2 devices for placement 'hybrid'"),
     ("disaggregated", 2, "at least 3 devices for placement 'disaggregated'"),
     ("env: 0, rollout: 3, actor: 0", 2, "out of range"),

@@ -130,6 +130,30 @@ def test_save_load_continues_the_same_trajectory(hybrid, collocated, tmp_path):
         torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=key)
 
 
+def test_two_env_workers_train_like_one_and_resume_exactly(tmp_path):
+    """env on two devices: two env workers of two envs each, each with its policy inline,
+    run the stage groups one worker runs (same seeds, same sampling streams), so training
+    matches one worker's; a checkpoint of two workers resumes on two workers only."""
+    with EmbodiedFlow.launch(SPEC, fixed_plan(SPEC, "collocated")) as single:
+        alone = run(single, range(3))
+        weights = single.get_weights()
+    plan = fixed_plan(SPEC, "env,rollout: 0-1, actor: 0", num_devices=2)
+    with EmbodiedFlow.launch(SPEC, plan) as split:
+        assert split.inline and split.run.group_of("env").world_size == 2
+        together = run(split, range(3))
+        # Two workers' episode sums are added in another order: equal up to rounding.
+        assert together == [pytest.approx(m, rel=1e-12) for m in alone]
+        for key, value in split.get_weights().items():
+            torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=key)
+        split.save(tmp_path / "two")
+        uninterrupted = run(split, range(3, 5))
+        split.load(tmp_path / "two")
+        assert run(split, range(3, 5)) == uninterrupted
+    with (EmbodiedFlow.launch(SPEC, fixed_plan(SPEC, "collocated")) as single,
+          pytest.raises(ConfigError, match="2 env workers")):
+        single.load(tmp_path / "two")
+
+
 def test_a_policy_lag_runs_each_rollout_beside_the_previous_update(collocated, tmp_path):
     """algorithm.policy_lag=1 with the actor on a device of its own: step k's rollout acts
     with the weights before the update on k-1's rollout, which runs meanwhile and is

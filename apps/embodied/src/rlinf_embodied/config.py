@@ -412,7 +412,9 @@ def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COM
                       ) -> Placement:
     """The placement `cfg` names (mode AUTO for ``auto``).
 
-    The env and rollout components are one process on one device each; the actor is one
+    The env and rollout components run one process per device (several env devices split
+    the envs among env workers; a rollout process serves the env workers whose rank is its
+    own modulo the rollout's device count, which must divide the env's); the actor is one
     process spanning its devices (one torch thread per device). Named modes on N devices:
     collocated (N = 1) puts every component on device 0, taking turns; hybrid (N >= 2) puts
     env on 0 and rollout on 1, pipelined, with the actor spanning 0..N-1; disaggregated
@@ -448,17 +450,43 @@ def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COM
                              f"a valid placement of {list(components)} on placement.num_devices="
                              f"{n} devices ({exc})") from exc
     for name in (env, rollout):
-        if name in placement.components and placement.components[name].num_procs != 1:
+        if name in placement.components and placement.procs_per_device(name) != 1:
             raise AppConfigError("placement.spec", cfg.spec,
-                                 f"{name!r} on exactly one device with one process (it runs as "
-                                 f"one process), got {placement.components[name].to_spec()!r}")
+                                 f"{name!r} with one process per device, got "
+                                 f"{placement.components[name].to_spec()!r}")
+    if env in placement.components and rollout in placement.components:
+        envs, rollouts = (len(placement.devices_of(env)), len(placement.devices_of(rollout)))
+        if envs % rollouts:
+            raise AppConfigError("placement.spec", cfg.spec,
+                                 f"{rollout!r} on a device count that divides {env!r}'s "
+                                 f"({envs}): each rollout process serves whole env workers, "
+                                 f"got {rollouts}")
     return placement
+
+
+def _check_env_workers(cfg: AppConfig) -> None:
+    """Env workers (one per env device) split the envs and stage groups evenly."""
+    placement = resolve_placement(cfg.placement)
+    if placement.mode is ExecutionMode.AUTO or "env" not in placement.components:
+        return
+    workers = len(placement.devices_of("env"))
+    env, algo = cfg.env, cfg.algorithm
+    if env.num_envs % workers or env.pipeline_stages % workers:
+        raise AppConfigError("placement.spec", cfg.placement.spec,
+                             f"env on a device count that divides env.num_envs={env.num_envs} "
+                             f"and env.pipeline_stages={env.pipeline_stages} (each env device "
+                             f"runs an equal share), got {workers}")
+    if algo.name == "grpo" and (env.num_envs // workers) % algo.grpo_group_size:
+        raise AppConfigError("placement.spec", cfg.placement.spec,
+                             f"env on a device count that keeps GRPO groups of "
+                             f"{algo.grpo_group_size} envs whole ({env.num_envs} envs), got "
+                             f"{workers}")
 
 
 def validate(cfg: AppConfig) -> None:
     """The checks of `from_omegaconf` that look at the installation (extras, env ids, GPU)."""
     _check_env(cfg.env)
-    resolve_placement(cfg.placement)
+    _check_env_workers(cfg)
     if cfg.run.device == "cuda":
         import torch
 

@@ -8,9 +8,12 @@ over p2p messages with a policy process: while the policy computes group g+1's a
 env steps group g), puts the trajectory into the actor's channel; the actor trains on it;
 the runtime then syncs the weights into the policy. The driver passes control only. With
 the same seed and stage groups every placement produces identical trajectories and metrics
-(tested). With ``algorithm.policy_lag=1`` the runtime runs the actor one iteration behind:
-iteration k's rollout runs beside the update on iteration k-1's trajectory, and
-``step(k, drain=True)`` then trains iteration k's too (before a checkpoint, at the end).
+(tested). An env component placed on several devices runs one env worker per device, each
+with an equal share of the envs (and its inline policy, or its policy process's batched
+answers); their metrics are pooled here. With ``algorithm.policy_lag=1`` the runtime runs
+the actor one iteration behind: iteration k's rollout runs beside the update on iteration
+k-1's trajectory, and ``step(k, drain=True)`` then trains iteration k's too (before a
+checkpoint, at the end).
 
 Resuming: `save` writes the actor (model, optimizer, shuffling generator, step, global
 RNGs), the rollout policy's sampling streams, and the simulators' exact state (MuJoCo
@@ -34,10 +37,15 @@ import torch
 from rlinf.sched import Cluster, ExecutionPlan, Measurement, Profile
 from rlinf.workers import flow as rf
 from rlinf.workers.embodied.profiling import measure_components
-from rlinf.workers.embodied.roles import EnvDescription, episode_means, weights_from_wire
+from rlinf.workers.embodied.roles import (
+    EnvDescription,
+    episode_means,
+    pool_rollout_metrics,
+    weights_from_wire,
+)
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowClosedError, FlowRun
-from rlinf.workers.runtime import RANK_ZERO, WorkerGroup
+from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, WorkerGroup
 from rlinf.workers.telemetry import Span
 from rlinf_embodied.evaluation import EvalResult, evaluate
 from rlinf_embodied.planning import CONTROL
@@ -55,7 +63,8 @@ from rlinf_embodied.workflow import (
 __all__ = ["COMPONENTS", "EmbodiedFlow", "EmbodiedSpec", "EmbodiedStepResult", "EvalResult",
            "embodied_workflow", "fixed_plan", "stages_of"]
 
-_FORMAT = "rlinf-embodied-flow/1"
+_FORMAT = "rlinf-embodied-flow/2"
+"""Version 2: env state and (inline) policy state are lists, one per env worker."""
 _CPU_PER_RANK = 0.25
 """Ray CPUs per process: a probe flow, the profile and the run (or a test's two flows) fit
 side by side on a small Ray cluster; the processes share the cores as the OS schedules."""
@@ -141,7 +150,7 @@ class EmbodiedFlow:
         latest update's, ``train_seconds`` all of the iteration's."""
         wall_start = time.time()
         records = self.run.iteration(step, drain=drain)
-        env = records[0].rank_metrics["env"][0]
+        env = pool_rollout_metrics(records[0].rank_metrics["env"])
         updates = [r.rank_metrics["actor"][0] for r in records if "actor" in r.rank_metrics]
         trained = dict(updates[-1]) if updates else {}
         trained.pop("train_seconds", None)
@@ -175,17 +184,20 @@ class EmbodiedFlow:
     # -- checkpoints -----------------------------------------------------------------------
 
     def save(self, directory: Path) -> None:
-        """Write actor, rollout policy and (unless reset_every_iteration) simulator state."""
+        """Write actor, rollout policy (each process's) and (unless reset_every_iteration)
+        every env worker's simulator state."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         env = self._group("env")
         torch.save(self._group("actor").call("state")[0], directory / "actor.pt")
-        policy = (env.call("policy_state")[0] if self.inline
-                  else self._group("rollout").call("state")[0])
+        policy = (env.call("policy_state") if self.inline
+                  else self._group("rollout").call("state"))
         torch.save(policy, directory / "policy.pt")
-        env_state = None if self.spec.reset_every_iteration else env.call("state")[0]["env"]
+        env_state = (None if self.spec.reset_every_iteration
+                     else [rank["env"] for rank in env.call("state")])
         torch.save({"format": _FORMAT, "env": env_state, "stages": self.stages,
-                    "inline": self.inline}, directory / "env.pt")
+                    "inline": self.inline, "env_workers": env.world_size},
+                   directory / "env.pt")
 
     def load(self, directory: Path) -> None:
         """Restore what `save` wrote (same spec; any placement with the same stage groups)."""
@@ -205,16 +217,28 @@ class EmbodiedFlow:
             raise ConfigError(f"the checkpoint ran {meta['stages']} stage groups, this flow "
                               f"{self.stages}: sampling differs by grouping; use the same plan "
                               "micro-batch")
+        env_group = self._group("env")
+        policy_group = env_group if self.inline else self._group("rollout")
+        if meta["env_workers"] != env_group.world_size or len(policy_state) != (
+                policy_group.world_size):
+            raise ConfigError(f"the checkpoint ran {meta['env_workers']} env workers and "
+                              f"{len(policy_state)} policy processes, this flow "
+                              f"{env_group.world_size} and {policy_group.world_size}: place env "
+                              "and rollout on as many devices as the checkpointed run")
         env_state = meta["env"]
         if env_state is None and not self.spec.reset_every_iteration:
             raise ConfigError(f"{directory} has no env state (saved with "
                               "reset_every_iteration=True) but this spec continues episodes")
         self._group("actor").call("load_state", actor)
+        envs = env_state or [None] * env_group.world_size
         if self.inline:
-            self._group("env").call("load_state", {"env": env_state, "policy": policy_state})
+            env_group.call("load_state", [{"env": e, "policy": p}
+                                          for e, p in zip(envs, policy_state, strict=True)],
+                           spec=PER_RANK_ALL)
         else:
-            self._group("env").call("load_state", {"env": env_state, "policy": None})
-            self._group("rollout").call("load_state", policy_state)
+            env_group.call("load_state", [{"env": e, "policy": None} for e in envs],
+                           spec=PER_RANK_ALL)
+            policy_group.call("load_state", policy_state, spec=PER_RANK_ALL)
         self.run.sync_weights()
 
     # -- profiling -------------------------------------------------------------------------

@@ -135,8 +135,9 @@ def _obs_bytes(spec: EmbodiedSpec) -> int:
 
 
 def _components(spec: EmbodiedSpec) -> tuple[tuple[Component, ...], tuple[Edge, ...]]:
-    """What the planner prices. Env and rollout each run as one process (`max_devices=1`);
-    the actor's one process uses one thread per device. The env's micro-batch is a stage
+    """What the planner prices. Env and rollout each run as one process (`max_devices=1`:
+    `auto` plans one env worker; `declare` lifts the cap for fixed placements); the actor's
+    one process uses one thread per device. The env's micro-batch is a stage
     group, so it divides ``num_envs``; the policy serves the same stage groups; the actor
     trains once on the whole rollout."""
     n = spec.env.num_envs
@@ -172,6 +173,10 @@ def declare(spec: EmbodiedSpec, *, stages: int, rollout: PolicyRolloutConfig | V
     task (`policy_configs`)."""
     components, edges = _components(spec)
     env, policy, trainer = components
+    # The planner plans env and rollout on one device each; a fixed placement may give them
+    # several: one env worker per env device (`EnvWorkerConfig.shard`), and rollout
+    # processes that each batch the env workers paired with them.
+    env, policy = replace(env, max_devices=None), replace(policy, max_devices=None)
     common = {"trace": trace, "num_threads": spec.torch_threads, "io_timeout": spec.link_timeout}
     gpus = 0.5 if spec.device == "cuda" else None  # policy and actor share the one GPU
     env_config = replace(spec.env, pipeline_stages=stages)

@@ -103,7 +103,7 @@ def test_p2p_messages_carry_the_protocol_like_the_inline_driver(make_env, endpoi
 
     def serve() -> None:
         try:
-            serve_stages(policy, source=policy_side, sink=policy_side, num_steps=9,
+            serve_stages(policy, links=[(policy_side, policy_side)], num_steps=9,
                          num_stages=2, timeout=30, trace=TraceRecorder("p", enabled=False))
         except BaseException as exc:
             failure.append(exc)

@@ -22,6 +22,7 @@ from rlinf.workers.flow import (
     WeightSyncSpec,
     WeightSyncTargetError,
 )
+from rlinf.workers.flow.channels import paired_ranks
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
 from rlinf.workers.runtime import Worker
 
@@ -83,8 +84,12 @@ def test_an_inlinable_component_runs_inside_its_host_only_where_placed_with_it()
     flow = loop_flow()
     same = flow.fixed_plan("env,policy: 0, actor: 1", num_devices=2).placement
     assert flow.inlined(same) == {"policy": "env"}
+    # As many ranks on the same devices: host rank r serves the guest's rank r.
+    for together in ("env,policy: 0x2, actor: 1", "env,policy: 0-1, actor: 0"):
+        placement = flow.fixed_plan(together, num_devices=2).placement
+        assert flow.inlined(placement) == {"policy": "env"}
     for apart in ("env: 0, policy: 1, actor: 0-1", "env: 0, policy,actor: 0-1",
-                  "env,policy: 0x2, actor: 1"):  # other devices, or two ranks each
+                  "env: 0x2, policy: 0, actor: 1"):  # other devices, or other rank counts
         assert flow.inlined(flow.fixed_plan(apart, num_devices=2).placement) == {}
     with pytest.raises(FlowDeclarationError, match="num_gpus must be >= 0"):
         MacroFlow((ComponentSpec(Component("s"), Source, entry="produce", num_gpus=-0.5),))
@@ -220,3 +225,15 @@ def test_records_become_a_profile_the_planner_can_fit() -> None:
     (measured,) = profile.measurements
     assert (measured.component, measured.batch_size, measured.seconds) == ("source", 8, 0.4)
     assert [(s.component, s.direction) for s in profile.switches] == [("source", "onload")]
+
+
+def test_p2p_ranks_pair_modulo_the_smaller_end() -> None:
+    channel = FlowChannel(src="env", dst="policy", name="n", store="s", consumer_ranks=2,
+                          producer_ranks=4, transport="p2p")
+    assert [channel.peers("env", r) for r in range(4)] == [(0,), (1,), (0,), (1,)]
+    assert channel.peers("policy", 0) == (0, 2) and channel.peers("policy", 1) == (1, 3)
+    assert paired_ranks(0, mine=1, theirs=1) == (0,)
+    with pytest.raises(ConfigError, match="divides"):
+        paired_ranks(0, mine=2, theirs=3)
+    with pytest.raises(ConfigError, match="not an end"):
+        channel.peers("actor", 0)

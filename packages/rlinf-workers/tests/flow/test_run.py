@@ -11,8 +11,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -33,9 +32,9 @@ from rlinf.workers.flow import (
     launch_auto,
 )
 
+from ..leaks import eventually, orphaned, segments
 from .toys import LoopEnv, LoopPolicy, Relay, Sink, Source, TrainingRelay, act
 
-SHM = Path("/dev/shm")
 ITEMS, UNIT = 8, 2
 
 
@@ -85,38 +84,9 @@ def loop_action_sum(step: int, version: int) -> int:
     return sum(int(act(obs + t, OFFSET, version).sum()) for t in range(1, LOOP_STEPS + 1))
 
 
-def segments() -> set[str]:
-    return {p.name for p in SHM.glob("rlinf-*")}
-
-
-def orphaned(before: set[str]) -> set[str]:
-    """Segments created since `before` that no process maps any more: leaked (others'
-    tests on the same machine create and free segments of their own meanwhile)."""
-    new = segments() - before
-    for maps in Path("/proc").glob("[0-9]*/maps"):
-        if not new:
-            break
-        try:
-            text = maps.read_text()
-        except OSError:  # the process ended
-            continue
-        new = {name for name in new if name not in text}
-    return new
-
-
 def our_actors() -> list[str]:
     return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
             if a["name"].startswith(("source-", "relay-", "sink-", "rlinf-flow-"))]
-
-
-def eventually(check: Callable[[], bool], *, timeout: float = 30.0) -> bool:
-    """Ray frees a killed actor's name and CPUs asynchronously: give it a deadline."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
 
 
 @pytest.fixture
@@ -269,11 +239,12 @@ def test_a_policy_lag_with_the_trainer_inside_a_generator_is_refused() -> None:
         FlowRun.launch(flow, flow.fixed_plan("env,policy,actor: 0", num_devices=1))
 
 
-def test_a_p2p_edge_between_multi_rank_ends_is_refused(clean: None) -> None:
+def test_a_p2p_edge_between_rank_counts_that_do_not_divide_is_refused(clean: None) -> None:
     flow = declare_loop("p2p")
-    with pytest.raises(FlowDeclarationError, match=r"p2p, which joins one rank.*'policy': 2"):
-        FlowRun.launch(flow, flow.fixed_plan("env: 0, policy: 1-2, actor: 0", num_devices=3),
-                       timeout=120)
+    with pytest.raises(FlowDeclarationError,
+                       match=r"p2p, which pairs the ranks.*'env': 2, 'policy': 3"):
+        FlowRun.launch(flow, flow.fixed_plan("env: 0-1, policy: 2-4, actor: 0",
+                                             num_devices=5), timeout=120)
 
 
 def test_a_dead_rank_is_named_and_the_flow_torn_down(clean: None) -> None:

@@ -23,6 +23,7 @@ from rlinf.comm.errors import (
     PeerDiedError,
     TransportError,
 )
+from rlinf.comm.leaks import live_segments, orphaned_segments
 from rlinf.comm.version import __version__
 
 __all__ = [
@@ -49,6 +50,8 @@ __all__ = [
     "Work",
     "__version__",
     "default_token",
+    "live_segments",
     "new_token",
+    "orphaned_segments",
     "token_env_value",
 ]

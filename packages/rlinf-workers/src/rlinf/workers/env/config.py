@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlinf.workers.errors import ConfigError
@@ -43,6 +43,10 @@ class EnvWorkerConfig:
     """Processes the envs are sharded over, stepped in parallel (env i in process i mod
     processes; `rlinf.envs.embodied.processes`): for slow simulators such as LIBERO's
     renderer. 1: the worker's own process."""
+    first_env: int = 0
+    """Index in the run of this worker's env 0, where several env workers split a run's
+    envs (`shard`): env i of this worker is env ``first_env + i`` of the run — its seed
+    offset, and the index its observations carry (the policy's sampling stream)."""
 
     def __post_init__(self) -> None:
         if self.num_envs < 1:
@@ -61,3 +65,27 @@ class EnvWorkerConfig:
         if size < 1 or self.num_envs % size:
             raise ConfigError(f"same_start_group_size must be >= 1 and divide num_envs="
                               f"{self.num_envs}, got {size}")
+        if self.first_env < 0:
+            raise ConfigError(f"first_env must be >= 0, got {self.first_env}")
+
+    def shard(self, rank: int, ranks: int) -> EnvWorkerConfig:
+        """The envs of env worker `rank` of `ranks` that split this config's envs: an equal
+        contiguous share (seeded as they are here: env i of the share is seeded with this
+        config's seed + its index here), ``pipeline_stages / ranks`` stage groups each, and
+        at most `processes` processes each."""
+        if ranks < 1 or not 0 <= rank < ranks:
+            raise ConfigError(f"env worker rank {rank} outside [0, {ranks})")
+        if ranks == 1:
+            return self
+        if self.num_envs % ranks or self.pipeline_stages % ranks:
+            raise ConfigError(f"{ranks} env workers split num_envs={self.num_envs} in "
+                              f"{self.pipeline_stages} stage groups only when both are "
+                              f"multiples of {ranks}: place env on a device count that "
+                              "divides them")
+        share = self.num_envs // ranks
+        if share % self.same_start_group_size:
+            raise ConfigError(f"{ranks} env workers would split same-start blocks of "
+                              f"{self.same_start_group_size} (num_envs={self.num_envs})")
+        return replace(self, num_envs=share, pipeline_stages=self.pipeline_stages // ranks,
+                       processes=min(self.processes, share), seed=self.seed + rank * share,
+                       first_env=self.first_env + rank * share)

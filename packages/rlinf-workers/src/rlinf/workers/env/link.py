@@ -17,7 +17,7 @@ from rlinf.comm import Batch
 from rlinf.workers.errors import WorkersError
 
 __all__ = ["ActionSource", "KeyedQueue", "LinkClosedError", "LinkTimeoutError", "ObsSink",
-           "stage_key"]
+           "ScopedLink", "stage_key"]
 
 
 class LinkTimeoutError(WorkersError, TimeoutError):
@@ -43,6 +43,32 @@ class ActionSource(Protocol):
 def stage_key(stage: int) -> str:
     """Channel key of pipeline stage `stage`."""
     return f"stage{stage}"
+
+
+class _Link(Protocol):
+    def put(self, item: Batch, *, key: str | None = None) -> None: ...
+
+    def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch: ...
+
+
+class ScopedLink:
+    """A link whose keys carry a scope (``"stage0@e1"``), so that several env workers can
+    share one channel to their policy without their stage keys meeting."""
+
+    def __init__(self, link: _Link, scope: str) -> None:
+        self._link = link
+        self._scope = scope
+
+    def _key(self, key: str | None) -> str:
+        return f"{key}@{self._scope}"
+
+    def put(self, item: Batch, *, key: str | None = None) -> None:
+        """Put under the scoped `key`."""
+        self._link.put(item, key=self._key(key))
+
+    def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
+        """Get from under the scoped `key`."""
+        return self._link.get(key=self._key(key), timeout=timeout)
 
 
 class KeyedQueue:

@@ -90,7 +90,7 @@ class EnvWorker(Worker):
             raise ConfigError(f"{config.env_name!r} has dict observations; the env worker "
                               "sends array observations only")
         self.groups = self.env.split(config.pipeline_stages)
-        offsets = np.cumsum([0] + [g.num_envs for g in self.groups])
+        offsets = config.first_env + np.cumsum([0] + [g.num_envs for g in self.groups])
         self._indices = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(self.groups))]
         self._obs: list[npt.NDArray[Any]] | None = None
         self._resident = True

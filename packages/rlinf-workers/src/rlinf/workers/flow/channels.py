@@ -20,13 +20,14 @@ from typing import Literal, get_args
 
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["ChannelTransport", "FlowChannel", "Sharding", "rank_key"]
+__all__ = ["ChannelTransport", "FlowChannel", "Sharding", "paired_ranks", "rank_key"]
 
 ChannelTransport = Literal["channel", "p2p"]
 """How an edge's messages travel: an `rlinf.comm.Channel` owned by the consumer's rank 0
 (any rank counts, keys per consumer rank), or ``p2p`` messages straight between the two
-ends' endpoints (`rlinf.workers.flow.PeerChannel`; one rank each end; for latency-bound
-exchanges such as an env ↔ policy loop)."""
+ends' endpoints (`rlinf.workers.flow.PeerChannel`, for latency-bound exchanges such as an
+env ↔ policy loop; where both ends have several ranks, one end's count divides the
+other's and ranks pair as `paired_ranks` says)."""
 
 Sharding = Literal["round_robin", "contiguous"]
 """How a consumer's ranks split an iteration's units: ``round_robin`` (unit i to rank
@@ -37,6 +38,21 @@ the first ranks one more) — a data-parallel trainer wants the latter."""
 def rank_key(rank: int) -> str:
     """Channel key of consumer `rank`."""
     return f"r{rank}"
+
+
+def paired_ranks(rank: int, *, mine: int, theirs: int) -> tuple[int, ...]:
+    """The ranks of the other end a rank talks to over a p2p edge whose ends have `mine`
+    and `theirs` ranks (one count divides the other): rank r of the larger end pairs with
+    rank ``r % smaller`` of the smaller one, which so serves ``larger / smaller`` ranks (a
+    policy rank batching several env ranks)."""
+    if min(mine, theirs) < 1 or max(mine, theirs) % min(mine, theirs):
+        raise ConfigError(f"a p2p edge pairs ranks only where one end's count divides the "
+                          f"other's, got {mine} and {theirs}")
+    if not 0 <= rank < mine:
+        raise ConfigError(f"rank {rank} outside [0, {mine})")
+    if mine >= theirs:
+        return (rank % theirs,)
+    return tuple(range(rank, theirs, mine))
 
 
 @dataclass(frozen=True)
@@ -53,6 +69,8 @@ class FlowChannel:
     """Name of the run's `rlinf.comm.RayStore` (where the channel is found)."""
     consumer_ranks: int
     """Ranks of the consuming group."""
+    producer_ranks: int = 1
+    """Ranks of the producing group."""
     sharding: Sharding = "round_robin"
     """How the consumer's ranks split the units (the consumer's `FlowWorker.input_sharding`)."""
     unit: int = 1
@@ -63,10 +81,10 @@ class FlowChannel:
     """How messages travel (`ChannelTransport`)."""
 
     def __post_init__(self) -> None:
-        if self.consumer_ranks < 1 or self.unit < 1 or self.items_per_message < 1:
-            raise ConfigError(f"channel {self.edge}: consumer_ranks, unit and items_per_message "
-                              f"must be >= 1, got {self.consumer_ranks}, {self.unit}, "
-                              f"{self.items_per_message}")
+        if min(self.consumer_ranks, self.producer_ranks, self.unit, self.items_per_message) < 1:
+            raise ConfigError(f"channel {self.edge}: consumer_ranks, producer_ranks, unit and "
+                              f"items_per_message must be >= 1, got {self.consumer_ranks}, "
+                              f"{self.producer_ranks}, {self.unit}, {self.items_per_message}")
         if self.transport not in get_args(ChannelTransport):
             raise ConfigError(f"channel {self.edge}: transport must be one of "
                               f"{list(get_args(ChannelTransport))}, got {self.transport!r}")
@@ -78,6 +96,15 @@ class FlowChannel:
     def edge(self) -> str:
         """``"src->dst"``, the key of the edge in plans and workflows."""
         return f"{self.src}->{self.dst}"
+
+    def peers(self, role: str, rank: int) -> tuple[int, ...]:
+        """The ranks of the other end that `role`'s `rank` exchanges messages with over this
+        p2p edge (`paired_ranks`)."""
+        if role not in (self.src, self.dst):
+            raise ConfigError(f"{role!r} is not an end of edge {self.edge}")
+        mine, theirs = ((self.producer_ranks, self.consumer_ranks) if role == self.src
+                        else (self.consumer_ranks, self.producer_ranks))
+        return paired_ranks(rank, mine=mine, theirs=theirs)
 
     @property
     def units_per_message(self) -> int:

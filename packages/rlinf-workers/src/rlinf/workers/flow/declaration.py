@@ -406,7 +406,8 @@ class MacroFlow:
 
     def inlined(self, placement: Placement) -> dict[str, str]:
         """``{component: host}`` for every component `placement` lets run inside its host:
-        both on the same devices, one rank each."""
+        both on the same devices with as many processes (each host rank serves the guest's
+        rank of the same number)."""
         out: dict[str, str] = {}
         for spec in self.components:
             host = spec.inline_with
@@ -414,7 +415,7 @@ class MacroFlow:
                 continue
             ours, theirs = placement.components[spec.name], placement.components.get(host)
             if (theirs is not None and ours.devices == theirs.devices
-                    and ours.num_procs == theirs.num_procs == 1):
+                    and ours.num_procs == theirs.num_procs):
                 out[spec.name] = host
         return out
 

@@ -155,6 +155,7 @@ class FlowRun:
             channels = {c.key: FlowChannel(
                 src=c.edge.src, dst=c.edge.dst, name=f"{run_id}/{c.key}", store=store,
                 consumer_ranks=groups[c.edge.dst].world_size,
+                producer_ranks=groups[c.edge.src].world_size,
                 sharding=flow.component(c.edge.dst).worker.input_sharding,
                 unit=flow.unit_of(c), items_per_message=int(plan.granularity.get(
                     c.key, c.granularity or flow.unit_of(c))), transport=c.transport)
@@ -552,11 +553,13 @@ def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, 
 def _check_peer_ends(channels: Iterable[FlowChannel], groups: Mapping[str, WorkerGroup]) -> None:
     for channel in channels:
         ranks = {end: groups[end].world_size for end in (channel.src, channel.dst)}
-        if channel.transport == "p2p" and max(ranks.values()) > 1:
+        few, many = sorted(ranks.values())
+        if channel.transport == "p2p" and many % few:
             raise FlowDeclarationError(
-                f"channel {channel.edge} is p2p, which joins one rank to one rank, but the plan "
-                f"gives its ends {ranks} ranks: place each on one device (max_devices=1) or "
-                "declare the edge with transport='channel'")
+                f"channel {channel.edge} is p2p, which pairs the ranks of its ends only where "
+                f"one count divides the other, but the plan gives them {ranks} ranks: place "
+                "them on device counts that divide, or declare the edge with "
+                "transport='channel'")
 
 
 def _check_policy_lag(flow: MacroFlow, placement: Placement) -> None:

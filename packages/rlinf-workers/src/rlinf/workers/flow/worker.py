@@ -176,18 +176,28 @@ class FlowWorker(Worker):
         self._handles[channel.name] = handle
         return channel.name
 
-    def link(self, channel: FlowChannel) -> Channel | PeerChannel:
+    def link(self, channel: FlowChannel, *, peer: int | None = None) -> Channel | PeerChannel:
         """This process's handle on either kind of edge, for code that only puts and gets
         by key: the `rlinf.comm.Channel` (`channel`) or, for a p2p edge, a `PeerChannel` to
-        the other end (made on first use, then reused)."""
+        the other end's rank `peer` (made on first use, then reused; None: the one rank this
+        rank pairs with, `FlowChannel.peers`)."""
         if channel.transport != "p2p":
             return self.channel(channel)
-        handle = self._handles.get(channel.name)
+        peers = channel.peers(self.role, self.rank)
+        if peer is None:
+            if len(peers) != 1:
+                raise ConfigError(f"{self.role!r} rank {self.rank} pairs with ranks "
+                                  f"{list(peers)} over p2p edge {channel.edge}: name the peer "
+                                  "(link(channel, peer=) or links(channel))")
+            peer = peers[0]
+        elif peer not in peers:
+            raise ConfigError(f"{self.role!r} rank {self.rank} pairs with ranks {list(peers)} "
+                              f"over p2p edge {channel.edge}, not {peer}")
+        key = f"{channel.name}#{peer}"
+        handle = self._handles.get(key)
         if handle is None:
-            if self.role not in (channel.src, channel.dst):
-                raise ConfigError(f"{self.role!r} is not an end of p2p edge {channel.edge}")
-            peer = endpoint_name(channel.store, channel.dst if self.role == channel.src
-                                 else channel.src, 0)
+            other = channel.dst if self.role == channel.src else channel.src
+            address = endpoint_name(channel.store, other, peer)
             endpoint = Endpoint.current(store=self._store(channel.store))
             if endpoint.name != endpoint_name(channel.store, self.role, self.rank):
                 raise ConfigError(f"p2p edge {channel.edge} needs this rank's own endpoint "
@@ -195,11 +205,17 @@ class FlowWorker(Worker):
                                   f"but the process already uses {endpoint.name!r}: run the "
                                   "component in a process of its own (FlowRun) or use "
                                   "transport='channel'")
-            handle = self._handles[channel.name] = PeerChannel(
+            handle = self._handles[key] = PeerChannel(
                 endpoint, edge=channel.name,
-                peer=peer, timeout=self.io_timeout,
-                filed=self._mailboxes.setdefault(peer, PeerChannel.mailbox()))
+                peer=address, timeout=self.io_timeout,
+                filed=self._mailboxes.setdefault(address, PeerChannel.mailbox()))
         return handle
+
+    def links(self, channel: FlowChannel) -> dict[int, Channel | PeerChannel]:
+        """`link` to every rank of the other end this rank pairs with (`FlowChannel.peers`),
+        by rank; on a channel edge every one is the same shared `rlinf.comm.Channel`."""
+        return {peer: self.link(channel, peer=peer if channel.transport == "p2p" else None)
+                for peer in channel.peers(self.role, self.rank)}
 
     def channel(self, channel: FlowChannel) -> Channel:
         """This process's `rlinf.comm.Channel` of `channel` (connected on first use, then

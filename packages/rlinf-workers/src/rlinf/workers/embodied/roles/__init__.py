@@ -13,7 +13,7 @@ device count, records spans, and holds its devices through the device lock in ea
 when the flow has one (roles placed together take turns).
 """
 
-from rlinf.workers.embodied.roles.actor_role import ActorRole, TrainReport
+from rlinf.workers.embodied.roles.actor_role import ActorRole, TrainReport, receive_trajectory
 from rlinf.workers.embodied.roles.base import (
     PolicyTarget,
     RoleBase,
@@ -27,6 +27,7 @@ from rlinf.workers.embodied.roles.env_role import (
     RolloutReport,
     describe_env,
     episode_means,
+    pool_rollout_metrics,
     rollout_metrics,
 )
 from rlinf.workers.embodied.roles.policy_role import (
@@ -50,6 +51,8 @@ __all__ = [
     "build_rollout_policy",
     "describe_env",
     "episode_means",
+    "pool_rollout_metrics",
+    "receive_trajectory",
     "rollout_metrics",
     "serve_stages",
     "weights_from_wire",

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rlinf.comm import Channel
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
 from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_to_wire
 from rlinf.workers.env.trajectory import Trajectory
@@ -23,7 +24,7 @@ from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span
 from rlinf.workers.weight_sync import Bucket
 
-__all__ = ["ActorRole", "TrainReport"]
+__all__ = ["ActorRole", "TrainReport", "receive_trajectory"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,16 @@ class TrainReport:
     """One ``train`` span."""
 
 
+def receive_trajectory(channel: Channel, *, step: int, env_ranks: int,
+                       timeout: float) -> Trajectory:
+    """Iteration `step`'s trajectory of every one of `env_ranks` env ranks from a trainer's
+    input channel, joined in env order."""
+    parts = [Trajectory.from_batch(channel.get(key=rank_key(0), timeout=timeout), step=step)
+             for _ in range(env_ranks)]
+    parts.sort(key=lambda part: int(part.env_indices[0]))
+    return Trajectory.concat(parts)
+
+
 class ActorRole(RoleBase, WeightSender):
     """Owns the trainable policy (an `EmbodiedActorWorker`) in its own process."""
 
@@ -48,11 +59,14 @@ class ActorRole(RoleBase, WeightSender):
         self.actor = EmbodiedActorWorker(context, config=config)
 
     def train_step(self, ctx: StepContext, *, input_channel: FlowChannel) -> dict[str, float]:
-        """Iteration ``ctx.step``: wait (holding no device) for the env role's trajectory,
-        then `train` on it; returns the update's statistics and ``train_seconds``. The
-        runtime's weight sync then moves the new weights to the rollout policy."""
-        batch = self.channel(input_channel).get(key=rank_key(0), timeout=self.io_timeout)
-        stats, seconds = self._update(Trajectory.from_batch(batch, step=ctx.step))
+        """Iteration ``ctx.step``: wait (holding no device) for the trajectory of every env
+        rank, joined in env order, then `train` on it; returns the update's statistics and
+        ``train_seconds``. The runtime's weight sync then moves the new weights to the
+        rollout policy."""
+        trajectory = receive_trajectory(self.channel(input_channel), step=ctx.step,
+                                        env_ranks=ctx.ranks[input_channel.src],
+                                        timeout=self.io_timeout)
+        stats, seconds = self._update(trajectory)
         return {**stats, "train_seconds": seconds}  # its span stays for the runtime's drain
 
     def train(self, trajectory: Trajectory) -> TrainReport:

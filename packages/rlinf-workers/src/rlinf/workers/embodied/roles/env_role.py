@@ -8,13 +8,19 @@ policy (`ComponentSpec.inline_with`), the runtime constructs this role with ``po
 env and policy take turns in this one process, every observation batch answered at once
 (no transport at all). Either way the trajectory then goes to the trainer over its channel;
 the driver sees statistics only.
+
+Placed on several devices, the env component runs one rank per device, each simulating an
+equal contiguous share of the run's envs (`EnvWorkerConfig.shard`: the same seeds and
+sampling streams as one worker would use), with its inline policy or its paired policy
+rank (`FlowChannel.peers`: a policy rank batches the env ranks it serves); the trainer
+joins their trajectories.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,11 +30,16 @@ import numpy as np
 from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats
 from rlinf.workers.embodied.roles.base import PolicyTarget, RoleBase
-from rlinf.workers.embodied.roles.policy_role import PING, RolloutPolicy, build_rollout_policy
+from rlinf.workers.embodied.roles.policy_role import (
+    PING,
+    RolloutPolicy,
+    build_rollout_policy,
+    env_scope,
+)
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
 from rlinf.workers.env.config import EnvWorkerConfig
-from rlinf.workers.env.link import LinkTimeoutError
+from rlinf.workers.env.link import ActionSource, LinkTimeoutError, ObsSink, ScopedLink
 from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.env.worker import EnvRollout, EnvWorker
 from rlinf.workers.errors import ConfigError
@@ -38,7 +49,7 @@ from rlinf.workers.telemetry import Span, TraceRecorder
 from rlinf.workers.weight_sync import WeightTarget
 
 __all__ = ["EnvDescription", "EnvRole", "RolloutReport", "describe_env", "episode_means",
-           "rollout_metrics"]
+           "pool_rollout_metrics", "rollout_metrics"]
 
 
 @dataclass(frozen=True)
@@ -112,6 +123,18 @@ def rollout_metrics(result: EnvRollout) -> dict[str, float]:
             "step_seconds": float(result.step_seconds), "wait_seconds": float(result.wait_seconds)}
 
 
+def pool_rollout_metrics(ranks: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """The `rollout_metrics` of several env ranks as one: counts and sums added, the
+    rollout's wall time the slowest rank's, simulator and wait times the mean rank's."""
+    if not ranks:
+        raise ConfigError("no env rank reported rollout metrics")
+    pooled = {name: float(sum(rank[name] for rank in ranks)) for name in ranks[0]}
+    pooled["rollout_seconds"] = max(float(rank["rollout_seconds"]) for rank in ranks)
+    for name in ("step_seconds", "wait_seconds"):
+        pooled[name] /= len(ranks)
+    return pooled
+
+
 def episode_means(sums: Mapping[str, float]) -> dict[str, float]:
     """The episode count and mean return, length and (where the task reports it) success
     rate of `rollout_metrics` sums (pooled over ranks or not)."""
@@ -157,7 +180,9 @@ class EnvRole(RoleBase, WeightReceiver):
                  reset_every_iteration: bool = False, trace: bool = False,
                  num_threads: int | None = None, io_timeout: float = 600.0) -> None:
         super().__init__(context, trace=trace, num_threads=num_threads, io_timeout=io_timeout)
-        self.env = EnvWorker(context, config=config)
+        self.run_envs = config
+        """Every env of the run (this rank simulates its share, ``self.env.config``)."""
+        self.env = EnvWorker(context, config=config.shard(context.rank, context.world_size))
         self.reset_every_iteration = reset_every_iteration
         self.policy: RolloutPolicy | None = (
             build_rollout_policy(context, policy) if policy is not None else None)
@@ -173,8 +198,12 @@ class EnvRole(RoleBase, WeightReceiver):
         return describe_env(self.env)
 
     def reset_seed(self, step: int) -> int:
-        """The seed iteration `step` resets from (with ``reset_every_iteration``)."""
-        return self.env.config.seed + (step + 1) * self.env.config.num_envs
+        """The seed iteration `step` resets this rank's env 0 from (with
+        ``reset_every_iteration``): env j of the run gets ``seed + (step + 1) * num_envs + j``
+        whichever rank simulates it."""
+        run = self.run_envs
+        return (run.seed + (step + 1) * run.num_envs
+                + self.env.config.first_env - run.first_env)
 
     def rollout(self, ctx: StepContext, *, inputs: Mapping[str, FlowChannel],
                 outputs: Mapping[str, FlowChannel]) -> dict[str, float]:
@@ -197,8 +226,13 @@ class EnvRole(RoleBase, WeightReceiver):
                                           trace=self.trace)
             else:
                 peer = next(iter(partners))
-                result = self.env.rollout(num_steps=num_steps, sink=self.link(outputs[peer]),
-                                          source=self.link(inputs[peer]),
+                out_link, in_link = self.link(outputs[peer]), self.link(inputs[peer])
+                sink: ObsSink = out_link
+                source: ActionSource = in_link
+                if self.context.world_size > 1:  # the policy tells env ranks apart by key
+                    scope = env_scope(self.rank)
+                    sink, source = ScopedLink(out_link, scope), ScopedLink(in_link, scope)
+                result = self.env.rollout(num_steps=num_steps, sink=sink, source=source,
                                           timeout=self.io_timeout, trace=self.trace)
         if inline is not None:  # the inlined policy's own busy time, for its profile
             guest = next(n for n, host in ctx.inlined.items() if host == self.role)

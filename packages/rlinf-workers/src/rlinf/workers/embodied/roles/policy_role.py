@@ -1,18 +1,21 @@
 """`PolicyRole`: policy inference as its own flow component, serving an env role over the
-edges of their loop."""
+edges of their loop — every env rank paired with it, their micro-batches of a stage group
+batched into one inference."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
+from rlinf.comm import Batch
 from rlinf.workers.embodied.roles.base import PolicyTarget, RoleBase
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
-from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
+from rlinf.workers.env.link import ActionSource, ObsSink, ScopedLink, stage_key
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, StepContext, WeightReceiver
 from rlinf.workers.rollout.offload import state_bytes
@@ -20,7 +23,8 @@ from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import TraceRecorder
 from rlinf.workers.weight_sync import WeightTarget
 
-__all__ = ["PING", "PolicyRole", "RolloutPolicy", "build_rollout_policy", "serve_stages"]
+__all__ = ["PING", "PolicyRole", "RolloutPolicy", "build_rollout_policy", "env_scope",
+           "serve_stages"]
 
 PING = "ping"
 """Link key of `EnvRole.ping` / `PolicyRole.echo` messages."""
@@ -40,22 +44,50 @@ def build_rollout_policy(context: WorkerContext,
                       f"{type(config).__name__}")
 
 
-def serve_stages(policy: RolloutPolicy, *, source: ActionSource, sink: ObsSink, num_steps: int,
-                 num_stages: int, timeout: float | None, trace: TraceRecorder) -> int:
+def env_scope(rank: int) -> str:
+    """The key scope of env rank `rank`'s messages where several env ranks run
+    (`rlinf.workers.env.link.ScopedLink`)."""
+    return f"e{rank}"
+
+
+def _joined(batches: Sequence[Batch]) -> Batch:
+    """One batch of the rows of `batches` (same fields, the first one's metadata)."""
+    return Batch({n: np.concatenate([np.asarray(b.tensors[n]) for b in batches])
+                  for n in batches[0].tensors}, meta=dict(batches[0].meta))
+
+
+def _split(reply: Batch, rows: Sequence[int]) -> list[Batch]:
+    cuts = np.cumsum(rows)[:-1]
+    parts = {n: np.split(np.asarray(v), cuts) for n, v in reply.tensors.items()}
+    return [Batch({n: parts[n][i] for n in parts}, meta=dict(reply.meta))
+            for i in range(len(rows))]
+
+
+def serve_stages(policy: RolloutPolicy, *, links: Sequence[tuple[ActionSource, ObsSink]],
+                 num_steps: int, num_stages: int, timeout: float | None,
+                 trace: TraceRecorder) -> int:
     """The policy side of the env worker's protocol (``num_steps + 1`` batches per stage, the
-    last for bootstrapping), with one ``infer`` span per stage group and step."""
-    if num_steps < 1 or num_stages < 1:
-        raise ConfigError(f"num_steps and num_stages must be >= 1, got {num_steps}, "
-                          f"{num_stages}")
+    last for bootstrapping) for every env rank in `links` (its source and sink): the stage
+    group's batches of all of them answered by one inference, with one ``infer`` span per
+    stage group and step. Returns the batches answered."""
+    if num_steps < 1 or num_stages < 1 or not links:
+        raise ConfigError(f"num_steps and num_stages must be >= 1 and at least one env served, "
+                          f"got {num_steps}, {num_stages}, {len(links)} envs")
     answered = 0
     for step in range(num_steps + 1):
         for stage in range(num_stages):
             key = stage_key(stage)
-            batch = source.get(key=key, timeout=timeout)
+            batches = [source.get(key=key, timeout=timeout) for source, _ in links]
             start = time.time()
-            sink.put(policy.infer(batch), key=key)
+            if len(batches) == 1:
+                replies = [policy.infer(batches[0])]
+            else:
+                replies = _split(policy.infer(_joined(batches)),
+                                 [len(np.asarray(b.tensors["obs"])) for b in batches])
+            for (_, sink), reply in zip(links, replies, strict=True):
+                sink.put(reply, key=key)
             trace.add("infer", start, time.time(), stage=stage, step=step)
-            answered += 1
+            answered += len(batches)
     return answered
 
 
@@ -70,14 +102,22 @@ class PolicyRole(RoleBase, WeightReceiver):
 
     def serve(self, ctx: StepContext, *, input_channel: FlowChannel,
               output_channel: FlowChannel) -> dict[str, float]:
-        """Answer iteration ``ctx.step``'s rollout of the env at the other end of the loop:
-        ``ctx.loop_steps`` steps (+1 to bootstrap) of its stage groups (its items over the
-        plan's micro-batch)."""
+        """Answer iteration ``ctx.step``'s rollout of the env ranks paired with this rank
+        (`FlowChannel.peers`): ``ctx.loop_steps`` steps (+1 to bootstrap) of each one's
+        stage groups (the env's items over the plan's micro-batch, split among its ranks)."""
         env = input_channel.src
-        stages = ctx.items[env] // ctx.micro_batch.get(env, ctx.items[env])
+        env_ranks = ctx.ranks[env]
+        stages = ctx.items[env] // ctx.micro_batch.get(env, ctx.items[env]) // env_ranks
+        sources, sinks = self.links(input_channel), self.links(output_channel)
+        links: list[tuple[ActionSource, ObsSink]] = []
+        for rank, source in sources.items():
+            if env_ranks > 1:
+                scope = env_scope(rank)
+                links.append((ScopedLink(source, scope), ScopedLink(sinks[rank], scope)))
+            else:
+                links.append((source, sinks[rank]))
         with self.turn("serve", step=ctx.step):
-            answered = serve_stages(self.policy, source=self.link(input_channel),
-                                    sink=self.link(output_channel),
+            answered = serve_stages(self.policy, links=links,
                                     num_steps=ctx.loop_steps[self.role], num_stages=stages,
                                     timeout=self.io_timeout, trace=self.trace)
         return {"answered": float(answered)}
