@@ -124,7 +124,6 @@ def test_unknown_key_in_a_mapping_is_rejected():
 
 
 @pytest.mark.parametrize(("spec", "devices", "message"), [
-    ("collocated", 2, "1 for placement 'collocated'"),
     ("env: 0-1 x2, rollout: 0, actor: 1", 2, "'env' with one process per device"),
     ("env: 0, rollout: 1 x2, actor: 0", 2, "'rollout' with one process per device"),
     ("env: 0, rollout: 0-1, actor: 0-1", 2, "divides 'env''s"),
@@ -141,6 +140,7 @@ def test_impossible_placements_are_rejected(spec, devices, message):
 
 @pytest.mark.parametrize(("spec", "devices", "mode", "expected"), [
     ("collocated", 1, "collocated", "env,rollout,actor: 0"),
+    ("collocated", 2, "collocated", "env,rollout,actor: 0-1"),
     ("hybrid", 2, "hybrid", "env: 0, rollout: 1, actor: 0-1"),
     ("hybrid", 4, "hybrid", "env: 0, rollout: 1, actor: 0-3"),
     ("disaggregated", 3, "disaggregated", "env: 0, rollout: 1, actor: 2"),

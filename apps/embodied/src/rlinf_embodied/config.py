@@ -416,7 +416,8 @@ def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COM
     the envs among env workers; a rollout process serves the env workers whose rank is its
     own modulo the rollout's device count, which must divide the env's); the actor is one
     process spanning its devices (one torch thread per device). Named modes on N devices:
-    collocated (N = 1) puts every component on device 0, taking turns; hybrid (N >= 2) puts
+    collocated puts every component on devices 0..N-1, taking turns (N env workers, each
+    with its policy inline; N = 1: one process for env and policy); hybrid (N >= 2) puts
     env on 0 and rollout on 1, pipelined, with the actor spanning 0..N-1; disaggregated
     (N >= 3) gives env 0, rollout 1 and the actor 2..N-1. An explicit spec is parsed as
     written.
@@ -425,12 +426,8 @@ def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COM
     env, rollout, actor = components
     mode: ExecutionMode | None = None
     if spec == "collocated":
-        if n != 1:
-            raise AppConfigError("placement.num_devices", n,
-                                 "1 for placement 'collocated' (env and rollout each run as one "
-                                 "process on one device, so all three share device 0; use "
-                                 "'hybrid' or 'disaggregated' to spread over more devices)")
-        spec, mode = f"{env},{rollout},{actor}: 0", ExecutionMode.COLLOCATED
+        devices = "0" if n == 1 else f"0-{n - 1}"
+        spec, mode = f"{env},{rollout},{actor}: {devices}", ExecutionMode.COLLOCATED
     elif spec == "hybrid":
         if n < 2:
             raise AppConfigError("placement.num_devices", n,
