@@ -89,7 +89,7 @@ def test_bad_value_names_key_value_and_allowed(override, key, allowed):
 
 
 @pytest.mark.parametrize(("spec", "allowed"), [
-    ("env: 0-2, rollout: 3, actor: 0-4", "divides env.num_envs=16"),
+    ("env: 0-2, rollout: 3, actor: 0-4", "divides a stage group's 8 envs"),
     ("env: 0-1, rollout: 2-4, actor: 0-4", "divides 'env''s (2)"),
     ("env: 0-3, rollout: 4, actor: 0-4", "keeps GRPO groups of 8 envs whole"),
 ])

@@ -132,8 +132,10 @@ def test_save_load_continues_the_same_trajectory(hybrid, collocated, tmp_path):
 
 def test_two_env_workers_train_like_one_and_resume_exactly(tmp_path):
     """env on two devices: two env workers of two envs each, each with its policy inline,
-    run the stage groups one worker runs (same seeds, same sampling streams), so training
-    matches one worker's; a checkpoint of two workers resumes on two workers only."""
+    simulate the envs one worker simulates (same seeds, same sampling streams) in stage
+    groups of half the size, so training matches one worker's up to the rounding of policy
+    batches of another size; a checkpoint of two workers resumes exactly, on two workers
+    only."""
     with EmbodiedFlow.launch(SPEC, fixed_plan(SPEC, "collocated")) as single:
         alone = run(single, range(3))
         weights = single.get_weights()
@@ -141,10 +143,10 @@ def test_two_env_workers_train_like_one_and_resume_exactly(tmp_path):
     with EmbodiedFlow.launch(SPEC, plan) as split:
         assert split.inline and split.run.group_of("env").world_size == 2
         together = run(split, range(3))
-        # Two workers' episode sums are added in another order: equal up to rounding.
-        assert together == [pytest.approx(m, rel=1e-12) for m in alone]
+        assert [m["episodes"] for m in together] == [m["episodes"] for m in alone]
+        assert together == [pytest.approx(m, rel=1e-4, abs=1e-6) for m in alone]
         for key, value in split.get_weights().items():
-            torch.testing.assert_close(value, weights[key], rtol=0, atol=0, msg=key)
+            torch.testing.assert_close(value, weights[key], rtol=1e-4, atol=1e-5, msg=key)
         split.save(tmp_path / "two")
         uninterrupted = run(split, range(3, 5))
         split.load(tmp_path / "two")

@@ -93,6 +93,27 @@ def test_check_fills_in_whole_batches_and_streaming_sizes() -> None:
         check_micro_batches(wf, {"train": 3})
 
 
+def test_even_splits_and_dividing_device_counts_are_checked() -> None:
+    wf = Workflow((Component("env", micro_batch_divides=True, split_evenly=True),
+                   Component("policy", same_micro_batch_as="env", split_evenly=True,
+                             devices_divide="env")),
+                  (Edge("env", "policy"), Edge("policy", "env", feedback=True)),
+                  global_batch=12, loops=(Loop(("env", "policy"), 3),))
+    assert size_problem(wf, "env", 6, devices=3) is None
+    assert "split evenly" in str(size_problem(wf, "env", 4, devices=3))
+    check_micro_batches(wf, {"env": 6, "policy": 6}, devices={"env": 2, "policy": 1})
+    with pytest.raises(PlanningError, match=r"'policy' runs on 2 device.*divide 'env''s 3"):
+        check_micro_batches(wf, {"env": 6, "policy": 6}, devices={"env": 3, "policy": 2})
+    cost = AnalyticCostModel({"env": AnalyticCost(per_item=0.01),
+                              "policy": AnalyticCost(fixed=0.001, per_item=0.001)})
+    result = plan(wf, cost, Cluster.uniform(1, 3, "8GB", "cpu"))
+    for p in (*result.ranked, *result.baselines.values()):
+        check_micro_batches(wf, p.micro_batch,
+                            devices={c.component: c.num_devices for c in p.placement})
+    # The env splits over devices when that pays (perfect scaling here).
+    assert len(result.best.placement.devices_of("env")) > 1
+
+
 def test_more_devices_than_items_do_not_make_a_plan_faster() -> None:
     # 4096 items on 10,000 devices: at most one device per item, so the time stops falling
     # at 4096 devices (one item each) instead of shrinking with every device added.
@@ -116,9 +137,14 @@ def small_batch_cases(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, Clu
     unit = draw(st.sampled_from([1, 1, 2, 4]))
     batch = unit * draw(st.integers(1, 24))
     names = ["a", "b", "c"][: draw(st.integers(2, 3))]
+    # b may split every call evenly over its devices (env workers), the last stage may need
+    # a device count that divides a's (policy processes serving whole env workers).
     comps = tuple(Component(n, streaming=(n == "a" and draw(st.booleans())),
                             micro_batch_multiple=unit if n != "a" else 1,
                             micro_batch_divides=draw(st.booleans()),
+                            split_evenly=n == "b" and draw(st.booleans()),
+                            devices_divide="a" if n == names[-1] and draw(st.booleans())
+                            else None,
                             resource=draw(st.sampled_from(["gpu", "cpu"])))
                   for n in names)
     edges = tuple(Edge(s, d, bytes_per_item=1e6) for s, d in itertools.pairwise(names))

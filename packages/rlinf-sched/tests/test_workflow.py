@@ -113,8 +113,9 @@ def test_file_round_trip_json_and_yaml(tmp_path: Path) -> None:
     path.write_text(json.dumps(wf.to_dict()))
     assert Workflow.from_file(path) == wf
     declared = Workflow(
-        (Component("env", micro_batch_divides=True),
-         Component("rollout", micro_batch_multiple=2, same_micro_batch_as="env"),
+        (Component("env", micro_batch_divides=True, split_evenly=True),
+         Component("rollout", micro_batch_multiple=2, same_micro_batch_as="env",
+                   devices_divide="env"),
          Component("actor", batch=40, whole_batch=True)),
         (Edge("env", "rollout"), Edge("rollout", "env", feedback=True),
          Edge("rollout", "actor", lagged=True)), global_batch=8,
@@ -122,6 +123,12 @@ def test_file_round_trip_json_and_yaml(tmp_path: Path) -> None:
     path.write_text(json.dumps(declared.to_dict()))
     assert Workflow.from_file(path) == declared
     assert "whole_batch" not in json.dumps(wf.to_dict())  # defaults are not written
+    with pytest.raises(WorkflowError, match="devices_divide='critic', an unknown component"):
+        Workflow((Component("a", devices_divide="critic"),), (), global_batch=4)
+    with pytest.raises(WorkflowError, match="devices_divide='a'"):
+        Component("a", devices_divide="a")
+    with pytest.raises(WorkflowError, match="split_evenly"):
+        Component("a", split_evenly="yes")  # type: ignore[arg-type]
     yaml = pytest.importorskip("yaml")
     ypath = tmp_path / "wf.yaml"
     ypath.write_text(yaml.safe_dump(wf.to_dict()))

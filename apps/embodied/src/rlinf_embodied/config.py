@@ -468,11 +468,12 @@ def _check_env_workers(cfg: AppConfig) -> None:
         return
     workers = len(placement.devices_of("env"))
     env, algo = cfg.env, cfg.algorithm
-    if env.num_envs % workers or env.pipeline_stages % workers:
+    if env.num_envs % (workers * env.pipeline_stages):
         raise AppConfigError("placement.spec", cfg.placement.spec,
-                             f"env on a device count that divides env.num_envs={env.num_envs} "
-                             f"and env.pipeline_stages={env.pipeline_stages} (each env device "
-                             f"runs an equal share), got {workers}")
+                             f"env on a device count that divides a stage group's "
+                             f"{env.num_envs / env.pipeline_stages:g} envs (env.num_envs="
+                             f"{env.num_envs} / env.pipeline_stages={env.pipeline_stages}: each "
+                             f"env device runs an equal share of every group), got {workers}")
     if algo.name == "grpo" and (env.num_envs // workers) % algo.grpo_group_size:
         raise AppConfigError("placement.spec", cfg.placement.spec,
                              f"env on a device count that keeps GRPO groups of "

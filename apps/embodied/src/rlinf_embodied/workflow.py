@@ -135,17 +135,18 @@ def _obs_bytes(spec: EmbodiedSpec) -> int:
 
 
 def _components(spec: EmbodiedSpec) -> tuple[tuple[Component, ...], tuple[Edge, ...]]:
-    """What the planner prices. Env and rollout each run as one process (`max_devices=1`:
-    `auto` plans one env worker; `declare` lifts the cap for fixed placements); the actor's
-    one process uses one thread per device. The env's micro-batch is a stage
-    group, so it divides ``num_envs``; the policy serves the same stage groups; the actor
-    trains once on the whole rollout."""
+    """What the planner prices. Env and rollout run one process per device: env workers
+    that split every stage group evenly (`split_evenly`: the device count divides the
+    micro-batch; `EnvWorkerConfig.shard`) and policy processes that each serve whole env
+    workers (`devices_divide`); the actor's one process uses one thread per device. The
+    env's micro-batch is a stage group, so it divides ``num_envs``; the policy serves the
+    same stage groups; the actor trains once on the whole rollout."""
     n = spec.env.num_envs
     obs = _obs_bytes(spec)
-    return ((Component("env", kind="env", resource="cpu", batch=n, max_devices=1,
-                       micro_batch_divides=True),
-             Component("rollout", kind="rollout", resource="cpu", batch=n, max_devices=1,
-                       same_micro_batch_as="env"),
+    return ((Component("env", kind="env", resource="cpu", batch=n, micro_batch_divides=True,
+                       split_evenly=True),
+             Component("rollout", kind="rollout", resource="cpu", batch=n,
+                       same_micro_batch_as="env", split_evenly=True, devices_divide="env"),
              Component("actor", kind="actor", resource="cpu", batch=spec.samples_per_iteration,
                        whole_batch=True)),
             (Edge("env", "rollout", bytes_per_item=2 * obs + 16),  # obs, final obs, index
@@ -173,10 +174,6 @@ def declare(spec: EmbodiedSpec, *, stages: int, rollout: PolicyRolloutConfig | V
     task (`policy_configs`)."""
     components, edges = _components(spec)
     env, policy, trainer = components
-    # The planner plans env and rollout on one device each; a fixed placement may give them
-    # several: one env worker per env device (`EnvWorkerConfig.shard`), and rollout
-    # processes that each batch the env workers paired with them.
-    env, policy = replace(env, max_devices=None), replace(policy, max_devices=None)
     common = {"trace": trace, "num_threads": spec.torch_threads, "io_timeout": spec.link_timeout}
     gpus = 0.5 if spec.device == "cuda" else None  # policy and actor share the one GPU
     env_config = replace(spec.env, pipeline_stages=stages)

@@ -158,8 +158,8 @@ def test_env_workers_deliver_the_one_worker_trajectory(clean, one_worker, placem
 def test_four_env_workers_lose_and_duplicate_no_transition_over_100k_steps(clean):
     """102,400 transitions from four env ranks through one batching policy, each replayed
     against its env's own simulator."""
-    flow = declare(steps=6_400, stages=8)
-    split = run_once(flow, "env: 0-3, rollout: 4, trainer: 4", devices=5, stages=8)
+    flow = declare(steps=6_400, stages=4)
+    split = run_once(flow, "env: 0-3, rollout: 4, trainer: 4", devices=5, stages=4)
     assert split["transitions"] == split["steps"] * split["envs"] == 102_400
     assert split["distinct_envs"] == ENVS and split["env_order"] == 1.0
     assert split["replay_mismatches"] == 0 and split["episode_ends"] > 1000

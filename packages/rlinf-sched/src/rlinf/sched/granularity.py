@@ -11,7 +11,8 @@ devices when it meets the component's declarations (`rlinf.sched.Component`):
   env's stage groups);
 
 and, whatever the declarations, when every call gives each device at least one unit: the
-smallest call (the remainder, if any) holds at least ``n × micro_batch_multiple`` items.
+smallest call (the remainder, if any) holds at least ``n × micro_batch_multiple`` items —
+and, with `split_evenly`, an equal share: ``n`` divides every call.
 More devices than that would sit idle while their time is still counted as useful.
 
 `check_micro_batches` validates a plan's sizes (what the simulator and the apps call);
@@ -125,6 +126,11 @@ def size_problem(workflow: Workflow, name: str, size: int, *, devices: int = 1) 
         return f"component {name!r} has micro-batch {size}: expected {what}"
     need = devices * comp.micro_batch_multiple
     smallest = smallest_call(rule.batch, size)
+    if comp.split_evenly and (size % devices or smallest % devices):
+        return (f"component {name!r} on {devices} device(s) has calls of {size} item(s) "
+                f"(micro-batch {size} of {rule.batch}): expected calls that split evenly over "
+                "its devices (split_evenly); give it a device count that divides the "
+                "micro-batch")
     if smallest < need:
         return (f"component {name!r} on {devices} device(s) has a call of {smallest} item(s) "
                 f"(micro-batch {size} of {rule.batch}): expected at least "
@@ -147,6 +153,12 @@ def check_micro_batches(workflow: Workflow, micro_batch: Mapping[str, int], *,
              else int(micro_batch.get(c.name, workflow.batch_of(c.name)))
              for c in workflow.components}
     for c in workflow.components:
+        other = c.devices_divide
+        if devices is not None and other is not None:
+            mine, theirs = int(devices.get(c.name, 1)), int(devices.get(other, 1))
+            if theirs % mine:
+                raise PlanningError(f"component {c.name!r} runs on {mine} device(s), which "
+                                    f"must divide {other!r}'s {theirs} (devices_divide)")
         leader = c.same_micro_batch_as
         if leader is not None and sizes[c.name] != sizes[leader]:
             raise PlanningError(f"component {c.name!r} has micro-batch {sizes[c.name]} but "

@@ -23,6 +23,8 @@ File schema (JSON, or YAML with PyYAML installed)::
         micro_batch_divides: true       # optional (false): micro-batches divide the batch
         whole_batch: true               # optional (false): always one call on the whole batch
         same_micro_batch_as: env        # optional: runs with that component's micro-batch
+        split_evenly: true              # optional (false): device count divides micro-batches
+        devices_divide: env             # optional: its device count divides that component's
     edges:
       - {src: rollout, dst: actor, bytes_per_item: 65536}      # items default to dst's batch
       - {src: rollout, dst: env, bytes_per_item: 64, feedback: true}   # step t → step t+1
@@ -82,6 +84,12 @@ class Component:
     """The runtime always makes one call on the whole batch (e.g. a trainer on the full rollout)."""
     same_micro_batch_as: str | None = None
     """Runs with the micro-batch of this component (e.g. a policy serving an env's stage groups)."""
+    split_evenly: bool = False
+    """Each call's items split evenly over its devices: the device count divides every
+    micro-batch (e.g. env workers that each simulate an equal share of a stage group)."""
+    devices_divide: str | None = None
+    """Its device count divides this component's (e.g. policy processes that each serve
+    whole env workers)."""
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -112,7 +120,8 @@ class Component:
             raise WorkflowError(f"component {self.name!r} has batch={self.batch}, not a multiple "
                                 f"of micro_batch_multiple={multiple}: expected whole units")
         for label, flag in (("micro_batch_divides", self.micro_batch_divides),
-                            ("whole_batch", self.whole_batch)):
+                            ("whole_batch", self.whole_batch),
+                            ("split_evenly", self.split_evenly)):
             if not isinstance(flag, bool):
                 raise WorkflowError(f"component {self.name!r} has {label}={flag!r}: "
                                     "expected true or false")
@@ -120,6 +129,10 @@ class Component:
         if leader is not None and (not isinstance(leader, str) or not leader
                                    or leader == self.name):
             raise WorkflowError(f"component {self.name!r} has same_micro_batch_as={leader!r}: "
+                                "expected the name of another component")
+        other = self.devices_divide
+        if other is not None and (not isinstance(other, str) or not other or other == self.name):
+            raise WorkflowError(f"component {self.name!r} has devices_divide={other!r}: "
                                 "expected the name of another component")
         if leader is not None and self.streaming:
             raise WorkflowError(f"component {self.name!r} is streaming (one call per step) and "
@@ -257,6 +270,10 @@ class Workflow:
                 raise WorkflowError(
                     f"component {c.name!r} has batch {batch}, not a multiple of "
                     f"micro_batch_multiple={c.micro_batch_multiple}: expected whole units")
+            if c.devices_divide is not None and c.devices_divide not in self.names:
+                raise WorkflowError(
+                    f"component {c.name!r} has devices_divide={c.devices_divide!r}, an unknown "
+                    f"component: expected one of {list(self.names)}")
             if c.same_micro_batch_as is None:
                 continue
             if c.same_micro_batch_as not in self.names:
@@ -378,6 +395,10 @@ class Workflow:
                 entry["whole_batch"] = True
             if c.same_micro_batch_as is not None:
                 entry["same_micro_batch_as"] = c.same_micro_batch_as
+            if c.split_evenly:
+                entry["split_evenly"] = True
+            if c.devices_divide is not None:
+                entry["devices_divide"] = c.devices_divide
             comps.append(entry)
         edges = []
         for e in self.edges:
@@ -443,7 +464,7 @@ def _component(entry: Any) -> Component:
         raise WorkflowError(f"component entry {entry!r}: expected a mapping with a 'name'")
     known = {"name", "kind", "resource", "batch", "streaming", "completion", "device_multiple",
              "min_devices", "max_devices", "micro_batch_multiple", "micro_batch_divides",
-             "whole_batch", "same_micro_batch_as"}
+             "whole_batch", "same_micro_batch_as", "split_evenly", "devices_divide"}
     unknown = set(entry) - known
     if unknown:
         raise WorkflowError(f"component {entry['name']!r} has unknown key(s) {sorted(unknown)}: "
@@ -463,6 +484,9 @@ def _component(entry: Any) -> Component:
         whole_batch=bool(entry.get("whole_batch", False)),
         same_micro_batch_as=None if entry.get("same_micro_batch_as") is None
         else str(entry["same_micro_batch_as"]),
+        split_evenly=bool(entry.get("split_evenly", False)),
+        devices_divide=None if entry.get("devices_divide") is None
+        else str(entry["devices_divide"]),
     )
 
 
@@ -493,7 +517,7 @@ def _is_number(value: Any) -> bool:
 _COMPONENT_VALUES = {
     "batch": ("int", 1), "device_multiple": ("int", 1), "min_devices": ("int", 1),
     "max_devices": ("int", 1), "micro_batch_multiple": ("int", 1), "streaming": ("bool", 0),
-    "micro_batch_divides": ("bool", 0), "whole_batch": ("bool", 0),
+    "micro_batch_divides": ("bool", 0), "whole_batch": ("bool", 0), "split_evenly": ("bool", 0),
 }
 _EDGE_VALUES = {"bytes_per_item": ("number", 0), "items": ("int", 1), "feedback": ("bool", 0),
                 "lagged": ("bool", 0)}

@@ -32,7 +32,7 @@ from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.execution_plan import ExecutionPlan
-from rlinf.sched.granularity import micro_batch_choices, runnable_sizes
+from rlinf.sched.granularity import micro_batch_choices, runnable_sizes, smallest_call
 from rlinf.sched.placement import ComponentPlacement, Placement, derive_mode
 from rlinf.sched.simulator import CachedCostModel, Layout, SimulationResult, simulate_layout
 from rlinf.sched.workflow import Workflow
@@ -104,6 +104,10 @@ class Evaluator:
                             for n in self.names)
         """Per component: the components sharing its micro-batch, the leader first."""
         self._leaders = tuple(i for i in range(len(comps)) if self._group[i][0] == i)
+        self._even = tuple(c.split_evenly for c in comps)
+        self._divides = tuple(None if c.devices_divide is None else index[c.devices_divide]
+                              for c in comps)
+        """Per component: the component whose device count its own must divide, or None."""
         memories = {d.memory_bytes for d in cluster.devices}
         self._uniform_memory = next(iter(memories)) if len(memories) == 1 else None
         self._set_order(order)
@@ -174,10 +178,16 @@ class Evaluator:
         return least[key] <= self._atom_memory(start, stop)
 
     def allowed(self, candidate: Candidate) -> bool:
-        """Whether every component's device count passes `can_run` and its range
-        `fits_alone`."""
-        return all(self.can_run(i, stop - start) and self.fits_alone(i, start, stop)
+        """Whether every component's device count passes `can_run`, divides the count of
+        the component it must (`Component.devices_divide`), and its range `fits_alone`."""
+        counts = [stop - start for start, stop in candidate]
+        return all(self.can_run(i, counts[i]) and self.fits_alone(i, start, stop)
+                   and self._divides_ok(i, counts)
                    for i, (start, stop) in enumerate(candidate))
+
+    def _divides_ok(self, index: int, counts: Sequence[int]) -> bool:
+        other = self._divides[index]
+        return other is None or counts[other] % counts[index] == 0
 
     def options(self, candidate: Candidate) -> tuple[tuple[int, ...], ...]:
         """Per component (names order) its runnable micro-batch sizes on the candidate's
@@ -186,7 +196,14 @@ class Evaluator:
         out: list[tuple[int, ...]] = []
         for group in self._group:
             need = max(counts[j] * self._unit[j] for j in group)
-            out.append(self._sizes(group[0], need))
+            sizes = self._sizes(group[0], need)
+            even = {counts[j] for j in group if self._even[j] and counts[j] > 1}
+            if even:  # every call splits evenly over each such member's devices
+                batch = self._batch[group[0]]
+                # None at all: keep them, and `runnable` rejects the candidate's simulations.
+                sizes = tuple(s for s in sizes if all(
+                    s % d == 0 and smallest_call(batch, s) % d == 0 for d in even)) or sizes
+            out.append(sizes)
         return tuple(out)
 
     def _sizes(self, leader: int, items_per_call: int) -> tuple[int, ...]:
@@ -265,13 +282,30 @@ class Evaluator:
         same = tuple(-1 if nd is None else nodes.index(nd) for nd in nodes)
         return tuple(e - s for s, e in candidate), frozenset(atoms), same
 
+    def runnable(self, candidate: Candidate, sizes: Sequence[int]) -> bool:
+        """Whether the runtime runs `sizes` on `candidate`: device counts that divide where
+        they must (`Component.devices_divide`) and calls that split evenly where they must
+        (`Component.split_evenly`)."""
+        counts = [stop - start for start, stop in candidate]
+        for i, size in enumerate(sizes):
+            if not self._divides_ok(i, counts):
+                return False
+            if self._even[i] and counts[i] > 1 and (
+                    size % counts[i] or smallest_call(self._batch[i], size) % counts[i]):
+                return False
+        return True
+
     # ------------------------------------------------------------------ scoring
     def simulate(self, candidate: Candidate, sizes: Sequence[int],
                  *, record: bool = False) -> SimulationResult | None:
-        """Simulate with micro-batch `sizes` (names order); None when it does not fit."""
+        """Simulate with micro-batch `sizes` (names order); None when it does not fit or
+        the runtime cannot run it (`runnable`)."""
         key = (candidate, tuple(sizes))
         if key in self._sim and not record:
             return self._sim[key]
+        if not self.runnable(candidate, sizes):
+            self._sim[key] = None
+            return None
         by_signature = self._shared.by_signature
         if not record:
             by_sig = (self.signature(candidate), key[1])

@@ -69,23 +69,24 @@ class EnvWorkerConfig:
             raise ConfigError(f"first_env must be >= 0, got {self.first_env}")
 
     def shard(self, rank: int, ranks: int) -> EnvWorkerConfig:
-        """The envs of env worker `rank` of `ranks` that split this config's envs: an equal
-        contiguous share (seeded as they are here: env i of the share is seeded with this
-        config's seed + its index here), ``pipeline_stages / ranks`` stage groups each, and
+        """The envs of env worker `rank` of `ranks` that split this config's envs as data
+        parallelism splits a batch: an equal contiguous share (seeded as they are here: env
+        i of the share is seeded with this config's seed + its index here), in as many stage
+        groups as here, each group an equal share of a group here (so a stage group's call
+        over all ranks is one of this config's stage groups, as the planner prices it), and
         at most `processes` processes each."""
         if ranks < 1 or not 0 <= rank < ranks:
             raise ConfigError(f"env worker rank {rank} outside [0, {ranks})")
         if ranks == 1:
             return self
-        if self.num_envs % ranks or self.pipeline_stages % ranks:
-            raise ConfigError(f"{ranks} env workers split num_envs={self.num_envs} in "
-                              f"{self.pipeline_stages} stage groups only when both are "
-                              f"multiples of {ranks}: place env on a device count that "
-                              "divides them")
+        if self.num_envs % (ranks * self.pipeline_stages):
+            raise ConfigError(f"{ranks} env workers split {self.pipeline_stages} stage groups "
+                              f"of num_envs={self.num_envs} evenly only when {ranks} divides "
+                              f"a stage group's {self.num_envs / self.pipeline_stages:g} envs: "
+                              "place env on a device count that divides it")
         share = self.num_envs // ranks
         if share % self.same_start_group_size:
             raise ConfigError(f"{ranks} env workers would split same-start blocks of "
                               f"{self.same_start_group_size} (num_envs={self.num_envs})")
-        return replace(self, num_envs=share, pipeline_stages=self.pipeline_stages // ranks,
-                       processes=min(self.processes, share), seed=self.seed + rank * share,
-                       first_env=self.first_env + rank * share)
+        return replace(self, num_envs=share, processes=min(self.processes, share),
+                       seed=self.seed + rank * share, first_env=self.first_env + rank * share)

@@ -103,11 +103,12 @@ class PolicyRole(RoleBase, WeightReceiver):
     def serve(self, ctx: StepContext, *, input_channel: FlowChannel,
               output_channel: FlowChannel) -> dict[str, float]:
         """Answer iteration ``ctx.step``'s rollout of the env ranks paired with this rank
-        (`FlowChannel.peers`): ``ctx.loop_steps`` steps (+1 to bootstrap) of each one's
-        stage groups (the env's items over the plan's micro-batch, split among its ranks)."""
+        (`FlowChannel.peers`): ``ctx.loop_steps`` steps (+1 to bootstrap) of their stage
+        groups (the env's items over the plan's micro-batch; every env rank runs that many,
+        each an equal share of a group: `EnvWorkerConfig.shard`)."""
         env = input_channel.src
         env_ranks = ctx.ranks[env]
-        stages = ctx.items[env] // ctx.micro_batch.get(env, ctx.items[env]) // env_ranks
+        stages = ctx.items[env] // ctx.micro_batch.get(env, ctx.items[env])
         sources, sinks = self.links(input_channel), self.links(output_channel)
         links: list[tuple[ActionSource, ObsSink]] = []
         for rank, source in sources.items():
