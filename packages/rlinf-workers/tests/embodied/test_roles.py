@@ -16,6 +16,7 @@ from rlinf.workers.embodied.roles import (
     EnvRole,
     build_rollout_policy,
     episode_means,
+    pool_rollout_metrics,
     serve_stages,
 )
 from rlinf.workers.env import EnvWorkerConfig, Trajectory
@@ -215,3 +216,19 @@ def test_episode_means_pool_the_rollout_sums() -> None:
                                    "episode_length": 50.0, "success_rate": 0.25}
     assert "success_rate" not in episode_means({**sums, "success_count": 0.0})
     assert episode_means({**sums, "episodes": 0.0}) == {"episodes": 0.0}
+
+
+def test_env_ranks_metrics_pool_into_one_rollout() -> None:
+    def rank(episodes: float, seconds: float, step: float) -> dict[str, float]:
+        return {"episodes": episodes, "return_sum": 10.0 * episodes, "length_sum": 5.0,
+                "success_sum": 0.0, "success_count": episodes, "env_steps": 64.0,
+                "rollout_seconds": seconds, "step_seconds": step, "wait_seconds": 0.1}
+
+    pooled = pool_rollout_metrics([rank(1.0, 2.0, 0.5), rank(3.0, 3.0, 1.5)])
+    assert pooled["episodes"] == 4.0 and pooled["return_sum"] == 40.0
+    assert pooled["env_steps"] == 128.0
+    assert pooled["rollout_seconds"] == 3.0  # the slowest rank's wall time
+    assert pooled["step_seconds"] == 1.0 and pooled["wait_seconds"] == pytest.approx(0.1)
+    assert episode_means(pooled)["episode_return"] == 10.0
+    with pytest.raises(ConfigError, match="no env rank"):
+        pool_rollout_metrics([])
