@@ -28,6 +28,10 @@ SHM = Path("/dev/shm")
 def store(monkeypatch: pytest.MonkeyPatch) -> Iterator[TCPStore]:
     token = new_token()
     monkeypatch.setenv("RLINF_COMM_TOKEN", token_env_value(token))
+    # One node for this process and the producers it starts: where an earlier test left Ray
+    # initialised here, the Ray node id would otherwise make them look like two nodes
+    # (rlinf.comm's node identity), and no ring would join them.
+    monkeypatch.setenv("RLINF_NODE_ID", "test-node")
     with TCPStore.serve(token=token, timeout=60) as owner:
         yield owner
 
