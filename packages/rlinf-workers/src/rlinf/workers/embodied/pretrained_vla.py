@@ -34,6 +34,7 @@ from rlinf.workers.embodied.vla import (
     VLASample,
     action_bins,
     bin_centres,
+    sample_action_token,
     score_action_tokens,
 )
 from rlinf.workers.errors import ConfigError, ShapeError
@@ -177,10 +178,10 @@ class PretrainedVLA(nn.Module):
         log_prob = torch.zeros(len(images), device=mask.device)
         picked: list[torch.Tensor] = []
         for dim in range(self.config.action_dim):
-            log_p = torch.log_softmax(self._bin_logits(out.logits[:, -1]), dim=-1)
-            token = (log_p.argmax(-1) if deterministic else
-                     torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1))
-            log_prob += log_p.gather(-1, token[:, None]).squeeze(-1)
+            token, token_log_prob = sample_action_token(
+                self._bin_logits(out.logits[:, -1]), deterministic=deterministic,
+                generator=generator)
+            log_prob += token_log_prob
             picked.append(token)
             if dim + 1 < self.config.action_dim:
                 mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)

@@ -21,7 +21,8 @@ from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm
 from rlinf.workers.models.logprobs import position_ids_from_mask
 from rlinf.workers.models.tokenizer import build_char_tokenizer
 
-__all__ = ["TinyVLA", "VLAConfig", "VLASample", "action_bins", "bin_centres", "score_action_tokens"]
+__all__ = ["TinyVLA", "VLAConfig", "VLASample", "action_bins", "bin_centres", "sample_action_token",
+           "score_action_tokens"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,16 @@ def action_bins(action: torch.Tensor, num_bins: int) -> torch.Tensor:
     """Bin index of each (clipped) action value in [-1, 1]."""
     scaled = (action.clamp(-1.0, 1.0) + 1.0) / 2.0 * num_bins
     return scaled.long().clamp(max=num_bins - 1)
+
+
+def sample_action_token(bin_logits: torch.Tensor, *, deterministic: bool,
+                        generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(token [N], log_prob [N])``: a bin drawn from the logits ``[N, bins]`` of the next
+    action token (the most likely one when `deterministic`), and its log-probability."""
+    log_p = torch.log_softmax(bin_logits, dim=-1)
+    token = (log_p.argmax(-1) if deterministic else
+             torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1))
+    return token, log_p.gather(-1, token[:, None]).squeeze(-1)
 
 
 def score_action_tokens(bin_logits: torch.Tensor, tokens: torch.Tensor, *, action_dim: int
@@ -168,10 +179,9 @@ class TinyVLA(nn.Module):
             logits, hidden = self._run(embeds, mask)
             if tokens.shape[1] == 0:
                 value = self.value_head(hidden[:, prefix_len - 1]).squeeze(-1)
-            log_p = torch.log_softmax(logits[:, -1], dim=-1)
-            token = (log_p.argmax(-1) if deterministic else
-                     torch.multinomial(log_p.exp(), 1, generator=generator).squeeze(-1))
-            log_prob += log_p.gather(-1, token[:, None]).squeeze(-1)
+            token, token_log_prob = sample_action_token(
+                logits[:, -1], deterministic=deterministic, generator=generator)
+            log_prob += token_log_prob
             tokens = torch.cat([tokens, token[:, None]], dim=1)
             embeds, mask = self._extend(embeds, mask, token[:, None])
         return VLASample(tokens=tokens, action=self.tokens_to_action(tokens),
