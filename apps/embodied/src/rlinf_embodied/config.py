@@ -462,23 +462,24 @@ def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COM
 
 
 def _check_env_workers(cfg: AppConfig) -> None:
-    """Env workers (one per env device) split the envs and stage groups evenly."""
+    """Env workers (one per env device) split the envs as `EnvWorkerConfig.shard` does."""
     placement = resolve_placement(cfg.placement)
     if placement.mode is ExecutionMode.AUTO or "env" not in placement.components:
         return
     workers = len(placement.devices_of("env"))
-    env, algo = cfg.env, cfg.algorithm
-    if env.num_envs % (workers * env.pipeline_stages):
+    if workers == 1:
+        return
+    from rlinf.workers.errors import ConfigError
+    from rlinf_embodied.spec import env_worker_config
+
+    run = env_worker_config(cfg)
+    try:
+        for rank in range(workers):
+            run.shard(rank, workers)
+    except ConfigError as exc:
         raise AppConfigError("placement.spec", cfg.placement.spec,
-                             f"env on a device count that divides a stage group's "
-                             f"{env.num_envs / env.pipeline_stages:g} envs (env.num_envs="
-                             f"{env.num_envs} / env.pipeline_stages={env.pipeline_stages}: each "
-                             f"env device runs an equal share of every group), got {workers}")
-    if algo.name == "grpo" and (env.num_envs // workers) % algo.grpo_group_size:
-        raise AppConfigError("placement.spec", cfg.placement.spec,
-                             f"env on a device count that keeps GRPO groups of "
-                             f"{algo.grpo_group_size} envs whole ({env.num_envs} envs), got "
-                             f"{workers}")
+                             f"env on a device count that splits the envs evenly: {exc}"
+                             ) from exc
 
 
 def validate(cfg: AppConfig) -> None:

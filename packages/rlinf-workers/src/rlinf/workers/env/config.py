@@ -86,7 +86,9 @@ class EnvWorkerConfig:
                               "place env on a device count that divides it")
         share = self.num_envs // ranks
         if share % self.same_start_group_size:
-            raise ConfigError(f"{ranks} env workers would split same-start blocks of "
-                              f"{self.same_start_group_size} (num_envs={self.num_envs})")
+            raise ConfigError(f"{ranks} env workers of {share} envs would split same-start "
+                              f"blocks: place env on a device count that keeps GRPO groups of "
+                              f"{self.same_start_group_size} envs whole (num_envs="
+                              f"{self.num_envs})")
         return replace(self, num_envs=share, processes=min(self.processes, share),
                        seed=self.seed + rank * share, first_env=self.first_env + rank * share)
