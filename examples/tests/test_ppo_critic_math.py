@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 
-from rlinf.comm import live_segments as segments
-from rlinf.comm import orphaned_segments as orphaned
+from rlinf.comm import live_segments, orphaned_segments
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -59,13 +58,13 @@ def eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
 def run_example(cfg: example.Config) -> dict[str, Any]:
     import ray
 
-    before = segments()
+    before = live_segments()
     summary = example.main(cfg)
     # Ray returns a dead actor's CPUs a moment after it reports the death
     assert ray.util.list_named_actors(all_namespaces=True) == []
     assert eventually(lambda: ray.available_resources().get("CPU")
                       == ray.cluster_resources().get("CPU"))
-    assert eventually(lambda: not orphaned(before)), orphaned(before)
+    assert eventually(lambda: not orphaned_segments(before)), orphaned_segments(before)
     assert len(summary["iteration_s"]) == 2
     for name, values in summary["losses"].items():
         assert all(math.isfinite(v) for v in values), (name, values)

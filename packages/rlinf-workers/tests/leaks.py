@@ -1,15 +1,12 @@
-"""What the tests that launch processes check afterwards: no shared-memory segment leaked
-(`rlinf.comm.orphaned_segments`), and Ray's asynchronous cleanup given a deadline."""
+"""Ray's asynchronous cleanup, given a deadline, for the tests that launch processes (their
+shared-memory check is `rlinf.comm.orphaned_segments`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
-from rlinf.comm import live_segments as segments
-from rlinf.comm import orphaned_segments as orphaned
-
-__all__ = ["eventually", "orphaned", "segments"]
+__all__ = ["eventually"]
 
 
 def eventually(check: Callable[[], bool], *, timeout: float = 30.0) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import ray
 
+from rlinf.comm import live_segments, orphaned_segments
 from rlinf.sched import Component, Edge, ExecutionPlan, Loop
 from rlinf.workers.embodied import PolicyRolloutConfig
 from rlinf.workers.embodied.roles import EnvRole, PolicyRole, receive_trajectory
@@ -35,7 +36,7 @@ from rlinf.workers.flow import (
 )
 from rlinf.workers.models import PolicyConfig
 
-from ..leaks import eventually, orphaned, segments
+from ..leaks import eventually
 
 
 def replay_mismatches(trajectory: Trajectory, env: EnvWorkerConfig) -> int:
@@ -123,9 +124,9 @@ def run_once(flow: MacroFlow, placement: str, *, devices: int, stages: int
 
 @pytest.fixture
 def clean(ray_cluster: None) -> Iterator[None]:
-    before = segments()
+    before = live_segments()
     yield
-    assert eventually(lambda: not orphaned(before)), orphaned(before)
+    assert eventually(lambda: not orphaned_segments(before)), orphaned_segments(before)
 
 
 @pytest.fixture(scope="module")

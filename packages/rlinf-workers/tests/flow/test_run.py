@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import ray
 
+from rlinf.comm import live_segments, orphaned_segments
 from rlinf.sched import Cluster, Component, Edge, Loop
 from rlinf.workers.errors import WorkerDiedError
 from rlinf.workers.flow import (
@@ -32,7 +33,7 @@ from rlinf.workers.flow import (
     launch_auto,
 )
 
-from ..leaks import eventually, orphaned, segments
+from ..leaks import eventually
 from .toys import LoopEnv, LoopPolicy, Relay, Sink, Source, TrainingRelay, act
 
 ITEMS, UNIT = 8, 2
@@ -92,12 +93,12 @@ def our_actors() -> list[str]:
 @pytest.fixture
 def clean(ray_cluster: None) -> Iterator[None]:
     """Whatever a test launches is gone afterwards: actors, CPU reservations, segments."""
-    before = segments()
+    before = live_segments()
     yield
     assert eventually(lambda: our_actors() == []), our_actors()
     assert eventually(lambda: ray.available_resources().get("CPU")
                       == ray.cluster_resources().get("CPU"))
-    assert eventually(lambda: not orphaned(before)), orphaned(before)
+    assert eventually(lambda: not orphaned_segments(before)), orphaned_segments(before)
 
 
 def test_collocated_components_stream_take_turns_and_sync(clean: None) -> None:
