@@ -355,3 +355,43 @@ def test_a_killed_guardian_is_replaced_at_once_so_killing_its_creator_next_leaks
         psutil.wait_procs([psutil.Process(info["new"])], timeout=30)
     _wait_until(lambda: not any((SHM / n).exists() for n in info["names"]), timeout=30,
                 what="the replacement guardian to unlink all 50 segments")
+
+
+def test_a_segment_dropped_without_unlink_takes_its_name_along():
+    # A ring or pool dropped unclosed in a long-lived process must not leave an unmapped
+    # name behind until the process exits (a test suite's process ran for minutes so).
+    seg = shm.Segment(1 << 20)
+    name = seg.name
+    assert (SHM / name).exists()
+    del seg
+    gc.collect()
+    assert not (SHM / name).exists()
+    # the guardian is told, with the next line it gets
+    shm._guardian.tell("+" + shm.new_segment_name())
+    assert name not in shm._guardian._live
+
+
+def test_a_ring_dropped_before_its_consumer_attached_leaves_no_name():
+    from rlinf.comm._internal.ring import ShmRing
+
+    ring = ShmRing.create(slots=2, slot_bytes=64)
+    name = ring.name
+    assert (SHM / name).exists()
+    del ring
+    gc.collect()
+    assert not (SHM / name).exists()
+
+
+def test_a_forked_child_dropping_its_copy_keeps_the_parents_name():
+    seg = shm.Segment(1 << 20)
+    pid = os.fork()
+    if pid == 0:  # child: drop its copy of the object and collect it
+        try:
+            del seg
+            gc.collect()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert (SHM / seg.name).exists()
+    seg.unlink()

@@ -17,7 +17,9 @@ Ownership:
 
 Lifecycle: before a segment is created its name goes to this process's guardian (see
 `guardian.py`), which unlinks whatever is left when this process dies, even by SIGKILL.
-Clean exits unlink at `close()` / atexit.
+Clean exits unlink at `close()` / atexit, and a `Segment` object collected without
+`unlink` (a ring or a pool dropped unclosed) takes its name with it: otherwise a
+long-lived process would keep unmapped names in ``/dev/shm`` until it exits.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import subprocess
 import sys
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO
@@ -107,6 +109,7 @@ class _Guardian:
         self._starts = 0
         self._guardian_pid: int | None = None
         self._watcher_pid = -1
+        self._forgotten: deque[str] = deque()
 
     def _pipe(self) -> IO[bytes] | None:
         if self._pid != os.getpid():
@@ -170,8 +173,25 @@ class _Guardian:
             with contextlib.suppress(OSError, ValueError):
                 proc.stdin.close()
 
+    def forget_later(self, name: str) -> None:
+        """Queue ``-name`` for the next `tell`: safe from a GC callback, which may run while
+        this thread holds the lock."""
+        self._forgotten.append(name)
+
+    def _take_forgotten(self) -> list[str]:
+        """The names `forget_later` queued (none in a forked child: they are the parent's),
+        no longer live. Call with the lock held."""
+        taken = []
+        while self._forgotten:
+            taken.append(self._forgotten.popleft())
+        if self._pid != os.getpid():
+            return []
+        self._live.difference_update(taken)
+        return taken
+
     def tell(self, line: str) -> None:
         with self._lock:
+            forgotten = self._take_forgotten()
             pipe = self._pipe()
             name = line[1:]
             if line.startswith("+"):
@@ -181,7 +201,8 @@ class _Guardian:
             if pipe is None:
                 return
             try:
-                pipe.write(line.encode() + b"\n")
+                pipe.write(b"".join(b"-%s\n" % n.encode() for n in forgotten)
+                           + line.encode() + b"\n")
                 pipe.flush()
             except (BrokenPipeError, ValueError) as exc:
                 log.warning("shm_guardian_gone", error=str(exc), restarts_left=(
@@ -202,8 +223,18 @@ class _Guardian:
 _guardian = _Guardian()
 
 
+def _unlink_dropped(name: str, creator: int) -> None:
+    """A `Segment` was collected without `unlink`: its name goes with it (its creator is
+    still alive, so the guardian would keep it, unmapped, until the process exits)."""
+    if os.getpid() != creator:  # a forked child's copy: the parent owns the name
+        return
+    _shm_unlink(name)
+    _guardian.forget_later(name)
+
+
 class Segment:
-    """One shared-memory segment created (and owned) by this process."""
+    """One shared-memory segment created (and owned) by this process. Its name lives until
+    `unlink`, or until the object is collected: nothing can reach the contents then."""
 
     def __init__(self, size: int, *, name: str | None = None) -> None:
         self.name = name or new_segment_name()
@@ -220,6 +251,7 @@ class Segment:
             os.close(fd)
         self.view = memoryview(self._mmap)
         self.unlinked = False
+        self._dropped = weakref.finalize(self, _unlink_dropped, self.name, os.getpid())
 
     def unlink(self, *, unmap: bool = True) -> None:
         """Remove the name; mappings (ours and readers') stay valid until unmapped, ours
@@ -229,6 +261,7 @@ class Segment:
                 self._unmap()
             return
         self.unlinked = True
+        self._dropped.detach()
         _shm_unlink(self.name)
         _guardian.tell("-" + self.name)
         if unmap:
