@@ -14,6 +14,7 @@ import pytest
 from rlinf.envs import ConfigError, EnvProcessError
 from rlinf.envs.embodied import EnvProcessPool, LoopVectorEnv, make_vector_env
 from rlinf.envs.embodied.factory import ShardSpec
+from rlinf.envs.embodied.processes import process_layout
 
 
 def _alive(pid: int) -> bool:
@@ -134,6 +135,42 @@ def test_stage_groups_stepped_from_two_threads_get_their_own_replies() -> None:
         for group, (view, _) in enumerate(views):
             for step, actions in enumerate(plans[group]):
                 np.testing.assert_array_equal(view.step(actions).obs, threaded[group][step])
+    finally:
+        local.close()
+        sharded.close()
+
+
+def test_one_group_interleaves_and_several_keep_each_process_to_one_group() -> None:
+    assert process_layout(6, 2) == [[0, 2, 4], [1, 3, 5]]
+    assert process_layout(8, 2, groups=2) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert process_layout(8, 4, groups=2) == [[0, 2], [4, 6], [1, 3], [5, 7]]
+    assert process_layout(8, 2, groups=4) == [[0, 1, 4, 5], [2, 3, 6, 7]]
+    for num_envs in range(1, 13):
+        for groups in range(1, num_envs + 1):
+            bounds = np.array_split(np.arange(num_envs), groups)
+            group_of = {int(i): g for g, part in enumerate(bounds) for i in part}
+            for processes in range(1, num_envs + 1):
+                layout = process_layout(num_envs, processes, groups)
+                assert sorted(i for owned in layout for i in owned) == list(range(num_envs))
+                assert all(layout), (num_envs, processes, groups)  # no idle process
+                served = [{group_of[i] for i in owned} for owned in layout]
+                if processes >= groups:
+                    assert all(len(g) == 1 for g in served), (num_envs, processes, groups)
+
+
+def test_a_pool_laid_out_for_groups_steps_as_the_local_envs() -> None:
+    local = make_vector_env("Hopper-v5", num_envs=4, backend="gymnasium", seed=2,
+                            max_episode_steps=9)
+    sharded = make_vector_env("Hopper-v5", num_envs=4, backend="gymnasium", seed=2,
+                              max_episode_steps=9, processes=2, stage_groups=2)
+    try:
+        np.testing.assert_array_equal(local.reset()[0], sharded.reset()[0])
+        rng = np.random.default_rng(4)
+        for _ in range(20):
+            for ga, gb in zip(local.split(2), sharded.split(2), strict=True):
+                actions = rng.uniform(-1, 1, (ga.num_envs, 3))
+                np.testing.assert_array_equal(ga.step(actions).obs, gb.step(actions).obs)
+        assert local.pop_finished_episodes() == sharded.pop_finished_episodes()
     finally:
         local.close()
         sharded.close()

@@ -81,6 +81,7 @@ def make_vector_env(
     env_kwargs: Mapping[str, Any] | None = None,
     threads: int = 1,
     processes: int = 1,
+    stage_groups: int = 1,
 ) -> VectorEnv:
     """A vector env of `num_envs` copies of `name` (see `rlinf.envs.embodied.base`).
 
@@ -92,7 +93,9 @@ def make_vector_env(
     a loop; `backend="gymnasium"` forces the loop over gymnasium's own `step`.
     `processes > 1` shards the envs over that many worker processes stepped in parallel
     (`rlinf.envs.embodied.processes`; for slow simulators such as LIBERO's renderer; not
-    with the batched MuJoCo backend or ManiSkill3, whose simulators batch themselves).
+    with the batched MuJoCo backend or ManiSkill3, whose simulators batch themselves);
+    `stage_groups` is how many groups the caller will `split` the envs into (the processes
+    are laid out so that no group waits behind another: `processes.process_layout`).
     Raises UnknownEnvError for names no backend knows, MissingExtraError naming the extra
     when the backend's package is not installed.
     """
@@ -124,7 +127,7 @@ def make_vector_env(
                       dict(env_kwargs or {}), num_envs)
     if processes > 1:
         return sharded_vector_env(shard, num_envs=num_envs, processes=processes, seed=seed,
-                                  name=name)
+                                  name=name, stage_groups=stage_groups)
     try:
         envs = shard(range(num_envs))
     except MissingExtraError:
@@ -143,10 +146,11 @@ def make_vector_env(
 
 
 def sharded_vector_env(builder: ShardBuilder, *, num_envs: int, processes: int, seed: int,
-                       name: str) -> LoopVectorEnv:
+                       name: str, stage_groups: int = 1) -> LoopVectorEnv:
     """A `LoopVectorEnv` over the envs `builder` makes in `processes` worker processes
-    (stopped when the vector env closes)."""
-    pool = EnvProcessPool(builder, num_envs=num_envs, processes=processes)
+    laid out for `stage_groups` groups (stopped when the vector env closes)."""
+    pool = EnvProcessPool(builder, num_envs=num_envs, processes=processes,
+                          groups=stage_groups)
     return LoopVectorEnv(pool.envs, seed=seed, name=name, on_close=pool.close)
 
 

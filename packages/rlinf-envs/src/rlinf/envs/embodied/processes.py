@@ -2,12 +2,13 @@
 
 A renderer such as LIBERO's (software OpenGL, ~0.1 s a step here) keeps one core busy per
 env, and Python threads cannot share that work (the robosuite code around MuJoCo holds the
-GIL). The pool starts `processes` fresh interpreters; process s owns the envs whose global
-index i has ``i % processes == s`` (interleaved, so every contiguous stage group of a
-`LoopVectorEnv` spans all processes and its step runs on all of them at once). Each env is
-seen through a `RemoteEnv` proxy that `LoopVectorEnv` steps like any `SingleEnv`; the loop
-sends every env's action first (`RemoteEnv.step_async`) and then collects the results, so
-the processes step in parallel.
+GIL). The pool starts `processes` fresh interpreters. With one stage group, process s owns
+the envs whose global index i has ``i % processes == s`` (interleaved, so the group's step
+runs on all of them at once); with several, each process serves one group
+(`process_layout`), so that a group resetting (3-6 s for LIBERO) holds up no other group.
+Each env is seen through a `RemoteEnv` proxy that `LoopVectorEnv` steps like any
+`SingleEnv`; the loop sends every env's action first (`RemoteEnv.step_async`) and then
+collects the results, so the processes step in parallel.
 
 Auto-reset happens in the env's own process right after the step that ended its episode,
 and the proxy hands the new first observation to the loop's following ``reset(seed=None)``:
@@ -33,10 +34,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 from rlinf.envs.errors import ConfigError, EnvProcessError
 
-__all__ = ["EnvProcessError", "EnvProcessPool", "RemoteEnv", "ShardBuilder"]
+__all__ = ["EnvProcessError", "EnvProcessPool", "RemoteEnv", "ShardBuilder", "process_layout"]
 
 ShardBuilder = Callable[[Sequence[int]], list[Any]]
 """Builds the `SingleEnv`s of the given global env indices, in a worker process (it must
@@ -167,20 +169,41 @@ class RemoteEnv:
         """Closing one env is a no-op: `EnvProcessPool.close` stops the processes."""
 
 
+def process_layout(num_envs: int, processes: int, groups: int = 1) -> list[list[int]]:
+    """The global env indices each process owns, for a vector env that will be split into
+    `groups` contiguous stage groups (`VectorEnv.split`'s boundaries).
+
+    One group: env i goes to process ``i % processes`` (interleaved, so the group's step runs
+    on every process). Several: no process holds envs of two groups unless there are fewer
+    processes than groups (then group g lives in process ``g % processes``); with more,
+    process p serves group ``p % groups`` and a group's envs are interleaved over its
+    processes. A stage group that waits for its step or its resets then never delays
+    another group's requests queued behind them in the same process, and groups stepped
+    concurrently (`rlinf.workers` runs them in threads) keep every process busy."""
+    if not 1 <= processes <= num_envs or not 1 <= groups <= num_envs:
+        raise ConfigError(f"processes and groups must be between 1 and num_envs={num_envs}, "
+                          f"got {processes} and {groups}")
+    bounds = [part.tolist() for part in np.array_split(np.arange(num_envs), groups)]
+    owned: list[list[int]] = [[] for _ in range(processes)]
+    for g, members in enumerate(bounds):
+        mine = [p for p in range(processes) if p % groups == g] or [g % processes]
+        for j, index in enumerate(members):
+            owned[mine[j % len(mine)]].append(index)
+    return owned
+
+
 class EnvProcessPool:
-    """`num_envs` envs built by `builder` in `processes` worker processes."""
+    """`num_envs` envs built by `builder` in `processes` worker processes, laid out for
+    `groups` stage groups (`process_layout`)."""
 
     def __init__(self, builder: ShardBuilder, *, num_envs: int, processes: int,
-                 start_timeout: float = _START_TIMEOUT) -> None:
-        if not 1 <= processes <= num_envs:
-            raise ConfigError(f"processes must be between 1 and num_envs={num_envs}, got "
-                              f"{processes}")
+                 groups: int = 1, start_timeout: float = _START_TIMEOUT) -> None:
+        layout = process_layout(num_envs, processes, groups)
         # New interpreters, not forks: the parent may hold torch threads, a GL context or
         # Ray state that a fork would copy half-working.
         self._processes: list[_Process] = []
-        for number in range(processes):
-            self._processes.append(
-                _Process(builder, list(range(number, num_envs, processes)), number))
+        for number, indices in enumerate(layout):
+            self._processes.append(_Process(builder, indices, number))
         self.envs: list[RemoteEnv] = [None] * num_envs  # type: ignore[list-item]
         try:
             for process in self._processes:
