@@ -60,7 +60,7 @@ def test_the_actor_is_timed_at_least_three_times_per_thread_count(
         env=env_config(pipeline_stages=1), rollout=PolicyRolloutConfig(policy=POLICY),
         actor=EmbodiedActorConfig(policy=POLICY, epochs=1, num_minibatches=2),
         rollout_steps=4, batch_sizes=[2], repeats=1, actor_devices=(1, 2))
-    assert seen == [profiling._MIN_REPEATS]
+    assert seen == [profiling.MIN_REPEATS]
     assert {m.num_devices for m in profile.measurements if m.component == "actor"} == {1, 2}
 
 

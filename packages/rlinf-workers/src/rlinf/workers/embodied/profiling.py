@@ -12,7 +12,7 @@ optimizer are untouched):
   the weights (serialise, deserialise, load into a rollout policy) as the weight sync does.
 
 Each point is the median of `repeats` timed calls after a warm-up (env and actor points at
-least `_MIN_REPEATS`). The actor's updates on the different thread counts are interleaved
+least `MIN_REPEATS`). The actor's updates on the different thread counts are interleaved
 (1, 2, 1, 2, ...), so a slow spell of the shared machine hits every count alike. One call
 per point, as before 2026-11-27, let the planner price a plan at 0.063 s that ran 0.322 s.
 `rlinf.sched.fit_profile` turns the `Profile` into cost curves.
@@ -42,15 +42,18 @@ from rlinf.workers.env.worker import EnvWorker
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.runtime.context import WorkerContext
 
-__all__ = ["measure_components", "synthetic_trajectory"]
+__all__ = ["MIN_REPEATS", "PROFILE_CONTEXT", "env_step_seconds", "measure_components",
+           "median_seconds", "point", "synthetic_trajectory"]
 
-_CONTEXT = WorkerContext(role="profile", rank=0, world_size=1)
-_MIN_REPEATS = 3
+PROFILE_CONTEXT = WorkerContext(role="profile", rank=0, world_size=1)
+"""The context of the throw-away workers a profile times."""
+MIN_REPEATS = 3
 """Fewest timed calls behind an env or actor point (their median is the point): one call
 per point let a single fast or slow spell of the shared machine set a cost curve."""
 
 
-def _median_seconds(call: Callable[[], object], repeats: int) -> float:
+def median_seconds(call: Callable[[], object], repeats: int) -> float:
+    """Median wall time of `repeats` calls of `call` after one untimed warm-up call."""
     call()  # warm-up: first-call allocations, lazy initialisation
     times = []
     for _ in range(repeats):
@@ -60,7 +63,8 @@ def _median_seconds(call: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _point(component: str, batch: int, devices: int, seconds: float) -> Measurement:
+def point(component: str, batch: int, devices: int, seconds: float) -> Measurement:
+    """A timing-only profile point (no memory recorded)."""
     return Measurement(component, batch, devices, seconds, 0, memory_source="none",
                        timestamp=time.time())
 
@@ -100,11 +104,11 @@ class _InstantPolicy:
         return self._replies[key].pop(0)
 
 
-def _env_step_seconds(worker: EnvWorker, actions: np.ndarray, *, repeats: int) -> float:
+def env_step_seconds(worker: EnvWorker, actions: np.ndarray, *, repeats: int) -> float:
     """Seconds per stage-group step of the env worker's side of the protocol."""
     steps = 8
     link = _InstantPolicy(actions)
-    return _median_seconds(
+    return median_seconds(
         lambda: worker.rollout(num_steps=steps, sink=link, source=link), repeats) / steps
 
 
@@ -122,7 +126,7 @@ def _actor_points(actor: EmbodiedActorConfig, policy: RolloutPolicy, traj: Traje
     trainers = {}
     for devices in actor_devices:
         torch.set_num_threads(devices)
-        trainers[devices] = EmbodiedActorWorker(_CONTEXT, config=replace(
+        trainers[devices] = EmbodiedActorWorker(PROFILE_CONTEXT, config=replace(
             actor, num_threads=devices))
         _train_and_publish(trainers[devices], policy, traj)  # warm-up
     times: dict[int, list[float]] = {devices: [] for devices in actor_devices}
@@ -135,7 +139,7 @@ def _actor_points(actor: EmbodiedActorConfig, policy: RolloutPolicy, traj: Traje
                 times[devices].append(time.perf_counter() - started)
     finally:
         torch.set_num_threads(1)
-    return [_point("actor", samples, devices, statistics.median(seconds))
+    return [point("actor", samples, devices, statistics.median(seconds))
             for devices, seconds in times.items()]
 
 
@@ -152,20 +156,20 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
     points: list[Measurement] = []
     try:
         torch.set_num_threads(1)
-        policy = build_rollout_policy(_CONTEXT, replace(rollout, num_threads=1))
+        policy = build_rollout_policy(PROFILE_CONTEXT, replace(rollout, num_threads=1))
         for size in sizes:
-            worker = EnvWorker(_CONTEXT, config=replace(env, num_envs=size, pipeline_stages=1,
-                                                        processes=min(env.processes, size)))
+            worker = EnvWorker(PROFILE_CONTEXT, config=replace(
+                env, num_envs=size, pipeline_stages=1, processes=min(env.processes, size)))
             try:
                 obs = np.asarray(worker.groups[0].reset(seed=env.seed)[0])
                 space = worker.action_space
                 space.seed(env.seed)
                 actions = np.stack([space.sample() for _ in range(size)])
-                points.append(_point("env", size, 1, _env_step_seconds(
-                    worker, actions, repeats=max(_MIN_REPEATS, repeats))))
+                points.append(point("env", size, 1, env_step_seconds(
+                    worker, actions, repeats=max(MIN_REPEATS, repeats))))
                 batch = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(size, bool),
                                "env_index": np.arange(size)}, meta={"bootstrap": False})
-                points.append(_point("rollout", size, 1, _median_seconds(
+                points.append(point("rollout", size, 1, median_seconds(
                     partial(policy.infer, batch), repeats)))
                 if size * rollout_steps < actor.num_minibatches or (
                         actor.algorithm == "grpo" and size % actor.grpo_group_size):
@@ -174,7 +178,7 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
                                             seed=env.seed)
                 points += _actor_points(actor, policy, traj, samples=size * rollout_steps,
                                         actor_devices=actor_devices,
-                                        repeats=max(_MIN_REPEATS, repeats))
+                                        repeats=max(MIN_REPEATS, repeats))
             finally:
                 worker.shutdown()
     finally:
