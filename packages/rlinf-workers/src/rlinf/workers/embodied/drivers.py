@@ -28,14 +28,17 @@ __all__ = ["InlinePolicyLink", "run_collocated", "run_pipelined"]
 
 
 class InlinePolicyLink:
-    """Sink and source in one: `put` runs the policy at once, `get` returns its answer."""
+    """Sink and source in one: `put` runs the policy at once, `get` returns its answer.
+    Stage groups stepped concurrently (`EnvWorker.concurrent_groups`) infer one at a time."""
 
     def __init__(self, policy: PolicyRolloutWorker) -> None:
         self._policy = policy
         self._replies: dict[str | None, deque[Batch]] = {}
+        self._lock = threading.Lock()
 
     def put(self, item: Batch, *, key: str | None = None) -> None:
-        self._replies.setdefault(key, deque()).append(self._policy.infer(item))
+        with self._lock:
+            self._replies.setdefault(key, deque()).append(self._policy.infer(item))
 
     def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
         pending = self._replies.get(key)

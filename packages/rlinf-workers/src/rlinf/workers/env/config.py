@@ -40,9 +40,13 @@ class EnvWorkerConfig:
     """Threads stepping the physics of batched MuJoCo tasks (`MujocoVectorEnv`): one per core
     this worker may use beside whatever else runs in its process."""
     processes: int = 1
-    """Processes the envs are sharded over, stepped in parallel (env i in process i mod
-    processes; `rlinf.envs.embodied.processes`): for slow simulators such as LIBERO's
-    renderer. 1: the worker's own process."""
+    """Processes the envs are sharded over, stepped in parallel
+    (`rlinf.envs.embodied.processes`): for slow simulators such as LIBERO's renderer. 1: the
+    worker's own process."""
+    concurrent_groups: bool = True
+    """With several processes and stage groups: each group in processes of its own, stepped
+    in its own thread, so that a group resetting holds up no other (`EnvWorker.
+    concurrent_groups`). False: every group spans all processes and the groups take turns."""
     first_env: int = 0
     """Index in the run of this worker's env 0, where several env workers split a run's
     envs (`shard`): env i of this worker is env ``first_env + i`` of the run — its seed

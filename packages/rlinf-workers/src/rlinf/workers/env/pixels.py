@@ -143,5 +143,7 @@ def make_pixel_env(config: EnvWorkerConfig) -> VectorEnv:
     shard = PixelShard(config)
     if config.processes > 1:
         return sharded_vector_env(shard, num_envs=config.num_envs, processes=config.processes,
-                                  seed=config.seed, name=config.env_name)
+                                  seed=config.seed, name=config.env_name,
+                                  stage_groups=(config.pipeline_stages
+                                                if config.concurrent_groups else 1))
     return LoopVectorEnv(shard(range(config.num_envs)), seed=config.seed, name=config.env_name)

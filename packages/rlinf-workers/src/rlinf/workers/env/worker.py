@@ -5,7 +5,9 @@ Protocol of one rollout of `num_steps` steps over stage groups ``0..G-1`` (keys 
 1. send every group's current observations (one `Batch` per group);
 2. for each step, for each group g in order: receive g's actions, step g, send g's next
    observations. While group g steps, the policy is computing the actions of group g+1,
-   which is where pipelining overlaps simulation with inference;
+   which is where pipelining overlaps simulation with inference. With the envs in worker
+   processes each group runs this loop in its own thread instead (`concurrent_groups`), so
+   a group that resets for seconds holds up no other;
 3. receive one last reply per group to the observations after the last step (its
    ``meta["bootstrap"]`` was True): the values GAE bootstraps from.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -29,6 +32,7 @@ import numpy.typing as npt
 from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats, VectorEnv, make_vector_env
 from rlinf.workers.env.config import EnvWorkerConfig
+from rlinf.workers.env.group_threads import GroupThreads
 from rlinf.workers.env.link import ActionSource, ObsSink, stage_key
 from rlinf.workers.env.pixels import make_pixel_env
 from rlinf.workers.env.same_start import make_same_start_env
@@ -84,7 +88,8 @@ class EnvWorker(Worker):
             self.env = make_vector_env(
                 config.env_name, num_envs=config.num_envs, seed=config.seed,
                 max_episode_steps=config.max_episode_steps, env_kwargs=config.env_kwargs,
-                threads=config.threads, processes=config.processes)
+                threads=config.threads, processes=config.processes,
+                stage_groups=config.pipeline_stages if config.concurrent_groups else 1)
         if isinstance(self.env.single_observation_space, gym.spaces.Dict):
             self.env.close()
             raise ConfigError(f"{config.env_name!r} has dict observations; the env worker "
@@ -133,7 +138,17 @@ class EnvWorker(Worker):
         self._obs = self._reset(seed)
 
     def _reset(self, seed: int | None) -> list[npt.NDArray[Any]]:
-        obs = [np.asarray(group.reset(seed=seed)[0]) for group in self.groups]
+        obs: list[npt.NDArray[Any]] = [None] * len(self.groups)  # type: ignore[list-item]
+
+        def reset(g: int) -> None:
+            obs[g] = np.asarray(self.groups[g].reset(seed=seed)[0])
+
+        if self.concurrent_groups:  # each group's processes reset at once (seconds each)
+            GroupThreads().run([partial(reset, g) for g in range(len(self.groups))],
+                               name="env-stage-reset")
+        else:
+            for g in range(len(self.groups)):
+                reset(g)
         self.env.pop_finished_episodes()  # episodes cut by the reset are not results
         return obs
 
@@ -155,54 +170,51 @@ class EnvWorker(Worker):
             return np.clip(action, *self._bounds)
         return action
 
+    @property
+    def concurrent_groups(self) -> bool:
+        """Whether `rollout` steps the stage groups concurrently, one thread each: when the
+        envs live in worker processes (laid out one group per process,
+        `rlinf.envs.embodied.processes.process_layout`) and there are several groups. A
+        group waiting for a slow step or reset (LIBERO: 3-6 s) then holds up no other group;
+        in this process the groups would only take turns on the GIL."""
+        return (self.config.concurrent_groups and self.config.processes > 1
+                and len(self.groups) > 1)
+
     def rollout(self, *, num_steps: int, sink: ObsSink, source: ActionSource,
                 timeout: float | None = 60.0, trace: TraceRecorder | None = None) -> EnvRollout:
         """Run `num_steps` steps of every env through the protocol in the module docstring;
-        `trace` records one ``env_step`` span per stage group and step."""
+        `trace` records one ``env_step`` span per stage group and step. Step and wait
+        seconds are summed over the groups (they overlap when `concurrent_groups`)."""
         if num_steps < 1:
             raise ConfigError(f"num_steps must be >= 1, got {num_steps}")
         obs = self._obs if self._obs is not None else self._reset(None)
         self._obs = obs  # updated in place: the next rollout continues these episodes
         started = time.perf_counter()
-        step_s = wait_s = 0.0
-        builders = [TrajectoryBuilder(ix.tolist()) for ix in self._indices]
-        no_final = [np.zeros(len(ix), dtype=bool) for ix in self._indices]
+        run = _GroupRun(self, obs, num_steps=num_steps, sink=sink, source=source,
+                        timeout=timeout, trace=trace)
         for g, group_obs in enumerate(obs):
-            sink.put(self._message(g, group_obs, np.zeros_like(group_obs), no_final[g],
+            sink.put(self._message(g, group_obs, np.zeros_like(group_obs), run.no_final[g],
                                    step=0, bootstrap=False), key=stage_key(g))
-        for t in range(num_steps):
-            for g, group in enumerate(self.groups):
-                waited = time.perf_counter()
-                wall = time.time()
-                reply = source.get(key=stage_key(g), timeout=timeout)
-                began = time.perf_counter()
-                builders[g].add_policy(obs[g], dict(reply.tensors))
-                result = group.step(self._action(reply, g))
-                ended = time.perf_counter()
-                wait_s += began - waited
-                step_s += ended - began
-                if trace is not None:
-                    trace.add("env_step", wall + (began - waited), wall + (ended - waited),
-                              stage=g, step=t)
-                builders[g].add_step(result.reward, result.terminated, result.truncated)
-                obs[g] = np.asarray(result.obs)
-                sink.put(self._message(g, obs[g], np.asarray(result.info["final_obs"]),
-                                       result.done, step=t + 1,
-                                       bootstrap=t == num_steps - 1), key=stage_key(g))
-        trajectories = []
-        for g in range(len(self.groups)):
-            waited = time.perf_counter()
-            reply = source.get(key=stage_key(g), timeout=timeout)
-            wait_s += time.perf_counter() - waited
-            trajectories.append(builders[g].finish(dict(reply.tensors)))
+        if self.concurrent_groups:
+            run.concurrently()
+        else:
+            for t in range(num_steps):
+                for g in range(len(self.groups)):
+                    run.step(g, t)
+            for g in range(len(self.groups)):
+                run.finish(g)
         seconds = time.perf_counter() - started
+        # group by group (each in finishing order): the same list whether the groups took
+        # turns or ran concurrently
+        episodes = tuple(e for group in self.groups for e in group.pop_finished_episodes())
         rollout = EnvRollout(
-            trajectories=tuple(trajectories), episodes=tuple(self.env.pop_finished_episodes()),
-            env_steps=num_steps * self.env.num_envs, seconds=seconds, step_seconds=step_s,
-            wait_seconds=wait_s)
+            trajectories=tuple(run.trajectories), episodes=episodes,
+            env_steps=num_steps * self.env.num_envs, seconds=seconds,
+            step_seconds=sum(run.step_s), wait_seconds=sum(run.wait_s))
         self.log.info("env_rollout", steps=rollout.env_steps, seconds=round(seconds, 3),
                       steps_per_s=round(rollout.steps_per_s, 1),
-                      wait_s=round(wait_s, 3), episodes=len(rollout.episodes))
+                      wait_s=round(rollout.wait_seconds, 3), episodes=len(rollout.episodes),
+                      concurrent=self.concurrent_groups)
         return rollout
 
     def onload(self) -> None:
@@ -222,3 +234,64 @@ class EnvWorker(Worker):
         """Close the simulators, then the base worker's resources."""
         self.env.close()
         super().shutdown()
+
+
+class _GroupRun:
+    """One rollout's per-group state and protocol steps (`EnvWorker.rollout`): group g's
+    step t takes its actions, steps its envs and sends its next observations; `finish`
+    takes the bootstrap reply. Groups touch only their own state, so each may run in its
+    own thread (`concurrently`)."""
+
+    def __init__(self, worker: EnvWorker, obs: list[npt.NDArray[Any]], *, num_steps: int,
+                 sink: ObsSink, source: ActionSource, timeout: float | None,
+                 trace: TraceRecorder | None) -> None:
+        self.worker, self.obs, self.num_steps = worker, obs, num_steps
+        self.sink, self.source, self.timeout, self.trace = sink, source, timeout, trace
+        count = len(worker.groups)
+        self.builders = [TrajectoryBuilder(ix.tolist()) for ix in worker._indices]
+        self.no_final = [np.zeros(len(ix), dtype=bool) for ix in worker._indices]
+        self.step_s, self.wait_s = [0.0] * count, [0.0] * count
+        self.trajectories: list[Trajectory] = [None] * count  # type: ignore[list-item]
+        self._threads: GroupThreads | None = None
+
+    def _reply(self, g: int) -> Batch:
+        if self._threads is None:
+            return self.source.get(key=stage_key(g), timeout=self.timeout)
+        return self._threads.get(self.source, key=stage_key(g), timeout=self.timeout)
+
+    def step(self, g: int, t: int) -> None:
+        worker = self.worker
+        waited = time.perf_counter()
+        wall = time.time()
+        reply = self._reply(g)
+        began = time.perf_counter()
+        self.builders[g].add_policy(self.obs[g], dict(reply.tensors))
+        result = worker.groups[g].step(worker._action(reply, g))
+        ended = time.perf_counter()
+        self.wait_s[g] += began - waited
+        self.step_s[g] += ended - began
+        if self.trace is not None:
+            self.trace.add("env_step", wall + (began - waited), wall + (ended - waited),
+                           stage=g, step=t)
+        self.builders[g].add_step(result.reward, result.terminated, result.truncated)
+        self.obs[g] = np.asarray(result.obs)
+        self.sink.put(worker._message(g, self.obs[g], np.asarray(result.info["final_obs"]),
+                                      result.done, step=t + 1,
+                                      bootstrap=t == self.num_steps - 1), key=stage_key(g))
+
+    def finish(self, g: int) -> None:
+        waited = time.perf_counter()
+        reply = self._reply(g)
+        self.wait_s[g] += time.perf_counter() - waited
+        self.trajectories[g] = self.builders[g].finish(dict(reply.tensors))
+
+    def _run_group(self, g: int) -> None:
+        for t in range(self.num_steps):
+            self.step(g, t)
+        self.finish(g)
+
+    def concurrently(self) -> None:
+        """Every group's steps in its own thread (`GroupThreads`)."""
+        self._threads = GroupThreads()
+        self._threads.run([partial(self._run_group, g) for g in range(len(self.worker.groups))],
+                          name="env-stage-group")

@@ -29,6 +29,7 @@ import contextlib
 import json
 import marshal
 import math
+import threading
 import time
 from collections import deque
 from typing import Any
@@ -82,13 +83,22 @@ def endpoint_name(store: str, role: str, rank: int) -> str:
 
 class _Filed:
     """Messages from one peer that arrived while a `get` waited for another route, and
-    the consumer ends of that peer's rings by edge."""
+    the consumer ends of that peer's rings by edge.
+
+    Gets may come from several threads at once (an env worker stepping its stage groups
+    concurrently asks for each group's actions in its own thread): one of them at a time
+    reads from the peer (`reading`) and files what others wait for, under `changed`."""
 
     def __init__(self) -> None:
         self.routes: dict[str, deque[Batch]] = {}
         self.rings: dict[str, ShmRing] = {}
         self.owed: dict[str, int] = {}
         """By edge: items its ring announced (`_ON_ENDPOINT`) not yet taken off the endpoint."""
+        self.changed = threading.Condition()
+        """Guards `routes` and `reading`; notified when an item is filed or the reader
+        leaves."""
+        self.reading = False
+        """Whether a thread is reading from the peer now."""
 
 
 def _encode(item: Batch, key: str | None) -> list[Any] | None:
@@ -151,6 +161,8 @@ class PeerChannel:
         self._ring: ShmRing | None = None
         self._try_ring = shared_memory
         """Whether the next put may still open a ring (until one is open or ruled out)."""
+        self._put_lock = threading.Lock()
+        """Puts from several threads go into the ring (or the endpoint) one at a time."""
 
     @staticmethod
     def mailbox() -> _Filed:
@@ -161,7 +173,10 @@ class PeerChannel:
     def put(self, item: Batch, *, key: str | None = None, weight: float = 1,
             timeout: float | None = None) -> None:
         """Send `item` under `key` (`weight` is accepted for channel compatibility)."""
-        limit = self._timeout if timeout is None else timeout
+        with self._put_lock:
+            self._put(item, key, self._timeout if timeout is None else timeout)
+
+    def _put(self, item: Batch, key: str | None, limit: float) -> None:
         payload = _encode(item, key) if self._ring is not None or self._try_ring else None
         size = _size(payload) if payload is not None else 0
         try:
@@ -205,22 +220,39 @@ class PeerChannel:
 
     def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
         """The next item the peer sent on this edge under `key`; `PeerTimeoutError` after
-        `timeout` seconds (default: the flow's io timeout)."""
+        `timeout` seconds (default: the flow's io timeout). Safe from several threads."""
         route = f"{self._edge}|{key}"
         limit = self._timeout if timeout is None else timeout
         deadline = time.monotonic() + limit
+        filed = self._filed
+        with filed.changed:
+            while True:
+                waiting = filed.routes.get(route)
+                if waiting:
+                    return waiting.popleft()
+                if not filed.reading:
+                    filed.reading = True  # this thread reads for everyone until it returns
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise self._timed_out(key, limit)
+                filed.changed.wait(remaining)
+        try:
+            return self._read_until(route, key, limit, deadline)
+        finally:
+            with filed.changed:
+                filed.reading = False
+                filed.changed.notify_all()
+
+    def _read_until(self, route: str, key: str | None, limit: float, deadline: float) -> Batch:
+        """Read from the peer until an item of `route` arrives, filing the others (the
+        calling thread is the reader)."""
         while True:
-            filed = self._filed.routes.get(route)
-            if filed:
-                return filed.popleft()
             remaining = max(deadline - time.monotonic(), 0.0)
             try:
                 got, batch = self._next(remaining)
             except CommTimeoutError:
-                raise PeerTimeoutError(
-                    f"expected a message on edge {self._edge!r} under key {key!r} from "
-                    f"{self._peer!r} within {limit} s; none arrived (the peer is stuck or "
-                    "dead)") from None
+                raise self._timed_out(key, limit) from None
             except PeerDiedError as exc:
                 raise PeerGoneError(f"peer {self._peer!r} died while this side waited on edge "
                                     f"{self._edge!r} under key {key!r}: {exc}") from exc
@@ -229,7 +261,14 @@ class PeerChannel:
                                     f"this side waited under key {key!r}: {exc}") from exc
             if got == route:
                 return batch
-            self._filed.routes.setdefault(got, deque()).append(batch)
+            with self._filed.changed:
+                self._filed.routes.setdefault(got, deque()).append(batch)
+                self._filed.changed.notify_all()
+
+    def _timed_out(self, key: str | None, limit: float) -> PeerTimeoutError:
+        return PeerTimeoutError(
+            f"expected a message on edge {self._edge!r} under key {key!r} from "
+            f"{self._peer!r} within {limit} s; none arrived (the peer is stuck or dead)")
 
     def _next(self, timeout: float) -> tuple[str, Batch]:
         """The next item from the peer on this edge (ring) or any edge (endpoint)."""

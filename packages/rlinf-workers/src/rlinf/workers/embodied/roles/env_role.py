@@ -18,6 +18,7 @@ joins their trajectories.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -149,19 +150,23 @@ def episode_means(sums: Mapping[str, float]) -> dict[str, float]:
 
 
 class _InlineLink:
-    """Sink and source in one: `put` runs the policy at once, `get` pops its answer."""
+    """Sink and source in one: `put` runs the policy at once, `get` pops its answer. Stage
+    groups stepped concurrently (`EnvWorker.concurrent_groups`) infer one at a time."""
 
     def __init__(self, policy: RolloutPolicy, trace: TraceRecorder) -> None:
         self._policy = policy
         self._trace = trace
         self._replies: dict[str | None, deque[Batch]] = {}
+        self._lock = threading.Lock()
         self.seconds = 0.0
         """Time spent in the policy (the inlined component's busy time)."""
 
     def put(self, item: Batch, *, key: str | None = None) -> None:
-        start, t0 = time.time(), time.perf_counter()
-        self._replies.setdefault(key, deque()).append(self._policy.infer(item))
-        self.seconds += time.perf_counter() - t0
+        with self._lock:
+            start, t0 = time.time(), time.perf_counter()
+            reply = self._policy.infer(item)
+            self.seconds += time.perf_counter() - t0
+            self._replies.setdefault(key, deque()).append(reply)
         self._trace.add("infer", start, time.time(), stage=item.meta.get("stage"),
                         step=item.meta.get("step"))
 

@@ -4,8 +4,11 @@ batched into one inference."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -15,6 +18,7 @@ from rlinf.comm import Batch
 from rlinf.workers.embodied.roles.base import PolicyTarget, RoleBase
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
+from rlinf.workers.env.group_threads import GroupThreads
 from rlinf.workers.env.link import ActionSource, ObsSink, ScopedLink, stage_key
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, StepContext, WeightReceiver
@@ -65,40 +69,74 @@ def _split(reply: Batch, rows: Sequence[int]) -> list[Batch]:
 
 def serve_stages(policy: RolloutPolicy, *, links: Sequence[tuple[ActionSource, ObsSink]],
                  num_steps: int, num_stages: int, timeout: float | None,
-                 trace: TraceRecorder) -> int:
+                 trace: TraceRecorder, concurrent: bool = False) -> int:
     """The policy side of the env worker's protocol (``num_steps + 1`` batches per stage, the
     last for bootstrapping) for every env rank in `links` (its source and sink): the stage
     group's batches of all of them answered by one inference, with one ``infer`` span per
-    stage group and step. Returns the batches answered."""
+    stage group and step. Stages take turns in order, or with `concurrent` (the env steps
+    its groups concurrently: `EnvWorker.concurrent_groups`) each stage is served in its own
+    thread as its batches arrive, one inference at a time. Returns the batches answered."""
     if num_steps < 1 or num_stages < 1 or not links:
         raise ConfigError(f"num_steps and num_stages must be >= 1 and at least one env served, "
                           f"got {num_steps}, {num_stages}, {len(links)} envs")
-    answered = 0
-    for step in range(num_steps + 1):
-        for stage in range(num_stages):
-            key = stage_key(stage)
-            batches = [source.get(key=key, timeout=timeout) for source, _ in links]
-            start = time.time()
-            if len(batches) == 1:
-                replies = [policy.infer(batches[0])]
-            else:
-                replies = _split(policy.infer(_joined(batches)),
-                                 [len(np.asarray(b.tensors["obs"])) for b in batches])
-            for (_, sink), reply in zip(links, replies, strict=True):
-                sink.put(reply, key=key)
-            trace.add("infer", start, time.time(), stage=stage, step=step)
-            answered += len(batches)
-    return answered
+    if not concurrent or num_stages == 1:
+        for step in range(num_steps + 1):
+            for stage in range(num_stages):
+                _answer(policy, links, stage, step, trace, get=_plain_get(timeout))
+        return (num_steps + 1) * num_stages * len(links)
+    threads = GroupThreads()
+    inference = threading.Lock()  # one model, one inference at a time
+
+    def serve(stage: int) -> None:
+        get = partial(threads.get, timeout=timeout)
+        for step in range(num_steps + 1):
+            _answer(policy, links, stage, step, trace, get=get, lock=inference)
+
+    threads.run([partial(serve, stage) for stage in range(num_stages)], name="policy-stage")
+    return (num_steps + 1) * num_stages * len(links)
+
+
+_Get = Callable[..., Batch]
+
+
+def _plain_get(timeout: float | None) -> _Get:
+    def get(source: ActionSource, *, key: str) -> Batch:
+        return source.get(key=key, timeout=timeout)
+
+    return get
+
+
+def _answer(policy: RolloutPolicy, links: Sequence[tuple[ActionSource, ObsSink]], stage: int,
+            step: int, trace: TraceRecorder, *, get: _Get,
+            lock: threading.Lock | None = None) -> None:
+    """Take stage `stage`'s batch of every env rank, answer them with one inference."""
+    key = stage_key(stage)
+    batches = [get(source, key=key) for source, _ in links]
+    with lock or contextlib.nullcontext():
+        start = time.time()
+        if len(batches) == 1:
+            replies = [policy.infer(batches[0])]
+        else:
+            replies = _split(policy.infer(_joined(batches)),
+                             [len(np.asarray(b.tensors["obs"])) for b in batches])
+        end = time.time()
+    for (_, sink), reply in zip(links, replies, strict=True):
+        sink.put(reply, key=key)
+    trace.add("infer", start, end, stage=stage, step=step)
 
 
 class PolicyRole(RoleBase, WeightReceiver):
-    """Rollout inference in its own process: the policy side of an env ↔ policy loop."""
+    """Rollout inference in its own process: the policy side of an env ↔ policy loop.
+    `concurrent_stages`: the env role steps its stage groups concurrently (its envs live in
+    worker processes: `EnvWorker.concurrent_groups`), so each stage is served as its
+    batches arrive rather than in turn (`serve_stages`)."""
 
     def __init__(self, context: WorkerContext, *, config: PolicyRolloutConfig | VLARolloutConfig,
                  trace: bool = False, num_threads: int | None = None,
-                 io_timeout: float = 600.0) -> None:
+                 io_timeout: float = 600.0, concurrent_stages: bool = False) -> None:
         super().__init__(context, trace=trace, num_threads=num_threads, io_timeout=io_timeout)
         self.policy = build_rollout_policy(context, config)
+        self.concurrent_stages = concurrent_stages
 
     def serve(self, ctx: StepContext, *, input_channel: FlowChannel,
               output_channel: FlowChannel) -> dict[str, float]:
@@ -120,7 +158,8 @@ class PolicyRole(RoleBase, WeightReceiver):
         with self.turn("serve", step=ctx.step):
             answered = serve_stages(self.policy, links=links,
                                     num_steps=ctx.loop_steps[self.role], num_stages=stages,
-                                    timeout=self.io_timeout, trace=self.trace)
+                                    timeout=self.io_timeout, trace=self.trace,
+                                    concurrent=self.concurrent_stages)
         return {"answered": float(answered)}
 
     def echo(self, *, count: int, input_channel: FlowChannel,
