@@ -15,12 +15,11 @@ the actor one iteration behind: iteration k's rollout runs beside the update on 
 k-1's trajectory, and ``step(k, drain=True)`` then trains iteration k's too (before a
 checkpoint, at the end).
 
-Resuming: `save` writes the actor (model, optimizer, shuffling generator, step, global
-RNGs), the rollout policy's sampling streams, and the simulators' exact state (MuJoCo
-integration state, each env's generator, time-limit counters, open episodes' bookkeeping;
-`rlinf.workers.env.state`), so a loaded flow continues the same trajectory. Backends whose
-state cannot be captured (ManiSkill3, LIBERO) use ``reset_every_iteration=True``: every
-iteration then starts from resets seeded by (seed, step) and needs no env state.
+Resuming: `save` writes the actor, the rollout policy's sampling streams and the
+simulators' exact state (`checkpoint`), so a loaded flow continues the same trajectory.
+Backends whose state cannot be captured (ManiSkill3, LIBERO) use
+``reset_every_iteration=True``: every iteration then starts from resets seeded by (seed,
+step) and needs no env state.
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ import torch
 
 from rlinf.sched import Cluster, ExecutionPlan, Measurement, Profile
 from rlinf.workers import flow as rf
+from rlinf.workers.embodied.parallel_profiling import measure_parallel
 from rlinf.workers.embodied.profiling import measure_components
 from rlinf.workers.embodied.roles import (
     EnvDescription,
@@ -45,8 +45,9 @@ from rlinf.workers.embodied.roles import (
 )
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowClosedError, FlowRun
-from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, WorkerGroup
+from rlinf.workers.runtime import RANK_ZERO, WorkerGroup
 from rlinf.workers.telemetry import Span
+from rlinf_embodied.checkpoint import load_flow, save_flow
 from rlinf_embodied.evaluation import EvalResult, evaluate
 from rlinf_embodied.planning import CONTROL
 from rlinf_embodied.workflow import (
@@ -63,8 +64,6 @@ from rlinf_embodied.workflow import (
 __all__ = ["COMPONENTS", "EmbodiedFlow", "EmbodiedSpec", "EmbodiedStepResult", "EvalResult",
            "embodied_workflow", "fixed_plan", "stages_of"]
 
-_FORMAT = "rlinf-embodied-flow/2"
-"""Version 2: env state and (inline) policy state are lists, one per env worker."""
 _CPU_PER_RANK = 0.25
 """Ray CPUs per process: a probe flow, the profile and the run (or a test's two flows) fit
 side by side on a small Ray cluster; the processes share the cores as the OS schedules."""
@@ -137,7 +136,8 @@ class EmbodiedFlow:
         """Whether env and policy share one process (the plan co-places them)."""
         return "rollout" in self.run.inlined
 
-    def _group(self, name: str) -> WorkerGroup:
+    def group(self, name: str) -> WorkerGroup:
+        """The worker group of component `name` (refused once the flow is closed)."""
         if self.run.closed:
             raise FlowClosedError("this EmbodiedFlow is closed (after close() or a failed "
                                   "step); launch a new one")
@@ -171,7 +171,7 @@ class EmbodiedFlow:
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """The actor's current parameters (CPU copies)."""
-        return weights_from_wire(self._group("actor").call("get_weights")[0])
+        return weights_from_wire(self.group("actor").call("get_weights")[0])
 
     def evaluate(self, *, num_episodes: int, seed: int, record_video: bool = False,
                  max_steps: int = 1000) -> EvalResult:
@@ -184,67 +184,17 @@ class EmbodiedFlow:
     # -- checkpoints -----------------------------------------------------------------------
 
     def save(self, directory: Path) -> None:
-        """Write actor, rollout policy (each process's) and (unless reset_every_iteration)
-        every env worker's simulator state."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        env = self._group("env")
-        torch.save(self._group("actor").call("state")[0], directory / "actor.pt")
-        policy = (env.call("policy_state") if self.inline
-                  else self._group("rollout").call("state"))
-        torch.save(policy, directory / "policy.pt")
-        env_state = (None if self.spec.reset_every_iteration
-                     else [rank["env"] for rank in env.call("state")])
-        torch.save({"format": _FORMAT, "env": env_state, "stages": self.stages,
-                    "inline": self.inline, "env_workers": env.world_size},
-                   directory / "env.pt")
+        """Write actor, rollout policy and env state (`checkpoint.save_flow`)."""
+        save_flow(self, directory)
 
     def load(self, directory: Path) -> None:
-        """Restore what `save` wrote (same spec; any placement with the same stage groups)."""
-        directory = Path(directory)
-        try:
-            meta = torch.load(directory / "env.pt", weights_only=False)
-            actor = torch.load(directory / "actor.pt", weights_only=False)
-            policy_state = torch.load(directory / "policy.pt", weights_only=False)
-        except FileNotFoundError as exc:
-            raise ConfigError(f"{directory} is not an embodied flow checkpoint (missing "
-                              f"{Path(exc.filename or '').name}): pass a directory written by "
-                              "EmbodiedFlow.save") from exc
-        if meta.get("format") != _FORMAT:
-            raise ConfigError(f"{directory} holds format {meta.get('format')!r}, expected "
-                              f"{_FORMAT!r}")
-        if meta["stages"] != self.stages:
-            raise ConfigError(f"the checkpoint ran {meta['stages']} stage groups, this flow "
-                              f"{self.stages}: sampling differs by grouping; use the same plan "
-                              "micro-batch")
-        env_group = self._group("env")
-        policy_group = env_group if self.inline else self._group("rollout")
-        if meta["env_workers"] != env_group.world_size or len(policy_state) != (
-                policy_group.world_size):
-            raise ConfigError(f"the checkpoint ran {meta['env_workers']} env workers and "
-                              f"{len(policy_state)} policy processes, this flow "
-                              f"{env_group.world_size} and {policy_group.world_size}: place env "
-                              "and rollout on as many devices as the checkpointed run")
-        env_state = meta["env"]
-        if env_state is None and not self.spec.reset_every_iteration:
-            raise ConfigError(f"{directory} has no env state (saved with "
-                              "reset_every_iteration=True) but this spec continues episodes")
-        self._group("actor").call("load_state", actor)
-        envs = env_state or [None] * env_group.world_size
-        if self.inline:
-            env_group.call("load_state", [{"env": e, "policy": p}
-                                          for e, p in zip(envs, policy_state, strict=True)],
-                           spec=PER_RANK_ALL)
-        else:
-            env_group.call("load_state", [{"env": e, "policy": None} for e in envs],
-                           spec=PER_RANK_ALL)
-            policy_group.call("load_state", policy_state, spec=PER_RANK_ALL)
-        self.run.sync_weights()
+        """Restore what `save` wrote (`checkpoint.load_flow`)."""
+        load_flow(self, directory)
 
     # -- profiling -------------------------------------------------------------------------
 
     def measure(self, *, batch_sizes: Sequence[int], repeats: int = 5,
-                probe_iterations: int = 0) -> Profile:
+                probe_iterations: int = 0, data_parallel: int = 1) -> Profile:
         """Per-component profile for `auto`: env steps of stage groups of each size, policy
         inference of micro-batches of each size, actor updates of ``size × rollout_steps``
         samples on 1 and 2 threads (on fresh copies in the driver, so training state is
@@ -252,20 +202,26 @@ class EmbodiedFlow:
         trips between the real processes (`planning.link_cluster` fits them). A throw-away
         flow (``auto``'s probe) also runs `probe_iterations` real iterations, the first a
         warm-up: ``probe_iteration`` is their median wall time and the profile's metadata
-        keeps the plan they ran (`planning.calibrated_link` prices the link by them)."""
+        keeps the plan they ran (`planning.calibrated_link` prices the link by them). With
+        `data_parallel` > 1, env and policy are also timed on that many processes at once
+        (`measure_parallel`: what splitting them over devices really buys)."""
         profile = measure_components(
             env=replace(self.spec.env, pipeline_stages=1), rollout=self._rollout_config,
             actor=self._actor_config, rollout_steps=self.spec.rollout_steps,
             batch_sizes=batch_sizes, repeats=repeats)
         extra = list(self._measure_iteration_overhead(repeats))
+        if data_parallel > 1:
+            extra += measure_parallel(env=replace(self.spec.env, pipeline_stages=1),
+                                      rollout=self._rollout_config, batch_sizes=batch_sizes,
+                                      workers=data_parallel, repeats=repeats)
         if not self.inline:
             to_policy, to_env = self.run.channels["env->rollout"], self.run.channels["rollout->env"]
             for size in sorted(set(batch_sizes)):
                 count = 10 * repeats
-                pong = self._group("rollout").call_async(
+                pong = self.group("rollout").call_async(
                     "echo", count=count, input_channel=to_policy, output_channel=to_env,
                     spec=RANK_ZERO)
-                rtt = self._group("env").call("ping", count=count, batch_size=size,
+                rtt = self.group("env").call("ping", count=count, batch_size=size,
                                               output_channel=to_policy, input_channel=to_env,
                                               timeout=self.spec.link_timeout)[0]
                 pong.rank_results(timeout=self.spec.link_timeout)
