@@ -628,7 +628,7 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
         with EmbodiedFlow.launch(spec, plans["hybrid"]) as flow:
             flow.step(0)
             profile = flow.measure(batch_sizes=[num_envs // 4, num_envs // 2, num_envs],
-                                   repeats=repeats)
+                                   repeats=repeats, data_parallel=2)
         cost = fit_profile(profile)
         cluster = link_cluster(cluster, embodied_workflow(spec), profile)
         link = [m.seconds for m in profile.measurements if m.component == "link"]

@@ -17,12 +17,16 @@ the contenders rotates from round to round):
 2. **Training.** `rlinf-embodied task=<task>` with the tiny VLA for `--iterations`
    iterations in collocated, hybrid and ``auto`` placement, each with `--app-processes`
    env processes (`bench_flow`'s runner: one shared Ray instance, the run's
-   ``summary.json``): measured and predicted s/iter, ``auto``'s plan.
+   ``summary.json``): measured and predicted s/iter, ``auto``'s plan. With more than one
+   env process each fixed placement also runs with ``env.concurrent_groups=false`` (every
+   stage group spans all processes and the groups take turns, as before 2026-11-28),
+   against the default (each group in processes of its own, stepped concurrently).
 
 The last line is one JSON object: ``env_steps_per_s`` per contender,
 ``process_speedup`` (best ``rlinf xP`` over ``rlinf x1``), ``speedup_vs_libero_subproc``
 and ``speedup_vs_libero_dummy`` (best rlinf over LIBERO's vector envs),
 ``hybrid_vs_collocated`` (collocated's s/iter over hybrid's, at each process count),
+``concurrent_vs_turns`` (taking turns' s/iter over concurrent groups', per placement),
 ``auto_vs_best_fixed``, ``max_prediction_error`` and the load average at start and end.
 """
 
@@ -47,6 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_flow import Setting, ray_instance, run_once
 from flow_summary import FlowRun, format_table
 from process_cpu import tree_cpu_seconds
+
+TURNS = "-turns"
+"""Suffix of an app setting whose stage groups take turns (``env.concurrent_groups=false``)."""
 
 Stepper = tuple[Callable[[np.ndarray], Any], Callable[[], None], int]
 """A built contender: step(actions), close(), action dimension."""
@@ -174,6 +181,10 @@ def app_part(args: argparse.Namespace) -> list[FlowRun]:
               f"env.render_effects={str(args.render_effects).lower()}")
     settings = [Setting("embodied", f"{args.suite}-e{args.app_envs}-p{p}",
                         (*common, f"env.processes={p}")) for p in args.app_processes]
+    if args.group_turns:  # the stage groups spanning every process and taking turns
+        settings += [Setting("embodied", f"{args.suite}-e{args.app_envs}-p{p}{TURNS}",
+                             (*common, f"env.processes={p}", "env.concurrent_groups=false"))
+                     for p in args.app_processes if p > 1]
     runs: list[FlowRun] = []
     workdir = Path(tempfile.mkdtemp(prefix="bench-libero-"))
     with ray_instance() as address:
@@ -181,6 +192,8 @@ def app_part(args: argparse.Namespace) -> list[FlowRun]:
             for setting in settings:
                 k = round_index % len(args.modes)
                 for mode in args.modes[k:] + args.modes[:k]:
+                    if setting.name.endswith(TURNS) and mode == "auto":
+                        continue  # compared in fixed placements only
                     run, seconds = run_once(setting, mode, steps=0,
                                             iterations=args.iterations, ray_address=address,
                                             workdir=workdir, timeout=args.run_timeout,
@@ -224,6 +237,11 @@ def verdict(envs: dict[str, dict[str, float]], runs: list[FlowRun]) -> dict[str,
         s: round(by[(s, "collocated")].measured / by[(s, "hybrid")].measured, 3)  # type: ignore[operator]
         for s in settings if by.get((s, "collocated")) and by.get((s, "hybrid"))
         and by[(s, "collocated")].measured and by[(s, "hybrid")].measured}
+    out["concurrent_vs_turns"] = {
+        f"{s}/{m}": round(by[(s + TURNS, m)].measured / by[(s, m)].measured, 3)  # type: ignore[operator]
+        for s in settings for m in ("collocated", "hybrid")
+        if by.get((s, m)) and by.get((s + TURNS, m)) and by[(s, m)].measured
+        and by[(s + TURNS, m)].measured}
     ratios = []
     for s in settings:
         fixed = [by[(s, m)].measured for m in ("collocated", "hybrid")
@@ -263,6 +281,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=3)
     parser.add_argument("--modes", nargs="+", default=["collocated", "hybrid", "auto"])
     parser.add_argument("--run-timeout", type=float, default=1200.0)
+    parser.add_argument("--no-group-turns", dest="group_turns", action="store_false",
+                        help="skip the app runs whose stage groups take turns over all env "
+                             "processes (env.concurrent_groups=false)")
     parser.add_argument("--contender", help=argparse.SUPPRESS)  # one env contender, in a child
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     argv = sys.argv[1:] if argv is None else list(argv)

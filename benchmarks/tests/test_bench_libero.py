@@ -39,3 +39,12 @@ def test_app_ratios_take_each_modes_median_run_with_its_own_prediction():
     assert result["auto_vs_best_fixed"] == pytest.approx(9 / 8, abs=1e-3)
     assert result["auto_choice"] == {"p1": "env,rollout,actor: 0"}
     assert result["max_prediction_error"] == pytest.approx(0.25)  # hybrid: |6 - 8| / 8
+
+
+def test_concurrent_groups_are_compared_with_turns_per_placement():
+    runs = [FlowRun("embodied", "p2", "collocated", measured=10.0, predicted=10.0),
+            FlowRun("embodied", "p2-turns", "collocated", measured=12.0, predicted=12.0),
+            FlowRun("embodied", "p2", "hybrid", measured=8.0, predicted=8.0),
+            FlowRun("embodied", "p2-turns", "hybrid", error="exit 1: boom")]
+    result = verdict({}, runs)
+    assert result["concurrent_vs_turns"] == {"p2/collocated": pytest.approx(1.2)}

@@ -63,9 +63,13 @@ class EnvConfig:
     """Language instruction given to a VLA policy (empty: the task's own, LIBERO's, else the
     task id)."""
     processes: int = 1
-    """Processes the env worker shards its envs over, stepped in parallel (env i in process
-    i mod processes): for slow simulators such as LIBERO's renderer; each process keeps a
-    core busy while it steps. Not counted against the placement's CPU slots."""
+    """Processes the env worker shards its envs over, stepped in parallel: for slow
+    simulators such as LIBERO's renderer; each process keeps a core busy while it steps. Not
+    counted against the placement's CPU slots."""
+    concurrent_groups: bool = True
+    """With processes > 1 and several stage groups: each group in processes of its own,
+    stepped (and served by the policy) as soon as it is ready, so a group resetting for
+    seconds holds up no other. false: every group spans all processes, groups take turns."""
     render_effects: bool = True
     """LIBERO: render shadows and reflections (false: about 2x faster software rendering,
     different pictures; keep true for checkpoints trained on LIBERO's images)."""

@@ -139,7 +139,9 @@ def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> M
     """A `Measure` that launches a short-lived flow, has it profile each component
     (`EmbodiedFlow.measure`) and closes it. With two or more devices the policy runs in a
     process of its own on another device, so the env ↔ policy link is measured too (the
-    planner prices pipelined placements by it); on one device there is no link to price."""
+    planner prices pipelined placements by it), and env and policy are timed on two
+    processes at once (what splitting them over devices buys); on one device there is
+    neither a link nor a split to price."""
     from rlinf_embodied.flow import EmbodiedFlow
 
     def measure(batch_sizes: Sequence[int]) -> Profile:
@@ -150,21 +152,26 @@ def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> M
         plan = fixed_plan(placement, workflow, pipeline_stages=cfg.env.pipeline_stages)
         with EmbodiedFlow.launch(spec, plan) as flow:
             return flow.measure(batch_sizes=batch_sizes, repeats=PROFILE_REPEATS,
-                                probe_iterations=PROBE_ITERATIONS if linked else 0)
+                                probe_iterations=PROBE_ITERATIONS if linked else 0,
+                                data_parallel=2 if linked else 1)
 
     return measure
 
 
 def _probed(spec: EmbodiedSpec, cfg: AppConfig, plan: ExecutionPlan) -> Profile:
     """The profile of a throw-away flow of `plan`, with the real iterations that calibrate
-    its link when it has one: the training flow itself must not run extra iterations."""
+    its link when it has one (and env and policy timed on two processes at once when the
+    plan spreads either over devices): the training flow itself must not run extra
+    iterations."""
     from rlinf_embodied.flow import EmbodiedFlow
 
+    spread = max(len(plan.placement.devices_of(name)) for name in ("env", "rollout"))
     with EmbodiedFlow.launch(spec, plan) as probe:
         return probe.measure(batch_sizes=profile_batch_sizes(cfg.env.num_envs,
                                                              cfg.env.pipeline_stages),
                              repeats=PROFILE_REPEATS,
-                             probe_iterations=0 if probe.inline else PROBE_ITERATIONS)
+                             probe_iterations=0 if probe.inline else PROBE_ITERATIONS,
+                             data_parallel=2 if spread >= 2 else 1)
 
 
 def _choose(cfg: AppConfig, spec: EmbodiedSpec) -> tuple[PlanChoice, Workflow, Cluster]:

@@ -46,6 +46,7 @@ def env_worker_config(cfg: AppConfig) -> EnvWorkerConfig:
         same_start_group_size=cfg.algorithm.grpo_group_size if grpo else 1,
         pixels=(env.image_size, env.image_size) if env.obs == "pixels" else None,
         instruction=env.instruction, threads=env.threads, processes=env.processes,
+        concurrent_groups=env.concurrent_groups,
         env_kwargs={"render_effects": env.render_effects} if backend == "libero" else {})
 
 

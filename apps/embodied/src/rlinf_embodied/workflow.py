@@ -184,7 +184,10 @@ def declare(spec: EmbodiedSpec, *, stages: int, rollout: PolicyRolloutConfig | V
                 "config": env_config, "reset_every_iteration": spec.reset_every_iteration,
                 **common}),
             ComponentSpec(policy, PolicyRole, entry="serve",
-                          init_kwargs={"config": rollout, **common}, num_gpus=gpus,
+                          init_kwargs={"config": rollout, **common,
+                                       "concurrent_stages": (env_config.processes > 1
+                                                             and env_config.concurrent_groups)},
+                          num_gpus=gpus,
                           inline_with="env", inline_kwargs={"policy": rollout}),
             ComponentSpec(trainer, ActorRole, entry="train_step",
                           init_kwargs={"config": actor, **common,
