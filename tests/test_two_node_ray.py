@@ -357,6 +357,53 @@ def test_placement_beyond_the_live_nodes_fails_before_any_rank_starts(two_nodes:
     assert _named_actors("missing-") == []  # no rank was created, not even rank 0
 
 
+@pytest.mark.parametrize("placement", ["env,rollout: 0-1, actor: 0",
+                                       "env: 0, rollout: 1, actor: 0"])
+def test_embodied_flow_across_two_nodes_matches_one_node(two_nodes: Any, placement: str) -> None:
+    """The embodied flow with its roles pinned to two Ray nodes. ``env,rollout: 0-1``: an env
+    worker (with its inline policy) on each node; env rank 1 sends its trajectory to the
+    actor across nodes and its policy gets the weights by a gloo broadcast. ``env: 0,
+    rollout: 1``: the env ↔ policy loop itself crosses nodes (endpoint messages over TCP,
+    no shared-memory ring). Every metric but the timings equals the same plan's on one
+    machine's logical slots."""
+    pytest.importorskip("rlinf_embodied.flow")
+    from rlinf_embodied.flow import EmbodiedFlow, EmbodiedSpec, fixed_plan
+
+    from rlinf.workers.embodied.actor import EmbodiedActorConfig
+    from rlinf.workers.env import EnvWorkerConfig
+    from rlinf.workers.models.policy import PolicyConfig
+
+    _wait_for_cpus(2)
+    spec = EmbodiedSpec(
+        env=EnvWorkerConfig("InvertedPendulum-v5", num_envs=4, pipeline_stages=2, seed=3,
+                            max_episode_steps=30),
+        policy=PolicyConfig(obs_shape=(4,), action_dim=1, hidden_sizes=(16, 16)),
+        actor=EmbodiedActorConfig(epochs=1, num_minibatches=2),
+        rollout_steps=8, seed=1, torch_threads=1, link_timeout=60.0)
+    plan = fixed_plan(spec, placement, num_devices=2)
+    timing = {"env_steps_per_s", "rollout_steps_per_s", "rollout_seconds", "train_seconds",
+              "sync_seconds", "env_step_seconds", "env_wait_seconds", "iteration_seconds"}
+
+    def outcomes(flow: EmbodiedFlow) -> list[dict[str, float]]:
+        return [{k: v for k, v in flow.step(s).metrics.items() if k not in timing}
+                for s in range(2)]
+
+    cluster = Cluster.discover(cpu_slots=1)  # a device per Ray node, with its node id
+    assert cluster.num_devices == 2 and all(n.ray_node_id for n in cluster.nodes)
+    names = node_names()
+    with EmbodiedFlow.launch(spec, plan, cluster=cluster) as flow:
+        for role, group in flow.run.groups.items():  # each rank on its device's node
+            for rank, info in enumerate(group.infos):
+                device = plan.placement.devices_of(role)[rank]
+                assert names[info.node_id] == NODE_RESOURCES[device], (role, rank)
+        assert flow.run.weight_transports == ("gloo",)  # the weights cross nodes
+        across = outcomes(flow)
+    with EmbodiedFlow.launch(spec, plan) as flow:  # logical slots: wherever Ray puts it
+        local = outcomes(flow)
+    assert across == local
+    assert all(math.isfinite(v) for row in across for v in row.values())
+
+
 def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes: Any) -> None:
     """The reasoning app's flow runs unchanged across Ray nodes: rollout and actor on
     different nodes, weights actor → rollout by gloo broadcast over TCP.

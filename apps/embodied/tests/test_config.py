@@ -127,6 +127,7 @@ def test_unknown_key_in_a_mapping_is_rejected():
     ("env: 0-1 x2, rollout: 0, actor: 1", 2, "'env' with one process per device"),
     ("env: 0, rollout: 1 x2, actor: 0", 2, "'rollout' with one process per device"),
     ("env: 0, rollout: 0-1, actor: 0-1", 2, "divides 'env''s"),
+    ("env: 0-1, rollout: 0, actor: 0", 2, "on part of them"),
     ("hybrid", 1, "at least 2 devices for placement 'hybrid'"),
     ("disaggregated", 2, "at least 3 devices for placement 'disaggregated'"),
     ("env: 0, rollout: 3, actor: 0", 2, "out of range"),

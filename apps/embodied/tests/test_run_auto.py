@@ -27,6 +27,10 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
     # What the planner priced is kept beside the run, to compare with what ran.
     profile = Profile.load(run_dir / "profile.json")
     assert {"env", "rollout", "actor"} <= set(profile.components)
+    # env and policy were also timed on two processes at once (measure_parallel), so the
+    # fit knows what a second env worker or policy process really buys
+    for component in ("env", "rollout"):
+        assert {m.num_devices for m in profile.of(component)} == {1, 2}, component
     saved = (run_dir / "profile.json").read_bytes()
 
     # Resuming keeps the checkpoint's plan (its stage groups are part of the saved state):

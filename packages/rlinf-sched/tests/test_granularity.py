@@ -114,6 +114,28 @@ def test_even_splits_and_dividing_device_counts_are_checked() -> None:
     assert len(result.best.placement.devices_of("env")) > 1
 
 
+def test_a_loops_components_share_all_their_devices_or_none() -> None:
+    # A runtime process holds its device for its whole part of a loop: env and policy on
+    # partly shared devices (env: 0-1, policy: 0) would each wait for the other. The planner
+    # proposes the same devices (one runs inside the other) or disjoint ones.
+    wf = Workflow((Component("env", micro_batch_divides=True, split_evenly=True),
+                   Component("policy", same_micro_batch_as="env", split_evenly=True,
+                             devices_divide="env"),
+                   Component("actor")),
+                  (Edge("env", "policy"), Edge("policy", "env", feedback=True),
+                   Edge("env", "actor")),
+                  global_batch=12, loops=(Loop(("env", "policy"), 3),))
+    cost = AnalyticCostModel({"env": AnalyticCost(per_item=0.01),
+                              "policy": AnalyticCost(fixed=0.002, per_item=0.0001),
+                              "actor": AnalyticCost(per_item=0.001)})
+    result = plan(wf, cost, Cluster.uniform(1, 3, "8GB", "cpu"))
+    plans = (*result.ranked, *result.baselines.values())
+    assert plans
+    for p in plans:
+        env, policy = (set(p.placement.devices_of(n)) for n in ("env", "policy"))
+        assert env == policy or not env & policy, p.placement.to_spec()
+
+
 def test_more_devices_than_items_do_not_make_a_plan_faster() -> None:
     # 4096 items on 10,000 devices: at most one device per item, so the time stops falling
     # at 4096 devices (one item each) instead of shrinking with every device added.

@@ -462,6 +462,13 @@ def resolve_placement(cfg: PlacementConfig, *, components: tuple[str, ...] = COM
                                  f"{rollout!r} on a device count that divides {env!r}'s "
                                  f"({envs}): each rollout process serves whole env workers, "
                                  f"got {rollouts}")
+        ours, theirs = set(placement.devices_of(env)), set(placement.devices_of(rollout))
+        if ours & theirs and ours != theirs:
+            raise AppConfigError("placement.spec", cfg.spec,
+                                 f"{rollout!r} on {env!r}'s devices (it then runs inside each "
+                                 f"env worker) or on devices of its own: on part of them, an "
+                                 f"env worker and a policy process would each hold a shared "
+                                 f"device while waiting for the other")
     return placement
 
 

@@ -305,6 +305,17 @@ def test_a_plan_that_does_not_fit_the_flow_is_refused_before_launch(clean: None)
     assert our_actors() == []  # refused before any rank starts
 
 
+def test_loop_components_on_partly_shared_devices_are_refused_before_launch(
+        clean: None) -> None:
+    # env on 0-1 and the policy on 0: env rank 0 and the policy would each hold device 0
+    # for their whole part of the loop while waiting for the other (found on two Ray
+    # nodes, where it hung until the io timeout)
+    flow = declare_loop()
+    with pytest.raises(FlowDeclarationError, match=r"'env' and 'policy'.*device\(s\) \[0\]"):
+        FlowRun.launch(flow, flow.fixed_plan("env: 0-1, policy: 0, actor: 0", num_devices=2))
+    assert our_actors() == []
+
+
 def test_auto_profiles_plans_and_launches_the_best_plan(clean: None) -> None:
     flow = declare(source_kwargs={"delay": 0.01})
     cluster = Cluster.discover(cpu_slots=2)

@@ -108,6 +108,13 @@ class Evaluator:
         self._divides = tuple(None if c.devices_divide is None else index[c.devices_divide]
                               for c in comps)
         """Per component: the component whose device count its own must divide, or None."""
+        loop = [workflow.loop_of(n) for n in self.names]
+        self._loop_pairs = tuple((i, j) for i, j in itertools.combinations(range(len(comps)), 2)
+                                 if loop[i] is not None and loop[i] == loop[j])
+        """Pairs of components of one loop: they take turns on the same devices or run on
+        disjoint ones, never on partly shared devices (a runtime process holds a device for
+        its whole part of the loop, so two processes of a loop on one device would each
+        wait for the other)."""
         memories = {d.memory_bytes for d in cluster.devices}
         self._uniform_memory = next(iter(memories)) if len(memories) == 1 else None
         self._set_order(order)
@@ -284,8 +291,13 @@ class Evaluator:
 
     def runnable(self, candidate: Candidate, sizes: Sequence[int]) -> bool:
         """Whether the runtime runs `sizes` on `candidate`: device counts that divide where
-        they must (`Component.devices_divide`) and calls that split evenly where they must
-        (`Component.split_evenly`)."""
+        they must (`Component.devices_divide`), calls that split evenly where they must
+        (`Component.split_evenly`), and a loop's components on the same devices or on
+        disjoint ones."""
+        for i, j in self._loop_pairs:
+            (a0, a1), (b0, b1) = candidate[i], candidate[j]
+            if candidate[i] != candidate[j] and max(a0, b0) < min(a1, b1):
+                return False
         counts = [stop - start for start, stop in candidate]
         for i, size in enumerate(sizes):
             if not self._divides_ok(i, counts):

@@ -42,6 +42,7 @@ waiting, alone, so that a checkpoint taken after it holds no iteration in flight
 from __future__ import annotations
 
 import contextlib
+import itertools
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -592,6 +593,17 @@ def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
             raise FlowDeclarationError(
                 f"the plan gives {spec.name!r} devices {list(devices)}, but it runs on at most "
                 f"{most} (Component.max_devices): place it on fewer devices")
+    inlined = flow.inlined(placement)
+    for loop in flow.loops:
+        for a, b in itertools.combinations(loop.components, 2):
+            shared = set(placement.devices_of(a)) & set(placement.devices_of(b))
+            if shared and inlined.get(a) != b and inlined.get(b) != a:
+                raise FlowDeclarationError(
+                    f"the plan puts {a!r} and {b!r}, which take turns in a loop, both on "
+                    f"device(s) {sorted(shared)} in separate processes: each would hold the "
+                    f"device for its whole part of the loop while waiting for the other. Place "
+                    f"them on the same devices (one runs inside the other where the flow "
+                    f"declares inline_with) or on disjoint ones ({placement.to_spec()!r})")
     for sync in flow.weight_syncs:
         apart = [d for d in sync.dst if placement.devices_of(d) != placement.devices_of(sync.src)]
         if sync.transport == "cuda_ipc" and apart:
