@@ -516,6 +516,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-load", type=float, default=None,
                         help="refuse to start above this 1-minute load average (default: the "
                              "core count; negative: never refuse)")
+    parser.add_argument("--settle-load", type=float, default=1.2,
+                        help="before each width after the first, wait until the 1-minute load "
+                             "average is at most this (the last width's processes are gone), "
+                             "at most --settle-s seconds")
+    parser.add_argument("--settle-s", type=float, default=180.0)
     parser.add_argument("--hidden", "--width", dest="hidden", type=int, nargs="+",
                         default=None,
                         help="MLP width; several run one after another and the last line "
@@ -559,7 +564,10 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     peers = cpu_peers(args, cores=cores, num_envs=args.num_envs)
     summaries = []
-    for width in widths:
+    for index, width in enumerate(widths):
+        if index:  # the profile must not time the previous width's teardown
+            settled = settle(args.settle_load, args.settle_s)
+            print(f"# load average {settled:.2f} before width {width}", flush=True)
         one = argparse.Namespace(**vars(args))
         one.hidden = width
         summaries.append(run_cpu(one, cores=cores, peers=peers))
@@ -586,6 +594,18 @@ def main(argv: list[str] | None = None) -> int:
     summary["load_average"] = [load_before, os.getloadavg()[0]]
     print(json.dumps(summary))
     return 0
+
+
+def settle(load: float, seconds: float) -> float:
+    """Wait until the 1-minute load average is at most `load` or `seconds` passed; the load
+    then. Each width is profiled once at its start and every prediction comes from that
+    profile: taken while the last width's processes still ran (load 2.2-2.6), it priced every
+    256-wide mode 31-45% slow twice (2026-11-27, 2026-11-28), while the 64-wide profile,
+    taken at load 1.0, priced every mode within 12%."""
+    deadline = time.monotonic() + seconds
+    while os.getloadavg()[0] > load and time.monotonic() < deadline:
+        time.sleep(5)
+    return os.getloadavg()[0]
 
 
 def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[str, Any]:
