@@ -518,8 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                              "core count; negative: never refuse)")
     parser.add_argument("--settle-load", type=float, default=1.2,
                         help="before each width after the first, wait until the 1-minute load "
-                             "average is at most this (the last width's processes are gone), "
-                             "at most --settle-s seconds")
+                             "average is at most this, at most --settle-s seconds")
     parser.add_argument("--settle-s", type=float, default=180.0)
     parser.add_argument("--hidden", "--width", dest="hidden", type=int, nargs="+",
                         default=None,
@@ -599,9 +598,11 @@ def main(argv: list[str] | None = None) -> int:
 def settle(load: float, seconds: float) -> float:
     """Wait until the 1-minute load average is at most `load` or `seconds` passed; the load
     then. Each width is profiled once at its start and every prediction comes from that
-    profile: taken while the last width's processes still ran (load 2.2-2.6), it priced every
-    256-wide mode 31-45% slow twice (2026-11-27, 2026-11-28), while the 64-wide profile,
-    taken at load 1.0, priced every mode within 12%."""
+    profile, so it starts on a machine as quiet as the first width's. (This was not what
+    priced every 256-wide mode 31-50% slow: a 256-wide run started alone at load 0.3 did
+    the same, 2026-11-28. A standalone profile then timed the 2048-sample update at 0.32 s
+    in one run and 0.54 s in another, the runs' own updates 0.38 s: one-off noise in the
+    profile's actor points.)"""
     deadline = time.monotonic() + seconds
     while os.getloadavg()[0] > load and time.monotonic() < deadline:
         time.sleep(5)

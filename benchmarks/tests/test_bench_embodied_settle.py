@@ -9,7 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import bench_embodied  # noqa: E402
+import bench_embodied
 
 
 def test_settle_returns_once_the_load_is_low(monkeypatch: pytest.MonkeyPatch) -> None:
