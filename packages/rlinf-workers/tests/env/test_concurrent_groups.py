@@ -115,6 +115,10 @@ def test_a_failing_group_stops_the_others_without_waiting_out_their_timeout() ->
     assert waited and waited[0] < 10 * GroupThreads.CHECK_S
 
 
+def test_no_groups_run_nothing() -> None:
+    GroupThreads().run([])
+
+
 def test_a_concurrent_get_still_times_out_after_its_timeout() -> None:
     queue = KeyedQueue()
     threads = GroupThreads()

@@ -53,6 +53,9 @@ class GroupThreads:
         """Run every task in its own thread and wait for all; raise the first real failure
         (the other groups stop at their next `get`)."""
 
+        if not tasks:
+            return
+
         def guarded(task: Callable[[], None]) -> None:
             try:
                 task()
