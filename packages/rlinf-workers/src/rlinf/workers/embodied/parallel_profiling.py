@@ -28,14 +28,13 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import IO
 
-import numpy as np
 import torch
 
-from rlinf.comm import Batch
 from rlinf.sched import Measurement
 from rlinf.workers.embodied.profiling import (
     MIN_REPEATS,
     PROFILE_CONTEXT,
+    EnvProbe,
     env_step_seconds,
     median_seconds,
     point,
@@ -44,7 +43,6 @@ from rlinf.workers.embodied.roles.policy_role import build_rollout_policy
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
 from rlinf.workers.env.config import EnvWorkerConfig
-from rlinf.workers.env.worker import EnvWorker
 from rlinf.workers.errors import ConfigError, WorkersError
 
 __all__ = ["ParallelProfileError", "measure_parallel", "parallel_batch_sizes"]
@@ -146,31 +144,21 @@ def _child(rank: int) -> None:
     torch.set_num_threads(1)
     policy = build_rollout_policy(PROFILE_CONTEXT, replace(job.rollout, num_threads=1))
     seed = job.env.seed + 7919 * rank  # another stream of starts than rank 0's
-    prepared = []
-    for share in job.shares:
-        worker = EnvWorker(PROFILE_CONTEXT, config=replace(
-            job.env, num_envs=share, pipeline_stages=1, seed=seed,
-            processes=min(job.env.processes, share)))
-        obs = np.asarray(worker.groups[0].reset(seed=seed)[0])
-        space = worker.action_space
-        space.seed(seed)
-        actions = np.stack([space.sample() for _ in range(share)])
-        batch = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(share, bool),
-                       "env_index": np.arange(share)}, meta={"bootstrap": False})
-        prepared.append((worker, actions, batch))
-    replies.write(_READY)
-    replies.flush()
-    if stdin.readline() != _GO:
-        return
+    probes = [EnvProbe.build(job.env, share, seed=seed) for share in job.shares]
     timings: dict[str, list[float]] = {"env": [], "rollout": []}
     try:
-        for worker, actions, batch in prepared:
-            timings["env"].append(env_step_seconds(worker, actions, repeats=job.repeats))
-            timings["rollout"].append(median_seconds(partial(policy.infer, batch),
+        replies.write(_READY)
+        replies.flush()
+        if stdin.readline() != _GO:
+            return
+        for probe in probes:
+            timings["env"].append(env_step_seconds(probe.worker, probe.actions,
+                                                   repeats=job.repeats))
+            timings["rollout"].append(median_seconds(partial(policy.infer, probe.batch),
                                                      job.repeats))
     finally:
-        for worker, _, _ in prepared:
-            worker.shutdown()
+        for probe in probes:
+            probe.worker.shutdown()
     replies.write(json.dumps(timings).encode())
     replies.close()
 

@@ -24,7 +24,7 @@ import pickle
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -42,7 +42,7 @@ from rlinf.workers.env.worker import EnvWorker
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.runtime.context import WorkerContext
 
-__all__ = ["MIN_REPEATS", "PROFILE_CONTEXT", "env_step_seconds", "measure_components",
+__all__ = ["MIN_REPEATS", "PROFILE_CONTEXT", "EnvProbe", "env_step_seconds", "measure_components",
            "median_seconds", "point", "synthetic_trajectory"]
 
 PROFILE_CONTEXT = WorkerContext(role="profile", rank=0, world_size=1)
@@ -104,6 +104,36 @@ class _InstantPolicy:
         return self._replies[key].pop(0)
 
 
+@dataclass(frozen=True)
+class EnvProbe:
+    """A throw-away env worker of `size` envs reset from `seed`, a fixed batch of random
+    actions for timing its steps, and the observation batch for timing policy `infer`."""
+
+    worker: EnvWorker
+    obs: np.ndarray
+    actions: np.ndarray
+    batch: Batch
+
+    @property
+    def action_shape(self) -> tuple[int, ...]:
+        return tuple(self.worker.action_space.shape or ())
+
+    @classmethod
+    def build(cls, env: EnvWorkerConfig, size: int, *, seed: int) -> EnvProbe:
+        """One stage group of `size` envs of `env` (at most one process per env); shut its
+        worker down when done."""
+        worker = EnvWorker(PROFILE_CONTEXT, config=replace(
+            env, num_envs=size, pipeline_stages=1, seed=seed,
+            processes=min(env.processes, size)))
+        obs = np.asarray(worker.groups[0].reset(seed=seed)[0])
+        space = worker.action_space
+        space.seed(seed)
+        actions = np.stack([space.sample() for _ in range(size)])
+        batch = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(size, bool),
+                       "env_index": np.arange(size)}, meta={"bootstrap": False})
+        return cls(worker, obs, actions, batch)
+
+
 def env_step_seconds(worker: EnvWorker, actions: np.ndarray, *, repeats: int) -> float:
     """Seconds per stage-group step of the env worker's side of the protocol."""
     steps = 8
@@ -158,29 +188,22 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
         torch.set_num_threads(1)
         policy = build_rollout_policy(PROFILE_CONTEXT, replace(rollout, num_threads=1))
         for size in sizes:
-            worker = EnvWorker(PROFILE_CONTEXT, config=replace(
-                env, num_envs=size, pipeline_stages=1, processes=min(env.processes, size)))
+            probe = EnvProbe.build(env, size, seed=env.seed)
             try:
-                obs = np.asarray(worker.groups[0].reset(seed=env.seed)[0])
-                space = worker.action_space
-                space.seed(env.seed)
-                actions = np.stack([space.sample() for _ in range(size)])
                 points.append(point("env", size, 1, env_step_seconds(
-                    worker, actions, repeats=max(MIN_REPEATS, repeats))))
-                batch = Batch({"obs": obs, "final_obs": obs, "final_mask": np.zeros(size, bool),
-                               "env_index": np.arange(size)}, meta={"bootstrap": False})
+                    probe.worker, probe.actions, repeats=max(MIN_REPEATS, repeats))))
                 points.append(point("rollout", size, 1, median_seconds(
-                    partial(policy.infer, batch), repeats)))
+                    partial(policy.infer, probe.batch), repeats)))
                 if size * rollout_steps < actor.num_minibatches or (
                         actor.algorithm == "grpo" and size % actor.grpo_group_size):
                     continue  # the actor never trains on so few samples (or envs)
-                traj = synthetic_trajectory(obs, tuple(space.shape or ()), steps=rollout_steps,
+                traj = synthetic_trajectory(probe.obs, probe.action_shape, steps=rollout_steps,
                                             seed=env.seed)
                 points += _actor_points(actor, policy, traj, samples=size * rollout_steps,
                                         actor_devices=actor_devices,
                                         repeats=max(MIN_REPEATS, repeats))
             finally:
-                worker.shutdown()
+                probe.worker.shutdown()
     finally:
         torch.set_num_threads(threads)
     return Profile(tuple(points), metadata={"env": env.env_name, "rollout_steps": rollout_steps})
