@@ -72,6 +72,13 @@ class EnvWorkerConfig:
         if self.first_env < 0:
             raise ConfigError(f"first_env must be >= 0, got {self.first_env}")
 
+    @property
+    def process_stage_groups(self) -> int:
+        """The stage groups the env processes are laid out for
+        (`rlinf.envs.embodied.processes.process_layout`): a process set per group when the
+        groups run concurrently, else one group spanning every process."""
+        return self.pipeline_stages if self.concurrent_groups else 1
+
     def shard(self, rank: int, ranks: int) -> EnvWorkerConfig:
         """The envs of env worker `rank` of `ranks` that split this config's envs as data
         parallelism splits a batch: an equal contiguous share (seeded as they are here: env

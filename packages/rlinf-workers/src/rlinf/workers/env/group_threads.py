@@ -52,7 +52,6 @@ class GroupThreads:
     def run(self, tasks: Sequence[Callable[[], None]], *, name: str = "stage-group") -> None:
         """Run every task in its own thread and wait for all; raise the first real failure
         (the other groups stop at their next `get`)."""
-
         if not tasks:
             return
 
@@ -67,6 +66,5 @@ class GroupThreads:
             futures = [pool.submit(guarded, task) for task in tasks]
             errors = [f.exception() for f in futures]
         failures = [e for e in errors if e is not None]
-        real = [e for e in failures if not isinstance(e, _Stopped)]
-        if real or failures:
-            raise (real or failures)[0]
+        if failures:  # the failure itself, not a group it stopped
+            raise next((e for e in failures if not isinstance(e, _Stopped)), failures[0])

@@ -144,6 +144,5 @@ def make_pixel_env(config: EnvWorkerConfig) -> VectorEnv:
     if config.processes > 1:
         return sharded_vector_env(shard, num_envs=config.num_envs, processes=config.processes,
                                   seed=config.seed, name=config.env_name,
-                                  stage_groups=(config.pipeline_stages
-                                                if config.concurrent_groups else 1))
+                                  stage_groups=config.process_stage_groups)
     return LoopVectorEnv(shard(range(config.num_envs)), seed=config.seed, name=config.env_name)

@@ -89,7 +89,7 @@ class EnvWorker(Worker):
                 config.env_name, num_envs=config.num_envs, seed=config.seed,
                 max_episode_steps=config.max_episode_steps, env_kwargs=config.env_kwargs,
                 threads=config.threads, processes=config.processes,
-                stage_groups=config.pipeline_stages if config.concurrent_groups else 1)
+                stage_groups=config.process_stage_groups)
         if isinstance(self.env.single_observation_space, gym.spaces.Dict):
             self.env.close()
             raise ConfigError(f"{config.env_name!r} has dict observations; the env worker "
