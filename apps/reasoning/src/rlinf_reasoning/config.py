@@ -23,6 +23,7 @@ from rlinf_reasoning._schema import Range, build
 from rlinf_reasoning.errors import DataFileError, InvalidConfigError, MissingEngineError
 
 __all__ = [
+    "ActorSection",
     "AlgorithmConfig",
     "ClusterConfig",
     "DataConfig",
@@ -188,6 +189,32 @@ class AlgorithmConfig:
 
 
 @dataclass(frozen=True)
+class ActorSection:
+    """How the trainer is parallelised over the actor's devices."""
+
+    backend: Literal["ddp", "fsdp2", "megatron"] = "ddp"
+    """ddp: every actor device a replica, gradients summed; fsdp2: parameters, gradients and
+    optimizer state sharded (FSDP2); megatron: megatron-core with tensor and pipeline
+    parallelism below, data parallelism over the rest (extra megatron; GRPO; Qwen2/Llama)."""
+    tensor_parallel: Positive = 1
+    """megatron: devices each layer is split across."""
+    pipeline_parallel: Positive = 1
+    """megatron: stages the layers are split into."""
+
+    def __post_init__(self) -> None:
+        if self.backend != "megatron":
+            for key in ("tensor_parallel", "pipeline_parallel"):
+                if getattr(self, key) != 1:
+                    raise InvalidConfigError(f"actor.{key}", getattr(self, key),
+                                             "1 unless actor.backend=megatron")
+
+    @property
+    def model_parallel(self) -> int:
+        """Devices that hold one copy of the model."""
+        return self.tensor_parallel * self.pipeline_parallel
+
+
+@dataclass(frozen=True)
 class RewardSection:
     """How responses are scored."""
 
@@ -287,6 +314,8 @@ class ReasoningConfig:
     """The RL algorithm and its optimizer."""
     reward: RewardSection = field(default_factory=RewardSection)
     """How responses are scored."""
+    actor: ActorSection = field(default_factory=ActorSection)
+    """How the trainer is parallelised."""
     placement: str = "hybrid"
     """collocated, disaggregated, hybrid, auto, or a spec like 'rollout: 0, actor,reward: 1'."""
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
@@ -321,6 +350,10 @@ class ReasoningConfig:
                                      "null unless algorithm.recompute_logprobs=true (the "
                                      "correction weighs the trainer's old log-probs against "
                                      "the engine's)")
+        if self.actor.backend == "megatron" and self.algorithm.name != "grpo":
+            raise InvalidConfigError("algorithm.name", self.algorithm.name,
+                                     "grpo with actor.backend=megatron (PPO's critic is not "
+                                     "built on Megatron yet; use actor.backend=ddp or fsdp2)")
         if len(set(self.run.profile_batches)) < 2:
             raise InvalidConfigError("run.profile_batches", list(self.run.profile_batches),
                                      "at least two different batch sizes to fit cost curves")
@@ -476,7 +509,26 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
             f"'auto' or 'nccl' for placement {placement.to_spec()!r}: CUDA IPC needs actor and "
             "rollout on the same devices")
     _check_engine(config.rollout, config.cluster.device)
+    _check_actor(config.actor, placement, auto=placement.mode is ExecutionMode.AUTO)
     return config
+
+
+def _check_actor(cfg: ActorSection, placement: Any, *, auto: bool) -> None:
+    """The Megatron extra is installed and a fixed placement gives the actor a multiple of
+    its model-parallel size (`auto` plans only such counts)."""
+    if cfg.backend != "megatron":
+        return
+    if importlib.util.find_spec("megatron") is None or \
+            importlib.util.find_spec("megatron.core") is None:
+        raise MissingExtraError("actor.backend=megatron", "megatron", "megatron.core")
+    if auto:
+        return
+    devices = len(placement.devices_of("actor"))
+    if devices % cfg.model_parallel:
+        raise InvalidConfigError(
+            "actor.tensor_parallel", cfg.tensor_parallel,
+            f"a cut whose tensor_parallel x pipeline_parallel ({cfg.model_parallel}) divides "
+            f"the actor's {devices} device(s) in placement {placement.to_spec()!r}")
 
 
 def cluster_size(cfg: ReasoningConfig) -> int:

@@ -47,7 +47,7 @@ from rlinf.sched import (
     profile_key,
 )
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import ensure_ray, with_restarts
+from rlinf.workers.flow import ensure_ray, profile_device_counts, with_restarts
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -82,7 +82,7 @@ from rlinf_reasoning.report import (
 )
 from rlinf_reasoning.resume import CHECKPOINT_DIR, Checkpoint, checkpoint_meta, find_resume_point
 from rlinf_reasoning.spec import FlowSpec, flow_spec
-from rlinf_reasoning.workflow import reasoning_workflow
+from rlinf_reasoning.workflow import declare, reasoning_workflow
 
 __all__ = ["CONFIG_FILE", "PLAN_FILE", "PROFILE_FILE", "dry_run", "train"]
 
@@ -119,7 +119,8 @@ def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: 
     label = "auto" if auto else "predict"
 
     def measure() -> Profile:
-        print(f"{label}: profiling on 1 and {cluster.num_devices} device(s) at "
+        counts = " and ".join(map(str, profile_device_counts(declare(spec), cluster)))
+        print(f"{label}: profiling on {counts} device(s) at "
               f"{list(cfg.run.profile_batches)} prompts per call ...", file=out, flush=True)
         return profile_flow(spec, cfg, cluster, source)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlinf.workers.actor import ActorConfig
+from rlinf.workers.actor.megatron import MegatronConfig
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import TRANSPORTS, WeightTransport
 from rlinf.workers.models import TinyLMConfig
@@ -37,6 +38,8 @@ class FlowSpec:
     """Answer extraction and format penalty (`rlinf.workers.reward`)."""
     actor: ActorConfig = field(default_factory=lambda: ActorConfig(parallelism="ddp"))
     """Algorithm (grpo|ppo), optimizer, clipping, KL, micro-batch (`rlinf.workers.actor`)."""
+    megatron: MegatronConfig | None = None
+    """Train on megatron-core cut by these degrees instead of ``actor.parallelism``."""
     recompute_logprobs: bool = True
     """Run the inference role for old log-probs (False: trust the rollout's)."""
     stream_actor: bool = True
@@ -84,6 +87,17 @@ class FlowSpec:
                 "trainer's log-probs must be of the distribution the rollout sampled from")
 
     @property
+    def actor_model_parallel(self) -> int:
+        """Devices that hold one copy of the trainer's model (1 without Megatron)."""
+        return self.megatron.model_parallel if self.megatron is not None else 1
+
+    @property
+    def actor_streams(self) -> bool:
+        """Whether the trainer can accumulate micro-batch by micro-batch (not on Megatron,
+        whose pipeline runs a mini-batch at once)."""
+        return self.stream_actor and self.megatron is None
+
+    @property
     def uses_inference(self) -> bool:
         """Whether the flow has an inference role (old log-probs or a KL reference)."""
         return self.recompute_logprobs or self.actor.kl_coef > 0
@@ -98,7 +112,8 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                               top_k=cfg.rollout.top_k)
     actor = ActorConfig(
-        algorithm=algo.name, parallelism="ddp", lr=algo.lr, weight_decay=algo.weight_decay,
+        algorithm=algo.name, parallelism="fsdp2" if cfg.actor.backend == "fsdp2" else "ddp",
+        lr=algo.lr, weight_decay=algo.weight_decay,
         max_grad_norm=algo.max_grad_norm, mini_batch_size=algo.mini_batch_size,
         micro_batch_size=algo.micro_batch_size, epochs=algo.epochs, clip_ratio=algo.clip_ratio,
         clip_ratio_high=algo.clip_ratio_high, aggregation=algo.aggregation,
@@ -123,6 +138,9 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
                             verifier=cfg.reward.verifier,
                             format_penalty=cfg.reward.format_penalty),
         actor=actor,
+        megatron=(MegatronConfig(tensor_parallel=cfg.actor.tensor_parallel,
+                                 pipeline_parallel=cfg.actor.pipeline_parallel)
+                  if cfg.actor.backend == "megatron" else None),
         recompute_logprobs=algo.recompute_logprobs,
         weight_sync=cfg.run.weight_sync,
         seed=cfg.run.seed,

@@ -70,9 +70,12 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
         completion = (rollout_completion(spec.prompts_per_step, rollout_ranks,
                                          spec.rollout.groups_per_micro_batch)
                       if name == "rollout" else ((1.0, 1.0),))
+        # A Megatron trainer needs whole model-parallel groups of devices.
+        cut = spec.actor_model_parallel if name == "actor" else 1
         return rf.ComponentSpec(
             Component(name, resource=resource, batch=items, micro_batch_multiple=group,
-                      streaming=name == "rollout", completion=completion),
+                      streaming=name == "rollout", completion=completion,
+                      device_multiple=cut, min_devices=cut),
             worker, entry=entry, init_kwargs={"setup": setup, **kwargs})
 
     components = [
@@ -88,7 +91,8 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
             reference=spec.actor.kl_coef > 0))
     components.append(dataclasses.replace(
         part("actor", ActorRole, "train_step", config=spec.actor, bucket_bytes=spec.bucket_bytes,
-             stream=spec.stream_actor), setup="build", distributed=True))
+             stream=spec.actor_streams, megatron=spec.megatron), setup="build",
+        distributed=True))
     channels = tuple(rf.ChannelSpec(Edge(a.name, b.name, bytes_per_item=float(per_item[b.name])),
                                     granularity=granularity_groups * group)
                      for a, b in itertools.pairwise(components))
@@ -126,7 +130,7 @@ def streams_actor(spec: FlowSpec, placement: Placement) -> bool:
     generation."""
     actor = placement.components["actor"]
     shared = set(actor.devices) & set(placement.devices_of("rollout"))
-    return (spec.stream_actor and not shared
+    return (spec.actor_streams and not shared
             and spec.actor.can_stream(distributed=actor.num_procs > 1))
 
 

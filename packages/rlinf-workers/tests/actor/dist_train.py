@@ -9,10 +9,9 @@ to OUT_DIR/{parallelism}-rank{R}.pt, plus those of a checkpoint-resume check.
 
 from __future__ import annotations
 
-import sys
-
 import torch
 import torch.distributed as dist
+from rank_launch import join
 
 from rlinf.workers.actor import ActorConfig, ActorWorker
 from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
@@ -56,11 +55,7 @@ def _full(actor: ActorWorker) -> dict[str, torch.Tensor]:
 
 
 def main() -> None:
-    rank, world, port, modes, out = (int(sys.argv[1]), int(sys.argv[2]),
-                                     int(sys.argv[3]), sys.argv[4].split(","), sys.argv[5])
-    torch.manual_seed(0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world)
+    rank, world, modes, out = join()
     batch = make_batch()
     rows = batch.num_rows // world
     shard = batch.select(slice(rank * rows, (rank + 1) * rows))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,28 +12,14 @@ import torch
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from dist_train import CONFIG, config, make_batch  # noqa: E402
+from rank_launch import launch  # noqa: E402
 
 from rlinf.workers.actor import ActorWorker  # noqa: E402
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _launch(modes: list[str], out: Path) -> dict[str, list[dict[str, Any]]]:
-    port = _free_port()
-    procs = [subprocess.Popen([sys.executable, str(HERE / "dist_train.py"), str(rank), "2",
-                               str(port), ",".join(modes), str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for rank in range(2)]
-    logs = [p.communicate(timeout=240)[0] for p in procs]
-    for proc, log in zip(procs, logs, strict=True):
-        assert proc.returncode == 0, log[-3000:]
-    return {mode: [torch.load(out / f"{mode}-rank{r}.pt") for r in range(2)]
-            for mode in modes}
+    return launch(HERE / "dist_train.py", modes, out, timeout=240)
 
 
 def _single_process_params(mode: str = "none") -> dict[str, torch.Tensor]:

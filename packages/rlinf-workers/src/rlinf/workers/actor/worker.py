@@ -43,7 +43,11 @@ from rlinf.workers.algorithms import (
     value_loss,
 )
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models import compute_precision, response_log_probs_and_entropy
+from rlinf.workers.models import (
+    compute_precision,
+    response_log_probs,
+    response_log_probs_and_entropy,
+)
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import empty_device_cache, move_module, move_optimizer_state
 from rlinf.workers.weight_sync.buckets import Bucket, iter_buckets
@@ -352,13 +356,22 @@ class ActorWorker:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss and metrics of one micro-batch (every row of `data`), computed with `policy`
         and `critic` (default: the modules as wrapped for data parallelism)."""
-        cfg = self.config
-        mask = data["response_mask"]
-        with compute_precision(cfg.precision, self.device):
+        with compute_precision(self.config.precision, self.device):
             log_probs, entropy = response_log_probs_and_entropy(
                 policy if policy is not None else self.policy, prompt_ids=data["prompt_ids"],
                 prompt_mask=data["prompt_mask"], response_ids=data["response_ids"],
-                response_mask=mask, temperature=cfg.temperature)
+                response_mask=data["response_mask"], temperature=self.config.temperature)
+        return self._loss_terms(data, log_probs, entropy, critic=critic)
+
+    def _loss_terms(
+        self, data: dict[str, torch.Tensor], log_probs: torch.Tensor, entropy: torch.Tensor,
+        *, critic: nn.Module | None = None,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Loss and metrics of one micro-batch from its response tokens' ``[B, R]``
+        log-probs and entropies under the policy being trained (the policy-gradient, entropy,
+        KL and value terms; whichever backend computed the log-probs)."""
+        cfg = self.config
+        mask = data["response_mask"]
         surrogate = ppo_policy_loss(
             log_probs, data["old_log_probs"], data["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
@@ -391,6 +404,25 @@ class ActorWorker:
             metrics.update(value_loss=_scalar(vl.loss),
                            value_clip_fraction=_scalar(vl.clip_fraction))
         return loss, metrics
+
+    # -- what a role hands in and asks for ---------------------------------------------------
+
+    def training_batch(self, shard: RolloutBatch, *, pad_token_id: int) -> RolloutBatch:
+        """The rows this rank trains on, given the `shard` a flow delivered to it: the shard
+        itself (each data-parallel rank trains its own). Every rank calls it (backends whose
+        ranks share rows gather them here)."""
+        return shard
+
+    def response_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, R]`` log-probs of `batch`'s responses under the current weights, at the
+        training precision, on the host (no gradient)."""
+        dev = self.device
+        with torch.no_grad(), compute_precision(self.config.precision, dev):
+            return response_log_probs(
+                self.model, prompt_ids=batch.prompt_ids.to(dev),
+                prompt_mask=batch.prompt_mask.to(dev), response_ids=batch.response_ids.to(dev),
+                response_mask=batch.response_mask.to(dev),
+                temperature=self.config.temperature).float().cpu()
 
     # -- weights for the rollout -----------------------------------------------------------
 

@@ -36,6 +36,7 @@ from rlinf.workers.flow.auto import (
     pipeline_probe,
     pipeline_probe_spec,
     plan_flow,
+    profile_device_counts,
     profile_flow,
 )
 from rlinf.workers.flow.channels import ChannelTransport, FlowChannel, Sharding, rank_key
@@ -101,6 +102,7 @@ __all__ = [
     "pipeline_probe",
     "pipeline_probe_spec",
     "plan_flow",
+    "profile_device_counts",
     "profile_flow",
     "profile_of",
     "rank_key",

@@ -28,6 +28,7 @@ import structlog
 
 from rlinf.sched import (
     Cluster,
+    Component,
     CoreSharing,
     ExecutionPlan,
     Measurement,
@@ -48,7 +49,7 @@ from rlinf.workers.runtime.ray_session import ensure_ray
 __all__ = ["PROBE_ITERATION", "PROBE_PLAN", "WEIGHT_SYNC", "AutoReport", "PipelineProbe",
            "ProbeSimulation", "calibrated_cluster", "fit_latency", "launch_auto",
            "overhead_seconds", "pipeline_probe", "pipeline_probe_spec", "plan_flow",
-           "profile_flow"]
+           "profile_device_counts", "profile_flow"]
 
 _log = structlog.get_logger(__name__)
 
@@ -98,12 +99,17 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
     if repeats < 1:
         raise ConfigError(f"repeats must be >= 1, got {repeats}")
     sizes = sorted(set(batch_sizes))
-    counts = sorted(set(device_counts or (1, cluster.num_devices)))
+    counts = sorted(set(device_counts or profile_device_counts(flow, cluster)))
     if not sizes or min(sizes) < 1:
         raise ConfigError(f"batch_sizes must be >= 1 items, got {list(batch_sizes)}")
     if not counts or counts[0] < 1 or counts[-1] > cluster.num_devices:
         raise ConfigError(f"device_counts must lie in 1..{cluster.num_devices} (the cluster's "
                           f"devices), got {list(device_counts or ())}")
+    unfit = [n for n in counts if not _runs_collocated(flow, n)]
+    if unfit:
+        raise ConfigError(f"device_counts {unfit}: some component of {flow.name!r} cannot run "
+                          f"on that many devices (its device_multiple or min_devices); "
+                          f"profile_device_counts gives counts every component runs on")
     profile = Profile(metadata={"flow": flow.name, "batch_sizes": sizes, "device_counts": counts})
     names = ",".join(flow.names)
     for n in counts:
@@ -121,6 +127,31 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
     if split is not None:
         profile = profile.merge(_pipeline_probe(flow, cluster, split, max(sizes), timeout))
     return profile
+
+
+def profile_device_counts(flow: MacroFlow, cluster: Cluster) -> list[int]:
+    """The device counts `profile_flow` probes by default: 1 and every device of `cluster`,
+    each raised to the fewest devices on which every component can run collocated (a
+    trainer cut by tensor and pipeline parallelism needs a multiple of its cut).
+    ConfigError when no count up to the cluster's size does."""
+    fits = [n for n in range(1, cluster.num_devices + 1) if _runs_collocated(flow, n)]
+    if not fits:
+        raise ConfigError(f"no device count in 1..{cluster.num_devices} runs every component "
+                          f"of {flow.name!r} (device_multiple, min_devices, max_devices): "
+                          "give the cluster more devices or the components smaller cuts")
+    counts = {min((n for n in fits if n >= want), default=fits[-1])
+              for want in (1, cluster.num_devices)}
+    return sorted(counts)
+
+
+def _runs_collocated(flow: MacroFlow, devices: int) -> bool:
+    """Whether every component of `flow` can run on `devices` devices."""
+    return all(_fits(spec.component, devices) for spec in flow.components)
+
+
+def _fits(component: Component, devices: int) -> bool:
+    return (devices % component.device_multiple == 0 and devices >= component.min_devices
+            and (component.max_devices is None or devices <= component.max_devices))
 
 
 _PROBE_ITERATIONS = 3
@@ -202,6 +233,8 @@ def pipeline_probe_spec(flow: MacroFlow, cluster: Cluster) -> str | None:
     probe_cluster = dataclasses.replace(cluster, cpu_background=1.0)
     if len(flow.names) < 2 or cluster.num_devices < 2 or CoreSharing.of(probe_cluster) is None:
         return None
+    if not all(_fits(spec.component, 1) for spec in flow.components):
+        return None  # a component that needs more than one device (a cut trainer)
     return f"{flow.names[0]}: 0, {','.join(flow.names[1:])}: 1"
 
 

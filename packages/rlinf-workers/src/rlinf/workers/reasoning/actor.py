@@ -20,9 +20,9 @@ from typing import ClassVar
 import torch
 
 from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.actor.megatron.layout import MegatronConfig
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, Sharding, StepContext
-from rlinf.workers.models import compute_precision, response_log_probs
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reasoning.sync import WeightSenderRole
 from rlinf.workers.rollout.batch import RolloutBatch
@@ -41,9 +41,14 @@ class ActorRole(WeightSenderRole):
     """Each data-parallel rank trains one contiguous shard of the iteration's groups."""
 
     def __init__(self, context: WorkerContext, *, setup: RoleSetup, config: ActorConfig,
-                 bucket_bytes: int = 64 << 20, stream: bool = True) -> None:
+                 bucket_bytes: int = 64 << 20, stream: bool = True,
+                 megatron: MegatronConfig | None = None) -> None:
+        """With `megatron` the trainer is a `MegatronActor` cut by its tensor and pipeline
+        degrees (the actor's ranks are their multiple); otherwise an `ActorWorker` wrapped
+        per ``config.parallelism``."""
         super().__init__(context, setup=setup)
         self.config = config
+        self.megatron = megatron
         self.bucket_bytes = bucket_bytes
         self.stream = stream
         self._actor: ActorWorker | None = None
@@ -53,7 +58,13 @@ class ActorRole(WeightSenderRole):
         """Construct the trainer (wrapping the model for data parallelism if distributed)."""
         model, tokenizer = self.setup.model_factory()
         self._pad_id = int(tokenizer.pad_token_id)
-        self._actor = ActorWorker(model, config=self.config, device=self.device)
+        if self.megatron is not None:
+            from rlinf.workers.actor.megatron import MegatronActor
+
+            self._actor = MegatronActor(model, config=self.config, megatron=self.megatron,
+                                        device=self.device, seed=self.setup.seed)
+        else:
+            self._actor = ActorWorker(model, config=self.config, device=self.device)
         self.offload()  # components start offloaded: the first turn onloads
 
     @property
@@ -110,6 +121,7 @@ class ActorRole(WeightSenderRole):
             batch = self._collect(step, channel, shard=shard, group_size=group_size,
                                   granularity=granularity)
             self._all_collected()
+            batch = actor.training_batch(batch, pad_token_id=self._pad_id)
             return self.train_batch(self._proximal(batch), step=step)
         size = max(1, self.config.micro_batch_size // group_size)
         chunks = [range(start, min(start + size, shard.stop))
@@ -173,20 +185,14 @@ class ActorRole(WeightSenderRole):
     def log_probs(self, batch: RolloutBatch) -> torch.Tensor:
         """``[B, R]`` log-probs of `batch`'s responses under the trainer's current weights,
         at the training precision (bf16 agrees with a bf16 rollout to ~1e-2, not 1e-6)."""
-        with self.turn("log_probs", rows=batch.num_rows), torch.no_grad(), \
-                compute_precision(self.config.precision, self.device):
-            return response_log_probs(
-                self.actor.model, prompt_ids=batch.prompt_ids.to(self.device),
-                prompt_mask=batch.prompt_mask.to(self.device),
-                response_ids=batch.response_ids.to(self.device),
-                response_mask=batch.response_mask.to(self.device),
-                temperature=self.config.temperature).float().cpu()
+        with self.turn("log_probs", rows=batch.num_rows):
+            return self.actor.response_log_probs(batch)
 
     # -- weights, checkpoints, context switching -------------------------------------------
 
     def parameter_norm(self) -> float:
         """L2 norm of the policy's parameters (float64): a cheap fingerprint that moves
-        whenever an optimizer step changed the weights."""
+        whenever an optimizer step changed the weights (of this rank's shard on Megatron)."""
         with torch.no_grad():
             squares = [p.detach().double().pow(2).sum() for p in self.actor.model.parameters()]
             return float(torch.stack(squares).sum().sqrt())

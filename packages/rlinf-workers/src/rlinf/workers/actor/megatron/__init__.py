@@ -1,0 +1,12 @@
+"""The Megatron actor backend (``actor.backend=megatron``, extra ``rlinf-workers[megatron]``):
+a megatron-core GPT cut by tensor, pipeline and data parallelism, trained with the same
+GRPO loss as the other backends and synced to the rollout in Hugging Face layout.
+
+megatron-core is imported only when an actor is built, so this package imports without it.
+"""
+
+from rlinf.workers.actor.megatron.convert import hf_to_megatron, megatron_to_hf
+from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
+from rlinf.workers.actor.megatron.trainer import MegatronActor
+
+__all__ = ["MegatronActor", "MegatronConfig", "ModelShape", "hf_to_megatron", "megatron_to_hf"]

@@ -1,0 +1,342 @@
+"""`MegatronActor`: the actor's GRPO training on a megatron-core GPT cut by tensor,
+pipeline and data parallelism.
+
+It is an `ActorWorker` (the same batches, advantages, micro-batches, loss terms,
+aggregation, metrics and checkpoints); only the model and what crosses ranks differ:
+
+- each micro-batch runs through the pipeline stages (`pipeline.run_stages`); the last
+  stage computes log-probs and entropies from its share of the vocabulary
+  (`vocab_parallel`) and the loss, weighted by the micro-batch's share of the loss units
+  of every data-parallel rank, so a step equals one process training on the whole batch;
+- gradients are summed over the data-parallel group once per optimizer step, and the
+  tied embedding's two copies (first and last stage) add their gradients;
+- the gradient norm is taken over every model-parallel shard once (replicated norms
+  count once), then AdamW steps each rank's shard: Adam is elementwise, so the update is
+  exactly the unsharded one;
+- `state_dict_for_rollout` gathers the shards back into Hugging Face names and layout.
+
+Every actor rank holds its data-parallel replica's whole batch (tensor- and
+pipeline-parallel peers train on the same rows). PPO's critic is not built on Megatron
+yet: ``algorithm="ppo"`` is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import structlog
+import torch
+from torch import nn
+
+from rlinf.workers.actor.config import ActorConfig
+from rlinf.workers.actor.megatron.convert import megatron_to_hf
+from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
+from rlinf.workers.actor.megatron.model import build_stage, initialize_parallel
+from rlinf.workers.actor.megatron.pipeline import StageInput, run_stages
+from rlinf.workers.actor.megatron.vocab_parallel import vocab_parallel_log_probs_and_entropy
+from rlinf.workers.actor.worker import ActorWorker
+from rlinf.workers.algorithms import LossAggregation
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import compute_precision
+from rlinf.workers.rollout.batch import RolloutBatch
+from rlinf.workers.weight_sync.buckets import Bucket, iter_buckets
+
+__all__ = ["MegatronActor"]
+
+_log = structlog.get_logger(__name__)
+
+
+class MegatronActor(ActorWorker):
+    """GRPO trainer on megatron-core (see the module docstring)."""
+
+    def __init__(self, model: nn.Module, *, config: ActorConfig | None = None,
+                 megatron: MegatronConfig | None = None,
+                 device: torch.device | str | None = None, seed: int = 0) -> None:
+        """Cut `model` (a Hugging Face Qwen2 or Llama causal LM, equal on every rank) for
+        this rank, after the actor's process group is up."""
+        config = config or ActorConfig()
+        if config.algorithm != "grpo":
+            raise ConfigError("actor.backend=megatron trains GRPO; PPO's critic is not built "
+                              "on Megatron yet: use actor.backend=ddp or fsdp2 for PPO")
+        self.megatron = megatron or MegatronConfig()
+        if self.megatron.distributed_optimizer:
+            raise ConfigError("megatron distributed_optimizer is not wired yet (megatron-core "
+                              "builds it on CUDA only); leave it false: AdamW on each rank's "
+                              "shard gives the same update")
+        self.shape = ModelShape.from_hf(getattr(model, "config", None))
+        self.shape.check(self.megatron)
+        self.config = config
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.data_parallel = initialize_parallel(self.megatron, seed=seed)
+        self.policy = build_stage(model, self.shape, self.megatron, device=self.device)
+        self.policy.train()
+        self.critic = None
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr,
+                                           betas=config.betas,
+                                           weight_decay=config.weight_decay)
+        self.global_step = 0
+        self._agg = LossAggregation.parse(config.aggregation)
+
+    # -- what ActorWorker's training loop calls --------------------------------------------
+
+    @property
+    def can_stream(self) -> bool:
+        """Streaming accumulation is not offered: the pipeline runs a mini-batch at once."""
+        return False
+
+    def _optimizer_step(self, data: dict[str, torch.Tensor], rows: slice) -> dict[str, float]:
+        """One optimizer step on `rows` of this data-parallel replica's batch (see the module
+        docstring)."""
+        from megatron.core import parallel_state as ps
+
+        cfg = self.config
+        local_units = self._units(data["response_mask"][rows])
+        total_units = float(self._sum(torch.tensor([local_units]), ps.get_data_parallel_group())[0])
+        micros = [m for m in self._micro_batches(data, torch.arange(rows.start, rows.stop))
+                  if self._units(m["response_mask"]) > 0]
+        keys = self.metric_keys
+        sums = torch.zeros(len(keys), dtype=torch.float64)
+
+        def loss_fn(logits: torch.Tensor, index: int) -> torch.Tensor:
+            micro = micros[index]
+            log_probs, entropy = self._response_terms(logits, micro)
+            loss, metrics = self._loss_terms(micro, log_probs, entropy)
+            units = self._units(micro["response_mask"])
+            sums.add_(torch.tensor([metrics.get(k, 0.0) * units for k in keys],
+                                   dtype=torch.float64))
+            return loss * (units / total_units)
+
+        if total_units > 0 and micros:
+            with compute_precision(cfg.precision, self.device):
+                run_stages(self.policy, [self._stage_input(m) for m in micros], loss_fn,
+                           hidden_size=self.shape.hidden_size, device=self.device)
+        self._sync_gradients()
+        # Metrics live on the last stage: summed over data-parallel replicas, then shared
+        # with the other stages so every rank returns the same.
+        sums = self._sum(sums, ps.get_data_parallel_group())
+        sums = self._from_last_stage(sums)
+        result = ({key: float(value) / total_units for key, value in zip(keys, sums.tolist(),
+                                                                          strict=True)}
+                  if total_units else {})
+        if cfg.max_grad_norm is not None and total_units > 0:
+            result["grad_norm"] = self._clip_gradients(cfg.max_grad_norm)
+        if total_units > 0:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.global_step += 1
+        return result
+
+    # -- forward pieces --------------------------------------------------------------------
+
+    def _stage_input(self, micro: dict[str, torch.Tensor]) -> StageInput:
+        """Prompt and response as one left- and right-padded sequence, with a causal mask
+        that also hides padding.
+        megatron's rotary embedding counts positions from the first column; attention
+        between valid tokens depends only on their distance, so the left padding does not
+        change a valid token's output."""
+        tokens = torch.cat([micro["prompt_ids"], micro["response_ids"]], dim=1)
+        valid = torch.cat([micro["prompt_mask"], micro["response_mask"]], dim=1).bool()
+        tokens = torch.where(valid, tokens, torch.zeros_like(tokens))
+        length = tokens.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).triu(1)
+        mask = causal.unsqueeze(0) | ~valid[:, None, :]
+        positions = torch.arange(length, device=tokens.device).expand_as(tokens)
+        return StageInput(tokens=tokens, positions=positions, mask=mask.unsqueeze(1))
+
+    def _response_terms(self, logits: torch.Tensor,
+                        micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[B, R]`` log-probs and entropies (0 at padding) of the response tokens from the
+        last stage's ``[B, S, V/tp]`` logits."""
+        prompt_len = micro["prompt_ids"].shape[1]
+        response_len = micro["response_ids"].shape[1]
+        scaled = logits[:, prompt_len - 1: prompt_len - 1 + response_len].float()
+        scaled = scaled / self.config.temperature
+        valid = micro["response_mask"].bool()
+        labels = torch.where(valid, micro["response_ids"],
+                             torch.zeros_like(micro["response_ids"]))
+        log_probs, entropy = vocab_parallel_log_probs_and_entropy(scaled, labels)
+        weight = valid.to(log_probs.dtype)
+        return log_probs * weight, entropy * weight
+
+    def training_batch(self, shard: RolloutBatch, *, pad_token_id: int) -> RolloutBatch:
+        """The shards the flow delivered to this rank's model-parallel group, concatenated in
+        rank order: tensor- and pipeline-parallel peers train on the same rows, and each
+        data-parallel replica on its group's (a collective over that group)."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+
+        group = ps.get_model_parallel_group()
+        shards: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(shards, shard, group=group)
+        present = [s for s in shards if s is not None and s.num_rows > 0]
+        if not present:
+            return shard
+        return RolloutBatch.concat(present, pad_token_id=pad_token_id)
+
+    def response_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, R]`` log-probs of `batch`'s responses under the current weights, on every
+        rank of the pipeline, on the host (no gradient; the model-parallel group's ranks pass
+        the same rows)."""
+        data = {name: getattr(batch, name).to(self.device) for name in (
+            "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
+        micros = self._micro_batches(data, torch.arange(batch.num_rows))
+        order = self._row_order(data, torch.arange(batch.num_rows))
+        parts: list[torch.Tensor] = []
+
+        def collect(logits: torch.Tensor, index: int) -> None:
+            parts.append(self._response_terms(logits, micros[index])[0])
+
+        with compute_precision(self.config.precision, self.device):
+            run_stages(self.policy, [self._stage_input(m) for m in micros], collect,
+                       hidden_size=self.shape.hidden_size, device=self.device,
+                       forward_only=True)
+        width = batch.response_ids.shape[1]
+        out = torch.zeros(batch.num_rows, width, dtype=torch.float32, device=self.device)
+        if parts:
+            stacked = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]))
+                                 for p in parts])
+            out[order] = stacked
+        return self._from_last_stage(out.cpu().double()).float()
+
+    def _row_order(self, data: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """The row order `_micro_batches` uses (longest responses first)."""
+        lengths = data["response_mask"][rows].sum(dim=-1).cpu()
+        return rows[torch.argsort(lengths, descending=True, stable=True)]
+
+    # -- cross-rank reductions ---------------------------------------------------------------
+
+    @staticmethod
+    def _sum(values: torch.Tensor, group: Any) -> torch.Tensor:
+        import torch.distributed as dist
+
+        summed = values.to(torch.float64).clone()
+        dist.all_reduce(summed, group=group)
+        return summed
+
+    def _from_last_stage(self, values: torch.Tensor) -> torch.Tensor:
+        """`values` as the last pipeline stage holds them, on every stage (float64, CPU)."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+
+        if ps.get_pipeline_model_parallel_world_size() == 1:
+            return values
+        shared = values.to(torch.float64).contiguous().clone()
+        dist.broadcast(shared, src=ps.get_pipeline_model_parallel_last_rank(),
+                       group=ps.get_pipeline_model_parallel_group())
+        return shared
+
+    def _sync_gradients(self) -> None:
+        """Sum gradients over the data-parallel group (one flat buffer), and the tied
+        embedding's over its first- and last-stage copies."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+        grads: list[torch.Tensor] = []
+        for param in self.policy.parameters():
+            if param.requires_grad:
+                if param.grad is None:
+                    param.grad = torch.zeros_like(param)
+                grads.append(param.grad)
+        if self.data_parallel > 1:
+            flat = _flatten_dense_tensors(grads)
+            dist.all_reduce(flat, group=ps.get_data_parallel_group())
+            for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
+                grad.copy_(summed)
+        tied = self._tied_embedding()
+        if tied is not None and tied.grad is not None:
+            dist.all_reduce(tied.grad, group=ps.get_embedding_group())
+
+    def _tied_embedding(self) -> torch.Tensor | None:
+        """This stage's copy of a tied embedding when the pipeline has several stages."""
+        from megatron.core import parallel_state as ps
+
+        if not self.shape.tie_embeddings or ps.get_pipeline_model_parallel_world_size() == 1:
+            return None
+        gpt: Any = self.policy  # megatron's GPTModel (untyped)
+        if ps.is_pipeline_first_stage():
+            return gpt.embedding.word_embeddings.weight  # type: ignore[no-any-return]
+        if ps.is_pipeline_last_stage():
+            return gpt.output_layer.weight  # type: ignore[no-any-return]
+        return None
+
+    def _clip_gradients(self, max_norm: float) -> float:
+        """Clip to `max_norm` by the norm of the whole model's gradient: squares summed over
+        the model-parallel group, parameters replicated across tensor-parallel ranks counted
+        on rank 0 only, the tied embedding on the first stage only. Returns the norm."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+
+        tp_rank = ps.get_tensor_model_parallel_rank()
+        tied = self._tied_embedding()
+        square = torch.zeros(1, dtype=torch.float64)
+        for param in self.policy.parameters():
+            if param.grad is None:
+                continue
+            split = bool(getattr(param, "tensor_model_parallel", False))
+            if (not split and tp_rank != 0) or (
+                    param is tied and not ps.is_pipeline_first_stage()):
+                continue
+            square += param.grad.detach().double().pow(2).sum().cpu()
+        dist.all_reduce(square, group=ps.get_model_parallel_group())
+        norm = float(square.sqrt())
+        scale = max_norm / (norm + 1e-6)
+        if scale < 1.0:
+            for param in self.policy.parameters():
+                if param.grad is not None:
+                    param.grad.mul_(scale)
+        return norm
+
+    # -- weights -----------------------------------------------------------------------------
+
+    def state_dict_for_rollout(self, *, bucket_bytes: int = 64 << 20) -> Iterator[Bucket]:
+        """The whole policy in Hugging Face names and layout, in buckets, on the first rank
+        of each model-parallel group (actor rank 0 among them); empty on the others. A
+        collective: every rank calls it."""
+        import torch.distributed as dist
+        from megatron.core import parallel_state as ps
+
+        group = ps.get_model_parallel_group()
+        root = dist.get_global_rank(group, 0)
+        local = {name: tensor.detach().cpu() for name, tensor in self.policy.state_dict().items()
+                 if isinstance(tensor, torch.Tensor)}
+        mine = (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank(), local)
+        shards: list[Any] | None = [None] * dist.get_world_size(group) if (
+            dist.get_rank() == root) else None
+        dist.gather_object(mine, shards, dst=root, group=group)
+        if shards is None:
+            return iter(())
+        stages: list[list[dict[str, torch.Tensor]]] = [
+            [{} for _ in range(self.megatron.tensor_parallel)]
+            for _ in range(self.megatron.pipeline_parallel)]
+        for stage, tp_rank, state in shards:
+            stages[stage][tp_rank] = state
+        full = megatron_to_hf(stages, self.shape)
+        return iter_buckets([(name, t.to(self.device)) for name, t in full.items()],
+                            bucket_bytes=bucket_bytes)
+
+    def snapshot(self) -> dict[str, Any]:
+        """This rank's shard of the trainable state, deep-copied."""
+        import copy
+
+        return {"modules": copy.deepcopy(self.policy.state_dict()),
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+                "step": self.global_step}
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Back to a `snapshot` of this rank's shard."""
+        self.policy.load_state_dict(snapshot["modules"])
+        self.optimizer.load_state_dict(snapshot["optimizer"])
+        self.global_step = int(snapshot["step"])
+
+    def describe(self) -> dict[str, Any]:
+        """The cut, for logs and the run summary."""
+        from megatron.core import parallel_state as ps
+
+        return dataclasses.asdict(self.megatron) | {
+            "data_parallel": self.data_parallel,
+            "tensor_rank": ps.get_tensor_model_parallel_rank(),
+            "pipeline_stage": ps.get_pipeline_model_parallel_rank(),
+            "stage_parameters": sum(p.numel() for p in self.policy.parameters())}

@@ -1,0 +1,77 @@
+"""One rank of a Megatron actor run, launched as a subprocess by test_megatron_actor.py.
+
+Usage: python megatron_train.py RANK WORLD_SIZE PORT MODE[,MODE...] OUT_DIR
+A mode is ``tp{T}-pp{P}`` plus an optional ``-untied``
+(separate output head). For each mode: build the tiny model of dist_train.py, cut it,
+record the log-probs of the batch, train two GRPO steps on this rank's data-parallel shard,
+and save the gathered Hugging Face parameters and the metrics to OUT_DIR/{mode}-rank{R}.pt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from dist_train import CONFIG, config, make_batch
+from rank_launch import join
+
+from rlinf.workers.actor.megatron import MegatronActor, MegatronConfig
+from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
+
+
+def parse(mode: str) -> tuple[MegatronConfig, bool]:
+    """(cut, tied embeddings) of a mode name."""
+    parts = mode.split("-")
+    tp = int(parts[0].removeprefix("tp"))
+    pp = int(parts[1].removeprefix("pp"))
+    return MegatronConfig(tensor_parallel=tp, pipeline_parallel=pp), "untied" not in parts
+
+
+def build_model(tied: bool, *, seed: int = 0) -> torch.nn.Module:
+    return build_tiny_causal_lm(dataclasses.replace(CONFIG, tie_word_embeddings=tied),
+                                seed=seed, tokenizer=build_char_tokenizer())
+
+
+def gathered(actor: MegatronActor, *, bucket_bytes: int = 1 << 30) -> dict[str, torch.Tensor]:
+    """The Hugging Face parameters `state_dict_for_rollout` assembles (empty on ranks that
+    do not root a model-parallel group)."""
+    return {name: t.clone() for bucket in actor.state_dict_for_rollout(bucket_bytes=bucket_bytes)
+            for name, t in bucket}
+
+
+def main() -> None:
+    rank, _, modes, out = join()
+    from megatron.core import parallel_state as ps
+
+    batch = make_batch()
+    for mode in modes:
+        cut, tied = parse(mode)
+        actor = MegatronActor(build_model(tied), config=config("none"), megatron=cut)
+        replicas = actor.data_parallel
+        rows = batch.num_rows // replicas
+        index = ps.get_data_parallel_rank()
+        shard = batch.select(slice(index * rows, (index + 1) * rows))
+        log_probs = actor.response_log_probs(batch)
+        metrics = [actor.train(shard) for _ in range(2)]
+        params = gathered(actor, bucket_bytes=20_000)
+        # Checkpoint, take one more step; resume a differently initialised actor from the
+        # checkpoint and take the same step: both must land on the same parameters.
+        actor.save_checkpoint(f"{out}/{mode}-ckpt")
+        actor.train(shard)
+        continued = gathered(actor)
+        fresh = MegatronActor(build_model(tied, seed=5), config=config("none"), megatron=cut)
+        fresh.load_checkpoint(f"{out}/{mode}-ckpt")
+        fresh.train(shard)
+        torch.save({"log_probs": log_probs, "metrics": metrics, "params": params,
+                    "continued": continued, "resumed": gathered(fresh),
+                    "describe": actor.describe()}, f"{out}/{mode}-rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""The Megatron actor on two gloo ranks against one process training the Hugging Face model
+(the DDP/none actor) on the same batch: tensor parallel, pipeline parallel (tied and untied
+output head), data parallel; log-probs, metrics, parameters after two steps, resume."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytest.importorskip("megatron.core", reason="needs the megatron extra")
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from dist_train import config, make_batch  # noqa: E402
+from megatron_train import build_model  # noqa: E402
+from rank_launch import launch  # noqa: E402
+
+from rlinf.workers.actor import ActorWorker  # noqa: E402
+from rlinf.workers.models import response_log_probs  # noqa: E402
+
+MODES = ["tp2-pp1", "tp1-pp2", "tp1-pp1", "tp2-pp1-untied", "tp1-pp2-untied"]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
+    """Every mode in one launch of two ranks (starting Python and megatron is the slow part)."""
+    return launch(HERE / "megatron_train.py", MODES, tmp_path_factory.mktemp("megatron"))
+
+
+def _reference(tied: bool) -> tuple[torch.Tensor, list[dict[str, float]],
+                                    dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """One process, the Hugging Face model: log-probs, metrics, initial and trained params."""
+    model = build_model(tied)
+    batch = make_batch()
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    with torch.no_grad():
+        log_probs = response_log_probs(model, prompt_ids=batch.prompt_ids,
+                                       prompt_mask=batch.prompt_mask,
+                                       response_ids=batch.response_ids,
+                                       response_mask=batch.response_mask)
+    actor = ActorWorker(model, config=config("none"))
+    metrics = [actor.train(batch) for _ in range(2)]
+    return log_probs, metrics, initial, dict(actor.model.state_dict())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_megatron_cut_trains_like_one_process(launched, mode: str) -> None:
+    tied = "untied" not in mode
+    log_probs, metrics, initial, trained = _reference(tied)
+    ranks = launched[mode]
+    for result in ranks:
+        # Every rank sees the log-probs of the last stage, from its share of the vocabulary.
+        assert torch.allclose(result["log_probs"], log_probs, atol=2e-6)
+        for got, want in zip(result["metrics"], metrics, strict=True):
+            assert set(got) == set(want)
+            for key in want:
+                assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
+    rooted = [r["params"] for r in ranks if r["params"]]
+    # Actor rank 0 roots its model-parallel group; with two data-parallel replicas both do.
+    assert len(rooted) == (2 if mode == "tp1-pp1" else 1)
+    for params in rooted:
+        assert set(params) == set(trained)
+        # AdamW's first steps move each weight by about lr whatever its gradient's size, so
+        # compare the updates, not the weights: within 1e-4 of the update's norm.
+        error = sum(float(((params[k] - initial[k]) - (trained[k] - initial[k])).square().sum())
+                    for k in trained)
+        size = sum(float((trained[k] - initial[k]).square().sum()) for k in trained)
+        assert (error / size) ** 0.5 < 1e-4
+
+
+@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2"])
+def test_megatron_checkpoint_resumes_exactly(launched, mode: str) -> None:
+    root = launched[mode][0]
+    for name, tensor in root["continued"].items():
+        assert torch.equal(tensor, root["resumed"][name]), name
+
+
+def test_each_rank_describes_its_cut(launched) -> None:
+    stages = sorted(r["describe"]["pipeline_stage"] for r in launched["tp1-pp2"])
+    assert stages == [0, 1]
+    ranks = sorted(r["describe"]["tensor_rank"] for r in launched["tp2-pp1"])
+    assert ranks == [0, 1]
+    assert {r["describe"]["data_parallel"] for r in launched["tp1-pp1"]} == {2}

@@ -1,0 +1,42 @@
+"""What the Megatron actor refuses, each before anything is built, with a message that says
+what to do instead."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rlinf.workers.actor import ActorConfig
+from rlinf.workers.actor.megatron import MegatronActor, MegatronConfig
+from rlinf.workers.actor.megatron.model import initialize_parallel, require_megatron
+from rlinf.workers.errors import ConfigError, MissingExtraError
+from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm
+
+MODEL = build_tiny_causal_lm(TinyLMConfig(hidden_size=32, num_layers=2, num_heads=4,
+                                          num_kv_heads=2, intermediate_size=64), seed=0)
+
+
+def test_ppo_is_refused_with_the_backends_that_train_it() -> None:
+    with pytest.raises(ConfigError, match=r"actor\.backend=ddp or fsdp2"):
+        MegatronActor(MODEL, config=ActorConfig(algorithm="ppo"))
+
+
+def test_the_distributed_optimizer_is_refused_until_wired() -> None:
+    with pytest.raises(ConfigError, match="distributed_optimizer"):
+        MegatronActor(MODEL, megatron=MegatronConfig(distributed_optimizer=True))
+
+
+def test_a_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "megatron.core", None)
+    with pytest.raises(MissingExtraError, match=r"rlinf-workers\[megatron\]"):
+        require_megatron()
+
+
+def test_a_cut_without_a_process_group_is_refused() -> None:
+    pytest.importorskip("megatron.core", reason="needs the megatron extra")
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    with pytest.raises(ConfigError, match="init_process_group"):
+        initialize_parallel(MegatronConfig(), seed=0)
