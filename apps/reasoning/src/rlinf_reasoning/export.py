@@ -4,7 +4,8 @@ Face folder (safetensors weights, config, tokenizer) that transformers, vLLM and
 The run's own checkpoint is torch pickles of every actor rank (model, optimizer, RNG); the
 export rebuilds the run's starting model from the config the checkpoint recorded (so the
 architecture and tokenizer are the run's), loads rank 0's policy weights into it (complete
-tensors: checkpoints are written unsharded) and saves it with ``save_pretrained``. The
+tensors: DDP and FSDP2 checkpoints are written unsharded; a Megatron actor's shards are
+reassembled from every rank's file) and saves it with ``save_pretrained``. The
 critic of a PPO run is not exported: it is no model a server loads.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from rlinf.workers.actor.megatron import hf_policy_from_checkpoint
 from rlinf.workers.telemetry import CheckpointStore
 from rlinf.workers.telemetry.checkpoints import META_FILE
 from rlinf_reasoning._schema import build
@@ -30,9 +32,6 @@ __all__ = ["EXPORT_FILE", "export_checkpoint"]
 
 EXPORT_FILE = "rlinf_export.json"
 """Written beside the model: which run and step it came from."""
-
-_POLICY = "policy."  # the actor checkpoint's prefix of the policy's parameters
-
 
 def _nested(flat: Mapping[str, Any]) -> dict[str, Any]:
     """``{"a.b": v}`` → ``{"a": {"b": v}}`` (the config sections of `config_dict`)."""
@@ -72,13 +71,11 @@ def export_checkpoint(run_dir: Path, out: Path, *, step: int | None = None) -> P
     found_step, folder, meta = _checkpoint(run_dir, step)
     cfg = build(ReasoningConfig, _nested(meta["config"]))
     model, tokenizer = model_factory(flow_spec(cfg))()
-    rank0 = folder / "actor" / "rank0.pt"
-    state = torch.load(rank0, map_location="cpu", weights_only=False)["model"]
-    policy = {k.removeprefix(_POLICY): v for k, v in state.items() if k.startswith(_POLICY)}
+    policy = hf_policy_from_checkpoint(folder / "actor")
     missing, unexpected = model.load_state_dict(policy, strict=False)
     if unexpected or [k for k in missing if k not in _tied(model)]:
-        raise ExportError(f"{rank0} does not match the run's model: missing {missing[:5]}, "
-                          f"unexpected {unexpected[:5]}")
+        raise ExportError(f"{folder / 'actor'} does not match the run's model: missing "
+                          f"{missing[:5]}, unexpected {unexpected[:5]}")
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]
     tokenizer.save_pretrained(out)

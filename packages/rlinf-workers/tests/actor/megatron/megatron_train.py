@@ -20,7 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dist_train import CONFIG, config, make_batch
 from rank_launch import join
 
-from rlinf.workers.actor.megatron import MegatronActor, MegatronConfig
+from rlinf.workers.actor.megatron import (
+    MegatronActor,
+    MegatronConfig,
+    hf_policy_from_checkpoint,
+)
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
 
 
@@ -62,13 +66,15 @@ def main() -> None:
         # Checkpoint, take one more step; resume a differently initialised actor from the
         # checkpoint and take the same step: both must land on the same parameters.
         actor.save_checkpoint(f"{out}/{mode}-ckpt")
+        dist.barrier()  # every rank's file is written
+        exported = hf_policy_from_checkpoint(f"{out}/{mode}-ckpt") if rank == 0 else {}
         actor.train(shard)
         continued = gathered(actor)
         fresh = MegatronActor(build_model(tied, seed=5), config=config("none"), megatron=cut)
         fresh.load_checkpoint(f"{out}/{mode}-ckpt")
         fresh.train(shard)
         torch.save({"log_probs": log_probs, "metrics": metrics, "params": params,
-                    "continued": continued, "resumed": gathered(fresh),
+                    "continued": continued, "resumed": gathered(fresh), "exported": exported,
                     "describe": actor.describe()}, f"{out}/{mode}-rank{rank}.pt")
     dist.destroy_process_group()
 

@@ -80,6 +80,14 @@ def test_megatron_checkpoint_resumes_exactly(launched, mode: str) -> None:
         assert torch.equal(tensor, root["resumed"][name]), name
 
 
+@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2-untied"])
+def test_megatron_checkpoint_reassembles_into_hugging_face_names(launched, mode: str) -> None:
+    root = launched[mode][0]
+    assert set(root["exported"]) == set(root["params"])
+    for name, tensor in root["params"].items():
+        assert torch.equal(root["exported"][name], tensor), name
+
+
 def test_each_rank_describes_its_cut(launched) -> None:
     stages = sorted(r["describe"]["pipeline_stage"] for r in launched["tp1-pp2"])
     assert stages == [0, 1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["load", "rng_state", "save", "set_rng_state"]
+__all__ = ["load", "read_rank_files", "rng_state", "save", "set_rng_state"]
 
 # Not cpu_offload: combined with full_state_dict it leaves every rank but 0 with an empty
 # dict, and each rank here writes (and later reads) its own complete file.
@@ -66,17 +67,33 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def save(directory: str | os.PathLike[str], *, modules: nn.Module,
-         optimizer: torch.optim.Optimizer, step: int) -> Path:
-    """Write ``rank{r}.pt`` under `directory` (created); returns its path."""
+         optimizer: torch.optim.Optimizer, step: int,
+         layout: Mapping[str, Any] | None = None) -> Path:
+    """Write ``rank{r}.pt`` under `directory` (created); returns its path. `layout` says
+    how this rank's tensors are cut, for readers that reassemble them (`read_layout`)."""
     model_state, optim_state = get_state_dict(modules, optimizer, options=_OPTIONS)
     path = Path(directory) / f"rank{_rank()}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     torch.save({"model": _to_cpu(model_state), "optimizer": _to_cpu(optim_state),
                 "rng": rng_state(),
-                "step": step}, tmp)
+                "step": step, "layout": dict(layout or {})}, tmp)
     tmp.replace(path)  # atomic: a crash mid-write never leaves a truncated checkpoint
     return path
+
+
+def read_rank_files(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every rank's file of a checkpoint `directory` (model, layout, step; no optimizer
+    state), in rank order."""
+    paths = sorted(Path(directory).glob("rank*.pt"), key=lambda p: int(p.stem[4:]))
+    if not paths:
+        raise ConfigError(f"{directory} holds no rank*.pt checkpoint files")
+    out = []
+    for path in paths:
+        state = torch.load(path, weights_only=False, map_location="cpu")
+        out.append({"model": state["model"], "layout": state.get("layout") or {},
+                    "step": state["step"]})
+    return out
 
 
 def load(directory: str | os.PathLike[str], *, modules: nn.Module,

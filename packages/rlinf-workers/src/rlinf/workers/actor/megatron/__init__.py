@@ -5,8 +5,13 @@ GRPO loss as the other backends and synced to the rollout in Hugging Face layout
 megatron-core is imported only when an actor is built, so this package imports without it.
 """
 
-from rlinf.workers.actor.megatron.convert import hf_to_megatron, megatron_to_hf
+from rlinf.workers.actor.megatron.convert import (
+    hf_policy_from_checkpoint,
+    hf_to_megatron,
+    megatron_to_hf,
+)
 from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
 from rlinf.workers.actor.megatron.trainer import MegatronActor
 
-__all__ = ["MegatronActor", "MegatronConfig", "ModelShape", "hf_to_megatron", "megatron_to_hf"]
+__all__ = ["MegatronActor", "MegatronConfig", "ModelShape", "hf_policy_from_checkpoint",
+           "hf_to_megatron", "megatron_to_hf"]

@@ -19,6 +19,7 @@ conversion is tested on its own (`hf_to_megatron` then `megatron_to_hf` is the i
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -26,7 +27,7 @@ import torch
 from rlinf.workers.actor.megatron.layout import ModelShape
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["hf_to_megatron", "megatron_to_hf"]
+__all__ = ["hf_policy_from_checkpoint", "hf_to_megatron", "megatron_to_hf"]
 
 _HF_LAYER = "model.layers.{}."
 _MG_LAYER = "decoder.layers.{}."
@@ -106,6 +107,33 @@ def megatron_to_hf(stages: Sequence[Sequence[Mapping[str, torch.Tensor]]],
     hf["lm_head.weight"] = (hf["model.embed_tokens.weight"] if shape.tie_embeddings
                             else rows(pp - 1, "output_layer.weight"))
     return hf
+
+
+def hf_policy_from_checkpoint(directory: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+    """The policy of an actor checkpoint `directory` in Hugging Face names: reassembled from
+    every rank's shard when a Megatron actor wrote it, rank 0's policy otherwise."""
+    from rlinf.workers.actor.checkpoint import read_rank_files
+
+    files = read_rank_files(directory)
+
+    def policy(model: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k.removeprefix("policy."): v for k, v in model.items()
+                if k.startswith("policy.") and isinstance(v, torch.Tensor)}
+
+    layout = files[0]["layout"]
+    if layout.get("backend") != "megatron":
+        return policy(files[0]["model"])
+    shape = ModelShape(**layout["shape"])
+    tp, pp = int(layout["tensor_parallel"]), int(layout["pipeline_parallel"])
+    stages: list[list[dict[str, torch.Tensor] | None]] = [[None] * tp for _ in range(pp)]
+    for entry in files:
+        cut = entry["layout"]
+        if cut.get("data_rank", 0) == 0:
+            stages[int(cut["pipeline_stage"])][int(cut["tensor_rank"])] = policy(entry["model"])
+    if any(shard is None for stage in stages for shard in stage):
+        raise ConfigError(f"{directory} lacks some rank's file of its tensor_parallel={tp} x "
+                          f"pipeline_parallel={pp} cut")
+    return megatron_to_hf([[s for s in stage if s is not None] for stage in stages], shape)
 
 
 def _fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -30,6 +30,7 @@ import structlog
 import torch
 from torch import nn
 
+from rlinf.workers.actor import checkpoint as ckpt
 from rlinf.workers.actor.config import ActorConfig
 from rlinf.workers.actor.megatron.convert import megatron_to_hf
 from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
@@ -316,6 +317,21 @@ class MegatronActor(ActorWorker):
         full = megatron_to_hf(stages, self.shape)
         return iter_buckets([(name, t.to(self.device)) for name, t in full.items()],
                             bucket_bytes=bucket_bytes)
+
+    def save_checkpoint(self, directory: str) -> None:
+        """This rank's shard of model and optimizer, RNG states and step, with the cut it
+        belongs to (`hf_policy_from_checkpoint` reassembles the policy from every rank's
+        file; resuming needs the same cut)."""
+        from megatron.core import parallel_state as ps
+
+        layout = {"backend": "megatron", "shape": dataclasses.asdict(self.shape),
+                  "tensor_parallel": self.megatron.tensor_parallel,
+                  "pipeline_parallel": self.megatron.pipeline_parallel,
+                  "tensor_rank": ps.get_tensor_model_parallel_rank(),
+                  "pipeline_stage": ps.get_pipeline_model_parallel_rank(),
+                  "data_rank": ps.get_data_parallel_rank()}
+        ckpt.save(directory, modules=self._modules(), optimizer=self.optimizer,
+                  step=self.global_step, layout=layout)
 
     def snapshot(self) -> dict[str, Any]:
         """This rank's shard of the trainable state, deep-copied."""
