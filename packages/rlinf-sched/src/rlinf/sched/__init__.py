@@ -23,6 +23,7 @@ from rlinf.sched.errors import (
 )
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.granularity import check_micro_batches
+from rlinf.sched.model_parallel import ParallelCut, TrainerCost, annotate_cuts
 from rlinf.sched.placement import (
     ComponentPlacement,
     ExecutionMode,
@@ -103,6 +104,7 @@ __all__ = [
     "Measurement",
     "Node",
     "Onloadable",
+    "ParallelCut",
     "Placement",
     "PlacementError",
     "PlanResult",
@@ -118,9 +120,11 @@ __all__ = [
     "SchedError",
     "SimulationResult",
     "SwitchEvent",
+    "TrainerCost",
     "Workflow",
     "WorkflowError",
     "__version__",
+    "annotate_cuts",
     "check_micro_batches",
     "derive_mode",
     "exhaustive_search",

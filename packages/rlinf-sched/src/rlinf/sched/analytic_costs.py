@@ -23,6 +23,11 @@ rlinf-profile/1``, fitted with `rlinf.sched.profiler.fit_profile`) or::
     components:
       rollout: {fixed: 2.0, per_item: 0.5, tail: 0.15, replicated: 30e9, per_item_memory: 2e8,
                 switch: 4.0}
+      actor: {trainer: {parameters: 7e9, layers: 32, hidden: 4096, heads: 32, kv_heads: 8,
+                        vocab: 152064, tokens_per_item: 2048, device_memory: 80e9}}
+
+A ``trainer`` entry (`rlinf.sched.model_parallel.TrainerCost`) prices the trainer under its
+best tensor x pipeline x data parallel cut of each device count.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import Any
 from rlinf.sched._files import load_mapping, read_number
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import ProfileError
+from rlinf.sched.model_parallel import TrainerCost
 
 __all__ = ["ANALYTIC_FORMAT", "AnalyticCost", "AnalyticCostModel", "load_cost_model"]
 
@@ -88,11 +94,12 @@ class AnalyticCost:
 
 @dataclass(frozen=True)
 class AnalyticCostModel:
-    """`CostModel` from one `AnalyticCost` per component."""
+    """`CostModel` from one `AnalyticCost` (or, for a trainer cut by tensor and pipeline
+    parallelism, a `TrainerCost`) per component."""
 
-    costs: Mapping[str, AnalyticCost]
+    costs: Mapping[str, AnalyticCost | TrainerCost]
 
-    def _get(self, component: str) -> AnalyticCost:
+    def _get(self, component: str) -> AnalyticCost | TrainerCost:
         try:
             return self.costs[component]
         except KeyError:
@@ -114,7 +121,8 @@ class AnalyticCostModel:
     def to_dict(self) -> dict[str, Any]:
         """The cost-file schema in the module docstring."""
         return {"format": ANALYTIC_FORMAT,
-                "components": {n: asdict(c) for n, c in self.costs.items()}}
+                "components": {n: c.to_dict() if isinstance(c, TrainerCost) else asdict(c)
+                               for n, c in self.costs.items()}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> AnalyticCostModel:
@@ -124,10 +132,17 @@ class AnalyticCostModel:
             raise ProfileError("analytic cost file has no 'components' mapping: expected "
                                "{name: {fixed: ..., per_item: ..., ...}}")
         known = {f.name for f in fields(AnalyticCost)}
-        costs: dict[str, AnalyticCost] = {}
+        costs: dict[str, AnalyticCost | TrainerCost] = {}
         for name, entry in comps.items():
             if not isinstance(entry, Mapping):
                 raise ProfileError(f"components.{name} is {entry!r}: expected a mapping")
+            if "trainer" in entry:
+                if set(entry) != {"trainer"} or not isinstance(entry["trainer"], Mapping):
+                    raise ProfileError(f"components.{name}: a 'trainer' entry stands alone "
+                                       "and is a mapping (parameters, layers, hidden, ...)")
+                costs[str(name)] = TrainerCost.from_dict(entry["trainer"],
+                                                         f"components.{name}.trainer")
+                continue
             unknown = set(entry) - known
             if unknown:
                 raise ProfileError(f"components.{name} has unknown key(s) {sorted(unknown)}: "

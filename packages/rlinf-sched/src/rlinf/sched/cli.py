@@ -52,14 +52,16 @@ def format_table(result: PlanResult) -> str:
     """The ranked plans and the fixed-mode baselines as a text table."""
     best = result.best.predicted_time
     lines = [f"{'#':>2} {'mode':<13} {'iter s':>10} {'util':>5} {'vs best':>8}  placement | "
-             "micro-batches"]
+             "micro-batches | cuts of trainers (tensor, pipeline, data parallel)"]
 
     def row(tag: str, p: ExecutionPlan) -> str:
         mb = ",".join(f"{k}={v}" for k, v in p.micro_batch.items())
+        cuts = "".join(f" | {k}: tp{c['tensor']} pp{c['pipeline']} dp{c['data']}"
+                       for k, c in p.parallelism.items())
         # Costs of zero are valid (a free component): a zero-second best is 1x of itself.
         ratio = p.predicted_time / best if best > 0 else 1.0 if p.predicted_time == 0 else math.inf
         return (f"{tag:>2} {p.mode.value:<13} {p.predicted_time:>10.3f} {p.utilisation:>5.0%} "
-                f"{ratio:>7.2f}x  {p.spec} | {mb}")
+                f"{ratio:>7.2f}x  {p.spec} | {mb}{cuts}")
 
     lines += [row(str(i + 1), p) for i, p in enumerate(result.ranked)]
     for kind, p in result.baselines.items():

@@ -38,6 +38,9 @@ class ExecutionPlan:
     """Simulated compute utilisation of the cluster's devices, in [0, 1]."""
     label: str = ""
     """How the planner found it (``"collocated"``, ``"disaggregated"``, ``"hybrid"``, ...)."""
+    parallelism: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """Per cut trainer (a `rlinf.sched.TrainerCost` component): its tensor, pipeline and data
+    parallel degrees on its devices (``{"actor": {"tensor": 2, "pipeline": 1, "data": 4}}``)."""
 
     @property
     def mode(self) -> ExecutionMode:
@@ -60,6 +63,7 @@ class ExecutionPlan:
             "predicted_time": self.predicted_time,
             "utilisation": self.utilisation,
             "label": self.label,
+            "parallelism": {k: dict(v) for k, v in self.parallelism.items()},
         }
 
     @classmethod
@@ -73,6 +77,8 @@ class ExecutionPlan:
                 predicted_time=float(data["predicted_time"]),
                 utilisation=float(data["utilisation"]),
                 label=str(data.get("label", "")),
+                parallelism={str(k): {str(d): int(n) for d, n in v.items()}
+                             for k, v in data.get("parallelism", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError, PlacementError) as exc:
             raise PlanningError(f"invalid execution plan ({type(exc).__name__}: {exc}): expected "

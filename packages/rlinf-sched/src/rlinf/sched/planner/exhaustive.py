@@ -23,6 +23,7 @@ from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.execution_plan import PlanResult
+from rlinf.sched.model_parallel import annotate_cuts
 from rlinf.sched.planner.branch import branch_and_bound
 from rlinf.sched.planner.orders import device_orders
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored
@@ -123,7 +124,7 @@ def exhaustive_search(
     seconds = time.perf_counter() - started
     _log.debug("exhaustive_search", candidates=visited, simulations=first.simulations,
                best=plans[0].predicted_time, seconds=round(seconds, 3))
-    return PlanResult(plans, {}, first.simulations, seconds)
+    return annotate_cuts(PlanResult(plans, {}, first.simulations, seconds), workflow, cost)
 
 
 def best_time(result: PlanResult) -> float:

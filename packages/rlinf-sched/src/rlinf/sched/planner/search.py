@@ -42,6 +42,7 @@ from rlinf.sched.cluster import Cluster
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
+from rlinf.sched.model_parallel import annotate_cuts
 from rlinf.sched.planner.branch import FIXED_MODES, branch_and_bound, fixed_mode
 from rlinf.sched.planner.orders import device_orders
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored
@@ -227,7 +228,8 @@ def plan(
     _log.info("plan", workflow=workflow.name, devices=n, best=plans[0].spec,
               time=round(plans[0].predicted_time, 4), simulations=first.simulations,
               orders=len(evaluators), exact=exact, seconds=round(seconds, 3))
-    return PlanResult(tuple(plans[: opts.keep]), base_plans, first.simulations, seconds)
+    result = PlanResult(tuple(plans[: opts.keep]), base_plans, first.simulations, seconds)
+    return annotate_cuts(result, workflow, cost)
 
 
 def _keep_best(baselines: dict[str, Scored], found: dict[str, Scored]) -> None:
