@@ -177,6 +177,28 @@ def test_hybrid_with_a_data_parallel_actor_gives_the_collocated_metrics(
         same_metrics(flow.step(0), collocated["steps"][0])  # type: ignore[index]
 
 
+def test_a_megatron_actor_syncs_exactly_and_resumes(
+        collocated: dict[str, object], problems: list[list[MathProblem]],
+        tmp_path: Path) -> None:
+    """The actor cut tensor-parallel over two gloo ranks: the rollout's log-probs after the
+    sync are the trainer's (gathered from both shards into Hugging Face names), the metrics
+    those of the one-rank actor, and a checkpoint resumes the same step."""
+    pytest.importorskip("megatron.core", reason="needs the megatron extra")
+    from rlinf.workers.actor.megatron import MegatronConfig
+
+    spec = dataclasses.replace(SPEC, megatron=MegatronConfig(tensor_parallel=2))
+    with ReasoningFlow.launch(spec, fixed_plan(spec, HYBRID, num_devices=2),
+                              problems=ProblemBatches(problems)) as flow:
+        first = flow.step(0)
+        same_metrics(first, collocated["steps"][0])  # type: ignore[index]
+        assert first.metrics["weight_sync/logprob_max_abs_diff"] < 1e-4
+        assert first.metrics["weight_sync/inference_logprob_max_abs_diff"] < 1e-4
+        flow.save(tmp_path)
+        second = flow.step(1)
+        flow.load(tmp_path)
+        same_metrics(flow.step(1), second)
+
+
 def test_bad_placements_and_specs_say_what_to_fix() -> None:
     batches = ProblemBatches(())
     with pytest.raises(ConfigError, match="flow declares"):

@@ -27,6 +27,9 @@ from rlinf.workers.actor.megatron import (
 )
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
 
+RESHARD = {"tp2-pp1": "tp1-pp2", "tp1-pp2": "tp2-pp1", "tp1-pp2-untied": "tp2-pp1-untied"}
+"""Modes whose checkpoint is also loaded by the other cut of two ranks."""
+
 
 def parse(mode: str) -> tuple[MegatronConfig, bool]:
     """(cut, tied embeddings) of a mode name."""
@@ -73,9 +76,22 @@ def main() -> None:
         fresh = MegatronActor(build_model(tied, seed=5), config=config("none"), megatron=cut)
         fresh.load_checkpoint(f"{out}/{mode}-ckpt")
         fresh.train(shard)
+        resumed = gathered(fresh)
+        describe = actor.describe()
+        # The same checkpoint into the other cut of two ranks (TP=2 <-> PP=2), resharded
+        # from the distributed checkpoint; one data-parallel replica either way.
+        other = RESHARD.get(mode)
+        resharded: dict[str, torch.Tensor] = {}
+        if other is not None:
+            moved = MegatronActor(build_model(tied, seed=7), config=config("none"),
+                                  megatron=parse(other)[0])
+            moved.load_checkpoint(f"{out}/{mode}-ckpt")
+            moved.train(shard)
+            resharded = gathered(moved)
         torch.save({"log_probs": log_probs, "metrics": metrics, "params": params,
-                    "continued": continued, "resumed": gathered(fresh), "exported": exported,
-                    "describe": actor.describe()}, f"{out}/{mode}-rank{rank}.pt")
+                    "continued": continued, "resumed": resumed, "exported": exported,
+                    "resharded": resharded, "describe": describe},
+                   f"{out}/{mode}-rank{rank}.pt")
     dist.destroy_process_group()
 
 

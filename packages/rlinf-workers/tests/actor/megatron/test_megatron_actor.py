@@ -80,6 +80,19 @@ def test_megatron_checkpoint_resumes_exactly(launched, mode: str) -> None:
         assert torch.equal(tensor, root["resumed"][name]), name
 
 
+@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp2-untied"])
+def test_another_cut_resumes_from_the_distributed_checkpoint(launched, mode: str) -> None:
+    """TP=2 saved, PP=2 resumed (and back): megatron-core's distributed checkpoint reshards
+    model and optimizer, so the next step lands where the saving cut's own next step did
+    (to float rounding: within 1e-4 of that step's update)."""
+    root = launched[mode][0]
+    before, after, moved = root["params"], root["continued"], root["resharded"]
+    assert set(moved) == set(after)
+    error = sum(float((moved[k] - after[k]).square().sum()) for k in after)
+    size = sum(float((after[k] - before[k]).square().sum()) for k in after)
+    assert (error / size) ** 0.5 < 1e-4
+
+
 @pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2-untied"])
 def test_megatron_checkpoint_reassembles_into_hugging_face_names(launched, mode: str) -> None:
     root = launched[mode][0]

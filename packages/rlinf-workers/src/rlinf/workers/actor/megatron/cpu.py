@@ -16,7 +16,10 @@ GPT on two gloo ranks (the tests do the same):
 5. A tied embedding split across pipeline stages is copied to the last stage with
    ``.cuda()`` (``setup_embeddings_and_output_layer``): the actor builds that stage with
    its own copy of the weights and adds the two copies' gradients itself.
-6. The distributed optimizer and its DDP buffers check ``torch.cuda.FloatTensor`` and
+6. Its distributed checkpoints synchronise CUDA streams after copying to the host
+   (``torch.cuda.synchronize``): without CUDA there is nothing to wait for, and
+   `enable_cpu_execution` makes that call return.
+7. The distributed optimizer and its DDP buffers check ``torch.cuda.FloatTensor`` and
    allocate on 'cuda': not available on CPU (`MegatronConfig.distributed_optimizer`).
 
 Only ever called where CUDA is absent, so no GPU process is changed by it.
@@ -34,11 +37,12 @@ __all__ = ["enable_cpu_execution"]
 
 
 def enable_cpu_execution() -> None:
-    """Make megatron-core's CUDA-only calls (1 and 2 above) work on CPU; a no-op where CUDA
-    is available, idempotent."""
+    """Make megatron-core's CUDA-only calls (1, 2 and 6 above) work on CPU; a no-op where
+    CUDA is available, idempotent."""
     if torch.cuda.is_available():
         return
     torch.cuda.current_device = _cpu_device  # type: ignore[assignment]
+    torch.cuda.synchronize = _nothing_to_wait_for  # type: ignore[assignment]
     from megatron.core.tensor_parallel import random as megatron_random
 
     if not getattr(megatron_random._CUDA_RNG_STATE_TRACKER, "on_cpu", False):
@@ -48,6 +52,10 @@ def enable_cpu_execution() -> None:
 
 def _cpu_device() -> torch.device:
     return torch.device("cpu")
+
+
+def _nothing_to_wait_for(device: Any = None) -> None:
+    return None
 
 
 def _cpu_rng_tracker() -> Any:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -47,6 +48,22 @@ from rlinf.workers.weight_sync.buckets import Bucket, iter_buckets
 __all__ = ["MegatronActor"]
 
 _log = structlog.get_logger(__name__)
+
+DISTRIBUTED = "distributed"
+"""Folder of a Megatron actor checkpoint in megatron-core's distributed (reshardable) format."""
+
+
+def _init_adam_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give every parameter AdamW state (zeros, as before its first step) so a sharded
+    template exists for each; parameters that already have state keep it."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            state = optimizer.state[param]
+            if not state:
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(param,
+                                                       memory_format=torch.preserve_format)
 
 
 class MegatronActor(ActorWorker):
@@ -319,19 +336,84 @@ class MegatronActor(ActorWorker):
                             bucket_bytes=bucket_bytes)
 
     def save_checkpoint(self, directory: str) -> None:
-        """This rank's shard of model and optimizer, RNG states and step, with the cut it
-        belongs to (`hf_policy_from_checkpoint` reassembles the policy from every rank's
-        file; resuming needs the same cut)."""
+        """Two views of the same state (a collective: every rank calls it):
+
+        - this rank's file (`checkpoint.save`): its shard of model and optimizer, RNG states,
+          step and the cut it belongs to; resuming on the same cut restores it exactly, and
+          `hf_policy_from_checkpoint` reassembles the policy from every rank's file;
+        - ``distributed/``: model and optimizer in megatron-core's distributed checkpoint
+          format, which any other cut of the same model loads (resharded).
+        """
+        from megatron.core import dist_checkpointing
+
+        ckpt.save(directory, modules=self._modules(), optimizer=self.optimizer,
+                  step=self.global_step, layout=self._layout())
+        target = Path(directory) / DISTRIBUTED
+        target.mkdir(parents=True, exist_ok=True)
+        dist_checkpointing.save(self._sharded_state(), str(target))
+
+    def load_checkpoint(self, directory: str) -> None:
+        """Resume from `save_checkpoint`: this rank's file when the checkpoint was written by
+        the same cut (exact, RNG states included), else the distributed checkpoint resharded
+        to this cut (model, optimizer and step; the RNG streams start afresh)."""
+        from megatron.core import dist_checkpointing
         from megatron.core import parallel_state as ps
 
-        layout = {"backend": "megatron", "shape": dataclasses.asdict(self.shape),
-                  "tensor_parallel": self.megatron.tensor_parallel,
-                  "pipeline_parallel": self.megatron.pipeline_parallel,
-                  "tensor_rank": ps.get_tensor_model_parallel_rank(),
-                  "pipeline_stage": ps.get_pipeline_model_parallel_rank(),
-                  "data_rank": ps.get_data_parallel_rank()}
-        ckpt.save(directory, modules=self._modules(), optimizer=self.optimizer,
-                  step=self.global_step, layout=layout)
+        mine = Path(directory) / f"rank{torch.distributed.get_rank()}.pt"
+        saved = torch.load(mine, weights_only=False, map_location="cpu").get("layout", {}) \
+            if mine.is_file() else {}
+        if saved == self._layout():
+            super().load_checkpoint(directory)
+            return
+        source = Path(directory) / DISTRIBUTED
+        if not (source / "metadata.json").is_file():
+            raise ConfigError(f"{directory} was written by another cut and holds no "
+                              f"{DISTRIBUTED}/ checkpoint to reshard from")
+        _init_adam_state(self.optimizer)
+        loaded = dist_checkpointing.load(self._sharded_state(), str(source))
+        self.policy.load_state_dict(loaded["model"], strict=False)
+        state = loaded["optimizer"]
+        for per_param in state["state"].values():
+            per_param["step"] = torch.tensor(float(loaded["step"]))
+        self.optimizer.load_state_dict(state)
+        self.global_step = int(loaded["step"])
+        _log.info("megatron_resharded", directory=directory,
+                  tensor_rank=ps.get_tensor_model_parallel_rank(),
+                  pipeline_stage=ps.get_pipeline_model_parallel_rank())
+
+    def _layout(self) -> dict[str, Any]:
+        """This rank's place in the cut, as its checkpoint file records it."""
+        from megatron.core import parallel_state as ps
+
+        return {"backend": "megatron", "shape": dataclasses.asdict(self.shape),
+                "tensor_parallel": self.megatron.tensor_parallel,
+                "pipeline_parallel": self.megatron.pipeline_parallel,
+                "data_parallel": self.data_parallel,
+                "tensor_rank": ps.get_tensor_model_parallel_rank(),
+                "pipeline_stage": ps.get_pipeline_model_parallel_rank(),
+                "data_rank": ps.get_data_parallel_rank()}
+
+    def _sharded_state(self) -> dict[str, Any]:
+        """Model and optimizer as megatron-core sharded tensors (the optimizer's moments
+        sharded like their parameters, its step as one number)."""
+        from megatron.core.dist_checkpointing.optimizer import (
+            get_param_id_to_sharded_param_map,
+            optim_state_to_sharding_state,
+        )
+        from megatron.core.transformer.utils import ensure_metadata_has_dp_cp_group
+
+        gpt: Any = self.policy
+        metadata = ensure_metadata_has_dp_cp_group(None)
+        model = gpt.sharded_state_dict(metadata=metadata)
+        if self._tied_embedding() is not None and not gpt.pre_process:
+            # This stage's copy of the tied embedding is the first stage's, replicated.
+            gpt.tie_embeddings_and_output_weights_state_dict(
+                model, "output_layer.weight", "embedding.word_embeddings.weight", metadata)
+        _init_adam_state(self.optimizer)
+        optimizer = self.optimizer.state_dict()
+        mapping = get_param_id_to_sharded_param_map(model, self.policy.parameters())
+        optim_state_to_sharding_state(optimizer, mapping, exclude_keys=("step",))
+        return {"model": model, "optimizer": optimizer, "step": self.global_step}
 
     def snapshot(self) -> dict[str, Any]:
         """This rank's shard of the trainable state, deep-copied."""
