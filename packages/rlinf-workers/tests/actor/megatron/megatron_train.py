@@ -24,6 +24,7 @@ from rlinf.workers.actor.megatron import (
     MegatronActor,
     MegatronConfig,
     hf_policy_from_checkpoint,
+    megatron_to_hf,
 )
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
 
@@ -51,6 +52,41 @@ def gathered(actor: MegatronActor, *, bucket_bytes: int = 1 << 30) -> dict[str, 
             for name, t in bucket}
 
 
+def capture_gradients(actor: torch.nn.Module | MegatronActor) -> dict[str, torch.Tensor]:
+    """This rank's gradients as its first optimizer step sees them (clipped), by name."""
+    captured: dict[str, torch.Tensor] = {}
+    step = actor.optimizer.step
+
+    def capturing(*args: object, **kwargs: object) -> object:
+        if not captured:
+            captured.update({name: p.grad.clone() for name, p in actor.policy.named_parameters()
+                             if p.grad is not None})
+        return step(*args, **kwargs)
+
+    actor.optimizer.step = capturing  # type: ignore[method-assign]
+    return captured
+
+
+def gathered_gradients(local: dict[str, torch.Tensor],
+                       actor: MegatronActor) -> dict[str, torch.Tensor]:
+    """Every shard's gradients in Hugging Face names on rank 0 (empty elsewhere)."""
+    from megatron.core import parallel_state as ps
+
+    mine = (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank(),
+            ps.get_data_parallel_rank(), local)
+    every: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    if dist.get_rank() != 0:
+        return {}
+    cut = actor.megatron
+    stages: list[list[dict[str, torch.Tensor]]] = [
+        [{} for _ in range(cut.tensor_parallel)] for _ in range(cut.pipeline_parallel)]
+    for stage, tp_rank, dp_rank, grads in every:  # type: ignore[misc]
+        if dp_rank == 0:
+            stages[stage][tp_rank] = grads
+    return megatron_to_hf(stages, actor.shape)
+
+
 def main() -> None:
     rank, _, modes, out = join()
     from megatron.core import parallel_state as ps
@@ -64,7 +100,9 @@ def main() -> None:
         index = ps.get_data_parallel_rank()
         shard = batch.select(slice(index * rows, (index + 1) * rows))
         log_probs = actor.response_log_probs(batch)
+        first_step = capture_gradients(actor)
         metrics = [actor.train(shard) for _ in range(2)]
+        grads = gathered_gradients(first_step, actor)
         params = gathered(actor, bucket_bytes=20_000)
         # Checkpoint, take one more step; resume a differently initialised actor from the
         # checkpoint and take the same step: both must land on the same parameters.
@@ -90,7 +128,7 @@ def main() -> None:
             resharded = gathered(moved)
         torch.save({"log_probs": log_probs, "metrics": metrics, "params": params,
                     "continued": continued, "resumed": resumed, "exported": exported,
-                    "resharded": resharded, "describe": describe},
+                    "resharded": resharded, "describe": describe, "grads": grads},
                    f"{out}/{mode}-rank{rank}.pt")
     dist.destroy_process_group()
 

@@ -33,8 +33,10 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[st
 
 
 def _reference(tied: bool) -> tuple[torch.Tensor, list[dict[str, float]],
-                                    dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """One process, the Hugging Face model: log-probs, metrics, initial and trained params."""
+                                    dict[str, torch.Tensor], dict[str, torch.Tensor],
+                                    dict[str, torch.Tensor]]:
+    """One process, the Hugging Face model: log-probs, metrics, initial and trained params,
+    and the first step's (clipped) gradients."""
     model = build_model(tied)
     batch = make_batch()
     initial = {k: v.clone() for k, v in model.state_dict().items()}
@@ -44,15 +46,29 @@ def _reference(tied: bool) -> tuple[torch.Tensor, list[dict[str, float]],
                                        response_ids=batch.response_ids,
                                        response_mask=batch.response_mask)
     actor = ActorWorker(model, config=config("none"))
+    grads: dict[str, torch.Tensor] = {}
+    step = actor.optimizer.step
+
+    def capturing(*args: Any, **kwargs: Any) -> Any:
+        if not grads:
+            grads.update({n: p.grad.clone() for n, p in actor.model.named_parameters()
+                          if p.grad is not None})
+        return step(*args, **kwargs)
+
+    actor.optimizer.step = capturing  # type: ignore[method-assign]
     metrics = [actor.train(batch) for _ in range(2)]
-    return log_probs, metrics, initial, dict(actor.model.state_dict())
+    return log_probs, metrics, initial, dict(actor.model.state_dict()), grads
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_megatron_cut_trains_like_one_process(launched, mode: str) -> None:
     tied = "untied" not in mode
-    log_probs, metrics, initial, trained = _reference(tied)
+    log_probs, metrics, initial, trained, grads = _reference(tied)
     ranks = launched[mode]
+    # The first step's gradients, gathered from every shard, are the one process's.
+    gathered = ranks[0]["grads"]
+    for name, grad in grads.items():
+        torch.testing.assert_close(gathered[name], grad, rtol=1e-4, atol=1e-6, msg=name)
     for result in ranks:
         # Every rank sees the log-probs of the last stage, from its share of the vocabulary.
         assert torch.allclose(result["log_probs"], log_probs, atol=2e-6)
