@@ -91,9 +91,11 @@ def build_stage(hf_model: nn.Module, shape: ModelShape, config: MegatronConfig, 
     shape.check(config)
     first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
     stage = ps.get_pipeline_model_parallel_rank()
+    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+    spec.submodules.self_attention.submodules.core_attention = sdpa_attention()
     model = GPTModel(
         config=transformer_config(shape, config),
-        transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        transformer_layer_spec=spec,
         vocab_size=shape.vocab_size, max_sequence_length=shape.max_positions,
         pre_process=first, post_process=last, position_embedding_type="rope",
         rotary_base=int(shape.rope_theta),
@@ -115,6 +117,48 @@ def build_stage(hf_model: nn.Module, shape: ModelShape, config: MegatronConfig, 
         raise ConfigError(f"Hugging Face → megatron weights did not line up: missing "
                           f"{missing[:5]}, unexpected {unexpected[:5]}")
     return model.to(device)
+
+
+_SDPA_ATTENTION: list[type] = []
+
+
+def sdpa_attention() -> type:
+    """megatron-core's local ``DotProductAttention`` computed by torch's
+    ``scaled_dot_product_attention`` (flash or memory-efficient kernels where the device has
+    them) instead of its unfused matmul-softmax-matmul: the same mask, scale and head
+    grouping. A padded query row that may attend to nothing attends to itself (as
+    transformers does): an all-masked row would give NaN, which the probability-0 product
+    with the values would carry into the valid rows. (Defined here: megatron-core is an
+    extra, imported only when the actor is built.)"""
+    if _SDPA_ATTENTION:
+        return _SDPA_ATTENTION[0]
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+
+    class SdpaAttention(DotProductAttention):  # type: ignore[misc]
+        def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,  # noqa: PLR0917 (megatron-core calls it so)
+                    attention_mask: torch.Tensor | None, attn_mask_type: Any = None,
+                    attention_bias: Any = None, packed_seq_params: Any = None) -> torch.Tensor:
+            if attention_bias is not None or packed_seq_params is not None:
+                raise ConfigError("the Megatron actor's attention takes no bias and no "
+                                  "packed sequences")
+            # [s, b, heads, d] -> [b, heads, s, d]
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+            repeat = q.shape[1] // k.shape[1]
+            if repeat > 1:
+                k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+            allowed = None
+            if attention_mask is not None:
+                allowed = ~attention_mask
+                length = allowed.shape[-1]
+                allowed = allowed | torch.eye(length, dtype=torch.bool, device=allowed.device)
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, scale=self.softmax_scale,
+                dropout_p=self.attention_dropout.p if self.training else 0.0)
+            rows, heads, length, width = out.shape
+            return out.permute(2, 0, 1, 3).reshape(length, rows, heads * width)
+
+    _SDPA_ATTENTION.append(SdpaAttention)
+    return SdpaAttention
 
 
 _SPLIT_DIMS = (("word_embeddings.weight", 0), ("output_layer.weight", 0),
