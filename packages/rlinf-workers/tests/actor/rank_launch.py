@@ -7,6 +7,7 @@ Script command line: ``RANK WORLD_SIZE PORT MODE[,MODE...] OUT_DIR``; each rank 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -18,7 +19,8 @@ import torch.distributed as dist
 
 
 def launch(script: Path, modes: list[str], out: Path, *, world: int = 2,
-           timeout: float = 300) -> dict[str, list[dict[str, Any]]]:
+           timeout: float = 300, env: dict[str, str] | None = None
+           ) -> dict[str, list[dict[str, Any]]]:
     """Run `script` on `world` ranks for every mode at once (starting Python is the slow
     part); fails with a rank's output if it fails. Returns each mode's saved results by rank."""
     with socket.socket() as s:
@@ -26,7 +28,8 @@ def launch(script: Path, modes: list[str], out: Path, *, world: int = 2,
         port = int(s.getsockname()[1])
     procs = [subprocess.Popen([sys.executable, str(script), str(rank), str(world), str(port),
                                ",".join(modes), str(out)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=None if env is None else {**os.environ, **env})
              for rank in range(world)]
     logs = [p.communicate(timeout=timeout)[0] for p in procs]
     for proc, log in zip(procs, logs, strict=True):
@@ -35,10 +38,12 @@ def launch(script: Path, modes: list[str], out: Path, *, world: int = 2,
             for mode in modes}
 
 
-def join() -> tuple[int, int, list[str], str]:
-    """Script side: join the gloo group of the command line; (rank, world, modes, out)."""
+def join(backend: str = "gloo") -> tuple[int, int, list[str], str]:
+    """Script side: join the group of the command line; (rank, world, modes, out)."""
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     torch.manual_seed(0)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world)
     return rank, world, sys.argv[4].split(","), sys.argv[5]

@@ -1,6 +1,7 @@
 """One rank of a Megatron actor run, launched as a subprocess by test_megatron_actor.py.
 
 Usage: python megatron_train.py RANK WORLD_SIZE PORT MODE[,MODE...] OUT_DIR
+(``RLINF_MEGATRON_DEVICE=cuda``: NCCL, one GPU per rank.)
 A mode is ``tp{T}-pp{P}`` plus an optional ``-untied``
 (separate output head). For each mode: build the tiny model of dist_train.py, cut it,
 record the log-probs of the batch, train two GRPO steps on this rank's data-parallel shard,
@@ -10,6 +11,7 @@ and save the gathered Hugging Face parameters and the metrics to OUT_DIR/{mode}-
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from pathlib import Path
 
@@ -88,13 +90,15 @@ def gathered_gradients(local: dict[str, torch.Tensor],
 
 
 def main() -> None:
-    rank, _, modes, out = join()
+    device = os.environ.get("RLINF_MEGATRON_DEVICE", "cpu")
+    rank, _, modes, out = join("nccl" if device == "cuda" else "gloo")
     from megatron.core import parallel_state as ps
 
     batch = make_batch()
     for mode in modes:
         cut, tied = parse(mode)
-        actor = MegatronActor(build_model(tied), config=config("none"), megatron=cut)
+        actor = MegatronActor(build_model(tied), config=config("none"), megatron=cut,
+                              device=device)
         replicas = actor.data_parallel
         rows = batch.num_rows // replicas
         index = ps.get_data_parallel_rank()
@@ -111,7 +115,8 @@ def main() -> None:
         exported = hf_policy_from_checkpoint(f"{out}/{mode}-ckpt") if rank == 0 else {}
         actor.train(shard)
         continued = gathered(actor)
-        fresh = MegatronActor(build_model(tied, seed=5), config=config("none"), megatron=cut)
+        fresh = MegatronActor(build_model(tied, seed=5), config=config("none"), megatron=cut,
+                              device=device)
         fresh.load_checkpoint(f"{out}/{mode}-ckpt")
         fresh.train(shard)
         resumed = gathered(fresh)
@@ -122,7 +127,7 @@ def main() -> None:
         resharded: dict[str, torch.Tensor] = {}
         if other is not None:
             moved = MegatronActor(build_model(tied, seed=7), config=config("none"),
-                                  megatron=parse(other)[0])
+                                  megatron=parse(other)[0], device=device)
             moved.load_checkpoint(f"{out}/{mode}-ckpt")
             moved.train(shard)
             resharded = gathered(moved)

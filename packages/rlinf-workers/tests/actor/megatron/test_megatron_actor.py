@@ -117,6 +117,22 @@ def test_megatron_checkpoint_reassembles_into_hugging_face_names(launched, mode:
         assert torch.equal(root["exported"][name], tensor), name
 
 
+@pytest.mark.gpu
+def test_megatron_actor_on_a_gpu_trains_like_one_cpu_process(tmp_path: Path) -> None:
+    """One rank on CUDA (NCCL; TP=1 and PP=1 still run the whole path: stage input, 1F1B,
+    vocabulary-local log-probs, the gather for the rollout, both checkpoints)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    result = launch(HERE / "megatron_train.py", ["tp1-pp1"], tmp_path, world=1,
+                    env={"RLINF_MEGATRON_DEVICE": "cuda"})["tp1-pp1"][0]
+    log_probs, _, initial, trained, _ = _reference(tied=True)
+    assert torch.allclose(result["log_probs"], log_probs, atol=1e-4)
+    error = sum(float(((result["params"][k].cpu() - initial[k]) - (trained[k] - initial[k]))
+                      .square().sum()) for k in trained)
+    size = sum(float((trained[k] - initial[k]).square().sum()) for k in trained)
+    assert (error / size) ** 0.5 < 1e-2  # TF32 and CUDA kernels against CPU fp32
+
+
 def test_each_rank_describes_its_cut(launched) -> None:
     stages = sorted(r["describe"]["pipeline_stage"] for r in launched["tp1-pp2"])
     assert stages == [0, 1]

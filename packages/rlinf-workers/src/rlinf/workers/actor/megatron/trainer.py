@@ -225,25 +225,27 @@ class MegatronActor(ActorWorker):
 
     # -- cross-rank reductions ---------------------------------------------------------------
 
-    @staticmethod
-    def _sum(values: torch.Tensor, group: Any) -> torch.Tensor:
+    # Small reductions run on the training device: NCCL groups take no host tensors.
+
+    def _sum(self, values: torch.Tensor, group: Any) -> torch.Tensor:
+        """`values` summed over `group` (float64, on the host)."""
         import torch.distributed as dist
 
-        summed = values.to(torch.float64).clone()
+        summed = values.to(self.device, torch.float64).clone()
         dist.all_reduce(summed, group=group)
-        return summed
+        return summed.cpu()
 
     def _from_last_stage(self, values: torch.Tensor) -> torch.Tensor:
-        """`values` as the last pipeline stage holds them, on every stage (float64, CPU)."""
+        """`values` as the last pipeline stage holds them, on every stage (float64, host)."""
         import torch.distributed as dist
         from megatron.core import parallel_state as ps
 
         if ps.get_pipeline_model_parallel_world_size() == 1:
             return values
-        shared = values.to(torch.float64).contiguous().clone()
+        shared = values.to(self.device, torch.float64).contiguous().clone()
         dist.broadcast(shared, src=ps.get_pipeline_model_parallel_last_rank(),
                        group=ps.get_pipeline_model_parallel_group())
-        return shared
+        return shared.cpu()
 
     def _sync_gradients(self) -> None:
         """Sum gradients over the data-parallel group (one flat buffer), and the tied
@@ -289,7 +291,7 @@ class MegatronActor(ActorWorker):
 
         tp_rank = ps.get_tensor_model_parallel_rank()
         tied = self._tied_embedding()
-        square = torch.zeros(1, dtype=torch.float64)
+        square = torch.zeros(1, dtype=torch.float64, device=self.device)
         for param in self.policy.parameters():
             if param.grad is None:
                 continue
@@ -297,7 +299,7 @@ class MegatronActor(ActorWorker):
             if (not split and tp_rank != 0) or (
                     param is tied and not ps.is_pipeline_first_stage()):
                 continue
-            square += param.grad.detach().double().pow(2).sum().cpu()
+            square += param.grad.detach().double().pow(2).sum()
         dist.all_reduce(square, group=ps.get_model_parallel_group())
         norm = float(square.sqrt())
         scale = max_norm / (norm + 1e-6)
