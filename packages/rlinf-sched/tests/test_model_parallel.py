@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.sched import Cluster, Component, Workflow, plan
+from rlinf.sched import Cluster, Component, Workflow, exhaustive_search, plan
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel, load_cost_model
 from rlinf.sched.cli import main
 from rlinf.sched.errors import ProfileError
@@ -96,6 +96,9 @@ def test_the_planner_records_the_cut_it_priced(tmp_path: Path, capsys) -> None:
     devices = len(best.placement.components["actor"].devices)
     assert cut["tensor"] * cut["pipeline"] * cut["data"] == devices
     assert cut["tensor"] * cut["pipeline"] >= 2  # a replica does not fit one device
+    exhaustive = exhaustive_search(workflow, cost, cluster).best
+    assert exhaustive.parallelism["actor"]["tensor"] * exhaustive.parallelism["actor"][
+        "pipeline"] >= 2
     # The plan file and the table carry it.
     (tmp_path / "w.json").write_text(json.dumps(workflow.to_dict()))
     (tmp_path / "c.json").write_text(json.dumps(cost.to_dict()))
