@@ -28,7 +28,6 @@ import structlog
 
 from rlinf.sched import (
     Cluster,
-    Component,
     CoreSharing,
     ExecutionPlan,
     Measurement,
@@ -146,12 +145,7 @@ def profile_device_counts(flow: MacroFlow, cluster: Cluster) -> list[int]:
 
 def _runs_collocated(flow: MacroFlow, devices: int) -> bool:
     """Whether every component of `flow` can run on `devices` devices."""
-    return all(_fits(spec.component, devices) for spec in flow.components)
-
-
-def _fits(component: Component, devices: int) -> bool:
-    return (devices % component.device_multiple == 0 and devices >= component.min_devices
-            and (component.max_devices is None or devices <= component.max_devices))
+    return all(spec.component.allows(devices) for spec in flow.components)
 
 
 _PROBE_ITERATIONS = 3
@@ -233,7 +227,7 @@ def pipeline_probe_spec(flow: MacroFlow, cluster: Cluster) -> str | None:
     probe_cluster = dataclasses.replace(cluster, cpu_background=1.0)
     if len(flow.names) < 2 or cluster.num_devices < 2 or CoreSharing.of(probe_cluster) is None:
         return None
-    if not all(_fits(spec.component, 1) for spec in flow.components):
+    if not all(spec.component.allows(1) for spec in flow.components):
         return None  # a component that needs more than one device (a cut trainer)
     return f"{flow.names[0]}: 0, {','.join(flow.names[1:])}: 1"
 
