@@ -172,20 +172,20 @@ class ActorWorker:
         values = counted.tolist()
         return float(values[0]), dict(zip(keys, values[1:], strict=True))
 
-    def _all_reduce_gradients(self) -> None:
-        """Sum every parameter's gradient over the ranks in one flat buffer (a rank that
-        computed none contributes zeros)."""
+    def _all_reduce_gradients(self, group: Any = None) -> None:
+        """Sum every parameter's gradient over the ranks of `group` (default: all) in one
+        flat buffer (a rank that computed none contributes zeros)."""
         import torch.distributed as dist
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
         grads: list[torch.Tensor] = []
-        for group in self.optimizer.param_groups:
-            for param in group["params"]:
+        for param_group in self.optimizer.param_groups:
+            for param in param_group["params"]:
                 if param.grad is None:
                     param.grad = torch.zeros_like(param)
                 grads.append(param.grad)
         flat = _flatten_dense_tensors(grads)
-        dist.all_reduce(flat)
+        dist.all_reduce(flat, group=group)
         for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
             grad.copy_(summed)
 
@@ -343,12 +343,18 @@ class ActorWorker:
                        rows: torch.Tensor) -> list[dict[str, torch.Tensor]]:
         """`rows` of `data` in micro-batches of at most ``micro_batch_size`` rows, longest
         responses first, each cut to the prompt and response columns its rows use."""
-        # Sorted on the host: `rows` are CPU indices, the data may sit on a GPU.
-        lengths = data["response_mask"][rows].sum(dim=-1).cpu()
-        ordered = rows[torch.argsort(lengths, descending=True, stable=True)]
+        ordered = self._longest_first(data, rows)
         size = self.config.micro_batch_size
         return [_rows_without_padding(data, ordered[i:i + size])
                 for i in range(0, len(ordered), size)]
+
+    @staticmethod
+    def _longest_first(data: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+        """`rows` ordered by response length, longest first (the order `_micro_batches`
+        cuts them in)."""
+        # Sorted on the host: `rows` are CPU indices, the data may sit on a GPU.
+        lengths = data["response_mask"][rows].sum(dim=-1).cpu()
+        return rows[torch.argsort(lengths, descending=True, stable=True)]
 
     def _micro_loss(
         self, data: dict[str, torch.Tensor], *, policy: nn.Module | None = None,

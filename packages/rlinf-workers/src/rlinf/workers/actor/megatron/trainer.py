@@ -200,7 +200,7 @@ class MegatronActor(ActorWorker):
         data = {name: getattr(batch, name).to(self.device) for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
         micros = self._micro_batches(data, torch.arange(batch.num_rows))
-        order = self._row_order(data, torch.arange(batch.num_rows))
+        order = self._longest_first(data, torch.arange(batch.num_rows))
         parts: list[torch.Tensor] = []
 
         def collect(logits: torch.Tensor, index: int) -> None:
@@ -217,11 +217,6 @@ class MegatronActor(ActorWorker):
                                  for p in parts])
             out[order] = stacked
         return self._from_last_stage(out.cpu().double()).float()
-
-    def _row_order(self, data: dict[str, torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
-        """The row order `_micro_batches` uses (longest responses first)."""
-        lengths = data["response_mask"][rows].sum(dim=-1).cpu()
-        return rows[torch.argsort(lengths, descending=True, stable=True)]
 
     # -- cross-rank reductions ---------------------------------------------------------------
 
@@ -252,21 +247,13 @@ class MegatronActor(ActorWorker):
         embedding's over its first- and last-stage copies."""
         import torch.distributed as dist
         from megatron.core import parallel_state as ps
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-        grads: list[torch.Tensor] = []
-        for param in self.policy.parameters():
-            if param.requires_grad:
-                if param.grad is None:
-                    param.grad = torch.zeros_like(param)
-                grads.append(param.grad)
         if self.data_parallel > 1:
-            flat = _flatten_dense_tensors(grads)
-            dist.all_reduce(flat, group=ps.get_data_parallel_group())
-            for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):
-                grad.copy_(summed)
+            self._all_reduce_gradients(group=ps.get_data_parallel_group())
         tied = self._tied_embedding()
-        if tied is not None and tied.grad is not None:
+        if tied is not None:
+            if tied.grad is None:  # both copies take part in the all-reduce
+                tied.grad = torch.zeros_like(tied)
             dist.all_reduce(tied.grad, group=ps.get_embedding_group())
 
     def _tied_embedding(self) -> torch.Tensor | None:
