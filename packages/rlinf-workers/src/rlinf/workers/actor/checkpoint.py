@@ -26,7 +26,8 @@ from torch.distributed.checkpoint.state_dict import (
 
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["load", "read_rank_files", "rng_state", "save", "set_rng_state"]
+__all__ = ["load", "read_rank_file", "read_rank_files", "restore", "rng_state", "save",
+           "set_rng_state"]
 
 # Not cpu_offload: combined with full_state_dict it leaves every rank but 0 with an empty
 # dict, and each rank here writes (and later reads) its own complete file.
@@ -96,16 +97,27 @@ def read_rank_files(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return out
 
 
-def load(directory: str | os.PathLike[str], *, modules: nn.Module,
-         optimizer: torch.optim.Optimizer) -> int:
-    """Restore this rank's file from `directory`; returns the saved step."""
+def read_rank_file(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """This rank's file of a checkpoint `directory`, as `save` wrote it (tensors on CPU)."""
     path = Path(directory) / f"rank{_rank()}.pt"
     if not path.is_file():
         raise ConfigError(f"no checkpoint for rank {_rank()} at {path}")
-    # Our own file: RNG states need pickle. Tensors come back on CPU; set_state_dict copies
-    # them into the (possibly sharded, possibly GPU) parameters and optimizer state.
-    state = torch.load(path, weights_only=False, map_location="cpu")
+    # Our own file: RNG states need pickle.
+    return dict(torch.load(path, weights_only=False, map_location="cpu"))
+
+
+def restore(state: dict[str, Any], *, modules: nn.Module,
+            optimizer: torch.optim.Optimizer) -> int:
+    """Apply a rank file read by `read_rank_file`; returns its step. set_state_dict copies
+    the CPU tensors into the (possibly sharded, possibly GPU) parameters and optimizer
+    state."""
     set_state_dict(modules, optimizer, model_state_dict=state["model"],
                    optim_state_dict=state["optimizer"], options=_OPTIONS)
     set_rng_state(state["rng"])
     return int(state["step"])
+
+
+def load(directory: str | os.PathLike[str], *, modules: nn.Module,
+         optimizer: torch.optim.Optimizer) -> int:
+    """Restore this rank's file from `directory`; returns the saved step."""
+    return restore(read_rank_file(directory), modules=modules, optimizer=optimizer)

@@ -349,16 +349,15 @@ class MegatronActor(ActorWorker):
         from megatron.core import parallel_state as ps
 
         mine = Path(directory) / f"rank{torch.distributed.get_rank()}.pt"
-        saved = torch.load(mine, weights_only=False, map_location="cpu").get("layout", {}) \
-            if mine.is_file() else {}
-        if saved == self._layout():
-            super().load_checkpoint(directory)
+        saved = ckpt.read_rank_file(directory) if mine.is_file() else {}
+        if saved.get("layout") == self._layout():
+            self.global_step = ckpt.restore(saved, modules=self._modules(),
+                                            optimizer=self.optimizer)
             return
         source = Path(directory) / DISTRIBUTED
         if not (source / "metadata.json").is_file():
             raise ConfigError(f"{directory} was written by another cut and holds no "
                               f"{DISTRIBUTED}/ checkpoint to reshard from")
-        _init_adam_state(self.optimizer)
         loaded = dist_checkpointing.load(self._sharded_state(), str(source))
         self.policy.load_state_dict(loaded["model"], strict=False)
         state = loaded["optimizer"]
