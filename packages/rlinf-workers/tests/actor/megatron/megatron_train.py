@@ -26,7 +26,7 @@ from rlinf.workers.actor.megatron import (
     MegatronActor,
     MegatronConfig,
     hf_policy_from_checkpoint,
-    megatron_to_hf,
+    shards_to_hf,
 )
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
 
@@ -80,13 +80,11 @@ def gathered_gradients(local: dict[str, torch.Tensor],
     dist.all_gather_object(every, mine)
     if dist.get_rank() != 0:
         return {}
-    cut = actor.megatron
-    stages: list[list[dict[str, torch.Tensor]]] = [
-        [{} for _ in range(cut.tensor_parallel)] for _ in range(cut.pipeline_parallel)]
-    for stage, tp_rank, dp_rank, grads in every:  # type: ignore[misc]
-        if dp_rank == 0:
-            stages[stage][tp_rank] = grads
-    return megatron_to_hf(stages, actor.shape)
+    return shards_to_hf(((stage, tp_rank, grads)
+                         for stage, tp_rank, dp_rank, grads in every  # type: ignore[misc]
+                         if dp_rank == 0), actor.shape,
+                        tensor_parallel=actor.megatron.tensor_parallel,
+                        pipeline_parallel=actor.megatron.pipeline_parallel)
 
 
 def main() -> None:

@@ -7,7 +7,13 @@ import dataclasses
 import pytest
 import torch
 
-from rlinf.workers.actor.megatron import MegatronConfig, ModelShape, hf_to_megatron, megatron_to_hf
+from rlinf.workers.actor.megatron import (
+    MegatronConfig,
+    ModelShape,
+    hf_to_megatron,
+    megatron_to_hf,
+    shards_to_hf,
+)
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm
 
@@ -70,3 +76,17 @@ def test_other_families_and_missing_weights_are_refused() -> None:
     with pytest.raises(ConfigError, match=r"model\.embed_tokens\.weight"):
         hf_to_megatron({}, shape, tp_rank=0, tp_size=1, layers=range(0), first_stage=True,
                        last_stage=False)
+
+
+def test_shards_in_any_order_reassemble_and_a_missing_one_is_named() -> None:
+    model = build_tiny_causal_lm(CONFIG, seed=1)
+    shape = ModelShape.from_hf(model.config)
+    hf = model.state_dict()
+    shards = [(s, r, hf_to_megatron(hf, shape, tp_rank=r, tp_size=2,
+                                    layers=shape.stage_layers(2, s), first_stage=s == 0,
+                                    last_stage=s == 1)) for s in range(2) for r in range(2)]
+    back = shards_to_hf(reversed(shards), shape, tensor_parallel=2, pipeline_parallel=2)
+    assert all(torch.equal(back[name], tensor) for name, tensor in hf.items())
+    with pytest.raises(ConfigError, match=r"\[\(1, 0\)\]"):
+        shards_to_hf([x for x in shards if x[:2] != (1, 0)], shape, tensor_parallel=2,
+                     pipeline_parallel=2)

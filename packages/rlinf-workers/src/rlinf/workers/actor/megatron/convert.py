@@ -20,14 +20,14 @@ conversion is tested on its own (`hf_to_megatron` then `megatron_to_hf` is the i
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
 from rlinf.workers.actor.megatron.layout import ModelShape
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["hf_policy_from_checkpoint", "hf_to_megatron", "megatron_to_hf"]
+__all__ = ["hf_policy_from_checkpoint", "hf_to_megatron", "megatron_to_hf", "shards_to_hf"]
 
 _HF_LAYER = "model.layers.{}."
 _MG_LAYER = "decoder.layers.{}."
@@ -123,17 +123,33 @@ def hf_policy_from_checkpoint(directory: str | os.PathLike[str]) -> dict[str, to
     layout = files[0]["layout"]
     if layout.get("backend") != "megatron":
         return policy(files[0]["model"])
-    shape = ModelShape(**layout["shape"])
-    tp, pp = int(layout["tensor_parallel"]), int(layout["pipeline_parallel"])
-    stages: list[list[dict[str, torch.Tensor] | None]] = [[None] * tp for _ in range(pp)]
-    for entry in files:
-        cut = entry["layout"]
-        if cut.get("data_rank", 0) == 0:
-            stages[int(cut["pipeline_stage"])][int(cut["tensor_rank"])] = policy(entry["model"])
-    if any(shard is None for stage in stages for shard in stage):
-        raise ConfigError(f"{directory} lacks some rank's file of its tensor_parallel={tp} x "
-                          f"pipeline_parallel={pp} cut")
-    return megatron_to_hf([[s for s in stage if s is not None] for stage in stages], shape)
+    try:
+        return shards_to_hf(
+            ((int(e["layout"]["pipeline_stage"]), int(e["layout"]["tensor_rank"]),
+              policy(e["model"])) for e in files if e["layout"].get("data_rank", 0) == 0),
+            ModelShape(**layout["shape"]), tensor_parallel=int(layout["tensor_parallel"]),
+            pipeline_parallel=int(layout["pipeline_parallel"]))
+    except ConfigError as exc:
+        raise ConfigError(f"{directory}: {exc}") from None
+
+
+def shards_to_hf(shards: Iterable[tuple[int, int, Mapping[str, torch.Tensor]]],
+                 shape: ModelShape, *, tensor_parallel: int,
+                 pipeline_parallel: int) -> dict[str, torch.Tensor]:
+    """`megatron_to_hf` of ``(pipeline stage, tensor rank, state dict)`` shards in any order,
+    one per place of a tensor_parallel x pipeline_parallel cut; ConfigError if one is
+    missing."""
+    stages: list[list[Mapping[str, torch.Tensor] | None]] = [
+        [None] * tensor_parallel for _ in range(pipeline_parallel)]
+    for stage, tensor_rank, state in shards:
+        stages[stage][tensor_rank] = state
+    missing = [(p, t) for p, row in enumerate(stages) for t, shard in enumerate(row)
+               if shard is None]
+    if missing:
+        raise ConfigError(f"the shards of (pipeline stage, tensor rank) {missing} of the "
+                          f"tensor_parallel={tensor_parallel} x pipeline_parallel="
+                          f"{pipeline_parallel} cut are missing")
+    return megatron_to_hf([[s for s in row if s is not None] for row in stages], shape)
 
 
 def _fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -33,7 +33,7 @@ from torch import nn
 
 from rlinf.workers.actor import checkpoint as ckpt
 from rlinf.workers.actor.config import ActorConfig
-from rlinf.workers.actor.megatron.convert import megatron_to_hf
+from rlinf.workers.actor.megatron.convert import shards_to_hf
 from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
 from rlinf.workers.actor.megatron.model import build_stage, initialize_parallel
 from rlinf.workers.actor.megatron.pipeline import StageInput, run_stages
@@ -315,12 +315,8 @@ class MegatronActor(ActorWorker):
         dist.gather_object(mine, shards, dst=root, group=group)
         if shards is None:
             return iter(())
-        stages: list[list[dict[str, torch.Tensor]]] = [
-            [{} for _ in range(self.megatron.tensor_parallel)]
-            for _ in range(self.megatron.pipeline_parallel)]
-        for stage, tp_rank, state in shards:
-            stages[stage][tp_rank] = state
-        full = megatron_to_hf(stages, self.shape)
+        full = shards_to_hf(shards, self.shape, tensor_parallel=self.megatron.tensor_parallel,
+                            pipeline_parallel=self.megatron.pipeline_parallel)
         return iter_buckets([(name, t.to(self.device)) for name, t in full.items()],
                             bucket_bytes=bucket_bytes)
 
