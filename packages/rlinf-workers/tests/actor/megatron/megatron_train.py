@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dist_train import CONFIG, config, make_batch
 from rank_launch import join
 
+from rlinf.workers.actor import ActorWorker
 from rlinf.workers.actor.megatron import (
     MegatronActor,
     MegatronConfig,
@@ -54,8 +55,9 @@ def gathered(actor: MegatronActor, *, bucket_bytes: int = 1 << 30) -> dict[str, 
             for name, t in bucket}
 
 
-def capture_gradients(actor: torch.nn.Module | MegatronActor) -> dict[str, torch.Tensor]:
-    """This rank's gradients as its first optimizer step sees them (clipped), by name."""
+def capture_gradients(actor: ActorWorker) -> dict[str, torch.Tensor]:
+    """This rank's gradients as its first optimizer step sees them (clipped), by name (an
+    `ActorWorker`'s policy, or a `MegatronActor`'s stage); filled when that step runs."""
     captured: dict[str, torch.Tensor] = {}
     step = actor.optimizer.step
 
