@@ -29,6 +29,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from quiet import wait_for_quiet
+
 CONTENDERS = ("fsdp2", "ddp", "megatron-tp", "megatron-pp", "megatron-dp")
 
 
@@ -172,16 +175,6 @@ def worker(rank: int, port: int, out: str, setting: Setting, contenders: list[st
 
 
 # -- the driver ----------------------------------------------------------------------------
-
-
-def wait_for_quiet(max_load: float, patience: float) -> float:
-    """The 1-minute load average once at most `max_load`, or after `patience` seconds."""
-    deadline = time.monotonic() + patience
-    load = os.getloadavg()[0]
-    while load > max_load and time.monotonic() < deadline:
-        time.sleep(5.0)
-        load = os.getloadavg()[0]
-    return load
 
 
 def summarize(records: list[dict[str, Any]], contenders: list[str]) -> dict[str, Any]:

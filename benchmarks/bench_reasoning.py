@@ -77,6 +77,7 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from process_cpu import tree_cpu_seconds
+from quiet import wait_for_quiet
 from reasoning_summary import RunResult, format_table, merge_rounds, summarize
 from reasoning_trl import TrlJob, TrlSetup, run_trl
 
@@ -453,20 +454,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdict["wall_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(verdict))
     return 0
-
-
-def wait_for_quiet(max_load: float, patience: float) -> float:
-    """The 1-minute load average once it is at most `max_load`, or after `patience` seconds
-    (an install that just finished leaves the load high for a minute or two)."""
-    deadline = time.monotonic() + patience
-    load = os.getloadavg()[0]
-    if load > max_load:
-        print(f"waiting up to {patience:.0f} s for the load average ({load:.2f}) to fall "
-              f"to {max_load:.2f} ...", flush=True)
-    while load > max_load and time.monotonic() < deadline:
-        time.sleep(5.0)
-        load = os.getloadavg()[0]
-    return load
 
 
 def _timed(settings: Settings, what: TrlSetup | Mode, engine: str,
