@@ -3,6 +3,7 @@ that name the file (callers add it) and the key."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import numbers
@@ -88,3 +89,13 @@ def read_bool(value: Any, where: str, *, error: type[Exception]) -> bool:
     if not isinstance(value, bool):
         raise error(f"{where} is {value!r}: expected true or false")
     return value
+
+
+def check_number_fields(instance: Any, what: str, *, error: type[Exception]) -> None:
+    """Every field of the dataclass `instance` is a finite number >= 0 (not a bool);
+    `error` names `what` and the field otherwise."""
+    for f in dataclasses.fields(instance):
+        value = getattr(instance, f.name)
+        if not isinstance(value, int | float) or isinstance(value, bool) or value < 0 \
+                or not math.isfinite(value):
+            raise error(f"{what} {f.name}={value!r}: expected a finite number >= 0")

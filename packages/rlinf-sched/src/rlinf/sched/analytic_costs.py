@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from rlinf.sched._files import load_mapping, read_number
+from rlinf.sched._files import check_number_fields, load_mapping, read_number
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import ProfileError
 from rlinf.sched.model_parallel import TrainerCost
@@ -72,12 +72,7 @@ class AnalyticCost:
     """Seconds to offload and onload the component."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or value < 0 \
-                    or not math.isfinite(value):
-                raise ProfileError(f"analytic cost {f.name}={value!r}: expected a finite "
-                                   "number >= 0")
+        check_number_fields(self, "analytic cost", error=ProfileError)
 
     def time(self, batch_size: int, num_devices: int) -> float:
         """Seconds for one call."""

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from rlinf.sched._files import read_number
+from rlinf.sched._files import check_number_fields, read_number
 from rlinf.sched.errors import ProfileError
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.workflow import Workflow
@@ -94,12 +94,7 @@ class TrainerCost:
     """Seconds to offload and onload the trainer."""
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if not isinstance(value, int | float) or isinstance(value, bool) or \
-                    not math.isfinite(value) or value < 0:
-                raise ProfileError(f"trainer cost {f.name}={value!r}: expected a finite "
-                                   "number >= 0")
+        check_number_fields(self, "trainer cost", error=ProfileError)
         for name in ("parameters", "layers", "hidden", "heads", "kv_heads", "vocab",
                      "tokens_per_item", "micro_batch", "device_flops", "efficiency",
                      "bandwidth", "device_memory", "bytes_per_parameter", "activation_bytes"):
