@@ -237,3 +237,22 @@ def test_p2p_ranks_pair_modulo_the_smaller_end() -> None:
         paired_ranks(0, mine=2, theirs=3)
     with pytest.raises(ConfigError, match="not an end"):
         channel.peers("actor", 0)
+
+
+def test_profiling_runs_on_device_counts_every_component_allows() -> None:
+    """A trainer cut in pairs of devices is profiled on 2 and on the largest even count,
+    never on 1; a cluster on which no count fits every component is refused."""
+    from rlinf.sched import Cluster
+    from rlinf.workers.flow import profile_device_counts
+
+    def flow(multiple: int) -> MacroFlow:
+        trainer = ComponentSpec(Component("sink", batch=8, micro_batch_multiple=UNIT,
+                                          device_multiple=multiple, min_devices=multiple),
+                                Sink, entry="consume", setup="build", distributed=True)
+        return MacroFlow((source(), trainer), chain("source", "sink"))
+
+    assert profile_device_counts(flow(1), Cluster.uniform(1, 5, int(8e9))) == [1, 5]
+    assert profile_device_counts(flow(2), Cluster.uniform(1, 5, int(8e9))) == [2, 4]
+    assert profile_device_counts(flow(2), Cluster.uniform(1, 2, int(8e9))) == [2]
+    with pytest.raises(ConfigError, match=r"no device count in 1\.\.3"):
+        profile_device_counts(flow(4), Cluster.uniform(1, 3, int(8e9)))
