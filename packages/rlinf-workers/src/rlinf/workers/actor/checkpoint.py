@@ -91,7 +91,8 @@ def read_rank_files(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
         raise ConfigError(f"{directory} holds no rank*.pt checkpoint files")
     out = []
     for path in paths:
-        state = torch.load(path, weights_only=False, map_location="cpu")
+        # Memory-mapped: the optimizer state each file also holds is never read.
+        state = torch.load(path, weights_only=False, map_location="cpu", mmap=True)
         out.append({"model": state["model"], "layout": state.get("layout") or {},
                     "step": state["step"]})
     return out
