@@ -1,6 +1,7 @@
 """``actor.backend=megatron`` through ``rlinf-reasoning`` in every placement mode: the same
 seed gives the metrics of the DDP actor (the trainer is cut by tensor or pipeline
-parallelism, the rest of the flow unchanged), and bad cuts fail at config time."""
+parallelism, with sequence parallelism in the hybrid mode; the rest of the flow unchanged),
+and bad cuts fail at config time."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ MODES = {
     "collocated": ("placement=collocated", "cluster.cpu_slots=2", "actor.tensor_parallel=2",
                    "run.predict=false"),
     "hybrid": ("placement=hybrid", "cluster.cpu_slots=4", "actor.tensor_parallel=2",
-               "run.predict=false"),
+               "actor.sequence_parallel=true", "run.predict=false"),
     "disaggregated": ("placement='rollout: 0, reward: 1, inference: 2, actor: 3-4'",
                       "cluster.cpu_slots=5", "actor.pipeline_parallel=2", "run.predict=false"),
     "auto": ("placement=auto", "cluster.cpu_slots=2", "actor.tensor_parallel=2"),
@@ -103,6 +104,8 @@ def _exports_like_ddp(run_dir: Path, reference_dir: Path) -> None:
     (("placement=collocated", "actor.tensor_parallel=2", "algorithm=ppo"), "grpo with"),
     (("placement=collocated", "actor.backend=ddp", "actor.pipeline_parallel=2"),
      "1 unless actor.backend=megatron"),
+    (("placement=collocated", "actor.sequence_parallel=true"),
+     "false unless actor.tensor_parallel > 1"),
 ])
 def test_bad_cuts_fail_before_any_worker_starts(tmp_path: Path, overrides: tuple[str, ...],
                                                 message: str) -> None:

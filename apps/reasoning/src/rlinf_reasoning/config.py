@@ -200,6 +200,9 @@ class ActorSection:
     """megatron: devices each layer is split across."""
     pipeline_parallel: Positive = 1
     """megatron: stages the layers are split into."""
+    sequence_parallel: bool = False
+    """megatron with tensor_parallel > 1: each tensor-parallel device keeps its share of the
+    sequence's activations between layers (less activation memory, the same result)."""
 
     def __post_init__(self) -> None:
         if self.backend != "megatron":
@@ -207,6 +210,13 @@ class ActorSection:
                 if getattr(self, key) != 1:
                     raise InvalidConfigError(f"actor.{key}", getattr(self, key),
                                              "1 unless actor.backend=megatron")
+            if self.sequence_parallel:
+                raise InvalidConfigError("actor.sequence_parallel", True,
+                                         "false unless actor.backend=megatron")
+        elif self.sequence_parallel and self.tensor_parallel == 1:
+            raise InvalidConfigError("actor.sequence_parallel", True,
+                                     "false unless actor.tensor_parallel > 1 (it splits the "
+                                     "sequence across tensor-parallel devices)")
 
     @property
     def model_parallel(self) -> int:

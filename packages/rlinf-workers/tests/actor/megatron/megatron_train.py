@@ -2,8 +2,8 @@
 
 Usage: python megatron_train.py RANK WORLD_SIZE PORT MODE[,MODE...] OUT_DIR
 (``RLINF_MEGATRON_DEVICE=cuda``: NCCL, one GPU per rank.)
-A mode is ``tp{T}-pp{P}`` plus an optional ``-untied``
-(separate output head). For each mode: build the tiny model of dist_train.py, cut it,
+A mode is ``tp{T}-pp{P}`` plus optional ``-untied`` (separate output head) and ``-sp``
+(sequence parallelism). For each mode: build the tiny model of dist_train.py, cut it,
 record the log-probs of the batch, train two GRPO steps on this rank's data-parallel shard,
 and save the gathered Hugging Face parameters and the metrics to OUT_DIR/{mode}-rank{R}.pt.
 """
@@ -31,7 +31,8 @@ from rlinf.workers.actor.megatron import (
 )
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
 
-RESHARD = {"tp2-pp1": "tp1-pp2", "tp1-pp2": "tp2-pp1", "tp1-pp2-untied": "tp2-pp1-untied"}
+RESHARD = {"tp2-pp1": "tp1-pp2", "tp1-pp2": "tp2-pp1", "tp1-pp2-untied": "tp2-pp1-untied",
+           "tp2-pp1-sp": "tp1-pp2"}
 """Modes whose checkpoint is also loaded by the other cut of two ranks."""
 
 
@@ -40,7 +41,8 @@ def parse(mode: str) -> tuple[MegatronConfig, bool]:
     parts = mode.split("-")
     tp = int(parts[0].removeprefix("tp"))
     pp = int(parts[1].removeprefix("pp"))
-    return MegatronConfig(tensor_parallel=tp, pipeline_parallel=pp), "untied" not in parts
+    return (MegatronConfig(tensor_parallel=tp, pipeline_parallel=pp,
+                           sequence_parallel="sp" in parts), "untied" not in parts)
 
 
 def build_model(tied: bool, *, seed: int = 0) -> torch.nn.Module:
@@ -89,6 +91,26 @@ def gathered_gradients(local: dict[str, torch.Tensor],
                         pipeline_parallel=actor.megatron.pipeline_parallel)
 
 
+def sequence_split(actor: MegatronActor, batch: object) -> float:
+    """How many pieces the first layer's norm sees the sequence in (tensor-parallel degree
+    under sequence parallelism, else 1), from one forward of `batch`."""
+    seen: dict[str, int] = {}
+    gpt = actor.policy
+    norm = gpt.decoder.layers[0].input_layernorm  # type: ignore[union-attr, index]
+
+    def on_norm(_module: object, args: tuple[torch.Tensor, ...], _out: object) -> None:
+        seen.setdefault("norm", args[0].shape[0])
+
+    def on_model(_module: object, args: tuple[torch.Tensor, ...]) -> None:
+        seen.setdefault("tokens", args[0].shape[1])
+
+    hooks = [norm.register_forward_hook(on_norm), gpt.register_forward_pre_hook(on_model)]
+    actor.response_log_probs(batch)  # type: ignore[arg-type]
+    for hook in hooks:
+        hook.remove()
+    return seen["tokens"] / seen["norm"]
+
+
 def main() -> None:
     device = os.environ.get("RLINF_MEGATRON_DEVICE", "cpu")
     rank, _, modes, out = join("nccl" if device == "cuda" else "gloo")
@@ -104,6 +126,7 @@ def main() -> None:
         index = ps.get_data_parallel_rank()
         shard = batch.select(slice(index * rows, (index + 1) * rows))
         log_probs = actor.response_log_probs(batch)
+        split = sequence_split(actor, batch)
         first_step = capture_gradients(actor)
         metrics = [actor.train(shard) for _ in range(2)]
         grads = gathered_gradients(first_step, actor)
@@ -133,7 +156,8 @@ def main() -> None:
             resharded = gathered(moved)
         torch.save({"log_probs": log_probs, "metrics": metrics, "params": params,
                     "continued": continued, "resumed": resumed, "exported": exported,
-                    "resharded": resharded, "describe": describe, "grads": grads},
+                    "resharded": resharded, "describe": describe, "grads": grads,
+                    "sequence_split": split},
                    f"{out}/{mode}-rank{rank}.pt")
     dist.destroy_process_group()
 

@@ -1,6 +1,7 @@
 """The Megatron actor on two gloo ranks against one process training the Hugging Face model
-(the DDP/none actor) on the same batch: tensor parallel, pipeline parallel (tied and untied
-output head), data parallel; log-probs, metrics, parameters after two steps, resume."""
+(the DDP/none actor) on the same batch: tensor parallel (with and without sequence
+parallelism), pipeline parallel (tied and untied output head), data parallel; log-probs,
+metrics, parameters after two steps, resume."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from rank_launch import launch  # noqa: E402
 from rlinf.workers.actor import ActorWorker  # noqa: E402
 from rlinf.workers.models import response_log_probs  # noqa: E402
 
-MODES = ["tp2-pp1", "tp1-pp2", "tp1-pp1", "tp2-pp1-untied", "tp1-pp2-untied"]
+MODES = ["tp2-pp1", "tp1-pp2", "tp1-pp1", "tp2-pp1-untied", "tp1-pp2-untied", "tp2-pp1-sp"]
 
 
 @pytest.fixture(scope="module")
@@ -51,11 +52,33 @@ def _reference(tied: bool) -> tuple[torch.Tensor, list[dict[str, float]],
     return log_probs, metrics, initial, dict(actor.model.state_dict()), grads
 
 
+@pytest.fixture(scope="module")
+def launched_on_four(tmp_path_factory: pytest.TempPathFactory
+                     ) -> dict[str, list[dict[str, Any]]]:
+    """Tensor and pipeline parallelism together, on four ranks: the hidden states between
+    stages are each rank's share of the sequence under sequence parallelism."""
+    return launch(HERE / "megatron_train.py", FOUR_RANK_MODES,
+                  tmp_path_factory.mktemp("megatron4"), world=4)
+
+
+FOUR_RANK_MODES = ["tp2-pp2", "tp2-pp2-sp"]
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_megatron_cut_trains_like_one_process(launched, mode: str) -> None:
+    _check_trains_like_one_process(launched[mode], mode)
+
+
+@pytest.mark.parametrize("mode", FOUR_RANK_MODES)
+def test_tensor_and_pipeline_cut_trains_like_one_process(launched_on_four, mode: str) -> None:
+    _check_trains_like_one_process(launched_on_four[mode], mode)
+    expected = 2.0 if mode.endswith("-sp") else 1.0
+    assert {r["sequence_split"] for r in launched_on_four[mode]} == {expected}
+
+
+def _check_trains_like_one_process(ranks: list[dict[str, Any]], mode: str) -> None:
     tied = "untied" not in mode
     log_probs, metrics, initial, trained, grads = _reference(tied)
-    ranks = launched[mode]
     # The first step's gradients, gathered from every shard, are the one process's.
     gathered = ranks[0]["grads"]
     assert grads and set(gathered) >= set(grads)
@@ -88,7 +111,7 @@ def test_megatron_checkpoint_resumes_exactly(launched, mode: str) -> None:
         assert torch.equal(tensor, root["resumed"][name]), name
 
 
-@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp2-untied"])
+@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp2-untied", "tp2-pp1-sp"])
 def test_another_cut_resumes_from_the_distributed_checkpoint(launched, mode: str) -> None:
     """TP=2 saved, PP=2 resumed (and back): megatron-core's distributed checkpoint reshards
     model and optimizer, so the next step lands where the saving cut's own next step did
@@ -123,6 +146,13 @@ def test_megatron_actor_on_a_gpu_trains_like_one_cpu_process(tmp_path: Path) -> 
                       .square().sum()) for k in trained)
     size = sum(float((trained[k] - initial[k]).square().sum()) for k in trained)
     assert (error / size) ** 0.5 < 1e-2  # TF32 and CUDA kernels against CPU fp32
+
+
+def test_sequence_parallelism_splits_the_sequence_between_layers(launched) -> None:
+    """The equivalence above holds with the norms seeing half the sequence each."""
+    assert {r["sequence_split"] for r in launched["tp2-pp1-sp"]} == {2.0}
+    assert {r["sequence_split"] for r in launched["tp2-pp1"]} == {1.0}
+    assert {r["describe"]["sequence_parallel"] for r in launched["tp2-pp1-sp"]} == {True}
 
 
 def test_each_rank_describes_its_cut(launched) -> None:

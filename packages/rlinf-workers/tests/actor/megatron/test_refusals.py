@@ -22,6 +22,12 @@ def test_ppo_is_refused_with_the_backends_that_train_it() -> None:
         MegatronActor(MODEL, config=ActorConfig(algorithm="ppo"))
 
 
+def test_sequence_parallelism_without_tensor_parallelism_is_refused() -> None:
+    with pytest.raises(ConfigError, match="tensor_parallel > 1"):
+        MegatronConfig(sequence_parallel=True)
+    assert MegatronConfig(tensor_parallel=2, sequence_parallel=True).sequence_parallel
+
+
 def test_the_distributed_optimizer_is_refused_until_wired() -> None:
     with pytest.raises(ConfigError, match="distributed_optimizer"):
         MegatronActor(MODEL, megatron=MegatronConfig(distributed_optimizer=True))

@@ -172,18 +172,23 @@ class ActorWorker:
         values = counted.tolist()
         return float(values[0]), dict(zip(keys, values[1:], strict=True))
 
-    def _all_reduce_gradients(self, group: Any = None) -> None:
-        """Sum every parameter's gradient over the ranks of `group` (default: all) in one
-        flat buffer (a rank that computed none contributes zeros)."""
+    def _all_reduce_gradients(self, group: Any = None,
+                              params: list[torch.Tensor] | None = None) -> None:
+        """Sum the gradients of `params` (default: every optimised parameter) over the ranks
+        of `group` (default: all) in one flat buffer (a rank that computed none contributes
+        zeros)."""
         import torch.distributed as dist
         from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
+        if params is None:
+            params = [p for each in self.optimizer.param_groups for p in each["params"]]
         grads: list[torch.Tensor] = []
-        for param_group in self.optimizer.param_groups:
-            for param in param_group["params"]:
-                if param.grad is None:
-                    param.grad = torch.zeros_like(param)
-                grads.append(param.grad)
+        for param in params:
+            if param.grad is None:
+                param.grad = torch.zeros_like(param)
+            grads.append(param.grad)
+        if not grads:
+            return
         flat = _flatten_dense_tensors(grads)
         dist.all_reduce(flat, group=group)
         for grad, summed in zip(grads, _unflatten_dense_tensors(flat, grads), strict=True):

@@ -20,16 +20,18 @@ _FAMILIES = ("qwen2", "llama")
 @dataclass(frozen=True)
 class MegatronConfig:
     """Model parallelism of the Megatron actor; data parallelism is what remains of the
-    actor's ranks (``world_size / (tensor_parallel * pipeline_parallel)``).
-
-    Sequence parallelism is not offered: megatron-core's local layer spec refuses it (its
-    torch norms cannot split the sequence), and the Transformer Engine spec that allows it
-    needs CUDA and names the weights differently."""
+    actor's ranks (``world_size / (tensor_parallel * pipeline_parallel)``)."""
 
     tensor_parallel: int = 1
     """Ranks a layer's matrices (and the vocabulary) are split across."""
     pipeline_parallel: int = 1
     """Stages the decoder's layers are split into (equal numbers of layers)."""
+    sequence_parallel: bool = False
+    """Megatron's sequence parallelism (needs tensor_parallel > 1): outside attention and
+    the MLP, each tensor-parallel rank keeps 1/tp of the sequence's activations (norms,
+    residuals, the hidden states between pipeline stages), and the all-reduces around each
+    layer become an all-gather and a reduce-scatter of the same volume. Saves activation
+    memory; the loss and gradients are the same."""
     distributed_optimizer: bool = False
     """Megatron's distributed optimizer (optimizer state sharded over data-parallel ranks,
     megatron-core's DDP buffers). CUDA only: megatron-core allocates its buffers on
@@ -40,6 +42,10 @@ class MegatronConfig:
         if self.tensor_parallel < 1 or self.pipeline_parallel < 1:
             raise ConfigError(f"megatron tensor_parallel and pipeline_parallel must be >= 1, "
                               f"got {self.tensor_parallel} and {self.pipeline_parallel}")
+        if self.sequence_parallel and self.tensor_parallel == 1:
+            raise ConfigError("megatron sequence_parallel splits the sequence across "
+                              "tensor-parallel ranks: set tensor_parallel > 1 or "
+                              "sequence_parallel=false")
 
     @property
     def model_parallel(self) -> int:

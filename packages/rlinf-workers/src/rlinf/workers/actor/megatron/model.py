@@ -69,6 +69,7 @@ def transformer_config(shape: ModelShape, config: MegatronConfig) -> Any:
         kv_channels=shape.head_dim, ffn_hidden_size=shape.ffn_hidden_size,
         tensor_model_parallel_size=config.tensor_parallel,
         pipeline_model_parallel_size=config.pipeline_parallel,
+        sequence_parallel=config.sequence_parallel,
         normalization="RMSNorm", layernorm_epsilon=shape.norm_eps,
         gated_linear_unit=True, activation_func=torch.nn.functional.silu,
         add_bias_linear=False, add_qkv_bias=shape.qkv_bias,
@@ -85,17 +86,15 @@ def build_stage(hf_model: nn.Module, shape: ModelShape, config: MegatronConfig, 
     """This rank's stage of the decoder (after `initialize_parallel`), holding `hf_model`'s
     weights, on `device`."""
     from megatron.core import parallel_state as ps
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
 
     shape.check(config)
     first, last = ps.is_pipeline_first_stage(), ps.is_pipeline_last_stage()
     stage = ps.get_pipeline_model_parallel_rank()
-    spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-    spec.submodules.self_attention.submodules.core_attention = sdpa_attention()
+    megatron_config = transformer_config(shape, config)
     model = GPTModel(
-        config=transformer_config(shape, config),
-        transformer_layer_spec=spec,
+        config=megatron_config,
+        transformer_layer_spec=block_spec(megatron_config),
         vocab_size=shape.vocab_size, max_sequence_length=shape.max_positions,
         pre_process=first, post_process=last, position_embedding_type="rope",
         rotary_base=int(shape.rope_theta),
@@ -117,6 +116,48 @@ def build_stage(hf_model: nn.Module, shape: ModelShape, config: MegatronConfig, 
         raise ConfigError(f"Hugging Face → megatron weights did not line up: missing "
                           f"{missing[:5]}, unexpected {unexpected[:5]}")
     return model.to(device)
+
+
+def block_spec(megatron_config: Any) -> Any:
+    """This stage's decoder block: megatron-core's local layer spec with torch's
+    scaled-dot-product attention (`sdpa_attention`) and RMSNorms that also run on a
+    sequence-parallel shard (`rms_norm`), for the layers and the final norm."""
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.transformer_block import (
+        TransformerBlockSubmodules,
+        get_num_layers_to_build,
+    )
+
+    layer = get_gpt_layer_local_spec(normalization="RMSNorm")
+    layer.submodules.self_attention.submodules.core_attention = sdpa_attention()
+    layer.submodules.input_layernorm = rms_norm()
+    layer.submodules.pre_mlp_layernorm = rms_norm()
+    return TransformerBlockSubmodules(
+        layer_specs=[layer] * get_num_layers_to_build(megatron_config), layer_norm=rms_norm())
+
+
+_RMS_NORM: list[type] = []
+
+
+def rms_norm() -> type:
+    """torch's RMSNorm as megatron-core builds a norm, allowed under sequence parallelism.
+    (megatron-core's torch-norm wrapper refuses it; its Transformer Engine norm, which
+    allows it, needs CUDA.) A norm acts on each token alone, so on a shard of the sequence
+    it computes that shard's rows exactly; its weight's gradient is then a partial sum, and
+    the weight is tagged ``sequence_parallel`` for the trainer to sum it over the
+    tensor-parallel group, as megatron-core's Transformer Engine norms are."""
+    if _RMS_NORM:
+        return _RMS_NORM[0]
+
+    class RmsNorm(torch.nn.RMSNorm):
+        def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5,
+                     **_unused: Any) -> None:
+            super().__init__(hidden_size, eps=eps)
+            self.weight.sequence_parallel = bool(  # type: ignore[attr-defined]
+                config.sequence_parallel)
+
+    _RMS_NORM.append(RmsNorm)
+    return RmsNorm
 
 
 _SDPA_ATTENTION: list[type] = []

@@ -37,10 +37,12 @@ class StageInput:
     mask: torch.Tensor
     """``[b, 1, s, s]`` bool, True where attention is masked out."""
 
-    def hidden_shape(self, hidden_size: int) -> tuple[int, int, int]:
-        """Shape of the hidden states between stages: ``[s, b, hidden]``."""
+    def hidden_shape(self, hidden_size: int, sequence_shards: int = 1) -> tuple[int, int, int]:
+        """Shape of the hidden states between stages: ``[s / sequence_shards, b, hidden]``
+        (under sequence parallelism each tensor-parallel rank passes its share of the
+        sequence)."""
         rows, length = self.tokens.shape
-        return (length, rows, hidden_size)
+        return (length // sequence_shards, rows, hidden_size)
 
 
 LossFn = Callable[[torch.Tensor, int], torch.Tensor | None]
@@ -48,15 +50,17 @@ LossFn = Callable[[torch.Tensor, int], torch.Tensor | None]
 
 
 def run_stages(model: nn.Module, inputs: Sequence[StageInput], loss_fn: LossFn, *,
-               hidden_size: int, device: torch.device, forward_only: bool = False) -> None:
+               hidden_size: int, device: torch.device, forward_only: bool = False,
+               sequence_shards: int = 1) -> None:
     """Run `inputs` through this rank's stage of `model` (a megatron GPTModel built with
     this stage's ``pre_process``/``post_process``) and, unless `forward_only`, back, in the
     1F1B order (module docstring). Gradients accumulate in the parameters; the last stage
-    calls `loss_fn` per micro-batch (also when `forward_only`, to collect its outputs)."""
+    calls `loss_fn` per micro-batch (also when `forward_only`, to collect its outputs).
+    `sequence_shards`: the tensor-parallel degree under sequence parallelism, else 1."""
     from megatron.core import parallel_state as ps
 
     stages = _Stages(model, inputs, loss_fn, hidden_size=hidden_size, device=device,
-                     forward_only=forward_only,
+                     forward_only=forward_only, sequence_shards=sequence_shards,
                      previous=None if ps.is_pipeline_first_stage()
                      else ps.get_pipeline_model_parallel_prev_rank(),
                      following=None if ps.is_pipeline_last_stage()
@@ -91,8 +95,9 @@ class _Stages:
 
     def __init__(self, model: nn.Module, inputs: Sequence[StageInput], loss_fn: LossFn, *,
                  hidden_size: int, device: torch.device, forward_only: bool,
-                 previous: int | None, following: int | None) -> None:
+                 sequence_shards: int, previous: int | None, following: int | None) -> None:
         self.model, self.inputs, self.loss_fn = model, inputs, loss_fn
+        self.sequence_shards = sequence_shards
         self.hidden_size, self.device, self.forward_only = hidden_size, device, forward_only
         self.previous, self.following = previous, following
         self.alive: collections.deque[tuple[torch.Tensor | None, torch.Tensor | None]] = \
@@ -103,8 +108,8 @@ class _Stages:
         item = self.inputs[index]
         received = None
         if self.previous is not None:
-            received = torch.empty(item.hidden_shape(self.hidden_size), dtype=torch.float32,
-                                   device=self.device)
+            received = torch.empty(item.hidden_shape(self.hidden_size, self.sequence_shards),
+                                   dtype=torch.float32, device=self.device)
             _recv(received, self.previous)
             received.requires_grad_(not self.forward_only)
         _set_input(self.model, received)

@@ -129,7 +129,8 @@ class MegatronActor(ActorWorker):
         if total_units > 0 and micros:
             with compute_precision(cfg.precision, self.device):
                 run_stages(self.policy, [self._stage_input(m) for m in micros], loss_fn,
-                           hidden_size=self.shape.hidden_size, device=self.device)
+                           hidden_size=self.shape.hidden_size, device=self.device,
+                           sequence_shards=self._sequence_shards)
         self._sync_gradients()
         # Metrics live on the last stage: summed over data-parallel replicas, then shared
         # with the other stages so every rank returns the same.
@@ -153,9 +154,15 @@ class MegatronActor(ActorWorker):
         that also hides padding.
         megatron's rotary embedding counts positions from the first column; attention
         between valid tokens depends only on their distance, so the left padding does not
-        change a valid token's output."""
+        change a valid token's output. Under sequence parallelism the sequence is padded on
+        the right to a multiple of the tensor-parallel degree (masked columns after the
+        response, which the loss never reads)."""
         tokens = torch.cat([micro["prompt_ids"], micro["response_ids"]], dim=1)
         valid = torch.cat([micro["prompt_mask"], micro["response_mask"]], dim=1).bool()
+        extra = -tokens.shape[1] % self._sequence_shards
+        if extra:
+            tokens = torch.nn.functional.pad(tokens, (0, extra))
+            valid = torch.nn.functional.pad(valid, (0, extra))
         tokens = torch.where(valid, tokens, torch.zeros_like(tokens))
         length = tokens.shape[1]
         causal = torch.ones(length, length, dtype=torch.bool, device=tokens.device).triu(1)
@@ -209,7 +216,7 @@ class MegatronActor(ActorWorker):
         with compute_precision(self.config.precision, self.device):
             run_stages(self.policy, [self._stage_input(m) for m in micros], collect,
                        hidden_size=self.shape.hidden_size, device=self.device,
-                       forward_only=True)
+                       forward_only=True, sequence_shards=self._sequence_shards)
         width = batch.response_ids.shape[1]
         out = torch.zeros(batch.num_rows, width, dtype=torch.float32, device=self.device)
         if parts:
@@ -242,12 +249,25 @@ class MegatronActor(ActorWorker):
                        group=ps.get_pipeline_model_parallel_group())
         return shared.cpu()
 
+    @property
+    def _sequence_shards(self) -> int:
+        """How many pieces the sequence is cut into between layers (1 without sequence
+        parallelism)."""
+        return self.megatron.tensor_parallel if self.megatron.sequence_parallel else 1
+
     def _sync_gradients(self) -> None:
-        """Sum gradients over the data-parallel group (one flat buffer), and the tied
-        embedding's over its first- and last-stage copies."""
+        """Sum gradients over the data-parallel group (one flat buffer), the tied
+        embedding's over its first- and last-stage copies, and, under sequence parallelism,
+        the norms' over the tensor-parallel group (each rank saw its share of the
+        sequence)."""
         import torch.distributed as dist
         from megatron.core import parallel_state as ps
 
+        if self.megatron.sequence_parallel:
+            self._all_reduce_gradients(
+                group=ps.get_tensor_model_parallel_group(),
+                params=[p for p in self.policy.parameters()
+                        if getattr(p, "sequence_parallel", False)])
         if self.data_parallel > 1:
             self._all_reduce_gradients(group=ps.get_data_parallel_group())
         tied = self._tied_embedding()
