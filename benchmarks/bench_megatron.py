@@ -5,9 +5,11 @@ batch, on the same ranks (one core and one thread each), interleaved in rounds.
 
 Every contender trains the same global batch (each data-parallel replica its share) from
 the same weights: FSDP2 and DDP on every rank, and Megatron cut as tensor parallel over
-all ranks, pipeline parallel over all ranks, and data parallel only. The ranks run each
-contender in turn, round after round (A B C A B C ...); per contender the table shows the
-median seconds per step, the CPU-seconds of all ranks per step and the ratio to FSDP2.
+all ranks (also with sequence parallelism), pipeline parallel over all ranks, and data
+parallel only (also with the distributed optimizer). The ranks run each contender in turn,
+round after round (A B C A B C ...); per contender the table shows the median seconds per
+step, the CPU-seconds of all ranks per step, the ratio to FSDP2 and the optimizer state
+each rank holds (what FSDP2 and the distributed optimizer shard).
 The load average is recorded, and a run is refused while the machine is busy.
 Last line: one JSON object, with ``megatron_best_vs_fsdp2`` (FSDP2's median step time over
 the fastest Megatron cut's: above 1 means Megatron is faster).
@@ -32,7 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from quiet import wait_for_quiet
 
-CONTENDERS = ("fsdp2", "ddp", "megatron-tp", "megatron-pp", "megatron-dp")
+CONTENDERS = ("fsdp2", "ddp", "megatron-tp", "megatron-tp-sp", "megatron-pp", "megatron-dp",
+              "megatron-dp-dopt")
 
 
 @dataclass(frozen=True)
@@ -128,8 +131,11 @@ def _actor(name: str, setting: Setting) -> Any:
     if not name.startswith("megatron"):
         return ActorWorker(model, config=config)
     cut = {"megatron-tp": MegatronConfig(tensor_parallel=setting.ranks),
+           "megatron-tp-sp": MegatronConfig(tensor_parallel=setting.ranks,
+                                            sequence_parallel=True),
            "megatron-pp": MegatronConfig(pipeline_parallel=setting.ranks),
-           "megatron-dp": MegatronConfig()}[name]
+           "megatron-dp": MegatronConfig(),
+           "megatron-dp-dopt": MegatronConfig(distributed_optimizer=True)}[name]
     return MegatronActor(model, config=config, megatron=cut)
 
 
@@ -143,6 +149,17 @@ def _replica_shard(actor: Any, batch: Any, rank: int, ranks: int) -> Any:
         replicas, index = actor.data_parallel, ps.get_data_parallel_rank()
     rows = batch.num_rows // replicas
     return batch.select(slice(index * rows, (index + 1) * rows))
+
+
+def _optimizer_bytes(actor: Any) -> int:
+    """Bytes of optimizer state this rank holds (an FSDP2 moment counts its local shard)."""
+    total = 0
+    for state in actor.optimizer.state.values():
+        for value in state.values():
+            local = value.to_local() if hasattr(value, "to_local") else value
+            if getattr(local, "ndim", 0) > 0:
+                total += local.numel() * local.element_size()
+    return total
 
 
 def worker(rank: int, port: int, out: str, setting: Setting, contenders: list[str]) -> None:
@@ -168,7 +185,8 @@ def worker(rank: int, port: int, out: str, setting: Setting, contenders: list[st
                 seconds.append(time.perf_counter() - wall)
                 cpu.append(time.process_time() - used)
             results.append({"round": round_index, "contender": name, "rank": rank,
-                            "seconds": seconds, "cpu_seconds": cpu})
+                            "seconds": seconds, "cpu_seconds": cpu,
+                            "optimizer_bytes": _optimizer_bytes(actor)})
             del actor
     Path(out, f"rank{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
@@ -191,7 +209,8 @@ def summarize(records: list[dict[str, Any]], contenders: list[str]) -> dict[str,
         walls = [max(w for w, _ in ranks) for ranks in steps.values()]
         cpus = [sum(c for _, c in ranks) for ranks in steps.values()]
         out[name] = {"median_step_s": statistics.median(walls),
-                     "cpu_s_per_step": statistics.median(cpus), "samples": len(walls)}
+                     "cpu_s_per_step": statistics.median(cpus), "samples": len(walls),
+                     "optimizer_mb_per_rank": max(r["optimizer_bytes"] for r in mine) / 2**20}
     return out
 
 
@@ -225,11 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    for r in json.loads(Path(out, f"rank{rank}.json").read_text())]
     table = summarize(records, contenders)
     base = table.get("fsdp2", {}).get("median_step_s")
-    print(f"{'contender':<12} {'s/step':>8} {'CPU-s/step':>11} {'vs fsdp2':>9}")
+    print(f"{'contender':<17} {'s/step':>8} {'CPU-s/step':>11} {'vs fsdp2':>9} "
+          f"{'optim MB/rank':>14}")
     for name, row in table.items():
         ratio = f"{base / row['median_step_s']:.2f}" if base else "-"
-        print(f"{name:<12} {row['median_step_s']:>8.3f} {row['cpu_s_per_step']:>11.3f} "
-              f"{ratio:>9}")
+        print(f"{name:<17} {row['median_step_s']:>8.3f} {row['cpu_s_per_step']:>11.3f} "
+              f"{ratio:>9} {row['optimizer_mb_per_rank']:>14.1f}")
     megatron = [row["median_step_s"] for name, row in table.items()
                 if name.startswith("megatron")]
     verdict = {"setting": asdict(setting), "contenders": table,

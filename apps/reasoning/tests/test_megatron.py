@@ -1,7 +1,8 @@
 """``actor.backend=megatron`` through ``rlinf-reasoning`` in every placement mode: the same
 seed gives the metrics of the DDP actor (the trainer is cut by tensor or pipeline
-parallelism, with sequence parallelism in the hybrid mode; the rest of the flow unchanged),
-and bad cuts fail at config time."""
+parallelism, with sequence parallelism in the hybrid mode, or by data parallelism with the
+distributed optimizer in the collocated mode; the rest of the flow unchanged), and bad cuts
+fail at config time."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ MEGATRON = ("actor.backend=megatron",)
 
 MODES = {
     # Fixed placements unpriced: profiling is auto's part, and starting probes is slow here.
-    "collocated": ("placement=collocated", "cluster.cpu_slots=2", "actor.tensor_parallel=2",
-                   "run.predict=false"),
+    "collocated": ("placement=collocated", "cluster.cpu_slots=2",
+                   "actor.distributed_optimizer=true", "run.predict=false"),
     "hybrid": ("placement=hybrid", "cluster.cpu_slots=4", "actor.tensor_parallel=2",
                "actor.sequence_parallel=true", "run.predict=false"),
     "disaggregated": ("placement='rollout: 0, reward: 1, inference: 2, actor: 3-4'",
@@ -75,6 +76,21 @@ def test_megatron_actor_trains_like_ddp_in_every_mode(reference, reference_dir: 
         assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
     if mode == "disaggregated":
         _exports_like_ddp(tmp_path, reference_dir)
+    if mode == "collocated":
+        _optimizer_state_is_split(tmp_path)
+
+
+def _optimizer_state_is_split(run_dir: Path) -> None:
+    """The two data-parallel replicas' checkpoint files hold one copy of AdamW's two moments
+    between them, half each (to the padding of the last range)."""
+    last = sorted((run_dir / "checkpoints").glob("step-*"))[-1] / "actor"
+    files = [torch.load(last / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    parameters = sum(t.numel() for t in files[0]["model"].values()
+                     if isinstance(t, torch.Tensor))  # megatron's _extra_state is None
+    held = [sum(v.numel() for state in f["optimizer"]["state"].values()
+                for key, v in state.items() if key != "step") for f in files]
+    assert sum(held) == 2 * parameters
+    assert max(held) - min(held) <= 2
 
 
 def _exports_like_ddp(run_dir: Path, reference_dir: Path) -> None:
@@ -106,6 +122,8 @@ def _exports_like_ddp(run_dir: Path, reference_dir: Path) -> None:
      "1 unless actor.backend=megatron"),
     (("placement=collocated", "actor.sequence_parallel=true"),
      "false unless actor.tensor_parallel > 1"),
+    (("placement=collocated", "actor.backend=fsdp2", "actor.distributed_optimizer=true"),
+     "false unless actor.backend=megatron"),
 ])
 def test_bad_cuts_fail_before_any_worker_starts(tmp_path: Path, overrides: tuple[str, ...],
                                                 message: str) -> None:

@@ -203,6 +203,9 @@ class ActorSection:
     sequence_parallel: bool = False
     """megatron with tensor_parallel > 1: each tensor-parallel device keeps its share of the
     sequence's activations between layers (less activation memory, the same result)."""
+    distributed_optimizer: bool = False
+    """megatron: the data-parallel replicas split AdamW's state (Megatron's distributed
+    optimizer; the same update with 1/dp of the moments' memory per device)."""
 
     def __post_init__(self) -> None:
         if self.backend != "megatron":
@@ -210,9 +213,11 @@ class ActorSection:
                 if getattr(self, key) != 1:
                     raise InvalidConfigError(f"actor.{key}", getattr(self, key),
                                              "1 unless actor.backend=megatron")
-            if self.sequence_parallel:
-                raise InvalidConfigError("actor.sequence_parallel", True,
-                                         "false unless actor.backend=megatron")
+            for key in ("sequence_parallel", "distributed_optimizer"):
+                if getattr(self, key):
+                    raise InvalidConfigError(f"actor.{key}", True,
+                                             "false unless actor.backend=megatron (fsdp2 "
+                                             "shards the optimizer state itself)")
         elif self.sequence_parallel and self.tensor_parallel == 1:
             raise InvalidConfigError("actor.sequence_parallel", True,
                                      "false unless actor.tensor_parallel > 1 (it splits the "

@@ -140,7 +140,8 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
         actor=actor,
         megatron=(MegatronConfig(tensor_parallel=cfg.actor.tensor_parallel,
                                  pipeline_parallel=cfg.actor.pipeline_parallel,
-                                 sequence_parallel=cfg.actor.sequence_parallel)
+                                 sequence_parallel=cfg.actor.sequence_parallel,
+                                 distributed_optimizer=cfg.actor.distributed_optimizer)
                   if cfg.actor.backend == "megatron" else None),
         recompute_logprobs=algo.recompute_logprobs,
         weight_sync=cfg.run.weight_sync,

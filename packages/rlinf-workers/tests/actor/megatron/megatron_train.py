@@ -2,10 +2,11 @@
 
 Usage: python megatron_train.py RANK WORLD_SIZE PORT MODE[,MODE...] OUT_DIR
 (``RLINF_MEGATRON_DEVICE=cuda``: NCCL, one GPU per rank.)
-A mode is ``tp{T}-pp{P}`` plus optional ``-untied`` (separate output head) and ``-sp``
-(sequence parallelism). For each mode: build the tiny model of dist_train.py, cut it,
-record the log-probs of the batch, train two GRPO steps on this rank's data-parallel shard,
-and save the gathered Hugging Face parameters and the metrics to OUT_DIR/{mode}-rank{R}.pt.
+A mode is ``tp{T}-pp{P}`` plus optional ``-untied`` (separate output head), ``-sp``
+(sequence parallelism) and ``-dopt`` (distributed optimizer). For each mode: build the tiny
+model of dist_train.py, cut it, record the log-probs of the batch, train two GRPO steps on
+this rank's data-parallel shard, and save the gathered Hugging Face parameters and the
+metrics to OUT_DIR/{mode}-rank{R}.pt.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rank_launch import join
 
 from rlinf.workers.actor import ActorWorker
 from rlinf.workers.actor.megatron import (
+    DistributedAdamW,
     MegatronActor,
     MegatronConfig,
     hf_policy_from_checkpoint,
@@ -32,7 +34,7 @@ from rlinf.workers.actor.megatron import (
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
 
 RESHARD = {"tp2-pp1": "tp1-pp2", "tp1-pp2": "tp2-pp1", "tp1-pp2-untied": "tp2-pp1-untied",
-           "tp2-pp1-sp": "tp1-pp2"}
+           "tp2-pp1-sp": "tp1-pp1-dopt", "tp1-pp1-dopt": "tp2-pp1"}
 """Modes whose checkpoint is also loaded by the other cut of two ranks."""
 
 
@@ -42,7 +44,8 @@ def parse(mode: str) -> tuple[MegatronConfig, bool]:
     tp = int(parts[0].removeprefix("tp"))
     pp = int(parts[1].removeprefix("pp"))
     return (MegatronConfig(tensor_parallel=tp, pipeline_parallel=pp,
-                           sequence_parallel="sp" in parts), "untied" not in parts)
+                           sequence_parallel="sp" in parts,
+                           distributed_optimizer="dopt" in parts), "untied" not in parts)
 
 
 def build_model(tied: bool, *, seed: int = 0) -> torch.nn.Module:
@@ -67,10 +70,25 @@ def capture_gradients(actor: ActorWorker) -> dict[str, torch.Tensor]:
         if not captured:
             captured.update({name: p.grad.clone() for name, p in actor.policy.named_parameters()
                              if p.grad is not None})
+            if isinstance(actor.optimizer, DistributedAdamW):
+                captured.update(_pieces_of_gradients(actor))
         return step(*args, **kwargs)
 
     actor.optimizer.step = capturing  # type: ignore[method-assign]
     return captured
+
+
+def _pieces_of_gradients(actor: ActorWorker) -> dict[str, torch.Tensor]:
+    """A distributed optimizer's gradients by parameter name: this rank's range, zeros
+    elsewhere (the data-parallel ranks' captures add up to the whole gradient)."""
+    optimizer = actor.optimizer
+    assert isinstance(optimizer, DistributedAdamW)
+    names = [name for name, _ in actor.policy.named_parameters()]
+    partial = {name: torch.zeros_like(p) for name, p in actor.policy.named_parameters()}
+    for view, piece in zip(optimizer.views, optimizer.pieces, strict=True):
+        assert view.grad is not None
+        partial[names[piece.index]].view(-1)[piece.start: piece.stop] = view.grad
+    return partial
 
 
 def gathered_gradients(local: dict[str, torch.Tensor],
@@ -84,6 +102,14 @@ def gathered_gradients(local: dict[str, torch.Tensor],
     dist.all_gather_object(every, mine)
     if dist.get_rank() != 0:
         return {}
+    if isinstance(actor.optimizer, DistributedAdamW):
+        # Each data-parallel rank captured its range of the summed gradient: add them up.
+        summed: dict[tuple[int, int], dict[str, torch.Tensor]] = {}
+        for stage, tp_rank, _, grads in every:  # type: ignore[misc]
+            into = summed.setdefault((stage, tp_rank), {})
+            for name, grad in grads.items():
+                into[name] = into[name] + grad if name in into else grad.clone()
+        every = [(stage, tp_rank, 0, grads) for (stage, tp_rank), grads in summed.items()]
     return shards_to_hf(((stage, tp_rank, grads)
                          for stage, tp_rank, dp_rank, grads in every  # type: ignore[misc]
                          if dp_rank == 0), actor.shape,
@@ -144,15 +170,19 @@ def main() -> None:
         fresh.train(shard)
         resumed = gathered(fresh)
         describe = actor.describe()
-        # The same checkpoint into the other cut of two ranks (TP=2 <-> PP=2), resharded
-        # from the distributed checkpoint; one data-parallel replica either way.
+        # The same checkpoint into another cut of two ranks (TP=2 <-> PP=2, and between
+        # the distributed optimizer on two data-parallel replicas and TP=2), resharded from
+        # the distributed checkpoint. The new cut trains on the same rows: its
+        # model-parallel group gathers them, as the flow's `training_batch` does (two
+        # replicas of a batch weigh as the batch itself).
         other = RESHARD.get(mode)
         resharded: dict[str, torch.Tensor] = {}
         if other is not None:
             moved = MegatronActor(build_model(tied, seed=7), config=config("none"),
                                   megatron=parse(other)[0], device=device)
             moved.load_checkpoint(f"{out}/{mode}-ckpt")
-            moved.train(shard)
+            moved.train(moved.training_batch(shard, pad_token_id=0)
+                        if moved.data_parallel < replicas else shard)
             resharded = gathered(moved)
         torch.save({"log_probs": log_probs, "metrics": metrics, "params": params,
                     "continued": continued, "resumed": resumed, "exported": exported,

@@ -24,7 +24,8 @@ from rank_launch import launch  # noqa: E402
 from rlinf.workers.actor import ActorWorker  # noqa: E402
 from rlinf.workers.models import response_log_probs  # noqa: E402
 
-MODES = ["tp2-pp1", "tp1-pp2", "tp1-pp1", "tp2-pp1-untied", "tp1-pp2-untied", "tp2-pp1-sp"]
+MODES = ["tp2-pp1", "tp1-pp2", "tp1-pp1", "tp2-pp1-untied", "tp1-pp2-untied", "tp2-pp1-sp",
+         "tp1-pp1-dopt"]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +62,7 @@ def launched_on_four(tmp_path_factory: pytest.TempPathFactory
                   tmp_path_factory.mktemp("megatron4"), world=4)
 
 
-FOUR_RANK_MODES = ["tp2-pp2", "tp2-pp2-sp"]
+FOUR_RANK_MODES = ["tp2-pp2", "tp2-pp2-sp", "tp1-pp2-dopt"]
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -92,8 +93,8 @@ def _check_trains_like_one_process(ranks: list[dict[str, Any]], mode: str) -> No
             for key in want:
                 assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
     rooted = [r["params"] for r in ranks if r["params"]]
-    # Actor rank 0 roots its model-parallel group; with two data-parallel replicas both do.
-    assert len(rooted) == (2 if mode == "tp1-pp1" else 1)
+    # The first rank of each model-parallel group (one per data-parallel replica) roots it.
+    assert len(rooted) == ranks[0]["describe"]["data_parallel"]
     for params in rooted:
         assert set(params) == set(trained)
         # AdamW's first steps move each weight by about lr whatever its gradient's size, so
@@ -104,14 +105,15 @@ def _check_trains_like_one_process(ranks: list[dict[str, Any]], mode: str) -> No
         assert (error / size) ** 0.5 < 1e-4
 
 
-@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2"])
+@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp1-dopt"])
 def test_megatron_checkpoint_resumes_exactly(launched, mode: str) -> None:
     root = launched[mode][0]
     for name, tensor in root["continued"].items():
         assert torch.equal(tensor, root["resumed"][name]), name
 
 
-@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp2-untied", "tp2-pp1-sp"])
+@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp2-untied", "tp2-pp1-sp",
+                                  "tp1-pp1-dopt"])
 def test_another_cut_resumes_from_the_distributed_checkpoint(launched, mode: str) -> None:
     """TP=2 saved, PP=2 resumed (and back): megatron-core's distributed checkpoint reshards
     model and optimizer, so the next step lands where the saving cut's own next step did
@@ -153,6 +155,18 @@ def test_sequence_parallelism_splits_the_sequence_between_layers(launched) -> No
     assert {r["sequence_split"] for r in launched["tp2-pp1-sp"]} == {2.0}
     assert {r["sequence_split"] for r in launched["tp2-pp1"]} == {1.0}
     assert {r["describe"]["sequence_parallel"] for r in launched["tp2-pp1-sp"]} == {True}
+
+
+def test_the_distributed_optimizer_splits_adams_state_over_data_parallel_ranks(
+        launched) -> None:
+    """Two moments per parameter: the two ranks hold one copy between them (half each, to
+    the padding of the last range), where plain AdamW holds one on each."""
+    parameters = launched["tp1-pp1"][0]["describe"]["stage_parameters"]
+    held = [r["describe"]["optimizer_state_elements"] for r in launched["tp1-pp1-dopt"]]
+    assert sum(held) == 2 * parameters
+    assert max(held) - min(held) <= 2
+    assert {r["describe"]["optimizer_state_elements"] for r in launched["tp1-pp1"]} == {
+        2 * parameters}
 
 
 def test_each_rank_describes_its_cut(launched) -> None:

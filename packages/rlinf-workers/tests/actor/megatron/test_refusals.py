@@ -28,11 +28,6 @@ def test_sequence_parallelism_without_tensor_parallelism_is_refused() -> None:
     assert MegatronConfig(tensor_parallel=2, sequence_parallel=True).sequence_parallel
 
 
-def test_the_distributed_optimizer_is_refused_until_wired() -> None:
-    with pytest.raises(ConfigError, match="distributed_optimizer"):
-        MegatronActor(MODEL, megatron=MegatronConfig(distributed_optimizer=True))
-
-
 def test_a_missing_extra_names_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "megatron.core", None)
     with pytest.raises(MissingExtraError, match=r"rlinf-workers\[megatron\]"):

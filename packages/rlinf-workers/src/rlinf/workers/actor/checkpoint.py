@@ -20,7 +20,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
+    get_model_state_dict,
     get_state_dict,
+    set_model_state_dict,
     set_state_dict,
 )
 
@@ -71,8 +73,14 @@ def save(directory: str | os.PathLike[str], *, modules: nn.Module,
          optimizer: torch.optim.Optimizer, step: int,
          layout: Mapping[str, Any] | None = None) -> Path:
     """Write ``rank{r}.pt`` under `directory` (created); returns its path. `layout` says
-    how this rank's tensors are cut, for readers that reassemble them (`read_layout`)."""
-    model_state, optim_state = get_state_dict(modules, optimizer, options=_OPTIONS)
+    how this rank's tensors are cut, for readers that reassemble them (`read_layout`).
+    An optimizer whose ``state_by_position`` is true (its parameters are not the modules',
+    e.g. the Megatron actor's `DistributedAdamW`) is saved by its own ``state_dict``."""
+    if getattr(optimizer, "state_by_position", False):
+        model_state = get_model_state_dict(modules, options=_OPTIONS)
+        optim_state = optimizer.state_dict()
+    else:
+        model_state, optim_state = get_state_dict(modules, optimizer, options=_OPTIONS)
     path = Path(directory) / f"rank{_rank()}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -112,8 +120,12 @@ def restore(state: dict[str, Any], *, modules: nn.Module,
     """Apply a rank file read by `read_rank_file`; returns its step. set_state_dict copies
     the CPU tensors into the (possibly sharded, possibly GPU) parameters and optimizer
     state."""
-    set_state_dict(modules, optimizer, model_state_dict=state["model"],
-                   optim_state_dict=state["optimizer"], options=_OPTIONS)
+    if getattr(optimizer, "state_by_position", False):
+        set_model_state_dict(modules, state["model"], options=_OPTIONS)
+        optimizer.load_state_dict(state["optimizer"])
+    else:
+        set_state_dict(modules, optimizer, model_state_dict=state["model"],
+                       optim_state_dict=state["optimizer"], options=_OPTIONS)
     set_rng_state(state["rng"])
     return int(state["step"])
 

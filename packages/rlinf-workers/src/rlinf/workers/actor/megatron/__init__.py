@@ -11,8 +11,9 @@ from rlinf.workers.actor.megatron.convert import (
     megatron_to_hf,
     shards_to_hf,
 )
+from rlinf.workers.actor.megatron.distributed_optimizer import DistributedAdamW
 from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
 from rlinf.workers.actor.megatron.trainer import MegatronActor
 
-__all__ = ["MegatronActor", "MegatronConfig", "ModelShape", "hf_policy_from_checkpoint",
-           "hf_to_megatron", "megatron_to_hf", "shards_to_hf"]
+__all__ = ["DistributedAdamW", "MegatronActor", "MegatronConfig", "ModelShape",
+           "hf_policy_from_checkpoint", "hf_to_megatron", "megatron_to_hf", "shards_to_hf"]

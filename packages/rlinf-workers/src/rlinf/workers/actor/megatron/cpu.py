@@ -19,8 +19,12 @@ GPT on two gloo ranks (the tests do the same):
 6. Its distributed checkpoints synchronise CUDA streams after copying to the host
    (``torch.cuda.synchronize``): without CUDA there is nothing to wait for, and
    `enable_cpu_execution` makes that call return.
-7. The distributed optimizer and its DDP buffers check ``torch.cuda.FloatTensor`` and
-   allocate on 'cuda': not available on CPU (`MegatronConfig.distributed_optimizer`).
+7. The distributed optimizer accepts only ``torch.cuda.*Tensor`` parameters
+   (``_build_model_and_main_param_groups``) and needs megatron's DDP grad buffers: the
+   actor's `DistributedAdamW` runs the same algorithm with torch collectives instead.
+8. Sequence parallelism is refused by the torch-norm wrapper of the local layer spec (only
+   Transformer Engine's norms, CUDA builds, allow it): the actor builds its layers with its
+   own RMSNorm (`model.rms_norm`).
 
 Only ever called where CUDA is absent, so no GPU process is changed by it.
 """

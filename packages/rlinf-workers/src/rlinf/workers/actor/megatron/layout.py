@@ -33,10 +33,11 @@ class MegatronConfig:
     layer become an all-gather and a reduce-scatter of the same volume. Saves activation
     memory; the loss and gradients are the same."""
     distributed_optimizer: bool = False
-    """Megatron's distributed optimizer (optimizer state sharded over data-parallel ranks,
-    megatron-core's DDP buffers). CUDA only: megatron-core allocates its buffers on
-    'cuda'. False: AdamW on each rank's shard of the parameters, with gradients summed
-    over the data-parallel group (exact, and runs on CPU)."""
+    """Megatron's distributed optimizer (ZeRO-1): the data-parallel ranks split AdamW's
+    state, each stepping its range of the parameters between a reduce-scatter of the
+    gradients and an all-gather of the parameters (`DistributedAdamW`). Saves
+    (dp - 1)/dp of the moments' memory; the update is the same. False: every data-parallel
+    rank keeps the whole shard's AdamW state, gradients all-reduced."""
 
     def __post_init__(self) -> None:
         if self.tensor_parallel < 1 or self.pipeline_parallel < 1:

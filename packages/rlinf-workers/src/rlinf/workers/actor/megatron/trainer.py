@@ -12,7 +12,8 @@ aggregation, metrics and checkpoints); only the model and what crosses ranks dif
   tied embedding's two copies (first and last stage) add their gradients;
 - the gradient norm is taken over every model-parallel shard once (replicated norms
   count once), then AdamW steps each rank's shard: Adam is elementwise, so the update is
-  exactly the unsharded one;
+  exactly the unsharded one; with ``distributed_optimizer`` the data-parallel ranks also
+  split the shard's AdamW state (`DistributedAdamW`: reduce-scatter, step, all-gather);
 - `state_dict_for_rollout` gathers the shards back into Hugging Face names and layout.
 
 Every actor rank holds its data-parallel replica's whole batch (tensor- and
@@ -34,6 +35,7 @@ from torch import nn
 from rlinf.workers.actor import checkpoint as ckpt
 from rlinf.workers.actor.config import ActorConfig
 from rlinf.workers.actor.megatron.convert import shards_to_hf
+from rlinf.workers.actor.megatron.distributed_optimizer import DistributedAdamW
 from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
 from rlinf.workers.actor.megatron.model import build_stage, initialize_parallel
 from rlinf.workers.actor.megatron.pipeline import StageInput, run_stages
@@ -79,10 +81,6 @@ class MegatronActor(ActorWorker):
             raise ConfigError("actor.backend=megatron trains GRPO; PPO's critic is not built "
                               "on Megatron yet: use actor.backend=ddp or fsdp2 for PPO")
         self.megatron = megatron or MegatronConfig()
-        if self.megatron.distributed_optimizer:
-            raise ConfigError("megatron distributed_optimizer is not wired yet (megatron-core "
-                              "builds it on CUDA only); leave it false: AdamW on each rank's "
-                              "shard gives the same update")
         self.shape = ModelShape.from_hf(getattr(model, "config", None))
         self.shape.check(self.megatron)
         self.config = config
@@ -91,9 +89,17 @@ class MegatronActor(ActorWorker):
         self.policy = build_stage(model, self.shape, self.megatron, device=self.device)
         self.policy.train()
         self.critic = None
-        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr,
-                                           betas=config.betas,
-                                           weight_decay=config.weight_decay)
+        self.optimizer: torch.optim.AdamW
+        if self.megatron.distributed_optimizer:
+            from megatron.core import parallel_state as ps
+
+            self.optimizer = DistributedAdamW(
+                list(self.policy.parameters()), group=ps.get_data_parallel_group(),
+                lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+        else:
+            self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr,
+                                               betas=config.betas,
+                                               weight_decay=config.weight_decay)
         self.global_step = 0
         self._agg = LossAggregation.parse(config.aggregation)
 
@@ -143,6 +149,8 @@ class MegatronActor(ActorWorker):
             result["grad_norm"] = self._clip_gradients(cfg.max_grad_norm)
         if total_units > 0:
             self.optimizer.step()
+            if isinstance(self.optimizer, DistributedAdamW):
+                self.optimizer.gather_parameters()
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
         return result
@@ -256,10 +264,10 @@ class MegatronActor(ActorWorker):
         return self.megatron.tensor_parallel if self.megatron.sequence_parallel else 1
 
     def _sync_gradients(self) -> None:
-        """Sum gradients over the data-parallel group (one flat buffer), the tied
-        embedding's over its first- and last-stage copies, and, under sequence parallelism,
-        the norms' over the tensor-parallel group (each rank saw its share of the
-        sequence)."""
+        """Sum gradients over the tensor-parallel group for the norms under sequence
+        parallelism (each rank saw its share of the sequence), over the tied embedding's
+        first- and last-stage copies, and over the data-parallel group: one flat all-reduce,
+        or with the distributed optimizer a reduce-scatter into each rank's range."""
         import torch.distributed as dist
         from megatron.core import parallel_state as ps
 
@@ -268,13 +276,15 @@ class MegatronActor(ActorWorker):
                 group=ps.get_tensor_model_parallel_group(),
                 params=[p for p in self.policy.parameters()
                         if getattr(p, "sequence_parallel", False)])
-        if self.data_parallel > 1:
-            self._all_reduce_gradients(group=ps.get_data_parallel_group())
         tied = self._tied_embedding()
         if tied is not None:
             if tied.grad is None:  # both copies take part in the all-reduce
                 tied.grad = torch.zeros_like(tied)
             dist.all_reduce(tied.grad, group=ps.get_embedding_group())
+        if isinstance(self.optimizer, DistributedAdamW):
+            self.optimizer.reduce_scatter_gradients()
+        elif self.data_parallel > 1:
+            self._all_reduce_gradients(group=ps.get_data_parallel_group())
 
     def _tied_embedding(self) -> torch.Tensor | None:
         """This stage's copy of a tied embedding when the pipeline has several stages."""
@@ -298,20 +308,25 @@ class MegatronActor(ActorWorker):
 
         tp_rank = ps.get_tensor_model_parallel_rank()
         tied = self._tied_embedding()
-        square = torch.zeros(1, dtype=torch.float64, device=self.device)
-        for param in self.policy.parameters():
-            if param.grad is None:
-                continue
-            split = bool(getattr(param, "tensor_model_parallel", False))
-            if (not split and tp_rank != 0) or (
-                    param is tied and not ps.is_pipeline_first_stage()):
-                continue
-            square += param.grad.detach().double().pow(2).sum()
+        params = list(self.policy.parameters())
+        counted = [(bool(getattr(p, "tensor_model_parallel", False)) or tp_rank == 0)
+                   and not (p is tied and not ps.is_pipeline_first_stage()) for p in params]
+        if isinstance(self.optimizer, DistributedAdamW):
+            # Each data-parallel rank holds the summed gradient of its range only.
+            square = self.optimizer.local_square_norm(counted)
+            dist.all_reduce(square, group=ps.get_data_parallel_group())
+        else:
+            square = torch.zeros(1, dtype=torch.float64, device=self.device)
+            for param, count in zip(params, counted, strict=True):
+                if count and param.grad is not None:
+                    square += param.grad.detach().double().pow(2).sum()
         dist.all_reduce(square, group=ps.get_model_parallel_group())
         norm = float(square.sqrt())
         scale = max_norm / (norm + 1e-6)
         if scale < 1.0:
-            for param in self.policy.parameters():
+            if isinstance(self.optimizer, DistributedAdamW):
+                self.optimizer.scale_gradients(scale)
+            for param in params:
                 if param.grad is not None:
                     param.grad.mul_(scale)
         return norm
@@ -379,7 +394,10 @@ class MegatronActor(ActorWorker):
         state = loaded["optimizer"]
         for per_param in state["state"].values():
             per_param["step"] = torch.tensor(float(loaded["step"]))
-        self.optimizer.load_state_dict(state)
+        if isinstance(self.optimizer, DistributedAdamW):
+            self.optimizer.load_full_state_dict(state)
+        else:
+            self.optimizer.load_state_dict(state)
         self.global_step = int(loaded["step"])
         _log.info("megatron_resharded", directory=directory,
                   tensor_rank=ps.get_tensor_model_parallel_rank(),
@@ -413,11 +431,26 @@ class MegatronActor(ActorWorker):
             # This stage's copy of the tied embedding is the first stage's, replicated.
             gpt.tie_embeddings_and_output_weights_state_dict(
                 model, "output_layer.weight", "embedding.word_embeddings.weight", metadata)
-        _init_adam_state(self.optimizer)
-        optimizer = self.optimizer.state_dict()
+        # The same per-parameter moments whichever optimizer wrote them, so a checkpoint
+        # reshards across the optimizer and the data-parallel degree too.
+        if isinstance(self.optimizer, DistributedAdamW):
+            optimizer = self.optimizer.full_state_dict()
+        else:
+            _init_adam_state(self.optimizer)
+            optimizer = self.optimizer.state_dict()
         mapping = get_param_id_to_sharded_param_map(model, self.policy.parameters())
         optim_state_to_sharding_state(optimizer, mapping, exclude_keys=("step",))
         return {"model": model, "optimizer": optimizer, "step": self.global_step}
+
+    def offload(self) -> None:
+        super().offload()
+        if isinstance(self.optimizer, DistributedAdamW):
+            self.optimizer.rebind()  # its pieces would keep the device storage alive
+
+    def onload(self) -> None:
+        super().onload()
+        if isinstance(self.optimizer, DistributedAdamW):
+            self.optimizer.rebind()
 
     def snapshot(self) -> dict[str, Any]:
         """This rank's shard of the trainable state, deep-copied."""
@@ -439,6 +472,9 @@ class MegatronActor(ActorWorker):
 
         return dataclasses.asdict(self.megatron) | {
             "data_parallel": self.data_parallel,
+            "optimizer_state_elements": sum(
+                value.numel() for state in self.optimizer.state.values()
+                for key, value in state.items() if key != "step"),
             "tensor_rank": ps.get_tensor_model_parallel_rank(),
             "pipeline_stage": ps.get_pipeline_model_parallel_rank(),
             "stage_parameters": sum(p.numel() for p in self.policy.parameters())}
