@@ -4,6 +4,7 @@ the cut the planner records."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -23,8 +24,12 @@ QWEN_7B = TrainerCost(parameters=7.6e9, layers=28, hidden=3584, heads=28, kv_hea
 
 def test_cuts_follow_the_models_shape() -> None:
     cuts = QWEN_7B.cuts(8)
-    assert ParallelCut(2, 2, 2) in cuts and ParallelCut(4, 1, 2) in cuts
+    degrees = {(c.tensor, c.pipeline, c.data) for c in cuts}
+    assert (2, 2, 2) in degrees and (4, 1, 2) in degrees
     assert all(c.tensor * c.pipeline * c.data == 8 for c in cuts)
+    # Sequence parallelism wherever TP > 1, the distributed optimizer wherever DP > 1.
+    assert all(c.sequence_parallel == (c.tensor > 1) for c in cuts)
+    assert all(c.distributed_optimizer == (c.data > 1) for c in cuts)
     assert not any(c.tensor == 8 for c in cuts)  # 4 key/value heads
     assert not any(c.pipeline == 8 for c in cuts)  # 28 layers
 
@@ -33,7 +38,7 @@ def test_memory_shrinks_with_model_parallelism_and_the_limit_decides() -> None:
     batch = 256
     replica = QWEN_7B.memory_of(ParallelCut(1, 1, 8), batch)
     assert replica > 80e9  # 16 bytes per parameter alone is 122 GB
-    assert QWEN_7B.memory_of(ParallelCut(2, 2, 2), batch) < replica / 3
+    assert QWEN_7B.memory_of(ParallelCut(2, 2, 2, True, True), batch) < replica / 3
     chosen = QWEN_7B.cut(batch, 8)
     assert chosen is not None and QWEN_7B.memory_of(chosen, batch) <= 80e9
     assert chosen.tensor * chosen.pipeline >= 2
@@ -55,9 +60,30 @@ def test_the_bubble_and_the_collectives_are_priced() -> None:
 
 def test_a_device_count_without_a_fitting_cut_reports_the_memory_it_needs() -> None:
     # 5 divides neither the heads nor the layers: only data parallelism, whole replicas.
-    assert QWEN_7B.cut(16, 5) == ParallelCut(1, 1, 5)
-    assert QWEN_7B.memory(16, 5) > 80e9  # so the planner cannot place the actor there
-    assert math.isfinite(QWEN_7B.time(16, 5))
+    replicas = dataclasses.replace(QWEN_7B, distributed_optimizer=0)
+    assert replicas.cut(16, 5) == ParallelCut(1, 1, 5)
+    assert replicas.memory(16, 5) > 80e9  # so the planner cannot place the actor there
+    assert math.isfinite(replicas.time(16, 5))
+
+
+def test_sequence_parallelism_and_the_distributed_optimizer_cost_memory_not_time() -> None:
+    batch = 64
+    plain, sp, dopt, both = (ParallelCut(2, 2, 2, s, d) for s, d in (
+        (False, False), (True, False), (False, True), (True, True)))
+    memory = {c: QWEN_7B.memory_of(c, batch) for c in (plain, sp, dopt, both)}
+    # Sequence parallelism splits the 10 h bytes per token and layer that TP leaves whole.
+    micro = 2  # min(micro-batches, pp) in flight
+    tokens = QWEN_7B.micro_batch * QWEN_7B.tokens_per_item
+    saved = micro * tokens * 10 * QWEN_7B.hidden * (1 - 1 / 2) * QWEN_7B.layers / 2
+    assert memory[plain] - memory[sp] == pytest.approx(saved, rel=1e-9)
+    # The distributed optimizer keeps half the moments on each of two replicas.
+    assert memory[plain] - memory[dopt] == pytest.approx(7.6e9 * 8 / 2 / 4, rel=1e-9)
+    assert memory[both] < min(memory[sp], memory[dopt])
+    assert len({QWEN_7B.seconds(c, batch) for c in memory}) == 1
+    # Five whole replicas each keep a fifth of the moments.
+    assert QWEN_7B.cut(16, 5) == ParallelCut(1, 1, 5, distributed_optimizer=True)
+    assert dataclasses.replace(QWEN_7B, distributed_optimizer=0).memory(16, 5) - \
+        QWEN_7B.memory(16, 5) == pytest.approx(7.6e9 * 8 * 4 / 5, rel=1e-9)
 
 
 def test_cost_files_take_a_trainer_entry_and_refuse_bad_ones(tmp_path: Path) -> None:
@@ -73,7 +99,9 @@ def test_cost_files_take_a_trainer_entry_and_refuse_bad_ones(tmp_path: Path) -> 
     assert model.costs["actor"].layers == 28
     assert AnalyticCostModel.from_dict(model.to_dict()) == model
     for bad, message in (({"layers": 28.5}, "whole number"), ({"parameters": -1}, ">= 0"),
-                         ({"heads": 0}, "expected > 0"), ({"oops": 1}, "unknown key")):
+                         ({"heads": 0}, "expected > 0"), ({"oops": 1}, "unknown key"),
+                         ({"sequence_parallel": 2}, "1 \\(on\\) or 0"),
+                         ({"optimizer_bytes_per_parameter": 20}, "exceeds")):
         entry = {**good["components"]["actor"]["trainer"], **bad}
         path.write_text(json.dumps({**good, "components": {"actor": {"trainer": entry}}}))
         with pytest.raises(ProfileError, match=message):

@@ -52,11 +52,14 @@ def format_table(result: PlanResult) -> str:
     """The ranked plans and the fixed-mode baselines as a text table."""
     best = result.best.predicted_time
     lines = [f"{'#':>2} {'mode':<13} {'iter s':>10} {'util':>5} {'vs best':>8}  placement | "
-             "micro-batches | cuts of trainers (tensor, pipeline, data parallel)"]
+             "micro-batches | cuts of trainers (tensor, pipeline, data parallel; sequence "
+             "parallel, distributed optimizer)"]
 
     def row(tag: str, p: ExecutionPlan) -> str:
         mb = ",".join(f"{k}={v}" for k, v in p.micro_batch.items())
         cuts = "".join(f" | {k}: tp{c['tensor']} pp{c['pipeline']} dp{c['data']}"
+                       + (" sp" if c.get("sequence_parallel") else "")
+                       + (" dopt" if c.get("distributed_optimizer") else "")
                        for k, c in p.parallelism.items())
         # Costs of zero are valid (a free component): a zero-second best is 1x of itself.
         ratio = p.predicted_time / best if best > 0 else 1.0 if p.predicted_time == 0 else math.inf

@@ -17,7 +17,15 @@ vocabulary, ``pp`` the layers), keeps those whose per-device memory fits
     compute(mb)     = 6 * parameters * tokens(mb) / (device_flops * efficiency)
     allreduce_g(x)  = 2 (g - 1) / g * x / bandwidth + 2 (g - 1) * latency     (ring)
     memory(b, n)    = parameters * bytes_per_parameter / (tp * pp)
-                      + min(m, pp) micro-batches' activations of layers / pp, split by tp
+                      - the share of the moments the distributed optimizer moves off
+                        (optimizer_bytes_per_parameter * (dp - 1) / dp, per tp * pp)
+                      + min(m, pp) micro-batches' activations of layers / pp
+
+Activations per token and layer (Korthikanti et al. 2022, 16-bit): ``34 h + 5 a s``
+bytes; tensor parallelism splits ``24 h + 5 a s`` of it, and sequence parallelism the
+remaining ``10 h`` (norms, residuals) too. Sequence parallelism's all-gather and
+reduce-scatter move what the all-reduce they replace moves, and so do the distributed
+optimizer's reduce-scatter and all-gather: both options change memory, not time.
 
 The schedule is the one the actor runs (`rlinf.workers.actor.megatron.pipeline`, 1F1B):
 the first stage holds at most ``pp`` micro-batches' activations at once.
@@ -48,9 +56,15 @@ class ParallelCut:
     tensor: int
     pipeline: int
     data: int
+    sequence_parallel: bool = False
+    """Activations split by sequence across the tensor-parallel ranks (TP > 1)."""
+    distributed_optimizer: bool = False
+    """Optimizer state split across the data-parallel ranks (DP > 1)."""
 
     def to_dict(self) -> dict[str, int]:
-        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data}
+        return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data,
+                "sequence_parallel": int(self.sequence_parallel),
+                "distributed_optimizer": int(self.distributed_optimizer)}
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,13 @@ class TrainerCost:
     bytes_per_parameter: float = 16.0
     """Weights, gradients and Adam moments per parameter (16: fp32 weights, fp32 grads,
     two fp32 moments)."""
+    optimizer_bytes_per_parameter: float = 8.0
+    """The part of `bytes_per_parameter` the distributed optimizer splits over the
+    data-parallel ranks (8: two fp32 moments)."""
+    sequence_parallel: float = 1.0
+    """1: the trainer runs sequence parallelism wherever TP > 1; 0: it does not."""
+    distributed_optimizer: float = 1.0
+    """1: the trainer runs the distributed optimizer wherever DP > 1; 0: it does not."""
     activation_bytes: float = 2.0
     """Bytes per activation value (2: bf16)."""
     fixed: float = 0.0
@@ -104,6 +125,15 @@ class TrainerCost:
             if getattr(self, name) != int(getattr(self, name)):
                 raise ProfileError(f"trainer cost {name}={getattr(self, name)!r}: expected a "
                                    "whole number")
+        for name in ("sequence_parallel", "distributed_optimizer"):
+            if getattr(self, name) not in (0, 1):
+                raise ProfileError(f"trainer cost {name}={getattr(self, name)!r}: expected 1 "
+                                   "(on) or 0 (off)")
+        if self.optimizer_bytes_per_parameter > self.bytes_per_parameter:
+            raise ProfileError(f"trainer cost optimizer_bytes_per_parameter="
+                               f"{self.optimizer_bytes_per_parameter!r} exceeds "
+                               f"bytes_per_parameter={self.bytes_per_parameter!r}, of which "
+                               "it is a part")
 
     # -- cuts --------------------------------------------------------------------------------
 
@@ -115,7 +145,10 @@ class TrainerCost:
                 continue
             for pp in _divisors(devices // tp):
                 if self.layers % pp == 0:
-                    out.append(ParallelCut(tp, pp, devices // (tp * pp)))
+                    dp = devices // (tp * pp)
+                    out.append(ParallelCut(
+                        tp, pp, dp, sequence_parallel=bool(self.sequence_parallel) and tp > 1,
+                        distributed_optimizer=bool(self.distributed_optimizer) and dp > 1))
         return out
 
     def seconds(self, cut: ParallelCut, batch_size: int) -> float:
@@ -138,13 +171,19 @@ class TrainerCost:
         micro = self._micro_batches(cut, batch_size)
         items = min(self.micro_batch, max(1, math.ceil(batch_size / cut.data)))
         tokens = items * self.tokens_per_item
-        # Per token and layer without recomputation (Korthikanti et al. 2022): 34 h values,
-        # and 5 a s for the attention scores; a stage holds layers / pp of them.
-        per_layer = tokens * (34 * self.hidden + 5 * self.heads * self.tokens_per_item) \
-            * self.activation_bytes / 2
+        # Per token and layer without recomputation (module docstring); a stage holds
+        # layers / pp of them.
+        split = 24 * self.hidden + 5 * self.heads * self.tokens_per_item
+        whole = 10 * self.hidden
+        if cut.sequence_parallel:
+            split, whole = split + whole, 0
+        per_layer = tokens * (whole + split / cut.tensor) * self.activation_bytes / 2
         in_flight = min(micro, cut.pipeline)
-        activations = in_flight * per_layer * (self.layers / cut.pipeline) / cut.tensor
-        state = self.parameters * self.bytes_per_parameter / (cut.tensor * cut.pipeline)
+        activations = in_flight * per_layer * (self.layers / cut.pipeline)
+        per_parameter = self.bytes_per_parameter
+        if cut.distributed_optimizer:
+            per_parameter -= self.optimizer_bytes_per_parameter * (cut.data - 1) / cut.data
+        state = self.parameters * per_parameter / (cut.tensor * cut.pipeline)
         return int(state + activations)
 
     def cut(self, batch_size: int, num_devices: int) -> ParallelCut:
