@@ -1,8 +1,8 @@
 """``actor.backend=megatron`` through ``rlinf-reasoning`` in every placement mode: the same
 seed gives the metrics of the DDP actor (the trainer is cut by tensor or pipeline
 parallelism, with sequence parallelism in the hybrid mode, or by data parallelism with the
-distributed optimizer in the collocated mode; the rest of the flow unchanged), and bad cuts
-fail at config time."""
+distributed optimizer in the collocated mode, or as the planner chose with actor.cut=auto;
+the rest of the flow unchanged), and bad cuts fail at config time."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ MODES = {
     "disaggregated": ("placement='rollout: 0, reward: 1, inference: 2, actor: 3-4'",
                       "cluster.cpu_slots=5", "actor.pipeline_parallel=2", "run.predict=false"),
     "auto": ("placement=auto", "cluster.cpu_slots=2", "actor.tensor_parallel=2"),
+    "auto-cut": ("placement=auto", "cluster.cpu_slots=2", "actor.cut=auto"),
 }
 
 
@@ -71,9 +72,16 @@ def test_megatron_actor_trains_like_ddp_in_every_mode(reference, reference_dir: 
     summary = _summary(tmp_path)
     placement = resolve_placement(summary["placement"],
                                   ("rollout", "reward", "inference", "actor"), 5)
-    assert len(placement.devices_of("actor")) % 2 == 0  # whole model-parallel groups
+    if mode != "auto-cut":
+        assert len(placement.devices_of("actor")) % 2 == 0  # whole model-parallel groups
     if mode == "auto":  # profiled on 2 devices only: the cut trainer needs both
         assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
+    if mode == "auto-cut":  # the planner's cut, over the actor's devices
+        cut = summary["parallelism"]["actor"]
+        assert cut["tensor"] * cut["pipeline"] * cut["data"] == len(
+            placement.devices_of("actor"))
+    else:
+        assert summary["parallelism"] == {}
     if mode == "disaggregated":
         _exports_like_ddp(tmp_path, reference_dir)
     if mode == "collocated":
@@ -124,6 +132,11 @@ def _exports_like_ddp(run_dir: Path, reference_dir: Path) -> None:
      "false unless actor.tensor_parallel > 1"),
     (("placement=collocated", "actor.backend=fsdp2", "actor.distributed_optimizer=true"),
      "false unless actor.backend=megatron"),
+    (("placement=collocated", "actor.cut=auto"), "fixed unless placement=auto"),
+    (("placement=auto", "actor.backend=ddp", "actor.cut=auto"),
+     "fixed unless actor.backend=megatron"),
+    (("placement=auto", "actor.cut=auto", "actor.tensor_parallel=2"),
+     "its default with actor.cut=auto"),
 ])
 def test_bad_cuts_fail_before_any_worker_starts(tmp_path: Path, overrides: tuple[str, ...],
                                                 message: str) -> None:

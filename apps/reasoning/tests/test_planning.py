@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlinf_reasoning.planning import ProfileCosts, calibrated, predict
+from rlinf_reasoning.planning import ProfileCosts, auto_plan, calibrated, predict, trainer_cost
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import declare, fixed_plan, reasoning_workflow
 
@@ -25,11 +25,14 @@ from rlinf.sched import (
     Cluster,
     ExecutionPlan,
     Measurement,
+    ParallelCut,
     Profile,
     plan,
 )
 from rlinf.sched.granularity import check_micro_batches
+from rlinf.workers.actor.megatron import MegatronConfig
 from rlinf.workers.flow import PROBE_ITERATION, WEIGHT_SYNC, FlowChannel
+from rlinf.workers.models import TinyLMConfig
 from rlinf.workers.rollout import RolloutWorkerConfig
 
 GIB = 2**30
@@ -131,3 +134,55 @@ def test_predictions_fit_the_message_latency_to_the_pipelined_probe_and_add_the_
         predict(together, spec, ProfileCosts(base), fitted)[0].predicted_time + 0.05)
     # without a pipelined probe (a cached profile from before, a GPU cluster) nothing changes
     assert calibrated(box, base, spec) == box
+
+
+def _cut_choosing_spec() -> FlowSpec:
+    return FlowSpec(model_config=TinyLMConfig(), megatron=MegatronConfig(), choose_cut=True,
+                    rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),
+                    prompts_per_step=8)
+
+
+def _measured(spec: FlowSpec) -> Profile:
+    """A profile of every component on 1, 2 and 4 devices (the actor data parallel)."""
+    analytic = AnalyticCostModel({
+        "rollout": AnalyticCost(fixed=0.05, per_item=0.01), "reward": AnalyticCost(per_item=0.001),
+        "inference": AnalyticCost(per_item=0.004), "actor": AnalyticCost(per_item=0.006)})
+    return Profile(tuple(
+        Measurement(c, b, n, analytic.time(c, batch_size=b, num_devices=n), 0, "none")
+        for c in ("rollout", "reward", "inference", "actor") for b in (8, 32)
+        for n in (1, 2, 4)))
+
+
+def test_auto_chooses_the_actors_cut_under_the_device_memory() -> None:
+    """``actor.cut=auto``: with room for a replica per device the actor stays data
+    parallel; with device memory below a replica's need (as `TrainerCost` models it) every
+    plan's actor is cut by tensor or pipeline parallelism, and the flow runs that cut."""
+    spec = _cut_choosing_spec()
+    profile = _measured(spec)
+    roomy = Cluster.uniform(1, 4, "8GiB", "cpu", cpus_per_node=4)
+    chosen = auto_plan(spec, profile, roomy).plan
+    cut = chosen.parallelism["actor"]
+    assert (cut["tensor"], cut["pipeline"]) == (1, 1)
+    assert cut["data"] == len(chosen.placement.components["actor"].devices)
+    # Device memory between what a tensor-parallel cut and a replica need.
+    trainer = trainer_cost(spec, ProfileCosts(profile), roomy)
+    batch = spec.prompts_per_step * spec.rollout.group_size
+    replica = trainer.memory_of(ParallelCut(1, 1, 2, distributed_optimizer=True), batch)
+    split = trainer.memory_of(ParallelCut(2, 1, 1, sequence_parallel=True), batch)
+    assert split < replica
+    tight = Cluster.uniform(1, 4, int((split + replica) / 2), "cpu", cpus_per_node=4)
+    choice = auto_plan(spec, profile, tight)
+    for candidate in (*choice.ranked.ranked, *choice.ranked.baselines.values()):
+        cut = candidate.parallelism["actor"]
+        assert cut["tensor"] * cut["pipeline"] >= 2, candidate.spec
+    cut = choice.plan.parallelism["actor"]
+    megatron = spec.for_plan(choice.plan).megatron
+    assert megatron is not None
+    assert (megatron.tensor_parallel, megatron.pipeline_parallel) == (cut["tensor"],
+                                                                       cut["pipeline"])
+    assert megatron.sequence_parallel == (cut["tensor"] > 1)
+    assert declare(spec.for_plan(choice.plan)).component("actor").component.device_multiple \
+        == cut["tensor"] * cut["pipeline"]
+    # A spec that does not choose its cut runs as configured whatever the plan says.
+    fixed = dataclasses.replace(spec, choose_cut=False)
+    assert fixed.for_plan(choice.plan) is fixed

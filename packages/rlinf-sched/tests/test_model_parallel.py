@@ -15,7 +15,7 @@ from rlinf.sched import Cluster, Component, Workflow, exhaustive_search, plan
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel, load_cost_model
 from rlinf.sched.cli import main
 from rlinf.sched.errors import ProfileError
-from rlinf.sched.model_parallel import ParallelCut, TrainerCost
+from rlinf.sched.model_parallel import CutPricedCosts, ParallelCut, TrainerCost
 
 QWEN_7B = TrainerCost(parameters=7.6e9, layers=28, hidden=3584, heads=28, kv_heads=4,
                       vocab=152064, tokens_per_item=1536, micro_batch=4, device_flops=989e12,
@@ -136,3 +136,26 @@ def test_the_planner_records_the_cut_it_priced(tmp_path: Path, capsys) -> None:
     assert "actor: tp" in capsys.readouterr().out
     saved = json.loads((tmp_path / "plan.json").read_text())
     assert saved["best"]["parallelism"]["actor"] == cut
+
+
+def test_measured_data_parallel_costs_are_priced_under_the_chosen_cut() -> None:
+    """`CutPricedCosts`: the measured time times the model's ratio of the chosen cut to data
+    parallelism alone; memory likewise; devices no cut fits priced at the modelled need."""
+    base = AnalyticCostModel({"actor": AnalyticCost(fixed=1.0, per_item=0.5, replicated=1e9),
+                              "rollout": AnalyticCost(per_item=0.1)})
+    small = dataclasses.replace(QWEN_7B, device_memory=60e9)
+    priced = CutPricedCosts(base, small)
+    batch = 64
+    chosen = small.cut(batch, 8)
+    assert chosen.tensor * chosen.pipeline >= 2  # a replica does not fit 60 GB
+    data_only = ParallelCut(1, 1, 8, distributed_optimizer=True)
+    ratio = small.seconds(chosen, batch) / small.seconds(data_only, batch)
+    assert priced.time("actor", batch_size=batch, num_devices=8) == pytest.approx(
+        base.time("actor", batch_size=batch, num_devices=8) * ratio)
+    assert priced.memory("actor", batch_size=batch, num_devices=8) < base.memory(
+        "actor", batch_size=batch, num_devices=8)
+    assert priced.time("rollout", batch_size=batch, num_devices=8) == base.time(
+        "rollout", batch_size=batch, num_devices=8)
+    # One device holds no cut of a 7B trainer in 60 GB: priced at what it would need.
+    assert priced.memory("actor", batch_size=batch, num_devices=1) > 60e9
+    assert priced.costs == {"actor": small}  # annotate_cuts records the cut per plan

@@ -13,14 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from torch import nn
-from transformers import PreTrainedTokenizerBase
-
 from rlinf_reasoning.config import ReasoningConfig
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import InvalidConfigError
-from rlinf_reasoning.models import model_factory
+from rlinf_reasoning.models import hf_model_on_meta, model_factory
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.warmstart import METADATA_FILE
 
@@ -67,22 +63,11 @@ def _dtype_name(dtype: object) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _hf_on_meta(folder: Path) -> tuple[nn.Module, PreTrainedTokenizerBase, str]:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    config = AutoConfig.from_pretrained(folder, local_files_only=True)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    stored = getattr(config, "torch_dtype", None) or getattr(config, "dtype", None)
-    return (model, AutoTokenizer.from_pretrained(folder, local_files_only=True),
-            _dtype_name(stored) if stored is not None else "float32")
-
-
 def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource) -> Loaded:
     """Count what `spec` and `source` will train on (module docstring)."""
     folder = Path(spec.model_dir)
     if spec.model_config is None and not (folder / METADATA_FILE).is_file():
-        model, tokenizer, stored = _hf_on_meta(folder)
+        model, tokenizer, stored = hf_model_on_meta(folder)
         where = str(folder)
     else:
         model, tokenizer = model_factory(spec)()

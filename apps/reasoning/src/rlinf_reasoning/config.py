@@ -206,6 +206,12 @@ class ActorSection:
     distributed_optimizer: bool = False
     """megatron: the data-parallel replicas split AdamW's state (Megatron's distributed
     optimizer; the same update with 1/dp of the moments' memory per device)."""
+    cut: Literal["fixed", "auto"] = "fixed"
+    """megatron with placement=auto: fixed trains on the degrees above; auto lets the planner
+    choose tensor, pipeline and data parallelism (with sequence parallelism and the
+    distributed optimizer where they apply) per plan, under the device memory, pricing
+    each cut from the data-parallel profile (`rlinf.sched.CutPricedCosts`). The profile is
+    measured data-parallel, so one device must hold a replica."""
 
     def __post_init__(self) -> None:
         if self.backend != "megatron":
@@ -218,6 +224,15 @@ class ActorSection:
                     raise InvalidConfigError(f"actor.{key}", True,
                                              "false unless actor.backend=megatron (fsdp2 "
                                              "shards the optimizer state itself)")
+        elif self.cut == "auto":
+            chosen = {key: getattr(self, key) for key in (
+                "tensor_parallel", "pipeline_parallel", "sequence_parallel",
+                "distributed_optimizer") if getattr(self, key) not in (1, False)}
+            if chosen:
+                key = next(iter(chosen))
+                raise InvalidConfigError(f"actor.{key}", chosen[key],
+                                         "its default with actor.cut=auto (the planner "
+                                         "chooses the cut)")
         elif self.sequence_parallel and self.tensor_parallel == 1:
             raise InvalidConfigError("actor.sequence_parallel", True,
                                      "false unless actor.tensor_parallel > 1 (it splits the "
@@ -369,6 +384,18 @@ class ReasoningConfig:
             raise InvalidConfigError("algorithm.name", self.algorithm.name,
                                      "grpo with actor.backend=megatron (PPO's critic is not "
                                      "built on Megatron yet; use actor.backend=ddp or fsdp2)")
+        if self.actor.cut == "auto" and self.actor.backend != "megatron":
+            raise InvalidConfigError("actor.cut", "auto",
+                                     "fixed unless actor.backend=megatron (only Megatron's "
+                                     "trainer is cut)")
+        if self.actor.cut == "auto" and self.placement.strip().lower() != "auto":
+            raise InvalidConfigError("actor.cut", "auto",
+                                     "fixed unless placement=auto (the planner chooses the "
+                                     "cut with the placement)")
+        if self.actor.cut == "auto" and self.run.replan:
+            raise InvalidConfigError("run.replan", True,
+                                     "false with actor.cut=auto (the re-planner prices the "
+                                     "cut it measures, and does not change it)")
         if len(set(self.run.profile_batches)) < 2:
             raise InvalidConfigError("run.profile_batches", list(self.run.profile_batches),
                                      "at least two different batch sizes to fit cost curves")

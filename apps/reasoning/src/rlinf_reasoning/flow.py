@@ -77,7 +77,9 @@ class ReasoningFlow:
     def launch(cls, spec: FlowSpec, plan: ExecutionPlan, *, problems: ProblemSource,
                cluster: Cluster | None = None, trace: bool = False) -> ReasoningFlow:
         """Start the components where ``plan.placement`` puts them; the rollout reads each
-        iteration's prompts from `problems` (``problems(step, groups)``)."""
+        iteration's prompts from `problems` (``problems(step, groups)``). A plan that chose
+        the actor's Megatron cut (``actor.cut=auto``) runs that cut (`FlowSpec.for_plan`)."""
+        spec = spec.for_plan(plan)
         path, exported = export_for_engine(spec)
         flow = declare(spec, problems=problems, trace=trace, engine_model_path=path)
         try:

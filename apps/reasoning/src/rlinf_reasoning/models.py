@@ -11,6 +11,7 @@ import functools
 import tempfile
 from pathlib import Path
 
+import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
@@ -20,7 +21,8 @@ from rlinf.workers.reasoning import ModelFactory
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.warmstart import METADATA_FILE, load_warmstart
 
-__all__ = ["export_for_engine", "load_model_dir", "model_factory"]
+__all__ = ["export_for_engine", "hf_model_on_meta", "load_model_dir", "model_factory",
+           "policy_structure"]
 
 
 def load_model_dir(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
@@ -36,6 +38,28 @@ def load_model_dir(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
 
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def hf_model_on_meta(folder: Path) -> tuple[nn.Module, PreTrainedTokenizerBase, str]:
+    """The model of a Hugging Face `folder` on the meta device (shapes, no weights read),
+    its tokenizer and the dtype its weights are stored in."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(folder, local_files_only=True)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    stored = getattr(config, "torch_dtype", None) or getattr(config, "dtype", None)
+    return (model, AutoTokenizer.from_pretrained(folder, local_files_only=True),
+            str(stored).removeprefix("torch.") if stored is not None else "float32")
+
+
+def policy_structure(spec: FlowSpec) -> nn.Module:
+    """`spec`'s policy for its shapes only: on the meta device for a Hugging Face folder
+    (no weights read), built otherwise (a tiny model or a warm start, both small)."""
+    folder = Path(spec.model_dir)
+    if spec.model_config is None and not (folder / METADATA_FILE).is_file():
+        return hf_model_on_meta(folder)[0]
+    return model_factory(spec)()[0]
 
 
 def model_factory(spec: FlowSpec) -> ModelFactory:

@@ -31,13 +31,16 @@ import structlog
 from rlinf.sched import (
     Cluster,
     CostModel,
+    CutPricedCosts,
     DriftPolicy,
     ExecutionMode,
     ExecutionPlan,
+    PlanningError,
     PlanResult,
     Profile,
     Replanner,
     SimulationResult,
+    TrainerCost,
     Workflow,
     fit_profile,
     plan,
@@ -48,16 +51,23 @@ from rlinf.workers.errors import ConfigError
 from rlinf.workers.reasoning import ProblemSource as ProblemStream
 from rlinf_reasoning.config import ReasoningConfig, component_names
 from rlinf_reasoning.data import ProblemSource
-from rlinf_reasoning.models import export_for_engine
+from rlinf_reasoning.models import export_for_engine, policy_structure
 from rlinf_reasoning.placement import resolve_placement
 from rlinf_reasoning.spec import FlowSpec
-from rlinf_reasoning.workflow import declare, fixed_plan, reasoning_workflow, streams_actor
+from rlinf_reasoning.workflow import (
+    TYPICAL_PROMPT_TOKENS,
+    declare,
+    fixed_plan,
+    reasoning_workflow,
+    streams_actor,
+)
 
 __all__ = [
     "PlanChoice",
     "ProfileCosts",
     "auto_plan",
     "calibrated",
+    "cost_model",
     "describe_plan",
     "execution_workflow",
     "format_plans",
@@ -66,6 +76,7 @@ __all__ = [
     "profile_flow",
     "profile_spec",
     "replanner",
+    "trainer_cost",
     "weight_sync_seconds",
 ]
 
@@ -107,6 +118,40 @@ class ProfileCosts:
     def switch_time(self, component: str) -> float:
         """Measured offload + onload seconds (0 if never switched)."""
         return self.fitted.switch_time(component)
+
+
+def cost_model(spec: FlowSpec, profile: Profile, cluster: Cluster) -> CostModel:
+    """The cost model of a measured `profile`: `ProfileCosts`, with the actor priced under
+    the cut each plan chooses where the planner chooses it (``actor.cut=auto``:
+    `rlinf.sched.CutPricedCosts` over `trainer_cost`)."""
+    measured = ProfileCosts(profile)
+    if not spec.choose_cut:
+        return measured
+    return CutPricedCosts(measured, trainer_cost(spec, measured, cluster))
+
+
+def trainer_cost(spec: FlowSpec, measured: CostModel, cluster: Cluster) -> TrainerCost:
+    """The actor as a `rlinf.sched.TrainerCost`: the policy's shape, the step's tokens, the
+    cluster's links and smallest device memory, and a compute rate that reproduces the
+    measured step of the whole batch on one device (so the model's compute and
+    communication weigh as they do here)."""
+    from rlinf.workers.actor.megatron import ModelShape
+
+    model = policy_structure(spec)
+    shape = ModelShape.from_hf(getattr(model, "config", None))
+    parameters = float(sum(p.numel() for p in model.parameters()))
+    batch = spec.prompts_per_step * spec.rollout.group_size
+    tokens = TYPICAL_PROMPT_TOKENS + spec.rollout.sampling.max_new_tokens
+    one_device = measured.time("actor", batch_size=batch, num_devices=1)
+    flops = 6 * parameters * tokens * batch / max(one_device, 1e-9)
+    return TrainerCost(
+        parameters=parameters, layers=shape.num_layers, hidden=shape.hidden_size,
+        heads=shape.num_heads, kv_heads=shape.num_kv_heads, vocab=shape.vocab_size,
+        tokens_per_item=tokens, micro_batch=spec.actor.micro_batch_size, device_flops=flops,
+        efficiency=1.0, bandwidth=cluster.intra_node_bandwidth,
+        latency=max(cluster.intra_node_latency, cluster.message_latency, 1e-9),
+        device_memory=float(min(d.memory_bytes for d in cluster.devices)),
+        activation_bytes=2.0 if spec.actor.precision == "bf16" else 4.0)
 
 
 def planned_fixed(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> ExecutionPlan:
@@ -183,18 +228,37 @@ def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile | CostModel,
     (on the cluster `calibrated` to it, plus the weight sync it measured) or any cost model
     (the re-planner's live one)."""
     if isinstance(profile, Profile):
-        return _priced(plan_, spec, ProfileCosts(profile), calibrated(cluster, profile, spec),
+        cluster = calibrated(cluster, profile, spec)
+        return _priced(plan_, spec, cost_model(spec, profile, cluster), cluster,
                        overhead=weight_sync_seconds(profile))
     return _priced(plan_, spec, profile, cluster)
 
 
 def _priced(plan_: ExecutionPlan, spec: FlowSpec, cost: CostModel, cluster: Cluster, *,
             overhead: float = 0.0) -> tuple[ExecutionPlan, SimulationResult]:
+    micro = _simulated_micro_batches(plan_, spec)
     simulation = simulate(execution_workflow(plan_, spec), plan_.placement, cost, cluster,
-                          micro_batch=_simulated_micro_batches(plan_, spec), record=True)
+                          micro_batch=micro, record=True)
     priced = dataclasses.replace(plan_, predicted_time=simulation.iteration_time + overhead,
                                  utilisation=simulation.utilisation)
+    if isinstance(cost, CutPricedCosts):
+        # The cut priced here, at the batch the actor trains, is the one the flow runs.
+        devices = len(plan_.placement.components["actor"].devices)
+        cut = cost.trainer.cut(micro["actor"], devices).to_dict()
+        priced = dataclasses.replace(priced, parallelism={**plan_.parallelism, "actor": cut})
     return priced, simulation
+
+
+def _priced_if_it_fits(plan_: ExecutionPlan, spec: FlowSpec, cost: CostModel,
+                       cluster: Cluster, overhead: float
+                       ) -> tuple[ExecutionPlan, SimulationResult] | None:
+    """`_priced`, or None when the plan does not fit the devices' memory as the flow runs it
+    (the planner may have priced it at smaller micro-batches than the flow's)."""
+    try:
+        return _priced(plan_, spec, cost, cluster, overhead=overhead)
+    except PlanningError as exc:
+        _log.info("plan_does_not_fit_as_run", plan=plan_.spec, reason=str(exc))
+        return None
 
 
 def weight_sync_seconds(profile: Profile) -> float:
@@ -224,22 +288,28 @@ def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) ->
     chosen otherwise); the fastest by that price is chosen."""
     overhead = 0.0
     if isinstance(profile, Profile):
-        cost: CostModel = ProfileCosts(profile)
         cluster = calibrated(cluster, profile, spec)
+        cost: CostModel = cost_model(spec, profile, cluster)
         overhead = weight_sync_seconds(profile)
     else:
         cost = profile
     result = plan(reasoning_workflow(spec), cost, cluster)
     candidates = {(p.spec, tuple(sorted(p.granularity.items()))): p
                   for p in (*result.ranked, *result.baselines.values())}
-    priced = sorted((_priced(p, spec, cost, cluster, overhead=overhead)
-                     for p in candidates.values()),
-                    key=lambda pair: pair[0].predicted_time)
+    runnable = {key: pair for key, p in candidates.items()
+                if (pair := _priced_if_it_fits(p, spec, cost, cluster, overhead)) is not None}
+    if not runnable:
+        raise PlanningError(f"none of the planner's {len(candidates)} plans fits the devices' "
+                            "memory at the micro-batches the flow runs (the whole batch per "
+                            "actor call unless it streams): give the run more devices or "
+                            "fewer prompts per step")
+    priced = sorted(runnable.values(), key=lambda pair: pair[0].predicted_time)
     best, simulation = priced[0]
     ranked = dataclasses.replace(
         result, ranked=tuple(p for p, _ in priced),
-        baselines={name: _priced(p, spec, cost, cluster, overhead=overhead)[0]
-                   for name, p in result.baselines.items()})
+        baselines={name: runnable[(p.spec, tuple(sorted(p.granularity.items())))][0]
+                   for name, p in result.baselines.items()
+                   if (p.spec, tuple(sorted(p.granularity.items()))) in runnable})
     return PlanChoice(plan=best, ranked=ranked,
                       profile=profile if isinstance(profile, Profile) else None,
                       simulation=simulation)
@@ -284,6 +354,12 @@ def describe_plan(p: ExecutionPlan, out: TextIO, *, predicted: bool) -> None:
         print(f"  {comp.component:9s} devices {list(comp.devices)}  ranks {comp.num_procs}",
               file=out)
     print(f"  granularity (items per message): {dict(p.granularity)}", file=out)
+    for name, cut in p.parallelism.items():
+        extras = [label for key, label in (("sequence_parallel", "sequence parallel"),
+                                           ("distributed_optimizer", "distributed optimizer"))
+                  if cut.get(key)]
+        print(f"  {name} cut: tensor {cut['tensor']} x pipeline {cut['pipeline']} x data "
+              f"{cut['data']}" + (f" ({', '.join(extras)})" if extras else ""), file=out)
     if predicted:
         print(f"  predicted iteration time: {p.predicted_time:.3f} s "
               f"(utilisation {p.utilisation:.0%})", file=out)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TextIO
@@ -88,9 +88,15 @@ class Summary:
     restarts: tuple[str, ...] = ()
     """One line per restart after a worker died (``run.max_restarts``): what died, and the
     step the run went on from."""
+    parallelism: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    """The trainer cuts the plan chose (``actor.cut=auto``: ``{"actor": {"tensor",
+    "pipeline", "data", "sequence_parallel", "distributed_optimizer"}}``); empty when the
+    plan chose none."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "restarts", tuple(self.restarts))  # a list when read back
+        object.__setattr__(self, "parallelism",
+                           {k: dict(v) for k, v in dict(self.parallelism).items()})
 
     @property
     def gain_points(self) -> float:

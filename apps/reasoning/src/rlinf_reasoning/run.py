@@ -466,7 +466,8 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         predicted_iteration_s=choice.plan.predicted_time if choice.simulation else None,
         measured_iteration_s=steady_median(step_seconds),
         simulated_switches=choice.simulation.switches if choice.simulation else None,
-        lock_switches_per_iteration=steady_median(onloads), restarts=session.restarts)
+        lock_switches_per_iteration=steady_median(onloads), restarts=session.restarts,
+        parallelism=choice.plan.parallelism)
     write_summary(summary, run_dir)
     print_summary(summary, session.out)
     _log.info("run_done", **summary.to_dict())

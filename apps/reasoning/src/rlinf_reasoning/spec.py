@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rlinf.sched import ExecutionPlan
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.actor.megatron import MegatronConfig
 from rlinf.workers.errors import ConfigError
@@ -40,6 +42,10 @@ class FlowSpec:
     """Algorithm (grpo|ppo), optimizer, clipping, KL, micro-batch (`rlinf.workers.actor`)."""
     megatron: MegatronConfig | None = None
     """Train on megatron-core cut by these degrees instead of ``actor.parallelism``."""
+    choose_cut: bool = False
+    """The planner chooses the Megatron cut (``actor.cut=auto``): the profile is measured
+    with `megatron` (data parallel), and each plan records the cut its actor runs
+    (``ExecutionPlan.parallelism``), which `for_plan` applies."""
     recompute_logprobs: bool = True
     """Run the inference role for old log-probs (False: trust the rollout's)."""
     stream_actor: bool = True
@@ -85,6 +91,17 @@ class FlowSpec:
                 f"actor.temperature ({self.actor.temperature}) must equal the rollout's "
                 f"sampling temperature ({self.rollout.sampling.logprob_temperature}): the "
                 "trainer's log-probs must be of the distribution the rollout sampled from")
+
+    def for_plan(self, plan: ExecutionPlan) -> FlowSpec:
+        """This spec as `plan` runs it: with `choose_cut`, the Megatron cut the plan
+        recorded for the actor; otherwise unchanged."""
+        cut = plan.parallelism.get("actor")
+        if not self.choose_cut or not cut:
+            return self
+        return dataclasses.replace(self, megatron=MegatronConfig(
+            tensor_parallel=int(cut["tensor"]), pipeline_parallel=int(cut["pipeline"]),
+            sequence_parallel=bool(cut.get("sequence_parallel", 0)),
+            distributed_optimizer=bool(cut.get("distributed_optimizer", 0))))
 
     @property
     def actor_model_parallel(self) -> int:
@@ -143,6 +160,7 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
                                  sequence_parallel=cfg.actor.sequence_parallel,
                                  distributed_optimizer=cfg.actor.distributed_optimizer)
                   if cfg.actor.backend == "megatron" else None),
+        choose_cut=cfg.actor.cut == "auto",
         recompute_logprobs=algo.recompute_logprobs,
         weight_sync=cfg.run.weight_sync,
         seed=cfg.run.seed,

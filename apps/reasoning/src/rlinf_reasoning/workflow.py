@@ -32,6 +32,7 @@ from rlinf_reasoning.models import model_factory
 from rlinf_reasoning.spec import FlowSpec
 
 __all__ = [
+    "TYPICAL_PROMPT_TOKENS",
     "declare",
     "fixed_plan",
     "flow_components",
@@ -40,8 +41,9 @@ __all__ = [
     "streams_actor",
 ]
 
-_PROMPT_TOKENS = 32
-"""A typical short-template prompt, for the bytes an edge carries per response."""
+TYPICAL_PROMPT_TOKENS = 32
+"""A typical short-template prompt, for the bytes an edge carries per response and the
+tokens a trainer cut is priced at."""
 
 
 def flow_components(spec: FlowSpec) -> tuple[str, ...]:
@@ -61,7 +63,7 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
     setup = RoleSetup(model_factory=model_factory(spec), seed=spec.seed, device=spec.device,
                       precision=spec.actor.precision, trace=trace,
                       lock_timeout=spec.timeout, io_timeout=spec.timeout)
-    tokens = 8 * (2 * _PROMPT_TOKENS + 3 * response) + 4 * response  # ids, masks, log-probs
+    tokens = 8 * (2 * TYPICAL_PROMPT_TOKENS + 3 * response) + 4 * response  # ids, masks, log-probs
     per_item = {"reward": tokens + 4, "inference": tokens + 4 * response + 4,
                 "actor": tokens + 4 * response + 4}
 

@@ -23,7 +23,7 @@ from rlinf.sched.errors import (
 )
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.granularity import check_micro_batches
-from rlinf.sched.model_parallel import ParallelCut, TrainerCost, annotate_cuts
+from rlinf.sched.model_parallel import CutPricedCosts, ParallelCut, TrainerCost, annotate_cuts
 from rlinf.sched.placement import (
     ComponentPlacement,
     ExecutionMode,
@@ -84,6 +84,7 @@ __all__ = [
     "CoreSharing",
     "CostCurve",
     "CostModel",
+    "CutPricedCosts",
     "Device",
     "DeviceLockClient",
     "DeviceLockError",

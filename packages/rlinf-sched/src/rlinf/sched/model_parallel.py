@@ -46,7 +46,7 @@ from rlinf.sched.errors import ProfileError
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.workflow import Workflow
 
-__all__ = ["ParallelCut", "TrainerCost", "annotate_cuts"]
+__all__ = ["CutPricedCosts", "ParallelCut", "TrainerCost", "annotate_cuts"]
 
 
 @dataclass(frozen=True, order=True)
@@ -241,6 +241,60 @@ class TrainerCost:
 
 _WHOLE = frozenset({"layers", "hidden", "heads", "kv_heads", "vocab", "tokens_per_item",
                     "micro_batch"})
+
+
+@dataclass(frozen=True)
+class CutPricedCosts:
+    """A cost model whose `component`, a trainer measured cut data-parallel only (tensor =
+    pipeline = 1), is priced under the cut `trainer` chooses for each call: the measured
+    time and memory times what `trainer` prices the chosen cut at relative to data
+    parallelism alone on the same devices. The measurement carries what the model does not
+    know (kernels, the runtime's overheads), the model what was not measured (tensor and
+    pipeline communication, the bubble, the memory a cut saves). `trainer.device_memory`
+    decides which cuts fit, as in `TrainerCost.cut`; on devices where none fits the
+    component's memory is the modelled need, which the planner refuses; elsewhere, where
+    `base` measured no memory (CPU slots), it stays 0 as `base` prices it. Every other
+    component is `base`'s. `annotate_cuts` records the cut in each plan (`costs`)."""
+
+    base: Any
+    """The measured cost model (`rlinf.sched.CostModel`)."""
+    trainer: TrainerCost
+    component: str = "actor"
+
+    @property
+    def costs(self) -> dict[str, TrainerCost]:
+        return {self.component: self.trainer}
+
+    def _cuts(self, batch_size: int, num_devices: int) -> tuple[ParallelCut, ParallelCut]:
+        chosen = self.trainer.cut(batch_size, num_devices)
+        data_only = ParallelCut(1, 1, num_devices, distributed_optimizer=bool(
+            self.trainer.distributed_optimizer) and num_devices > 1)
+        return chosen, data_only
+
+    def time(self, component: str, *, batch_size: int, num_devices: int) -> float:
+        measured = float(self.base.time(component, batch_size=batch_size,
+                                        num_devices=num_devices))
+        if component != self.component:
+            return measured
+        chosen, data_only = self._cuts(batch_size, num_devices)
+        return measured * (self.trainer.seconds(chosen, batch_size)
+                           / self.trainer.seconds(data_only, batch_size))
+
+    def memory(self, component: str, *, batch_size: int, num_devices: int) -> int:
+        measured = int(self.base.memory(component, batch_size=batch_size,
+                                        num_devices=num_devices))
+        if component != self.component:
+            return measured
+        chosen, data_only = self._cuts(batch_size, num_devices)
+        modelled = self.trainer.memory_of(chosen, batch_size)
+        if modelled > self.trainer.device_memory:
+            return modelled  # no cut of these devices fits: the planner must not use them
+        if measured == 0:
+            return 0
+        return int(measured * modelled / self.trainer.memory_of(data_only, batch_size))
+
+    def switch_time(self, component: str) -> float:
+        return float(self.base.switch_time(component))
 
 
 def annotate_cuts(result: PlanResult, workflow: Workflow, cost: Any) -> PlanResult:

@@ -28,6 +28,7 @@ from rlinf.workers.reasoning.sync import WeightSenderRole
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.runtime.distributed import join_process_group
 from rlinf.workers.weight_sync import Bucket
 
 __all__ = ["ActorRole"]
@@ -61,6 +62,7 @@ class ActorRole(WeightSenderRole):
         if self.megatron is not None:
             from rlinf.workers.actor.megatron import MegatronActor
 
+            _join_group_of_one(self.device)
             self._actor = MegatronActor(model, config=self.config, megatron=self.megatron,
                                         device=self.device, seed=self.setup.seed)
         else:
@@ -227,3 +229,16 @@ class ActorRole(WeightSenderRole):
         """Parameters and optimizer state to host memory."""
         if self._actor is not None:
             self._actor.offload()
+
+
+def _join_group_of_one(device: torch.device) -> None:
+    """A process group of this one rank, unless the flow started one: the flow joins its
+    ranks only when there are several, and megatron-core cuts its groups from the default
+    one."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return
+    join_process_group(rank=0, world_size=1, master_addr="127.0.0.1", master_port=0,
+                       backend="nccl" if device.type == "cuda" else "gloo", timeout_s=60.0,
+                       store=dist.HashStore())
