@@ -162,6 +162,45 @@ def _optimizer_bytes(actor: Any) -> int:
     return total
 
 
+def _time_weight_gather(actor: Any) -> dict[str, float]:
+    """Seconds to assemble the cut model in Hugging Face layout on rank 0, three ways: the
+    actor's `state_dict_for_rollout` (tensor sends), the same shards pickled through
+    ``gather_object`` (what it replaced), and one memcpy of the model's bytes (the limit)."""
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state as ps
+
+    from rlinf.workers.actor.megatron import shards_to_hf
+
+    out: dict[str, float] = {}
+    dist.barrier()
+    wall = time.perf_counter()
+    total = sum(t.numel() * t.element_size() for bucket in actor.state_dict_for_rollout()
+                for _, t in bucket)
+    dist.barrier()
+    out["tensor_sends_s"] = time.perf_counter() - wall
+    wall = time.perf_counter()
+    local = {k: v.detach().cpu() for k, v in actor.policy.state_dict().items()
+             if isinstance(v, torch.Tensor)}
+    mine = (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank(), local)
+    shards: list[Any] | None = [None] * dist.get_world_size() if dist.get_rank() == 0 else None
+    dist.gather_object(mine, shards, dst=0)
+    if shards is not None:
+        shards_to_hf(shards, actor.shape, tensor_parallel=actor.megatron.tensor_parallel,
+                     pipeline_parallel=actor.megatron.pipeline_parallel)
+    dist.barrier()
+    out["gather_object_s"] = time.perf_counter() - wall
+    total_t = torch.tensor([float(total)])
+    dist.broadcast(total_t, src=0)
+    source = torch.empty(int(total_t[0]), dtype=torch.uint8)
+    target = torch.empty_like(source)
+    wall = time.perf_counter()
+    target.copy_(source)
+    out["memcpy_s"] = time.perf_counter() - wall
+    out["bytes"] = float(total_t[0])
+    return out
+
+
 def worker(rank: int, port: int, out: str, setting: Setting, contenders: list[str]) -> None:
     import torch
     import torch.distributed as dist
@@ -184,9 +223,12 @@ def worker(rank: int, port: int, out: str, setting: Setting, contenders: list[st
                 dist.barrier()
                 seconds.append(time.perf_counter() - wall)
                 cpu.append(time.process_time() - used)
-            results.append({"round": round_index, "contender": name, "rank": rank,
-                            "seconds": seconds, "cpu_seconds": cpu,
-                            "optimizer_bytes": _optimizer_bytes(actor)})
+            record = {"round": round_index, "contender": name, "rank": rank,
+                      "seconds": seconds, "cpu_seconds": cpu,
+                      "optimizer_bytes": _optimizer_bytes(actor)}
+            if name == "megatron-tp":
+                record["weight_gather"] = _time_weight_gather(actor)
+            results.append(record)
             del actor
     Path(out, f"rank{rank}.json").write_text(json.dumps(results))
     dist.destroy_process_group()
@@ -250,10 +292,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         ratio = f"{base / row['median_step_s']:.2f}" if base else "-"
         print(f"{name:<17} {row['median_step_s']:>8.3f} {row['cpu_s_per_step']:>11.3f} "
               f"{ratio:>9} {row['optimizer_mb_per_rank']:>14.1f}")
+    gathers = [r["weight_gather"] for r in records if r["rank"] == 0 and "weight_gather" in r]
+    weight_gather = None
+    if gathers:
+        weight_gather = {key: statistics.median(g[key] for g in gathers)
+                         for key in ("tensor_sends_s", "gather_object_s", "memcpy_s", "bytes")}
+        print(f"weight gather of the TP cut to rank 0 ({weight_gather['bytes'] / 2**20:.1f} MB, "
+              f"median of {len(gathers)}): tensor sends {weight_gather['tensor_sends_s']:.3f} s, "
+              f"gather_object {weight_gather['gather_object_s']:.3f} s "
+              f"({weight_gather['gather_object_s'] / weight_gather['tensor_sends_s']:.2f}x), "
+              f"memcpy {weight_gather['memcpy_s']:.4f} s")
     megatron = [row["median_step_s"] for name, row in table.items()
                 if name.startswith("megatron")]
     verdict = {"setting": asdict(setting), "contenders": table,
                "megatron_best_vs_fsdp2": (base / min(megatron)) if base and megatron else None,
+               "weight_gather": weight_gather,
                "load_average": [round(load_start, 2), round(os.getloadavg()[0], 2)]}
     print(json.dumps(verdict))
     return 0

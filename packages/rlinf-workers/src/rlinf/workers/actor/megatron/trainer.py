@@ -36,6 +36,7 @@ from rlinf.workers.actor import checkpoint as ckpt
 from rlinf.workers.actor.config import ActorConfig
 from rlinf.workers.actor.megatron.convert import shards_to_hf
 from rlinf.workers.actor.megatron.distributed_optimizer import DistributedAdamW
+from rlinf.workers.actor.megatron.gather import gather_shards
 from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
 from rlinf.workers.actor.megatron.model import build_stage, initialize_parallel
 from rlinf.workers.actor.megatron.pipeline import StageInput, run_stages
@@ -341,13 +342,12 @@ class MegatronActor(ActorWorker):
         from megatron.core import parallel_state as ps
 
         group = ps.get_model_parallel_group()
-        root = dist.get_global_rank(group, 0)
-        local = {name: tensor.detach().cpu() for name, tensor in self.policy.state_dict().items()
+        local = {name: tensor.detach() for name, tensor in self.policy.state_dict().items()
                  if isinstance(tensor, torch.Tensor)}
-        mine = (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank(), local)
-        shards: list[Any] | None = [None] * dist.get_world_size(group) if (
-            dist.get_rank() == root) else None
-        dist.gather_object(mine, shards, dst=root, group=group)
+        shards = gather_shards(
+            local, (ps.get_pipeline_model_parallel_rank(), ps.get_tensor_model_parallel_rank()),
+            group=group, root=dist.get_global_rank(group, 0), device=self.device,
+            chunk_bytes=bucket_bytes)
         if shards is None:
             return iter(())
         full = shards_to_hf(shards, self.shape, tensor_parallel=self.megatron.tensor_parallel,
