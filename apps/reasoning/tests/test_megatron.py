@@ -142,6 +142,8 @@ def _exports_like_ddp(run_dir: Path, reference_dir: Path) -> None:
      "fixed unless actor.backend=megatron"),
     (("placement=auto", "actor.cut=auto", "actor.tensor_parallel=2"),
      "its default with actor.cut=auto"),
+    (("placement=auto", "actor.cut=auto", "actor.sequence_parallel=true"),
+     "its default with actor.cut=auto"),
 ])
 def test_bad_cuts_fail_before_any_worker_starts(tmp_path: Path, overrides: tuple[str, ...],
                                                 message: str) -> None:

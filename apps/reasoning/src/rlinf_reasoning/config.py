@@ -225,9 +225,11 @@ class ActorSection:
                                              "false unless actor.backend=megatron (fsdp2 "
                                              "shards the optimizer state itself)")
         elif self.cut == "auto":
-            chosen = {key: getattr(self, key) for key in (
-                "tensor_parallel", "pipeline_parallel", "sequence_parallel",
-                "distributed_optimizer") if getattr(self, key) not in (1, False)}
+            # Each against its own default: membership in (1, False) let True (== 1) through.
+            defaults = {"tensor_parallel": 1, "pipeline_parallel": 1,
+                        "sequence_parallel": False, "distributed_optimizer": False}
+            chosen = {key: getattr(self, key) for key, default in defaults.items()
+                      if getattr(self, key) != default}
             if chosen:
                 key = next(iter(chosen))
                 raise InvalidConfigError(f"actor.{key}", chosen[key],
