@@ -148,12 +148,15 @@ def test_measured_data_parallel_costs_are_priced_under_the_chosen_cut() -> None:
     batch = 64
     chosen = small.cut(batch, 8)
     assert chosen.tensor * chosen.pipeline >= 2  # a replica does not fit 60 GB
-    data_only = ParallelCut(1, 1, 8, distributed_optimizer=True)
+    data_only = ParallelCut(1, 1, 8)  # as measured
     ratio = small.seconds(chosen, batch) / small.seconds(data_only, batch)
     assert priced.time("actor", batch_size=batch, num_devices=8) == pytest.approx(
         base.time("actor", batch_size=batch, num_devices=8) * ratio)
     assert priced.memory("actor", batch_size=batch, num_devices=8) < base.memory(
         "actor", batch_size=batch, num_devices=8)
+    assert priced.memory("actor", batch_size=batch, num_devices=8) == int(
+        base.memory("actor", batch_size=batch, num_devices=8)
+        * small.memory_of(chosen, batch) / small.memory_of(data_only, batch))
     assert priced.time("rollout", batch_size=batch, num_devices=8) == base.time(
         "rollout", batch_size=batch, num_devices=8)
     # One device holds no cut of a 7B trainer in 60 GB: priced at what it would need.

@@ -246,14 +246,15 @@ _WHOLE = frozenset({"layers", "hidden", "heads", "kv_heads", "vocab", "tokens_pe
 @dataclass(frozen=True)
 class CutPricedCosts:
     """A cost model whose `component`, a trainer measured cut data-parallel only (tensor =
-    pipeline = 1), is priced under the cut `trainer` chooses for each call: the measured
-    time and memory times what `trainer` prices the chosen cut at relative to data
-    parallelism alone on the same devices. The measurement carries what the model does not
-    know (kernels, the runtime's overheads), the model what was not measured (tensor and
-    pipeline communication, the bubble, the memory a cut saves). `trainer.device_memory`
-    decides which cuts fit, as in `TrainerCost.cut`; on devices where none fits the
-    component's memory is the modelled need, which the planner refuses; elsewhere, where
-    `base` measured no memory (CPU slots), it stays 0 as `base` prices it. Every other
+    pipeline = 1, no sequence parallelism, no distributed optimizer), is priced under
+    the cut `trainer` chooses for each call: the measured time and memory times what
+    `trainer` prices the chosen cut at relative to data parallelism alone on the same
+    devices. The measurement carries what the model does not know (kernels, the
+    runtime's overheads), the model what was not measured (tensor and pipeline
+    communication, the bubble, the memory a cut saves). `trainer.device_memory` decides
+    which cuts fit, as in `TrainerCost.cut`; on devices where none fits the component's
+    memory is the modelled need, which the planner refuses; elsewhere, where `base`
+    measured no memory (CPU slots), it stays 0 as `base` prices it. Every other
     component is `base`'s. `annotate_cuts` records the cut in each plan (`costs`)."""
 
     base: Any
@@ -266,10 +267,9 @@ class CutPricedCosts:
         return {self.component: self.trainer}
 
     def _cuts(self, batch_size: int, num_devices: int) -> tuple[ParallelCut, ParallelCut]:
-        chosen = self.trainer.cut(batch_size, num_devices)
-        data_only = ParallelCut(1, 1, num_devices, distributed_optimizer=bool(
-            self.trainer.distributed_optimizer) and num_devices > 1)
-        return chosen, data_only
+        """The cut chosen, and the one measured: data parallel, every replica with all of
+        its optimizer state (the profile's trainer runs neither option)."""
+        return self.trainer.cut(batch_size, num_devices), ParallelCut(1, 1, num_devices)
 
     def time(self, component: str, *, batch_size: int, num_devices: int) -> float:
         measured = float(self.base.time(component, batch_size=batch_size,
