@@ -15,7 +15,7 @@ from rlinf.sched import Cluster, Component, Workflow, exhaustive_search, plan
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel, load_cost_model
 from rlinf.sched.cli import main
 from rlinf.sched.errors import ProfileError
-from rlinf.sched.model_parallel import CutPricedCosts, ParallelCut, TrainerCost
+from rlinf.sched.model_parallel import CutPricedCosts, ParallelCut, TrainerCost, format_cut
 
 QWEN_7B = TrainerCost(parameters=7.6e9, layers=28, hidden=3584, heads=28, kv_heads=4,
                       vocab=152064, tokens_per_item=1536, micro_batch=4, device_flops=989e12,
@@ -30,6 +30,8 @@ def test_cuts_follow_the_models_shape() -> None:
     # Sequence parallelism wherever TP > 1, the distributed optimizer wherever DP > 1.
     assert all(c.sequence_parallel == (c.tensor > 1) for c in cuts)
     assert all(c.distributed_optimizer == (c.data > 1) for c in cuts)
+    assert format_cut(ParallelCut(2, 1, 4, True, True).to_dict()) == "tp2 pp1 dp4 sp dopt"
+    assert format_cut(ParallelCut(1, 2, 1).to_dict()) == "tp1 pp2 dp1"
     assert not any(c.tensor == 8 for c in cuts)  # 4 key/value heads
     assert not any(c.pipeline == 8 for c in cuts)  # 28 layers
 

@@ -43,6 +43,7 @@ from rlinf.sched import (
     TrainerCost,
     Workflow,
     fit_profile,
+    format_cut,
     plan,
     simulate,
 )
@@ -355,11 +356,7 @@ def describe_plan(p: ExecutionPlan, out: TextIO, *, predicted: bool) -> None:
               file=out)
     print(f"  granularity (items per message): {dict(p.granularity)}", file=out)
     for name, cut in p.parallelism.items():
-        extras = [label for key, label in (("sequence_parallel", "sequence parallel"),
-                                           ("distributed_optimizer", "distributed optimizer"))
-                  if cut.get(key)]
-        print(f"  {name} cut: tensor {cut['tensor']} x pipeline {cut['pipeline']} x data "
-              f"{cut['data']}" + (f" ({', '.join(extras)})" if extras else ""), file=out)
+        print(f"  {name} cut: {format_cut(cut)}", file=out)
     if predicted:
         print(f"  predicted iteration time: {p.predicted_time:.3f} s "
               f"(utilisation {p.utilisation:.0%})", file=out)

@@ -23,7 +23,13 @@ from rlinf.sched.errors import (
 )
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.granularity import check_micro_batches
-from rlinf.sched.model_parallel import CutPricedCosts, ParallelCut, TrainerCost, annotate_cuts
+from rlinf.sched.model_parallel import (
+    CutPricedCosts,
+    ParallelCut,
+    TrainerCost,
+    annotate_cuts,
+    format_cut,
+)
 from rlinf.sched.placement import (
     ComponentPlacement,
     ExecutionMode,
@@ -131,6 +137,7 @@ __all__ = [
     "exhaustive_search",
     "fit_curve",
     "fit_profile",
+    "format_cut",
     "format_devices",
     "load_cost_model",
     "parse_placement",

@@ -24,6 +24,7 @@ from rlinf.sched.analytic_costs import load_cost_model
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.errors import SchedError
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
+from rlinf.sched.model_parallel import format_cut
 from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
 from rlinf.sched.simulator import simulate
 from rlinf.sched.workflow import Workflow
@@ -57,10 +58,7 @@ def format_table(result: PlanResult) -> str:
 
     def row(tag: str, p: ExecutionPlan) -> str:
         mb = ",".join(f"{k}={v}" for k, v in p.micro_batch.items())
-        cuts = "".join(f" | {k}: tp{c['tensor']} pp{c['pipeline']} dp{c['data']}"
-                       + (" sp" if c.get("sequence_parallel") else "")
-                       + (" dopt" if c.get("distributed_optimizer") else "")
-                       for k, c in p.parallelism.items())
+        cuts = "".join(f" | {k}: {format_cut(c)}" for k, c in p.parallelism.items())
         # Costs of zero are valid (a free component): a zero-second best is 1x of itself.
         ratio = p.predicted_time / best if best > 0 else 1.0 if p.predicted_time == 0 else math.inf
         return (f"{tag:>2} {p.mode.value:<13} {p.predicted_time:>10.3f} {p.utilisation:>5.0%} "

@@ -46,7 +46,7 @@ from rlinf.sched.errors import ProfileError
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.workflow import Workflow
 
-__all__ = ["CutPricedCosts", "ParallelCut", "TrainerCost", "annotate_cuts"]
+__all__ = ["CutPricedCosts", "ParallelCut", "TrainerCost", "annotate_cuts", "format_cut"]
 
 
 @dataclass(frozen=True, order=True)
@@ -65,6 +65,14 @@ class ParallelCut:
         return {"tensor": self.tensor, "pipeline": self.pipeline, "data": self.data,
                 "sequence_parallel": int(self.sequence_parallel),
                 "distributed_optimizer": int(self.distributed_optimizer)}
+
+
+def format_cut(cut: Mapping[str, int]) -> str:
+    """A cut as `ParallelCut.to_dict` (and `ExecutionPlan.parallelism`) records it, in one
+    line: ``tp2 pp1 dp4 sp dopt``."""
+    return (f"tp{cut['tensor']} pp{cut['pipeline']} dp{cut['data']}"
+            + (" sp" if cut.get("sequence_parallel") else "")
+            + (" dopt" if cut.get("distributed_optimizer") else ""))
 
 
 @dataclass(frozen=True)
