@@ -250,6 +250,12 @@ def _priced(plan_: ExecutionPlan, spec: FlowSpec, cost: CostModel, cluster: Clus
     return priced, simulation
 
 
+def _plan_key(plan_: ExecutionPlan) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """What tells two plans apart as the flow runs them: placement and message sizes (the
+    planner's micro-batches are replaced by the flow's, `_simulated_micro_batches`)."""
+    return plan_.spec, tuple(sorted(plan_.granularity.items()))
+
+
 def _priced_if_it_fits(plan_: ExecutionPlan, spec: FlowSpec, cost: CostModel,
                        cluster: Cluster, overhead: float
                        ) -> tuple[ExecutionPlan, SimulationResult] | None:
@@ -295,8 +301,7 @@ def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) ->
     else:
         cost = profile
     result = plan(reasoning_workflow(spec), cost, cluster)
-    candidates = {(p.spec, tuple(sorted(p.granularity.items()))): p
-                  for p in (*result.ranked, *result.baselines.values())}
+    candidates = {_plan_key(p): p for p in (*result.ranked, *result.baselines.values())}
     runnable = {key: pair for key, p in candidates.items()
                 if (pair := _priced_if_it_fits(p, spec, cost, cluster, overhead)) is not None}
     if not runnable:
@@ -308,9 +313,8 @@ def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) ->
     best, simulation = priced[0]
     ranked = dataclasses.replace(
         result, ranked=tuple(p for p, _ in priced),
-        baselines={name: runnable[(p.spec, tuple(sorted(p.granularity.items())))][0]
-                   for name, p in result.baselines.items()
-                   if (p.spec, tuple(sorted(p.granularity.items()))) in runnable})
+        baselines={name: runnable[_plan_key(p)][0] for name, p in result.baselines.items()
+                   if _plan_key(p) in runnable})
     return PlanChoice(plan=best, ranked=ranked,
                       profile=profile if isinstance(profile, Profile) else None,
                       simulation=simulation)
