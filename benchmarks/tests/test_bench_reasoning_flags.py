@@ -20,6 +20,9 @@ def test_the_default_is_the_full_setting_with_both_trl_setups() -> None:
     assert (settings.prompts, settings.group_size, settings.max_new_tokens) == (64, 8, 64)
     assert settings.micro_batch_size == 64
     assert args.setups == [TrlSetup(1, 2), TrlSetup(2, 1)]
+    # the vLLM contender takes pi_old from its training forward unless asked to recompute
+    assert not settings.vllm_recompute
+    assert parse_args(["--vllm-recompute"])[1].vllm_recompute
 
 
 def test_flags_set_the_model_and_the_workload() -> None:

@@ -94,8 +94,11 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
     (("algorithm.lr=fast",), "algorithm.lr", "type float"),
     (("algorithm.kl_estimator=k9",), "algorithm.kl_estimator", "low-var-kl"),
     (("algorithm.rollout_correction_cap=0",), "algorithm.rollout_correction_cap", "> 0"),
-    (("algorithm.rollout_correction_cap=2", "algorithm.recompute_logprobs=false"),
-     "algorithm.rollout_correction_cap", "recompute_logprobs=true"),
+    (("algorithm.rollout_correction_cap=2", "algorithm.recompute_logprobs=false",
+      "algorithm.epochs=2"), "algorithm.rollout_correction_cap", "recompute_logprobs=true"),
+    (("algorithm.rollout_correction_cap=2", "algorithm.recompute_logprobs=false",
+      "algorithm.mini_batch_size=8"), "algorithm.rollout_correction_cap",
+     "recompute_logprobs=true"),
     (("algorithm.policy_lag=1",), "algorithm.rollout_correction_cap", "policy_lag=1"),
     (("algorithm.policy_lag=2",), "algorithm.policy_lag", "in [0, 1]"),
     (("algorithm.policy_lag=1", "algorithm.rollout_correction_cap=2", "placement=auto",
@@ -207,6 +210,11 @@ def test_the_rollout_correction_reaches_the_actor() -> None:
     assert flow_spec(load()).actor.rollout_correction_cap is None
     spec = flow_spec(load("algorithm.rollout_correction_cap=2"))
     assert spec.actor.rollout_correction_cap == 2.0 and spec.recompute_logprobs
+    # One optimizer step per batch: pi_old is the training forward's, no inference role.
+    single = flow_spec(load("algorithm.rollout_correction_cap=2",
+                            "algorithm.recompute_logprobs=false"))
+    assert single.actor.rollout_correction_cap == 2.0 and single.actor.single_update
+    assert not single.uses_inference
 
 
 def test_config_hash_ignores_only_the_run_length() -> None:

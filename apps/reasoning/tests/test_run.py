@@ -373,3 +373,19 @@ def test_a_policy_lag_trains_each_step_beside_the_next_rollout(tmp_path: Path) -
     assert sorted(trained) == [2, 3]
     assert all(r["actor/rollout_correction_weight"] > 0 for r in trained.values())
     assert (run_dir / "checkpoints" / "LATEST").read_text().strip() == "step-00000003"
+
+
+def test_the_rollout_correction_needs_no_recompute_with_one_update_per_step(
+        tmp_path: Path) -> None:
+    """One optimizer step per batch: the actor weighs each token by pi_old / pi_rollout with
+    pi_old from its own training forward, so no inference role runs. The HF engine samples
+    with the trainer's weights, so every weight is 1 up to float noise."""
+    run_dir = tmp_path / "run"
+    run_cli(run_dir, "run.steps=2", "run.checkpoint_every=0", "run.predict=false",
+            "algorithm.rollout_correction_cap=2", "algorithm.recompute_logprobs=false")
+    records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "actor/policy_loss" in r]
+    assert len(records) == 2
+    for record in records:
+        assert record["actor/rollout_correction_weight"] == pytest.approx(1.0, abs=1e-3)
+        assert record["actor/clip_fraction"] == 0.0
+        assert not any(key.startswith("time/inference") for key in record)

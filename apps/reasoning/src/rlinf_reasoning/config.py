@@ -177,8 +177,10 @@ class AlgorithmConfig:
     rollout_correction_cap: Annotated[float, Range(0, lo_open=True)] | None = None
     """Truncated importance sampling against the rollout engine (vLLM, SGLang): each token's
     loss times ``min(pi_old / pi_rollout, cap)``, as veRL's ``tis_imp_ratio_cap`` (2 in its
-    examples) and TRL's token_truncate mode. Needs recompute_logprobs or policy_lag=1 (null:
-    off)."""
+    examples) and TRL's token_truncate mode. pi_old comes from recompute_logprobs, from the
+    actor's own pass with policy_lag=1, or, with one optimizer step per batch (epochs=1,
+    no mini_batch_size, no lag), from the training forward itself, which needs no extra
+    pass (null: off)."""
     policy_lag: Annotated[int, Range(0, 1)] = 0
     """0: each step generates with the weights of the update before it. 1: step k's rollout
     runs beside the update on step k-1's responses (one-step off-policy, as veRL's one-step
@@ -375,13 +377,16 @@ class ReasoningConfig:
             raise InvalidConfigError("run.replan", True,
                                      "false with algorithm.policy_lag=1 (the re-planner "
                                      "prices synchronous steps)")
-        if self.algorithm.rollout_correction_cap is not None and not (
-                self.algorithm.recompute_logprobs or self.algorithm.policy_lag):
+        algo = self.algorithm
+        if algo.rollout_correction_cap is not None and not (
+                algo.recompute_logprobs or algo.policy_lag
+                or (algo.epochs == 1 and algo.mini_batch_size is None)):
             raise InvalidConfigError("algorithm.rollout_correction_cap",
-                                     self.algorithm.rollout_correction_cap,
-                                     "null unless algorithm.recompute_logprobs=true (the "
-                                     "correction weighs the trainer's old log-probs against "
-                                     "the engine's)")
+                                     algo.rollout_correction_cap,
+                                     "null, or algorithm.recompute_logprobs=true: with "
+                                     "several optimizer steps per batch (epochs > 1 or a "
+                                     "mini_batch_size) the correction needs the trainer's "
+                                     "old log-probs from before the first")
         if self.actor.backend == "megatron" and self.algorithm.name != "grpo":
             raise InvalidConfigError("algorithm.name", self.algorithm.name,
                                      "grpo with actor.backend=megatron (PPO's critic is not "

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -171,8 +172,11 @@ def test_rollout_correction_weighs_each_token_by_the_capped_engine_mismatch():
             _model(), prompt_ids=batch.prompt_ids, prompt_mask=batch.prompt_mask,
             response_ids=batch.response_ids, response_mask=batch.response_mask)
     capped = ActorConfig(parallelism="none", max_grad_norm=None, rollout_correction_cap=2.0)
-    with pytest.raises(ConfigError, match="recompute"):
-        ActorWorker(_model(), config=capped).train(batch)
+    # several optimizer steps per batch: pi_old must be recomputed before the first
+    for steps in ({"epochs": 2}, {"mini_batch_size": 4}):
+        several = dataclasses.replace(capped, **steps)  # type: ignore[arg-type]
+        with pytest.raises(ConfigError, match="recompute"):
+            ActorWorker(_model(), config=several).train(batch)
     plain = _train_recording_gradient(
         ActorWorker(_model(), config=ActorConfig(parallelism="none", max_grad_norm=None)),
         batch.replace(old_log_probs=old))
@@ -184,10 +188,17 @@ def test_rollout_correction_weighs_each_token_by_the_capped_engine_mismatch():
     under = _train_recording_gradient(ActorWorker(_model(), config=capped),
                                       batch.replace(old_log_probs=old,
                                                     rollout_log_probs=old - math.log(3.0)))
+    # one step per batch: without a recompute, pi_old is the training forward's own
+    fused_agreeing = _train_recording_gradient(ActorWorker(_model(), config=capped),
+                                               batch.replace(rollout_log_probs=old.clone()))
+    fused_under = _train_recording_gradient(ActorWorker(_model(), config=capped),
+                                            batch.replace(rollout_log_probs=old - math.log(3.0)))
     assert plain
     for name, grad in plain.items():
         torch.testing.assert_close(agreeing[name], grad, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(under[name], 2 * grad, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(fused_agreeing[name], grad, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(fused_under[name], 2 * grad, rtol=1e-5, atol=1e-7)
     with pytest.raises(ConfigError, match="rollout_correction_cap"):
         ActorConfig(rollout_correction_cap=0.0)
 

@@ -50,8 +50,9 @@ class ActorConfig:
     each token's loss is weighted by ``min(pi_old / pi_rollout, cap)`` (veRL's
     ``tis_imp_ratio_cap``, 2 in its examples; TRL's ``vllm_importance_sampling_mode=
     "token_truncate"`` with ``vllm_importance_sampling_clip_max``).
-    Needs the old log-probs recomputed by the trainer's model (batches that carry
-    ``old_log_probs``). None: off."""
+    pi_old is the trainer's: recomputed by an inference pass (batches that carry
+    ``old_log_probs``) or, for a `single_update` config, the training forward's own
+    log-probs, detached. None: off."""
     aggregation: str = LossAggregation.TOKEN_MEAN.value
     """Loss aggregation: "token-mean", "seq-mean-token-sum" or "seq-mean-token-mean"."""
     kl_coef: float = 0.0
@@ -109,6 +110,15 @@ class ActorConfig:
         LossAggregation.parse(self.aggregation)
         KLEstimator.parse(self.kl_estimator)
         check_precision(self.precision)
+
+    @property
+    def single_update(self) -> bool:
+        """Whether each batch gets exactly one optimizer step from the weights that sampled
+        it (one epoch, no mini-batches, no lag). Then pi_old is the policy being updated and
+        its log-probs are the training forward's own, detached: no separate recompute pass
+        is needed for the ratio or the rollout correction (TRL at ``num_iterations=1`` does
+        the same for its ratio)."""
+        return self.epochs == 1 and self.mini_batch_size is None and self.policy_lag == 0
 
     def can_stream(self, *, distributed: bool) -> bool:
         """Whether gradients can accumulate micro-batch by micro-batch as data arrives, with

@@ -231,17 +231,25 @@ class ActorWorker:
         data = {name: getattr(batch, name).to(dev) for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
         mask = data["response_mask"].float()
-        old = batch.old_log_probs if batch.old_log_probs is not None else batch.rollout_log_probs
-        data["old_log_probs"] = old.to(dev)
-        if cfg.rollout_correction_cap is not None:
-            if batch.old_log_probs is None:
-                raise ConfigError("rollout_correction_cap weighs tokens by pi_old / pi_rollout "
-                                  "and needs the old log-probs recomputed by the trainer's "
-                                  "model: enable the recompute (recompute_logprobs) or drop "
-                                  "the cap")
+        if cfg.rollout_correction_cap is None:
+            old = batch.old_log_probs if batch.old_log_probs is not None \
+                else batch.rollout_log_probs
+            data["old_log_probs"] = old.to(dev)
+        elif batch.old_log_probs is not None:
+            data["old_log_probs"] = batch.old_log_probs.to(dev)
             data["rollout_weights"] = rollout_correction_weights(
                 data["old_log_probs"], batch.rollout_log_probs.to(dev),
                 cap=cfg.rollout_correction_cap)
+        elif cfg.single_update:
+            # pi_old is the policy being updated: `_loss_terms` takes its log-probs from the
+            # training forward and weighs them against these.
+            data["rollout_log_probs"] = batch.rollout_log_probs.to(dev)
+        else:
+            raise ConfigError("rollout_correction_cap weighs tokens by pi_old / pi_rollout; "
+                              "with several optimizer steps per batch (epochs > 1, "
+                              "mini-batches or a policy lag) pi_old must be recomputed by "
+                              "the trainer's model before the first: enable the recompute "
+                              "(recompute_logprobs) or drop the cap")
         if batch.ref_log_probs is not None:
             data["ref_log_probs"] = batch.ref_log_probs.to(dev)
         rewards = batch.rewards.to(dev).float()  # type: ignore[union-attr]
@@ -383,6 +391,11 @@ class ActorWorker:
         KL and value terms; whichever backend computed the log-probs)."""
         cfg = self.config
         mask = data["response_mask"]
+        if "old_log_probs" not in data:
+            # A single update (`ActorConfig.single_update`): pi_old is this forward's policy.
+            old = log_probs.detach()
+            data = {**data, "old_log_probs": old, "rollout_weights": rollout_correction_weights(
+                old, data["rollout_log_probs"], cap=cfg.rollout_correction_cap or 0.0)}
         surrogate = ppo_policy_loss(
             log_probs, data["old_log_probs"], data["advantages"], mask,
             clip_ratio=cfg.clip_ratio, clip_ratio_high=cfg.clip_ratio_high,
