@@ -204,7 +204,7 @@ def test_auto_plans_and_reports_predicted_and_measured_times(
 ) -> None:
     cache = _copy_cache(auto_dry_run[0], tmp_path)
     proc = run_cli(tmp_path / "run", "placement=auto", "run.eval_every=0",
-                   "run.checkpoint_every=0", f"run.profile_cache={cache}")
+                   "run.checkpoint_every=0", f"run.profile_cache={cache}", "run.trial_plans=0")
     assert "reusing the profile" in proc.stdout  # the run's length is not in the key
     assert "planner: ranked plans" in proc.stdout
     assert " *1. " in proc.stdout
@@ -218,6 +218,32 @@ def test_auto_plans_and_reports_predicted_and_measured_times(
     assert "context switches per iteration: device lock" in proc.stdout
     plans = json.loads((tmp_path / "run" / "plan.json").read_text())
     assert plans["best"]["spec"] == summary["placement"]
+
+
+def test_auto_tries_the_closest_priced_plans_and_launches_the_fastest_measured(
+    auto_dry_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    cache = _copy_cache(auto_dry_run[0], tmp_path)
+    # A margin wide enough that the two best-priced plans are tried, whatever their prices.
+    proc = run_cli(tmp_path / "run", "placement=auto", "run.eval_every=0", "run.steps=2",
+                   "run.checkpoint_every=0", f"run.profile_cache={cache}",
+                   "run.trial_plans=2", "run.trial_margin=100", "run.trial_steps=2")
+    assert "auto: 2 plans priced within 10000% of the best; running each for 2 steps" \
+        in proc.stdout
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    trials = summary["trials"]
+    assert len(trials) == 2
+    assert all(len(t["step_seconds"]) == 1 and t["measured_s"] > 0 for t in trials)
+    plans = json.loads((tmp_path / "run" / "plan.json").read_text())
+    ranked = [(p["spec"], p["granularity"]) for p in (plans["best"], *plans["alternatives"])]
+    # the best-priced plan first, then the next one the simulation tells apart from it
+    tried = [(t["plan"], t["granularity"]) for t in trials]
+    assert tried[0] == ranked[0] and tried[1] in ranked[1:]
+    # the fastest as measured is the one launched, priced as every other run
+    fastest = min(trials, key=lambda t: t["measured_s"])
+    assert summary["placement"] == fastest["plan"]
+    assert summary["predicted_iteration_s"] == pytest.approx(fastest["predicted_s"])
+    assert " * " in proc.stdout and fastest["plan"] in proc.stdout
 
 
 def _kill_tree(proc: subprocess.Popen[str]) -> None:

@@ -320,6 +320,15 @@ class RunConfig:
     """placement=auto: a folder of profiles (e.g. ~/.cache/rlinf/profiles); a profile
     measured before for the same workflow, model, settings and cluster is reused instead of
     profiling again (null: always profile)."""
+    trial_plans: NonNegative = 3
+    """placement=auto: run at most this many of the plans priced within run.trial_margin
+    of the best for run.trial_steps steps each (throw-away runs, like the profile's) and
+    launch the fastest as measured; 0 or 1: launch the best-priced plan untried."""
+    trial_margin: Annotated[float, Range(0)] = 0.10
+    """placement=auto: how close (relative) to the best price a plan must be to be tried."""
+    trial_steps: Annotated[int, Range(2)] = 3
+    """placement=auto: steps per trial; the first is a warm-up, the median of the rest
+    counts."""
     replan: bool = False
     """placement=auto: re-plan during the run when measured steps drift from the prediction
     (rlinf.sched.Replanner); a better plan is launched at a step boundary from a checkpoint."""

@@ -96,6 +96,8 @@ class PlanChoice:
     """The measured profile the prediction comes from."""
     simulation: SimulationResult | None = None
     """The simulated iteration of `plan` (with its intervals), when priced."""
+    trials: tuple[rf.PlanTrial, ...] = ()
+    """``auto``'s trials of its closest-priced plans (`rlinf_reasoning.trials`), if any ran."""
 
 
 class ProfileCosts:
@@ -268,6 +270,21 @@ def _priced_if_it_fits(plan_: ExecutionPlan, spec: FlowSpec, cost: CostModel,
         return None
 
 
+def _fixed_mode_plans(spec: FlowSpec, components: Sequence[str],
+                      num_devices: int) -> tuple[ExecutionPlan, ...]:
+    """The collocated, hybrid and disaggregated plans with the config's message size, as
+    a fixed placement would launch them (those the devices allow)."""
+    plans = []
+    for mode in ("collocated", "hybrid", "disaggregated"):
+        try:
+            placement = resolve_placement(mode, components, num_devices)
+        except ConfigError:
+            continue  # e.g. hybrid on one device
+        plans.append(fixed_plan(spec, placement.to_spec(), num_devices=num_devices,
+                                granularity_groups=spec.rollout.groups_per_micro_batch))
+    return tuple(plans)
+
+
 def weight_sync_seconds(profile: Profile) -> float:
     """Median seconds of the weight syncs the profiling probes ran (0 without any): every
     plan pays one per iteration besides the dataflow the simulator models."""
@@ -300,8 +317,14 @@ def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) ->
         overhead = weight_sync_seconds(profile)
     else:
         cost = profile
-    result = plan(reasoning_workflow(spec), cost, cluster)
-    candidates = {_plan_key(p): p for p in (*result.ranked, *result.baselines.values())}
+    workflow = reasoning_workflow(spec)
+    result = plan(workflow, cost, cluster)
+    # What a fixed placement would run (the config's message size) competes too: the
+    # planner's sizes are searched, the user's are what `auto` must not lose to.
+    fixed = _fixed_mode_plans(spec, tuple(c.name for c in workflow.components),
+                              cluster.num_devices)
+    candidates = {_plan_key(p): p for p in (*result.ranked, *result.baselines.values(),
+                                            *fixed)}
     runnable = {key: pair for key, p in candidates.items()
                 if (pair := _priced_if_it_fits(p, spec, cost, cluster, overhead)) is not None}
     if not runnable:

@@ -93,8 +93,13 @@ class Summary:
     "pipeline", "data", "sequence_parallel", "distributed_optimizer"}}``); empty when the
     plan chose none."""
 
+    trials: tuple[Mapping[str, object], ...] = ()
+    """``auto``'s trials (``run.trial_plans``): each tried plan's placement, mode, predicted
+    and measured seconds per step and its measured steps; empty when none ran."""
+
     def __post_init__(self) -> None:
         object.__setattr__(self, "restarts", tuple(self.restarts))  # a list when read back
+        object.__setattr__(self, "trials", tuple(dict(t) for t in self.trials))
         object.__setattr__(self, "parallelism",
                            {k: dict(v) for k, v in dict(self.parallelism).items()})
 

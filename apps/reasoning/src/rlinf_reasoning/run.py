@@ -82,6 +82,7 @@ from rlinf_reasoning.report import (
 )
 from rlinf_reasoning.resume import CHECKPOINT_DIR, Checkpoint, checkpoint_meta, find_resume_point
 from rlinf_reasoning.spec import FlowSpec, flow_spec
+from rlinf_reasoning.trials import tried_choice
 from rlinf_reasoning.workflow import declare, reasoning_workflow
 
 __all__ = ["CONFIG_FILE", "PLAN_FILE", "PROFILE_FILE", "dry_run", "train"]
@@ -105,9 +106,11 @@ def _cluster(cfg: ReasoningConfig) -> Cluster:
 
 
 def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: ProblemSource,
-                *, out: TextIO) -> PlanChoice:
+                *, out: TextIO, trials: bool = True) -> PlanChoice:
     """The plan to launch: a fixed placement's plan, priced from a measured profile unless
-    ``run.predict=false``; or ``auto``'s best plan, whose ranked plans are printed to `out`.
+    ``run.predict=false``; or ``auto``'s best plan, whose ranked plans are printed to `out`
+    (with `trials`, the fastest as measured of those priced close to the best:
+    `rlinf_reasoning.trials`).
 
     Profiling launches short probe runs of the flow (`planning.profile_flow`) and closes them
     before the run starts; with ``run.profile_cache`` a profile measured before for the same
@@ -146,7 +149,7 @@ def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: 
     choice = auto_plan(spec, profile, cluster)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
-    return choice
+    return tried_choice(cfg, spec, cluster, source, choice, out=out) if trials else choice
 
 
 def _profile_identity(cfg: ReasoningConfig) -> dict[str, object]:
@@ -178,7 +181,9 @@ def dry_run(cfg: ReasoningConfig, *, out: TextIO = sys.stdout) -> PlanChoice:
         return choice
     owns_ray = ensure_ray()
     try:
-        choice = choose_plan(cfg, spec, _cluster(cfg), ProblemSource(cfg), out=out)
+        # A dry run trains nothing, not even throw-away trials.
+        choice = choose_plan(cfg, spec, _cluster(cfg), ProblemSource(cfg), out=out,
+                             trials=False)
     finally:
         if owns_ray:
             import ray
@@ -337,7 +342,7 @@ def _relaunch(session: _Session, flow: ReasoningFlow, choice: PlanChoice, plan: 
     if choice.profile is not None:
         plan, simulation = predict(plan, session.spec, choice.profile, session.cluster)
     return launched, PlanChoice(plan=plan, ranked=choice.ranked, profile=choice.profile,
-                                simulation=simulation)
+                                simulation=simulation, trials=choice.trials)
 
 
 def _save_choice(choice: PlanChoice, run_dir: Path) -> None:
@@ -467,7 +472,8 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         measured_iteration_s=steady_median(step_seconds),
         simulated_switches=choice.simulation.switches if choice.simulation else None,
         lock_switches_per_iteration=steady_median(onloads), restarts=session.restarts,
-        parallelism=choice.plan.parallelism)
+        parallelism=choice.plan.parallelism,
+        trials=tuple(trial.to_dict() for trial in choice.trials))
     write_summary(summary, run_dir)
     print_summary(summary, session.out)
     _log.info("run_done", **summary.to_dict())
