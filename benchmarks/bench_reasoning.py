@@ -138,6 +138,10 @@ class Settings:
     autocast over fp32 weights and optimizer state: TRL's ``bf16=True``, rlinf's
     ``ActorConfig.precision``; vLLM then serves bfloat16 weights)."""
 
+    def recomputes(self, engine: str) -> bool:
+        """Whether the run with `engine` has an inference role recomputing old log-probs."""
+        return engine == "vllm" and self.vllm_recompute
+
     @property
     def rows(self) -> int:
         """Samples per iteration."""
@@ -210,7 +214,7 @@ def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, i
     from rlinf.workers.reward import RewardConfig
     from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
 
-    recompute = engine == "vllm" and settings.vllm_recompute
+    recompute = settings.recomputes(engine)
     parsed = parse_placement(mode.placement_for(recompute),
                              components=("rollout", "reward", "inference", "actor")
                              if recompute else ("rollout", "reward", "actor"),
@@ -253,7 +257,7 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
     from rlinf.workers.reasoning import ProblemBatches
 
     spec, per_call = _flow_spec(settings, mode, engine)
-    placement = mode.placement_for(engine == "vllm" and settings.vllm_recompute)
+    placement = mode.placement_for(settings.recomputes(engine))
     cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
     plan = fixed_plan(spec, placement, num_devices=mode.devices, granularity_groups=per_call)
     seconds: list[float] = []
@@ -291,9 +295,8 @@ def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
 
     spec, per_call = _flow_spec(settings, mode, engine)
     cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
-    plan = fixed_plan(spec, mode.placement_for(engine == "vllm" and settings.vllm_recompute),
-                      num_devices=mode.devices,
-                      granularity_groups=per_call)
+    plan = fixed_plan(spec, mode.placement_for(settings.recomputes(engine)),
+                      num_devices=mode.devices, granularity_groups=per_call)
     sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
     profile = profile_spec(spec, cluster, batch_sizes=sizes, problems=ProblemGenerator().batch,
                            granularity_groups=per_call)
@@ -449,8 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if r.system != "rlinf":
                 priced.append(r)
                 continue
-            mode = next(m for m in MODES if m.placement_for(
-                r.engine == "vllm" and settings.vllm_recompute) == r.placement)
+            mode = next(m for m in MODES
+                        if m.placement_for(settings.recomputes(r.engine)) == r.placement)
             print(f"profiling and pricing {r.name} ...", flush=True)
             priced.append(dataclasses.replace(
                 r, predicted=price_rlinf(settings, mode, r.engine)))
