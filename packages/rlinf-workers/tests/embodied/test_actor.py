@@ -211,3 +211,32 @@ def test_a_lagging_behaviour_policy_is_weighed_by_the_truncated_ratio(make_env):
     assert 0.0 < stats["importance_truncated"] < 1.0  # both sides of the truncation
     assert stats["behaviour_kl"] == pytest.approx(float((behaviour - prox).mean()), rel=1e-5)
     assert np.isfinite(actor.train(stale)["policy_loss"])
+
+
+def test_the_numpy_update_kernel_runs_under_the_update_thread_budget(make_env, monkeypatch):
+    # NumPy's BLAS pool defaults to one thread per core; a "one-thread" update used both
+    # cores and ran 3-6x slower beside a busy env worker (runtime.threads).
+    from threadpoolctl import threadpool_info
+
+    from rlinf.workers.embodied.mlp_ppo import MlpPPOKernel
+    from rlinf.workers.runtime.threads import set_cpu_threads
+
+    seen: list[set[int]] = []
+    step = MlpPPOKernel.step
+
+    def recording_step(self, *args, **kwargs):
+        seen.append({p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"})
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlpPPOKernel, "step", recording_step)
+    before = torch.get_num_threads()
+    actor = _actor()  # 64x64: small enough for one thread (`_update_threads`)
+    trajectory = _trajectory(make_env, num_envs=4)
+    set_cpu_threads(2)
+    try:
+        actor.train(trajectory)
+        assert seen and all(threads == {1} for threads in seen)
+        after = {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
+        assert torch.get_num_threads() == 2 and after == {2}
+    finally:
+        set_cpu_threads(before)

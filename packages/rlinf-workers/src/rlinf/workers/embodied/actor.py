@@ -37,6 +37,7 @@ from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models.policy import ActorCritic, PolicyConfig, build_actor_critic
 from rlinf.workers.rollout.offload import empty_device_cache, move_module, move_optimizer_state
 from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.threads import cpu_threads, set_cpu_threads
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = ["EmbodiedActorConfig", "EmbodiedActorWorker", "first_episode_mask"]
@@ -132,7 +133,7 @@ class EmbodiedActorWorker(Worker):
         super().__init__(context)
         self.config = config
         if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
+            set_cpu_threads(config.num_threads)
         if config.policy is None:
             raise ConfigError("EmbodiedActorConfig.policy is None: give the actor the network "
                               "it trains (a PolicyConfig or VLAPolicyConfig)")
@@ -224,10 +225,8 @@ class EmbodiedActorWorker(Worker):
             return self._kernel_epochs(flat, size)
         sums: dict[str, float] = {}
         updates = 0
-        budget = torch.get_num_threads()
-        threads = self._update_threads(size // cfg.num_minibatches, budget)
-        torch.set_num_threads(threads)
-        try:
+        threads = self._update_threads(size // cfg.num_minibatches, torch.get_num_threads())
+        with cpu_threads(threads):
             for _ in range(cfg.epochs):
                 # Shuffled on the CPU generator: the same order (and checkpoint) on every device.
                 order = torch.randperm(size, generator=self.generator).to(self.device)
@@ -235,8 +234,6 @@ class EmbodiedActorWorker(Worker):
                     for key, value in self._update({k: v[idx] for k, v in flat.items()}).items():
                         sums[key] = sums.get(key, 0.0) + value
                     updates += 1
-        finally:
-            torch.set_num_threads(budget)
         return {key: total / updates for key, total in sums.items()}
 
     def _kernel_epochs(self, flat: dict[str, torch.Tensor], size: int) -> dict[str, float]:
@@ -256,30 +253,36 @@ class EmbodiedActorWorker(Worker):
                               "importance") if key in flat}
         totals = np.zeros(len(STAT_NAMES))
         updates = 0
+        # NumPy's BLAS pool gets the same thread budget as torch's would (`runtime.threads`).
+        threads = self._update_threads(size // cfg.num_minibatches, torch.get_num_threads())
         try:
-            for _ in range(cfg.epochs):
-                order = torch.randperm(size, generator=self.generator)
-                for chunk in order.chunk(cfg.num_minibatches):
-                    idx = chunk.numpy()
-                    mb = {key: value[idx] for key, value in arrays.items()}
-                    totals += kernel.step(coef, obs=mb["obs"], actions=mb["actions"],
-                                          old_log_probs=mb["log_probs"],
-                                          old_values=mb["values"],
-                                          advantages=mb["advantages"], returns=mb["returns"],
-                                          importance=mb.get("importance"))
-                    updates += 1
+            with cpu_threads(threads):
+                for _ in range(cfg.epochs):
+                    order = torch.randperm(size, generator=self.generator)
+                    for chunk in order.chunk(cfg.num_minibatches):
+                        idx = chunk.numpy()
+                        mb = {key: value[idx] for key, value in arrays.items()}
+                        totals += kernel.step(coef, obs=mb["obs"], actions=mb["actions"],
+                                              old_log_probs=mb["log_probs"],
+                                              old_values=mb["values"],
+                                              advantages=mb["advantages"],
+                                              returns=mb["returns"],
+                                              importance=mb.get("importance"))
+                        updates += 1
         finally:
             kernel.finish()
         return {name: float(total / updates)
                 for name, total in zip(STAT_NAMES, totals, strict=True)}
 
     def _update_threads(self, minibatch: int, budget: int) -> int:
-        """Intra-op threads for updates of `minibatch` samples: the whole budget only where an
-        update is big enough to gain from it. In Ray workers on 2 cores, 2 threads made a
-        64x64 update on 64 samples 37% slower (3.2 vs 2.3 ms) and a 64x64 one on 1,024 9%
-        slower, tied at 256x256 on 64, and won from 768x768 on 64 (12.3 vs 16.0 ms) and
-        256x256 on 1,024 (20.6 vs 31.1 ms). A fixed rule, not a timing, so that a run and
-        its resumed copy train with the same reduction order."""
+        """Threads (torch's and BLAS's) for updates of `minibatch` samples: the whole
+        `budget` (the rank's threads) only where an update is big enough to gain from it. In
+        Ray workers on 2 cores, 2 torch threads made a 64x64 update on 64 samples 37% slower
+        (3.2 vs 2.3 ms) and a 64x64 one on 1,024 9% slower, tied at 256x256 on 64, and won
+        from 768x768 on 64 (12.3 vs 16.0 ms) and 256x256 on 1,024 (20.6 vs 31.1 ms). The
+        NumPy kernel at 256x256 on 64 took 0.36 s per update on one BLAS thread, 0.32-0.53 s
+        on two (`runtime.threads`). A fixed rule, not a timing, so that a run and its resumed
+        copy train with the same reduction order."""
         if self.device.type != "cpu" or budget <= 1:
             return budget
         params = sum(p.numel() for p in self.model.parameters() if p.requires_grad)

@@ -28,8 +28,6 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import IO
 
-import torch
-
 from rlinf.sched import Measurement
 from rlinf.workers.embodied.profiling import (
     MIN_REPEATS,
@@ -44,6 +42,7 @@ from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.errors import ConfigError, WorkersError
+from rlinf.workers.runtime.threads import set_cpu_threads
 
 __all__ = ["ParallelProfileError", "measure_parallel", "parallel_batch_sizes"]
 
@@ -141,7 +140,7 @@ def _child(rank: int) -> None:
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     job: _Job = pickle.loads(stdin.read(int.from_bytes(stdin.read(8), "little")))
-    torch.set_num_threads(1)
+    set_cpu_threads(1)
     policy = build_rollout_policy(PROFILE_CONTEXT, replace(job.rollout, num_threads=1))
     seed = job.env.seed + 7919 * rank  # another stream of starts than rank 0's
     probes = [EnvProbe.build(job.env, share, seed=seed) for share in job.shares]

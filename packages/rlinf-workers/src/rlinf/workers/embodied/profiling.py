@@ -41,6 +41,7 @@ from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.env.worker import EnvWorker
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.threads import set_cpu_threads
 
 __all__ = ["MIN_REPEATS", "PROFILE_CONTEXT", "EnvProbe", "env_step_seconds", "measure_components",
            "median_seconds", "point", "synthetic_trajectory"]
@@ -155,7 +156,7 @@ def _actor_points(actor: EmbodiedActorConfig, policy: RolloutPolicy, traj: Traje
     publications), the thread counts taking turns after one warm-up update each."""
     trainers = {}
     for devices in actor_devices:
-        torch.set_num_threads(devices)
+        set_cpu_threads(devices)
         trainers[devices] = EmbodiedActorWorker(PROFILE_CONTEXT, config=replace(
             actor, num_threads=devices))
         _train_and_publish(trainers[devices], policy, traj)  # warm-up
@@ -163,12 +164,12 @@ def _actor_points(actor: EmbodiedActorConfig, policy: RolloutPolicy, traj: Traje
     try:
         for _ in range(repeats):
             for devices, trainer in trainers.items():
-                torch.set_num_threads(devices)
+                set_cpu_threads(devices, rescan=False)
                 started = time.perf_counter()
                 _train_and_publish(trainer, policy, traj)
                 times[devices].append(time.perf_counter() - started)
     finally:
-        torch.set_num_threads(1)
+        set_cpu_threads(1, rescan=False)
     return [point("actor", samples, devices, statistics.median(seconds))
             for devices, seconds in times.items()]
 
@@ -185,7 +186,7 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
     threads = torch.get_num_threads()
     points: list[Measurement] = []
     try:
-        torch.set_num_threads(1)
+        set_cpu_threads(1)
         policy = build_rollout_policy(PROFILE_CONTEXT, replace(rollout, num_threads=1))
         for size in sizes:
             probe = EnvProbe.build(env, size, seed=env.seed)
@@ -205,5 +206,5 @@ def measure_components(*, env: EnvWorkerConfig, rollout: PolicyRolloutConfig | V
             finally:
                 probe.worker.shutdown()
     finally:
-        torch.set_num_threads(threads)
+        set_cpu_threads(threads, rescan=False)
     return Profile(tuple(points), metadata={"env": env.env_name, "rollout_steps": rollout_steps})

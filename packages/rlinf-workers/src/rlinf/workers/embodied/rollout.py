@@ -34,6 +34,7 @@ from rlinf.workers.models.policy import (
     gaussian_mlp_layers,
 )
 from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.threads import set_cpu_threads
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = ["PolicyRolloutConfig", "PolicyRolloutWorker"]
@@ -66,7 +67,7 @@ class PolicyRolloutWorker(Worker):
         super().__init__(context)
         self.config = config
         if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
+            set_cpu_threads(config.num_threads)
         self.model: ActorCritic = build_actor_critic(config.policy, seed=config.seed).eval()
         self._device = torch.device(config.device)
         self.model.to(self._device)
@@ -181,7 +182,7 @@ class PolicyRolloutWorker(Worker):
         if self.config.num_threads is not None:
             # OpenMP's thread count is per calling thread: a driver's serving thread would
             # otherwise run with the default and spin (measured 20x slower under load).
-            torch.set_num_threads(self.config.num_threads)
+            set_cpu_threads(self.config.num_threads, rescan=False)
         answered = 0
         for _ in range(num_steps + 1):
             for stage in range(num_stages):

@@ -31,6 +31,7 @@ from rlinf.workers.embodied.vla import TinyVLA, VLAConfig
 from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models.policy import ActionEval
 from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.threads import set_cpu_threads
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = ["VLAActorCritic", "VLANetworkConfig", "VLAPolicyConfig", "VLARolloutConfig",
@@ -145,7 +146,7 @@ class VLARolloutWorker(Worker):
         super().__init__(context)
         self.config = config
         if config.num_threads is not None:
-            torch.set_num_threads(config.num_threads)
+            set_cpu_threads(config.num_threads)
         self._device = torch.device(config.device)
         self.model = VLAActorCritic(config.policy, seed=config.seed).eval().to(self._device)
         # On the model's device: torch.multinomial samples with a generator of its device.

@@ -24,6 +24,7 @@ from rlinf.workers.reasoning.groups import unpack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.runtime.threads import set_cpu_threads
 
 __all__ = ["ReasoningRole"]
 
@@ -36,7 +37,7 @@ class ReasoningRole(FlowWorker):
                          io_timeout=setup.io_timeout)
         self.setup = setup
         if setup.device == "cpu":
-            torch.set_num_threads(max(len(context.devices), 1))
+            set_cpu_threads(max(len(context.devices), 1))
         self.device = self._torch_device()
 
     def _torch_device(self) -> torch.device:

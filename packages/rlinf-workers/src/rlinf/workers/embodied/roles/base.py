@@ -12,6 +12,7 @@ import torch
 
 from rlinf.workers.flow import FlowWorker
 from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.threads import set_cpu_threads
 from rlinf.workers.weight_sync import Bucket
 
 __all__ = ["PolicyTarget", "RoleBase", "Weights", "weights_from_wire", "weights_to_wire"]
@@ -66,14 +67,14 @@ class RoleBase(FlowWorker):
         super().__init__(context, trace=trace, lock_timeout=lock_timeout, io_timeout=io_timeout,
                          **kwargs)
         self.num_threads = num_threads or max(1, len(context.devices))
-        torch.set_num_threads(self.num_threads)
+        set_cpu_threads(self.num_threads)
 
     @contextlib.contextmanager
     def turn(self, name: str, *, component: str | None = None,
              **args: Any) -> Iterator[None]:
         """`FlowWorker.turn` with this rank's torch threads: OpenMP's thread count is per
         calling thread, and Ray may run a call on another thread than the constructor's."""
-        torch.set_num_threads(self.num_threads)
+        set_cpu_threads(self.num_threads, rescan=False)
         with super().turn(name, component=component, **args):
             yield
 
