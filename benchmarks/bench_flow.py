@@ -28,7 +28,7 @@ fixed mode's), ``max_prediction_error`` (max |predicted - measured| / measured o
 ``lock_matches_simulator`` (every run's lock switches equal its simulated switches), plus
 ``load_average``, per-setting ratios and counts.
 
-Launch: ``tox -e bench-flow`` (3 settings per app, about 15 minutes on 2 cores), or
+Launch: ``tox -e bench-flow`` (3 settings per app, about 30 minutes a round on 2 cores), or
 ``tox -e bench-flow -- --quick`` (one small setting per app, 3 steps: a smoke run).
 ``--settings`` picks settings by name, ``--modes`` the modes, ``--steps`` and
 ``--iterations`` the run lengths, ``--keep-runs DIR`` keeps each run's folder to read later.
@@ -73,8 +73,12 @@ REASONING_MODES = {
     "hybrid": ("placement=hybrid", "cluster.cpu_slots=2"),
     # One slot each for reward and inference, one for rollout and one for the actor.
     "disaggregated": ("placement=disaggregated", "cluster.cpu_slots=4"),
-    "auto": ("placement=auto", "cluster.cpu_slots=2"),
+    "auto": ("placement=auto",),  # its cluster.cpu_slots: --auto-slots
 }
+AUTO_SLOTS = 4
+"""Reasoning ``auto``'s logical CPU slots by default: the most any fixed mode gets
+(disaggregated's 4), so that every fixed plan is in its search space; the planner's
+core-sharing model prices what sharing the 2 cores costs."""
 
 EMBODIED_COMMON = ("run.eval_every=0", "run.checkpoint_every=0", "run.eval_episodes=1",
                    "env.max_episode_steps=200", "run.eval_max_steps=200", "run.video=false",
@@ -153,11 +157,13 @@ def ray_instance() -> Iterator[str]:
 
 
 def command(setting: Setting, mode: str, *, steps: int, iterations: int,
-            run_dir: Path, common: Sequence[str] | None = None) -> list[str]:
+            run_dir: Path, common: Sequence[str] | None = None,
+            auto_slots: int = AUTO_SLOTS) -> list[str]:
     """The CLI command line of one run (`common` replaces the app's shared overrides)."""
     if setting.app == "reasoning":
+        slots = (f"cluster.cpu_slots={auto_slots}",) if mode == "auto" else ()
         return [sys.executable, "-m", "rlinf_reasoning.cli", *(common or REASONING_COMMON),
-                *setting.overrides, *REASONING_MODES[mode], f"run.steps={steps}",
+                *setting.overrides, *REASONING_MODES[mode], *slots, f"run.steps={steps}",
                 "--run-dir", str(run_dir)]
     return [sys.executable, "-m", "rlinf_embodied.cli", *(common or EMBODIED_COMMON),
             *setting.overrides, *EMBODIED_MODES[mode], f"run.iterations={iterations}",
@@ -165,13 +171,13 @@ def command(setting: Setting, mode: str, *, steps: int, iterations: int,
 
 
 def run_once(setting: Setting, mode: str, *, steps: int, iterations: int, ray_address: str,
-             workdir: Path, timeout: float, common: Sequence[str] | None = None
-             ) -> tuple[FlowRun, float]:
+             workdir: Path, timeout: float, common: Sequence[str] | None = None,
+             auto_slots: int = AUTO_SLOTS) -> tuple[FlowRun, float]:
     """One CLI run; its row (an ``error`` when it gave no summary) and its wall seconds."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"{setting.app}-{setting.name}-{mode}-",
                                     dir=workdir))
     cmd = command(setting, mode, steps=steps, iterations=iterations, run_dir=run_dir,
-                  common=common)
+                  common=common, auto_slots=auto_slots)
     started = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -213,11 +219,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--modes", default=",".join(MODES),
                         help="comma-separated modes (default: every fixed mode and auto)")
     parser.add_argument("--steps", type=int, default=None,
-                        help="reasoning steps per run (default 5; --quick 3)")
+                        help="reasoning steps per run (default 12; --quick 3): the measured "
+                             "s/iter is the median of all but the first")
     parser.add_argument("--iterations", type=int, default=None,
-                        help="embodied iterations per run (default 6; --quick 3)")
+                        help="embodied iterations per run (default 12; --quick 3)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="runs per setting and mode (the median measured run is kept)")
+    parser.add_argument("--auto-slots", type=int, default=AUTO_SLOTS,
+                        help="reasoning auto's cluster.cpu_slots (default 4: the most a fixed "
+                             "mode gets, so every fixed plan is one auto may choose)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds one run may take before it counts as failed")
     parser.add_argument("--keep-runs", type=Path, default=None, metavar="DIR",
@@ -235,13 +245,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = [s for s in pool if s.app in apps and (not names or s.name in names)]
     if not settings:
         parser.error(f"no setting matches apps={apps} settings={sorted(names)}")
-    steps = args.steps or (3 if args.quick else 5)
-    iterations = args.iterations or (3 if args.quick else 6)
+    if args.auto_slots < 1:
+        parser.error(f"--auto-slots must be >= 1, got {args.auto_slots}")
+    steps = args.steps or (3 if args.quick else 12)
+    iterations = args.iterations or (3 if args.quick else 12)
 
     load_start = _load()
     print(f"# bench-flow on {os.cpu_count()} cores, load average {load_start:.2f} at the "
           f"start; reasoning {steps} steps, embodied {iterations} iterations per run; "
-          f"{args.rounds} round(s); modes {', '.join(modes)}", flush=True)
+          f"{args.rounds} round(s); modes {', '.join(modes)}; reasoning auto on "
+          f"{args.auto_slots} CPU slots", flush=True)
     for s in settings:
         print(f"#   {s.app}/{s.name}: {' '.join(s.overrides)}", flush=True)
 
@@ -258,7 +271,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for mode in _rotated(modes, index + round_):
                     row, seconds = run_once(setting, mode, steps=steps, iterations=iterations,
                                             ray_address=address, workdir=Path(workdir),
-                                            timeout=args.timeout)
+                                            timeout=args.timeout, auto_slots=args.auto_slots)
                     runs[mode].append(row)
                     status = row.error or (f"measured {row.measured or float('nan'):.3f} s/iter, "
                                            f"predicted {row.predicted or float('nan'):.3f}")

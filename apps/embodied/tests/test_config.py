@@ -79,6 +79,10 @@ def test_round_trip_through_plain_data():
     ("policy.vla.pretrained=/no/such/folder", "policy.vla.pretrained", "the local folder"),
     ("policy.vla.prompt=act", "policy.vla.prompt", "containing {instruction}"),
     ("policy.vla.camera=-1", "policy.vla.camera", "an integer >= 0"),
+    ("run.trial_plans=-1", "run.trial_plans", "an integer >= 0 (0 or 1: no trials)"),
+    ("run.trial_margin=-0.1", "run.trial_margin", "a number >= 0"),
+    ("run.trial_margin=inf", "run.trial_margin", "a number >= 0"),
+    ("run.trial_steps=1", "run.trial_steps", "an integer >= 2"),
 ])
 def test_bad_value_names_key_value_and_allowed(override, key, allowed):
     with pytest.raises(AppConfigError) as info:

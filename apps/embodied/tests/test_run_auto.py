@@ -3,6 +3,8 @@ predicted against the measured iteration time."""
 
 from __future__ import annotations
 
+import pytest
+
 from rlinf.sched import Profile
 
 from .conftest import TINY, check_outputs, run_cli, summary_of
@@ -10,12 +12,13 @@ from .conftest import TINY, check_outputs, run_cli, summary_of
 
 def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
     run_dir = tmp_path / "run"
-    proc = run_cli([*TINY, "placement=auto", "run.video=false", "--run-dir", str(run_dir)],
-                   ray_address=ray_address, timeout=300)
+    proc = run_cli([*TINY, "placement=auto", "run.video=false", "run.trial_plans=0",
+                    "--run-dir", str(run_dir)], ray_address=ray_address, timeout=300)
     assert proc.returncode == 0, proc.stderr
     check_outputs(run_dir, iterations=2, video=False)
     summary = summary_of(run_dir)
     assert summary["mode"] in {"collocated", "hybrid", "disaggregated"}
+    assert summary["trials"] == []  # run.trial_plans=0: the best-priced plan, untried
     assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
     assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in proc.stdout
     assert "(planner predicted" in proc.stdout  # the summary puts both side by side
@@ -36,10 +39,32 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
     # Resuming keeps the checkpoint's plan (its stage groups are part of the saved state):
     # no new profile, so the very same prediction, not a fresh measurement's.
     longer = run_cli([*TINY, "placement=auto", "run.video=false", "run.iterations=3",
-                      "--run-dir", str(run_dir), "--resume"], ray_address=ray_address,
-                     timeout=300)
+                      "run.trial_plans=0", "--run-dir", str(run_dir), "--resume"],
+                     ray_address=ray_address, timeout=300)
     assert longer.returncode == 0, longer.stderr
     assert "resumed from" in longer.stdout
     assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in longer.stdout
     assert summary_of(run_dir)["mode"] == summary["mode"]
     assert (run_dir / "profile.json").read_bytes() == saved  # no new profile on resume
+
+
+def test_auto_launches_the_fastest_of_its_trials(tmp_path, ray_address):
+    # A margin this wide shortlists the two best distinguishable plans; each runs two
+    # throw-away iterations (one warm-up) and the faster as measured is launched, with its
+    # own simulated price as the prediction.
+    run_dir = tmp_path / "run"
+    proc = run_cli([*TINY, "placement=auto", "run.video=false", "run.trial_plans=2",
+                    "run.trial_margin=100", "run.trial_steps=2", "--run-dir", str(run_dir)],
+                   ray_address=ray_address, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "auto: 2 plans priced within 10000% of the best; running each for 2 iterations" \
+        in proc.stdout
+    summary = summary_of(run_dir)
+    trials = summary["trials"]
+    assert len(trials) == 2 and trials[0]["plan"] != trials[1]["plan"]
+    assert all(len(t["step_seconds"]) == 1 and t["measured_s"] > 0 for t in trials)
+    fastest = min(trials, key=lambda t: t["measured_s"])
+    assert summary["placement"] == fastest["plan"]
+    assert summary["predicted_iteration_s"] == pytest.approx(fastest["predicted_s"], rel=1e-6)
+    assert summary["lock_switches_per_iteration"] == summary["simulated_switches"]
+    assert proc.stdout.count("trial               ") == 2

@@ -10,6 +10,7 @@ workflow's components and the number of devices. Every failure is an `AppConfigE
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -297,6 +298,15 @@ class RunConfig:
     relaunch from the last checkpoint (from the start before the first one) and go on — at
     most this many times; each restart is recorded in the metrics (``run/restarts``) and the
     summary. 0: the run stops and says to --resume."""
+    trial_plans: int = 3
+    """placement=auto: run at most this many of the plans priced within run.trial_margin
+    of the best for run.trial_steps iterations each (throw-away flows, like the profile's)
+    and launch the fastest as measured; 0 or 1: launch the best-priced plan untried."""
+    trial_margin: float = 0.10
+    """placement=auto: how close to the best price (relative) a plan must be to be tried."""
+    trial_steps: int = 3
+    """placement=auto: iterations per trial; the first is a warm-up, the median of the rest
+    is the trial's time."""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "rollout_steps", "eval_episodes", "keep_checkpoints"):
@@ -309,6 +319,15 @@ class RunConfig:
                 raise AppConfigError(f"run.{name}", value, "an integer >= 0 (0: never)")
         if self.eval_max_steps < 1:
             raise AppConfigError("run.eval_max_steps", self.eval_max_steps, "an integer >= 1")
+        if self.trial_plans < 0:
+            raise AppConfigError("run.trial_plans", self.trial_plans,
+                                 "an integer >= 0 (0 or 1: no trials)")
+        if not 0 <= self.trial_margin < math.inf:
+            raise AppConfigError("run.trial_margin", self.trial_margin,
+                                 "a number >= 0 (0.1: plans priced within 10% of the best)")
+        if self.trial_steps < 2:
+            raise AppConfigError("run.trial_steps", self.trial_steps,
+                                 "an integer >= 2 (one warm-up, then the timed iterations)")
         if self.target_success_rate is not None and not 0 <= self.target_success_rate <= 1:
             raise AppConfigError("run.target_success_rate", self.target_success_rate,
                                  "a number in [0, 1] or null")

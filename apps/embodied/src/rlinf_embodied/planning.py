@@ -86,6 +86,8 @@ class PlanChoice:
     simulation: SimulationResult | None = None
     """The simulated iteration of `plan` that gave its predicted time (intervals and
     context switches), when a profile priced it."""
+    trials: tuple[rf.PlanTrial, ...] = ()
+    """``auto``'s trials of its closest-priced plans (`rlinf_embodied.trials`), if any ran."""
 
 
 def cluster_for(cfg: PlacementConfig) -> Cluster:

@@ -67,6 +67,7 @@ from rlinf_embodied.planning import (
 from rlinf_embodied.schema import to_dict
 from rlinf_embodied.spec import build_spec
 from rlinf_embodied.summary import RunSummary, target_reached
+from rlinf_embodied.trials import tried_choice
 
 if TYPE_CHECKING:
     from rlinf_embodied.evaluation import EvalResult
@@ -277,6 +278,7 @@ def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ..
             choice, workflow, cluster = _resumed_choice(spec, cfg, latest[2]["plan"])
         else:
             choice, workflow, cluster = _choose(cfg, spec)
+            choice = tried_choice(cfg, spec, workflow, cluster, choice, out=out)
         from rlinf_embodied.flow import EmbodiedFlow
 
         if cfg.run.trace and choice.cost is None:  # price the fixed plan for its Gantt
@@ -424,6 +426,7 @@ def _summarise(cfg: AppConfig, choice: PlanChoice, progress: _Progress,
         simulated_switches=choice.simulation.switches if choice.simulation else None,
         lock_switches_per_iteration=(_steady_median(progress.onloads)
                                      if progress.onloads else None),
-        restarts=restarts, policy_lag=cfg.algorithm.policy_lag)
+        restarts=restarts, policy_lag=cfg.algorithm.policy_lag,
+        trials=tuple(trial.to_dict() for trial in choice.trials))
     summary.save(Path(run.run_dir) / "summary.json")
     return summary

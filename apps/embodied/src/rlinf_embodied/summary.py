@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,13 @@ class RunSummary:
     policy_lag: int = 0
     """``algorithm.policy_lag``: 1 when rollouts ran beside the previous update (the
     prediction prices that: the actor's input is ready when the iteration starts)."""
+    trials: tuple[Mapping[str, object], ...] = ()
+    """``auto``'s trials (``run.trial_plans``): each tried plan's placement, mode, predicted
+    and measured seconds per iteration; the launched plan is the fastest measured."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "restarts", tuple(self.restarts))  # a list when read back
+        object.__setattr__(self, "trials", tuple(dict(t) for t in self.trials))
 
     def format(self) -> str:
         """The printed summary."""
@@ -111,6 +116,8 @@ class RunSummary:
             f"by the device lock ({_fmt(self.simulated_switches, 'd')} simulated)",
             f"mode                {self.mode}: {self.placement}"
             + (", rollout beside the previous update (policy_lag=1)" if self.policy_lag else ""),
+            *(f"trial               {t['measured_s']:.3f} s measured, "
+              f"{t['predicted_s']:.3f} s predicted: {t['plan']}" for t in self.trials),
             f"outputs             {self.run_dir}",
             *(f"restart             {line}" for line in self.restarts),
         ]
