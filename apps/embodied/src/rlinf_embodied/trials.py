@@ -39,10 +39,7 @@ def tried_choice(cfg: AppConfig, spec: EmbodiedSpec, workflow: Workflow, cluster
 
     trials = rf.try_plans(picked, measure)
     best = rf.fastest(trials)
-    for trial in trials:
-        marker = "*" if trial is best else " "
-        print(f" {marker} {trial.seconds:8.3f} s measured, {trial.plan.predicted_time:8.3f} s "
-              f"predicted  {trial.plan.spec}", file=out)
+    print(rf.format_trials(trials, best), file=out)
     repriced = priced(dataclasses.replace(choice, plan=best.plan), choice.profile, workflow,
                       cluster)
     return dataclasses.replace(choice, plan=repriced.plan, simulation=repriced.simulation,

@@ -37,9 +37,6 @@ def tried_choice(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source:
 
     trials = rf.try_plans(picked, measure)
     best = rf.fastest(trials)
-    for trial in trials:
-        marker = "*" if trial is best else " "
-        print(f" {marker} {trial.seconds:8.3f} s measured, {trial.plan.predicted_time:8.3f} s "
-              f"predicted  {trial.plan.spec}", file=out)
+    print(rf.format_trials(trials, best), file=out)
     plan, simulation = predict(best.plan, spec, choice.profile, cluster)
     return dataclasses.replace(choice, plan=plan, simulation=simulation, trials=trials)

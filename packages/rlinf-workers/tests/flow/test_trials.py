@@ -9,7 +9,7 @@ import pytest
 
 from rlinf.sched import ExecutionPlan, parse_placement
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import PlanTrial, fastest, shortlist, try_plans
+from rlinf.workers.flow import PlanTrial, fastest, format_trials, shortlist, try_plans
 
 
 def _plan(spec: str, predicted: float) -> ExecutionPlan:
@@ -81,3 +81,14 @@ def test_a_trial_too_short_to_measure_is_refused() -> None:
     with pytest.raises(ConfigError, match="warmup must be >= 0"):
         try_plans(PLANS[:1], lambda plan: [1.0], warmup=-1)
     assert try_plans(PLANS[:1], lambda plan: [2.0], warmup=0)[0].seconds == 2.0
+
+
+def test_format_trials_stars_the_chosen_plan():
+    best_priced, other = PLANS[0], PLANS[1]
+    trials = try_plans([best_priced, other], lambda p: [9.0, 0.5 if p is other else 0.7])
+    lines = format_trials(trials, fastest(trials)).splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith("   ") and "0.700 s measured" in lines[0]
+    assert "1.000 s predicted" in lines[0] and lines[0].endswith(best_priced.spec)
+    assert lines[1].startswith(" *") and "0.500 s measured" in lines[1]
+    assert lines[1].endswith(other.spec)

@@ -25,7 +25,7 @@ import structlog
 from rlinf.sched import ExecutionPlan
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["PlanTrial", "fastest", "shortlist", "try_plans"]
+__all__ = ["PlanTrial", "fastest", "format_trials", "shortlist", "try_plans"]
 
 _log = structlog.get_logger(__name__)
 
@@ -108,3 +108,11 @@ def fastest(trials: Sequence[PlanTrial]) -> PlanTrial:
     if not trials:
         raise ConfigError("no trials to choose from")
     return min(trials, key=lambda t: t.seconds)
+
+
+def format_trials(trials: Sequence[PlanTrial], chosen: PlanTrial) -> str:
+    """One line per trial, measured and predicted seconds and the placement, the chosen
+    one starred (what an app prints before it launches)."""
+    return "\n".join(f" {'*' if trial is chosen else ' '} {trial.seconds:8.3f} s measured, "
+                     f"{trial.plan.predicted_time:8.3f} s predicted  {trial.plan.spec}"
+                     for trial in trials)
