@@ -27,19 +27,17 @@ def tried_choice(cfg: AppConfig, spec: EmbodiedSpec, workflow: Workflow, cluster
     run = cfg.run
     if choice.profile is None or run.trial_plans < 2:
         return choice
-    picked = rf.shortlist(choice.ranked, limit=run.trial_plans, margin=run.trial_margin)
-    if len(picked) < 2:
-        return choice
-    print(f"auto: {len(picked)} plans priced within {run.trial_margin:.0%} of the best; "
-          f"running each for {run.trial_steps} iterations ...", file=out, flush=True)
 
     def measure(plan: ExecutionPlan) -> list[float]:
         with EmbodiedFlow.launch(spec, plan, cluster=cluster) as flow:
             return [flow.step(step).seconds for step in range(run.trial_steps)]
 
-    trials = rf.try_plans(picked, measure)
+    trials = rf.run_trials(choice.ranked, measure, limit=run.trial_plans,
+                           margin=run.trial_margin, steps=run.trial_steps, unit="iterations",
+                           out=out)
+    if not trials:
+        return choice
     best = rf.fastest(trials)
-    print(rf.format_trials(trials, best), file=out)
     repriced = priced(dataclasses.replace(choice, plan=best.plan), choice.profile, workflow,
                       cluster)
     return dataclasses.replace(choice, plan=repriced.plan, simulation=repriced.simulation,

@@ -25,18 +25,15 @@ def tried_choice(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source:
     run = cfg.run
     if choice.ranked is None or choice.profile is None or run.trial_plans < 2:
         return choice
-    picked = rf.shortlist(choice.ranked.ranked, limit=run.trial_plans, margin=run.trial_margin)
-    if len(picked) < 2:
-        return choice
-    print(f"auto: {len(picked)} plans priced within {run.trial_margin:.0%} of the best; "
-          f"running each for {run.trial_steps} steps ...", file=out, flush=True)
 
     def measure(plan: ExecutionPlan) -> list[float]:
         with ReasoningFlow.launch(spec, plan, problems=source, cluster=cluster) as flow:
             return [flow.step(step).seconds for step in range(run.trial_steps)]
 
-    trials = rf.try_plans(picked, measure)
+    trials = rf.run_trials(choice.ranked.ranked, measure, limit=run.trial_plans,
+                           margin=run.trial_margin, steps=run.trial_steps, unit="steps", out=out)
+    if not trials:
+        return choice
     best = rf.fastest(trials)
-    print(rf.format_trials(trials, best), file=out)
     plan, simulation = predict(best.plan, spec, choice.profile, cluster)
     return dataclasses.replace(choice, plan=plan, simulation=simulation, trials=trials)

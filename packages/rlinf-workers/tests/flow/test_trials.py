@@ -4,12 +4,20 @@ no Ray: the measuring callable stands in for a launched flow)."""
 from __future__ import annotations
 
 import dataclasses
+import io
 
 import pytest
 
 from rlinf.sched import ExecutionPlan, parse_placement
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import PlanTrial, fastest, format_trials, shortlist, try_plans
+from rlinf.workers.flow import (
+    PlanTrial,
+    fastest,
+    format_trials,
+    run_trials,
+    shortlist,
+    try_plans,
+)
 
 
 def _plan(spec: str, predicted: float) -> ExecutionPlan:
@@ -92,3 +100,23 @@ def test_format_trials_stars_the_chosen_plan():
     assert "1.000 s predicted" in lines[0] and lines[0].endswith(best_priced.spec)
     assert lines[1].startswith(" *") and "0.500 s measured" in lines[1]
     assert lines[1].endswith(other.spec)
+
+
+def test_run_trials_announces_measures_and_stars_the_fastest() -> None:
+    out = io.StringIO()
+    measured: list[ExecutionPlan] = []
+
+    def measure(plan: ExecutionPlan) -> list[float]:
+        measured.append(plan)
+        return [9.0, 0.5 if plan is PLANS[1] else 0.7]
+
+    trials = run_trials(PLANS, measure, limit=3, margin=0.10, steps=2, unit="steps", out=out)
+    assert [t.plan for t in trials] == measured == [PLANS[0], PLANS[1]]
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "auto: 2 plans priced within 10% of the best; running each for 2 steps ..."
+    assert lines[1:] == format_trials(trials, fastest(trials)).splitlines()
+    # nothing priced close enough to the best: nothing runs, nothing is printed
+    quiet = io.StringIO()
+    assert run_trials(PLANS, measure, limit=3, margin=0.0, steps=2, unit="steps",
+                      out=quiet) == ()
+    assert quiet.getvalue() == "" and len(measured) == 2

@@ -12,8 +12,9 @@ runs it.
   errors and Ctrl-C).
 - `launch_auto(flow, cluster, batch_sizes=...)`: profile, fit, plan, launch the best plan
   (`AutoReport` compares predicted and measured seconds per iteration).
-- `shortlist` / `try_plans` / `fastest` / `format_trials` (`PlanTrial`): the plans priced
-  within a margin of the best, each run a few steps, the fastest as measured kept.
+- `shortlist` / `try_plans` / `fastest` / `format_trials`, together `run_trials`
+  (`PlanTrial`): the plans priced within a margin of the best, each run a few steps, the
+  fastest as measured kept.
 - `WeightSender` / `WeightReceiver`: the trainer's and the generators' halves of weight
   sync, mixed into a component next to its base class.
 - `FlowWorker`: the base of components (device turns, channels, the runtime's entry call);
@@ -55,7 +56,14 @@ from rlinf.workers.flow.peer import PeerChannel, PeerGoneError, PeerTimeoutError
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
 from rlinf.workers.flow.restarts import with_restarts
 from rlinf.workers.flow.run import FlowRun
-from rlinf.workers.flow.trials import PlanTrial, fastest, format_trials, shortlist, try_plans
+from rlinf.workers.flow.trials import (
+    PlanTrial,
+    fastest,
+    format_trials,
+    run_trials,
+    shortlist,
+    try_plans,
+)
 from rlinf.workers.flow.weight_roles import BucketLayout, WeightReceiver, WeightSender
 from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
@@ -112,6 +120,7 @@ __all__ = [
     "profile_flow",
     "profile_of",
     "rank_key",
+    "run_trials",
     "shortlist",
     "try_plans",
     "with_restarts",

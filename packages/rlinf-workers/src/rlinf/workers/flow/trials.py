@@ -19,13 +19,14 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TextIO
 
 import structlog
 
 from rlinf.sched import ExecutionPlan
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["PlanTrial", "fastest", "format_trials", "shortlist", "try_plans"]
+__all__ = ["PlanTrial", "fastest", "format_trials", "run_trials", "shortlist", "try_plans"]
 
 _log = structlog.get_logger(__name__)
 
@@ -116,3 +117,19 @@ def format_trials(trials: Sequence[PlanTrial], chosen: PlanTrial) -> str:
     return "\n".join(f" {'*' if trial is chosen else ' '} {trial.seconds:8.3f} s measured, "
                      f"{trial.plan.predicted_time:8.3f} s predicted  {trial.plan.spec}"
                      for trial in trials)
+
+
+def run_trials(ranked: Sequence[ExecutionPlan],
+               measure: Callable[[ExecutionPlan], Sequence[float]], *, limit: int,
+               margin: float, steps: int, unit: str, out: TextIO) -> tuple[PlanTrial, ...]:
+    """An app's trials: the `shortlist` of `ranked`, announced on `out`, each plan measured
+    (`try_plans`: `measure` runs it for `steps` `unit`) and the results printed with the
+    fastest starred; ``()`` when fewer than two plans are priced close enough to compare."""
+    picked = shortlist(ranked, limit=limit, margin=margin)
+    if len(picked) < 2:
+        return ()
+    print(f"auto: {len(picked)} plans priced within {margin:.0%} of the best; running each "
+          f"for {steps} {unit} ...", file=out, flush=True)
+    trials = try_plans(picked, measure)
+    print(format_trials(trials, fastest(trials)), file=out)
+    return trials
