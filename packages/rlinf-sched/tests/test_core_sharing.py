@@ -89,9 +89,10 @@ def test_the_background_round_trips_through_the_cluster_file() -> None:
 
 
 @st.composite
-def chains(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, str, dict[str, int], int]:
-    """Chains of 2–4 components (maybe a streaming head), random costs, micro-batches and a
-    placement on 2–4 slots."""
+def chains(draw: st.DrawFn
+           ) -> tuple[Workflow, AnalyticCostModel, str, dict[str, int], int, float]:
+    """Chains of 2–4 components (maybe a streaming head), random costs, micro-batches, a
+    placement on 2–4 slots and a turn latency."""
     n = draw(st.integers(2, 4))
     names = [f"c{i}" for i in range(n)]
     streaming = draw(st.booleans())
@@ -109,19 +110,21 @@ def chains(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, str, dict[str,
     slots = draw(st.integers(2, 4))
     spec = ", ".join(f"{name}: {draw(st.integers(0, slots - 1))}" for name in names)
     micro = {name: draw(st.sampled_from([1, 2, batch])) for name in names}
-    return wf, cost, spec, micro, slots
+    turn = draw(st.sampled_from([0.0, 0.05]))
+    return wf, cost, spec, micro, slots, turn
 
 
 @settings(max_examples=150, deadline=None)
 @given(chains())
 def test_without_contention_the_event_schedule_equals_the_fixed_one(
-    case: tuple[Workflow, AnalyticCostModel, str, dict[str, int], int]
+    case: tuple[Workflow, AnalyticCostModel, str, dict[str, int], int, float]
 ) -> None:
-    wf, cost, spec, micro, slots = case
-    fixed = run(wf, spec, cost, Cluster.uniform(1, slots, 10**9, "cpu"))  # cores unknown
-    shared = run(wf, spec, cost, cpu_box(slots, 10**6, background=1e-9))  # every rate 1
-    fixed_mb = run(wf, spec, cost, Cluster.uniform(1, slots, 10**9, "cpu"), micro)
-    shared_mb = run(wf, spec, cost, cpu_box(slots, 10**6, background=1e-9), micro)
+    wf, cost, spec, micro, slots, turn = case
+    # cores unknown; and a core per slot, every rate 1; both with the same hand-over delay
+    unknown = dataclasses.replace(Cluster.uniform(1, slots, 10**9, "cpu"), turn_latency=turn)
+    plenty = dataclasses.replace(cpu_box(slots, 10**6, background=1e-9), turn_latency=turn)
+    fixed, shared = run(wf, spec, cost, unknown), run(wf, spec, cost, plenty)
+    fixed_mb, shared_mb = run(wf, spec, cost, unknown, micro), run(wf, spec, cost, plenty, micro)
     for a, b in ((fixed, shared), (fixed_mb, shared_mb)):
         assert b.iteration_time == pytest.approx(a.iteration_time, rel=1e-6)
         assert b.busy_seconds == pytest.approx(dict(a.busy_seconds), rel=1e-6)

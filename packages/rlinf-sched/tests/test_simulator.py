@@ -9,7 +9,7 @@ import pytest
 
 from rlinf.sched.analytic_costs import AnalyticCost, AnalyticCostModel
 from rlinf.sched.cluster import Cluster
-from rlinf.sched.errors import PlanningError
+from rlinf.sched.errors import ClusterError, PlanningError
 from rlinf.sched.placement import parse_placement
 from rlinf.sched.simulator import SimulationResult, simulate
 from rlinf.sched.workflow import Component, Edge, Loop, Workflow
@@ -124,6 +124,36 @@ def test_every_message_between_devices_pays_the_link_latency() -> None:
     assert run(wf, "a,b: 0-1", cost, slow, micro).iteration_time == together.iteration_time
     across = dataclasses.replace(Cluster.uniform(2, 1, 100, "H100"), inter_node_latency=2.0)
     assert across.latency(0, 1) == 2.0 and across.latency(0, 0) == 0.0
+
+
+def test_each_hand_over_of_a_device_costs_the_turn_latency() -> None:
+    # a: 1 s/item/device, b: 2 s/item/device, 8 items in calls of 4.
+    wf = chain("a", "b")
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=2.0)})
+    plain = Cluster.uniform(1, 2, 100, "H100")
+    turns = dataclasses.replace(plain, turn_latency=0.1)
+    micro = {"a": 4, "b": 4}
+    # Collocated: a takes the devices (0.1), keeps them for its second call (a's next call
+    # starts before b's, which would wait for the hand-over), then b takes them (0.1) and
+    # keeps them: 2 + 2 + 4 + 4 s of compute and two hand-overs.
+    assert run(wf, "a,b: 0-1", cost, plain, micro).iteration_time == pytest.approx(12.0)
+    r = run(wf, "a,b: 0-1", cost, turns, micro)
+    assert r.iteration_time == pytest.approx(12.2)
+    assert [(i.component, i.start) for i in r.device_intervals(0)] == [
+        ("a", pytest.approx(0.1)), ("a", pytest.approx(2.1)), ("b", pytest.approx(4.2)),
+        ("b", pytest.approx(8.2))]
+    # Apart, each device is handed over once, at its first call: only b's is on the
+    # critical path (a0 0.1-4.1, b0 4.2-12.2, b1 12.2-20.2).
+    assert run(wf, "a: 0, b: 1", cost, plain, micro).iteration_time == pytest.approx(20.0)
+    assert run(wf, "a: 0, b: 1", cost, turns, micro).iteration_time == pytest.approx(20.2)
+
+
+def test_the_turn_latency_round_trips_through_the_cluster_file() -> None:
+    turns = dataclasses.replace(Cluster.uniform(1, 2, 100, "H100"), turn_latency=0.012)
+    assert Cluster.from_dict(turns.to_dict()).turn_latency == 0.012
+    assert "turn_latency" not in Cluster.uniform(1, 2, 100, "H100").to_dict()
+    with pytest.raises(ClusterError, match="turn_latency"):
+        Cluster.from_dict({**turns.to_dict(), "turn_latency": -1})
 
 
 def test_streaming_producer_releases_items_as_they_complete() -> None:

@@ -21,6 +21,8 @@ from rlinf.comm import live_segments, orphaned_segments
 from rlinf.sched import Cluster, Component, Edge, Loop
 from rlinf.workers.errors import WorkerDiedError
 from rlinf.workers.flow import (
+    COLLOCATED_ITERATION,
+    COLLOCATED_PLANS,
     PROBE_ITERATION,
     WEIGHT_SYNC,
     ChannelSpec,
@@ -325,9 +327,12 @@ def test_auto_profiles_plans_and_launches_the_best_plan(clean: None) -> None:
     sizes = {(m.component, m.batch_size, m.num_devices) for m in report.profile.measurements}
     # collocated probes on 1 and 2 slots with their weight syncs, then (CPU slots of known
     # cores) a pipelined one
-    assert sizes == {(c, b, n) for c in ("source", "sink") for b in (4, 8) for n in (1, 2)} | \
+    assert sizes == {(c, b, n) for c in ("source", "sink", COLLOCATED_ITERATION)
+                     for b in (4, 8) for n in (1, 2)} | \
         {(WEIGHT_SYNC, 1, 1), (PROBE_ITERATION, 8, 2)}
     assert report.profile.metadata["probe_plan"]["spec"] == "source: 0, sink: 1"
+    assert {n: plan["spec"] for n, plan in report.profile.metadata[COLLOCATED_PLANS].items()
+            } == {"1": "source,sink: 0", "2": "source,sink: 0-1"}
     assert run.plan == report.plan == report.ranked.best
     assert math.isfinite(report.predicted_seconds) and report.predicted_seconds > 0
     compared = report.compare(records)

@@ -19,6 +19,8 @@ these indices. Three ways to get a `Cluster`:
       inter_node_latency: 1.0e-4     # optional (0), seconds per message between nodes
       message_latency: 1.0e-3        # optional (0), seconds every message between two
                                      # components' processes costs, on the same devices too
+      turn_latency: 1.0e-2           # optional (0), seconds a device idles when its turn
+                                     # passes to another component (the device lock)
       cpu_background: 0.5            # optional (0), cores' worth of CPU the runtime itself
                                      # uses on a node of CPU slots (`rlinf.sched.core_sharing`)
       nodes:                         # required, a list; entries expand in order
@@ -181,6 +183,12 @@ class Cluster:
     """Cores' worth of CPU that the runtime's own processes (driver, Ray, channel transfers)
     take on each node of CPU slots while components compute beside each other; a measured
     quantity (`rlinf.sched.core_sharing` explains the model)."""
+    turn_latency: float = 0.0
+    """Seconds a device set stays idle each time a component starts a call on it after
+    another component's call, or starts the iteration's first call on it: the device lock's
+    release and grant, the new holder's wake-up and taking its input, the driver's dispatch.
+    A measured quantity (`rlinf.workers.flow.calibrated_cluster` fits it to the collocated
+    probes, where components take turns on every device)."""
     _node_of: tuple[int, ...] = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -189,7 +197,7 @@ class Cluster:
         for label in ("intra_node_bandwidth", "inter_node_bandwidth"):
             read_number(getattr(self, label), label, error=ClusterError, positive=True)
         for label in ("intra_node_latency", "inter_node_latency", "message_latency",
-                      "cpu_background"):
+                      "cpu_background", "turn_latency"):
             read_number(getattr(self, label), label, error=ClusterError)
         for i, dev in enumerate(self.devices):
             if dev.index != i:
@@ -359,6 +367,8 @@ class Cluster:
                                         error=ClusterError),
             cpu_background=read_number(data.get("cpu_background", 0.0), "cpu_background",
                                        error=ClusterError),
+            turn_latency=read_number(data.get("turn_latency", 0.0), "turn_latency",
+                                     error=ClusterError),
         )
 
     @classmethod
@@ -411,6 +421,7 @@ class Cluster:
             "inter_node_latency": self.inter_node_latency,
             **({"message_latency": self.message_latency} if self.message_latency else {}),
             **({"cpu_background": self.cpu_background} if self.cpu_background else {}),
+            **({"turn_latency": self.turn_latency} if self.turn_latency else {}),
             "nodes": entries,
         }
 
@@ -468,7 +479,7 @@ class Cluster:
 
 _CLUSTER_KEYS = frozenset({"name", "intra_node_bandwidth", "inter_node_bandwidth",
                            "intra_node_latency", "inter_node_latency", "message_latency",
-                           "cpu_background", "nodes"})
+                           "cpu_background", "turn_latency", "nodes"})
 _NODE_KEYS = frozenset(
     {"count", "devices", "device_kind", "device_memory", "backend", "nvlink", "cpus", "memory",
      "hostname", "address"}
@@ -500,7 +511,7 @@ class _Builder:
     def build(
         self, *, name: str, intra_node_bandwidth: float, inter_node_bandwidth: float,
         intra_node_latency: float = 0.0, inter_node_latency: float = 0.0,
-        message_latency: float = 0.0, cpu_background: float = 0.0,
+        message_latency: float = 0.0, cpu_background: float = 0.0, turn_latency: float = 0.0,
     ) -> Cluster:
         nodes: list[Node] = []
         devices: list[Device] = []
@@ -516,6 +527,7 @@ class _Builder:
         return Cluster(
             tuple(nodes), tuple(devices), name, intra_node_bandwidth, inter_node_bandwidth,
             intra_node_latency, inter_node_latency, message_latency, cpu_background,
+            turn_latency,
         )
 
 

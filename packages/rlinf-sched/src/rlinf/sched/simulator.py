@@ -26,6 +26,10 @@ The model, kept small enough to compute by hand:
   those at its end (the steady state of a repeated iteration). CPU components need no device
   memory and never switch. A component whose own memory exceeds a device's raises
   `PlanningError`.
+- A call that takes its devices after another component's call (or takes them first in the
+  iteration) starts `Cluster.turn_latency` later, after any switch: the lock's hand-over and
+  the new holder's wake-up, during which the devices idle. Of two calls ready at once, one
+  that keeps its component's turn therefore goes first.
 
 The result gives the iteration time, utilisation (compute device-seconds over all devices ×
 time) and, on request, every busy interval for a Gantt chart.
@@ -406,6 +410,7 @@ def _run(
     device_seconds = switch_total = horizon = 0.0
     intervals: list[Interval] = []
     done_steps: dict[str, int] = {name: 0 for name in prepared}
+    holder: list[str | None] = [None] * len(layout.atoms)  # each atom's last caller
 
     def stream_time(key: tuple[str, int], fraction: float) -> float | None:
         stream = streams.get(key)
@@ -433,7 +438,7 @@ def _run(
             sw = 0.0
             if any(name not in residency[a] for a in prep.switching_atoms):
                 sw = cost.switch_time(name)
-            start = begin + sw
+            start = begin + sw + _turn(cluster, holder, prep.atoms, name)
             if best is None or start < best[0] - _EPS:
                 best = (start, ti, begin, sw)
         if best is None:  # pragma: no cover - _schedule is a topological order
@@ -456,6 +461,7 @@ def _run(
         end = start + dur
         for a in prep.atoms:
             free[a] = end
+            holder[a] = name
         busy[name] += dur
         device_seconds += dur * prep.ndev
         horizon = max(horizon, end)
@@ -472,6 +478,15 @@ def _run(
     result = SimulationResult(horizon, min(1.0, util), busy, switch_total, tuple(intervals),
                               switch_counts)
     return result, {a: r.resident for a, r in residency.items()}
+
+
+def _turn(cluster: Cluster, holder: Sequence[str | None], atoms: Sequence[int],
+          name: str) -> float:
+    """The hand-over delay of a call of `name` on `atoms`: `Cluster.turn_latency` when any
+    of them was last held by another component (or not yet in this iteration), else 0."""
+    if cluster.turn_latency and any(holder[a] != name for a in atoms):
+        return cluster.turn_latency
+    return 0.0
 
 
 @dataclass
@@ -540,6 +555,7 @@ def _run_shared(
         return _ready_time(prepared, name, step, j, ends=ends, stream_time=stream_time)
 
     busy_atoms: set[int] = set()
+    holder: list[str | None] = [None] * len(layout.atoms)  # each atom's last caller
     running: list[_Call] = []
     active = list(range(len(tasks)))
     now = 0.0
@@ -547,7 +563,7 @@ def _run_shared(
         # Start every call that can start now.
         while True:
             in_flight = {(c.name, c.step) for c in running}
-            candidates: list[tuple[float, int]] = []
+            candidates: list[tuple[float, float, int]] = []  # (delay, switch, task)
             for ti in active:
                 name, step = tasks[ti]
                 prep = prepared[name]
@@ -558,10 +574,11 @@ def _run_shared(
                 if ready is None or ready > now + _EPS:
                     continue
                 switching = any(name not in residency[a] for a in prep.switching_atoms)
-                candidates.append((cost.switch_time(name) if switching else 0.0, ti))
+                sw = cost.switch_time(name) if switching else 0.0
+                candidates.append((sw + _turn(cluster, holder, prep.atoms, name), sw, ti))
             if not candidates:
                 break
-            sw, ti = min(candidates)
+            delay, sw, ti = min(candidates)
             name, step = tasks[ti]
             prep = prepared[name]
             j = len(ends.get((name, step), ()))
@@ -575,10 +592,12 @@ def _run_shared(
                     intervals.append(Interval(name, _devices(layout, prep.atoms), now, now + sw,
                                               "switch", step, j))
             work = prep.durations[j]
-            running.append(_Call(ti, name, step, now, now + sw, work, work))
+            running.append(_Call(ti, name, step, now, now + delay, work, work))
             busy_atoms.update(prep.atoms)
+            for a in prep.atoms:
+                holder[a] = name
             if prep.comp.streaming:
-                marks[(name, step)] = [(now + sw, 0.0)]
+                marks[(name, step)] = [(now + delay, 0.0)]
         # Rates of the calls computing now; the next event.
         computing: dict[int, int] = {}
         for c in running:

@@ -26,13 +26,16 @@ runs it.
 """
 
 from rlinf.workers.flow.auto import (
+    COLLOCATED_ITERATION,
+    COLLOCATED_PLANS,
     PROBE_ITERATION,
     PROBE_PLAN,
     WEIGHT_SYNC,
     AutoReport,
-    PipelineProbe,
+    ProbeRun,
     ProbeSimulation,
     calibrated_cluster,
+    collocated_probes,
     fit_latency,
     launch_auto,
     overhead_seconds,
@@ -70,6 +73,8 @@ from rlinf.workers.flow.worker import EntryReport, FlowWorker
 from rlinf.workers.runtime.ray_session import cluster_address, cluster_reachable, ensure_ray
 
 __all__ = [
+    "COLLOCATED_ITERATION",
+    "COLLOCATED_PLANS",
     "PROBE_ITERATION",
     "PROBE_PLAN",
     "TRANSPORTS",
@@ -92,8 +97,8 @@ __all__ = [
     "PeerGoneError",
     "PeerTimeoutError",
     "PhaseRecord",
-    "PipelineProbe",
     "PlanTrial",
+    "ProbeRun",
     "ProbeSimulation",
     "Sharding",
     "StepContext",
@@ -107,6 +112,7 @@ __all__ = [
     "calibrated_cluster",
     "cluster_address",
     "cluster_reachable",
+    "collocated_probes",
     "ensure_ray",
     "fastest",
     "fit_latency",

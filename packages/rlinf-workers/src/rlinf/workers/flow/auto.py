@@ -7,8 +7,10 @@ each batch size after a discarded warm-up iteration at that size; what it measur
 `FlowRun.profile` records (busy time, peak memory, onloads and offloads per component).
 Probe runs train throw-away copies and are closed before the real run starts, so the run's
 trajectory is the same as with a fixed placement. The probes also record their weight
-syncs and, on CPU slots, a pipelined probe's iterations (`pipeline_probe_spec`), to which
-`calibrated_cluster` fits the cluster's message latency. `plan_flow` fits the profile
+syncs, their own iterations and, on CPU slots, a pipelined probe's iterations
+(`pipeline_probe_spec`), to which `calibrated_cluster` fits the cluster's turn latency
+(collocated probes: components take turns on every device) and message latency (the
+pipelined probe: hops between processes, cores shared side by side). `plan_flow` fits the profile
 (`rlinf.sched.fit_profile`), calibrates the cluster, and asks the M2Flow planner
 (`rlinf.sched.plan`) for ranked plans of `MacroFlow.to_sched_workflow()`; `launch_auto`
 launches the best one and returns an `AutoReport` whose `predicted_seconds` the caller
@@ -45,10 +47,11 @@ from rlinf.workers.flow.records import IterationRecord
 from rlinf.workers.flow.run import FlowRun
 from rlinf.workers.runtime.ray_session import ensure_ray
 
-__all__ = ["PROBE_ITERATION", "PROBE_PLAN", "WEIGHT_SYNC", "AutoReport", "PipelineProbe",
-           "ProbeSimulation", "calibrated_cluster", "fit_latency", "launch_auto",
-           "overhead_seconds", "pipeline_probe", "pipeline_probe_spec", "plan_flow",
-           "profile_device_counts", "profile_flow"]
+__all__ = ["COLLOCATED_ITERATION", "COLLOCATED_PLANS", "PROBE_ITERATION", "PROBE_PLAN",
+           "WEIGHT_SYNC", "AutoReport", "ProbeRun", "ProbeSimulation", "calibrated_cluster",
+           "collocated_probes", "fit_latency", "launch_auto", "overhead_seconds",
+           "pipeline_probe", "pipeline_probe_spec", "plan_flow", "profile_device_counts",
+           "profile_flow"]
 
 _log = structlog.get_logger(__name__)
 
@@ -87,7 +90,7 @@ class AutoReport:
 
 
 def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
-                 device_counts: Sequence[int] | None = None, repeats: int = 3,
+                 device_counts: Sequence[int] | None = None, repeats: int = 5,
                  timeout: float = 600.0, pipeline_probe: bool = True) -> Profile:
     """Measure every component of `flow` `repeats` times at each of `batch_sizes` (global
     batch, items; the sizes interleaved, so a slow spell of a shared machine hits each
@@ -111,6 +114,7 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
                           f"profile_device_counts gives counts every component runs on")
     profile = Profile(metadata={"flow": flow.name, "batch_sizes": sizes, "device_counts": counts})
     names = ",".join(flow.names)
+    plans: dict[str, dict[str, object]] = {}
     for n in counts:
         probe = flow.fixed_plan(f"{names}: 0-{n - 1}", num_devices=cluster.num_devices)
         with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
@@ -119,9 +123,13 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
             # a single warm-up at the smallest size left in the largest size's measurement).
             for i, size in enumerate(sizes * (1 + repeats)):
                 run.step(i, global_batch=size)
-            profile = profile.merge(run.profile(skip=len(sizes)))
-            profile = profile.merge(_overheads(run.records[len(sizes):]))
+            measured = run.records[len(sizes):]
+            profile = profile.merge(run.profile(skip=len(sizes)), _overheads(measured),
+                                    _iterations(COLLOCATED_ITERATION, measured,
+                                                sizes * repeats, num_devices=n))
+        plans[str(n)] = probe.to_dict()
         _log.info("flow_profiled", flow=flow.name, devices=n, sizes=sizes)
+    profile = profile.merge(Profile(metadata={COLLOCATED_PLANS: plans}))
     split = pipeline_probe_spec(flow, cluster) if pipeline_probe else None
     if split is not None:
         profile = profile.merge(_pipeline_probe(flow, cluster, split, max(sizes), timeout))
@@ -148,10 +156,20 @@ def _runs_collocated(flow: MacroFlow, devices: int) -> bool:
     return all(spec.component.allows(devices) for spec in flow.components)
 
 
-_PROBE_ITERATIONS = 3
-"""Measured iterations of the pipelined probe; `calibrated_cluster` fits their median. With
-two the median was their mean, and on this 2-core box about one probe iteration in three
-ran 0.3-0.4 s slow (seen 2026-11-27: 0.71, 0.71, 1.02 s; 0.49, 0.48, 0.85 s)."""
+_PROBE_WARMUPS = 2
+_PROBE_ITERATIONS = 5
+"""Discarded and measured iterations of the pipelined probe; `calibrated_cluster` fits the
+median of the measured ones. On this 2-core box the first iterations of a fresh launch ran
+up to 35% slow, falling iteration by iteration (2026-11-28: 0.655, 0.631, 0.537 s for a plan
+whose run then took 0.52 s), and about one iteration in three 0.3-0.4 s slow at random
+(2026-11-27: 0.71, 0.71, 1.02 s), so a single warm-up and a median of three fitted the
+latency to a slow spell."""
+COLLOCATED_ITERATION = "collocated_iteration"
+"""Profile entries of the collocated probes: measured dataflow seconds of each iteration,
+at its batch size (items) on the probe's device count (`collocated_probes`)."""
+COLLOCATED_PLANS = "collocated_probe_plans"
+"""Profile metadata key of the collocated probes' plans (`ExecutionPlan.to_dict`), keyed by
+device count (a string)."""
 PROBE_ITERATION = "probe_iteration"
 """Profile entries of the pipelined probe: its measured dataflow seconds per iteration
 (the plan it ran is the profile's ``probe_plan`` metadata)."""
@@ -162,7 +180,7 @@ WEIGHT_SYNC = "weight_sync"
 
 
 @dataclass(frozen=True)
-class PipelineProbe:
+class ProbeRun:
     """What a profile recorded of a probe that ran real iterations of a plan."""
 
     plan: ExecutionPlan
@@ -173,14 +191,33 @@ class PipelineProbe:
     """Median measured seconds per iteration."""
 
 
-def pipeline_probe(profile: Profile) -> PipelineProbe | None:
+def collocated_probes(profile: Profile) -> tuple[ProbeRun, ...]:
+    """Each collocated probe of `profile` at each batch size it ran (`COLLOCATED_ITERATION`
+    entries and `COLLOCATED_PLANS` metadata), by device count then size; empty without
+    them (a profile cached before they were recorded)."""
+    stored = profile.metadata.get(COLLOCATED_PLANS)
+    if not isinstance(stored, dict):
+        return ()
+    probes: list[ProbeRun] = []
+    for count, plan_dict in sorted(stored.items(), key=lambda item: int(item[0])):
+        at: dict[int, list[float]] = {}
+        for m in profile.measurements:
+            if m.component == COLLOCATED_ITERATION and m.num_devices == int(count):
+                at.setdefault(m.batch_size, []).append(m.seconds)
+        plan_ = ExecutionPlan.from_dict(plan_dict)
+        probes.extend(ProbeRun(plan_, size, statistics.median(seconds))
+                      for size, seconds in sorted(at.items()))
+    return tuple(probes)
+
+
+def pipeline_probe(profile: Profile) -> ProbeRun | None:
     """The probe in `profile` (`PROBE_ITERATION` entries and `PROBE_PLAN` metadata), or
     None without one (a GPU cluster, no probe asked for, a profile cached before)."""
     measured = [m for m in profile.measurements if m.component == PROBE_ITERATION]
     stored = profile.metadata.get(PROBE_PLAN)
     if not measured or not isinstance(stored, dict):
         return None
-    return PipelineProbe(ExecutionPlan.from_dict(stored), measured[0].batch_size,
+    return ProbeRun(ExecutionPlan.from_dict(stored), measured[0].batch_size,
                          statistics.median(m.seconds for m in measured))
 
 
@@ -234,29 +271,29 @@ def pipeline_probe_spec(flow: MacroFlow, cluster: Cluster) -> str | None:
 
 def _pipeline_probe(flow: MacroFlow, cluster: Cluster, spec: str, size: int,
                     timeout: float) -> Profile:
-    """A warm-up and `_PROBE_ITERATIONS` measured iterations at `size` of the pipelined
-    probe `spec`."""
+    """`_PROBE_WARMUPS` discarded and `_PROBE_ITERATIONS` measured iterations at `size` of
+    the pipelined probe `spec`."""
     probe = flow.fixed_plan(spec, num_devices=cluster.num_devices)
     with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
-        for i in range(1 + _PROBE_ITERATIONS):
+        for i in range(_PROBE_WARMUPS + _PROBE_ITERATIONS):
             run.step(i, global_batch=size)
-        measured = run.records[1:]
+        measured = run.records[_PROBE_WARMUPS:]
     _log.info("flow_pipeline_probed", flow=flow.name, plan=spec, size=size)
-    return _probe_iterations(PROBE_ITERATION, PROBE_PLAN, probe, measured, size=size,
+    iterations = _iterations(PROBE_ITERATION, measured, [size] * len(measured),
                              num_devices=cluster.num_devices)
+    return Profile(iterations.measurements, metadata={PROBE_PLAN: probe.to_dict()})
 
 
-def _probe_iterations(component: str, key: str, probe: ExecutionPlan,
-                      records: Sequence[IterationRecord], *, size: int,
-                      num_devices: int) -> Profile:
-    """The dataflow seconds of `records` as `component` entries, `probe` as metadata."""
+def _iterations(component: str, records: Sequence[IterationRecord], sizes: Sequence[int], *,
+                num_devices: int) -> Profile:
+    """The dataflow seconds of `records` (run at `sizes`, items) as `component` entries."""
     profiler = Profiler(track_memory=False)
-    for record in records:
+    for record, size in zip(records, sizes, strict=True):
         profiler.record(Measurement(
             component=component, batch_size=size, num_devices=num_devices,
             seconds=record.metrics["time/dataflow"], peak_memory_bytes=0,
             memory_source="none", timestamp=0.0))
-    return Profile(profiler.profile.measurements, metadata={key: probe.to_dict()})
+    return profiler.profile
 
 
 def _overheads(records: Sequence[IterationRecord]) -> Profile:
@@ -277,15 +314,23 @@ ProbeSimulation = Callable[[ExecutionPlan, int, Cluster], float]
 
 def calibrated_cluster(cluster: Cluster, profile: Profile,
                        simulated: ProbeSimulation) -> Cluster:
-    """`cluster` with `Cluster.message_latency` raised until `simulated` of the pipelined
-    probe (`pipeline_probe_spec`) matches the dataflow seconds it measured: collocated
-    probes hide each hop between processes behind the producer's next call and compute one
-    component at a time; a pipelined plan pays the hops (a channel put, a get and a wake-up
-    per message) on its critical path, with components sharing the cores, and the latency
-    absorbs both. By bisection (list scheduling is not monotone in the latency, so the
-    latency found is one at which the simulation matches, not necessarily the least); never
-    lowered; unchanged without a pipelined probe in `profile` (a GPU cluster,
-    `pipeline_probe=False`, a profile cached before)."""
+    """`cluster` fitted to the probes' measured iterations, in two steps (each by bisection,
+    never lowered, unchanged without the probes in `profile`):
+
+    1. `Cluster.turn_latency` until `simulated` of the collocated probes
+       (`collocated_probes`, summed over device counts and sizes) matches what they
+       measured: there every component takes turns on every device, and each hand-over
+       (the lock's release and grant, the next holder's wake-up with its input) idles them.
+    2. `Cluster.message_latency` until `simulated` of the pipelined probe
+       (`pipeline_probe_spec`) matches its measured seconds: collocated probes hide each hop
+       between processes behind the producer's next call and compute one component at a
+       time; a pipelined plan pays the hops (a channel put, a get and a wake-up per message)
+       on its critical path, with components sharing the cores, and the latency absorbs
+       both (a GPU cluster, `pipeline_probe=False` or a profile cached before has none).
+
+    List scheduling is not monotone in either latency, so the value found is one at which
+    the simulation matches, not necessarily the least."""
+    cluster = _turns_fitted(cluster, profile, simulated)
     probe = pipeline_probe(profile)
     if probe is None:
         return cluster
@@ -296,6 +341,23 @@ def calibrated_cluster(cluster: Cluster, profile: Profile,
     _log.info("message_latency_fitted", latency_s=latency, probe=probe.plan.spec,
               measured_s=probe.seconds)
     return dataclasses.replace(cluster, message_latency=latency)
+
+
+def _turns_fitted(cluster: Cluster, profile: Profile, simulated: ProbeSimulation) -> Cluster:
+    """Step 1 of `calibrated_cluster`."""
+    probes = collocated_probes(profile)
+    if not probes:
+        return cluster
+
+    def seconds_at(turn: float) -> float:
+        candidate = dataclasses.replace(cluster, turn_latency=turn)
+        return sum(simulated(p.plan, p.batch_size, candidate) for p in probes)
+
+    turn = fit_latency(cluster.turn_latency, sum(p.seconds for p in probes), seconds_at)
+    if turn == cluster.turn_latency:
+        return cluster
+    _log.info("turn_latency_fitted", latency_s=turn, probes=len(probes))
+    return dataclasses.replace(cluster, turn_latency=turn)
 
 
 def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
