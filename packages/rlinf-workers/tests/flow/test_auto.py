@@ -38,12 +38,15 @@ def _collocated(devices: int) -> ExecutionPlan:
     return ExecutionPlan(placement, {"a": 4, "b": 4}, {"a->b": 4}, 0.1, 0.5, "probe")
 
 
-def _probed(pipelined: float | None = None) -> Profile:
+def _probed(pipelined: float | None = None, *, stalled: bool = False) -> Profile:
     """Collocated probes on 1 and 2 devices at 4 and 8 items (three iterations each, one of
-    them slow), and a pipelined probe measured at `pipelined` seconds."""
+    them slow; with `stalled` two of the 8-item ones on 1 device), and a pipelined probe
+    measured at `pipelined` seconds."""
     points = [_point(COLLOCATED_ITERATION, seconds, batch, devices)
               for devices in (1, 2) for batch in (4, 8)
-              for seconds in (0.1 * batch / devices + 0.03, 0.1 * batch / devices + 0.03, 9.0)]
+              for seconds in (0.1 * batch / devices + 0.03,
+                              9.0 if stalled and (devices, batch) == (1, 8)
+                              else 0.1 * batch / devices + 0.03, 9.0)]
     metadata: dict[str, object] = {COLLOCATED_PLANS: {str(n): _collocated(n).to_dict()
                                                       for n in (1, 2)}}
     if pipelined is not None:
@@ -131,5 +134,8 @@ def test_the_turn_latency_is_fitted_to_the_collocated_probes_then_the_message_la
     # a pipelined probe 0.05 s over its compute and one hand-over: four hops of 0.01 s
     both = calibrated_cluster(base, _probed(pipelined=0.8 + 0.01 + 0.04), _simulated)
     assert (both.turn_latency, both.message_latency) == pytest.approx((0.01, 0.01), rel=1e-6)
+    # one probe point stalled in most iterations: the other points' fits decide
+    assert calibrated_cluster(base, _probed(stalled=True), _simulated).turn_latency == \
+        pytest.approx(0.01, rel=1e-6)
     # nothing probed: nothing fitted
     assert calibrated_cluster(base, Profile((_point("a", 1.0),)), _simulated) == base
