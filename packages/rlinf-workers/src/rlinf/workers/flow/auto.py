@@ -10,8 +10,8 @@ trajectory is the same as with a fixed placement. The probes also record their w
 syncs, their own iterations and, on CPU slots, a pipelined probe's iterations
 (`pipeline_probe_spec`), to which `calibrated_cluster` fits the cluster's turn latency
 (collocated probes: components take turns on every device) and message latency (the
-pipelined probe: hops between processes, cores shared side by side). `plan_flow` fits the profile
-(`rlinf.sched.fit_profile`), calibrates the cluster, and asks the M2Flow planner
+pipelined probe: hops between processes, cores shared side by side). `plan_flow` fits the
+profile (`rlinf.sched.fit_profile`), calibrates the cluster, and asks the M2Flow planner
 (`rlinf.sched.plan`) for ranked plans of `MacroFlow.to_sched_workflow()`; `launch_auto`
 launches the best one and returns an `AutoReport` whose `predicted_seconds` the caller
 compares with the measured iterations (`AutoReport.compare`).
@@ -218,7 +218,7 @@ def pipeline_probe(profile: Profile) -> ProbeRun | None:
     if not measured or not isinstance(stored, dict):
         return None
     return ProbeRun(ExecutionPlan.from_dict(stored), measured[0].batch_size,
-                         statistics.median(m.seconds for m in measured))
+                    statistics.median(m.seconds for m in measured))
 
 
 def overhead_seconds(profile: Profile, components: Sequence[str] = (WEIGHT_SYNC,)) -> float:
