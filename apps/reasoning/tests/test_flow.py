@@ -123,9 +123,14 @@ def test_profiling_times_every_role_at_each_batch_size(collocated: dict[str, obj
     flow = declare(SPEC, problems=ProblemGenerator(warmstart_task()).batch)
     profile = rf.profile_flow(flow, Cluster.discover(cpu_slots=1), batch_sizes=[8, 12],
                               repeats=2, timeout=SPEC.timeout)
-    assert set(profile.components) == {*flow_components(SPEC), rf.WEIGHT_SYNC}
+    assert set(profile.components) == {*flow_components(SPEC), rf.WEIGHT_SYNC,
+                                       rf.COLLOCATED_ITERATION}
     assert len(profile.of(rf.WEIGHT_SYNC)) == 4 and all(
         m.seconds > 0 for m in profile.of(rf.WEIGHT_SYNC))
+    # each measured iteration, whole, for the turn latency's fit
+    assert sorted(m.batch_size for m in profile.of(rf.COLLOCATED_ITERATION)) == [8, 8, 12, 12]
+    assert [(p.batch_size, p.plan.mode) for p in rf.collocated_probes(profile)] == [
+        (8, ExecutionMode.COLLOCATED), (12, ExecutionMode.COLLOCATED)]
     for role in flow_components(SPEC):
         assert sorted(m.batch_size for m in profile.of(role)) == [8, 8, 12, 12]
         assert all(m.seconds > 0 for m in profile.of(role)), role
