@@ -11,6 +11,7 @@ import pytest
 from rlinf_embodied.cli import compose_config, load_config
 from rlinf_embodied.config import (
     AppConfig,
+    EnvConfig,
     PlacementConfig,
     from_omegaconf,
     resolve_placement,
@@ -244,3 +245,21 @@ def test_env_threads_reach_the_env_workers():
 
     assert env_worker_config(load_config(["env.threads=2"])).threads == 2
     assert env_worker_config(load_config([])).threads == 1
+
+
+def test_control_mode_is_for_maniskill_and_must_be_one_it_has():
+    with pytest.raises(AppConfigError) as info:
+        load_config(["env.control_mode=pd_ee_delta_pos"])  # a gymnasium task
+    assert info.value.key == "env.control_mode" and "only ManiSkill3 tasks" in str(info.value)
+    with pytest.raises(AppConfigError) as info:
+        EnvConfig(id="maniskill:PickCube-v1", control_mode="pd_fly")
+    assert info.value.key == "env.control_mode" and "'pd_ee_delta_pos'" in str(info.value)
+
+
+@pytest.mark.skipif(not HAS_MANISKILL, reason="mani_skill not installed")
+def test_control_mode_reaches_the_maniskill_envs():
+    from rlinf_embodied.spec import env_worker_config
+
+    chosen = load_config(["task=pickcube", "env.control_mode=pd_ee_delta_pos"])
+    assert env_worker_config(chosen).env_kwargs == {"control_mode": "pd_ee_delta_pos"}
+    assert env_worker_config(load_config(["task=pickcube"])).env_kwargs == {}

@@ -22,7 +22,9 @@ pytestmark = pytest.mark.skipif(
 def test_pickcube_state_runs_through_the_app(tmp_path, ray_address):
     run_dir = tmp_path / "run"
     proc = run_cli(["task=pickcube", "run.iterations=2", "run.rollout_steps=10",
-                    "env.num_envs=2", "env.pipeline_stages=1", "run.eval_episodes=2",
+                    # the envs sharded over two processes, as a CPU run uses both cores
+                    "env.num_envs=2", "env.processes=2", "env.pipeline_stages=1",
+                    "run.eval_episodes=2",
                     "algorithm.num_minibatches=4", "policy.hidden_sizes=[32,32]",
                     "run.eval_every=0", "--run-dir", str(run_dir)],
                    ray_address=ray_address, timeout=400)

@@ -42,6 +42,14 @@ BACKENDS = ("gym", "maniskill", "libero")
 
 _NAMED_PLACEMENTS = ("collocated", "hybrid", "disaggregated", "auto")
 
+MANISKILL_CONTROL_MODES = (
+    "pd_joint_delta_pos", "pd_joint_pos", "pd_joint_target_delta_pos", "pd_joint_vel",
+    "pd_joint_pos_vel", "pd_joint_delta_pos_vel", "pd_ee_delta_pos", "pd_ee_target_delta_pos",
+    "pd_ee_delta_pose", "pd_ee_target_delta_pose",
+)
+"""The controllers ManiSkill3's Panda offers (`env.control_mode`); a task's robot may offer
+fewer, which ManiSkill reports when the env is built."""
+
 
 @dataclass(frozen=True)
 class EnvConfig:
@@ -74,6 +82,10 @@ class EnvConfig:
     render_effects: bool = True
     """LIBERO: render shadows and reflections (false: about 2x faster software rendering,
     different pictures; keep true for checkpoints trained on LIBERO's images)."""
+    control_mode: str | None = None
+    """ManiSkill3 only: the robot's controller (null: the task's default), e.g.
+    pd_joint_delta_pos (PickCube's default, 8-d joint deltas) or pd_ee_delta_pos (4-d
+    end-effector xyz deltas and the gripper, an easier action space for pick and place)."""
     threads: int = 1
     """Threads stepping the physics of batched MuJoCo tasks (gym v5 HalfCheetah, Hopper,
     Walker2d, Ant, InvertedDoublePendulum, InvertedPendulum) in each env process; state
@@ -100,6 +112,14 @@ class EnvConfig:
         if not 1 <= self.processes <= self.num_envs:
             raise AppConfigError("env.processes", self.processes,
                                  f"an integer in [1, env.num_envs={self.num_envs}]")
+        if self.control_mode is not None:
+            if backend != "maniskill":
+                raise AppConfigError("env.control_mode", self.control_mode,
+                                     "null: only ManiSkill3 tasks (maniskill:...) choose a "
+                                     "controller")
+            if self.control_mode not in MANISKILL_CONTROL_MODES:
+                raise AppConfigError("env.control_mode", self.control_mode,
+                                     f"one of {list(MANISKILL_CONTROL_MODES)} or null")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from rlinf.workers.embodied.vla import VLAConfig
 from rlinf.workers.embodied.vla_policy import VLAPolicyConfig
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.models.policy import PolicyConfig as NetworkConfig
-from rlinf_embodied.config import AppConfig, split_env_id
+from rlinf_embodied.config import AppConfig, EnvConfig, split_env_id
 from rlinf_embodied.errors import AppConfigError
 
 if TYPE_CHECKING:
@@ -47,7 +47,16 @@ def env_worker_config(cfg: AppConfig) -> EnvWorkerConfig:
         pixels=(env.image_size, env.image_size) if env.obs == "pixels" else None,
         instruction=env.instruction, threads=env.threads, processes=env.processes,
         concurrent_groups=env.concurrent_groups,
-        env_kwargs={"render_effects": env.render_effects} if backend == "libero" else {})
+        env_kwargs=_env_kwargs(backend, env))
+
+
+def _env_kwargs(backend: str, env: EnvConfig) -> dict[str, Any]:
+    """The backend's constructor options the config sets."""
+    if backend == "libero":
+        return {"render_effects": env.render_effects}
+    if backend == "maniskill" and env.control_mode is not None:
+        return {"control_mode": env.control_mode}
+    return {}
 
 
 def probe_spaces(env_cfg: EnvWorkerConfig) -> tuple[gym.Space[Any], gym.Space[Any], str]:

@@ -56,7 +56,9 @@ class ManiSkillEnv:
 
     def reset(self, *, seed: int | None = None) -> tuple[Any, dict[str, Any]]:
         obs, info = self._env.reset(seed=seed)
-        return _numpy(obs), info
+        # numpy, not torch: a tensor pickled to an env process's parent would travel by
+        # torch's fd sharing, which needs the parent's multiprocessing authkey.
+        return _numpy(obs), {key: _numpy(value) for key, value in info.items()}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self._env.step(np.asarray(action)[None])
