@@ -355,6 +355,11 @@ def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
     assert key("run.steps=7", "run.eval_every=0", "run.checkpoint_every=0") == base
     assert key("rollout.max_new_tokens=5") != base  # another model: profiled again
     assert key("run.profile_batches=[2,8]") != base
+    # what the profile records is part of its identity: an older profile is measured again
+    from rlinf.workers.flow import PROFILE_FORMAT
+
+    cfg = from_omegaconf(compose_config([*TINY, "placement=auto"]))
+    assert _profile_identity(cfg)["profile_format"] == PROFILE_FORMAT
 
 
 def test_an_unusable_profile_cache_is_refused_before_profiling(tmp_path: Path) -> None:

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from rlinf.sched import profile_cache
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.errors import ProfileError
-from rlinf.sched.profile_cache import ProfileCache, profile_key
+from rlinf.sched.profile_cache import ProfileCache, host_cpu, profile_key
 from rlinf.sched.profiler import Measurement, Profile
 from rlinf.sched.workflow import Component, Edge, Workflow
 
@@ -80,3 +81,24 @@ def test_a_profile_that_cannot_be_stored_is_still_returned(tmp_path: Path) -> No
     key = profile_key(workflow=WF, cluster=CLUSTER, model={})
     profile, cached = cache.get_or_measure(key, measured)
     assert not cached and profile.measurements
+
+
+AVX512_HOST = ("processor\t: 0\nmodel name\t: AMD EPYC 9R14\n"
+               "flags\t\t: fpu sse avx2 avx512f avx512_bf16\n")
+AVX2_HOST = "processor\t: 0\nmodel name\t: AMD EPYC\nflags\t\t: fpu sse avx2 fma\n"
+
+
+def test_host_cpu_names_the_model_and_its_vector_extensions() -> None:
+    assert host_cpu(AVX512_HOST) == {"model": "AMD EPYC 9R14",
+                                     "vector": ["avx2", "avx512_bf16", "avx512f"]}
+    assert host_cpu(AVX2_HOST)["vector"] == ["avx2"]
+    assert host_cpu("")["vector"] == []
+
+
+def test_the_key_changes_with_the_host_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profile measured where bf16 matmuls are native is not reused where they are not."""
+    keys = []
+    for text in (AVX512_HOST, AVX2_HOST):
+        monkeypatch.setattr(profile_cache, "host_cpu", lambda text=text: host_cpu(text))
+        keys.append(profile_key(workflow=WF, cluster=CLUSTER, model={}))
+    assert keys[0] != keys[1]

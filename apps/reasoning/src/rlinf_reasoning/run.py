@@ -47,7 +47,7 @@ from rlinf.sched import (
     profile_key,
 )
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import ensure_ray, profile_device_counts, with_restarts
+from rlinf.workers.flow import PROFILE_FORMAT, ensure_ray, profile_device_counts, with_restarts
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -162,7 +162,8 @@ def _profile_identity(cfg: ReasoningConfig) -> dict[str, object]:
     keep = ("run.profile_batches", "run.seed")
     flat = {k: v for k, v in config_dict(cfg).items()
             if not k.startswith("run.") or k in keep}
-    return {**flat, "torch": torch.__version__, "transformers": transformers.__version__}
+    return {**flat, "torch": torch.__version__, "transformers": transformers.__version__,
+            "profile_format": PROFILE_FORMAT}
 
 
 def dry_run(cfg: ReasoningConfig, *, out: TextIO = sys.stdout) -> PlanChoice:

@@ -11,7 +11,11 @@ what the planner should price, so `ProfileCache` keeps it::
 The key is a SHA-256 of canonical JSON: the workflow's document (`Workflow.to_dict`), the
 cluster's hardware (per node: device count, kind, backend, NVLink, cores, and GPU memory in
 whole GiB; not host names, addresses or the memory Ray happens to report free, which
-change between sessions of the same machine) and whatever describes the model and the
+change between sessions of the same machine), the CPU of the host that computes the key
+(model name and the vector extensions matmuls use: a VM moved to a host without
+AVX-512 BF16 kept its core count, and its bf16 training steps ran 8-30x slower than
+fp32, 2026-11-28) and
+whatever describes the model and the
 code that runs it (the caller's mapping: sizes, dtype, engine, versions). Anything
 that changes what a component costs belongs in that mapping. A cached file that cannot be
 read is measured again and replaced, never trusted.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -33,7 +38,7 @@ from rlinf.sched.errors import ProfileError
 from rlinf.sched.profiler import Profile
 from rlinf.sched.workflow import Workflow
 
-__all__ = ["ProfileCache", "profile_key"]
+__all__ = ["ProfileCache", "host_cpu", "profile_key"]
 
 _log = structlog.get_logger(__name__)
 
@@ -41,13 +46,37 @@ _log = structlog.get_logger(__name__)
 def profile_key(*, workflow: Workflow, cluster: Cluster, model: Mapping[str, Any]) -> str:
     """A stable hex key for the profile of `workflow` with `model` on `cluster`."""
     document = {"workflow": workflow.to_dict(), "cluster": _hardware(cluster),
-                "model": dict(model)}
+                "host_cpu": host_cpu(), "model": dict(model)}
     try:
         text = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
     except (TypeError, ValueError) as exc:
         raise ProfileError(f"cannot build a profile key ({exc}): expected JSON-able model "
                            "description values") from exc
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+_VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile",
+                 "asimd", "sve")
+"""CPU flags that change how fast torch's CPU kernels run (x86 AVX/AMX, Arm NEON/SVE)."""
+
+
+def host_cpu(cpuinfo: str | None = None) -> dict[str, Any]:
+    """This host's CPU model name and which of `_VECTOR_FLAGS` it has, from `cpuinfo` (the
+    text of /proc/cpuinfo; read here by default, empty where there is none)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+        except OSError:
+            cpuinfo = ""
+    model, flags = platform.processor(), set()
+    for line in cpuinfo.splitlines():
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name in ("model name", "cpu model") and value.strip():
+            model = value.strip()
+        elif name in ("flags", "features"):
+            flags.update(value.split())
+    return {"model": model, "vector": sorted(flag for flag in _VECTOR_FLAGS if flag in flags)}
 
 
 def _hardware(cluster: Cluster) -> list[dict[str, Any]]:

@@ -48,10 +48,10 @@ from rlinf.workers.flow.run import FlowRun
 from rlinf.workers.runtime.ray_session import ensure_ray
 
 __all__ = ["COLLOCATED_ITERATION", "COLLOCATED_PLANS", "PROBE_ITERATION", "PROBE_PLAN",
-           "WEIGHT_SYNC", "AutoReport", "ProbeRun", "ProbeSimulation", "calibrated_cluster",
-           "collocated_probes", "fit_latency", "launch_auto", "overhead_seconds",
-           "pipeline_probe", "pipeline_probe_spec", "plan_flow", "profile_device_counts",
-           "profile_flow"]
+           "PROFILE_FORMAT", "WEIGHT_SYNC", "AutoReport", "ProbeRun", "ProbeSimulation",
+           "calibrated_cluster", "collocated_probes", "fit_latency", "launch_auto",
+           "overhead_seconds", "pipeline_probe", "pipeline_probe_spec", "plan_flow",
+           "profile_device_counts", "profile_flow"]
 
 _log = structlog.get_logger(__name__)
 
@@ -164,6 +164,10 @@ up to 35% slow, falling iteration by iteration (2026-11-28: 0.655, 0.631, 0.537 
 whose run then took 0.52 s), and about one iteration in three 0.3-0.4 s slow at random
 (2026-11-27: 0.71, 0.71, 1.02 s), so a single warm-up and a median of three fitted the
 latency to a slow spell."""
+PROFILE_FORMAT = 2
+"""What `profile_flow` records, raised whenever it records something new that the fit
+reads (2: the collocated probes' iterations, `COLLOCATED_ITERATION`); part of a cached
+profile's identity, so a profile cached without it is measured again."""
 COLLOCATED_ITERATION = "collocated_iteration"
 """Profile entries of the collocated probes: measured dataflow seconds of each iteration,
 at its batch size (items) on the probe's device count (`collocated_probes`)."""
