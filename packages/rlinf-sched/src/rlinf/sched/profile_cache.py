@@ -12,11 +12,10 @@ The key is a SHA-256 of canonical JSON: the workflow's document (`Workflow.to_di
 cluster's hardware (per node: device count, kind, backend, NVLink, cores, and GPU memory in
 whole GiB; not host names, addresses or the memory Ray happens to report free, which
 change between sessions of the same machine), the CPU of the host that computes the key
-(model name and the vector extensions matmuls use: a VM moved to a host without
-AVX-512 BF16 kept its core count, and its bf16 training steps ran 8-30x slower than
-fp32, 2026-11-28) and
-whatever describes the model and the
-code that runs it (the caller's mapping: sizes, dtype, engine, versions). Anything
+(model name and the vector extensions matmuls use: a VM moved to a host without AVX-512
+BF16 kept its core count, and its bf16 training steps ran 8-30x slower than fp32,
+2026-11-28) and whatever describes the model and the code that runs it (the caller's
+mapping: sizes, dtype, engine, versions). Anything
 that changes what a component costs belongs in that mapping. A cached file that cannot be
 read is measured again and replaced, never trusted.
 """
