@@ -248,6 +248,7 @@ def test_a_p2p_edge_between_rank_counts_that_do_not_divide_is_refused(clean: Non
                        match=r"p2p, which pairs the ranks.*'env': 2, 'policy': 3"):
         FlowRun.launch(flow, flow.fixed_plan("env: 0-1, policy: 2-4, actor: 0",
                                              num_devices=5), timeout=120)
+    assert our_actors() == []  # refused from the plan, before any worker started
 
 
 def test_a_dead_rank_is_named_and_the_flow_torn_down(clean: None) -> None:

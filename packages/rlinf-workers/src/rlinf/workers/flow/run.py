@@ -124,6 +124,7 @@ class FlowRun:
         several flows run side by side)."""
         placement = _checked_placement(flow, plan.placement)
         _check_policy_lag(flow, placement)
+        _check_peer_ends(flow, placement)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
         started = ensure_ray()
@@ -171,7 +172,6 @@ class FlowRun:
             _stop(lock, rendezvous, owns_ray)
             raise
         try:
-            _check_peer_ends(channels.values(), groups)
             # Every rank's endpoint exists before anyone sends to it (p2p edges address
             # endpoints by name), then each consumer creates its channels.
             run._wait({name: group.call_async("join_store", store)
@@ -551,14 +551,23 @@ def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, 
             raise error
 
 
-def _check_peer_ends(channels: Iterable[FlowChannel], groups: Mapping[str, WorkerGroup]) -> None:
-    for channel in channels:
-        ranks = {end: groups[end].world_size for end in (channel.src, channel.dst)}
-        few, many = sorted(ranks.values())
-        if channel.transport == "p2p" and many % few:
+def _check_peer_ends(flow: MacroFlow, placement: Placement) -> None:
+    """Each p2p edge's rank counts divide, checked before anything starts (a rank per
+    process of the component's devices, one for a component that spans them)."""
+    inlined = flow.inlined(placement)
+
+    def ranks(name: str) -> int:
+        return 1 if flow.component(name).one_process else placement.components[name].num_procs
+
+    for channel in flow.channels:
+        if channel.transport != "p2p" or {channel.edge.src, channel.edge.dst} & set(inlined):
+            continue
+        counts = {end: ranks(end) for end in (channel.edge.src, channel.edge.dst)}
+        few, many = sorted(counts.values())
+        if many % few:
             raise FlowDeclarationError(
                 f"channel {channel.edge} is p2p, which pairs the ranks of its ends only where "
-                f"one count divides the other, but the plan gives them {ranks} ranks: place "
+                f"one count divides the other, but the plan gives them {counts} ranks: place "
                 "them on device counts that divide, or declare the edge with "
                 "transport='channel'")
 
