@@ -99,10 +99,10 @@ def _chaos(proc: subprocess.Popen[str], run_dir: Path, killed: list[str],
 
 
 def test_a_run_heals_three_killed_workers_and_matches_an_uninterrupted_run(
-        tmp_path: Path) -> None:
+        tmp_path: Path, ray_address: str) -> None:
     before = _segments()
     reference = tmp_path / "reference"
-    run_cli(reference, *CHAOS)
+    run_cli(reference, *CHAOS, ray_address=ray_address)  # the chaos run starts its own Ray
     _assert_no_new_segments(before)
     run_dir = tmp_path / "chaos"
     proc = subprocess.Popen(cli_command(run_dir, *CHAOS, "run.max_restarts=3"),

@@ -44,11 +44,13 @@ def cli_command(run_dir: Path, *overrides: str) -> list[str]:
             "--run-dir", str(run_dir)]
 
 
-def cli_env() -> dict[str, str]:
+def cli_env(ray_address: str | None = None) -> dict[str, str]:
     """Environment of a CLI subprocess (one OpenMP thread per process; wandb offline and
-    MLflow in the run folder whatever the machine's settings)."""
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    return {**env, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    MLflow in the run folder whatever the machine's settings), connected to the Ray
+    instance at `ray_address` when given (conftest's shared one), else starting its own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "RAY_ADDRESS")}
+    return {**env, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
+            **({"RAY_ADDRESS": ray_address} if ray_address else {})}
 
 
 def mlflow_run(run_dir: Path) -> tuple[Any, str]:
@@ -61,11 +63,12 @@ def mlflow_run(run_dir: Path) -> tuple[Any, str]:
     return client, (run_dir / ".mlflow-run-id").read_text().strip()
 
 
-def run_cli(run_dir: Path, *overrides: str,
-            timeout: float = 400) -> subprocess.CompletedProcess[str]:
-    """Run a tiny training run to completion; fails the test with its output otherwise."""
+def run_cli(run_dir: Path, *overrides: str, timeout: float = 400,
+            ray_address: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a tiny training run to completion (on the Ray instance at `ray_address` when
+    given); fails the test with its output otherwise."""
     proc = subprocess.run(cli_command(run_dir, *overrides), capture_output=True, text=True,
-                          timeout=timeout, env=cli_env(), check=False)
+                          timeout=timeout, env=cli_env(ray_address), check=False)
     if proc.returncode != 0:
         pytest.fail(f"rlinf-reasoning exited {proc.returncode}\nstdout:\n{proc.stdout}\n"
                     f"stderr:\n{proc.stderr[-4000:]}")
@@ -101,14 +104,15 @@ REFERENCE = ("placement=collocated", "cluster.cpu_slots=1", "run.trace=true",
 
 
 @pytest.fixture(scope="module")
-def reference_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def reference_run(tmp_path_factory: pytest.TempPathFactory,
+                  ray_address: str) -> tuple[Path, str]:
     """One collocated tiny run with the trace on; other tests compare against it.
 
     One CPU slot, so the actor has one rank as in the other modes' runs: a multi-rank actor
     averages per-rank loss means, which differs from one rank's batch mean in the last digits.
     """
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    proc = run_cli(run_dir, *REFERENCE)
+    proc = run_cli(run_dir, *REFERENCE, ray_address=ray_address)
     return run_dir, proc.stdout
 
 
@@ -164,9 +168,9 @@ def test_outputs_are_well_formed(reference_run: tuple[Path, str]) -> None:
     ("placement='rollout: 0, actor,reward,inference: 1'",),
 ], ids=["disaggregated", "hybrid"])
 def test_every_mode_gives_the_same_metrics(reference_run: tuple[Path, str], tmp_path: Path,
-                                           overrides: tuple[str, ...]) -> None:
+                                           overrides: tuple[str, ...], ray_address: str) -> None:
     ref_dir, _ = reference_run
-    proc = run_cli(tmp_path / "run", *overrides, "run.predict=false")
+    proc = run_cli(tmp_path / "run", *overrides, "run.predict=false", ray_address=ray_address)
     mode = "disaggregated" if "disaggregated" in overrides[0] else "hybrid"
     assert f"mode: {mode}" in proc.stdout
     assert_same_metrics(read_jsonl(ref_dir / "metrics.jsonl"),
@@ -371,13 +375,14 @@ def test_an_unusable_profile_cache_is_refused_before_profiling(tmp_path: Path) -
     assert "auto: profiling on" not in proc.stdout
 
 
-def test_a_multirun_sweep_trains_one_run_per_value_and_tabulates_them(tmp_path: Path) -> None:
+def test_a_multirun_sweep_trains_one_run_per_value_and_tabulates_them(
+        tmp_path: Path, ray_address: str) -> None:
     base = tmp_path / "sweep"
     proc = subprocess.run(
         [sys.executable, "-m", "rlinf_reasoning.cli", "-m", *TINY, "placement=collocated",
          "cluster.cpu_slots=1", "run.predict=false", "run.checkpoint_every=0",
          "run.seed=0,1", "--run-dir", str(base)],
-        capture_output=True, text=True, timeout=600, env=cli_env(), check=False)
+        capture_output=True, text=True, timeout=600, env=cli_env(ray_address), check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     runs = [read_jsonl(base / str(i) / "metrics.jsonl") for i in (0, 1)]
     assert all([r["step"] for r in records] == [0, 1, 2] for records in runs)
@@ -389,7 +394,8 @@ def test_a_multirun_sweep_trains_one_run_per_value_and_tabulates_them(tmp_path: 
         assert line in proc.stdout, proc.stdout
 
 
-def test_a_policy_lag_trains_each_step_beside_the_next_rollout(tmp_path: Path) -> None:
+def test_a_policy_lag_trains_each_step_beside_the_next_rollout(tmp_path: Path,
+                                                                ray_address: str) -> None:
     """algorithm.policy_lag=1 with the actor on a device of its own: step 1 trains nothing,
     step k trains step k-1's responses (the rollout correction weighing them against the
     stale sampling policy), and the last step also trains its own before the checkpoint."""
@@ -397,7 +403,7 @@ def test_a_policy_lag_trains_each_step_beside_the_next_rollout(tmp_path: Path) -
     proc = run_cli(run_dir, "run.steps=3", "run.checkpoint_every=0", "run.predict=false",
                    "algorithm.policy_lag=1", "algorithm.rollout_correction_cap=2",
                    "algorithm.recompute_logprobs=false",
-                   "placement='rollout,reward: 0, actor: 1'")
+                   "placement='rollout,reward: 0, actor: 1'", ray_address=ray_address)
     assert "rollout,reward: 0, actor: 1" in proc.stdout
     records = read_jsonl(run_dir / "metrics.jsonl")
     trained = {int(r["step"]): r for r in records if "actor/policy_loss" in r}
@@ -407,13 +413,14 @@ def test_a_policy_lag_trains_each_step_beside_the_next_rollout(tmp_path: Path) -
 
 
 def test_the_rollout_correction_needs_no_recompute_with_one_update_per_step(
-        tmp_path: Path) -> None:
+        tmp_path: Path, ray_address: str) -> None:
     """One optimizer step per batch: the actor weighs each token by pi_old / pi_rollout with
     pi_old from its own training forward, so no inference role runs. The HF engine samples
     with the trainer's weights, so every weight is 1 up to float noise."""
     run_dir = tmp_path / "run"
     run_cli(run_dir, "run.steps=2", "run.checkpoint_every=0", "run.predict=false",
-            "algorithm.rollout_correction_cap=2", "algorithm.recompute_logprobs=false")
+            "algorithm.rollout_correction_cap=2", "algorithm.recompute_logprobs=false",
+            ray_address=ray_address)
     records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "actor/policy_loss" in r]
     assert len(records) == 2
     for record in records:
