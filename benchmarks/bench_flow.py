@@ -43,14 +43,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flow_summary import FIXED_MODES, FlowRun, format_table, summarize
+
+from rlinf.workers.flow import local_ray_instance
 
 MODES = (*FIXED_MODES, "auto")
 
@@ -121,39 +123,15 @@ QUICK = (
                                   "policy.hidden_sizes=[16,16]")),
 )
 
-_RAY_HELPER = """
-import sys, ray
-ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
-print(ray.get_runtime_context().gcs_address, flush=True)
-sys.stdin.read()
-ray.shutdown()
-"""
-
-
 def _env() -> dict[str, str]:
     return {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
             "TOKENIZERS_PARALLELISM": "false", "RAY_worker_niceness": "0"}
 
 
-@contextmanager
-def ray_instance() -> Iterator[str]:
+def ray_instance() -> AbstractContextManager[str]:
     """A local Ray instance owned by a helper process for the benchmark's lifetime; yields
-    its GCS address. Closing the helper's stdin shuts it down."""
-    helper = subprocess.Popen([sys.executable, "-c", _RAY_HELPER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=_env())
-    assert helper.stdin is not None and helper.stdout is not None
-    try:
-        address = helper.stdout.readline().strip()
-        if not address:
-            raise RuntimeError("the Ray helper process did not start Ray")
-        yield address
-    finally:
-        helper.stdin.close()
-        try:
-            helper.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            helper.kill()
-            helper.wait()
+    its GCS address."""
+    return local_ray_instance(env=_env())
 
 
 def command(setting: Setting, mode: str, *, steps: int, iterations: int,

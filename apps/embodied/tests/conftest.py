@@ -17,16 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from rlinf.workers.flow import local_ray_instance
+
 BASE_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
             "TOKENIZERS_PARALLELISM": "false"}
-
-_HELPER = """
-import sys, ray
-ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
-print(ray.get_runtime_context().gcs_address, flush=True)
-sys.stdin.read()
-ray.shutdown()
-"""
 
 # Tiny budgets every run test shares (2 iterations of 4 envs x 16 steps, tiny MLP).
 TINY = ("run.iterations=2", "run.rollout_steps=16", "env.num_envs=4", "env.pipeline_stages=2",
@@ -38,21 +32,8 @@ TINY = ("run.iterations=2", "run.rollout_steps=16", "env.num_envs=4", "env.pipel
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
     """The GCS address of a Ray instance that lives as long as the test session."""
-    helper = subprocess.Popen([sys.executable, "-c", _HELPER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=BASE_ENV)
-    try:
-        assert helper.stdout is not None
-        address = helper.stdout.readline().strip()
-        if not address:
-            pytest.fail("the Ray helper process did not start Ray")
+    with local_ray_instance(env=BASE_ENV, shutdown_timeout=60) as address:
         yield address
-    finally:
-        assert helper.stdin is not None
-        helper.stdin.close()
-        try:
-            helper.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            helper.kill()
 
 
 def run_cli(args: Sequence[str], *, ray_address: str | None, timeout: float = 240,

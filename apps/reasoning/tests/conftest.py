@@ -12,37 +12,16 @@ stalled (seen 2026-11-29, not yet understood).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
-_HELPER = """
-import sys, ray
-ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, configure_logging=False)
-print(ray.get_runtime_context().gcs_address, flush=True)
-sys.stdin.read()
-ray.shutdown()
-"""
+from rlinf.workers.flow import local_ray_instance
 
 
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
     """The GCS address of a Ray instance that lives as long as the test session."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    helper = subprocess.Popen([sys.executable, "-c", _HELPER], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)
-    try:
-        assert helper.stdout is not None
-        address = helper.stdout.readline().strip()
-        if not address:
-            pytest.fail("the Ray helper process did not start Ray")
+    with local_ray_instance(env=env, shutdown_timeout=60) as address:
         yield address
-    finally:
-        assert helper.stdin is not None
-        helper.stdin.close()
-        try:
-            helper.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            helper.kill()

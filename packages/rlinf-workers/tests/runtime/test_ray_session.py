@@ -5,7 +5,10 @@ on a lost cluster, also one whose control store closes after the worker's death 
 from __future__ import annotations
 
 import io
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +22,7 @@ from rlinf.workers.runtime.ray_session import (
     ClusterWatch,
     cluster_gone,
     cluster_reachable,
+    local_ray_instance,
     raylet_addresses,
     unreachable,
 )
@@ -175,3 +179,24 @@ def test_an_address_is_unreachable_when_it_refuses_or_is_malformed(
     monkeypatch.setattr(ray_session.ray, "nodes", no_gcs)
     assert unreachable([listening, closed, "no-port"]) == {closed, "no-port"}
     assert unreachable([]) == set()
+
+
+_CPUS_OF_THE_CLUSTER = "import ray; ray.init(); print(int(ray.cluster_resources()['CPU']))"
+
+
+def test_a_local_ray_instance_is_shared_by_drivers_and_gone_after_the_block() -> None:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    with local_ray_instance(num_cpus=3, env=env) as address:
+        host, port = address.rsplit(":", 1)
+        driver = subprocess.run([sys.executable, "-c", _CPUS_OF_THE_CLUSTER],
+                                env={**env, "RAY_ADDRESS": address}, capture_output=True,
+                                text=True, timeout=120, check=True)
+        assert driver.stdout.strip().splitlines()[-1] == "3"  # the helper's instance, joined
+    with pytest.raises(OSError):
+        socket.create_connection((host, int(port)), timeout=2).close()
+
+
+def test_a_helper_that_cannot_start_ray_is_a_cluster_lost_error() -> None:
+    env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1"}  # nothing listens there
+    with pytest.raises(ClusterLostError, match="did not start Ray"), local_ray_instance(env=env):
+        pass

@@ -71,7 +71,12 @@ from rlinf.workers.flow.trials import (
 from rlinf.workers.flow.weight_roles import BucketLayout, WeightReceiver, WeightSender
 from rlinf.workers.flow.weights import TRANSPORTS, WeightSync, WeightTransport
 from rlinf.workers.flow.worker import EntryReport, FlowWorker
-from rlinf.workers.runtime.ray_session import cluster_address, cluster_reachable, ensure_ray
+from rlinf.workers.runtime.ray_session import (
+    cluster_address,
+    cluster_reachable,
+    ensure_ray,
+    local_ray_instance,
+)
 
 __all__ = [
     "COLLOCATED_ITERATION",
@@ -120,6 +125,7 @@ __all__ = [
     "fit_latency",
     "format_trials",
     "launch_auto",
+    "local_ray_instance",
     "overhead_seconds",
     "pipeline_probe",
     "pipeline_probe_spec",
