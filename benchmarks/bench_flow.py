@@ -19,6 +19,9 @@ and the benchmark reads its ``summary.json``:
 Every CLI connects (``RAY_ADDRESS``) to one Ray instance the benchmark starts, so no run pays
 for starting Ray; Ray's workers run at nice 0 like the drivers (``RAY_worker_niceness``), so a
 profile taken in a driver and the workers it predicts see the same share of a loaded machine.
+Before each run the benchmark waits (``--settle``, at most 30 s) until one second of the
+machine's CPU is at most 15% busy: the previous run's processes (Ray workers exiting, a driver
+writing its outputs) would otherwise overlap the next run's profile, which prices its plan.
 The load average is recorded at the start and the end.
 
 Prints a table (app, setting, mode, predicted and measured s/iter, relative error, switches
@@ -51,6 +54,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from flow_summary import FIXED_MODES, FlowRun, format_table, summarize
+from quiet import wait_for_idle_cores
 
 from rlinf.workers.flow import local_ray_instance
 
@@ -206,6 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--auto-slots", type=int, default=AUTO_SLOTS,
                         help="reasoning auto's cluster.cpu_slots (default 4: the most a fixed "
                              "mode gets, so every fixed plan is one auto may choose)")
+    parser.add_argument("--settle", type=float, default=30.0, metavar="SECONDS",
+                        help="before each run, wait up to this long for one second of the "
+                             "machine's CPU at most 15%% busy (0: do not wait)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds one run may take before it counts as failed")
     parser.add_argument("--keep-runs", type=Path, default=None, metavar="DIR",
@@ -223,6 +230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = [s for s in pool if s.app in apps and (not names or s.name in names)]
     if not settings:
         parser.error(f"no setting matches apps={apps} settings={sorted(names)}")
+    if args.settle < 0:
+        parser.error(f"--settle must be >= 0 seconds, got {args.settle}")
     if args.auto_slots < 1:
         parser.error(f"--auto-slots must be >= 1, got {args.auto_slots}")
     steps = args.steps or (3 if args.quick else 12)
@@ -247,6 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             runs: dict[str, list[FlowRun]] = {m: [] for m in modes}
             for round_ in range(args.rounds):
                 for mode in _rotated(modes, index + round_):
+                    settled = wait_for_idle_cores(0.15, args.settle) if args.settle else 0.0
                     row, seconds = run_once(setting, mode, steps=steps, iterations=iterations,
                                             ray_address=address, workdir=Path(workdir),
                                             timeout=args.timeout, auto_slots=args.auto_slots)
@@ -254,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     status = row.error or (f"measured {row.measured or float('nan'):.3f} s/iter, "
                                            f"predicted {row.predicted or float('nan'):.3f}")
                     print(f"# {setting.app}/{setting.name}/{mode}: {status} ({seconds:.0f} s "
-                          f"run, load {_load():.2f})", flush=True)
+                          f"run after {settled:.0f} s settling, load {_load():.2f})", flush=True)
             for mode in modes:
                 done = sorted((r for r in runs[mode] if not r.error),
                               key=lambda r: r.measured or 0.0)

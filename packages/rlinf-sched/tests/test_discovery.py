@@ -79,3 +79,22 @@ def test_gpus_false_makes_every_node_cpu_slots(monkeypatch: pytest.MonkeyPatch) 
     local = Cluster.discover(use_ray=False, cpu_slots=3, gpus=False)
     assert not local.has_gpus and local.num_devices == 3
     assert Cluster.discover(use_ray=False, cpu_slots=3).has_gpus  # the GPU counts by default
+
+
+def test_the_local_node_has_at_most_its_cores_whatever_ray_declares() -> None:
+    # ``ray start --num-cpus=8`` on a 2-core machine: 2 cores and 2 slots by default, as
+    # without Ray; another node keeps Ray's count, and an explicit cpu_slots still rules.
+    nodes = [record("aa", "10.0.0.1", cpus=8), record("bb", "10.0.0.2", cpus=8)]
+    infos = list(ray_nodes(nodes, local_node_id="aa", local_ip="10.0.0.1", cpu_slots=None,
+                           local_cores=2))
+    cluster = build(infos)
+    assert [n.cpus for n in cluster.nodes] == [2, 8]
+    assert [len(n.devices) for n in cluster.nodes] == [2, 8]
+    oversubscribed = build(list(ray_nodes(nodes, local_node_id="aa", local_ip="10.0.0.1",
+                                          cpu_slots=4, local_cores=2)))
+    assert [n.cpus for n in oversubscribed.nodes] == [2, 8]
+    assert [len(n.devices) for n in oversubscribed.nodes] == [4, 4]
+    # Ray declaring fewer CPUs than cores keeps Ray's count (the ranks' reservations fit it).
+    fewer = build(list(ray_nodes([record("aa", "10.0.0.1", cpus=1)], local_node_id="aa",
+                                 local_ip="10.0.0.1", cpu_slots=None, local_cores=2)))
+    assert fewer.nodes[0].cpus == 1

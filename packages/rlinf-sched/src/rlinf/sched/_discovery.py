@@ -139,7 +139,7 @@ def _ray_nodes(ray: Any, cpu_slots: int | None, gpus: bool) -> Iterator[dict[str
                if n.get("Alive") and (n.get("NodeID") == local_id or _raylet_reachable(n))]
     yield from ray_nodes(records, local_node_id=local_id,
                          local_ip=ray.util.get_node_ip_address(), cpu_slots=cpu_slots,
-                         gpus=gpus)
+                         gpus=gpus, local_cores=usable_cpus())
 
 
 def _raylet_reachable(node: Mapping[str, Any]) -> bool:
@@ -172,12 +172,17 @@ def _local_node_id(ray: Any) -> str:
 
 def ray_nodes(
     nodes: Sequence[Mapping[str, Any]], *, local_node_id: str, local_ip: str,
-    cpu_slots: int | None, gpus: bool = True,
+    cpu_slots: int | None, gpus: bool = True, local_cores: int | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Nodes from ``ray.nodes()`` records: alive ones only, this process's node first (by
     node id, else by IP: several Ray nodes may share one machine's IP), then by address and
     node id; each carries its ``ray_node_id``. GPUs of the local node come from nvidia-ml-py;
     ``gpus=False`` makes every node CPU slots.
+
+    A node's cores are Ray's ``CPU`` resource, except that the local node's are at most
+    `local_cores` (the cores this process may run on): Ray's count is whatever ``ray start
+    --num-cpus`` declared, and a 2-core machine declared as 8 CPUs would otherwise get 8 slots
+    by default and be priced as 8 cores that never contend.
     """
     alive = [n for n in nodes if n.get("Alive")]
     local = next((n for n in alive if local_node_id and n.get("NodeID") == local_node_id),
@@ -190,6 +195,9 @@ def ray_nodes(
         hostname = str(node.get("NodeManagerHostname", address))
         node_id = str(node["NodeID"]) if node.get("NodeID") else None
         cpus = int(res.get("CPU", 0))
+        if node is local and local_cores and cpus > local_cores:
+            _log.info("ray_cpus_above_cores", ray_cpus=cpus, cores=local_cores)
+            cpus = local_cores
         memory = int(res.get("memory", 0))
         num_gpus = int(res.get("GPU", 0)) if gpus else 0
         if node is local and gpus:
