@@ -4,9 +4,11 @@ Starting and stopping Ray costs ~7 s of a CLI run on the shared 2-core machine, 
 tests do not depend on owning Ray connect (``RAY_ADDRESS``) to one local instance per test
 session. It is owned by a helper process, not by the pytest process, so tests that
 `ray.init` in-process (test_flow.py) are unaffected; closing the helper's stdin shuts it
-down. Tests that kill a run's process tree or stop Ray under it start their own, and so do
-``placement=auto`` runs: on this shared instance (8 CPUs) the profile's 2-device probe
-stalled (seen 2026-11-29, not yet understood).
+down. Tests that kill a run's process tree or stop Ray under it start their own.
+
+The instance declares 8 CPUs on a 2-core machine, as a user's ``ray start --num-cpus=8``
+would: ``placement=auto`` runs on it too, and check that discovery counts the machine's
+cores rather than Ray's CPUs (it did not: the profile probed 8 slots and never finished).
 """
 
 from __future__ import annotations

@@ -66,9 +66,7 @@ def reference(reference_dir: Path) -> list[dict[str, float]]:
 def test_megatron_actor_trains_like_ddp_in_every_mode(reference, reference_dir: Path,
                                                       tmp_path: Path, mode: str,
                                                       ray_address: str) -> None:
-    # auto profiles with a Ray of its own (see conftest.py); the fixed modes share one
-    run_cli(tmp_path, *MEGATRON, *MODES[mode],
-            ray_address=None if mode.startswith("auto") else ray_address)
+    run_cli(tmp_path, *MEGATRON, *MODES[mode], ray_address=ray_address)
     got = _metrics(tmp_path)
     assert len(got) == len(reference)
     for mine, theirs in zip(got, reference, strict=True):

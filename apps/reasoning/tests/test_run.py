@@ -177,21 +177,28 @@ def test_every_mode_gives_the_same_metrics(reference_run: tuple[Path, str], tmp_
                         read_jsonl(tmp_path / "run" / "metrics.jsonl"), tol=1e-3)
 
 
-def auto_dry_run_cli(run_dir: Path, cache: Path) -> subprocess.CompletedProcess[str]:
-    """``placement=auto --dry-run`` with the profile cache `cache` (its status unchecked)."""
+def auto_dry_run_cli(run_dir: Path, cache: Path,
+                     ray_address: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``placement=auto --dry-run`` with the profile cache `cache` (its status unchecked), on
+    the Ray instance at `ray_address` when given."""
     return subprocess.run(cli_command(run_dir, "placement=auto", "--dry-run",
                                       f"run.profile_cache={cache}"),
-                          capture_output=True, text=True, env=cli_env(), timeout=400,
-                          check=False)
+                          capture_output=True, text=True, env=cli_env(ray_address),
+                          timeout=400, check=False)
 
 
 @pytest.fixture(scope="module")
-def auto_dry_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+def auto_dry_run(tmp_path_factory: pytest.TempPathFactory,
+                 ray_address: str) -> tuple[Path, str]:
     """``placement=auto --dry-run`` with a profile cache: the one profile the auto tests
-    share (profiling is the slow part; each test copies the cache it starts from)."""
+    share (profiling is the slow part; each test copies the cache it starts from). On the
+    shared Ray instance, which declares 8 CPUs on this 2-core machine: discovery counts the
+    machine's cores, not Ray's CPUs (with 8 slots the profile's probes ran 8 collocated ranks
+    per component and did not finish in 240 s)."""
     root = tmp_path_factory.mktemp("auto")
     cache = root / "profiles"
-    proc = auto_dry_run_cli(root / "run", cache)
+    proc = auto_dry_run_cli(root / "run", cache, ray_address)
+    assert "auto: profiling on 1 and 2 device(s)" in proc.stdout, proc.stdout
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert not (root / "run").exists(), "a dry run trains nothing and writes no run folder"
     return cache, proc.stdout
@@ -204,11 +211,12 @@ def _copy_cache(cache: Path, tmp_path: Path) -> Path:
 
 
 def test_auto_plans_and_reports_predicted_and_measured_times(
-    auto_dry_run: tuple[Path, str], tmp_path: Path
+    auto_dry_run: tuple[Path, str], tmp_path: Path, ray_address: str
 ) -> None:
     cache = _copy_cache(auto_dry_run[0], tmp_path)
     proc = run_cli(tmp_path / "run", "placement=auto", "run.eval_every=0",
-                   "run.checkpoint_every=0", f"run.profile_cache={cache}", "run.trial_plans=0")
+                   "run.checkpoint_every=0", f"run.profile_cache={cache}", "run.trial_plans=0",
+                   ray_address=ray_address)
     assert "reusing the profile" in proc.stdout  # the run's length is not in the key
     assert "planner: ranked plans" in proc.stdout
     assert " *1. " in proc.stdout
@@ -225,13 +233,14 @@ def test_auto_plans_and_reports_predicted_and_measured_times(
 
 
 def test_auto_tries_the_closest_priced_plans_and_launches_the_fastest_measured(
-    auto_dry_run: tuple[Path, str], tmp_path: Path
+    auto_dry_run: tuple[Path, str], tmp_path: Path, ray_address: str
 ) -> None:
     cache = _copy_cache(auto_dry_run[0], tmp_path)
     # A margin wide enough that the two best-priced plans are tried, whatever their prices.
     proc = run_cli(tmp_path / "run", "placement=auto", "run.eval_every=0", "run.steps=2",
                    "run.checkpoint_every=0", f"run.profile_cache={cache}",
-                   "run.trial_plans=2", "run.trial_margin=100", "run.trial_steps=2")
+                   "run.trial_plans=2", "run.trial_margin=100", "run.trial_steps=2",
+                   ray_address=ray_address)
     assert "auto: 2 plans priced within 10000% of the best; running each for 2 steps" \
         in proc.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
@@ -329,10 +338,10 @@ def test_auto_dry_run_prints_ranked_plans_and_trains_nothing(
 
 
 def test_auto_reuses_a_cached_profile_for_the_same_workflow_model_and_cluster(
-    auto_dry_run: tuple[Path, str], tmp_path: Path
+    auto_dry_run: tuple[Path, str], tmp_path: Path, ray_address: str
 ) -> None:
     cache = _copy_cache(auto_dry_run[0], tmp_path)
-    proc = auto_dry_run_cli(tmp_path / "run", cache)
+    proc = auto_dry_run_cli(tmp_path / "run", cache, ray_address)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
     assert "reusing the profile" in proc.stdout and "auto: profiling on" not in proc.stdout
     ranked = [line for line in auto_dry_run[1].splitlines() if line.lstrip().startswith("*1.")]
