@@ -31,7 +31,8 @@ fixed mode's), ``max_prediction_error`` (max |predicted - measured| / measured o
 ``lock_matches_simulator`` (every run's lock switches equal its simulated switches), plus
 ``load_average``, per-setting ratios and counts.
 
-Launch: ``tox -e bench-flow`` (3 settings per app, about 30 minutes a round on 2 cores), or
+Launch: ``tox -e bench-flow`` (3 settings per app; on the 2-core AVX2 machine a reasoning
+setting took ~16 minutes a round, ~6 of them auto's profile and trials), or
 ``tox -e bench-flow -- --quick`` (one small setting per app, 3 steps: a smoke run).
 ``--settings`` picks settings by name, ``--modes`` the modes, ``--steps`` and
 ``--iterations`` the run lengths, ``--keep-runs DIR`` keeps each run's folder to read later.
