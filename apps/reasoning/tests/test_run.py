@@ -198,8 +198,11 @@ def auto_dry_run(tmp_path_factory: pytest.TempPathFactory,
     root = tmp_path_factory.mktemp("auto")
     cache = root / "profiles"
     proc = auto_dry_run_cli(root / "run", cache, ray_address)
-    assert "auto: profiling on 1 and 2 device(s)" in proc.stdout, proc.stdout
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
+    # conftest's instance declares 8 CPUs: the machine's own cores bound the slots.
+    slots = min(8, len(os.sched_getaffinity(0)))
+    assert f"auto: profiling on {'1' if slots == 1 else f'1 and {slots}'} device(s)" \
+        in proc.stdout, proc.stdout
     assert not (root / "run").exists(), "a dry run trains nothing and writes no run folder"
     return cache, proc.stdout
 
