@@ -57,10 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     import pdoc
 
     # Subpackages are named explicitly as well as found by pdoc's own walk (one page each);
-    # rlinf.sched's lazily imported names (module __getattr__) are documented on their
-    # defining module's page.
+    # the lazily imported names (module __getattr__) of rlinf.sched and of
+    # rlinf.workers.{models,rollout,reasoning} are documented on their defining module's page.
     warnings.filterwarnings("ignore", message=".*adds a module named.*")
-    warnings.filterwarnings("ignore", message=r"Found '\w+' in rlinf\.sched\.__all__")
+    warnings.filterwarnings(
+        "ignore", message=r"Found '\w+' in rlinf\.(sched|workers\.(models|rollout|reasoning))"
+                          r"\.__all__")
     modules, skipped = importable([m for p in PACKAGES for m in public_modules(p)])
     pdoc.pdoc(*modules, output_directory=args.out)
     missing = [m for m in modules if not (args.out / (m.replace(".", "/") + ".html")).is_file()]

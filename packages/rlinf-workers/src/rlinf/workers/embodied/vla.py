@@ -17,9 +17,7 @@ import torch
 from torch import nn
 
 from rlinf.workers.errors import ConfigError, ShapeError
-from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm
 from rlinf.workers.models.logprobs import position_ids_from_mask
-from rlinf.workers.models.tokenizer import build_char_tokenizer
 
 __all__ = ["TinyVLA", "VLAConfig", "VLASample", "action_bins", "bin_centres", "sample_action_token",
            "score_action_tokens"]
@@ -107,6 +105,11 @@ class TinyVLA(nn.Module):
     """Image + instruction → discretised action tokens (see the module docstring)."""
 
     def __init__(self, config: VLAConfig, *, seed: int) -> None:
+        # transformers is imported here, not with the module: every embodied actor process
+        # imports this module, and only a VLA run needs it (about 2 s of CPU per process).
+        from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm
+        from rlinf.workers.models.tokenizer import build_char_tokenizer
+
         super().__init__()
         self.config = config
         self.tokenizer = build_char_tokenizer()

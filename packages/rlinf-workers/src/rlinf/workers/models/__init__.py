@@ -1,6 +1,14 @@
-"""Models shared by the workers: tiny causal LMs, a char tokenizer, actor-critics, log-probs."""
+"""Models shared by the workers: tiny causal LMs, a char tokenizer, actor-critics, log-probs.
 
-from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm, build_tiny_model
+The causal LM and the tokenizer need transformers, which an embodied run's actor-critics do
+not: their names are imported on first use (`rlinf.workers._lazy`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlinf.workers._lazy import lazy_attribute
 from rlinf.workers.models.logprobs import (
     position_ids_from_mask,
     response_log_probs,
@@ -17,12 +25,27 @@ from rlinf.workers.models.policy import (
     build_actor_critic,
 )
 from rlinf.workers.models.precision import Precision, check_precision, compute_precision
-from rlinf.workers.models.tokenizer import (
-    ARITHMETIC_ALPHABET,
-    SPECIAL_TOKENS,
-    build_char_tokenizer,
-    load_tokenizer,
-)
+
+if TYPE_CHECKING:
+    from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm, build_tiny_model
+    from rlinf.workers.models.tokenizer import (
+        ARITHMETIC_ALPHABET,
+        SPECIAL_TOKENS,
+        build_char_tokenizer,
+        load_tokenizer,
+    )
+
+_LAZY = {
+    "TinyLMConfig": "causal_lm", "build_tiny_causal_lm": "causal_lm",
+    "build_tiny_model": "causal_lm", "ARITHMETIC_ALPHABET": "tokenizer",
+    "SPECIAL_TOKENS": "tokenizer", "build_char_tokenizer": "tokenizer",
+    "load_tokenizer": "tokenizer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, _LAZY, name)
+
 
 __all__ = [
     "ARITHMETIC_ALPHABET",

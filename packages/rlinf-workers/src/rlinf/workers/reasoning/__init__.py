@@ -7,22 +7,46 @@ and runs them in any placement. Groups stream between roles through the flow's c
 collocated roles take turns, and the actor's weights reach the rollout and inference roles
 over the transport the placement implies (`WeightSenderRole` / `WeightReceiverRole`). The
 reasoning app and ``examples/ppo_critic_math.py`` declare flows of them.
+
+Names are imported from their module on first use (`rlinf.workers._lazy`): each role's Ray
+process imports only its own module (a reward process never loads the actor's trainer).
 """
 
-from rlinf.workers.reasoning.actor import ActorRole
-from rlinf.workers.reasoning.base import ReasoningRole
-from rlinf.workers.reasoning.groups import MicroBatches, pack_group, unpack_group
-from rlinf.workers.reasoning.inference import InferenceRole
-from rlinf.workers.reasoning.reward import RewardRole
-from rlinf.workers.reasoning.rollout import (
-    EngineName,
-    ProblemBatches,
-    ProblemSource,
-    RolloutRole,
-    build_engine,
-)
-from rlinf.workers.reasoning.setup import ModelFactory, RoleSetup, draw_seed
-from rlinf.workers.reasoning.sync import BucketLayout, WeightReceiverRole, WeightSenderRole
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rlinf.workers._lazy import lazy_attribute
+
+if TYPE_CHECKING:
+    from rlinf.workers.reasoning.actor import ActorRole
+    from rlinf.workers.reasoning.base import ReasoningRole
+    from rlinf.workers.reasoning.groups import MicroBatches, pack_group, unpack_group
+    from rlinf.workers.reasoning.inference import InferenceRole
+    from rlinf.workers.reasoning.reward import RewardRole
+    from rlinf.workers.reasoning.rollout import (
+        EngineName,
+        ProblemBatches,
+        ProblemSource,
+        RolloutRole,
+        build_engine,
+    )
+    from rlinf.workers.reasoning.setup import ModelFactory, RoleSetup, draw_seed
+    from rlinf.workers.reasoning.sync import BucketLayout, WeightReceiverRole, WeightSenderRole
+
+_LAZY = {
+    "ActorRole": "actor", "ReasoningRole": "base", "MicroBatches": "groups",
+    "pack_group": "groups", "unpack_group": "groups", "InferenceRole": "inference",
+    "RewardRole": "reward", "EngineName": "rollout", "ProblemBatches": "rollout",
+    "ProblemSource": "rollout", "RolloutRole": "rollout", "build_engine": "rollout",
+    "ModelFactory": "setup", "RoleSetup": "setup", "draw_seed": "setup",
+    "BucketLayout": "sync", "WeightReceiverRole": "sync", "WeightSenderRole": "sync",
+}
+
+
+def __getattr__(name: str) -> Any:
+    return lazy_attribute(__name__, _LAZY, name)
+
 
 __all__ = [
     "ActorRole",
