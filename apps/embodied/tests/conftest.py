@@ -36,6 +36,19 @@ def ray_address() -> Iterator[str]:
         yield address
 
 
+@pytest.fixture(scope="session")
+def auto_dry_run(ray_address: str, tmp_path_factory: pytest.TempPathFactory
+                 ) -> tuple[Path, Path, subprocess.CompletedProcess[str]]:
+    """`placement=auto --dry-run` of the TINY config into an empty profile cache: (the cache
+    folder, the run dir it must not create, the process). The cache then holds the TINY
+    profile, so the `auto` run tests plan from it instead of profiling again."""
+    root = tmp_path_factory.mktemp("auto")
+    cache, run_dir = root / "profiles", root / "run"
+    proc = run_cli([*TINY, "placement=auto", f"run.profile_cache={cache}", "--dry-run",
+                    "--run-dir", str(run_dir)], ray_address=ray_address, timeout=240)
+    return cache, run_dir, proc
+
+
 def run_cli(args: Sequence[str], *, ray_address: str | None, timeout: float = 240,
             extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m rlinf_embodied.cli *args`, connected to `ray_address` when given."""

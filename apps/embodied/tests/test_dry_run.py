@@ -22,12 +22,12 @@ def test_dry_run_prints_config_and_fixed_plan(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_dry_run_auto_prints_the_planners_ranked_plans(tmp_path, ray_address):
-    proc = run_cli(["placement=auto", "env.num_envs=4", "run.rollout_steps=8",
-                    "algorithm.num_minibatches=4", "--dry-run", "--run-dir",
-                    str(tmp_path / "run")], ray_address=ray_address, timeout=240)
+def test_dry_run_auto_prints_the_planners_ranked_plans(auto_dry_run):
+    cache, run_dir, proc = auto_dry_run
     assert proc.returncode == 0, proc.stderr
     assert "plan (auto: profiled and planned in" in proc.stdout
+    assert "reusing the profile" not in proc.stdout  # the cache was empty: it profiled
+    assert len(list(cache.glob("*.json"))) == 1  # ... and kept the profile there
     plans = [line for line in proc.stdout.splitlines() if "s/iteration" in line]
     assert len(plans) >= 2, proc.stdout
     assert plans[0].startswith("* 1.")  # the best plan is the chosen one
@@ -39,4 +39,4 @@ def test_dry_run_auto_prints_the_planners_ranked_plans(tmp_path, ray_address):
     assert tied == sorted(tied, reverse=True), times
     rest = [t for t, near in zip(times, tied, strict=True) if not near]
     assert rest == sorted(rest), times
-    assert not (tmp_path / "run").exists()
+    assert not run_dir.exists()

@@ -1,5 +1,9 @@
 """`placement=auto` end to end: profile, plan with M2Flow, launch the best plan, report the
-predicted against the measured iteration time."""
+predicted against the measured iteration time.
+
+Both runs plan from the profile `auto_dry_run` (conftest) measured into ``run.profile_cache``:
+the test of profiling itself is that dry run's.
+"""
 
 from __future__ import annotations
 
@@ -10,11 +14,18 @@ from rlinf.sched import Profile
 from .conftest import TINY, check_outputs, run_cli, summary_of
 
 
-def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
+def test_auto_run_launches_the_planned_placement(tmp_path, ray_address, auto_dry_run):
+    cache = auto_dry_run[0]
     run_dir = tmp_path / "run"
     proc = run_cli([*TINY, "placement=auto", "run.video=false", "run.trial_plans=0",
-                    "--run-dir", str(run_dir)], ray_address=ray_address, timeout=300)
+                    f"run.profile_cache={cache}", "--run-dir", str(run_dir)],
+                   ray_address=ray_address, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    # The dry run's profile of this very config was reused, not measured again.
+    [stored] = cache.glob("*.json")
+    assert f"auto: reusing the profile measured for this workflow, config and machine " \
+           f"({stored})" in proc.stdout
+    assert Profile.load(run_dir / "profile.json") == Profile.load(stored)
     check_outputs(run_dir, iterations=2, video=False)
     summary = summary_of(run_dir)
     assert summary["mode"] in {"collocated", "hybrid", "disaggregated"}
@@ -48,15 +59,17 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address):
     assert (run_dir / "profile.json").read_bytes() == saved  # no new profile on resume
 
 
-def test_auto_launches_the_fastest_of_its_trials(tmp_path, ray_address):
+def test_auto_launches_the_fastest_of_its_trials(tmp_path, ray_address, auto_dry_run):
     # A margin this wide shortlists the two best distinguishable plans; each runs two
     # throw-away iterations (one warm-up) and the faster as measured is launched, with its
     # own simulated price as the prediction.
     run_dir = tmp_path / "run"
     proc = run_cli([*TINY, "placement=auto", "run.video=false", "run.trial_plans=2",
-                    "run.trial_margin=100", "run.trial_steps=2", "--run-dir", str(run_dir)],
+                    "run.trial_margin=100", "run.trial_steps=2",
+                    f"run.profile_cache={auto_dry_run[0]}", "--run-dir", str(run_dir)],
                    ray_address=ray_address, timeout=300)
     assert proc.returncode == 0, proc.stderr
+    assert "auto: reusing the profile" in proc.stdout  # the trials are measured afresh
     assert "auto: 2 plans priced within 10000% of the best; running each for 2 iterations" \
         in proc.stdout
     summary = summary_of(run_dir)

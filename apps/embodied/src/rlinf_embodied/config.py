@@ -327,6 +327,10 @@ class RunConfig:
     trial_steps: int = 3
     """placement=auto: iterations per trial; the first is a warm-up, the median of the rest
     is the trial's time."""
+    profile_cache: str | None = None
+    """placement=auto: a folder where profiles are kept per workflow, config and machine; a
+    run whose profile is there is planned from it instead of profiling again (null: always
+    profile)."""
 
     def __post_init__(self) -> None:
         for name in ("iterations", "rollout_steps", "eval_episodes", "keep_checkpoints"):

@@ -13,7 +13,8 @@
 (policy, critic, optimizer, RNG, env state) is restored, metrics records past the
 checkpoint are dropped (they are redone), and the run goes on as if never interrupted, with
 the checkpoint's plan (`auto` is not profiled again). A checkpoint written by a different
-config (other than `run.iterations` and `run.max_restarts`) is refused.
+config (other than `run.iterations`, `run.max_restarts` and `run.profile_cache`) is
+refused.
 
 Self-healing (`run.max_restarts`): when a worker dies the flow has already torn down what
 was left; `train` records the restart and resumes itself as above (from the start when no
@@ -23,6 +24,7 @@ checkpoint was taken yet), at most `max_restarts` times; restarts go into the me
 
 from __future__ import annotations
 
+import io
 import math
 import os
 import statistics
@@ -64,6 +66,7 @@ from rlinf_embodied.planning import (
     profile_batch_sizes,
     simulate_plan,
 )
+from rlinf_embodied.profile_reuse import reusing, usable_cache
 from rlinf_embodied.schema import to_dict
 from rlinf_embodied.spec import build_spec
 from rlinf_embodied.summary import RunSummary, target_reached
@@ -78,7 +81,8 @@ __all__ = ["RESUMABLE_KEYS", "check_resumable", "dry_run", "train"]
 
 _log = structlog.get_logger(__name__)
 
-RESUMABLE_KEYS = frozenset({"run.iterations", "run.run_dir", "run.max_restarts"})
+RESUMABLE_KEYS = frozenset({"run.iterations", "run.run_dir", "run.max_restarts",
+                            "run.profile_cache"})
 """Config keys that may differ between a checkpoint and the run resuming from it."""
 
 CHECKPOINT_DIR = "checkpoints"
@@ -175,13 +179,14 @@ def _probed(spec: EmbodiedSpec, cfg: AppConfig, plan: ExecutionPlan) -> Profile:
                              data_parallel=2 if spread >= 2 else 1)
 
 
-def _choose(cfg: AppConfig, spec: EmbodiedSpec) -> tuple[PlanChoice, Workflow, Cluster]:
+def _choose(cfg: AppConfig, spec: EmbodiedSpec, *, out: TextIO | None = None
+            ) -> tuple[PlanChoice, Workflow, Cluster]:
     from rlinf_embodied.workflow import embodied_workflow
 
     workflow = embodied_workflow(spec)
     cluster = cluster_for(cfg.placement)
-    choice = choose_plan(cfg, workflow, cluster,
-                         measure=_profiling_flow(spec, cfg, workflow))
+    measure = reusing(cfg, workflow, cluster, _profiling_flow(spec, cfg, workflow), out=out)
+    choice = choose_plan(cfg, workflow, cluster, measure=measure)
     return choice, workflow, cluster
 
 
@@ -198,10 +203,13 @@ def dry_run(cfg: AppConfig) -> str:
     """The plan the run would use (for `auto`: profiles briefly, returns the ranked plans)."""
     spec = build_spec(cfg)
     if cfg.placement.spec.strip() == "auto":
+        usable_cache(cfg)  # a bad folder is refused before Ray starts
+        said = io.StringIO()
         with _ray_session(cfg):
-            choice, _, _ = _choose(cfg, spec)
-        head = (f"plan (auto: profiled and planned in {choice.profile_seconds:.1f} s; the "
-                "M2Flow planner's ranked plans, * = chosen):")
+            choice, _, _ = _choose(cfg, spec, out=said)
+        head = (f"{said.getvalue()}plan (auto: profiled and planned in "
+                f"{choice.profile_seconds:.1f} s; the M2Flow planner's ranked plans, "
+                "* = chosen):")
     else:
         choice, _, _ = _choose(cfg, spec)
         head = "plan (fixed placement; predicted times need a profile: placement=auto):"
@@ -271,13 +279,14 @@ def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ..
     elif resume:
         print(f"no checkpoint in {run_dir / CHECKPOINT_DIR}: starting from scratch", file=out)
     spec = build_spec(cfg)
+    usable_cache(cfg)  # a bad folder is refused before Ray starts
     with _ray_session(cfg):
         if latest is not None and "plan" in latest[2]:
             # The checkpoint's stage groups are part of its state: keep its plan (an `auto`
             # run is not profiled again, which could pick other stage groups).
             choice, workflow, cluster = _resumed_choice(spec, cfg, latest[2]["plan"])
         else:
-            choice, workflow, cluster = _choose(cfg, spec)
+            choice, workflow, cluster = _choose(cfg, spec, out=out)
             choice = tried_choice(cfg, spec, workflow, cluster, choice, out=out)
         from rlinf_embodied.flow import EmbodiedFlow
 
