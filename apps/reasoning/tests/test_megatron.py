@@ -85,7 +85,8 @@ def test_megatron_actor_trains_like_ddp_in_every_mode(reference, reference_dir: 
         assert cut["tensor"] * cut["pipeline"] * cut["data"] == len(
             placement.devices_of("actor"))
         # A resume launches the checkpoint's plan, cut included, and goes on from it.
-        resumed = run_cli(tmp_path, *MEGATRON, *MODES[mode], "run.steps=3", "--resume")
+        resumed = run_cli(tmp_path, *MEGATRON, *MODES[mode], "run.steps=3", "--resume",
+                          ray_address=ray_address)
         assert "resuming from step 2" in resumed.stdout
         assert _summary(tmp_path)["parallelism"] == summary["parallelism"]
         assert len(_metrics(tmp_path)) > len(reference)

@@ -279,7 +279,7 @@ def _weights(run_dir: Path, step: int) -> dict[str, torch.Tensor]:
 
 
 def test_resume_after_sigkill_matches_an_uninterrupted_run(
-        reference_run: tuple[Path, str], tmp_path: Path) -> None:
+        reference_run: tuple[Path, str], tmp_path: Path, ray_address: str) -> None:
     ref_dir, _ = reference_run
     run_dir = tmp_path / "run"
     args = REFERENCE
@@ -301,7 +301,8 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(
             proc.stdout.close()
     killed = read_jsonl(run_dir / "metrics.jsonl")
     assert killed[-1]["step"] <= 2
-    resumed = run_cli(run_dir, *args, "--resume")
+    # The killed run owned its Ray (killed with it); the resume joins the suite's.
+    resumed = run_cli(run_dir, *args, "--resume", ray_address=ray_address)
     assert "resuming from step 1" in resumed.stdout
     assert_same_metrics(read_jsonl(ref_dir / "metrics.jsonl"),
                         read_jsonl(run_dir / "metrics.jsonl"), tol=1e-5)
