@@ -10,6 +10,9 @@ waits for its verdict at the end:
     python scripts/soak_beside.py wait DIR    # the soak's output; its exit code
     python scripts/soak_beside.py stop DIR    # (commands_post) kill it if still running
 
+CI's typecheck runs beside the integration tests the same way (``start DIR -- sh -c "mypy
+... && ..."``): they leave part of the two cores idle.
+
 The soak is launched by a small supervisor process that records its exit code in DIR and
 kills it if the process that started it (tox) goes away: an interrupted CI leaves nothing
 running.
@@ -50,8 +53,10 @@ def start(folder: Path, command: Sequence[str] = ()) -> int:
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True)
     pid.write_text(str(supervisor.pid))
-    print(f"soak started beside the next commands (supervisor pid {supervisor.pid}, "
-          f"{os.environ.get('RLINF_SOAK_SECONDS', '600')} s); its output: {log}")
+    what = (f"soak ({os.environ.get('RLINF_SOAK_SECONDS', '600')} s)" if not command
+            else " ".join(command))
+    print(f"started beside the next commands: {what} (supervisor pid {supervisor.pid}); "
+          f"its output: {log}")
     return 0
 
 
@@ -97,12 +102,13 @@ def wait(folder: Path) -> int:
     while not rc.exists():
         if time.monotonic() > deadline:
             stop(folder)
-            print(f"the soak did not finish within {limit:g} s; killed", file=sys.stderr)
+            print(f"the background command did not finish within {limit:g} s; killed",
+                  file=sys.stderr)
             return 1
         time.sleep(1.0)
     sys.stdout.write(log.read_text(errors="replace"))
     code = int(rc.read_text())
-    print(f"soak exit code {code}")
+    print(f"background command exit code {code}")
     return code
 
 
@@ -118,7 +124,7 @@ def stop(folder: Path) -> int:
     deadline = time.monotonic() + 60
     while _alive(supervisor) and time.monotonic() < deadline:
         time.sleep(0.2)
-    print("soak stopped before its end", file=sys.stderr)
+    print("background command stopped before its end", file=sys.stderr)
     return 0
 
 
