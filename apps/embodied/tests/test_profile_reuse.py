@@ -10,7 +10,7 @@ import pytest
 from rlinf_embodied.cli import load_config
 from rlinf_embodied.errors import AppConfigError
 from rlinf_embodied.planning import cluster_for
-from rlinf_embodied.profile_reuse import profile_identity, reusing
+from rlinf_embodied.profile_reuse import profile_identity, reusing, usable_cache
 from rlinf_embodied.spec import build_spec
 from rlinf_embodied.workflow import embodied_workflow
 
@@ -58,7 +58,8 @@ def test_a_second_run_of_the_same_config_reuses_the_profile(tmp_path: Path) -> N
         cfg = load_config(["placement=auto", f"run.profile_cache={tmp_path}", *overrides])
         workflow = embodied_workflow(build_spec(cfg))
         out = io.StringIO()
-        cached = reusing(cfg, workflow, cluster_for(cfg.placement), measure, out=out)
+        cached = reusing(usable_cache(cfg), cfg, workflow, cluster_for(cfg.placement),
+                         measure, out=out)
         return cached(SIZES), out.getvalue()
 
     first, said = planned_with()
@@ -74,7 +75,8 @@ def test_a_second_run_of_the_same_config_reuses_the_profile(tmp_path: Path) -> N
 def test_without_a_cache_every_run_profiles() -> None:
     cfg = load_config(["placement=auto"])
     measure = lambda sizes: _profile(1.0)  # noqa: E731
-    assert reusing(cfg, embodied_workflow(build_spec(cfg)), cluster_for(cfg.placement),
+    assert usable_cache(cfg) is None
+    assert reusing(None, cfg, embodied_workflow(build_spec(cfg)), cluster_for(cfg.placement),
                    measure) is measure
 
 
@@ -83,8 +85,7 @@ def test_a_folder_that_cannot_be_made_is_refused_before_profiling(tmp_path: Path
     blocker.write_text("")
     cfg = load_config(["placement=auto", f"run.profile_cache={blocker / 'profiles'}"])
     with pytest.raises(AppConfigError, match=r"run\.profile_cache"):
-        reusing(cfg, embodied_workflow(build_spec(cfg)), cluster_for(cfg.placement),
-                lambda sizes: pytest.fail("profiled despite an unusable cache"))
+        usable_cache(cfg)
     proc = run_cli(["placement=auto", f"run.profile_cache={blocker / 'profiles'}",
                     "--dry-run"], ray_address=None, timeout=120)
     assert proc.returncode == 2, proc.stderr

@@ -66,15 +66,10 @@ def usable_cache(cfg: AppConfig) -> ProfileCache | None:
     return cache
 
 
-def reusing(cfg: AppConfig, workflow: Workflow, cluster: Cluster, measure: Measure, *,
-            out: TextIO | None = None) -> Measure:
-    """`measure`, or with ``run.profile_cache`` set, `measure` behind that cache: a profile
-    stored for the same key is returned (and said on `out`) instead of profiling again.
-
-    Raises:
-        AppConfigError: the cache folder cannot be created (`usable_cache`).
-    """
-    cache = usable_cache(cfg)
+def reusing(cache: ProfileCache | None, cfg: AppConfig, workflow: Workflow, cluster: Cluster,
+            measure: Measure, *, out: TextIO | None = None) -> Measure:
+    """`measure`, or behind `cache` (`usable_cache`'s, made before Ray starts): a profile
+    stored for the same key is returned (and said on `out`) instead of profiling again."""
     if cache is None:
         return measure
 

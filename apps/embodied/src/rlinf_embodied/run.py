@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import structlog
 
-from rlinf.sched import Cluster, ExecutionPlan, Profile, Workflow
+from rlinf.sched import Cluster, ExecutionPlan, Profile, ProfileCache, Workflow
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import ensure_ray, with_restarts
 from rlinf.workers.telemetry import (
@@ -179,13 +179,14 @@ def _probed(spec: EmbodiedSpec, cfg: AppConfig, plan: ExecutionPlan) -> Profile:
                              data_parallel=2 if spread >= 2 else 1)
 
 
-def _choose(cfg: AppConfig, spec: EmbodiedSpec, *, out: TextIO | None = None
-            ) -> tuple[PlanChoice, Workflow, Cluster]:
+def _choose(cfg: AppConfig, spec: EmbodiedSpec, *, cache: ProfileCache | None = None,
+            out: TextIO | None = None) -> tuple[PlanChoice, Workflow, Cluster]:
     from rlinf_embodied.workflow import embodied_workflow
 
     workflow = embodied_workflow(spec)
     cluster = cluster_for(cfg.placement)
-    measure = reusing(cfg, workflow, cluster, _profiling_flow(spec, cfg, workflow), out=out)
+    measure = reusing(cache, cfg, workflow, cluster, _profiling_flow(spec, cfg, workflow),
+                      out=out)
     choice = choose_plan(cfg, workflow, cluster, measure=measure)
     return choice, workflow, cluster
 
@@ -203,13 +204,13 @@ def dry_run(cfg: AppConfig) -> str:
     """The plan the run would use (for `auto`: profiles briefly, returns the ranked plans)."""
     spec = build_spec(cfg)
     if cfg.placement.spec.strip() == "auto":
-        usable_cache(cfg)  # a bad folder is refused before Ray starts
+        cache = usable_cache(cfg)  # a bad folder is refused before Ray starts
         said = io.StringIO()
         with _ray_session(cfg):
-            choice, _, _ = _choose(cfg, spec, out=said)
-        head = (f"{said.getvalue()}plan (auto: profiled and planned in "
-                f"{choice.profile_seconds:.1f} s; the M2Flow planner's ranked plans, "
-                "* = chosen):")
+            choice, _, _ = _choose(cfg, spec, cache=cache, out=said)
+        done = "planned" if said.getvalue() else "profiled and planned"  # said: reused
+        head = (f"{said.getvalue()}plan (auto: {done} in {choice.profile_seconds:.1f} s; "
+                "the M2Flow planner's ranked plans, * = chosen):")
     else:
         choice, _, _ = _choose(cfg, spec)
         head = "plan (fixed placement; predicted times need a profile: placement=auto):"
@@ -279,14 +280,14 @@ def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ..
     elif resume:
         print(f"no checkpoint in {run_dir / CHECKPOINT_DIR}: starting from scratch", file=out)
     spec = build_spec(cfg)
-    usable_cache(cfg)  # a bad folder is refused before Ray starts
+    cache = usable_cache(cfg)  # a bad folder is refused before Ray starts
     with _ray_session(cfg):
         if latest is not None and "plan" in latest[2]:
             # The checkpoint's stage groups are part of its state: keep its plan (an `auto`
             # run is not profiled again, which could pick other stage groups).
             choice, workflow, cluster = _resumed_choice(spec, cfg, latest[2]["plan"])
         else:
-            choice, workflow, cluster = _choose(cfg, spec, out=out)
+            choice, workflow, cluster = _choose(cfg, spec, cache=cache, out=out)
             choice = tried_choice(cfg, spec, workflow, cluster, choice, out=out)
         from rlinf_embodied.flow import EmbodiedFlow
 
