@@ -90,3 +90,8 @@ def test_a_folder_that_cannot_be_made_is_refused_before_profiling(tmp_path: Path
                     "--dry-run"], ray_address=None, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "run.profile_cache" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_empty_folder_name_is_refused() -> None:
+    with pytest.raises(AppConfigError, match=r"run\.profile_cache"):
+        load_config(["placement=auto", "run.profile_cache="])

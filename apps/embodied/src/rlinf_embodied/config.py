@@ -357,6 +357,10 @@ class RunConfig:
                                  "a number in [0, 1] or null")
         if not self.run_dir:
             raise AppConfigError("run.run_dir", self.run_dir, "a non-empty path")
+        if self.profile_cache is not None and not self.profile_cache.strip():
+            # an empty path would keep profiles in whatever folder the run starts from
+            raise AppConfigError("run.profile_cache", self.profile_cache,
+                                 "a folder path, or null for no cache")
 
 
 @dataclass(frozen=True)
