@@ -45,6 +45,7 @@ def assert_runs_as_planned(spec: FlowSpec, chosen: ExecutionPlan) -> None:
     for name, items in chosen.micro_batch.items():
         assert items % group == 0, f"{name} micro-batch {items} is not whole groups"
     ranks = {c.component: c.num_devices for c in chosen.placement}
+    assert ranks["actor"] % spec.actor_model_parallel == 0, "whole model-parallel groups"
     flow = declare(spec)
     items = flow.items()
     for c in flow.channels:  # as FlowRun.step checks them: raises ConfigError on idle ranks
@@ -61,7 +62,9 @@ def cases(draw: st.DrawFn) -> tuple[FlowSpec, AnalyticCostModel, Cluster]:
     spec = FlowSpec(rollout=RolloutWorkerConfig(
                         group_size=group, groups_per_micro_batch=draw(st.integers(1, 4))),
                     prompts_per_step=draw(st.integers(1, 24)),
-                    recompute_logprobs=draw(st.booleans()))
+                    recompute_logprobs=draw(st.booleans()),
+                    # a trainer cut in two: plans move whole model-parallel groups
+                    megatron=draw(st.sampled_from([None, MegatronConfig(tensor_parallel=2)])))
     cost = AnalyticCostModel({
         "rollout": AnalyticCost(fixed=0.5, per_item=draw(st.floats(0.01, 0.5)), tail=0.1,
                                 replicated=40 * GIB, switch=draw(st.floats(0.1, 3.0))),

@@ -5,7 +5,8 @@ and ``data.template=chat`` with a tokenizer that has no chat template is refused
 before any worker starts.
 
 A Hugging Face folder's model is counted on the meta device, so no weights are read here;
-a warm start or a tiny model from config is small enough to build.
+a warm start's is counted from its weights file, without building it (nor importing
+transformers' modeling code, ~4 CPU-s); a tiny model from config is built.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from pathlib import Path
 from rlinf_reasoning.config import ReasoningConfig
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import InvalidConfigError
-from rlinf_reasoning.models import hf_model_on_meta, model_factory
+from rlinf_reasoning.models import hf_model_on_meta, load_tokenizer_dir, model_factory
 from rlinf_reasoning.spec import FlowSpec
-from rlinf_reasoning.warmstart import METADATA_FILE
+from rlinf_reasoning.warmstart import METADATA_FILE, stored_parameters
 
 __all__ = ["Loaded", "describe_loaded"]
 
@@ -66,14 +67,18 @@ def _dtype_name(dtype: object) -> str:
 def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource) -> Loaded:
     """Count what `spec` and `source` will train on (module docstring)."""
     folder = Path(spec.model_dir)
-    if spec.model_config is None and not (folder / METADATA_FILE).is_file():
-        model, tokenizer, stored = hf_model_on_meta(folder)
-        where = str(folder)
-    else:
+    if spec.model_config is not None:
         model, tokenizer = model_factory(spec)()
-        stored = _dtype_name(next(model.parameters()).dtype)
-        where = "tiny model from config" if spec.model_config is not None else (
-            f"warm start {folder}")
+        parameters = sum(p.numel() for p in model.parameters())
+        stored, where = _dtype_name(next(model.parameters()).dtype), "tiny model from config"
+    elif (folder / METADATA_FILE).is_file():
+        (parameters, stored), tokenizer = stored_parameters(folder), load_tokenizer_dir(
+            str(folder))
+        where = f"warm start {folder}"
+    else:
+        model, tokenizer, stored = hf_model_on_meta(folder)
+        parameters = sum(p.numel() for p in model.parameters())
+        where = str(folder)
     if cfg.data.template == "chat" and not getattr(tokenizer, "chat_template", None):
         raise InvalidConfigError(
             "data.template", "chat",
@@ -82,7 +87,7 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
     data = (f"generated level {cfg.data.level}" if cfg.data.path is None
             else str(cfg.data.path) + (f" + {cfg.data.heldout_path}"
                                        if cfg.data.heldout_path else ""))
-    return Loaded(model=where, parameters=sum(p.numel() for p in model.parameters()),
+    return Loaded(model=where, parameters=parameters,
                   stored_dtype=stored, precision=cfg.model.precision,
                   tokenizer=f"{type(tokenizer).__name__} (vocabulary {len(tokenizer)})",
                   train_problems=source.train_size, heldout_problems=len(source.heldout),

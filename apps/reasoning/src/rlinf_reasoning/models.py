@@ -2,7 +2,9 @@
 model built from config, as a picklable factory every role calls in its own process.
 
 The factories are module-level functions wrapped in `functools.partial`, so Ray pickles
-them by reference and each rank builds identical weights.
+them by reference and each rank builds identical weights. Importing this module (which
+every role's process does, to unpickle them) leaves transformers' modeling code out: a
+role that only needs the tokenizer (`tokenizer_factory`) never imports it.
 """
 
 from __future__ import annotations
@@ -10,19 +12,23 @@ from __future__ import annotations
 import functools
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
-from transformers import PreTrainedTokenizerBase
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.models import build_tiny_model
-from rlinf.workers.reasoning import ModelFactory
+from rlinf.workers.models.tokenizer import build_char_tokenizer, load_tokenizer
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.warmstart import METADATA_FILE, load_warmstart
 
-__all__ = ["export_for_engine", "hf_model_on_meta", "load_model_dir", "model_factory",
-           "policy_structure"]
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from rlinf.workers.reasoning import ModelFactory, TokenizerFactory
+
+__all__ = ["export_for_engine", "hf_model_on_meta", "load_model_dir", "load_tokenizer_dir",
+           "model_factory", "policy_structure", "tokenizer_factory"]
 
 
 def load_model_dir(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
@@ -38,6 +44,22 @@ def load_model_dir(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
 
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
     return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
+
+
+def load_tokenizer_dir(path: str) -> PreTrainedTokenizerBase:
+    """The tokenizer in `path` (a warm-start folder or a Hugging Face one), without the
+    model: what `load_model_dir` returns beside it."""
+    folder = Path(path)
+    if (folder / METADATA_FILE).is_file():
+        return load_tokenizer(folder)
+    if not (folder / "config.json").is_file():
+        raise ConfigError(f"{folder} holds neither {METADATA_FILE} (a warm start) nor "
+                          "config.json (a Hugging Face checkpoint)")
+    from transformers import AutoTokenizer
+
+    tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(folder,
+                                                                       local_files_only=True)
+    return tokenizer
 
 
 def hf_model_on_meta(folder: Path) -> tuple[nn.Module, PreTrainedTokenizerBase, str]:
@@ -66,8 +88,17 @@ def model_factory(spec: FlowSpec) -> ModelFactory:
     """The factory of `spec`'s initial policy: a tiny model of `spec.model_config`, or the
     folder `spec.model_dir`."""
     if spec.model_config is not None:
+        from rlinf.workers.models.causal_lm import build_tiny_model
+
         return functools.partial(build_tiny_model, spec.model_config, seed=spec.model_seed)
     return functools.partial(load_model_dir, str(spec.model_dir))
+
+
+def tokenizer_factory(spec: FlowSpec) -> TokenizerFactory:
+    """The factory of `spec`'s tokenizer alone (`model_factory`'s, without the model)."""
+    if spec.model_config is not None:
+        return build_char_tokenizer  # build_tiny_model's tokenizer
+    return functools.partial(load_tokenizer_dir, str(spec.model_dir))
 
 
 def export_for_engine(spec: FlowSpec) -> tuple[str | None, tempfile.TemporaryDirectory[str] | None]:

@@ -14,17 +14,21 @@ loads the weights into it, so the app's model and the shipped one are the same a
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import torch
 from safetensors.torch import load_file
-from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from rlinf.envs.math import GeneratorConfig
-from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm, load_tokenizer
+from rlinf.workers.models.lm_config import TinyLMConfig
+from rlinf.workers.models.tokenizer import load_tokenizer
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 __all__ = [
     "METADATA_FILE",
@@ -33,6 +37,7 @@ __all__ = [
     "WarmstartError",
     "load_warmstart",
     "read_metadata",
+    "stored_parameters",
     "warmstart_task",
 ]
 
@@ -78,6 +83,27 @@ def warmstart_task(path: Path = WARMSTART_DIR) -> GeneratorConfig:
     return config
 
 
+def stored_parameters(path: Path = WARMSTART_DIR) -> tuple[int, str]:
+    """The parameter count and dtype of the checkpoint's weights, read from the weights file
+    without building the model: what `load_warmstart`'s model counts (the tied output head
+    is not stored and not counted twice)."""
+    from safetensors import safe_open
+
+    count, dtypes = 0, set()
+    with safe_open(str(path / WEIGHTS_FILE), framework="pt") as weights:
+        for name in weights.keys():  # noqa: SIM118  # safe_open is not a mapping
+            tensor = weights.get_slice(name)
+            count += math.prod(tensor.get_shape())
+            dtypes.add(tensor.get_dtype())
+    if len(dtypes) != 1:
+        raise WarmstartError(f"{path / WEIGHTS_FILE} mixes dtypes {sorted(dtypes)}")
+    return count, _SAFETENSORS_DTYPES.get(dtypes.pop(), "unknown")
+
+
+_SAFETENSORS_DTYPES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
+"""safetensors' dtype codes as torch names them."""
+
+
 def load_warmstart(
     device: str | torch.device = "cpu", *, path: Path = WARMSTART_DIR
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
@@ -86,6 +112,8 @@ def load_warmstart(
     The model is built from the stored `TinyLMConfig` and the weights are loaded strictly:
     a checkpoint that does not match its config raises `WarmstartError`.
     """
+    from rlinf.workers.models.causal_lm import build_tiny_causal_lm  # transformers' modeling
+
     meta = read_metadata(path)
     model_config: TinyLMConfig = _dataclass_from(TinyLMConfig, meta["model"])
     tokenizer = load_tokenizer(path)

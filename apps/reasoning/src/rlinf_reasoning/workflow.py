@@ -28,7 +28,7 @@ from rlinf.workers.reasoning import (
     RoleSetup,
     RolloutRole,
 )
-from rlinf_reasoning.models import model_factory
+from rlinf_reasoning.models import model_factory, tokenizer_factory
 from rlinf_reasoning.spec import FlowSpec
 
 __all__ = [
@@ -60,7 +60,8 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
     `rollout_ranks` shapes the rollout's completion curve the planner prices."""
     group, response = spec.rollout.group_size, spec.rollout.sampling.max_new_tokens
     items = spec.prompts_per_step * group
-    setup = RoleSetup(model_factory=model_factory(spec), seed=spec.seed, device=spec.device,
+    setup = RoleSetup(model_factory=model_factory(spec), tokenizer_factory=tokenizer_factory(spec),
+                      seed=spec.seed, device=spec.device,
                       precision=spec.actor.precision, trace=trace,
                       lock_timeout=spec.timeout, io_timeout=spec.timeout)
     tokens = 8 * (2 * TYPICAL_PROMPT_TOKENS + 3 * response) + 4 * response  # ids, masks, log-probs

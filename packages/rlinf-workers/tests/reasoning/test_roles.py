@@ -350,3 +350,20 @@ def test_a_policy_lag_needs_the_rollout_correction() -> None:
         ActorConfig(policy_lag=1)
     with pytest.raises(ConfigError, match="policy_lag must be 0 or 1"):
         ActorConfig(policy_lag=2, rollout_correction_cap=2.0)
+
+
+def test_a_setup_loads_its_tokenizer_from_the_tokenizer_factory_when_given() -> None:
+    built: list[str] = []
+
+    def model_factory() -> Any:
+        built.append("model")
+        return object(), "model's tokenizer"
+
+    def tokens() -> Any:
+        built.append("tokenizer")
+        return "tokenizer alone"
+
+    assert RoleSetup(model_factory=model_factory).tokenizer() == "model's tokenizer"
+    with_tokens = RoleSetup(model_factory=model_factory, tokenizer_factory=tokens)
+    assert with_tokens.tokenizer() == "tokenizer alone"
+    assert built == ["model", "tokenizer"]

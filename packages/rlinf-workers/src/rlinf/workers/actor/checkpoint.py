@@ -12,28 +12,29 @@ import os
 import random
 from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_state_dict,
-    set_model_state_dict,
-    set_state_dict,
-)
 
 from rlinf.workers.errors import ConfigError
 
 __all__ = ["load", "read_rank_file", "read_rank_files", "restore", "rng_state", "save",
            "set_rng_state"]
 
-# Not cpu_offload: combined with full_state_dict it leaves every rank but 0 with an empty
-# dict, and each rank here writes (and later reads) its own complete file.
-_OPTIONS = StateDictOptions(full_state_dict=True)
+
+def _state_dict_api() -> tuple[ModuleType, Any]:
+    """`torch.distributed.checkpoint.state_dict` and the options every call passes, imported
+    on first use: the import (DTensor and its ops, ~1 CPU-s) is paid by processes that save
+    or restore, not by every process that imports the actor package for its config."""
+    from torch.distributed.checkpoint import state_dict as api
+
+    # Not cpu_offload: combined with full_state_dict it leaves every rank but 0 with an
+    # empty dict, and each rank here writes (and later reads) its own complete file.
+    return api, api.StateDictOptions(full_state_dict=True)
 
 
 def _to_cpu(value: Any) -> Any:
@@ -76,11 +77,12 @@ def save(directory: str | os.PathLike[str], *, modules: nn.Module,
     how this rank's tensors are cut, for readers that reassemble them (`read_layout`).
     An optimizer whose ``state_by_position`` is true (its parameters are not the modules',
     e.g. the Megatron actor's `DistributedAdamW`) is saved by its own ``state_dict``."""
+    api, options = _state_dict_api()
     if getattr(optimizer, "state_by_position", False):
-        model_state = get_model_state_dict(modules, options=_OPTIONS)
+        model_state = api.get_model_state_dict(modules, options=options)
         optim_state = optimizer.state_dict()
     else:
-        model_state, optim_state = get_state_dict(modules, optimizer, options=_OPTIONS)
+        model_state, optim_state = api.get_state_dict(modules, optimizer, options=options)
     path = Path(directory) / f"rank{_rank()}.pt"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -120,12 +122,13 @@ def restore(state: dict[str, Any], *, modules: nn.Module,
     """Apply a rank file read by `read_rank_file`; returns its step. set_state_dict copies
     the CPU tensors into the (possibly sharded, possibly GPU) parameters and optimizer
     state."""
+    api, options = _state_dict_api()
     if getattr(optimizer, "state_by_position", False):
-        set_model_state_dict(modules, state["model"], options=_OPTIONS)
+        api.set_model_state_dict(modules, state["model"], options=options)
         optimizer.load_state_dict(state["optimizer"])
     else:
-        set_state_dict(modules, optimizer, model_state_dict=state["model"],
-                       optim_state_dict=state["optimizer"], options=_OPTIONS)
+        api.set_state_dict(modules, optimizer, model_state_dict=state["model"],
+                           optim_state_dict=state["optimizer"], options=options)
     set_rng_state(state["rng"])
     return int(state["step"])
 

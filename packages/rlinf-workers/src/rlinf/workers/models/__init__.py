@@ -27,7 +27,8 @@ from rlinf.workers.models.policy import (
 from rlinf.workers.models.precision import Precision, check_precision, compute_precision
 
 if TYPE_CHECKING:
-    from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm, build_tiny_model
+    from rlinf.workers.models.causal_lm import build_tiny_causal_lm, build_tiny_model
+    from rlinf.workers.models.lm_config import TinyLMConfig
     from rlinf.workers.models.tokenizer import (
         ARITHMETIC_ALPHABET,
         SPECIAL_TOKENS,
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     )
 
 _LAZY = {
-    "TinyLMConfig": "causal_lm", "build_tiny_causal_lm": "causal_lm",
+    "TinyLMConfig": "lm_config", "build_tiny_causal_lm": "causal_lm",
     "build_tiny_model": "causal_lm", "ARITHMETIC_ALPHABET": "tokenizer",
     "SPECIAL_TOKENS": "tokenizer", "build_char_tokenizer": "tokenizer",
     "load_tokenizer": "tokenizer",

@@ -7,55 +7,20 @@ every code path of rollout, inference and training, small enough for CI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, Qwen2Config, Qwen2ForCausalLM
 
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.models.lm_config import TinyLMConfig
 from rlinf.workers.models.tokenizer import build_char_tokenizer
 
 __all__ = ["TinyLMConfig", "build_tiny_causal_lm", "build_tiny_model"]
 
-
-@dataclass(frozen=True)
-class TinyLMConfig:
-    """Architecture of a tiny Qwen2-style decoder."""
-
-    vocab_size: int = 100
-    """Number of token ids; must cover the tokenizer (the char tokenizer has 100)."""
-    hidden_size: int = 128
-    """Width of the residual stream."""
-    num_layers: int = 2
-    """Number of decoder layers."""
-    num_heads: int = 4
-    """Attention heads; must divide `hidden_size`."""
-    num_kv_heads: int = 2
-    """Key/value heads (grouped-query attention); must divide `num_heads`."""
-    intermediate_size: int = 256
-    """Width of the MLP's hidden layer."""
-    max_position_embeddings: int = 512
-    """Longest prompt + response the model is built for."""
-    tie_word_embeddings: bool = True
-    """Share the input embedding with the output head (halves the embedding parameters)."""
-    attn_implementation: str = "sdpa"
-    """Hugging Face attention backend: "sdpa" or "eager"."""
-
-    def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads != 0:
-            raise ConfigError(
-                f"num_heads ({self.num_heads}) must divide hidden_size ({self.hidden_size})"
-            )
-        if self.num_heads % self.num_kv_heads != 0:
-            raise ConfigError(
-                f"num_kv_heads ({self.num_kv_heads}) must divide num_heads ({self.num_heads})"
-            )
-        if min(self.vocab_size, self.num_layers, self.intermediate_size) < 1:
-            raise ConfigError(f"sizes must be >= 1, got {self}")
+_DEFAULT = TinyLMConfig()  # frozen, so one shared default is safe
 
 
 def build_tiny_causal_lm(
-    config: TinyLMConfig = TinyLMConfig(),  # frozen, so a shared default is safe
+    config: TinyLMConfig = _DEFAULT,
     *,
     seed: int,
     tokenizer: PreTrainedTokenizerBase | None = None,
@@ -103,7 +68,7 @@ def build_tiny_causal_lm(
 
 
 def build_tiny_model(
-    config: TinyLMConfig = TinyLMConfig(), *, seed: int
+    config: TinyLMConfig = _DEFAULT, *, seed: int
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A fresh tiny model of `config` with the char tokenizer (identical for equal `seed`):
     a model factory for the reasoning roles, e.g.

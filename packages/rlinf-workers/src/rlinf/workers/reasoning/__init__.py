@@ -31,7 +31,7 @@ if TYPE_CHECKING:
         RolloutRole,
         build_engine,
     )
-    from rlinf.workers.reasoning.setup import ModelFactory, RoleSetup, draw_seed
+    from rlinf.workers.reasoning.setup import ModelFactory, RoleSetup, TokenizerFactory, draw_seed
     from rlinf.workers.reasoning.sync import BucketLayout, WeightReceiverRole, WeightSenderRole
 
 _LAZY = {
@@ -39,7 +39,8 @@ _LAZY = {
     "pack_group": "groups", "unpack_group": "groups", "InferenceRole": "inference",
     "RewardRole": "reward", "EngineName": "rollout", "ProblemBatches": "rollout",
     "ProblemSource": "rollout", "RolloutRole": "rollout", "build_engine": "rollout",
-    "ModelFactory": "setup", "RoleSetup": "setup", "draw_seed": "setup",
+    "ModelFactory": "setup", "RoleSetup": "setup", "TokenizerFactory": "setup",
+    "draw_seed": "setup",
     "BucketLayout": "sync", "WeightReceiverRole": "sync", "WeightSenderRole": "sync",
 }
 
@@ -61,6 +62,7 @@ __all__ = [
     "RewardRole",
     "RoleSetup",
     "RolloutRole",
+    "TokenizerFactory",
     "WeightReceiverRole",
     "WeightSenderRole",
     "build_engine",

@@ -21,8 +21,7 @@ class RewardRole(ReasoningRole):
 
     def __init__(self, context: WorkerContext, *, setup: RoleSetup, config: RewardConfig) -> None:
         super().__init__(context, setup=setup)
-        _, tokenizer = setup.model_factory()
-        self.worker = RewardWorker(tokenizer, config=config)
+        self.worker = RewardWorker(setup.tokenizer(), config=config)
 
     def reward_step(self, ctx: StepContext, *, input_channel: FlowChannel,
                     output_channel: FlowChannel) -> dict[str, float]:
