@@ -216,6 +216,21 @@ def test_the_guardian_is_detached_from_its_creator():
         proc.wait(timeout=30)
 
 
+def test_a_creator_killed_while_starting_its_guardian_leaves_it_quiet():
+    """A creator SIGKILLed before it read its guardian's pid (the soak's producers are, at
+    random) closes the pipe the guardian writes its pid to: the guardian has nothing to
+    guard yet and exits at once, without a traceback."""
+    script = Path(shm.__file__).with_name("guardian.py")
+    proc = subprocess.Popen([sys.executable, "-I", str(script)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the creator is gone before the guardian writes its pid
+    proc.stdin.close()
+    errors = proc.stderr.read()  # EOF once the detached guardian, which shares it, exits
+    proc.wait(timeout=30)
+    assert errors == b"", errors.decode()
+
+
 def test_sigkilled_creator_leaves_no_segment_behind():
     proc, info = _start_creator("kill")
     assert proc.wait(timeout=30) == -signal.SIGKILL

@@ -36,19 +36,30 @@ def _unlink(name: str) -> None:
         print(f"rlinf-comm guardian: could not unlink {name}: {exc}", file=sys.stderr)
 
 
-def _detach() -> None:
-    """Continue in a grandchild of the creator and tell the creator its pid."""
+def _detach() -> bool:
+    """Continue in a grandchild of the creator and tell the creator its pid. False when the
+    creator is gone before reading it (killed while starting its guardian): it registered
+    no name yet, since it creates segments only once its guardian is up, so there is
+    nothing to guard."""
     import os
 
     if os.fork() > 0:
         os._exit(0)
-    sys.stdout.write(f"{os.getpid()}\n")
-    sys.stdout.flush()
-    sys.stdout.close()
+    try:
+        sys.stdout.write(f"{os.getpid()}\n")
+        sys.stdout.flush()
+        sys.stdout.close()
+    except BrokenPipeError:
+        # Redirect first: the interpreter's final flush of the broken stdout would print
+        # a second error at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return False
+    return True
 
 
 def main() -> int:
-    _detach()
+    if not _detach():
+        return 0
     # Ctrl-C in the creator's terminal must not kill us before the creator is gone.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     live: set[str] = set()
