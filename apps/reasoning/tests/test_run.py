@@ -298,14 +298,15 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(
             time.sleep(0.05)
     finally:
         _kill_tree(proc)
+        output = proc.stdout.read() if proc.stdout else ""
         if proc.stdout:
             proc.stdout.close()
+    assert "reusing the profile" in output, output  # the reference run's
     killed = read_jsonl(run_dir / "metrics.jsonl")
     assert killed[-1]["step"] <= 2
     # The killed run owned its Ray (killed with it); the resume joins the suite's.
     resumed = run_cli(run_dir, *args, "--resume", ray_address=ray_address)
-    assert "resuming from step 1" in resumed.stdout
-    assert "reusing the profile" in resumed.stdout  # the reference run's
+    assert "resuming from step 1" in resumed.stdout  # priced from the run folder's profile
     assert_same_metrics(read_jsonl(ref_dir / "metrics.jsonl"),
                         read_jsonl(run_dir / "metrics.jsonl"), tol=1e-5)
     # the trackers went on with the killed run's tracker runs
