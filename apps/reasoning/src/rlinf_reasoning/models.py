@@ -31,30 +31,35 @@ __all__ = ["export_for_engine", "hf_model_on_meta", "load_model_dir", "load_toke
            "model_factory", "policy_structure", "tokenizer_factory"]
 
 
-def load_model_dir(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
-    """The model and tokenizer in `path`: a warm-start folder or a Hugging Face one."""
-    folder = Path(path)
+def _is_warm_start(folder: Path) -> bool:
+    """Whether `folder` is a warm start (True) or a Hugging Face checkpoint (False); a
+    folder that is neither is refused."""
     if (folder / METADATA_FILE).is_file():
-        model, tokenizer = load_warmstart(path=folder)
-        return model, tokenizer
+        return True
     if not (folder / "config.json").is_file():
         raise ConfigError(f"{folder} holds neither {METADATA_FILE} (a warm start) nor "
                           "config.json (a Hugging Face checkpoint)")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    return False
+
+
+def load_model_dir(path: str) -> tuple[nn.Module, PreTrainedTokenizerBase]:
+    """The model and tokenizer in `path`: a warm-start folder or a Hugging Face one."""
+    folder = Path(path)
+    if _is_warm_start(folder):
+        model, tokenizer = load_warmstart(path=folder)
+        return model, tokenizer
+    from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True)
-    return model, AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    return model, load_tokenizer_dir(path)
 
 
 def load_tokenizer_dir(path: str) -> PreTrainedTokenizerBase:
     """The tokenizer in `path` (a warm-start folder or a Hugging Face one), without the
     model: what `load_model_dir` returns beside it."""
     folder = Path(path)
-    if (folder / METADATA_FILE).is_file():
+    if _is_warm_start(folder):
         return load_tokenizer(folder)
-    if not (folder / "config.json").is_file():
-        raise ConfigError(f"{folder} holds neither {METADATA_FILE} (a warm start) nor "
-                          "config.json (a Hugging Face checkpoint)")
     from transformers import AutoTokenizer
 
     tokenizer: PreTrainedTokenizerBase = AutoTokenizer.from_pretrained(folder,

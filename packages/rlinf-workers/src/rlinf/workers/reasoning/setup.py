@@ -56,7 +56,6 @@ class RoleSetup:
             raise ConfigError(f"lock_timeout and io_timeout must be > 0, got "
                               f"{self.lock_timeout} and {self.io_timeout}")
 
-
     def tokenizer(self) -> PreTrainedTokenizerBase:
         """The policy's tokenizer, without building the model where `tokenizer_factory`
         says how."""
