@@ -396,10 +396,6 @@ class ReasoningConfig:
                                      "several optimizer steps per batch (epochs > 1 or a "
                                      "mini_batch_size) the correction needs the trainer's "
                                      "old log-probs from before the first")
-        if self.actor.backend == "megatron" and self.algorithm.name != "grpo":
-            raise InvalidConfigError("algorithm.name", self.algorithm.name,
-                                     "grpo with actor.backend=megatron (PPO's critic is not "
-                                     "built on Megatron yet; use actor.backend=ddp or fsdp2)")
         if self.actor.cut == "auto" and self.actor.backend != "megatron":
             raise InvalidConfigError("actor.cut", "auto",
                                      "fixed unless actor.backend=megatron (only Megatron's "

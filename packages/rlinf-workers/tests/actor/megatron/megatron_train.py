@@ -3,10 +3,11 @@
 Usage: python megatron_train.py RANK WORLD_SIZE PORT MODE[,MODE...] OUT_DIR
 (``RLINF_MEGATRON_DEVICE=cuda``: NCCL, one GPU per rank.)
 A mode is ``tp{T}-pp{P}`` plus optional ``-untied`` (separate output head), ``-sp``
-(sequence parallelism) and ``-dopt`` (distributed optimizer). For each mode: build the tiny
-model of dist_train.py, cut it, record the log-probs of the batch, train two GRPO steps on
-this rank's data-parallel shard, and save the gathered Hugging Face parameters and the
-metrics to OUT_DIR/{mode}-rank{R}.pt.
+(sequence parallelism), ``-dopt`` (distributed optimizer) and ``-ppo`` (PPO with its critic,
+advantages whitened over the batch; GRPO otherwise). For each mode: build the tiny model of
+dist_train.py, cut it, record the log-probs of the batch, train two steps on this rank's
+data-parallel shard, and save the gathered Hugging Face parameters and the metrics (and
+with PPO the critic's values of the batch before and after) to OUT_DIR/{mode}-rank{R}.pt.
 """
 
 from __future__ import annotations
@@ -34,8 +35,14 @@ from rlinf.workers.actor.megatron import (
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
 
 RESHARD = {"tp2-pp1": "tp1-pp2", "tp1-pp2": "tp2-pp1", "tp1-pp2-untied": "tp2-pp1-untied",
-           "tp2-pp1-sp": "tp1-pp1-dopt", "tp1-pp1-dopt": "tp2-pp1"}
+           "tp2-pp1-sp": "tp1-pp1-dopt", "tp1-pp1-dopt": "tp2-pp1",
+           "tp1-pp2-ppo": "tp2-pp1-sp-ppo"}
 """Modes whose checkpoint is also loaded by the other cut of two ranks."""
+
+
+def algorithm(mode: str) -> str:
+    """dist_train's config mode of a mode name (`config`)."""
+    return "none-ppo" if mode.endswith("-ppo") else "none"
 
 
 def parse(mode: str) -> tuple[MegatronConfig, bool]:
@@ -79,15 +86,17 @@ def capture_gradients(actor: ActorWorker) -> dict[str, torch.Tensor]:
 
 
 def _pieces_of_gradients(actor: ActorWorker) -> dict[str, torch.Tensor]:
-    """A distributed optimizer's gradients by parameter name: this rank's range, zeros
-    elsewhere (the data-parallel ranks' captures add up to the whole gradient)."""
+    """A distributed optimizer's gradients of the policy by parameter name: this rank's
+    range, zeros elsewhere (the data-parallel ranks' captures add up to the whole gradient;
+    the critic's parameters follow the policy's in the optimizer)."""
     optimizer = actor.optimizer
     assert isinstance(optimizer, DistributedAdamW)
     names = [name for name, _ in actor.policy.named_parameters()]
     partial = {name: torch.zeros_like(p) for name, p in actor.policy.named_parameters()}
     for view, piece in zip(optimizer.views, optimizer.pieces, strict=True):
         assert view.grad is not None
-        partial[names[piece.index]].view(-1)[piece.start: piece.stop] = view.grad
+        if piece.index < len(names):
+            partial[names[piece.index]].view(-1)[piece.start: piece.stop] = view.grad
     return partial
 
 
@@ -145,16 +154,20 @@ def main() -> None:
     batch = make_batch()
     for mode in modes:
         cut, tied = parse(mode)
-        actor = MegatronActor(build_model(tied), config=config("none"), megatron=cut,
+        actor = MegatronActor(build_model(tied), config=config(algorithm(mode)), megatron=cut,
                               device=device)
         replicas = actor.data_parallel
         rows = batch.num_rows // replicas
         index = ps.get_data_parallel_rank()
         shard = batch.select(slice(index * rows, (index + 1) * rows))
         log_probs = actor.response_log_probs(batch)
+        ppo = actor.critic is not None
+        values = [actor.response_values(batch)] if ppo else []
         split = sequence_split(actor, batch)
         first_step = capture_gradients(actor)
         metrics = [actor.train(shard) for _ in range(2)]
+        if ppo:
+            values.append(actor.response_values(batch))
         grads = gathered_gradients(first_step, actor)
         params = gathered(actor, bucket_bytes=20_000)
         # Checkpoint, take one more step; resume a differently initialised actor from the
@@ -164,8 +177,8 @@ def main() -> None:
         exported = hf_policy_from_checkpoint(f"{out}/{mode}-ckpt") if rank == 0 else {}
         actor.train(shard)
         continued = gathered(actor)
-        fresh = MegatronActor(build_model(tied, seed=5), config=config("none"), megatron=cut,
-                              device=device)
+        fresh = MegatronActor(build_model(tied, seed=5), config=config(algorithm(mode)),
+                              megatron=cut, device=device)
         fresh.load_checkpoint(f"{out}/{mode}-ckpt")
         fresh.train(shard)
         resumed = gathered(fresh)
@@ -178,7 +191,7 @@ def main() -> None:
         other = RESHARD.get(mode)
         resharded: dict[str, torch.Tensor] = {}
         if other is not None:
-            moved = MegatronActor(build_model(tied, seed=7), config=config("none"),
+            moved = MegatronActor(build_model(tied, seed=7), config=config(algorithm(mode)),
                                   megatron=parse(other)[0], device=device)
             moved.load_checkpoint(f"{out}/{mode}-ckpt")
             moved.train(moved.training_batch(shard, pad_token_id=0)
@@ -187,6 +200,7 @@ def main() -> None:
         torch.save({"log_probs": log_probs, "metrics": metrics, "params": params,
                     "continued": continued, "resumed": resumed, "exported": exported,
                     "resharded": resharded, "describe": describe, "grads": grads,
+                    "values": values,
                     "sequence_split": split},
                    f"{out}/{mode}-rank{rank}.pt")
     dist.destroy_process_group()

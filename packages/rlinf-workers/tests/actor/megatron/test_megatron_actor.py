@@ -1,7 +1,8 @@
 """The Megatron actor on two gloo ranks against one process training the Hugging Face model
 (the DDP/none actor) on the same batch: tensor parallel (with and without sequence
-parallelism), pipeline parallel (tied and untied output head), data parallel; log-probs,
-metrics, parameters after two steps, resume."""
+parallelism), pipeline parallel (tied and untied output head), data parallel, GRPO and PPO
+with its critic; log-probs, metrics, parameters after two steps, the critic's values,
+resume."""
 
 from __future__ import annotations
 
@@ -18,14 +19,17 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 from dist_train import config, make_batch  # noqa: E402
-from megatron_train import build_model, capture_gradients  # noqa: E402
+from megatron_train import algorithm, build_model, capture_gradients  # noqa: E402
 from rank_launch import launch  # noqa: E402
 
 from rlinf.workers.actor import ActorWorker  # noqa: E402
 from rlinf.workers.models import response_log_probs  # noqa: E402
 
 MODES = ["tp2-pp1", "tp1-pp2", "tp1-pp1", "tp2-pp1-untied", "tp1-pp2-untied", "tp2-pp1-sp",
-         "tp1-pp1-dopt"]
+         "tp1-pp1-dopt", "tp2-pp1-sp-ppo", "tp1-pp2-ppo", "tp1-pp1-dopt-ppo"]
+"""The ``-ppo`` modes train PPO with the critic cut like the policy: tensor parallel with
+sequence parallelism (the value head's gather), pipeline parallel (its own pass), and data
+parallel with the distributed optimizer (whitening over the data-parallel group)."""
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +38,12 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[st
     return launch(HERE / "megatron_train.py", MODES, tmp_path_factory.mktemp("megatron"))
 
 
-def _reference(tied: bool) -> tuple[torch.Tensor, list[dict[str, float]],
-                                    dict[str, torch.Tensor], dict[str, torch.Tensor],
-                                    dict[str, torch.Tensor]]:
-    """One process, the Hugging Face model: log-probs, metrics, initial and trained params,
-    and the first step's (clipped) gradients."""
+def _reference(tied: bool, mode: str = "") -> tuple[
+        torch.Tensor, list[dict[str, float]], dict[str, torch.Tensor], dict[str, torch.Tensor],
+        dict[str, torch.Tensor], torch.Tensor | None]:
+    """One process, the Hugging Face model, trained with `mode`'s algorithm: log-probs,
+    metrics, initial and trained params, the first step's (clipped) gradients, and with PPO
+    the critic's values after training."""
     model = build_model(tied)
     batch = make_batch()
     initial = {k: v.clone() for k, v in model.state_dict().items()}
@@ -47,10 +52,11 @@ def _reference(tied: bool) -> tuple[torch.Tensor, list[dict[str, float]],
                                        prompt_mask=batch.prompt_mask,
                                        response_ids=batch.response_ids,
                                        response_mask=batch.response_mask)
-    actor = ActorWorker(model, config=config("none"))
+    actor = ActorWorker(model, config=config(algorithm(mode)))
     grads = capture_gradients(actor)
     metrics = [actor.train(batch) for _ in range(2)]
-    return log_probs, metrics, initial, dict(actor.model.state_dict()), grads
+    values = actor.response_values(batch) if actor.critic is not None else None
+    return log_probs, metrics, initial, dict(actor.model.state_dict()), grads, values
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +85,7 @@ def test_tensor_and_pipeline_cut_trains_like_one_process(launched_on_four, mode:
 
 def _check_trains_like_one_process(ranks: list[dict[str, Any]], mode: str) -> None:
     tied = "untied" not in mode
-    log_probs, metrics, initial, trained, grads = _reference(tied)
+    log_probs, metrics, initial, trained, grads, values = _reference(tied, mode)
     # The first step's gradients, gathered from every shard, are the one process's.
     gathered = ranks[0]["grads"]
     assert grads and set(gathered) >= set(grads)
@@ -92,6 +98,15 @@ def _check_trains_like_one_process(ranks: list[dict[str, Any]], mode: str) -> No
             assert set(got) == set(want)
             for key in want:
                 assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
+        if values is None:
+            assert result["values"] == []
+        else:
+            # The critic starts at zero (GAE begins as plain returns) and learns as the
+            # one process's critic does.
+            before, after = result["values"]
+            assert not before.any()
+            assert after.abs().max() > 1e-3
+            torch.testing.assert_close(after, values, rtol=1e-4, atol=1e-6)
     rooted = [r["params"] for r in ranks if r["params"]]
     # The first rank of each model-parallel group (one per data-parallel replica) roots it.
     assert len(rooted) == ranks[0]["describe"]["data_parallel"]
@@ -105,7 +120,7 @@ def _check_trains_like_one_process(ranks: list[dict[str, Any]], mode: str) -> No
         assert (error / size) ** 0.5 < 1e-4
 
 
-@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp1-dopt"])
+@pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp1-dopt", "tp1-pp2-ppo"])
 def test_megatron_checkpoint_resumes_exactly(launched, mode: str) -> None:
     root = launched[mode][0]
     for name, tensor in root["continued"].items():
@@ -113,7 +128,7 @@ def test_megatron_checkpoint_resumes_exactly(launched, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["tp2-pp1", "tp1-pp2", "tp1-pp2-untied", "tp2-pp1-sp",
-                                  "tp1-pp1-dopt"])
+                                  "tp1-pp1-dopt", "tp1-pp2-ppo"])
 def test_another_cut_resumes_from_the_distributed_checkpoint(launched, mode: str) -> None:
     """TP=2 saved, PP=2 resumed (and back): megatron-core's distributed checkpoint reshards
     model and optimizer, so the next step lands where the saving cut's own next step did
@@ -142,7 +157,7 @@ def test_megatron_actor_on_a_gpu_trains_like_one_cpu_process(tmp_path: Path) -> 
         pytest.skip("needs a CUDA GPU")
     result = launch(HERE / "megatron_train.py", ["tp1-pp1"], tmp_path, world=1,
                     env={"RLINF_MEGATRON_DEVICE": "cuda"})["tp1-pp1"][0]
-    log_probs, _, initial, trained, _ = _reference(tied=True)
+    log_probs, _, initial, trained, _, _ = _reference(tied=True)
     assert torch.allclose(result["log_probs"], log_probs, atol=1e-4)
     error = sum(float(((result["params"][k].cpu() - initial[k]) - (trained[k] - initial[k]))
                       .square().sum()) for k in trained)

@@ -7,19 +7,9 @@ import sys
 
 import pytest
 
-from rlinf.workers.actor import ActorConfig
-from rlinf.workers.actor.megatron import MegatronActor, MegatronConfig
+from rlinf.workers.actor.megatron import MegatronConfig
 from rlinf.workers.actor.megatron.model import initialize_parallel, require_megatron
 from rlinf.workers.errors import ConfigError, MissingExtraError
-from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm
-
-MODEL = build_tiny_causal_lm(TinyLMConfig(hidden_size=32, num_layers=2, num_heads=4,
-                                          num_kv_heads=2, intermediate_size=64), seed=0)
-
-
-def test_ppo_is_refused_with_the_backends_that_train_it() -> None:
-    with pytest.raises(ConfigError, match=r"actor\.backend=ddp or fsdp2"):
-        MegatronActor(MODEL, config=ActorConfig(algorithm="ppo"))
 
 
 def test_sequence_parallelism_without_tensor_parallelism_is_refused() -> None:

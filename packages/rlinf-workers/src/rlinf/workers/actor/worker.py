@@ -283,13 +283,18 @@ class ActorWorker:
 
         values, weights = advantages.to(torch.float64), mask.to(torch.float64)
         moments = torch.stack([(values * weights).sum(), weights.sum()])
-        dist.all_reduce(moments)
+        dist.all_reduce(moments, group=self._batch_group())
         total, count = moments.tolist()
         mean = total / count if count > 0 else 0.0
         spread = ((values - mean).square() * weights).sum().reshape(1)
-        dist.all_reduce(spread)
+        dist.all_reduce(spread, group=self._batch_group())
         var = spread.item() / (count - 1) if count > 1 else 0.0
         return ((advantages - mean) * (var + _WHITEN_EPS) ** -0.5) * mask
+
+    def _batch_group(self) -> Any:
+        """The process group whose ranks hold the batch between them, one shard each
+        (None: every rank; backends whose ranks share rows narrow it)."""
+        return None
 
     def _values(self, data: dict[str, torch.Tensor], rows: slice, *,
                 critic: nn.Module | None = None) -> torch.Tensor:
@@ -387,8 +392,21 @@ class ActorWorker:
         *, critic: nn.Module | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss and metrics of one micro-batch from its response tokens' ``[B, R]``
-        log-probs and entropies under the policy being trained (the policy-gradient, entropy,
-        KL and value terms; whichever backend computed the log-probs)."""
+        log-probs and entropies under the policy being trained: `_policy_terms`, plus PPO's
+        `_value_terms` from `critic` (default: the actor's own)."""
+        loss, metrics = self._policy_terms(data, log_probs, entropy)
+        if self.critic is not None:
+            value, value_metrics = self._value_terms(
+                data, self._values(data, slice(None), critic=critic))
+            loss = loss + value
+            metrics.update(value_metrics)
+        return loss, metrics
+
+    def _policy_terms(
+        self, data: dict[str, torch.Tensor], log_probs: torch.Tensor, entropy: torch.Tensor,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """The policy-gradient, entropy and KL terms of one micro-batch and their metrics
+        (whichever backend computed the log-probs)."""
         cfg = self.config
         mask = data["response_mask"]
         if "old_log_probs" not in data:
@@ -420,14 +438,17 @@ class ActorWorker:
                                            estimator=cfg.kl_estimator), mask, mode=self._agg)
             loss = loss + cfg.kl_coef * kl
             metrics["kl"] = _scalar(kl)
-        if self.critic is not None:
-            vl = value_loss(self._values(data, slice(None), critic=critic), data["old_values"],
-                            data["returns"], mask, clip_range=cfg.value_clip,
-                            aggregation=self._agg)
-            loss = loss + cfg.value_coef * vl.loss
-            metrics.update(value_loss=_scalar(vl.loss),
-                           value_clip_fraction=_scalar(vl.clip_fraction))
         return loss, metrics
+
+    def _value_terms(self, data: dict[str, torch.Tensor],
+                     values: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """PPO's value term of one micro-batch from the critic's ``[B, R]`` `values`
+        (weighed by ``value_coef``) and its metrics (whichever backend computed them)."""
+        cfg = self.config
+        vl = value_loss(values, data["old_values"], data["returns"], data["response_mask"],
+                        clip_range=cfg.value_clip, aggregation=self._agg)
+        return cfg.value_coef * vl.loss, {"value_loss": _scalar(vl.loss),
+                                          "value_clip_fraction": _scalar(vl.clip_fraction)}
 
     # -- what a role hands in and asks for ---------------------------------------------------
 
@@ -447,6 +468,15 @@ class ActorWorker:
                 prompt_mask=batch.prompt_mask.to(dev), response_ids=batch.response_ids.to(dev),
                 response_mask=batch.response_mask.to(dev),
                 temperature=self.config.temperature).float().cpu()
+
+    def response_values(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[B, R]`` the critic's values of `batch`'s response tokens (0 at padding), at the
+        training precision, on the host (no gradient; PPO only)."""
+        data = {name: getattr(batch, name).to(self.device) for name in (
+            "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
+        with torch.no_grad():
+            values = self._values(data, slice(None))
+        return (values * data["response_mask"].to(values.dtype)).float().cpu()
 
     # -- weights for the rollout -----------------------------------------------------------
 

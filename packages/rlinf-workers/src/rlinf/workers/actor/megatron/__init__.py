@@ -1,6 +1,7 @@
 """The Megatron actor backend (``actor.backend=megatron``, extra ``rlinf-workers[megatron]``):
 a megatron-core GPT cut by tensor, pipeline and data parallelism, trained with the same
-GRPO loss as the other backends and synced to the rollout in Hugging Face layout.
+GRPO and PPO losses as the other backends (PPO's critic cut like the policy) and synced to
+the rollout in Hugging Face layout.
 
 megatron-core is imported only when an actor is built, so this package imports without it.
 """

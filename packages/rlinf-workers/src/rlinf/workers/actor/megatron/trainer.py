@@ -1,4 +1,4 @@
-"""`MegatronActor`: the actor's GRPO training on a megatron-core GPT cut by tensor,
+"""`MegatronActor`: the actor's GRPO and PPO training on a megatron-core GPT cut by tensor,
 pipeline and data parallelism.
 
 It is an `ActorWorker` (the same batches, advantages, micro-batches, loss terms,
@@ -16,15 +16,20 @@ aggregation, metrics and checkpoints); only the model and what crosses ranks dif
   split the shard's AdamW state (`DistributedAdamW`: reduce-scatter, step, all-gather);
 - `state_dict_for_rollout` gathers the shards back into Hugging Face names and layout.
 
+PPO's critic is a second stage of the same cut with a value head (`critic`), in the same
+optimizer: each step runs the policy's micro-batches through the pipeline with the policy
+terms of the loss, then the critic's with the value term. The two models share no
+parameter, so the gradients are those of the summed loss. The critic's values for GAE are
+a forward-only pass, and advantages are whitened over the data-parallel group.
+
 Every actor rank holds its data-parallel replica's whole batch (tensor- and
-pipeline-parallel peers train on the same rows). PPO's critic is not built on Megatron
-yet: ``algorithm="ppo"`` is refused.
+pipeline-parallel peers train on the same rows).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,7 @@ from torch import nn
 from rlinf.workers.actor import checkpoint as ckpt
 from rlinf.workers.actor.config import ActorConfig
 from rlinf.workers.actor.megatron.convert import shards_to_hf
+from rlinf.workers.actor.megatron.critic import build_value_stage
 from rlinf.workers.actor.megatron.distributed_optimizer import DistributedAdamW
 from rlinf.workers.actor.megatron.gather import gather_shards
 from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
@@ -55,6 +61,9 @@ _log = structlog.get_logger(__name__)
 DISTRIBUTED = "distributed"
 """Folder of a Megatron actor checkpoint in megatron-core's distributed (reshardable) format."""
 
+_CRITIC = "critic."
+"""Prefix of the critic's tensors in the distributed checkpoint (the policy's have none)."""
+
 
 def _init_adam_state(optimizer: torch.optim.Optimizer) -> None:
     """Give every parameter AdamW state (zeros, as before its first step) so a sharded
@@ -70,17 +79,15 @@ def _init_adam_state(optimizer: torch.optim.Optimizer) -> None:
 
 
 class MegatronActor(ActorWorker):
-    """GRPO trainer on megatron-core (see the module docstring)."""
+    """GRPO and PPO trainer on megatron-core (see the module docstring)."""
 
     def __init__(self, model: nn.Module, *, config: ActorConfig | None = None,
                  megatron: MegatronConfig | None = None,
                  device: torch.device | str | None = None, seed: int = 0) -> None:
         """Cut `model` (a Hugging Face Qwen2 or Llama causal LM, equal on every rank) for
-        this rank, after the actor's process group is up."""
+        this rank, after the actor's process group is up; with ``algorithm="ppo"`` a critic
+        is cut from it too."""
         config = config or ActorConfig()
-        if config.algorithm != "grpo":
-            raise ConfigError("actor.backend=megatron trains GRPO; PPO's critic is not built "
-                              "on Megatron yet: use actor.backend=ddp or fsdp2 for PPO")
         self.megatron = megatron or MegatronConfig()
         self.shape = ModelShape.from_hf(getattr(model, "config", None))
         self.shape.check(self.megatron)
@@ -89,20 +96,29 @@ class MegatronActor(ActorWorker):
         self.data_parallel = initialize_parallel(self.megatron, seed=seed)
         self.policy = build_stage(model, self.shape, self.megatron, device=self.device)
         self.policy.train()
-        self.critic = None
+        self.critic: nn.Module | None = None  # type: ignore[assignment]
+        if config.algorithm == "ppo":
+            self.critic = build_value_stage(model, self.shape, self.megatron,
+                                            device=self.device)
+            self.critic.train()
         self.optimizer: torch.optim.AdamW
         if self.megatron.distributed_optimizer:
             from megatron.core import parallel_state as ps
 
             self.optimizer = DistributedAdamW(
-                list(self.policy.parameters()), group=ps.get_data_parallel_group(),
+                self._trained_parameters(), group=ps.get_data_parallel_group(),
                 lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
         else:
-            self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=config.lr,
+            self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=config.lr,
                                                betas=config.betas,
                                                weight_decay=config.weight_decay)
         self.global_step = 0
         self._agg = LossAggregation.parse(config.aggregation)
+
+    def _trained_parameters(self) -> list[nn.Parameter]:
+        """The policy's parameters, then the critic's (the optimizer's order)."""
+        critic = [] if self.critic is None else list(self.critic.parameters())
+        return list(self.policy.parameters()) + critic
 
     # -- what ActorWorker's training loop calls --------------------------------------------
 
@@ -124,20 +140,33 @@ class MegatronActor(ActorWorker):
         keys = self.metric_keys
         sums = torch.zeros(len(keys), dtype=torch.float64)
 
-        def loss_fn(logits: torch.Tensor, index: int) -> torch.Tensor:
-            micro = micros[index]
-            log_probs, entropy = self._response_terms(logits, micro)
-            loss, metrics = self._loss_terms(micro, log_probs, entropy)
+        def weighed(loss: torch.Tensor, metrics: dict[str, float],
+                    micro: dict[str, torch.Tensor]) -> torch.Tensor:
             units = self._units(micro["response_mask"])
             sums.add_(torch.tensor([metrics.get(k, 0.0) * units for k in keys],
                                    dtype=torch.float64))
             return loss * (units / total_units)
 
+        def policy_loss(logits: torch.Tensor, index: int) -> torch.Tensor:
+            log_probs, entropy = self._response_terms(logits, micros[index])
+            return weighed(*self._policy_terms(micros[index], log_probs, entropy),
+                           micros[index])
+
+        def critic_loss(values: torch.Tensor, index: int) -> torch.Tensor:
+            return weighed(*self._value_terms(micros[index],
+                                              self._response_values(values, micros[index])),
+                           micros[index])
+
         if total_units > 0 and micros:
+            inputs = [self._stage_input(m) for m in micros]
             with compute_precision(cfg.precision, self.device):
-                run_stages(self.policy, [self._stage_input(m) for m in micros], loss_fn,
+                run_stages(self.policy, inputs, policy_loss,
                            hidden_size=self.shape.hidden_size, device=self.device,
                            sequence_shards=self._sequence_shards)
+                if self.critic is not None:
+                    run_stages(self.critic, inputs, critic_loss,
+                               hidden_size=self.shape.hidden_size, device=self.device,
+                               sequence_shards=self._sequence_shards)
         self._sync_gradients()
         # Metrics live on the last stage: summed over data-parallel replicas, then shared
         # with the other stages so every rank returns the same.
@@ -194,6 +223,58 @@ class MegatronActor(ActorWorker):
         weight = valid.to(log_probs.dtype)
         return log_probs * weight, entropy * weight
 
+    def _response_values(self, values: torch.Tensor,
+                         micro: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``[B, R]`` values of the response tokens (0 at padding) from the critic's last
+        stage's ``[B, S, 1]`` output, read where the policy reads each token's logits."""
+        prompt_len = micro["prompt_ids"].shape[1]
+        response_len = micro["response_ids"].shape[1]
+        picked = values[:, prompt_len - 1: prompt_len - 1 + response_len, 0].float()
+        return picked * micro["response_mask"].to(picked.dtype)
+
+    def _values(self, data: dict[str, torch.Tensor], rows: slice, *,
+                critic: nn.Module | None = None) -> torch.Tensor:
+        """``[B, R]`` values of `rows` of `data` (no gradient: GAE's old values), on every
+        stage of the pipeline, on the training device."""
+        if self.critic is None:
+            raise ConfigError("PPO needs a critic; this actor was built without one")
+        data = {name: data[name][rows] for name in (
+            "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
+        return self._last_stage_rows(self.critic, data, self._response_values)
+
+    def _last_stage_rows(
+        self, model: nn.Module, data: dict[str, torch.Tensor],
+        read: Callable[[torch.Tensor, dict[str, torch.Tensor]], torch.Tensor],
+    ) -> torch.Tensor:
+        """``[B, R]`` per-token figures of every row of `data`, as ``read(output,
+        micro-batch)`` takes them from `model`'s last-stage output, in row order on every
+        stage (a forward-only pass of the pipeline; float32, on the training device)."""
+        rows = torch.arange(data["response_ids"].shape[0])
+        micros = self._micro_batches(data, rows)
+        order = self._longest_first(data, rows)
+        parts: list[torch.Tensor] = []
+
+        def collect(output: torch.Tensor, index: int) -> None:
+            parts.append(read(output, micros[index]).detach())
+
+        with compute_precision(self.config.precision, self.device):
+            run_stages(model, [self._stage_input(m) for m in micros], collect,
+                       hidden_size=self.shape.hidden_size, device=self.device,
+                       forward_only=True, sequence_shards=self._sequence_shards)
+        width = data["response_ids"].shape[1]
+        out = torch.zeros(len(rows), width, dtype=torch.float32, device=self.device)
+        if parts:
+            out[order.to(self.device)] = torch.cat(
+                [torch.nn.functional.pad(p.float(), (0, width - p.shape[1])) for p in parts])
+        return self._from_last_stage(out.cpu().double()).float().to(self.device)
+
+    def _batch_group(self) -> Any:
+        """The data-parallel group: its replicas hold the batch between them (their
+        tensor- and pipeline-parallel peers hold the same rows)."""
+        from megatron.core import parallel_state as ps
+
+        return ps.get_data_parallel_group()
+
     def training_batch(self, shard: RolloutBatch, *, pad_token_id: int) -> RolloutBatch:
         """The shards the flow delivered to this rank's model-parallel group, concatenated in
         rank order: tensor- and pipeline-parallel peers train on the same rows, and each
@@ -215,24 +296,9 @@ class MegatronActor(ActorWorker):
         the same rows)."""
         data = {name: getattr(batch, name).to(self.device) for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
-        micros = self._micro_batches(data, torch.arange(batch.num_rows))
-        order = self._longest_first(data, torch.arange(batch.num_rows))
-        parts: list[torch.Tensor] = []
-
-        def collect(logits: torch.Tensor, index: int) -> None:
-            parts.append(self._response_terms(logits, micros[index])[0])
-
-        with compute_precision(self.config.precision, self.device):
-            run_stages(self.policy, [self._stage_input(m) for m in micros], collect,
-                       hidden_size=self.shape.hidden_size, device=self.device,
-                       forward_only=True, sequence_shards=self._sequence_shards)
-        width = batch.response_ids.shape[1]
-        out = torch.zeros(batch.num_rows, width, dtype=torch.float32, device=self.device)
-        if parts:
-            stacked = torch.cat([torch.nn.functional.pad(p, (0, width - p.shape[1]))
-                                 for p in parts])
-            out[order] = stacked
-        return self._from_last_stage(out.cpu().double()).float()
+        return self._last_stage_rows(
+            self.policy, data, lambda logits, micro: self._response_terms(logits, micro)[0]
+        ).cpu()
 
     # -- cross-rank reductions ---------------------------------------------------------------
 
@@ -275,7 +341,7 @@ class MegatronActor(ActorWorker):
         if self.megatron.sequence_parallel:
             self._all_reduce_gradients(
                 group=ps.get_tensor_model_parallel_group(),
-                params=[p for p in self.policy.parameters()
+                params=[p for p in self._trained_parameters()
                         if getattr(p, "sequence_parallel", False)])
         tied = self._tied_embedding()
         if tied is not None:
@@ -301,15 +367,16 @@ class MegatronActor(ActorWorker):
         return None
 
     def _clip_gradients(self, max_norm: float) -> float:
-        """Clip to `max_norm` by the norm of the whole model's gradient: squares summed over
-        the model-parallel group, parameters replicated across tensor-parallel ranks counted
-        on rank 0 only, the tied embedding on the first stage only. Returns the norm."""
+        """Clip to `max_norm` by the norm of the whole gradient (policy and critic): squares
+        summed over the model-parallel group, parameters replicated across tensor-parallel
+        ranks counted on rank 0 only, the tied embedding on the first stage only. Returns
+        the norm."""
         import torch.distributed as dist
         from megatron.core import parallel_state as ps
 
         tp_rank = ps.get_tensor_model_parallel_rank()
         tied = self._tied_embedding()
-        params = list(self.policy.parameters())
+        params = self._trained_parameters()
         counted = [(bool(getattr(p, "tensor_model_parallel", False)) or tp_rank == 0)
                    and not (p is tied and not ps.is_pipeline_first_stage()) for p in params]
         if isinstance(self.optimizer, DistributedAdamW):
@@ -391,6 +458,9 @@ class MegatronActor(ActorWorker):
                               f"{DISTRIBUTED}/ checkpoint to reshard from")
         loaded = dist_checkpointing.load(self._sharded_state(), str(source))
         self.policy.load_state_dict(loaded["model"], strict=False)
+        if self.critic is not None:
+            self.critic.load_state_dict({name.removeprefix(_CRITIC): value for name, value
+                                         in loaded["critic"].items()}, strict=False)
         state = loaded["optimizer"]
         for per_param in state["state"].values():
             per_param["step"] = torch.tensor(float(loaded["step"]))
@@ -416,8 +486,8 @@ class MegatronActor(ActorWorker):
                 "data_rank": ps.get_data_parallel_rank()}
 
     def _sharded_state(self) -> dict[str, Any]:
-        """Model and optimizer as megatron-core sharded tensors (the optimizer's moments
-        sharded like their parameters, its step as one number)."""
+        """Model (and critic) and optimizer as megatron-core sharded tensors (the optimizer's
+        moments sharded like their parameters, its step as one number)."""
         from megatron.core.dist_checkpointing.optimizer import (
             get_param_id_to_sharded_param_map,
             optim_state_to_sharding_state,
@@ -438,9 +508,13 @@ class MegatronActor(ActorWorker):
         else:
             _init_adam_state(self.optimizer)
             optimizer = self.optimizer.state_dict()
-        mapping = get_param_id_to_sharded_param_map(model, self.policy.parameters())
+        state: dict[str, Any] = {"model": model}
+        if self.critic is not None:
+            critic: Any = self.critic
+            state["critic"] = critic.sharded_state_dict(prefix=_CRITIC, metadata=metadata)
+        mapping = get_param_id_to_sharded_param_map(state, self._trained_parameters())
         optim_state_to_sharding_state(optimizer, mapping, exclude_keys=("step",))
-        return {"model": model, "optimizer": optimizer, "step": self.global_step}
+        return state | {"optimizer": optimizer, "step": self.global_step}
 
     def offload(self) -> None:
         super().offload()
@@ -456,13 +530,13 @@ class MegatronActor(ActorWorker):
         """This rank's shard of the trainable state, deep-copied."""
         import copy
 
-        return {"modules": copy.deepcopy(self.policy.state_dict()),
+        return {"modules": copy.deepcopy(self._modules().state_dict()),
                 "optimizer": copy.deepcopy(self.optimizer.state_dict()),
                 "step": self.global_step}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Back to a `snapshot` of this rank's shard."""
-        self.policy.load_state_dict(snapshot["modules"])
+        self._modules().load_state_dict(snapshot["modules"])
         self.optimizer.load_state_dict(snapshot["optimizer"])
         self.global_step = int(snapshot["step"])
 
