@@ -14,7 +14,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rlinf_embodied.planning import (
+    calibrated,
     calibrated_link,
+    fitted_turns,
     iteration_overhead,
     link_cluster,
     simulate_plan,
@@ -29,6 +31,7 @@ from rlinf.sched import (
     ExecutionPlan,
     Measurement,
     Profile,
+    Workflow,
     parse_placement,
     plan,
 )
@@ -142,21 +145,26 @@ def test_the_iteration_overhead_is_the_measured_weight_sync_and_control() -> Non
     assert iteration_overhead(Profile(())) == 0.0
 
 
+def _calibration_case() -> tuple[Workflow, Cluster, AnalyticCostModel, ExecutionPlan]:
+    """16 envs x 8 steps in 2 stage groups on 2 CPU slots, analytic costs, and the
+    collocated plan on device 0."""
+    workflow = embodied_workflow(spec_of(16, 8))
+    cost = AnalyticCostModel({"env": AnalyticCost(per_item=2e-4),
+                              "rollout": AnalyticCost(per_item=2e-4),
+                              "actor": AnalyticCost(per_item=1e-4)})
+    collocated = planned_fixed(parse_placement("env, rollout, actor: 0",
+                                               components=workflow.names, num_devices=2),
+                               workflow, pipeline_stages=2)
+    return workflow, Cluster.discover(use_ray=False, cpu_slots=2, gpus=False), cost, collocated
+
+
 def test_the_link_is_calibrated_to_the_iterations_the_profiling_flow_ran() -> None:
     """A probe plan simulated at 0.10 s that ran at 0.15 s (0.01 s of it overhead): the
     latency per message rises until the simulation gives 0.14 s; a collocated plan's price
     does not move, a pipelined plan's rises. Never lowered; no probe, no change."""
-    spec = spec_of(16, 8)
-    workflow = embodied_workflow(spec)
-    cluster = Cluster.discover(use_ray=False, cpu_slots=2, gpus=False)
-    cost = AnalyticCostModel({"env": AnalyticCost(per_item=2e-4),
-                              "rollout": AnalyticCost(per_item=2e-4),
-                              "actor": AnalyticCost(per_item=1e-4)})
+    workflow, cluster, cost, collocated = _calibration_case()
     probe = planned_fixed(parse_placement("env, actor: 0, rollout: 1", components=workflow.names,
                                           num_devices=2), workflow, pipeline_stages=2)
-    collocated = planned_fixed(parse_placement("env, rollout, actor: 0",
-                                               components=workflow.names, num_devices=2),
-                               workflow, pipeline_stages=2)
     before = simulate_plan(probe, workflow, cost, cluster).iteration_time
 
     def profile_of(seconds: float) -> Profile:
@@ -175,6 +183,34 @@ def test_the_link_is_calibrated_to_the_iterations_the_profiling_flow_ran() -> No
     assert calibrated_link(cluster, workflow, profile_of(before * 0.5), cost,
                            overhead=0.0) == cluster
     assert calibrated_link(cluster, workflow, Profile(()), cost, overhead=0.0) == cluster
+
+
+def test_the_hand_overs_are_fitted_to_the_iterations_of_an_inline_policy() -> None:
+    """A collocated probe simulated at T that ran at T + 0.02 s (+ 0.01 s of overhead): the
+    turn latency rises until its two hand-overs per iteration (to the env at the start, to
+    the actor after the rollout; none between env and its inline policy) take 0.02 s, so
+    the same plan is then priced as it ran; the pipelined probe's link is calibrated after
+    them. Never lowered; without such iterations, unchanged."""
+    workflow, cluster, cost, collocated = _calibration_case()
+    # The probe ran on one device; the same plan on the cluster's two is what is priced.
+    probe = planned_fixed(parse_placement("collocated", components=workflow.names,
+                                          num_devices=1), workflow, pipeline_stages=2)
+    before = simulate_plan(collocated, workflow, cost, cluster).iteration_time
+
+    def profile_of(seconds: float) -> Profile:
+        points = tuple(Measurement("collocated_iteration", 16, 1, seconds, 0,
+                                   memory_source="none", timestamp=0.0) for _ in range(2))
+        return Profile(points, metadata={"collocated_probe_plans": {"1": probe.to_dict()}})
+
+    turned = fitted_turns(cluster, workflow, profile_of(before + 0.03), cost, overhead=0.01)
+    assert turned.turn_latency == pytest.approx(0.01, rel=1e-3)
+    assert simulate_plan(collocated, workflow, cost, turned).iteration_time == pytest.approx(
+        before + 0.02, rel=1e-3)
+    assert fitted_turns(cluster, workflow, profile_of(before * 0.5), cost,
+                        overhead=0.0) == cluster
+    assert fitted_turns(cluster, workflow, Profile(()), cost, overhead=0.0) == cluster
+    assert calibrated(cluster, workflow, profile_of(before + 0.03), cost,
+                      overhead=0.01) == turned
 
 
 def test_the_profile_measures_one_env_so_small_groups_are_priced_not_extrapolated() -> None:

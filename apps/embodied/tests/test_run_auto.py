@@ -45,6 +45,9 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address, auto_dry
     # fit knows what a second env worker or policy process really buys
     for component in ("env", "rollout"):
         assert {m.num_devices for m in profile.of(component)} == {1, 2}, component
+    # iterations with the link (the pipelined probe) and without it (the policy inline),
+    # which price the link and the devices' hand-overs
+    assert profile.of("probe_iteration") and len(profile.of("collocated_iteration")) >= 2
     saved = (run_dir / "profile.json").read_bytes()
 
     # Resuming keeps the checkpoint's plan (its stage groups are part of the saved state):

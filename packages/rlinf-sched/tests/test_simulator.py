@@ -277,3 +277,26 @@ def test_a_switch_starts_once_the_input_has_arrived() -> None:
     assert spans == [("c", "switch", 0, 2), ("c", "compute", 2, 3),
                      ("b", "switch", 4, 6), ("b", "compute", 6, 7)]
     assert r.iteration_time == pytest.approx(7.0)
+
+
+def test_loop_partners_on_the_same_devices_hand_over_nothing_between_steps() -> None:
+    # env and rollout take turns for 3 steps, then the actor trains: on one device the
+    # runtime runs env and rollout in one process, so the device changes hands twice per
+    # iteration (to env at its start, to the actor after the loop), not at every step.
+    wf = Workflow((Component("env"), Component("rollout"), Component("actor")),
+                  (Edge("env", "rollout"), Edge("rollout", "env", feedback=True),
+                   Edge("rollout", "actor")),
+                  global_batch=1, loops=(Loop(("env", "rollout"), 3),))
+    cost = AnalyticCostModel({"env": AnalyticCost(fixed=1.0), "rollout": AnalyticCost(fixed=1.0),
+                              "actor": AnalyticCost(fixed=2.0)})
+    plain = Cluster.uniform(1, 1, 100, "H100")
+    turns = dataclasses.replace(plain, turn_latency=0.1)
+    assert run(wf, "env,rollout,actor: 0", cost, plain).iteration_time == pytest.approx(8.0)
+    assert run(wf, "env,rollout,actor: 0", cost, turns).iteration_time == pytest.approx(8.2)
+    # Apart, each device is taken once: env's (0.1) and rollout's (0.1) are on the critical
+    # path, the actor's device first waits for the rollout anyway (its 0.1 too).
+    apart = dataclasses.replace(Cluster.uniform(1, 3, 100, "H100"), turn_latency=0.1)
+    free = dataclasses.replace(apart, turn_latency=0.0)
+    spread = "env: 0, rollout: 1, actor: 2"
+    assert run(wf, spread, cost, apart).iteration_time == pytest.approx(
+        run(wf, spread, cost, free).iteration_time + 0.3)

@@ -88,6 +88,12 @@ class EmbodiedStepResult:
     """Onloads the device lock ran during the iteration, over every worker process."""
 
 
+PROBE_BUDGET_S = 3.0
+"""Seconds of real iterations a probe keeps adding to its first ones (`EmbodiedFlow.probe`)."""
+PROBE_MOST = 9
+"""The most real iterations a probe runs, its warm-up included."""
+
+
 class EmbodiedFlow:
     """The launched flow of one run (module docstring); build with `launch`."""
 
@@ -200,9 +206,7 @@ class EmbodiedFlow:
         samples on 1 and 2 threads (on fresh copies in the driver, so training state is
         untouched); the iteration overhead; and, with a policy process, the link's round
         trips between the real processes (`planning.link_cluster` fits them). A throw-away
-        flow (``auto``'s probe) also runs `probe_iterations` real iterations, the first a
-        warm-up: ``probe_iteration`` is their median wall time and the profile's metadata
-        keeps the plan they ran (`planning.calibrated_link` prices the link by them). With
+        flow (``auto``'s probe) also runs `probe_iterations` real iterations (`probe`). With
         `data_parallel` > 1, env and policy are also timed on that many processes at once
         (`measure_parallel`: what splitting them over devices really buys)."""
         profile = measure_components(
@@ -227,16 +231,37 @@ class EmbodiedFlow:
                 pong.rank_results(timeout=self.spec.link_timeout)
                 extra.append(Measurement("link", size, 1, float(rtt), 0, memory_source="none",
                                          timestamp=time.time()))
-        metadata = dict(profile.metadata)
-        if probe_iterations > 1:
-            # drained: a synchronous iteration's time, which is what the planner prices
-            seconds = [self.step(i, drain=True).seconds
-                       for i in range(1, probe_iterations + 1)][1:]
-            extra.append(Measurement(rf.PROBE_ITERATION, self.spec.env.num_envs, 1,
-                                     float(np.median(seconds)), 0, memory_source="none",
-                                     timestamp=time.time()))
-            metadata[rf.PROBE_PLAN] = self.plan.to_dict()
-        return Profile((*profile.measurements, *extra), profile.switches, metadata)
+        probed = self.probe(probe_iterations) if probe_iterations > 1 else Profile()
+        return Profile((*profile.measurements, *extra, *probed.measurements),
+                       profile.switches, {**profile.metadata, **probed.metadata})
+
+    def probe(self, iterations: int, *, budget_s: float = PROBE_BUDGET_S,
+              most: int = PROBE_MOST) -> Profile:
+        """Real iterations of this (throw-away) flow: `iterations`, the first a warm-up, then
+        more while they have taken under `budget_s` in all, up to `most` (a lone slow
+        iteration among two moved a fit by 30%; a LIBERO iteration takes seconds, a MuJoCo
+        one a tenth of one). Each is drained (a synchronous iteration's time, which is what
+        the planner prices); the plan they ran goes in the metadata. With the policy in a
+        process of its own they are ``probe_iteration`` (their median:
+        `planning.calibrated_link` prices the link by them); with the policy inline, no
+        message crosses between env and policy, and they are ``collocated_iteration``
+        entries (`planning.fitted_turns` prices the devices' hand-overs by their median)."""
+        seconds: list[float] = []
+        started = time.perf_counter()
+        while len(seconds) < iterations or (
+                len(seconds) < most and time.perf_counter() - started < budget_s):
+            seconds.append(self.step(len(seconds) + 1, drain=True).seconds)
+        seconds = seconds[1:]
+        now, envs = time.time(), self.spec.env.num_envs
+        if not self.inline:
+            return Profile((Measurement(rf.PROBE_ITERATION, envs, 1, float(np.median(seconds)),
+                                        0, memory_source="none", timestamp=now),),
+                           metadata={rf.PROBE_PLAN: self.plan.to_dict()})
+        devices = self.plan.placement.num_devices
+        return Profile(tuple(Measurement(rf.COLLOCATED_ITERATION, envs, devices, s, 0,
+                                         memory_source="none", timestamp=now)
+                             for s in seconds),
+                       metadata={rf.COLLOCATED_PLANS: {str(devices): self.plan.to_dict()}})
 
     def _measure_iteration_overhead(self, repeats: int) -> tuple[Measurement, Measurement]:
         """What every iteration pays besides the dataflow the simulator models, measured on

@@ -41,9 +41,11 @@ from rlinf_embodied.config import AppConfig, PlacementConfig, resolve_placement
 
 __all__ = [
     "PlanChoice",
+    "calibrated",
     "calibrated_link",
     "choose_plan",
     "cluster_for",
+    "fitted_turns",
     "fixed_plan",
     "format_plans",
     "iteration_overhead",
@@ -96,6 +98,15 @@ def cluster_for(cfg: PlacementConfig) -> Cluster:
     ``run.device=cuda`` the policy processes share the machine's GPU through Ray
     (`ComponentSpec.num_gpus` in `workflow.declare`), so a GPU is not a placement device."""
     return Cluster.discover(use_ray=False, cpu_slots=cfg.num_devices, gpus=False)
+
+
+def _on(placement: Placement, cluster: Cluster) -> Placement:
+    """`placement` (a profiling flow's, on the devices it ran on) on `cluster`'s devices: the
+    same components on the same device indices, the rest of the cluster unused."""
+    if placement.num_devices == cluster.num_devices:
+        return placement
+    return parse_placement(placement.to_spec(), components=placement.component_names,
+                           num_devices=cluster.num_devices)
 
 
 def _placement_on(cfg: PlacementConfig, workflow: Workflow, cluster: Cluster) -> Placement:
@@ -162,6 +173,36 @@ def link_cluster(cluster: Cluster, workflow: Workflow, profile: Profile) -> Clus
     return replace(cluster, intra_node_latency=latency, intra_node_bandwidth=bandwidth)
 
 
+def fitted_turns(cluster: Cluster, workflow: Workflow, profile: Profile, cost: CostModel, *,
+                 overhead: float) -> Cluster:
+    """`cluster` with the turn latency (`Cluster.turn_latency`: a device's hand-over from
+    one process to another, the lock's release and grant and the new holder's wake-up)
+    fitted to the iterations a profiling flow ran with its policy inline
+    (``collocated_iteration``, `EmbodiedFlow.probe`): no message crosses there, so what they
+    cost beyond the simulated components and `overhead` is the hand-overs (the actor's
+    after the rollout, the env's at the next iteration: ~4-6 ms each on 2 cores, which
+    left every collocated plan 10-15% under-predicted, 2026-12-01). Never lowered;
+    unchanged without such iterations."""
+    synchronous = replace(workflow, edges=tuple(replace(e, lagged=False)
+                                                for e in workflow.edges))
+
+    def simulated(probe: ExecutionPlan, _size: int, candidate: Cluster) -> float:
+        return simulate(synchronous, _on(probe.placement, candidate), cost, candidate,
+                        micro_batch=probe.micro_batch).iteration_time + overhead
+
+    return rf.fit_turn_latency(cluster, profile, simulated)
+
+
+def calibrated(cluster: Cluster, workflow: Workflow, profile: Profile, cost: CostModel, *,
+               overhead: float) -> Cluster:
+    """`cluster` as `profile` measured it: the link's round trips (`link_cluster`), the
+    hand-overs (`fitted_turns`), then the link as the pipelined probe ran it
+    (`calibrated_link`, which then prices only what the hand-overs leave)."""
+    linked = link_cluster(cluster, workflow, profile)
+    turned = fitted_turns(linked, workflow, profile, cost, overhead=overhead)
+    return calibrated_link(turned, workflow, profile, cost, overhead=overhead)
+
+
 def calibrated_link(cluster: Cluster, workflow: Workflow, profile: Profile,
                     cost: CostModel, *, overhead: float) -> Cluster:
     """`cluster` with the env ↔ policy link's latency per message raised until the simulated
@@ -180,7 +221,7 @@ def calibrated_link(cluster: Cluster, workflow: Workflow, profile: Profile,
 
     def simulated(latency: float) -> float:
         linked = replace(cluster, intra_node_latency=latency)
-        return simulate(synchronous, probe.plan.placement, cost, linked,
+        return simulate(synchronous, _on(probe.plan.placement, linked), cost, linked,
                         micro_batch=probe.plan.micro_batch).iteration_time
 
     latency = rf.fit_latency(cluster.intra_node_latency, probe.seconds - overhead, simulated)
@@ -205,8 +246,7 @@ def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
     profile = measure(profile_batch_sizes(cfg.env.num_envs, cfg.env.pipeline_stages))
     cost = fit_profile(profile)
     overhead = iteration_overhead(profile)
-    cluster = calibrated_link(link_cluster(cluster, workflow, profile), workflow, profile, cost,
-                              overhead=overhead)
+    cluster = calibrated(cluster, workflow, profile, cost, overhead=overhead)
     result = plan(workflow, cost, cluster, options=PlannerOptions(tie_tolerance=TIE_TOLERANCE))
     seconds = time.perf_counter() - started
     chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster,
@@ -243,8 +283,7 @@ def priced(choice: PlanChoice, profile: Profile, workflow: Workflow, cluster: Cl
     drawn)."""
     cost = fit_profile(profile)
     overhead = iteration_overhead(profile)
-    linked = calibrated_link(link_cluster(cluster, workflow, profile), workflow, profile, cost,
-                             overhead=overhead)
+    linked = calibrated(cluster, workflow, profile, cost, overhead=overhead)
     plan_, simulation = _with_simulation(choice.plan, workflow, cost, linked, overhead=overhead)
     return PlanChoice(plan_, (plan_,), cost, profile, choice.profile_seconds, simulation)
 

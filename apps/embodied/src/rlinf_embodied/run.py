@@ -91,8 +91,9 @@ EVAL_SEED_OFFSET = 1_000_003
 PROFILE_REPEATS = 3
 """Timed calls per profiled point (median; after a warm-up call)."""
 PROBE_ITERATIONS = 3
-"""Real iterations `auto`'s profiling flow runs (the first a warm-up) so that planning prices
-the env ↔ policy link as it ran there (`planning.calibrated_link`)."""
+"""Real iterations each profiling flow runs (the first a warm-up) so that planning prices the
+env ↔ policy link (`planning.calibrated_link`) and the devices' hand-overs
+(`planning.fitted_turns`) as they ran there."""
 PROFILE_FILE = "profile.json"
 """The measured profile a plan was priced with (`auto`, or a traced fixed placement), as
 `rlinf.sched.Profile.save` writes it: what the planner believed, to compare with the run."""
@@ -149,16 +150,23 @@ def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> M
     neither a link nor a split to price."""
     from rlinf_embodied.flow import EmbodiedFlow
 
+    def launched(probe: PlacementConfig) -> EmbodiedFlow:
+        placement = resolve_placement(probe, components=workflow.names)
+        return EmbodiedFlow.launch(spec, fixed_plan(placement, workflow,
+                                                    pipeline_stages=cfg.env.pipeline_stages))
+
     def measure(batch_sizes: Sequence[int]) -> Profile:
         linked = cfg.placement.num_devices >= 2
         probe = PlacementConfig(spec="env, actor: 0, rollout: 1" if linked else "collocated",
                                 num_devices=2 if linked else 1)
-        placement = resolve_placement(probe, components=workflow.names)
-        plan = fixed_plan(placement, workflow, pipeline_stages=cfg.env.pipeline_stages)
-        with EmbodiedFlow.launch(spec, plan) as flow:
-            return flow.measure(batch_sizes=batch_sizes, repeats=PROFILE_REPEATS,
-                                probe_iterations=PROBE_ITERATIONS if linked else 0,
-                                data_parallel=2 if linked else 1)
+        with launched(probe) as flow:
+            profile = flow.measure(batch_sizes=batch_sizes, repeats=PROFILE_REPEATS,
+                                   probe_iterations=PROBE_ITERATIONS,
+                                   data_parallel=2 if linked else 1)
+        if linked:  # the hand-overs, where no message crosses (`EmbodiedFlow.probe`)
+            with launched(PlacementConfig(spec="collocated", num_devices=1)) as flow:
+                profile = profile.merge(flow.probe(PROBE_ITERATIONS))
+        return profile
 
     return measure
 
@@ -175,7 +183,7 @@ def _probed(spec: EmbodiedSpec, cfg: AppConfig, plan: ExecutionPlan) -> Profile:
         return probe.measure(batch_sizes=profile_batch_sizes(cfg.env.num_envs,
                                                              cfg.env.pipeline_stages),
                              repeats=PROFILE_REPEATS,
-                             probe_iterations=0 if probe.inline else PROBE_ITERATIONS,
+                             probe_iterations=PROBE_ITERATIONS,
                              data_parallel=2 if spread >= 2 else 1)
 
 

@@ -29,7 +29,10 @@ The model, kept small enough to compute by hand:
 - A call that takes its devices after another component's call (or takes them first in the
   iteration) starts `Cluster.turn_latency` later, after any switch: the lock's hand-over and
   the new holder's wake-up, during which the devices idle. Of two calls ready at once, one
-  that keeps its component's turn therefore goes first.
+  that keeps its component's turn therefore goes first. Members of one loop on the same
+  devices hand over nothing between their calls: the runtime runs them in one process
+  (a process holds its device for its whole part of a loop, so loop partners that share
+  devices are inlined, and the planner places them on the same devices or on disjoint ones).
 
 The result gives the iteration time, utilisation (compute device-seconds over all devices ×
 time) and, on request, every busy interval for a Gantt chart.
@@ -307,7 +310,8 @@ def simulate_layout(
         prepared[name] = _Prepared(
             comp, durations, list(zip(inputs, links, strict=True)), workflow.steps_of(name),
             atoms, layout.comp_devices[name],
-            tuple(a for a in atoms if a in tracked) if comp.resource == "gpu" else ())
+            tuple(a for a in atoms if a in tracked) if comp.resource == "gpu" else (),
+            _turn_free(workflow, layout, name))
     tasks = list(_schedule(workflow))
     run = _run
     sharing = CoreSharing.of(cluster)
@@ -344,6 +348,9 @@ class _Prepared:
     ndev: int
     switching_atoms: tuple[int, ...]
     """The component's atoms whose residents do not all fit together (empty for CPU ones)."""
+    turn_free: frozenset[str] = frozenset()
+    """The components after whose calls this one's take no turn (itself and the loop
+    partners on its devices, which the runtime runs in its process)."""
 
 
 _Residents = dict[int, tuple[str, ...]]
@@ -438,7 +445,7 @@ def _run(
             sw = 0.0
             if any(name not in residency[a] for a in prep.switching_atoms):
                 sw = cost.switch_time(name)
-            start = begin + sw + _turn(cluster, holder, prep.atoms, name)
+            start = begin + sw + _turn(cluster, holder, prep, name)
             if best is None or start < best[0] - _EPS:
                 best = (start, ti, begin, sw)
         if best is None:  # pragma: no cover - _schedule is a topological order
@@ -480,13 +487,24 @@ def _run(
     return result, {a: r.resident for a, r in residency.items()}
 
 
-def _turn(cluster: Cluster, holder: Sequence[str | None], atoms: Sequence[int],
+def _turn(cluster: Cluster, holder: Sequence[str | None], prep: _Prepared,
           name: str) -> float:
-    """The hand-over delay of a call of `name` on `atoms`: `Cluster.turn_latency` when any
-    of them was last held by another component (or not yet in this iteration), else 0."""
-    if cluster.turn_latency and any(holder[a] != name for a in atoms):
+    """The hand-over delay of a call of `name` (`prep`): `Cluster.turn_latency` when any of
+    its atoms was last held by a component outside its process (or not yet held in this
+    iteration), else 0."""
+    if cluster.turn_latency and any(holder[a] not in prep.turn_free for a in prep.atoms):
         return cluster.turn_latency
     return 0.0
+
+
+def _turn_free(workflow: Workflow, layout: Layout, name: str) -> frozenset[str]:
+    """`name` and the members of its loop placed on exactly its devices."""
+    loop = workflow.loop_of(name)
+    if loop is None:
+        return frozenset((name,))
+    mine = set(layout.comp_atoms[name])
+    return frozenset(n for n in workflow.loops[loop].components
+                     if set(layout.comp_atoms[n]) == mine)
 
 
 @dataclass
@@ -575,7 +593,7 @@ def _run_shared(
                     continue
                 switching = any(name not in residency[a] for a in prep.switching_atoms)
                 sw = cost.switch_time(name) if switching else 0.0
-                candidates.append((sw + _turn(cluster, holder, prep.atoms, name), sw, ti))
+                candidates.append((sw + _turn(cluster, holder, prep, name), sw, ti))
             if not candidates:
                 break
             delay, sw, ti = min(candidates)

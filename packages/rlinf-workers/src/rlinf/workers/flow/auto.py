@@ -49,7 +49,8 @@ from rlinf.workers.runtime.ray_session import ensure_ray
 
 __all__ = ["COLLOCATED_ITERATION", "COLLOCATED_PLANS", "PROBE_ITERATION", "PROBE_PLAN",
            "PROFILE_FORMAT", "WEIGHT_SYNC", "AutoReport", "ProbeRun", "ProbeSimulation",
-           "calibrated_cluster", "collocated_probes", "fit_latency", "launch_auto",
+           "calibrated_cluster", "collocated_probes", "fit_latency", "fit_turn_latency",
+           "launch_auto",
            "overhead_seconds", "pipeline_probe", "pipeline_probe_spec", "plan_flow",
            "profile_device_counts", "profile_flow"]
 
@@ -334,7 +335,7 @@ def calibrated_cluster(cluster: Cluster, profile: Profile,
 
     List scheduling is not monotone in either latency, so the value found is one at which
     the simulation matches, not necessarily the least."""
-    cluster = _turns_fitted(cluster, profile, simulated)
+    cluster = fit_turn_latency(cluster, profile, simulated)
     probe = pipeline_probe(profile)
     if probe is None:
         return cluster
@@ -347,8 +348,11 @@ def calibrated_cluster(cluster: Cluster, profile: Profile,
     return dataclasses.replace(cluster, message_latency=latency)
 
 
-def _turns_fitted(cluster: Cluster, profile: Profile, simulated: ProbeSimulation) -> Cluster:
-    """Step 1 of `calibrated_cluster`."""
+def fit_turn_latency(cluster: Cluster, profile: Profile,
+                     simulated: ProbeSimulation) -> Cluster:
+    """Step 1 of `calibrated_cluster`: `cluster` with the turn latency at which `simulated`
+    matches each collocated probe of `profile` (`collocated_probes`), the median over probes
+    and sizes; unchanged without them, never lowered."""
     probes = collocated_probes(profile)
     if not probes:
         return cluster
