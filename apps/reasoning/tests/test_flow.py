@@ -55,10 +55,14 @@ def same_metrics(a: StepResult, b: StepResult) -> None:
     assert left.keys() == right.keys()
     for key, value in left.items():
         # Float32 reduction order differs between placements (micro-batches are padded and
-        # summed differently): a gradient norm differed by 4.5e-5 relative (0.818044 vs
-        # 0.818081, 2026-11-26), the entropy by 2.5e-5 (0.4998519 vs 0.4998645, with the
-        # warm start of 2026-11-27). A wrong loss, reward or gradient differs by far more.
-        assert value == pytest.approx(right[key], rel=1e-4, abs=1e-5), key
+        # summed differently), and AdamW's first steps move weights whose gradients sit near
+        # its epsilon by about +-lr on the sign of that noise, so the second step's metrics
+        # differ more: a gradient norm by 4.5e-5 relative (0.818044 vs 0.818081,
+        # 2026-11-26), the entropy by 2.5e-5 (0.4998519 vs 0.4998645, 2026-11-27) and, on
+        # the AVX2 host with the same code that passed CI, by 1.2e-4 (0.4998868 vs
+        # 0.4998269, 2026-12-01; every other metric within 6.1e-5). A wrong loss, reward or
+        # gradient differs by far more.
+        assert value == pytest.approx(right[key], rel=5e-4, abs=1e-5), key
     assert (a.samples, a.tokens) == (b.samples, b.tokens)
 
 
