@@ -147,7 +147,9 @@ def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> M
     process of its own on another device, so the env ↔ policy link is measured too (the
     planner prices pipelined placements by it), and env and policy are timed on two
     processes at once (what splitting them over devices buys); on one device there is
-    neither a link nor a split to price."""
+    neither a link nor a split to price. Either way real iterations run with the policy
+    inline too (on one device, a second short-lived flow when the first had a link), which
+    price the devices' hand-overs (`planning.fitted_turns`)."""
     from rlinf_embodied.flow import EmbodiedFlow
 
     def launched(probe: PlacementConfig) -> EmbodiedFlow:
@@ -173,9 +175,9 @@ def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> M
 
 def _probed(spec: EmbodiedSpec, cfg: AppConfig, plan: ExecutionPlan) -> Profile:
     """The profile of a throw-away flow of `plan`, with the real iterations that calibrate
-    its link when it has one (and env and policy timed on two processes at once when the
-    plan spreads either over devices): the training flow itself must not run extra
-    iterations."""
+    its link when it has one, or its hand-overs when its policy is inline (and env and
+    policy timed on two processes at once when the plan spreads either over devices): the
+    training flow itself must not run extra iterations."""
     from rlinf_embodied.flow import EmbodiedFlow
 
     spread = max(len(plan.placement.devices_of(name)) for name in ("env", "rollout"))
