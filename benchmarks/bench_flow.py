@@ -31,8 +31,9 @@ fixed mode's), ``max_prediction_error`` (max |predicted - measured| / measured o
 ``lock_matches_simulator`` (every run's lock switches equal its simulated switches), plus
 ``load_average``, per-setting ratios and counts.
 
-Launch: ``tox -e bench-flow`` (3 settings per app; on the 2-core AVX2 machine a reasoning
-setting took ~16 minutes a round, ~6 of them auto's profile and trials), or
+Launch: ``tox -e bench-flow`` (3 settings per app; on the 2-core AVX2 machine the whole
+round took 19 minutes on 2026-12-01, a reasoning setting ~5 of them, 2 of those auto's
+profile and trials; ~16 minutes a setting on 2026-11-29, before its launches imported less), or
 ``tox -e bench-flow -- --quick`` (one small setting per app, 3 steps: a smoke run).
 ``--settings`` picks settings by name, ``--modes`` the modes, ``--steps`` and
 ``--iterations`` the run lengths, ``--keep-runs DIR`` keeps each run's folder to read later.
