@@ -32,8 +32,8 @@ fixed mode's), ``max_prediction_error`` (max |predicted - measured| / measured o
 ``load_average``, per-setting ratios and counts.
 
 Launch: ``tox -e bench-flow`` (3 settings per app; on the 2-core AVX2 machine the whole
-round took 19 minutes on 2026-12-01, a reasoning setting ~5 of them, 2 of those auto's
-profile and trials; ~16 minutes a setting on 2026-11-29, before its launches imported less), or
+round took 19 minutes on 2026-12-01, a reasoning setting ~5 of them: an `auto` run ~105 s
+with its profile and trials, a fixed one 50-75 s), or
 ``tox -e bench-flow -- --quick`` (one small setting per app, 3 steps: a smoke run).
 ``--settings`` picks settings by name, ``--modes`` the modes, ``--steps`` and
 ``--iterations`` the run lengths, ``--keep-runs DIR`` keeps each run's folder to read later.
