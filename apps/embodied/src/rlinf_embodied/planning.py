@@ -110,11 +110,13 @@ def _on(placement: Placement, cluster: Cluster) -> Placement:
 
 
 def _placement_on(cfg: PlacementConfig, workflow: Workflow, cluster: Cluster) -> Placement:
-    placement = resolve_placement(cfg, components=workflow.names)
-    if placement.num_devices != cluster.num_devices:  # e.g. GPUs discovered: re-validate
-        placement = parse_placement(placement.to_spec(), components=workflow.names,
-                                    num_devices=cluster.num_devices)
-    return placement
+    # e.g. GPUs discovered: re-validated on the cluster's devices
+    return _on(resolve_placement(cfg, components=workflow.names), cluster)
+
+
+def _synchronous(workflow: Workflow) -> Workflow:
+    """`workflow` without policy lag: how the profiling flows' drained iterations ran."""
+    return replace(workflow, edges=tuple(replace(e, lagged=False) for e in workflow.edges))
 
 
 def fixed_plan(placement: Placement, workflow: Workflow, *, pipeline_stages: int,
@@ -183,8 +185,7 @@ def fitted_turns(cluster: Cluster, workflow: Workflow, profile: Profile, cost: C
     after the rollout, the env's at the next iteration: ~4-6 ms each on 2 cores, which
     left every collocated plan 10-15% under-predicted, 2026-12-01). Never lowered;
     unchanged without such iterations."""
-    synchronous = replace(workflow, edges=tuple(replace(e, lagged=False)
-                                                for e in workflow.edges))
+    synchronous = _synchronous(workflow)
 
     def simulated(probe: ExecutionPlan, _size: int, candidate: Cluster) -> float:
         return simulate(synchronous, _on(probe.placement, candidate), cost, candidate,
@@ -216,8 +217,7 @@ def calibrated_link(cluster: Cluster, workflow: Workflow, profile: Profile,
     if probe is None:
         return cluster
     # The probe's iterations ran synchronously (drained): price them so, lag or not.
-    synchronous = replace(workflow, edges=tuple(replace(e, lagged=False)
-                                                for e in workflow.edges))
+    synchronous = _synchronous(workflow)
 
     def simulated(latency: float) -> float:
         linked = replace(cluster, intra_node_latency=latency)

@@ -311,7 +311,7 @@ def simulate_layout(
             comp, durations, list(zip(inputs, links, strict=True)), workflow.steps_of(name),
             atoms, layout.comp_devices[name],
             tuple(a for a in atoms if a in tracked) if comp.resource == "gpu" else (),
-            _turn_free(workflow, layout, name))
+            _turn_free(workflow, layout, name) if cluster.turn_latency else frozenset())
     tasks = list(_schedule(workflow))
     run = _run
     sharing = CoreSharing.of(cluster)

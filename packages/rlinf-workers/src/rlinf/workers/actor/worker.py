@@ -281,13 +281,14 @@ class ActorWorker:
             return masked_whiten(advantages, mask)
         import torch.distributed as dist
 
+        group = self._batch_group()
         values, weights = advantages.to(torch.float64), mask.to(torch.float64)
         moments = torch.stack([(values * weights).sum(), weights.sum()])
-        dist.all_reduce(moments, group=self._batch_group())
+        dist.all_reduce(moments, group=group)
         total, count = moments.tolist()
         mean = total / count if count > 0 else 0.0
         spread = ((values - mean).square() * weights).sum().reshape(1)
-        dist.all_reduce(spread, group=self._batch_group())
+        dist.all_reduce(spread, group=group)
         var = spread.item() / (count - 1) if count > 1 else 0.0
         return ((advantages - mean) * (var + _WHITEN_EPS) ** -0.5) * mask
 
@@ -474,9 +475,8 @@ class ActorWorker:
         training precision, on the host (no gradient; PPO only)."""
         data = {name: getattr(batch, name).to(self.device) for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
-        with torch.no_grad():
-            values = self._values(data, slice(None))
-        return (values * data["response_mask"].to(values.dtype)).float().cpu()
+        with torch.no_grad():  # every backend's critic reads 0 at padding
+            return self._values(data, slice(None)).float().cpu()
 
     # -- weights for the rollout -----------------------------------------------------------
 

@@ -50,9 +50,8 @@ from rlinf.workers.runtime.ray_session import ensure_ray
 __all__ = ["COLLOCATED_ITERATION", "COLLOCATED_PLANS", "PROBE_ITERATION", "PROBE_PLAN",
            "PROFILE_FORMAT", "WEIGHT_SYNC", "AutoReport", "ProbeRun", "ProbeSimulation",
            "calibrated_cluster", "collocated_probes", "fit_latency", "fit_turn_latency",
-           "launch_auto",
-           "overhead_seconds", "pipeline_probe", "pipeline_probe_spec", "plan_flow",
-           "profile_device_counts", "profile_flow"]
+           "launch_auto", "overhead_seconds", "pipeline_probe", "pipeline_probe_spec",
+           "plan_flow", "profile_device_counts", "profile_flow"]
 
 _log = structlog.get_logger(__name__)
 

@@ -240,7 +240,7 @@ class MegatronActor(ActorWorker):
             raise ConfigError("PPO needs a critic; this actor was built without one")
         data = {name: data[name][rows] for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
-        return self._last_stage_rows(self.critic, data, self._response_values)
+        return self._last_stage_rows(self.critic, data, self._response_values).to(self.device)
 
     def _last_stage_rows(
         self, model: nn.Module, data: dict[str, torch.Tensor],
@@ -248,7 +248,7 @@ class MegatronActor(ActorWorker):
     ) -> torch.Tensor:
         """``[B, R]`` per-token figures of every row of `data`, as ``read(output,
         micro-batch)`` takes them from `model`'s last-stage output, in row order on every
-        stage (a forward-only pass of the pipeline; float32, on the training device)."""
+        stage (a forward-only pass of the pipeline; float32, on the host)."""
         rows = torch.arange(data["response_ids"].shape[0])
         micros = self._micro_batches(data, rows)
         order = self._longest_first(data, rows)
@@ -266,7 +266,7 @@ class MegatronActor(ActorWorker):
         if parts:
             out[order.to(self.device)] = torch.cat(
                 [torch.nn.functional.pad(p.float(), (0, width - p.shape[1])) for p in parts])
-        return self._from_last_stage(out.cpu().double()).float().to(self.device)
+        return self._from_last_stage(out.cpu().double()).float()
 
     def _batch_group(self) -> Any:
         """The data-parallel group: its replicas hold the batch between them (their
@@ -297,8 +297,7 @@ class MegatronActor(ActorWorker):
         data = {name: getattr(batch, name).to(self.device) for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
         return self._last_stage_rows(
-            self.policy, data, lambda logits, micro: self._response_terms(logits, micro)[0]
-        ).cpu()
+            self.policy, data, lambda logits, micro: self._response_terms(logits, micro)[0])
 
     # -- cross-rank reductions ---------------------------------------------------------------
 
