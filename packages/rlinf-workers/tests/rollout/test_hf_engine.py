@@ -84,6 +84,34 @@ def test_bf16_generation_reports_the_log_probs_of_its_own_precision(model, token
                         pad_token_id=tokenizer.pad_token_id, precision="fp8")
 
 
+def test_bf16_generation_casts_each_weight_once_per_call_not_per_token(model, tokenizer):
+    """Autocast's cast cache must hold for the whole call: under inference_mode it keeps
+    nothing, and every weight was cast again at every generated token."""
+    from torch.profiler import profile
+
+    engine = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id, precision="bf16")
+    tokens = 12
+    weight_shapes: dict[tuple[int, ...], int] = {}
+    for param in model.parameters():
+        if param.dim() == 2:
+            shape = tuple(param.shape)
+            weight_shapes[shape] = weight_shapes.get(shape, 0) + 1
+    with profile(record_shapes=True) as prof:
+        engine.generate(_prompts(tokenizer), sampling=SamplingConfig(max_new_tokens=tokens,
+                                                                     seed=0))
+    casts: dict[tuple[int, ...], int] = {}
+    for event in prof.events():
+        if event.name == "aten::_to_copy" and event.input_shapes:
+            shape = tuple(event.input_shapes[0])
+            if shape in weight_shapes:
+                casts[shape] = casts.get(shape, 0) + 1
+    assert casts, "bf16 generation cast no weight: the test no longer sees the casts"
+    for shape, count in casts.items():
+        # Once per call (the output head may be cast apart from the tied embedding).
+        assert count <= 2 * weight_shapes[shape], (shape, count)
+
+
 def test_greedy_takes_the_argmax_and_left_padding_does_not_change_it(model, tokenizer):
     engine = _engine(model, tokenizer)
     greedy = SamplingConfig(max_new_tokens=4, temperature=0.0)
