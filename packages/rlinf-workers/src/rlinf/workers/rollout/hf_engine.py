@@ -10,8 +10,8 @@ inference and actor workers use — so no second forward pass over the responses
 (at 20M parameters that pass cost a third of the rollout). They agree with
 `response_log_probs` on the same weights up to the float noise of cached vs. uncached
 attention (~1e-6), so the off-policy ratio of the first PPO step is 1 up to that noise.
-They are log-probs of the temperature-
-scaled *full* distribution; top-p/top-k only restrict which tokens can be drawn.
+They are log-probs of the temperature-scaled *full* distribution; top-p/top-k only
+restrict which tokens can be drawn.
 
 Keeping every step's logits costs ``batch x max_new_tokens x vocab`` floats: fine for tiny
 vocabularies, 19 GB for 512 x 64 tokens of a 150k vocabulary. Above `logits_budget_bytes`
