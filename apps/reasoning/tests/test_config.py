@@ -55,6 +55,13 @@ def test_model_precision_becomes_the_actors() -> None:
     assert flow_spec(load("model.precision=bf16")).actor.precision == "bf16"
 
 
+def test_the_training_attention_reaches_the_actor() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    assert flow_spec(load()).actor.attention == "auto"
+    assert flow_spec(load("actor.attention=model")).actor.attention == "model"
+
+
 def test_ppo_group_and_overrides() -> None:
     cfg = load("algorithm=ppo", "run.steps=3", "rollout.temperature=0.7", "data.seed=5")
     assert cfg.algorithm.name == "ppo"
@@ -126,6 +133,9 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
     (("+model.colour=red",), "model.colour", "section 'model' has dir"),
     (("+extra=1",), "extra", "the top level has model, data"),
     (("cluster.cpu_slots=0",), "cluster.cpu_slots", ">= 1"),
+    (("actor.attention=flash",), "actor.attention", "'auto', 'model', 'eager', 'sdpa'"),
+    (("actor.backend=megatron", "actor.attention=eager"), "actor.attention",
+     "auto or model with actor.backend=megatron"),
     (("placement=",), "placement", "'collocated'"),
     (("placement=everywhere",), "placement", "'collocated', 'disaggregated', 'hybrid', 'auto'"),
     (("placement='rollout: 0, actor: 2, reward,inference: 1'",), "placement",

@@ -208,6 +208,11 @@ class ActorSection:
     distributed_optimizer: bool = False
     """megatron: the data-parallel replicas split AdamW's state (Megatron's distributed
     optimizer; the same update with 1/dp of the moments' memory per device)."""
+    attention: Literal["auto", "model", "eager", "sdpa"] = "auto"
+    """ddp and fsdp2: the attention kernel the actor trains with. model: the model's own;
+    auto: eager for bf16 micro-batches of at most 256 tokens on CPU (transformers' default
+    fused kernel is 20-25% slower to differentiate there), else the model's own. The
+    rollout and inference passes keep the model's."""
     cut: Literal["fixed", "auto"] = "fixed"
     """megatron with placement=auto: fixed trains on the degrees above; auto lets the planner
     choose tensor, pipeline and data parallelism (with sequence parallelism and the
@@ -226,6 +231,10 @@ class ActorSection:
                     raise InvalidConfigError(f"actor.{key}", True,
                                              "false unless actor.backend=megatron (fsdp2 "
                                              "shards the optimizer state itself)")
+        elif self.attention not in ("auto", "model"):
+            raise InvalidConfigError("actor.attention", self.attention,
+                                     "auto or model with actor.backend=megatron (megatron "
+                                     "layers have an attention of their own)")
         elif self.cut == "auto":
             # Each against its own default: membership in (1, False) let True (== 1) through.
             defaults = {"tensor_parallel": 1, "pipeline_parallel": 1,

@@ -117,6 +117,38 @@ def test_bf16_autocast_trains_fp32_weights_with_gradients_close_to_fp32(algorith
     assert not torch.equal(flat["bf16"], flat["fp32"])  # the matmuls really ran in bf16
 
 
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_auto_attention_trains_short_bf16_batches_with_eager_attention(algorithm):
+    """`ActorConfig.attention`: "auto" differentiates eager attention (bf16, CPU, short
+    rows), "model" the model's own; the same gradient up to bf16 noise, the model's kernel
+    back in place after the step."""
+    batch = make_batch()
+    grads, kernels = {}, {}
+    for choice in ("auto", "model"):
+        model = build_tiny_causal_lm(dataclasses.replace(CONFIG, attn_implementation="sdpa"),
+                                     seed=0, tokenizer=build_char_tokenizer())
+        actor = ActorWorker(model, config=ActorConfig(
+            algorithm=algorithm, lr=1e-2, parallelism="none", micro_batch_size=3,
+            max_grad_norm=None, precision="bf16", attention=choice))
+        seen: set[str] = set()
+        for module in actor.model.modules():
+            if type(module).__name__ == "Qwen2Attention":
+                module.register_forward_hook(
+                    lambda mod, args, out, seen=seen: seen.add(mod.config._attn_implementation))
+        grads[choice] = _train_recording_gradient(actor, batch)
+        kernels[choice] = seen
+        assert model.config._attn_implementation == "sdpa"
+    assert kernels == {"auto": {"eager"}, "model": {"sdpa"}}
+    flat = {k: torch.cat([g.flatten() for g in v.values()]) for k, v in grads.items()}
+    cosine = torch.nn.functional.cosine_similarity(flat["auto"], flat["model"], dim=0)
+    assert cosine > 0.99
+
+
+def test_an_unknown_attention_kernel_is_refused():
+    with pytest.raises(ConfigError, match="attention must be one of"):
+        ActorConfig(attention="flash")  # type: ignore[arg-type]
+
+
 def test_micro_batches_group_similar_lengths_and_cut_padding():
     batch = make_batch()
     actor = ActorWorker(_model(), config=ActorConfig(parallelism="none", micro_batch_size=3))

@@ -7,6 +7,7 @@ from typing import Literal
 
 from rlinf.workers.algorithms import KLEstimator, LossAggregation
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.models.attention import AttentionChoice, check_attention
 from rlinf.workers.models.precision import Precision, check_precision
 
 __all__ = ["ActorConfig", "Algorithm", "Parallelism"]
@@ -79,6 +80,11 @@ class ActorConfig:
     precision: Precision = "fp32"
     """Forward/backward precision: "fp32", or "bf16" autocast (parameters, gradients and
     optimizer state stay fp32). The flow gives the rollout and inference roles the same."""
+    attention: AttentionChoice = "auto"
+    """Attention kernel of the training forwards (`rlinf.workers.models.attention`):
+    "model" (as the model was built or loaded), "eager", "sdpa", or "auto": eager for bf16
+    micro-batches of at most 256 columns on CPU, whose fused kernel is slow to
+    differentiate there, else the model's own. Inference passes keep the model's."""
     policy_lag: int = 0
     """Updates the rollout lags this trainer by: 0, or 1 (a flow with ``policy_lag=1``:
     the batch was sampled with the weights before the last update). With 1 the trainer
@@ -110,6 +116,7 @@ class ActorConfig:
         LossAggregation.parse(self.aggregation)
         KLEstimator.parse(self.kl_estimator)
         check_precision(self.precision)
+        check_attention(self.attention)
 
     @property
     def single_update(self) -> bool:

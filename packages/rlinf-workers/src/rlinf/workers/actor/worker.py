@@ -48,6 +48,7 @@ from rlinf.workers.models import (
     response_log_probs,
     response_log_probs_and_entropy,
 )
+from rlinf.workers.models.attention import attention_kernel, training_attention
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import empty_device_cache, move_module, move_optimizer_state
 from rlinf.workers.weight_sync.buckets import Bucket, iter_buckets
@@ -302,7 +303,10 @@ class ActorWorker:
         critic = critic if critic is not None else self.critic
         if critic is None:
             raise ConfigError("PPO needs a critic; this actor was built without one")
-        with compute_precision(self.config.precision, self.device):
+        # Under grad (PPO's value term) the critic trains with the policy's kernel choice.
+        kernel = self._training_attention(data) if torch.is_grad_enabled() else None
+        with compute_precision(self.config.precision, self.device), \
+                attention_kernel(critic, kernel):
             result: torch.Tensor = critic(
                 prompt_ids=data["prompt_ids"][rows], prompt_mask=data["prompt_mask"][rows],
                 response_ids=data["response_ids"][rows],
@@ -381,12 +385,21 @@ class ActorWorker:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Loss and metrics of one micro-batch (every row of `data`), computed with `policy`
         and `critic` (default: the modules as wrapped for data parallelism)."""
-        with compute_precision(self.config.precision, self.device):
+        policy = policy if policy is not None else self.policy
+        with compute_precision(self.config.precision, self.device), \
+                attention_kernel(policy, self._training_attention(data)):
             log_probs, entropy = response_log_probs_and_entropy(
-                policy if policy is not None else self.policy, prompt_ids=data["prompt_ids"],
+                policy, prompt_ids=data["prompt_ids"],
                 prompt_mask=data["prompt_mask"], response_ids=data["response_ids"],
                 response_mask=data["response_mask"], temperature=self.config.temperature)
         return self._loss_terms(data, log_probs, entropy, critic=critic)
+
+    def _training_attention(self, data: dict[str, torch.Tensor]) -> str | None:
+        """The attention kernel of a training forward over `data`'s rows (None: the
+        model's own; `ActorConfig.attention`)."""
+        columns = data["prompt_ids"].shape[1] + data["response_ids"].shape[1]
+        return training_attention(self.config.attention, columns=columns,
+                                  precision=self.config.precision, device=self.device)
 
     def _loss_terms(
         self, data: dict[str, torch.Tensor], log_probs: torch.Tensor, entropy: torch.Tensor,

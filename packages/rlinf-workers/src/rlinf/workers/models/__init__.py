@@ -9,6 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from rlinf.workers._lazy import lazy_attribute
+from rlinf.workers.models.attention import (
+    AttentionChoice,
+    attention_kernel,
+    check_attention,
+    training_attention,
+)
 from rlinf.workers.models.logprobs import (
     position_ids_from_mask,
     response_log_probs,
@@ -54,13 +60,16 @@ __all__ = [
     "ActionEval",
     "ActionSample",
     "ActorCritic",
+    "AttentionChoice",
     "PolicyConfig",
     "Precision",
     "TinyLMConfig",
+    "attention_kernel",
     "build_actor_critic",
     "build_char_tokenizer",
     "build_tiny_causal_lm",
     "build_tiny_model",
+    "check_attention",
     "check_precision",
     "compute_precision",
     "load_tokenizer",
@@ -70,4 +79,5 @@ __all__ = [
     "response_logits",
     "response_mask_from_eos",
     "token_log_probs",
+    "training_attention",
 ]

@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models import (
+    TinyLMConfig,
+    attention_kernel,
+    build_tiny_causal_lm,
+    check_attention,
+    response_log_probs,
+    training_attention,
+)
+from rlinf.workers.models.attention import EAGER_MAX_COLUMNS
+
+CPU, GPU = torch.device("cpu"), torch.device("cuda")
+
+
+@pytest.mark.parametrize(("choice", "columns", "precision", "device", "kernel"), [
+    ("auto", 64, "bf16", CPU, "eager"),
+    ("auto", EAGER_MAX_COLUMNS, "bf16", CPU, "eager"),
+    ("auto", EAGER_MAX_COLUMNS + 1, "bf16", CPU, None),
+    ("auto", 64, "fp32", CPU, None),
+    ("auto", 64, "bf16", GPU, None),
+    ("model", 64, "bf16", CPU, None),
+    ("sdpa", 64, "bf16", CPU, "sdpa"),
+    ("eager", 4096, "fp32", GPU, "eager"),
+])
+def test_training_attention_picks_eager_only_for_short_bf16_cpu_batches(
+        choice, columns, precision, device, kernel):
+    assert training_attention(choice, columns=columns, precision=precision,
+                              device=device) == kernel
+
+
+def test_unknown_choices_are_refused_with_the_choices_named():
+    assert check_attention("auto") == "auto"
+    with pytest.raises(ConfigError, match=r"attention must be one of .*'flash'"):
+        check_attention("flash")
+
+
+def _model(attn: str = "sdpa") -> torch.nn.Module:
+    return build_tiny_causal_lm(TinyLMConfig(hidden_size=64, num_heads=4, num_kv_heads=2,
+                                             intermediate_size=128, attn_implementation=attn),
+                                seed=0)
+
+
+def test_the_kernel_runs_inside_and_the_models_own_is_restored_even_on_error():
+    model = _model()
+    seen: list[str] = []
+    model.model.layers[0].self_attn.register_forward_hook(
+        lambda module, args, out: seen.append(module.config._attn_implementation))
+    ids = torch.randint(1, 90, (2, 5))
+    with attention_kernel(model, "eager"):
+        model(input_ids=ids)
+    model(input_ids=ids)
+    assert seen == ["eager", "sdpa"]
+    with pytest.raises(RuntimeError), attention_kernel(model, "eager"):
+        raise RuntimeError("a failing forward")
+    assert model.config._attn_implementation == "sdpa"
+    with attention_kernel(model, None):
+        assert model.config._attn_implementation == "sdpa"
+
+
+def test_a_module_without_a_transformers_config_is_left_alone():
+    module = torch.nn.Linear(3, 3)
+    with attention_kernel(module, "eager"):
+        assert module(torch.ones(3)).shape == (3,)
+
+
+def test_eager_and_sdpa_give_the_same_log_probs_with_padding():
+    model = _model()
+    prompt_ids = torch.randint(1, 90, (3, 6))
+    prompt_mask = torch.ones_like(prompt_ids)
+    prompt_mask[0, :2] = 0  # left padding
+    response_ids = torch.randint(1, 90, (3, 4))
+    response_mask = torch.ones_like(response_ids)
+    response_mask[1, 2:] = 0
+    args = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
+            "response_ids": response_ids, "response_mask": response_mask}
+    with torch.no_grad():
+        own = response_log_probs(model, **args)
+        with attention_kernel(model, "eager"):
+            eager = response_log_probs(model, **args)
+    torch.testing.assert_close(eager, own, atol=1e-5, rtol=1e-5)
