@@ -67,8 +67,9 @@ class ModelConfig:
     intermediate_size: Positive = 512
     """From scratch: width of the MLP's hidden layer."""
     precision: Literal["fp32", "bf16"] = "fp32"
-    """Compute precision of every role: fp32, or bf16 autocast over fp32 weights and
-    optimizer state (vLLM/SGLang then serve bfloat16 weights)."""
+    """Compute precision of every role: fp32, or bf16: the actor and inference under
+    autocast over fp32 weights and optimizer state, the rollout engine (HF, vLLM, SGLang)
+    serving bfloat16 weights."""
 
     def __post_init__(self) -> None:
         if self.from_scratch and self.dir is not None:

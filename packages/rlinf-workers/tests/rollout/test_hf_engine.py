@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -62,9 +64,11 @@ def test_log_probs_without_kept_logits_are_the_same(model, tokenizer):
         assert a.log_probs == pytest.approx(b.log_probs, abs=1e-5)
 
 
-def test_bf16_generation_reports_the_log_probs_of_its_own_precision(model, tokenizer):
-    engine = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+def test_bf16_generation_serves_bf16_weights_with_log_probs_near_the_trainers(model, tokenizer):
+    engine = HFRolloutEngine(copy.deepcopy(model), eos_token_id=tokenizer.eos_token_id,
                              pad_token_id=tokenizer.pad_token_id, precision="bf16")
+    assert {p.dtype for p in engine.model.parameters()} == {torch.bfloat16}
+    assert {b.dtype for b in engine.model.buffers()} == {b.dtype for b in model.buffers()}
     sampling = SamplingConfig(max_new_tokens=5, temperature=0.9, seed=2)
     samples = engine.generate(_prompts(tokenizer), sampling=sampling)
     batch = RolloutBatch.from_samples(samples, answers=["0"] * 3, group_size=1,
@@ -73,43 +77,37 @@ def test_bf16_generation_reports_the_log_probs_of_its_own_precision(model, token
             "response_ids": batch.response_ids, "response_mask": batch.response_mask,
             "temperature": sampling.logprob_temperature}
     with torch.no_grad(), compute_precision("bf16", "cpu"):
-        same_precision = response_log_probs(model, **args)
+        trainer_bf16 = response_log_probs(model, **args)
     with torch.no_grad():
         fp32 = response_log_probs(model, **args)
-    torch.testing.assert_close(batch.rollout_log_probs, same_precision, atol=2e-2, rtol=0)
+    # the rollout-trainer mismatch of a bf16 engine (vLLM's with dtype=bfloat16 alike)
+    torch.testing.assert_close(batch.rollout_log_probs, trainer_bf16, atol=3e-2, rtol=0)
     torch.testing.assert_close(batch.rollout_log_probs, fp32, atol=0.1, rtol=0)
-    assert next(model.parameters()).dtype == torch.float32
+    # fp32 updates are cast on copy; the parameters stay bf16
+    name, weight = next(iter(model.state_dict().items()))
+    engine.update_weights([(name, weight + 1.0)])
+    served = engine.model.state_dict()[name]
+    assert served.dtype == torch.bfloat16
+    torch.testing.assert_close(served, (weight + 1.0).to(torch.bfloat16))
     with pytest.raises(ConfigError, match="precision"):
         HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
                         pad_token_id=tokenizer.pad_token_id, precision="fp8")
 
 
-def test_bf16_generation_casts_each_weight_once_per_call_not_per_token(model, tokenizer):
-    """Autocast's cast cache must hold for the whole call: under inference_mode it keeps
-    nothing, and every weight was cast again at every generated token."""
+def test_bf16_generation_casts_no_weight(model, tokenizer):
+    """Under autocast over fp32 weights every matmul casts its activations, and under
+    inference_mode every weight too, at every token; a bf16 engine casts none."""
     from torch.profiler import profile
 
     engine = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
                              pad_token_id=tokenizer.pad_token_id, precision="bf16")
-    tokens = 12
-    weight_shapes: dict[tuple[int, ...], int] = {}
-    for param in model.parameters():
-        if param.dim() == 2:
-            shape = tuple(param.shape)
-            weight_shapes[shape] = weight_shapes.get(shape, 0) + 1
+    weight_shapes = {tuple(p.shape) for p in model.parameters() if p.dim() == 2}
     with profile(record_shapes=True) as prof:
-        engine.generate(_prompts(tokenizer), sampling=SamplingConfig(max_new_tokens=tokens,
-                                                                     seed=0))
-    casts: dict[tuple[int, ...], int] = {}
-    for event in prof.events():
-        if event.name == "aten::_to_copy" and event.input_shapes:
-            shape = tuple(event.input_shapes[0])
-            if shape in weight_shapes:
-                casts[shape] = casts.get(shape, 0) + 1
-    assert casts, "bf16 generation cast no weight: the test no longer sees the casts"
-    for shape, count in casts.items():
-        # Once per call (the output head may be cast apart from the tied embedding).
-        assert count <= 2 * weight_shapes[shape], (shape, count)
+        engine.generate(_prompts(tokenizer), sampling=SamplingConfig(max_new_tokens=8, seed=0))
+    shapes = [tuple(e.input_shapes[0]) for e in prof.events()
+              if e.name == "aten::_to_copy" and e.input_shapes]
+    assert shapes, "the profile recorded no cast at all: the test can no longer see them"
+    assert not [shape for shape in shapes if shape in weight_shapes]
 
 
 def test_greedy_takes_the_argmax_and_left_padding_does_not_change_it(model, tokenizer):
