@@ -1,24 +1,25 @@
 """Rollout with Hugging Face `generate`: the embedded default engine, CPU or GPU.
 
 All prompts of a call are generated in one batch, left-padded, under ``torch.no_grad``.
+The sampled tokens' log-probs come from the raw logits `generate` already computed at each
+step (``output_logits``; before any logits processor), scaled by the temperature and
+normalised with the same `token_log_probs` the inference and actor workers use — so no
+second forward pass over the responses is needed (at 20M parameters that pass cost a third
+of the rollout). They are log-probs of the temperature-scaled *full* distribution;
+top-p/top-k only restrict which tokens can be drawn. In fp32 they agree with
+`response_log_probs` on the same weights up to the float noise of cached vs. uncached
+attention (~1e-6), so the off-policy ratio of the first PPO step is 1 up to that noise.
+
 With ``precision="bf16"`` the engine serves bfloat16 weights, as vLLM and SGLang do with
 ``dtype="bfloat16"``: its floating-point parameters are cast in place (buffers such as the
 rotary frequencies stay as built) and generation runs without autocast. On CPU (AMX) that
 generated 64 rows x 32 tokens of a 6M-parameter model in 0.28 s against 0.43-0.50 s under
-autocast over fp32 weights, which casts the activations around every matmul (and under
-``inference_mode`` every weight as well, at every token: autocast caches no cast there).
-Its log-probs then differ from the trainer's bf16 autocast by 0.003 on average (0.016 at
-most; autocast-generated ones by 0.0015), the rollout-trainer mismatch of a bf16 engine,
-which the rollout correction (`rollout_correction_cap`) or a recompute of the old log-probs
-accounts for. The sampled tokens' log-probs come from the
-raw logits `generate` already computed at each step (``output_logits``; before any logits
-processor), scaled by the temperature and normalised with the same `token_log_probs` the
-inference and actor workers use — so no second forward pass over the responses is needed
-(at 20M parameters that pass cost a third of the rollout). They agree with
-`response_log_probs` on the same weights up to the float noise of cached vs. uncached
-attention (~1e-6), so the off-policy ratio of the first PPO step is 1 up to that noise.
-They are log-probs of the temperature-scaled *full* distribution; top-p/top-k only
-restrict which tokens can be drawn.
+autocast over fp32 weights, which casts the activations around every matmul (and, under
+``inference_mode``, every weight at every token: autocast caches no cast there). Its
+log-probs then differ from the trainer's bf16 autocast by 0.003 on average (0.016 at most;
+autocast-generated ones by 0.0015): the rollout-trainer mismatch of a bf16 engine, which
+the rollout correction (`rollout_correction_cap`) or a recompute of the old log-probs
+accounts for.
 
 Keeping every step's logits costs ``batch x max_new_tokens x vocab`` floats: fine for tiny
 vocabularies, 19 GB for 512 x 64 tokens of a 150k vocabulary. Above `logits_budget_bytes`
