@@ -311,27 +311,6 @@ def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
     return float(priced.predicted_time)
 
 
-@dataclass(frozen=True)
-class TrlContender:
-    """A TRL setup and the attention kernel its model is built with."""
-
-    setup: TrlSetup
-    attention: str
-
-    @property
-    def label(self) -> str:
-        return f"{self.setup.label}, {self.attention}"
-
-    @classmethod
-    def parse(cls, text: str, *, default_attention: str) -> TrlContender:
-        """``"PxT"`` or ``"PxT:KERNEL"`` (KERNEL: sdpa or eager; default the model's)."""
-        setup, _, kernel = text.partition(":")
-        kernel = kernel or default_attention
-        if kernel not in ("sdpa", "eager"):
-            raise ValueError(f"a TRL setup's attention is sdpa or eager, got {text!r}")
-        return cls(TrlSetup.parse(setup), kernel)
-
-
 def trl_attention(settings: Settings, batches: Sequence[Sequence[MathProblem]]) -> str:
     """The attention kernel rlinf's actor trains the longest row of this workload with
     (``ActorConfig.attention="auto"``: eager for short bf16 rows on CPU). By default TRL
@@ -352,11 +331,11 @@ def trl_attention(settings: Settings, batches: Sequence[Sequence[MathProblem]]) 
     return kernel or settings.model.attn_implementation
 
 
-def run_trl_setup(settings: Settings, contender: TrlContender,
+def run_trl_setup(settings: Settings, setup: TrlSetup,
                   batches: Sequence[Sequence[MathProblem]]) -> RunResult:
-    """Time TRL as `contender` (fresh processes: warm-up, then the timed iterations)."""
-    setup = contender.setup
-    model = {**dataclasses.asdict(settings.model), "attn_implementation": contender.attention}
+    """Time TRL in `setup` (fresh processes: warm-up, then the timed iterations)."""
+    model = {**dataclasses.asdict(settings.model),
+             "attn_implementation": setup.attention or settings.model.attn_implementation}
     job = TrlJob(problems=[[(p.question, p.answer) for p in batch] for batch in batches],
                  model_config=model, model_seed=settings.seed,
                  group_size=settings.group_size, max_new_tokens=settings.max_new_tokens,
@@ -366,7 +345,7 @@ def run_trl_setup(settings: Settings, contender: TrlContender,
     times = run_trl(job, setup)
     timed = slice(settings.warmup, None)
     return RunResult(
-        name=f"trl GRPOTrainer ({contender.label})", system="trl", engine="hf",
+        name=f"trl GRPOTrainer ({setup.label})", system="trl", engine="hf",
         seconds=times.seconds[timed], samples=[settings.rows] * settings.iterations,
         tokens=[round(m * settings.rows) for m in times.lengths[timed]],
         cpu_seconds=times.cpu_seconds[timed])
@@ -446,11 +425,11 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
         args.trl = ",".join(f"{setup}:{kernel}" for kernel in kernels for setup in
                             (f"1x{cores}", f"{min(2, cores)}x{max(1, cores // 2)}"))
     try:
-        setups = [TrlContender.parse(t, default_attention=own)
+        setups = [TrlSetup.parse(t, default_attention=own)
                   for t in args.trl.split(",")] if not args.no_trl else []
     except ValueError as exc:
         parser.error(f"--trl: {exc}")
-    processes = math.lcm(*(s.setup.processes for s in setups)) if setups else 1
+    processes = math.lcm(*(s.processes for s in setups)) if setups else 1
     if settings.rows % processes:
         parser.error(f"{settings.prompts} prompts x {settings.group_size} samples = "
                      f"{settings.rows} rows do not split over {processes} TRL processes")
@@ -498,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     vllm_mode = next((m for m in MODES if m.name == args.vllm_mode), None)
     try:
         for round_index in range(settings.rounds):
-            contenders: list[TrlContender | Mode] = [*args.setups, *wanted]
+            contenders: list[TrlSetup | Mode] = [*args.setups, *wanted]
             for what in contenders:
                 runs.append(_timed(settings, what, "hf", batches, round_index))
             if not args.no_vllm:
@@ -537,15 +516,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _timed(settings: Settings, what: TrlContender | Mode, engine: str,
+def _timed(settings: Settings, what: TrlSetup | Mode, engine: str,
            batches: Sequence[Sequence[MathProblem]], round_index: int) -> RunResult:
     """One contender's run in round `round_index` (TRL in a setup, or rlinf in a placement
     mode with `engine`), announced with the load before it."""
-    label = (f"trl {what.label}" if isinstance(what, TrlContender)
+    label = (f"trl {what.label}" if isinstance(what, TrlSetup)
              else f"rlinf {what.name} ({engine})")
     print(f"round {round_index + 1}/{settings.rounds}: {label}, "
           f"load {os.getloadavg()[0]:.2f} ...", flush=True)
-    if isinstance(what, TrlContender):
+    if isinstance(what, TrlSetup):
         result = run_trl_setup(settings, what, batches)
     else:
         result = run_rlinf(settings, what, engine, batches)

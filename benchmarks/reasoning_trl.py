@@ -46,26 +46,33 @@ __all__ = ["TrlJob", "TrlSetup", "run_trl"]
 
 @dataclass(frozen=True)
 class TrlSetup:
-    """How TRL runs: `processes` data-parallel processes of `threads` torch threads each."""
+    """How TRL runs: `processes` data-parallel processes of `threads` torch threads each,
+    its model built with the `attention` kernel (None: the model config's)."""
 
     processes: int
     threads: int
+    attention: str | None = None
 
     @property
     def label(self) -> str:
-        return f"{self.processes} proc x {self.threads} thr"
+        kernel = "" if self.attention is None else f", {self.attention}"
+        return f"{self.processes} proc x {self.threads} thr{kernel}"
 
     @classmethod
-    def parse(cls, text: str) -> TrlSetup:
-        """``"PxT"``: P processes of T threads."""
-        processes, _, threads = text.partition("x")
+    def parse(cls, text: str, *, default_attention: str | None = None) -> TrlSetup:
+        """``"PxT"``: P processes of T threads, or ``"PxT:KERNEL"`` (sdpa or eager) with
+        that attention kernel (default `default_attention`)."""
+        shape, _, kernel = text.partition(":")
+        processes, _, threads = shape.partition("x")
         try:
-            setup = cls(int(processes), int(threads))
+            setup = cls(int(processes), int(threads), kernel or default_attention)
         except ValueError:
             raise ValueError(f"a TRL setup is PROCESSESxTHREADS such as 2x1, got {text!r}") \
                 from None
         if setup.processes < 1 or setup.threads < 1:
             raise ValueError(f"a TRL setup needs >= 1 process and thread, got {text!r}")
+        if setup.attention not in (None, "sdpa", "eager"):
+            raise ValueError(f"a TRL setup's attention is sdpa or eager, got {text!r}")
         return setup
 
 

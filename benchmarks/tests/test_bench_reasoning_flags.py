@@ -10,7 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench_reasoning import FULL, TrlContender, parse_args
+from bench_reasoning import FULL, parse_args
 from reasoning_trl import TrlSetup
 
 
@@ -19,8 +19,7 @@ def test_the_default_is_the_full_setting_with_both_trl_setups() -> None:
     assert settings.model == FULL.model and settings.rounds == 3
     assert (settings.prompts, settings.group_size, settings.max_new_tokens) == (64, 8, 64)
     assert settings.micro_batch_size == 64
-    assert args.setups == [TrlContender(TrlSetup(1, 2), "sdpa"),
-                           TrlContender(TrlSetup(2, 1), "sdpa")]
+    assert args.setups == [TrlSetup(1, 2, "sdpa"), TrlSetup(2, 1, "sdpa")]
     # the vLLM contender takes pi_old from its training forward unless asked to recompute
     assert not settings.vllm_recompute
     assert parse_args(["--vllm-recompute"])[1].vllm_recompute
@@ -38,11 +37,10 @@ def test_trl_also_runs_with_the_kernel_rlinfs_actor_trains_with(
         flags: list[str], kernels: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     args, _ = parse_args(flags)
-    assert [(c.setup, c.attention) for c in args.setups] == list(zip(
-        [TrlSetup(1, 2), TrlSetup(2, 1)] * 2, kernels, strict=False))
+    assert [((c.processes, c.threads), c.attention) for c in args.setups] == list(zip(
+        [(1, 2), (2, 1)] * 2, kernels, strict=False))
     chosen, _ = parse_args(["--trl", "2x1:eager,1x2"])
-    assert chosen.setups == [TrlContender(TrlSetup(2, 1), "eager"),
-                             TrlContender(TrlSetup(1, 2), "sdpa")]
+    assert chosen.setups == [TrlSetup(2, 1, "eager"), TrlSetup(1, 2, "sdpa")]
 
 
 def test_flags_set_the_model_and_the_workload() -> None:
