@@ -139,6 +139,33 @@ def test_predictions_fit_the_message_latency_to_the_pipelined_probe_and_add_the_
     assert calibrated(box, base, spec) == box
 
 
+def test_a_streaming_actor_pays_its_fixed_part_once_per_iteration() -> None:
+    # Hybrid: the actor trains each 8-row micro-batch as it arrives and steps once, so
+    # its 4 pieces together cost one whole-batch call: 1 s fixed + 32 x 0.01 s, not 4 s fixed.
+    spec = FlowSpec(rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),
+                    prompts_per_step=8)
+    spec = dataclasses.replace(spec, actor=dataclasses.replace(spec.actor, micro_batch_size=8))
+    analytic = AnalyticCostModel({
+        "rollout": AnalyticCost(fixed=0.05, per_item=0.01), "reward": AnalyticCost(per_item=0.001),
+        "inference": AnalyticCost(per_item=0.004),
+        "actor": AnalyticCost(fixed=1.0, per_item=0.01)})
+    profile = Profile(tuple(
+        Measurement(c, b, n, analytic.time(c, batch_size=b, num_devices=n), 0, "none")
+        for c in ("rollout", "reward", "inference", "actor") for b in (8, 32) for n in (1, 2)))
+    box = Cluster.uniform(1, 2, "8GiB", "cpu", cpus_per_node=2)
+    hybrid = fixed_plan(spec, "rollout: 0, reward,inference,actor: 1", num_devices=2,
+                        granularity_groups=2)
+    _, simulation = predict(hybrid, spec, profile, box)
+    assert simulation.busy_seconds["actor"] == pytest.approx(1.0 + 32 * 0.01, rel=1e-6)
+    actor_calls = [i for i in simulation.intervals if i.component == "actor"]
+    assert len(actor_calls) == 4
+    # Collocated, the actor trains the whole batch in one call: the same price.
+    together = fixed_plan(spec, "rollout,reward,inference,actor: 0", num_devices=2,
+                          granularity_groups=2)
+    _, simulation = predict(together, spec, profile, box)
+    assert simulation.busy_seconds["actor"] == pytest.approx(1.0 + 32 * 0.01, rel=1e-6)
+
+
 def _cut_choosing_spec() -> FlowSpec:
     return FlowSpec(model_config=TinyLMConfig(), megatron=MegatronConfig(), choose_cut=True,
                     rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),

@@ -40,6 +40,7 @@ from rlinf.sched import (
     Profile,
     Replanner,
     SimulationResult,
+    StreamedCosts,
     TrainerCost,
     Workflow,
     fit_profile,
@@ -240,8 +241,14 @@ def predict(plan_: ExecutionPlan, spec: FlowSpec, profile: Profile | CostModel,
 def _priced(plan_: ExecutionPlan, spec: FlowSpec, cost: CostModel, cluster: Cluster, *,
             overhead: float = 0.0) -> tuple[ExecutionPlan, SimulationResult]:
     micro = _simulated_micro_batches(plan_, spec)
-    simulation = simulate(execution_workflow(plan_, spec), plan_.placement, cost, cluster,
-                          micro_batch=micro, record=True)
+    simulated_cost: CostModel = cost
+    if streams_actor(spec, plan_.placement):
+        # The streamed micro-batches share one optimizer step: each costs its share of the
+        # whole batch's call, not a whole call's fixed part (`StreamedCosts`).
+        simulated_cost = StreamedCosts(cost, component="actor",
+                                       whole=spec.prompts_per_step * spec.rollout.group_size)
+    simulation = simulate(execution_workflow(plan_, spec), plan_.placement, simulated_cost,
+                          cluster, micro_batch=micro, record=True)
     priced = dataclasses.replace(plan_, predicted_time=simulation.iteration_time + overhead,
                                  utilisation=simulation.utilisation)
     if isinstance(cost, CutPricedCosts):

@@ -52,6 +52,7 @@ from rlinf.sched.profiler import (
 from rlinf.sched.replan import Call, DriftPolicy, LiveCostModel, Replan, Replanner
 from rlinf.sched.residency import Admission, Residency
 from rlinf.sched.simulator import Interval, SimulationResult, simulate
+from rlinf.sched.streamed_costs import StreamedCosts
 from rlinf.sched.version import __version__
 from rlinf.sched.workflow import Component, Edge, Loop, Workflow, WorkflowError
 
@@ -126,6 +127,7 @@ __all__ = [
     "Residency",
     "SchedError",
     "SimulationResult",
+    "StreamedCosts",
     "SwitchEvent",
     "TrainerCost",
     "Workflow",
