@@ -5,10 +5,12 @@ import torch
 
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models import (
+    GQA_SDPA,
     TinyLMConfig,
     attention_kernel,
     build_tiny_causal_lm,
     check_attention,
+    generation_attention,
     response_log_probs,
     training_attention,
 )
@@ -83,3 +85,40 @@ def test_eager_and_sdpa_give_the_same_log_probs_with_padding():
         with attention_kernel(model, "eager"):
             eager = response_log_probs(model, **args)
     torch.testing.assert_close(eager, own, atol=1e-5, rtol=1e-5)
+
+
+def test_generation_reads_grouped_heads_in_place_on_cpu_only():
+    model = _model()
+    assert model.config.num_key_value_heads < model.config.num_attention_heads
+    assert generation_attention(model, device=CPU) == GQA_SDPA
+    assert generation_attention(model, device=GPU) is None
+    with attention_kernel(model, "eager"):  # a kernel the user chose is kept
+        assert generation_attention(model, device=CPU) is None
+
+
+def test_grouped_sdpa_decodes_as_sdpa_does_with_left_padding():
+    """Prefill and cached decoding steps under a padding mask: the same logits as
+    transformers' sdpa, which copies the grouped heads per query head."""
+    model = _model()
+    ids = torch.randint(1, 90, (3, 6))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0
+    mask[2, :1] = 0
+
+    def decode() -> torch.Tensor:
+        out = model(input_ids=ids, attention_mask=mask, use_cache=True)
+        logits, cache, step_mask = [out.logits[:, -1]], out.past_key_values, mask
+        for _ in range(3):
+            token = logits[-1].argmax(-1, keepdim=True)
+            step_mask = torch.cat([step_mask, torch.ones_like(token)], dim=1)
+            out = model(input_ids=token, attention_mask=step_mask, past_key_values=cache,
+                        use_cache=True)
+            logits.append(out.logits[:, -1])
+            cache = out.past_key_values
+        return torch.stack(logits, dim=1)
+
+    with torch.no_grad():
+        own = decode()
+        with attention_kernel(model, generation_attention(model, device=CPU)):
+            grouped = decode()
+    torch.testing.assert_close(grouped, own, atol=1e-5, rtol=1e-5)

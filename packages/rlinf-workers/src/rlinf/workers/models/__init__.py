@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from rlinf.workers._lazy import lazy_attribute
 from rlinf.workers.models.attention import (
+    GQA_SDPA,
     AttentionChoice,
     attention_kernel,
     check_attention,
+    generation_attention,
     training_attention,
 )
 from rlinf.workers.models.logprobs import (
@@ -56,6 +58,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ARITHMETIC_ALPHABET",
+    "GQA_SDPA",
     "SPECIAL_TOKENS",
     "ActionEval",
     "ActionSample",
@@ -72,6 +75,7 @@ __all__ = [
     "check_attention",
     "check_precision",
     "compute_precision",
+    "generation_attention",
     "load_tokenizer",
     "position_ids_from_mask",
     "response_log_probs",

@@ -17,6 +17,15 @@ a padding mask (AVX-512 BF16 / AMX host, medians of 2):
 In fp32 the two kernels were within 4% of each other at 64-256 columns, and on GPUs the
 fused kernels win. ``auto`` therefore trains with eager attention only on CPU, in bf16, for
 micro-batches of at most `EAGER_MAX_COLUMNS` columns, and keeps the model's kernel elsewhere.
+
+Generation on CPU runs `GQA_SDPA`: transformers' ``sdpa`` copies every key and value head
+once per query head of its group (``repeat_kv``) whenever a padding mask is given, as it
+is for every left-padded batch, so each decoding step copied the whole KV cache.
+`GQA_SDPA` passes the grouped heads to PyTorch's kernel as they are (``enable_gqa``), with
+the same mask and the same result. One decoding step's attention of 64 rows, 8 query and
+4 KV heads of 64 dims, bf16, one core: 1.2 ms against 0.38 ms over 60 cached columns,
+3.2 ms against 0.67 ms over 90 (the outputs equal). On GPUs a masked ``enable_gqa`` falls
+back to PyTorch's math kernel, so there the model's kernel stays.
 """
 
 from __future__ import annotations
@@ -31,14 +40,18 @@ from torch import nn
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.precision import Precision
 
-__all__ = ["EAGER_MAX_COLUMNS", "AttentionChoice", "attention_kernel", "check_attention",
-           "training_attention"]
+__all__ = ["EAGER_MAX_COLUMNS", "GQA_SDPA", "AttentionChoice", "attention_kernel",
+           "check_attention", "generation_attention", "training_attention"]
 
 AttentionChoice = Literal["auto", "model", "eager", "sdpa"]
 
 EAGER_MAX_COLUMNS = 256
 """Longest micro-batch (prompt + response columns) that ``auto`` trains with eager
 attention on CPU in bf16 (the table above: eager is 20-25% faster up to 128, even at 256)."""
+
+
+GQA_SDPA = "rlinf_gqa_sdpa"
+"""Name of the attention kernel `generation_attention` registers with transformers."""
 
 
 def check_attention(choice: str) -> AttentionChoice:
@@ -60,6 +73,41 @@ def training_attention(choice: AttentionChoice, *, columns: int, precision: Prec
     if device.type == "cpu" and precision == "bf16" and columns <= EAGER_MAX_COLUMNS:
         return "eager"
     return None
+
+
+def generation_attention(model: nn.Module, *, device: torch.device) -> str | None:
+    """The kernel `model` generates with on `device`: `GQA_SDPA` on CPU where the model
+    runs transformers' ``sdpa`` (registered on first use), else None (its own)."""
+    if device.type != "cpu":
+        return None
+    configs = _attention_configs(model)
+    if not configs or any(c._attn_implementation != "sdpa" for c in configs):
+        return None
+    _register_gqa_sdpa()
+    return GQA_SDPA
+
+
+def _gqa_sdpa(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+              attention_mask: torch.Tensor | None, *, dropout: float = 0.0,
+              scaling: float | None = None, is_causal: bool | None = None,
+              **_: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention-kernel signature: [B, H, Q, D] queries against [B, KV, K, D]
+    keys and values (KV dividing H), output [B, Q, H, D]. Causal without a mask only for a
+    prefill (transformers gives a mask otherwise)."""
+    own = getattr(module, "is_causal", True) if is_causal is None else is_causal
+    causal = bool(query.shape[2] > 1 and attention_mask is None and own)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling,
+        is_causal=causal, enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_gqa_sdpa() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+
+    AttentionInterface.register(GQA_SDPA, _gqa_sdpa)
+    ALL_MASK_ATTENTION_FUNCTIONS.register(GQA_SDPA, sdpa_mask)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,10 @@ autocast-generated ones by 0.0015): the rollout-trainer mismatch of a bf16 engin
 the rollout correction (`rollout_correction_cap`) or a recompute of the old log-probs
 accounts for.
 
+On CPU a model with transformers' ``sdpa`` generates with `rlinf.workers.models.GQA_SDPA`:
+the grouped key and value heads are read in place rather than copied per query head at
+every step (the same numbers).
+
 Keeping every step's logits costs ``batch x max_new_tokens x vocab`` floats: fine for tiny
 vocabularies, 19 GB for 512 x 64 tokens of a 150k vocabulary. Above `logits_budget_bytes`
 the engine does not keep them and recomputes the log-probs with `response_log_probs` in one
@@ -39,7 +43,9 @@ from torch import nn
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models import (
     Precision,
+    attention_kernel,
     check_precision,
+    generation_attention,
     response_log_probs,
     response_mask_from_eos,
     token_log_probs,
@@ -120,8 +126,9 @@ class HFRolloutEngine:
             options.update(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
                            top_k=sampling.top_k)
         devices = [self.device] if self.device.type == "cuda" else []
-        with torch.no_grad(), torch.random.fork_rng(devices=devices,
-                                                    enabled=sampling.seed is not None):
+        kernel = generation_attention(self.model, device=self.device)
+        with torch.no_grad(), attention_kernel(self.model, kernel), \
+                torch.random.fork_rng(devices=devices, enabled=sampling.seed is not None):
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
