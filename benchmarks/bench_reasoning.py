@@ -46,7 +46,11 @@ fresh: ``--warmup`` untimed iterations, then ``--iterations`` timed ones); the t
 medians over every round's timed iterations, with CPU-seconds per sample (every process of
 the contender: TRL's ranks; rlinf's driver, Ray daemons and workers) next to the wall time.
 The run is refused when the 1-minute load average is still above ``--max-load`` after
-``--load-wait`` seconds at its start, and the load is printed before every contender. For
+``--load-wait`` seconds at its start, and the load is printed before every contender.
+Before each contender (and each profile) the benchmark waits (``--settle``, at most 30 s)
+until one second of the machine's CPU is at most 15% busy: the previous contender's
+processes (Ray workers exiting, TRL's ranks tearing down) would otherwise run into the
+next one's timed iterations. For
 every rlinf run the flow is then profiled (`rlinf.workers.flow.profile_flow`: probe runs
 collocated on one and on all devices, at half and all of the batch, as ``rlinf-reasoning``
 profiles before a run), the profile fitted (`rlinf.sched.fit_profile`) and the same fixed
@@ -88,7 +92,7 @@ import structlog
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from process_cpu import tree_cpu_seconds
-from quiet import wait_for_quiet
+from quiet import wait_for_idle_cores, wait_for_quiet
 from reasoning_summary import RunResult, format_table, merge_rounds, summarize
 from reasoning_trl import TrlJob, TrlSetup, run_trl
 
@@ -390,6 +394,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                         help="every contender's precision (auto: bf16 where the CPU has "
                              "native bf16 matmuls, else fp32)")
+    parser.add_argument("--settle", type=float, default=30.0, metavar="SECONDS",
+                        help="before each contender, wait up to this long for one second of "
+                             "the machine's CPU at most 15%% busy (0: do not wait)")
     parser.add_argument("--max-load", type=float, default=max(1.0, 0.5 * cores),
                         help="refuse to start above this 1-minute load average (default: "
                              "half the cores, at least 1)")
@@ -397,6 +404,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
                         help="seconds to wait for the load to fall below --max-load before "
                              "refusing (default 180)")
     args = parser.parse_args(argv)
+    if args.settle < 0:
+        parser.error(f"--settle must be >= 0 seconds, got {args.settle}")
     base = QUICK if args.quick else FULL
     model = base.model
     if args.layers is not None or args.hidden is not None:
@@ -479,14 +488,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_index in range(settings.rounds):
             contenders: list[TrlSetup | Mode] = [*args.setups, *wanted]
             for what in contenders:
-                runs.append(_timed(settings, what, "hf", batches, round_index))
+                runs.append(_timed(settings, what, "hf", batches, round_index,
+                                   settle=args.settle))
             if not args.no_vllm:
                 if vllm_mode is None:
                     hf = [r for r in runs if r.system == "rlinf"]
                     best = max(hf, key=lambda r: r.samples_per_s) if hf else None
                     vllm_mode = next((m for m in MODES if best and m.placement == best.placement),
                                      MODES[0])
-                runs.append(_timed(settings, vllm_mode, "vllm", batches, round_index))
+                runs.append(_timed(settings, vllm_mode, "vllm", batches, round_index,
+                                   settle=args.settle))
         results = merge_rounds(runs)
         priced: list[RunResult] = []
         for r in results:
@@ -495,6 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             mode = next(m for m in MODES
                         if m.placement_for(settings.recomputes(r.engine)) == r.placement)
+            if args.settle:
+                wait_for_idle_cores(0.15, args.settle)
             print(f"profiling and pricing {r.name} ...", flush=True)
             priced.append(dataclasses.replace(
                 r, predicted=price_rlinf(settings, mode, r.engine)))
@@ -517,13 +530,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _timed(settings: Settings, what: TrlSetup | Mode, engine: str,
-           batches: Sequence[Sequence[MathProblem]], round_index: int) -> RunResult:
+           batches: Sequence[Sequence[MathProblem]], round_index: int, *,
+           settle: float) -> RunResult:
     """One contender's run in round `round_index` (TRL in a setup, or rlinf in a placement
-    mode with `engine`), announced with the load before it."""
+    mode with `engine`), once the machine settled, announced with the load before it."""
     label = (f"trl {what.label}" if isinstance(what, TrlSetup)
              else f"rlinf {what.name} ({engine})")
-    print(f"round {round_index + 1}/{settings.rounds}: {label}, "
-          f"load {os.getloadavg()[0]:.2f} ...", flush=True)
+    settled = wait_for_idle_cores(0.15, settle) if settle else 0.0
+    print(f"round {round_index + 1}/{settings.rounds}: {label}, after {settled:.0f} s "
+          f"settling, load {os.getloadavg()[0]:.2f} ...", flush=True)
     if isinstance(what, TrlSetup):
         result = run_trl_setup(settings, what, batches)
     else:

@@ -26,6 +26,8 @@ def test_the_default_is_the_full_setting_with_both_trl_setups() -> None:
     # the vLLM contender runs collocated unless a mode (or the best HF mode) is asked for
     assert args.vllm_mode == "collocated"
     assert parse_args(["--vllm-mode", "best"])[0].vllm_mode == "best"
+    # each contender starts once the previous one's processes are gone, 30 s at most
+    assert args.settle == 30.0
 
 
 @pytest.mark.parametrize(("flags", "kernels"), [
@@ -66,6 +68,7 @@ def test_flags_set_the_model_and_the_workload() -> None:
     (["--micro-batch", "5"], "must divide"),
     (["--trl", "two"], "PROCESSESxTHREADS"),
     (["--trl", "2x1:flash"], "sdpa or eager"),
+    (["--settle", "-1"], "--settle must be >= 0"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(flags: list[str], message: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
