@@ -104,16 +104,23 @@ def test_few_prompts_keep_actor_ranks_fed() -> None:
         assert_runs_as_planned(spec, chosen)
 
 
+def _profile(*, actor: AnalyticCost | None = None, devices: tuple[int, ...] = (1, 2)) -> Profile:
+    """Every component "measured" at 8 and 32 items on `devices` from a known cost model;
+    `actor` replaces the default actor cost."""
+    analytic = AnalyticCostModel({
+        "rollout": AnalyticCost(fixed=0.05, per_item=0.01), "reward": AnalyticCost(per_item=0.001),
+        "inference": AnalyticCost(per_item=0.004),
+        "actor": actor or AnalyticCost(per_item=0.006)})
+    return Profile(tuple(
+        Measurement(c, b, n, analytic.time(c, batch_size=b, num_devices=n), 0, "none")
+        for c in ("rollout", "reward", "inference", "actor") for b in (8, 32) for n in devices))
+
+
 def test_predictions_fit_the_message_latency_to_the_pipelined_probe_and_add_the_weight_sync(
 ) -> None:
     spec = FlowSpec(rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),
                     prompts_per_step=8)
-    analytic = AnalyticCostModel({
-        "rollout": AnalyticCost(fixed=0.05, per_item=0.01), "reward": AnalyticCost(per_item=0.001),
-        "inference": AnalyticCost(per_item=0.004), "actor": AnalyticCost(per_item=0.006)})
-    base = Profile(tuple(
-        Measurement(c, b, n, analytic.time(c, batch_size=b, num_devices=n), 0, "none")
-        for c in ("rollout", "reward", "inference", "actor") for b in (8, 32) for n in (1, 2)))
+    base = _profile()
     box = Cluster.uniform(1, 2, "8GiB", "cpu", cpus_per_node=2)
     probe = fixed_plan(spec, "rollout: 0, reward,inference,actor: 1", num_devices=2,
                        granularity_groups=2)
@@ -145,13 +152,7 @@ def test_a_streaming_actor_pays_its_fixed_part_once_per_iteration() -> None:
     spec = FlowSpec(rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),
                     prompts_per_step=8)
     spec = dataclasses.replace(spec, actor=dataclasses.replace(spec.actor, micro_batch_size=8))
-    analytic = AnalyticCostModel({
-        "rollout": AnalyticCost(fixed=0.05, per_item=0.01), "reward": AnalyticCost(per_item=0.001),
-        "inference": AnalyticCost(per_item=0.004),
-        "actor": AnalyticCost(fixed=1.0, per_item=0.01)})
-    profile = Profile(tuple(
-        Measurement(c, b, n, analytic.time(c, batch_size=b, num_devices=n), 0, "none")
-        for c in ("rollout", "reward", "inference", "actor") for b in (8, 32) for n in (1, 2)))
+    profile = _profile(actor=AnalyticCost(fixed=1.0, per_item=0.01))
     box = Cluster.uniform(1, 2, "8GiB", "cpu", cpus_per_node=2)
     hybrid = fixed_plan(spec, "rollout: 0, reward,inference,actor: 1", num_devices=2,
                         granularity_groups=2)
@@ -174,13 +175,7 @@ def _cut_choosing_spec() -> FlowSpec:
 
 def _measured(spec: FlowSpec) -> Profile:
     """A profile of every component on 1, 2 and 4 devices (the actor data parallel)."""
-    analytic = AnalyticCostModel({
-        "rollout": AnalyticCost(fixed=0.05, per_item=0.01), "reward": AnalyticCost(per_item=0.001),
-        "inference": AnalyticCost(per_item=0.004), "actor": AnalyticCost(per_item=0.006)})
-    return Profile(tuple(
-        Measurement(c, b, n, analytic.time(c, batch_size=b, num_devices=n), 0, "none")
-        for c in ("rollout", "reward", "inference", "actor") for b in (8, 32)
-        for n in (1, 2, 4)))
+    return _profile(devices=(1, 2, 4))
 
 
 def test_auto_chooses_the_actors_cut_under_the_device_memory() -> None:
