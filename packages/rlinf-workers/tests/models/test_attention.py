@@ -122,3 +122,17 @@ def test_grouped_sdpa_decodes_as_sdpa_does_with_left_padding():
         with attention_kernel(model, generation_attention(model, device=CPU)):
             grouped = decode()
     torch.testing.assert_close(grouped, own, atol=1e-5, rtol=1e-5)
+
+
+def test_grouped_sdpa_generates_as_sdpa_does_with_a_static_cache():
+    """An unpadded batch into a preallocated cache: the prefill comes without a mask."""
+    model = _model()
+    ids = torch.randint(1, 90, (2, 5))
+    options = {"max_new_tokens": 4, "do_sample": False, "cache_implementation": "static",
+               "return_dict_in_generate": True, "output_logits": True, "pad_token_id": 0}
+    with torch.no_grad():
+        own = model.generate(input_ids=ids, **options)
+        with attention_kernel(model, generation_attention(model, device=CPU)):
+            grouped = model.generate(input_ids=ids, **options)
+    torch.testing.assert_close(torch.stack(grouped.logits), torch.stack(own.logits),
+                               atol=1e-5, rtol=1e-5)
