@@ -50,7 +50,11 @@ The run is refused when the 1-minute load average is still above ``--max-load`` 
 Before each contender (and each profile) the benchmark waits (``--settle``, at most 30 s)
 until one second of the machine's CPU is at most 15% busy: the previous contender's
 processes (Ray workers exiting, TRL's ranks tearing down) would otherwise run into the
-next one's timed iterations. For
+next one's timed iterations. Every contender's processes, TRL's ranks included, allocate
+host memory alike (``--allocator``): by default with jemalloc keeping the pages it frees,
+rlinf's default (`rlinf.workers.runtime.allocator`); on the bench VM it sped TRL up as much
+as rlinf (held-out setting, 2026-12-02: 77 -> 110 samples/s), so the comparison stays
+like for like. For
 every rlinf run the flow is then profiled (`rlinf.workers.flow.profile_flow`: probe runs
 collocated on one and on all devices, at half and all of the batch, as ``rlinf-reasoning``
 profiles before a run), the profile fitted (`rlinf.sched.fit_profile`) and the same fixed
@@ -98,6 +102,7 @@ from reasoning_trl import TrlJob, TrlSetup, run_trl
 
 from rlinf.envs.math import MathProblem, ProblemGenerator
 from rlinf.workers.models import TinyLMConfig
+from rlinf.workers.runtime import HostAllocator, allocator_env
 
 if TYPE_CHECKING:
     from rlinf_reasoning.spec import FlowSpec
@@ -148,6 +153,10 @@ class Settings:
     """Compute precision of every contender: "fp32", or "bf16" mixed precision (bf16
     autocast over fp32 weights and optimizer state: TRL's ``bf16=True``, rlinf's
     ``ActorConfig.precision``; vLLM then serves bfloat16 weights)."""
+    allocator: str = "jemalloc"
+    """Host ``malloc`` of every contender's processes, TRL's included: "jemalloc" (Ray's,
+    keeping the pages it frees: rlinf's default, `rlinf.workers.runtime.allocator`) or
+    "system" (the C library's)."""
 
     def recomputes(self, engine: str) -> bool:
         """Whether the run with `engine` has an inference role recomputing old log-probs."""
@@ -164,7 +173,8 @@ class Settings:
                 "prompts": self.prompts, "group_size": self.group_size,
                 "new_tokens": self.max_new_tokens, "micro_batch": self.micro_batch_size,
                 "warmup": self.warmup, "iterations": self.iterations, "rounds": self.rounds,
-                "precision": self.precision, "vllm_recompute": self.vllm_recompute}
+                "precision": self.precision, "vllm_recompute": self.vllm_recompute,
+                "allocator": self.allocator}
 
 
 def tiny_model(layers: int, hidden: int) -> TinyLMConfig:
@@ -176,9 +186,9 @@ def tiny_model(layers: int, hidden: int) -> TinyLMConfig:
 
 
 FULL = Settings(model=tiny_model(6, 512), prompts=64, group_size=8, max_new_tokens=64,
-                micro_batch_size=64, warmup=1, iterations=2, rounds=3)
+                micro_batch_size=64, warmup=2, iterations=2, rounds=3)
 QUICK = Settings(model=tiny_model(2, 128), prompts=16, group_size=4, max_new_tokens=16,
-                 micro_batch_size=16, warmup=1, iterations=2, rounds=1)
+                 micro_batch_size=16, warmup=2, iterations=2, rounds=1)
 
 
 @dataclass(frozen=True)
@@ -254,7 +264,7 @@ def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, i
                           else None,
                           precision=settings.precision),  # type: ignore[arg-type]
         recompute_logprobs=recompute, seed=settings.seed, prompts_per_step=settings.prompts,
-        engine_options=options)
+        engine_options=options, host_allocator=HostAllocator(settings.allocator))  # type: ignore[arg-type]
     return spec, per_call
 
 
@@ -346,7 +356,8 @@ def run_trl_setup(settings: Settings, setup: TrlSetup,
                  temperature=settings.temperature, lr=settings.lr,
                  micro_batch_size=settings.micro_batch_size, max_grad_norm=1.0,
                  clip_ratio=0.2, seed=settings.seed, bf16=settings.precision == "bf16")
-    times = run_trl(job, setup)
+    times = run_trl(job, setup, env=allocator_env(
+        HostAllocator(settings.allocator)))  # type: ignore[arg-type]
     timed = slice(settings.warmup, None)
     return RunResult(
         name=f"trl GRPOTrainer ({setup.label})", system="trl", engine="hf",
@@ -372,7 +383,8 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
     parser.add_argument("--iterations", type=int, help="timed iterations per contender and "
                                                        "round (default 2)")
     parser.add_argument("--warmup", type=int, help="untimed iterations per contender and "
-                                                   "round (default 1)")
+                                                   "round (default 2: a fresh worker's heap is "
+                                                   "still growing in its second iteration)")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (default 3; quick 1)")
     parser.add_argument("--modes", default=",".join(m.name for m in MODES),
                         help="rlinf placement modes to run (comma-separated)")
@@ -394,6 +406,10 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                         help="every contender's precision (auto: bf16 where the CPU has "
                              "native bf16 matmuls, else fp32)")
+    parser.add_argument("--allocator", choices=("jemalloc", "system"), default="jemalloc",
+                        help="host malloc of every contender's processes, TRL's too (default "
+                             "jemalloc: Ray's, keeping the pages it frees, rlinf's default; "
+                             "system: the C library's)")
     parser.add_argument("--settle", type=float, default=30.0, metavar="SECONDS",
                         help="before each contender, wait up to this long for one second of "
                              "the machine's CPU at most 15%% busy (0: do not wait)")
@@ -424,7 +440,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
                          f"{0 if flag == 'warmup' else 1}, got {value}")
     settings = dataclasses.replace(
         base, model=model, precision=_precision(args.precision),
-        vllm_recompute=args.vllm_recompute,
+        vllm_recompute=args.vllm_recompute, allocator=args.allocator,
         **{k: v for k, v in picked.items() if v is not None})
     if settings.group_size < 2:
         parser.error("--group-size must be >= 2 (GRPO's advantages are relative to the group)")

@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -107,8 +107,10 @@ class TrlTimes:
     lengths: list[float]
 
 
-def run_trl(job: TrlJob, setup: TrlSetup, *, timeout: float = 3600.0) -> TrlTimes:
-    """Train every step of `job` with TRL in `setup`'s processes; the times of each step."""
+def run_trl(job: TrlJob, setup: TrlSetup, *, timeout: float = 3600.0,
+            env: Mapping[str, str] | None = None) -> TrlTimes:
+    """Train every step of `job` with TRL in `setup`'s processes (with `env` added to their
+    environment); the times of each step."""
     steps = len(job.problems)
     samples = len(job.problems[0]) * job.group_size
     if samples % (setup.processes * job.micro_batch_size):
@@ -124,9 +126,9 @@ def run_trl(job: TrlJob, setup: TrlSetup, *, timeout: float = 3600.0) -> TrlTime
         else:
             command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                        "--nnodes", "1", "--nproc-per-node", str(setup.processes), script, *args]
-        env = {**os.environ, "OMP_NUM_THREADS": str(setup.threads),
-               "TOKENIZERS_PARALLELISM": "false", "ACCELERATE_USE_CPU": "true"}
-        done = subprocess.run(command, env=env, capture_output=True, text=True,
+        environment = {**os.environ, **(env or {}), "OMP_NUM_THREADS": str(setup.threads),
+                       "TOKENIZERS_PARALLELISM": "false", "ACCELERATE_USE_CPU": "true"}
+        done = subprocess.run(command, env=environment, capture_output=True, text=True,
                               timeout=timeout, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"TRL ({setup.label}) exited {done.returncode}:\n"

@@ -28,6 +28,9 @@ def test_the_default_is_the_full_setting_with_both_trl_setups() -> None:
     assert parse_args(["--vllm-mode", "best"])[0].vllm_mode == "best"
     # each contender starts once the previous one's processes are gone, 30 s at most
     assert args.settle == 30.0
+    # every contender, TRL too, allocates with rlinf's default host malloc unless asked
+    assert settings.allocator == "jemalloc" and settings.describe()["allocator"] == "jemalloc"
+    assert parse_args(["--allocator", "system"])[1].allocator == "system"
 
 
 @pytest.mark.parametrize(("flags", "kernels"), [
@@ -69,6 +72,7 @@ def test_flags_set_the_model_and_the_workload() -> None:
     (["--trl", "two"], "PROCESSESxTHREADS"),
     (["--trl", "2x1:flash"], "sdpa or eager"),
     (["--settle", "-1"], "--settle must be >= 0"),
+    (["--allocator", "tcmalloc"], "--allocator: invalid choice"),
 ])
 def test_bad_flags_exit_2_naming_the_flag(flags: list[str], message: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:

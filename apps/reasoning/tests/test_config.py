@@ -133,6 +133,7 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
     (("+model.colour=red",), "model.colour", "section 'model' has dir"),
     (("+extra=1",), "extra", "the top level has model, data"),
     (("cluster.cpu_slots=0",), "cluster.cpu_slots", ">= 1"),
+    (("cluster.host_allocator=tcmalloc",), "cluster.host_allocator", "'jemalloc', 'system'"),
     (("actor.attention=flash",), "actor.attention", "'auto', 'model', 'eager', 'sdpa'"),
     (("actor.backend=megatron", "actor.attention=eager"), "actor.attention",
      "auto or model with actor.backend=megatron"),

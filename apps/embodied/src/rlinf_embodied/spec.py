@@ -19,6 +19,7 @@ from rlinf.workers.embodied.vla import VLAConfig
 from rlinf.workers.embodied.vla_policy import VLAPolicyConfig
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.models.policy import PolicyConfig as NetworkConfig
+from rlinf.workers.runtime import HostAllocator
 from rlinf_embodied.config import AppConfig, EnvConfig, split_env_id
 from rlinf_embodied.errors import AppConfigError
 
@@ -143,6 +144,7 @@ def build_spec(cfg: AppConfig) -> EmbodiedSpec:
     return EmbodiedSpec(env=env, policy=policy, actor=actor_config(cfg, policy),
                         rollout_steps=cfg.run.rollout_steps, seed=cfg.run.seed,
                         device=cfg.run.device,
+                        host_allocator=HostAllocator(cfg.run.host_allocator),
                         reset_every_iteration=resets_every_iteration(cfg))
 
 

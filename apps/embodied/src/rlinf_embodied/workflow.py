@@ -45,7 +45,7 @@ from rlinf.workers.flow import (
     WeightSyncSpec,
 )
 from rlinf.workers.models.policy import PolicyConfig
-from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.runtime import DEFAULT_ALLOCATOR, HostAllocator, WorkerContext
 
 __all__ = [
     "COMPONENTS",
@@ -89,6 +89,8 @@ class EmbodiedSpec:
     link_timeout: float = 120.0
     """Seconds a rollout waits for one micro-batch before failing (dead or stuck peer); the
     trainer waits for a whole rollout, `rollout_timeout`."""
+    host_allocator: HostAllocator = DEFAULT_ALLOCATOR
+    """The workers' ``malloc`` (`rlinf.workers.runtime.allocator`)."""
     link_transport: ChannelTransport = "p2p"
     """How env and policy processes exchange micro-batches: rlinf.comm point-to-point
     messages (one per micro-batch) or channels owned by the receiver (`ChannelSpec`)."""
@@ -198,7 +200,7 @@ def declare(spec: EmbodiedSpec, *, stages: int, rollout: PolicyRolloutConfig | V
         weight_syncs=(WeightSyncSpec("actor", ("rollout",)),),
         loops=(Loop(("env", "rollout"), spec.rollout_steps),),
         global_batch=spec.env.num_envs, name=f"embodied-{spec.env.env_name}",
-        policy_lag=spec.actor.policy_lag)
+        policy_lag=spec.actor.policy_lag, host_allocator=spec.host_allocator)
 
 
 _FIXED_SPECS = {

@@ -17,6 +17,7 @@ from rlinf.workers.flow import TRANSPORTS, WeightTransport
 from rlinf.workers.models import TinyLMConfig
 from rlinf.workers.reward import RewardConfig
 from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
+from rlinf.workers.runtime import DEFAULT_ALLOCATOR, HostAllocator
 from rlinf_reasoning.config import ReasoningConfig
 from rlinf_reasoning.hub import resolve_model_dir
 from rlinf_reasoning.warmstart import WARMSTART_DIR
@@ -59,6 +60,8 @@ class FlowSpec:
     """Root of every random draw (model init, sampling)."""
     device: Literal["cpu", "cuda"] = "cpu"
     """Where the roles compute."""
+    host_allocator: HostAllocator = DEFAULT_ALLOCATOR
+    """The workers' ``malloc`` (`rlinf.workers.runtime.allocator`)."""
     prompts_per_step: int = 8
     """Prompts per iteration, for the planner's workflow (``reasoning_workflow``)."""
     sync_check: bool = False
@@ -165,6 +168,7 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
         weight_sync=cfg.run.weight_sync,
         seed=cfg.run.seed,
         device=cfg.cluster.device,
+        host_allocator=HostAllocator(cfg.cluster.host_allocator),
         prompts_per_step=cfg.data.prompts_per_step,
         model_seed=cfg.run.seed,
     )

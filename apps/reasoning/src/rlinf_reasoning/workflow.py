@@ -104,7 +104,8 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
     return rf.MacroFlow(tuple(components), channels,
                         weight_syncs=(rf.WeightSyncSpec("actor", receivers, spec.weight_sync),),
                         global_batch=items, device=spec.device,
-                        name=f"{spec.actor.algorithm}-math", policy_lag=spec.actor.policy_lag)
+                        name=f"{spec.actor.algorithm}-math", policy_lag=spec.actor.policy_lag,
+                        host_allocator=spec.host_allocator)
 
 
 def reasoning_workflow(spec: FlowSpec, *, rollout_ranks: int = 1) -> Workflow:

@@ -76,6 +76,7 @@ from rlinf.workers.flow.weights import (
     WeightTransport,
 )
 from rlinf.workers.flow.worker import FlowWorker, entry_parameters
+from rlinf.workers.runtime.allocator import DEFAULT_ALLOCATOR, HostAllocator
 
 __all__ = ["ChannelSpec", "ComponentSpec", "MacroFlow", "WeightSyncSpec"]
 
@@ -190,6 +191,10 @@ class MacroFlow:
     iteration behind the other components (`FlowRun`): they train on the previous
     iteration's data beside the next rollout, which acts with weights one update old; the
     planner prices their input edges as lagged (ready when the iteration starts)."""
+    host_allocator: HostAllocator = DEFAULT_ALLOCATOR
+    """The ``malloc`` of every worker process (default: jemalloc keeping the pages it frees,
+    so iterations reuse their host memory instead of faulting it in again;
+    `rlinf.workers.runtime.allocator`)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "components", tuple(self.components))

@@ -121,7 +121,8 @@ class FlowRun:
         on the live Ray cluster) pins each rank to its device's node. `timeout` bounds every
         wait (launch, each call, each step). `cpus_per_rank`: the Ray CPUs each rank
         reserves (default: an equal share of the cluster's, so one flow fills it; less lets
-        several flows run side by side)."""
+        several flows run side by side). Every worker allocates host memory with
+        ``flow.host_allocator``."""
         placement = _checked_placement(flow, plan.placement)
         _check_policy_lag(flow, placement)
         _check_peer_ends(flow, placement)
@@ -139,7 +140,8 @@ class FlowRun:
         try:
             rendezvous = RayStore(store)  # the actor channels are found through
             options: dict[str, Any] = {
-                "env_vars": {"RLINF_COMM_TOKEN": token.hex()}, "log_level": log_level,
+                "env_vars": {"RLINF_COMM_TOKEN": token.hex()}, "allocator": flow.host_allocator,
+                "log_level": log_level,
                 "launch_timeout": timeout, "call_timeout": timeout, "cluster": cluster}
             if any(len(set(placement.sharing(d)) - set(inlined)) > 1
                    for d in placement.used_devices):

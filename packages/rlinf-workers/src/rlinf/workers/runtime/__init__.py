@@ -1,5 +1,6 @@
 """The worker runtime: `Worker` (a Ray actor base) and `WorkerGroup` (ranks + typed dispatch)."""
 
+from rlinf.workers.runtime.allocator import DEFAULT_ALLOCATOR, HostAllocator, allocator_env
 from rlinf.workers.runtime.context import WorkerContext, WorkerInfo, rank_devices
 from rlinf.workers.runtime.dispatch import (
     ALL_TO_ALL,
@@ -19,17 +20,20 @@ from rlinf.workers.runtime.worker import Worker
 
 __all__ = [
     "ALL_TO_ALL",
+    "DEFAULT_ALLOCATOR",
     "PER_RANK_ALL",
     "RANK_ZERO",
     "SCATTER_CONCAT",
     "DispatchSpec",
     "Gather",
     "GroupFuture",
+    "HostAllocator",
     "Split",
     "Worker",
     "WorkerContext",
     "WorkerGroup",
     "WorkerInfo",
+    "allocator_env",
     "concat_values",
     "configure_worker_logging",
     "count_onloads",

@@ -34,6 +34,7 @@ from rlinf.workers.errors import (
     WorkersError,
     WorkerTimeoutError,
 )
+from rlinf.workers.runtime.allocator import DEFAULT_ALLOCATOR, HostAllocator, allocator_env
 from rlinf.workers.runtime.context import WorkerContext, WorkerInfo, rank_devices
 from rlinf.workers.runtime.dispatch import (
     ALL_TO_ALL,
@@ -233,6 +234,7 @@ class WorkerGroup:
         num_gpus_per_rank: float = 0.0,
         init_kwargs: Mapping[str, Any] | None = None,
         env_vars: Mapping[str, str] | None = None,
+        allocator: HostAllocator = DEFAULT_ALLOCATOR,
         log_level: str = "INFO",
         device_lock_address: str | None = None,
         device_lock_token: bytes | None = None,
@@ -250,7 +252,9 @@ class WorkerGroup:
         device, and a device the live cluster lacks raises `ConfigError` before any rank
         starts; without such a cluster Ray puts ranks wherever it has room. Ray reserves
         `num_cpus_per_rank` CPUs (fractions allowed) and `num_gpus_per_rank` GPUs per rank.
-        `init_kwargs` go to the worker's ``__init__`` after its context. With
+        `init_kwargs` go to the worker's ``__init__`` after its context; `env_vars` to its
+        environment, with `allocator`'s (jemalloc keeping its pages unless the user chose
+        an allocator: `rlinf.workers.runtime.allocator`). With
         `device_lock_address`/`device_lock_token` (an `rlinf.sched.DeviceLockServer`), ranks
         can `Worker.hold_devices` to time-share their devices with collocated components;
         `memory_bytes` is what the plan priced per device for this component, so the lock
@@ -281,6 +285,7 @@ class WorkerGroup:
         if node_ids is not None and span_devices:
             node_ids = node_ids[:1]
         name = f"{role}-{uuid.uuid4().hex[:8]}"
+        worker_env = {**allocator_env(allocator, env_vars=env_vars), **(env_vars or {})}
         remote_cls = ray.remote(worker_cls)
         actors: list[Any] = []
         for rank in range(world):
@@ -297,8 +302,8 @@ class WorkerGroup:
                 "name": f"{name}-{rank}", "num_cpus": num_cpus_per_rank,
                 "num_gpus": num_gpus_per_rank, "max_restarts": 0, "max_task_retries": 0,
             }
-            if env_vars:
-                options["runtime_env"] = {"env_vars": dict(env_vars)}
+            if worker_env:
+                options["runtime_env"] = {"env_vars": worker_env}
             if node_ids is not None:
                 options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
                     node_id=node_ids[rank], soft=False)
