@@ -41,6 +41,9 @@ average is above ``--max-load``:
   collector process per core).
 
 The fastest of SB3's and torchrl's configurations is the best peer.
+Every contender allocates host memory alike (``--allocator``; default jemalloc keeping the
+pages it frees, rlinf's workers' default, `rlinf.workers.runtime.allocator`): run from the
+command line, this process, where SB3 and torchrl run, restarts itself with it preloaded.
 
 The profile (`EmbodiedFlow.measure` on the hybrid flow: env steps, policy forwards and actor
 updates at several batch sizes, plus round trips of stage-group messages between the env and
@@ -109,7 +112,7 @@ from rlinf.workers.embodied.actor import EmbodiedActorConfig
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig
 from rlinf.workers.models.policy import PolicyConfig
-from rlinf.workers.runtime import WorkerContext
+from rlinf.workers.runtime import HostAllocator, WorkerContext, allocator_env
 
 CONTEXT = WorkerContext(role="bench", rank=0, world_size=1)
 WIDTHS = (32, 64, 128, 192, 256, 384, 512, 768, 1024)
@@ -134,6 +137,9 @@ class Setting:
     infer_s: float
     device: Literal["cpu", "cuda"] = "cpu"
     env_threads: int = 1
+    allocator: Literal["jemalloc", "system"] = "jemalloc"
+    """Host malloc of rlinf's workers (SB3 and torchrl run in this process, which
+    `use_allocator` gave the same one)."""
 
 
 def _median_time(call: Any, repeats: int) -> float:
@@ -180,6 +186,15 @@ def calibrate(env_name: str, num_envs: int, stages: int, *, repeats: int,
     return best[1], step_s, best[2]
 
 
+def use_allocator(kind: Literal["jemalloc", "system"]) -> None:
+    """Give this process (SB3's and torchrl's, and the Ray workers it starts inherit it)
+    the host malloc rlinf's workers get: with jemalloc, re-execute the command with it
+    preloaded; a no-op once it is (or the user preloaded another, or asked for system)."""
+    env = allocator_env(HostAllocator(kind))
+    if env:
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **env})
+
+
 def make_spec(s: Setting, *, obs_dim: int, act_dim: int, seed: int = 0) -> EmbodiedSpec:
     return EmbodiedSpec(
         env=EnvWorkerConfig(s.env, num_envs=s.num_envs, pipeline_stages=s.stages, seed=seed,
@@ -187,7 +202,8 @@ def make_spec(s: Setting, *, obs_dim: int, act_dim: int, seed: int = 0) -> Embod
         policy=PolicyConfig(obs_shape=(obs_dim,), action_dim=act_dim,
                             hidden_sizes=(s.hidden, s.hidden)),
         actor=EmbodiedActorConfig(epochs=s.epochs, num_minibatches=s.minibatches, seed=seed),
-        rollout_steps=s.rollout_steps, seed=seed, device=s.device)
+        rollout_steps=s.rollout_steps, seed=seed, device=s.device,
+        host_allocator=HostAllocator(s.allocator))
 
 
 def env_dims(env: str) -> tuple[int, int]:
@@ -211,7 +227,7 @@ def build_setting(args: argparse.Namespace, device: Literal["cpu", "cuda"]
         args.minibatches = max(1, num_envs * rollout_steps // args.minibatch_size)
     setting = Setting(args.env, num_envs, stages, rollout_steps, args.epochs,
                       args.minibatches, args.hidden or hidden, step_s, infer_s, device=device,
-                      env_threads=args.env_threads)
+                      env_threads=args.env_threads, allocator=args.allocator)
     obs_dim, act_dim = env_dims(args.env)
     return setting, make_spec(setting, obs_dim=obs_dim, act_dim=act_dim)
 
@@ -414,7 +430,7 @@ def time_to_threshold(args: argparse.Namespace, first: dict[str, Any],
     st = first["setting"]
     setting = Setting(args.threshold_env, st["num_envs"], st["stages"], st["rollout_steps"],
                       st["epochs"], st["minibatches"], st["hidden"], 0.0, 0.0,
-                      env_threads=st["env_threads"])
+                      env_threads=st["env_threads"], allocator=args.allocator)
     measured = first["measured_s"]
     mode = min((m for m in FIXED_MODES if m in measured), key=lambda m: measured[m])
     speeds = first["env_steps_per_s"]
@@ -541,12 +557,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="where policies and updates compute (every contender); cuda "
                              "runs collocated, hybrid and SB3, with no planner predictions")
+    parser.add_argument("--allocator", choices=("jemalloc", "system"), default="jemalloc",
+                        help="host malloc of every contender (default jemalloc: Ray's, "
+                             "keeping the pages it frees, rlinf's default; SB3 and torchrl "
+                             "get it too: this process restarts itself with it)")
     parser.add_argument("--env-threads", type=int, default=1,
                         help="threads stepping a batched MuJoCo env's physics (rlinf)")
     args = parser.parse_args(argv)
     if args.threshold_seeds < 0 or not args.threshold_budget_s > 0:
         parser.error(f"--threshold-seeds must be >= 0 and --threshold-budget-s > 0, got "
                      f"{args.threshold_seeds} and {args.threshold_budget_s}")
+    if argv is None:  # from the command line (sys.argv is what re-executes)
+        use_allocator(args.allocator)
     fill_defaults(args)
     widths: list[int | None] = list(args.hidden or [None])
     if args.device == "cuda":

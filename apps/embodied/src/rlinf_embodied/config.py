@@ -313,8 +313,8 @@ class RunConfig:
     """Where the policy and actor run; simulators always run on the CPU."""
     host_allocator: Literal["jemalloc", "system"] = "jemalloc"
     """malloc of the worker processes: jemalloc (Ray's, keeping the pages it frees, so each
-    iteration reuses its host memory instead of faulting it in again: ~1.3-1.6x faster CPU
-    steps on VMs that hand freed memory back to their host) or system (the C library's).
+    iteration reuses its host memory instead of faulting it in again, which VMs that hand
+    freed memory back to their host make ~100x dearer) or system (the C library's).
     Ignored where LD_PRELOAD or MALLOC_CONF is set."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (older ones are pruned)."""

@@ -291,8 +291,9 @@ class ClusterConfig:
     """Where models run."""
     host_allocator: Literal["jemalloc", "system"] = "jemalloc"
     """malloc of the worker processes: jemalloc (Ray's, keeping the pages it frees, so each
-    iteration reuses its host memory instead of faulting it in again: ~1.3-1.6x faster CPU
-    steps on VMs that hand freed memory back to their host) or system (the C library's).
+    iteration reuses its host memory instead of faulting it in again: ~1.35x faster CPU
+    steps on the bench VM, which hands freed memory back to its host) or system (the C
+    library's).
     Ignored where LD_PRELOAD or MALLOC_CONF is set."""
 
 
