@@ -52,9 +52,9 @@ until one second of the machine's CPU is at most 15% busy: the previous contende
 processes (Ray workers exiting, TRL's ranks tearing down) would otherwise run into the
 next one's timed iterations. Every contender's processes, TRL's ranks included, allocate
 host memory alike (``--allocator``): by default with jemalloc keeping the pages it frees,
-rlinf's default (`rlinf.workers.runtime.allocator`); on the bench VM it sped TRL up as much
-as rlinf (held-out setting, 2026-12-02: 77 -> 110 samples/s), so the comparison stays
-like for like. For
+rlinf's default (`rlinf.workers.runtime.allocator`); on the bench VM it sped TRL up slightly
+more than rlinf (held-out setting, 2026-12-02: TRL's best 77 -> 119 samples/s, rlinf's
+collocated HF 95 -> 142), so the comparison stays like for like. For
 every rlinf run the flow is then profiled (`rlinf.workers.flow.profile_flow`: probe runs
 collocated on one and on all devices, at half and all of the batch, as ``rlinf-reasoning``
 profiles before a run), the profile fitted (`rlinf.sched.fit_profile`) and the same fixed
@@ -89,7 +89,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import structlog
 
@@ -153,7 +153,7 @@ class Settings:
     """Compute precision of every contender: "fp32", or "bf16" mixed precision (bf16
     autocast over fp32 weights and optimizer state: TRL's ``bf16=True``, rlinf's
     ``ActorConfig.precision``; vLLM then serves bfloat16 weights)."""
-    allocator: str = "jemalloc"
+    allocator: Literal["jemalloc", "system"] = "jemalloc"
     """Host ``malloc`` of every contender's processes, TRL's included: "jemalloc" (Ray's,
     keeping the pages it frees: rlinf's default, `rlinf.workers.runtime.allocator`) or
     "system" (the C library's)."""
@@ -264,7 +264,7 @@ def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, i
                           else None,
                           precision=settings.precision),  # type: ignore[arg-type]
         recompute_logprobs=recompute, seed=settings.seed, prompts_per_step=settings.prompts,
-        engine_options=options, host_allocator=HostAllocator(settings.allocator))  # type: ignore[arg-type]
+        engine_options=options, host_allocator=HostAllocator(settings.allocator))
     return spec, per_call
 
 
@@ -356,8 +356,7 @@ def run_trl_setup(settings: Settings, setup: TrlSetup,
                  temperature=settings.temperature, lr=settings.lr,
                  micro_batch_size=settings.micro_batch_size, max_grad_norm=1.0,
                  clip_ratio=0.2, seed=settings.seed, bf16=settings.precision == "bf16")
-    times = run_trl(job, setup, env=allocator_env(
-        HostAllocator(settings.allocator)))  # type: ignore[arg-type]
+    times = run_trl(job, setup, env=allocator_env(HostAllocator(settings.allocator)))
     timed = slice(settings.warmup, None)
     return RunResult(
         name=f"trl GRPOTrainer ({setup.label})", system="trl", engine="hf",
