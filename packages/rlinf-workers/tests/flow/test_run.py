@@ -138,6 +138,18 @@ def test_disaggregated_consumer_ranks_get_their_shards_without_a_lock(clean: Non
     assert [m["sum"] for m in record.rank_metrics["sink"]] == [0 + 1, 2 + 3]
 
 
+def test_only_components_that_share_a_device_take_turns_through_the_lock(clean: None) -> None:
+    flow = declare(relay=True)
+    plan = flow.fixed_plan("source: 0, relay,sink: 1", num_devices=2)
+    with FlowRun.launch(flow, plan, timeout=120) as run:
+        assert run.uses_device_lock
+        record = run.step(0)
+    holds = {p.name: p.lock_holds for p in record.phases}
+    assert holds["source"] == 0  # alone on device 0: its turns skip the lock's round trips
+    assert holds["relay"] >= 1 and holds["sink"] >= 1  # device 1 is taken in turns
+    assert record.metrics["sink/sum"] == sum(range(ITEMS // UNIT))
+
+
 @pytest.mark.parametrize(("placement", "transport", "inlined", "locked"), [
     ("env,policy,actor: 0", "p2p", {"policy": "env"}, True),  # policy inside the env
     ("env,policy: 0, actor: 1", "channel", {"policy": "env"}, False),

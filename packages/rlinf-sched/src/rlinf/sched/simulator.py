@@ -28,7 +28,9 @@ The model, kept small enough to compute by hand:
   `PlanningError`.
 - A call that takes its devices after another component's call (or takes them first in the
   iteration) starts `Cluster.turn_latency` later, after any switch: the lock's hand-over and
-  the new holder's wake-up, during which the devices idle. Of two calls ready at once, one
+  the new holder's wake-up, during which the devices idle. Only devices that another
+  component also runs on count: alone on its devices a component takes no turns (the
+  runtime gives it no lock). Of two calls ready at once, one
   that keeps its component's turn therefore goes first. Members of one loop on the same
   devices hand over nothing between their calls: the runtime runs them in one process
   (a process holds its device for its whole part of a loop, so loop partners that share
@@ -292,6 +294,10 @@ def simulate_layout(
     memory = _memory(workflow, layout, cost, sizes)
     tracked = _tracked_atoms(workflow, layout, memory)
     prepared: dict[str, _Prepared] = {}
+    occupants: dict[int, set[str]] = {}
+    for comp_name, comp_atoms in layout.comp_atoms.items():
+        for atom in comp_atoms:
+            occupants.setdefault(atom, set()).add(comp_name)
     for comp in workflow.components:
         name = comp.name
         batch = workflow.batch_of(name)
@@ -307,11 +313,12 @@ def simulate_layout(
                 memo[key] = inputs
         links = [_link(layout, cluster, inp.src, name) for inp in inputs]
         atoms = layout.comp_atoms[name]
+        turn_free = _turn_free(workflow, layout, name) if cluster.turn_latency else frozenset()
         prepared[name] = _Prepared(
             comp, durations, list(zip(inputs, links, strict=True)), workflow.steps_of(name),
             atoms, layout.comp_devices[name],
             tuple(a for a in atoms if a in tracked) if comp.resource == "gpu" else (),
-            _turn_free(workflow, layout, name) if cluster.turn_latency else frozenset())
+            turn_free, tuple(a for a in atoms if occupants[a] - turn_free))
     tasks = list(_schedule(workflow))
     run = _run
     sharing = CoreSharing.of(cluster)
@@ -351,6 +358,9 @@ class _Prepared:
     turn_free: frozenset[str] = frozenset()
     """The components after whose calls this one's take no turn (itself and the loop
     partners on its devices, which the runtime runs in its process)."""
+    turn_atoms: tuple[int, ...] = ()
+    """Its atoms that a component outside `turn_free` also runs on: the only ones taken
+    through the device lock (alone on its devices, a component takes no turns)."""
 
 
 _Residents = dict[int, tuple[str, ...]]
@@ -426,9 +436,10 @@ def _run(
     def ready_time(name: str, step: int, j: int) -> float | None:
         return _ready_time(prepared, name, step, j, ends=ends, stream_time=stream_time)
 
-    # List scheduling: repeatedly start the call that can start earliest (ties: dependency
-    # order), so a device's idle gap goes to whichever component has work ready, as the
-    # device lock grants turns; without gaps each component keeps the device for its calls.
+    # List scheduling: repeatedly start the call that asks for its devices earliest, then
+    # the one that can start earliest (ties: dependency order), so a device's idle gap goes
+    # to whichever component has work ready, as the device lock grants turns; without gaps
+    # each component keeps the device for its calls.
     active = list(range(len(tasks)))
     while active:
         best: tuple[float, int, float, float] | None = None  # start, task, switch start, sw
@@ -446,7 +457,11 @@ def _run(
             if any(name not in residency[a] for a in prep.switching_atoms):
                 sw = cost.switch_time(name)
             start = begin + sw + _turn(cluster, holder, prep, name)
-            if best is None or start < best[0] - _EPS:
+            # The call that asks for its devices first gets them (the lock grants in request
+            # order, and a call asks once its input is in hand and its devices are free);
+            # of calls asking at once, the one that can start first. As in `_run_shared`.
+            if best is None or begin < best[2] - _EPS or (
+                    begin < best[2] + _EPS and start < best[0] - _EPS):
                 best = (start, ti, begin, sw)
         if best is None:  # pragma: no cover - _schedule is a topological order
             raise PlanningError("the workflow's dependencies could not be scheduled")
@@ -490,9 +505,9 @@ def _run(
 def _turn(cluster: Cluster, holder: Sequence[str | None], prep: _Prepared,
           name: str) -> float:
     """The hand-over delay of a call of `name` (`prep`): `Cluster.turn_latency` when any of
-    its atoms was last held by a component outside its process (or not yet held in this
-    iteration), else 0."""
-    if cluster.turn_latency and any(holder[a] not in prep.turn_free for a in prep.atoms):
+    its atoms that it shares (`turn_atoms`) was last held by a component outside its process
+    (or not yet held in this iteration), else 0."""
+    if cluster.turn_latency and any(holder[a] not in prep.turn_free for a in prep.turn_atoms):
         return cluster.turn_latency
     return 0.0
 
