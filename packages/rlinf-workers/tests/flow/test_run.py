@@ -285,9 +285,8 @@ def test_ctrl_c_during_a_step_tears_everything_down(clean: None) -> None:
     flow = declare(source_kwargs={"delay": 5.0})
     run = FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
                          timeout=120)
-    # Ctrl-C once a second until the step gives up: in two full-suite runs of 2026-11-26 a
-    # single interrupt 1 s into the step was lost (the step ran on to its end; the cause is
-    # not found), which a user answers with a second Ctrl-C.
+    # Ctrl-C once a second until the step gives up, as a user does: a wait may swallow the
+    # first (`keep_interrupts` raises it again), and a later one may land in the teardown.
     stop = threading.Event()
 
     def press_ctrl_c() -> None:
@@ -304,6 +303,33 @@ def test_ctrl_c_during_a_step_tears_everything_down(clean: None) -> None:
         stop.set()
         presser.join()
     assert time.monotonic() - started < 5.0, "the step ran to its end: Ctrl-C was ignored"
+    with pytest.raises(FlowClosedError):
+        run.step(1)
+
+
+def test_a_second_ctrl_c_during_the_teardown_does_not_cut_it_short(
+        clean: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    # CI, 2026-12-02: the first Ctrl-C was raised again at the end of a wait slice, and the
+    # next one landed in the teardown's check of the cluster: the flow was left running.
+    from rlinf.workers.flow import run as run_module
+
+    def reachable_under_a_second_ctrl_c(timeout: float = 2.0) -> bool:
+        _thread.interrupt_main()
+        time.sleep(0.5)  # it would surface here
+        return True
+
+    flow = declare(source_kwargs={"delay": 5.0})
+    run = FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
+                         timeout=120)
+    monkeypatch.setattr(run_module, "cluster_reachable", reachable_under_a_second_ctrl_c)
+    presser = threading.Timer(1.0, _thread.interrupt_main)
+    presser.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run.step(0)
+    finally:
+        presser.cancel()
+    assert run.closed
     with pytest.raises(FlowClosedError):
         run.step(1)
 

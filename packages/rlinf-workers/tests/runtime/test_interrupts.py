@@ -1,5 +1,5 @@
 """A Ctrl-C that some call swallows is raised again by the wait loops of a flow step and of
-a group call."""
+a group call; one during a teardown is held until the teardown has ended."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from rlinf.workers.runtime.interrupts import check_interrupted, keep_interrupts
+from rlinf.workers.runtime.interrupts import check_interrupted, hold_interrupts, keep_interrupts
 
 
 def _swallow_a_ctrl_c() -> None:
@@ -124,3 +124,50 @@ def test_a_group_call_raises_a_ctrl_c_that_its_wait_swallowed(
     assert time.monotonic() - started < 5.0
     assert waits and max(waits) <= 1.0  # sliced, not one 30 s wait
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def _ctrl_c_lands() -> None:
+    _thread.interrupt_main()
+    time.sleep(0.5)  # it would surface here
+
+
+def test_a_ctrl_c_in_a_held_block_is_raised_once_the_block_has_ended() -> None:
+    ran_to_the_end = False
+    with pytest.raises(KeyboardInterrupt, match="held until"), hold_interrupts():
+        _ctrl_c_lands()
+        with hold_interrupts():  # nested: the outermost block raises
+            _ctrl_c_lands()
+        ran_to_the_end = True
+    assert ran_to_the_end
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with hold_interrupts():
+        pass  # the one raised is not raised again
+
+
+def test_a_held_ctrl_c_gives_way_to_the_blocks_own_error_or_to_reraise_false() -> None:
+    with pytest.raises(ValueError), hold_interrupts():
+        _ctrl_c_lands()
+        raise ValueError("the block's own")
+    with hold_interrupts(reraise=False):
+        _ctrl_c_lands()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_holding_inside_keep_interrupts_restores_its_handler() -> None:
+    with keep_interrupts():
+        kept = signal.getsignal(signal.SIGINT)
+        with hold_interrupts(reraise=False):
+            _ctrl_c_lands()
+        assert signal.getsignal(signal.SIGINT) is kept
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_holding_leaves_custom_handlers_alone() -> None:
+    calls: list[int] = []
+    mine = signal.signal(signal.SIGINT, lambda signum, _: calls.append(signum))
+    try:
+        with hold_interrupts():
+            _ctrl_c_lands()
+        assert calls == [signal.SIGINT]
+    finally:
+        signal.signal(signal.SIGINT, mine)

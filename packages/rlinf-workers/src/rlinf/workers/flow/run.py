@@ -67,6 +67,7 @@ from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup, count_onl
 from rlinf.workers.runtime.interrupts import (
     WAIT_SLICE_S,
     check_interrupted,
+    hold_interrupts,
     keep_interrupts,
 )
 from rlinf.workers.runtime.ray_session import (
@@ -315,10 +316,13 @@ class FlowRun:
             with keep_interrupts():
                 return self._step(contexts, step)
         except BaseException as exc:
-            # A worker death may be the whole cluster's (ray stop): then say so, and skip
-            # the calls to it, each of which would wait a minute for an answer.
-            lost = isinstance(exc, ClusterLostError) or not cluster_reachable()
-            self.close(kill=True, cluster_lost=lost)
+            # A second Ctrl-C must not cut the teardown short (CI, 2026-12-02: one during
+            # `cluster_reachable` left the flow running); the first one is raised below.
+            with hold_interrupts(reraise=not isinstance(exc, KeyboardInterrupt)):
+                # A worker death may be the whole cluster's (ray stop): then say so, and
+                # skip the calls to it, each of which would wait a minute for an answer.
+                lost = isinstance(exc, ClusterLostError) or not cluster_reachable()
+                self.close(kill=True, cluster_lost=lost)
             if lost and isinstance(exc, WorkersError) and not isinstance(exc, ClusterLostError):
                 raise ClusterLostError(cluster_address(), detail=str(exc)) from exc
             raise
@@ -484,6 +488,10 @@ class FlowRun:
         cluster's too), and every wait on the cluster here ends early once it is gone."""
         if self._closed:
             return
+        with hold_interrupts():  # a Ctrl-C in the teardown would leave ranks running
+            self._close(kill=kill, cluster_lost=cluster_lost)
+
+    def _close(self, *, kill: bool, cluster_lost: bool) -> None:
         self._closed = True
         cluster_lost = cluster_lost or (kill and not cluster_reachable())
         if not cluster_lost:
