@@ -479,6 +479,8 @@ def test_placement_on_a_node_that_left_fails_before_any_rank_starts(two_nodes: A
     assert _named_actors("left-") == []
 
 
+# 92 s on CI's slower host: tox -e test-long runs it; the embodied node-loss run below stays in CI.
+@pytest.mark.long
 def test_reasoning_run_that_loses_a_node_replans_for_the_devices_left_and_finishes(
     two_nodes: Any, tmp_path: Any,
 ) -> None:

@@ -1,6 +1,7 @@
 """The default run learns: `rlinf-embodied` with no overrides (PPO on
 InvertedDoublePendulum-v5, collocated, CPU) reaches the task's threshold (evaluation return
->= 5000) within 10 minutes. Minutes long: marked slow."""
+>= 5000) within 10 minutes. Minutes long, so marked ``long``: CI's tox envs leave it out,
+``tox -e test-long`` runs it."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from .conftest import run_cli, summary_of
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_default_run_reaches_the_threshold_within_ten_minutes(tmp_path):
     run_dir = tmp_path / "run"
     started = time.monotonic()

@@ -1,6 +1,9 @@
 """LIBERO end to end: `task=libero_spatial` trains the tiny VLA on the agent-view and wrist
-cameras through the app, collocated and hybrid (tiny budget: 2 iterations of 2 envs x 8
-steps; software rendering costs ~0.1 s a step here)."""
+cameras through the app (tiny budget: 2 iterations of 2 envs x 8 steps; software rendering
+costs ~0.1 s a step here). Hybrid, the envs in two processes: the placement whose frames cross
+processes twice. The collocated run (114 s on CI's slower host, where CI ran past its 90
+minutes) was dropped: collocated is the other tasks' tests' mode, and the LIBERO env in one
+process is rlinf-envs' test_libero."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ pytestmark = pytest.mark.skipif(
            "python -m rlinf.envs.install_libero")
 
 
-@pytest.mark.parametrize(("placement", "processes"), [("collocated", 1), ("hybrid", 2)])
+@pytest.mark.parametrize(("placement", "processes"), [("hybrid", 2)])
 def test_libero_spatial_trains_end_to_end(tmp_path, ray_address, placement, processes):
     """Hybrid with the env worker's two envs in two processes of their own."""
     run_dir = tmp_path / "run"

@@ -391,6 +391,8 @@ def test_an_unusable_profile_cache_is_refused_before_profiling(tmp_path: Path) -
     assert "auto: profiling on" not in proc.stdout
 
 
+# Two runs (55 s on CI's slower host): tox -e test-long runs it.
+@pytest.mark.long
 def test_a_multirun_sweep_trains_one_run_per_value_and_tabulates_them(
         tmp_path: Path, ray_address: str) -> None:
     base = tmp_path / "sweep"
