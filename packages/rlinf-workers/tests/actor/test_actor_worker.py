@@ -18,6 +18,8 @@ from rlinf.workers.models import (
     build_tiny_causal_lm,
     response_log_probs,
 )
+from rlinf.workers.models.packing import pack_rows
+from rlinf.workers.rollout import RolloutBatch, RolloutSample
 
 
 def _model():
@@ -95,6 +97,37 @@ def test_micro_batch_accumulation_equals_one_big_batch(aggregation):
         # parameter by up to ~1e-4, while a real mismatch would be ~lr = 1e-2.
         for other in (params[1], params[2]):
             torch.testing.assert_close(other[name], params[0][name], atol=2e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_padding_free_training_steps_with_the_padded_gradient(algorithm):
+    # Responses of 1-12 tokens behind prompts of 3-4: packed, the 8 rows fit in fewer
+    # positions, and the step is the padded one's up to float rounding.
+    gen = torch.Generator().manual_seed(1)
+    samples = [RolloutSample(
+        prompt_token_ids=tuple(torch.randint(4, 90, (3 + row % 2,), generator=gen).tolist()),
+        response_token_ids=tuple(torch.randint(4, 90, (length,), generator=gen).tolist()),
+        log_probs=(-4.0,) * length, finish_reason="length")
+        for row, length in enumerate((12, 1, 3, 7, 2, 12, 5, 1))]
+    batch = RolloutBatch.from_samples(samples, answers=["0"] * 8, group_size=4,
+                                      pad_token_id=0).replace(rewards=torch.tensor(
+                                          [1.0, 0, 0, 0, 0, 1, 0, 0]))
+    assert pack_rows(batch.prompt_ids, batch.prompt_mask, batch.response_ids,
+                     batch.response_mask) is not None
+    grads, params = [], []
+    for padding_free in (False, True):
+        actor = ActorWorker(_model(), config=ActorConfig(
+            algorithm=algorithm, lr=1e-2, parallelism="none", micro_batch_size=8,
+            max_grad_norm=None, padding_free=padding_free))
+        grads.append(_train_recording_gradient(actor, batch))
+        params.append(_params(actor))
+    assert set(grads[0]) == set(grads[1]) and grads[0]
+    scale = max(float(g.abs().max()) for g in grads[0].values())
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], atol=1e-6 * max(scale, 1),
+                                   rtol=1e-5)
+    for name in params[0]:
+        torch.testing.assert_close(params[1][name], params[0][name], atol=2e-4, rtol=1e-4)
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo"])

@@ -85,6 +85,12 @@ class ActorConfig:
     "model" (as the model was built or loaded), "eager", "sdpa", or "auto": eager for bf16
     micro-batches of at most 256 columns on CPU, whose fused kernel is slow to
     differentiate there, else the model's own. Inference passes keep the model's."""
+    padding_free: bool = True
+    """Train on the micro-batch's real tokens only, packed end to end
+    (`rlinf.workers.models.packing`, veRL's ``use_remove_padding``): the same loss up to
+    float noise, without computing the padding of short prompts and early-stopped
+    responses. A model that does not honour packed sequences trains padded (checked once,
+    with a warning)."""
     policy_lag: int = 0
     """Updates the rollout lags this trainer by: 0, or 1 (a flow with ``policy_lag=1``:
     the batch was sampled with the weights before the last update). With 1 the trainer

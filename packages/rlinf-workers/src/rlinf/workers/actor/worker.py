@@ -391,7 +391,8 @@ class ActorWorker:
             log_probs, entropy = response_log_probs_and_entropy(
                 policy, prompt_ids=data["prompt_ids"],
                 prompt_mask=data["prompt_mask"], response_ids=data["response_ids"],
-                response_mask=data["response_mask"], temperature=self.config.temperature)
+                response_mask=data["response_mask"], temperature=self.config.temperature,
+                padding_free=self.config.padding_free)
         return self._loss_terms(data, log_probs, entropy, critic=critic)
 
     def _training_attention(self, data: dict[str, torch.Tensor]) -> str | None:
@@ -481,7 +482,8 @@ class ActorWorker:
                 self.model, prompt_ids=batch.prompt_ids.to(dev),
                 prompt_mask=batch.prompt_mask.to(dev), response_ids=batch.response_ids.to(dev),
                 response_mask=batch.response_mask.to(dev),
-                temperature=self.config.temperature).float().cpu()
+                temperature=self.config.temperature,
+                padding_free=self.config.padding_free).float().cpu()
 
     def response_values(self, batch: RolloutBatch) -> torch.Tensor:
         """``[B, R]`` the critic's values of `batch`'s response tokens (0 at padding), at the

@@ -41,6 +41,8 @@ class InferenceConfig:
     """Sampling temperature of the rollout (log-probs are of the scaled distribution)."""
     precision: Precision = "fp32"
     """Forward precision: "fp32" or "bf16" autocast (as the actor trains)."""
+    padding_free: bool = True
+    """Score the real tokens only, packed end to end (`ActorConfig.padding_free`)."""
 
     def __post_init__(self) -> None:
         if self.role not in ("actor", "reference"):
@@ -77,6 +79,7 @@ class InferenceWorker:
                 response_mask=batch.response_mask.to(self.device),
                 temperature=self.config.temperature,
                 micro_batch_size=self.config.micro_batch_size,
+                padding_free=self.config.padding_free,
             )
         return log_probs.float().cpu()
 

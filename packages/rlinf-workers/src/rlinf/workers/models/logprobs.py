@@ -19,6 +19,7 @@ from torch import nn
 
 from rlinf.workers.algorithms.losses import entropy_from_logits
 from rlinf.workers.errors import ConfigError, ShapeError
+from rlinf.workers.models.packing import pack_rows, packed_response_logits, packing_works
 
 __all__ = [
     "position_ids_from_mask",
@@ -87,15 +88,25 @@ def response_logits(
     response_ids: torch.Tensor,
     response_mask: torch.Tensor,
     temperature: float = 1.0,
+    padding_free: bool = False,
 ) -> torch.Tensor:
     """Temperature-scaled logits that predict each response token, ``[B, R, V]``.
 
-    Where the model's forward takes ``logits_to_keep`` (transformers' causal LMs do), only
-    the last ``R + 1`` positions go through the output head: the prompt's logits are never
-    used, and with a 150k vocabulary and long prompts they are most of the head's work and
-    of the activation memory the backward pass keeps.
+    With `padding_free`, the rows' real tokens are packed end to end and padding is not
+    computed (`rlinf.workers.models.packing`), where the model honours packed sequences
+    and that saves positions. Otherwise, where the model's forward takes
+    ``logits_to_keep`` (transformers' causal LMs do), only the last ``R + 1`` positions go
+    through the output head: the prompt's logits are never used, and with a 150k vocabulary
+    and long prompts they are most of the head's work and of the activation memory the
+    backward pass keeps.
     """
     _check_layout(prompt_ids, prompt_mask, response_ids, response_mask, temperature)
+    if padding_free and packing_works(getattr(model, "module", model)):
+        packed = pack_rows(prompt_ids, prompt_mask, response_ids, response_mask)
+        if packed is not None:
+            rows, columns = response_ids.shape
+            logits = packed_response_logits(model, packed, response_shape=(rows, columns))
+            return logits.float() / temperature
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     # A padding id may be outside the vocabulary (e.g. -100); masked positions never count.
@@ -142,15 +153,18 @@ def response_log_probs(
     response_mask: torch.Tensor,
     temperature: float = 1.0,
     micro_batch_size: int | None = None,
+    padding_free: bool = False,
 ) -> torch.Tensor:
     """Log-prob of each response token under `model`, ``[B, R]``; 0 at padded positions.
 
     Differentiable (the actor trains through it); wrap in ``torch.no_grad()`` for
-    inference. `micro_batch_size` bounds the rows in one forward pass (peak memory).
+    inference. `micro_batch_size` bounds the rows in one forward pass (peak memory);
+    `padding_free` as in `response_logits`.
     """
     chunks = _chunks(model, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                      response_ids=response_ids, response_mask=response_mask,
-                     temperature=temperature, micro_batch_size=micro_batch_size)
+                     temperature=temperature, micro_batch_size=micro_batch_size,
+                     padding_free=padding_free)
     return torch.cat([token_log_probs(logits, labels) * mask for logits, labels, mask in chunks])
 
 
@@ -163,13 +177,15 @@ def response_log_probs_and_entropy(
     response_mask: torch.Tensor,
     temperature: float = 1.0,
     micro_batch_size: int | None = None,
+    padding_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`response_log_probs` plus the per-token entropy of the same distribution, both ``[B, R]``."""
     log_probs: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
     chunks = _chunks(model, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
                      response_ids=response_ids, response_mask=response_mask,
-                     temperature=temperature, micro_batch_size=micro_batch_size)
+                     temperature=temperature, micro_batch_size=micro_batch_size,
+                     padding_free=padding_free)
     for logits, labels, mask in chunks:
         log_probs.append(token_log_probs(logits, labels) * mask)
         entropies.append(entropy_from_logits(logits) * mask)
@@ -179,7 +195,7 @@ def response_log_probs_and_entropy(
 def _chunks(
     model: nn.Module, *, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
     response_ids: torch.Tensor, response_mask: torch.Tensor, temperature: float,
-    micro_batch_size: int | None,
+    micro_batch_size: int | None, padding_free: bool,
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(logits, labels, float mask) per micro-batch of rows; labels are 0 at padding."""
     rows = len(prompt_ids)
@@ -191,7 +207,7 @@ def _chunks(
         logits = response_logits(
             model, prompt_ids=prompt_ids[part], prompt_mask=prompt_mask[part],
             response_ids=response_ids[part], response_mask=response_mask[part],
-            temperature=temperature,
+            temperature=temperature, padding_free=padding_free,
         )
         valid = response_mask[part].bool()
         labels = torch.where(valid, response_ids[part], torch.zeros_like(response_ids[part]))
