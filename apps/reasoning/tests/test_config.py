@@ -62,6 +62,13 @@ def test_the_training_attention_reaches_the_actor() -> None:
     assert flow_spec(load("actor.attention=model")).actor.attention == "model"
 
 
+def test_padding_free_training_is_on_by_default_and_can_be_turned_off() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    assert flow_spec(load()).actor.padding_free
+    assert not flow_spec(load("actor.padding_free=false")).actor.padding_free
+
+
 def test_ppo_group_and_overrides() -> None:
     cfg = load("algorithm=ppo", "run.steps=3", "rollout.temperature=0.7", "data.seed=5")
     assert cfg.algorithm.name == "ppo"

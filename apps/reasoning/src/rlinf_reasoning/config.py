@@ -214,6 +214,11 @@ class ActorSection:
     auto: eager for bf16 micro-batches of at most 256 tokens on CPU (transformers' default
     fused kernel is 20-25% slower to differentiate there), else the model's own. The
     rollout and inference passes keep the model's."""
+    padding_free: bool = True
+    """ddp and fsdp2: train on each micro-batch's real tokens only, packed end to end (veRL's
+    use_remove_padding; the same loss up to float noise, without computing the padding of
+    short prompts and early-stopped responses). A model that does not honour packed
+    sequences trains padded, with a warning. megatron trains padded."""
     cut: Literal["fixed", "auto"] = "fixed"
     """megatron with placement=auto: fixed trains on the degrees above; auto lets the planner
     choose tensor, pipeline and data parallelism (with sequence parallelism and the

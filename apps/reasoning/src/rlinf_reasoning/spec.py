@@ -142,7 +142,8 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
         gamma=algo.gamma, lam=algo.lam, value_coef=algo.value_coef, value_clip=algo.value_clip,
         whiten_advantages=algo.whiten_advantages,
         rollout_correction_cap=algo.rollout_correction_cap, precision=model.precision,
-        attention=cfg.actor.attention, policy_lag=algo.policy_lag)
+        attention=cfg.actor.attention, padding_free=cfg.actor.padding_free,
+        policy_lag=algo.policy_lag)
     tiny = TinyLMConfig(hidden_size=model.hidden_size, num_layers=model.num_layers,
                         num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
                         intermediate_size=model.intermediate_size) if model.from_scratch else None
