@@ -152,7 +152,7 @@ def _train(job: TrlJob, out: Path, threads: int) -> None:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlinf.envs.math import MathProblem, format_prompt, score
+    from rlinf.envs.math import MathProblem, format_prompt, score, warm_up_verifier
     from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
 
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -162,6 +162,10 @@ def _train(job: TrlJob, out: Path, threads: int) -> None:
     rows = [{"prompt": format_prompt(MathProblem(q, a), template=job.template),  # type: ignore[arg-type]
              "answer": a} for step in job.problems for q, a in step]
     samples_per_step = len(job.problems[0]) * job.group_size
+
+    # The same verifier start-up rlinf's reward workers pay when they start, paid here
+    # before the timed steps too.
+    warm_up_verifier()
 
     def reward(prompts: list[str], completions: list[str], answer: list[str],
                **_: Any) -> list[float]:

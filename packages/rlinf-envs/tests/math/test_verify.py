@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from rlinf.envs import ConfigError
 from rlinf.envs._extras import has_module
-from rlinf.envs.math import is_equivalent, normalize_answer, parse_number
+from rlinf.envs.math import is_equivalent, normalize_answer, parse_number, warm_up_verifier
 
 HAS_MATH_VERIFY = has_module("math_verify")
 needs_math_verify = pytest.mark.skipif(not HAS_MATH_VERIFY, reason="math-verify not installed")
@@ -137,6 +137,35 @@ def test_math_verify_backend_without_extra_names_it(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(builtins, "__import__", fake_import)
     with pytest.raises(MissingExtraError, match=r"rlinf-envs\[math\]"):
         is_equivalent("\\sqrt{4}", "2", backend="math_verify")
+
+
+@needs_math_verify
+def test_warm_up_parses_each_kind_of_answer_once_per_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlinf.envs.math.verify as verify
+
+    parsed: list[str] = []
+    real = verify._math_verify_equal
+    monkeypatch.setattr(verify, "_warmed", set())
+    monkeypatch.setattr(verify, "_math_verify_equal",
+                        lambda predicted, reference: parsed.append(predicted) or real(
+                            predicted, reference))
+    assert warm_up_verifier()
+    assert parsed == list(verify._WARM_UP_ANSWERS)
+    assert warm_up_verifier("math_verify")
+    assert len(parsed) == len(verify._WARM_UP_ANSWERS)  # once per process
+
+
+def test_warm_up_does_nothing_without_math_verify(monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlinf.envs.math.verify as verify
+
+    monkeypatch.setattr(verify, "_warmed", set())
+    assert not warm_up_verifier("builtin")
+    monkeypatch.setattr(verify, "has_module", lambda name: False)
+    assert not warm_up_verifier("auto")
+    assert not verify._warmed
+    with pytest.raises(ConfigError, match="unknown verification backend"):
+        warm_up_verifier("sympy")  # type: ignore[arg-type]
 
 
 def test_unknown_backend() -> None:

@@ -52,6 +52,18 @@ def user_rewards(monkeypatch):
     return "user_rewards"
 
 
+def test_the_verifier_starts_up_with_the_worker_not_in_the_first_step(
+        tokenizer, user_rewards, monkeypatch):
+    import rlinf.workers.reward.worker as worker_module
+
+    warmed: list[str] = []
+    monkeypatch.setattr(worker_module, "warm_up_verifier", warmed.append)
+    RewardWorker(tokenizer, config=RewardConfig(verifier="math_verify"))
+    assert warmed == ["math_verify"]
+    RewardWorker(tokenizer, config=RewardConfig(function=f"{user_rewards}:exact_match"))
+    assert warmed == ["math_verify"]  # a user's function: math-verify is not ours to start
+
+
 def test_a_user_reward_function_scores_by_name(tokenizer, user_rewards):
     batch = _batch(tokenizer, ["2", "3", "19", "x"], ["2", "2", "19", "20"], group_size=2)
     worker = RewardWorker(tokenizer, config=RewardConfig(function=f"{user_rewards}:exact_match"))

@@ -12,7 +12,12 @@ from rlinf.envs.math.generator import GeneratorConfig, ProblemGenerator, split_o
 from rlinf.envs.math.problem import MathProblem
 from rlinf.envs.math.reward import score, score_batch
 from rlinf.envs.math.templates import compact_form, format_chat, format_prompt
-from rlinf.envs.math.verify import is_equivalent, normalize_answer, parse_number
+from rlinf.envs.math.verify import (
+    is_equivalent,
+    normalize_answer,
+    parse_number,
+    warm_up_verifier,
+)
 
 __all__ = [
     "GeneratorConfig",
@@ -35,4 +40,5 @@ __all__ = [
     "score",
     "score_batch",
     "split_of",
+    "warm_up_verifier",
 ]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from rlinf.envs.math import score
+from rlinf.envs.math import score, warm_up_verifier
 from rlinf.envs.math.extract import Strategy
 from rlinf.envs.math.verify import Backend
 from rlinf.workers.errors import ConfigError, RewardFunctionError
@@ -107,6 +107,9 @@ class RewardWorker:
         self.config = config
         self.function = (load_reward_function(config.function)
                          if config.function is not None else None)
+        if self.function is None:
+            # math-verify's import and parser start-up (~0.65 s) here, not in a step.
+            warm_up_verifier(config.verifier)
 
     def decode(self, batch: RolloutBatch) -> list[str]:
         """Response texts of `batch`, padding removed."""
