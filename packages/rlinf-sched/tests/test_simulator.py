@@ -127,8 +127,9 @@ def test_every_message_between_devices_pays_the_link_latency() -> None:
 
 
 def test_each_hand_over_of_a_device_costs_the_turn_latency() -> None:
-    # a: 1 s/item/device, b: 2 s/item/device, 8 items in calls of 4.
-    wf = chain("a", "b")
+    # a: 1 s/item/device, b: 2 s/item/device, 8 items in calls of 4; isolated, so each
+    # runs in processes of its own and every turn crosses processes.
+    wf = chain("a", "b", isolated=True)
     cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=2.0)})
     plain = Cluster.uniform(1, 2, 100, "H100")
     turns = dataclasses.replace(plain, turn_latency=0.1)
@@ -148,12 +149,30 @@ def test_each_hand_over_of_a_device_costs_the_turn_latency() -> None:
     assert run(wf, "a: 0, b: 1", cost, turns, micro).iteration_time == pytest.approx(20.0)
     # Nested (hybrid): a alone on device 0 takes no turn; b's calls on device 1 share it
     # with c's and pay the hand-over each time the holder changes.
-    wf3 = chain("a", "b", "c")
+    wf3 = chain("a", "b", "c", isolated=True)
     cost3 = AnalyticCostModel({n: AnalyticCost(per_item=1.0) for n in "abc"})
     micro3 = {"a": 8, "b": 8, "c": 8}
     base = run(wf3, "a: 0, b,c: 1", cost3, plain, micro3).iteration_time
     assert run(wf3, "a: 0, b,c: 1", cost3, turns, micro3).iteration_time == pytest.approx(
         base + 0.2)
+
+
+def test_components_that_share_a_process_hand_over_turns_and_messages_for_free() -> None:
+    # The runtime runs a and b (same devices, not isolated) in one process: neither the
+    # turn latency nor the message latency applies between them (rlinf.sched.process_sets).
+    wf = chain("a", "b", bytes_per_item=1.0)
+    cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=2.0)})
+    plain = Cluster.uniform(1, 2, 100, "H100")
+    slow = dataclasses.replace(plain, turn_latency=0.1, message_latency=0.5)
+    micro = {"a": 4, "b": 4}
+    assert run(wf, "a,b: 0-1", cost, slow, micro).iteration_time == pytest.approx(12.0)
+    # Isolated, the same plan pays two hand-overs and a message latency on each of b's
+    # inputs: a's second call ends at 4.1, b's first input arrives at 2.1 + 0.5.
+    apart = chain("a", "b", bytes_per_item=1.0, isolated=True)
+    assert run(apart, "a,b: 0-1", cost, slow, micro).iteration_time == pytest.approx(12.2)
+    # Between processes on different devices the message latency applies as before (a's
+    # calls end at 4 and 8, b's inputs arrive 0.5 s later: 4.5-12.5, 12.5-20.5).
+    assert run(wf, "a: 0, b: 1", cost, slow, micro).iteration_time == pytest.approx(20.5)
 
 
 def test_the_turn_latency_round_trips_through_the_cluster_file() -> None:
@@ -290,8 +309,9 @@ def test_a_switch_starts_once_the_input_has_arrived() -> None:
 def test_loop_partners_on_the_same_devices_hand_over_nothing_between_steps() -> None:
     # env and rollout take turns for 3 steps, then the actor trains: on one device the
     # runtime runs env and rollout in one process, so the device changes hands twice per
-    # iteration (to env at its start, to the actor after the loop), not at every step.
-    wf = Workflow((Component("env"), Component("rollout"), Component("actor")),
+    # iteration (to env at its start, to the actor after the loop), not at every step. (The
+    # actor is isolated: otherwise it would share their process and take no turns at all.)
+    wf = Workflow((Component("env"), Component("rollout"), Component("actor", isolated=True)),
                   (Edge("env", "rollout"), Edge("rollout", "env", feedback=True),
                    Edge("rollout", "actor")),
                   global_batch=1, loops=(Loop(("env", "rollout"), 3),))

@@ -39,6 +39,7 @@ from rlinf.sched.placement import (
     parse_placement,
 )
 from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
+from rlinf.sched.processes import process_of, process_sets
 from rlinf.sched.profile_cache import ProfileCache, profile_key
 from rlinf.sched.profiler import (
     CostCurve,
@@ -64,10 +65,12 @@ if TYPE_CHECKING:
         Grant,
         HolderDeath,
     )
+    from rlinf.sched.local_lock import LocalDeviceLock, LocalLockClient
 
 # The device lock pulls in rlinf.comm's wire layer (and pyarrow): import it on first use so
 # that planning-only users (`rlinf-plan`) stay light.
 _LAZY = {"DeviceLockClient", "DeviceLockServer", "Eviction", "Grant", "HolderDeath"}
+_LAZY_LOCAL = {"LocalDeviceLock", "LocalLockClient"}
 
 
 def __getattr__(name: str) -> Any:
@@ -75,6 +78,10 @@ def __getattr__(name: str) -> Any:
         from rlinf.sched import device_lock
 
         return getattr(device_lock, name)
+    if name in _LAZY_LOCAL:
+        from rlinf.sched import local_lock
+
+        return getattr(local_lock, name)
     raise AttributeError(f"module 'rlinf.sched' has no attribute {name!r}")
 
 __all__ = [
@@ -108,6 +115,8 @@ __all__ = [
     "HolderDiedError",
     "Interval",
     "LiveCostModel",
+    "LocalDeviceLock",
+    "LocalLockClient",
     "Loop",
     "Measurement",
     "Node",
@@ -144,6 +153,8 @@ __all__ = [
     "load_cost_model",
     "parse_placement",
     "plan",
+    "process_of",
+    "process_sets",
     "profile_key",
     "simulate",
 ]

@@ -26,15 +26,17 @@ The model, kept small enough to compute by hand:
   those at its end (the steady state of a repeated iteration). CPU components need no device
   memory and never switch. A component whose own memory exceeds a device's raises
   `PlanningError`.
-- A call that takes its devices after another component's call (or takes them first in the
+- A call that takes its devices after another process's call (or takes them first in the
   iteration) starts `Cluster.turn_latency` later, after any switch: the lock's hand-over and
-  the new holder's wake-up, during which the devices idle. Only devices that another
-  component also runs on count: alone on its devices a component takes no turns (the
-  runtime gives it no lock). Of two calls ready at once, one
-  that keeps its component's turn therefore goes first. Members of one loop on the same
-  devices hand over nothing between their calls: the runtime runs them in one process
-  (a process holds its device for its whole part of a loop, so loop partners that share
-  devices are inlined, and the planner places them on the same devices or on disjoint ones).
+  the new holder's wake-up, during which the devices idle. Only devices that a component in
+  another process also runs on count: alone on its devices a component takes no turns (the
+  runtime gives it no lock). Of two calls ready at once, one that keeps its component's turn
+  therefore goes first. Components the runtime runs in one process hand over nothing between
+  their calls, and their messages pay no `Cluster.message_latency`: those on exactly the
+  same devices with as many processes, unless `Component.isolated`
+  (`rlinf.sched.process_sets`), and members of one loop on the same devices (a process holds
+  its device for its whole part of a loop, so loop partners that share devices are inlined,
+  and the planner places them on the same devices or on disjoint ones).
 
 The result gives the iteration time, utilisation (compute device-seconds over all devices ×
 time) and, on request, every busy interval for a Gantt chart.
@@ -149,6 +151,8 @@ class Layout:
     """Atom sets, for equality tests between components."""
     device_lists: tuple[tuple[int, ...], ...] = ()
     """Devices of each atom (only needed when recording intervals)."""
+    comp_procs: Mapping[str, int] = field(default_factory=dict)
+    """Processes per device of each component (missing: one)."""
 
 
 def layout_from_placement(placement: Placement, cluster: Cluster) -> Layout:
@@ -176,6 +180,7 @@ def layout_from_placement(placement: Placement, cluster: Cluster) -> Layout:
         comp_node=comp_node,
         comp_sets={n: frozenset(a) for n, a in comp_atoms.items()},
         device_lists=tuple(tuple(devs) for _, devs in atoms),
+        comp_procs={n: placement.procs_per_device(n) for n in placement.component_names},
     )
 
 
@@ -311,7 +316,7 @@ def simulate_layout(
             inputs = _inputs(workflow, name, calls=calls, sizes=sizes)
             if memo is not None:
                 memo[key] = inputs
-        links = [_link(layout, cluster, inp.src, name) for inp in inputs]
+        links = [_link(workflow, layout, cluster, inp.src, name) for inp in inputs]
         atoms = layout.comp_atoms[name]
         turn_free = _turn_free(workflow, layout, name) if cluster.turn_latency else frozenset()
         prepared[name] = _Prepared(
@@ -513,13 +518,27 @@ def _turn(cluster: Cluster, holder: Sequence[str | None], prep: _Prepared,
 
 
 def _turn_free(workflow: Workflow, layout: Layout, name: str) -> frozenset[str]:
-    """`name` and the members of its loop placed on exactly its devices."""
+    """`name`, the members of its loop placed on exactly its devices, and the components
+    that share its process (`_process_partners`): hand-overs between them stay in-process."""
     loop = workflow.loop_of(name)
+    partners = _process_partners(workflow, layout, name)
     if loop is None:
-        return frozenset((name,))
+        return partners
     mine = set(layout.comp_atoms[name])
-    return frozenset(n for n in workflow.loops[loop].components
-                     if set(layout.comp_atoms[n]) == mine)
+    return partners | frozenset(n for n in workflow.loops[loop].components
+                                if set(layout.comp_atoms[n]) == mine)
+
+
+def _process_partners(workflow: Workflow, layout: Layout, name: str) -> frozenset[str]:
+    """The components the runtime runs in `name`'s worker processes (`rlinf.sched.
+    process_sets`): those on exactly its devices with as many processes, neither isolated."""
+    isolated = {c.name for c in workflow.components if c.isolated}
+    if name in isolated:
+        return frozenset((name,))
+    mine, procs = layout.comp_sets.get(name), layout.comp_procs.get(name, 1)
+    return frozenset(n for n, atoms in layout.comp_sets.items()
+                     if n == name or (n not in isolated and atoms == mine
+                                      and layout.comp_procs.get(n, 1) == procs))
 
 
 @dataclass
@@ -719,12 +738,16 @@ def _schedule(workflow: Workflow) -> Iterable[tuple[str, int]]:
         i += len(members)
 
 
-def _link(layout: Layout, cluster: Cluster, src: str, dst: str) -> tuple[float, float]:
-    """(bytes/s, seconds per message) from `src` to `dst`: every message pays the cluster's
-    `message_latency` (a hop between processes); on the same device set the bytes move
-    for free, else over ``min(|src devices|, |dst devices|)`` parallel links of the node's
-    (or the inter-node) bandwidth, each message paying the link's latency once more."""
+def _link(workflow: Workflow, layout: Layout, cluster: Cluster, src: str, dst: str
+          ) -> tuple[float, float]:
+    """(bytes/s, seconds per message) from `src` to `dst`: every message between processes
+    pays the cluster's `message_latency` (a hop), one within a process (components that
+    share it, `_process_partners`) nothing; on the same device set the bytes move for free,
+    else over ``min(|src devices|, |dst devices|)`` parallel links of the node's (or the
+    inter-node) bandwidth, each message paying the link's latency once more."""
     if layout.comp_sets.get(src) == layout.comp_sets.get(dst):
+        if dst in _process_partners(workflow, layout, src):
+            return math.inf, 0.0
         return math.inf, cluster.message_latency
     links = min(layout.comp_devices[src], layout.comp_devices[dst])
     same_node = layout.comp_node[src] is not None and layout.comp_node[src] == layout.comp_node[dst]

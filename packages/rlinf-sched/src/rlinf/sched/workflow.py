@@ -25,6 +25,7 @@ File schema (JSON, or YAML with PyYAML installed)::
         same_micro_batch_as: env        # optional: runs with that component's micro-batch
         split_evenly: true              # optional (false): device count divides micro-batches
         devices_divide: env             # optional: its device count divides that component's
+        isolated: true                  # optional (false): processes of its own, never shared
     edges:
       - {src: rollout, dst: actor, bytes_per_item: 65536}      # items default to dst's batch
       - {src: rollout, dst: env, bytes_per_item: 64, feedback: true}   # step t → step t+1
@@ -90,6 +91,11 @@ class Component:
     devices_divide: str | None = None
     """Its device count divides this component's (e.g. policy processes that each serve
     whole env workers)."""
+    isolated: bool = False
+    """Runs in worker processes of its own even where other components share its devices (a
+    simulator that may crash, an engine that wants its own process). Otherwise components
+    placed on the same devices with as many processes share one process per rank
+    (`rlinf.sched.process_sets`): they hand over turns and messages in-process."""
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -121,7 +127,8 @@ class Component:
                                 f"of micro_batch_multiple={multiple}: expected whole units")
         for label, flag in (("micro_batch_divides", self.micro_batch_divides),
                             ("whole_batch", self.whole_batch),
-                            ("split_evenly", self.split_evenly)):
+                            ("split_evenly", self.split_evenly),
+                            ("isolated", self.isolated)):
             if not isinstance(flag, bool):
                 raise WorkflowError(f"component {self.name!r} has {label}={flag!r}: "
                                     "expected true or false")
@@ -399,6 +406,8 @@ class Workflow:
                 entry["split_evenly"] = True
             if c.devices_divide is not None:
                 entry["devices_divide"] = c.devices_divide
+            if c.isolated:
+                entry["isolated"] = True
             comps.append(entry)
         edges = []
         for e in self.edges:
@@ -464,7 +473,8 @@ def _component(entry: Any) -> Component:
         raise WorkflowError(f"component entry {entry!r}: expected a mapping with a 'name'")
     known = {"name", "kind", "resource", "batch", "streaming", "completion", "device_multiple",
              "min_devices", "max_devices", "micro_batch_multiple", "micro_batch_divides",
-             "whole_batch", "same_micro_batch_as", "split_evenly", "devices_divide"}
+             "whole_batch", "same_micro_batch_as", "split_evenly", "devices_divide",
+             "isolated"}
     unknown = set(entry) - known
     if unknown:
         raise WorkflowError(f"component {entry['name']!r} has unknown key(s) {sorted(unknown)}: "
@@ -487,6 +497,7 @@ def _component(entry: Any) -> Component:
         split_evenly=bool(entry.get("split_evenly", False)),
         devices_divide=None if entry.get("devices_divide") is None
         else str(entry["devices_divide"]),
+        isolated=bool(entry.get("isolated", False)),
     )
 
 
@@ -518,6 +529,7 @@ _COMPONENT_VALUES = {
     "batch": ("int", 1), "device_multiple": ("int", 1), "min_devices": ("int", 1),
     "max_devices": ("int", 1), "micro_batch_multiple": ("int", 1), "streaming": ("bool", 0),
     "micro_batch_divides": ("bool", 0), "whole_batch": ("bool", 0), "split_evenly": ("bool", 0),
+    "isolated": ("bool", 0),
 }
 _EDGE_VALUES = {"bytes_per_item": ("number", 0), "items": ("int", 1), "feedback": ("bool", 0),
                 "lagged": ("bool", 0)}
