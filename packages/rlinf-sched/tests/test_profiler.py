@@ -79,8 +79,9 @@ def test_fit_recovers_known_coefficients() -> None:
         for _ in range(3)
     ]
     curve = fit_curve(points)
-    for got, want, se in zip(curve.coefficients, (a, b, c), curve.stderr, strict=True):
-        assert abs(got - want) < 5 * se + 1e-9, (got, want, se)
+    want = {"const": a, "batch_per_device": b, "batch": c}
+    for name, got, se in zip(curve.features, curve.coefficients, curve.stderr, strict=True):
+        assert abs(got - want[name]) < 5 * se + 1e-9, (name, got, want[name], se)
     assert 0.5 * noise < curve.residual_std < 2 * noise
     mean, std = curve.predict(batch_size=100, num_devices=4)
     assert abs(mean - (a + b * 25 + c * 100)) < 3 * std
@@ -90,8 +91,19 @@ def test_fit_recovers_known_coefficients() -> None:
 def test_fit_exact_data_without_noise() -> None:
     points = [(bt, d, 1.0 + 0.5 * bt / d + 0.25 * bt) for bt in (2, 4, 8) for d in (1, 2)]
     curve = fit_curve(points)
-    assert np.allclose(curve.coefficients, (1.0, 0.5, 0.25))
+    assert dict(zip(curve.features, curve.coefficients, strict=True)) == pytest.approx(
+        {"const": 1.0, "batch_per_device": 0.5, "batch": 0.25})
     assert curve.residual_std == pytest.approx(0.0, abs=1e-9)
+
+
+def test_one_measured_point_scales_with_the_items_per_device() -> None:
+    # A component measured at one batch and device count only (a run that prices itself
+    # from its own steps): the fit cannot tell fixed from parallel cost, and assumes the
+    # data-parallel one, so half the devices cost twice as much, not the same.
+    curve = fit_curve([(64, 2, 1.0), (64, 2, 1.2), (64, 2, 1.1)])
+    assert curve.predict(batch_size=64, num_devices=2)[0] == pytest.approx(1.1)
+    assert curve.predict(batch_size=64, num_devices=1)[0] == pytest.approx(2.2)
+    assert curve.predict(batch_size=128, num_devices=2)[0] == pytest.approx(2.2)
 
 
 def test_repeated_points_count_as_their_median_so_one_outlier_moves_nothing() -> None:
@@ -99,7 +111,8 @@ def test_repeated_points_count_as_their_median_so_one_outlier_moves_nothing() ->
     # three timings of every point, one of them 3x slow (a hiccup of a shared machine)
     repeated = [(bt, d, y * k) for bt, d, y in exact for k in (1.0, 3.0, 1.0)]
     curve = fit_curve(repeated)
-    assert np.allclose(curve.coefficients, (1.0, 0.5, 0.25))
+    assert dict(zip(curve.features, curve.coefficients, strict=True)) == pytest.approx(
+        {"const": 1.0, "batch_per_device": 0.5, "batch": 0.25})
     assert curve.num_points == len(exact)
 
 
@@ -108,7 +121,7 @@ def test_fit_drops_features_the_data_cannot_separate() -> None:
     points = [(bt, 2, 3.0 + 0.5 * bt) for bt in (1, 2, 4, 8)]
     curve = fit_curve(points)
     assert curve(batch_size=16, num_devices=2) == pytest.approx(3.0 + 8.0)
-    assert curve.coefficients[2] == 0.0
+    assert curve.coefficients[curve.features.index("batch")] == 0.0
     with pytest.raises(ProfileError, match="no points"):
         fit_curve([])
 

@@ -57,7 +57,10 @@ _log = structlog.get_logger(__name__)
 
 PROFILE_FORMAT = "rlinf-profile/1"
 
-TIME_FEATURES = ("const", "batch_per_device", "batch")
+TIME_FEATURES = ("batch_per_device", "const", "batch")
+"""Seconds of a call: parallel (items per device), fixed, and serial (items) parts. Ordered
+by what a fit keeps when its points cannot separate them (`fit_curve`): measured at one
+batch and device count only, a component is assumed to scale with its items per device."""
 MEMORY_FEATURES = ("const", "batch_per_device")
 
 
