@@ -19,7 +19,7 @@ import ray
 
 from rlinf.comm import live_segments, orphaned_segments
 from rlinf.sched import Cluster, Component, Edge, Loop
-from rlinf.workers.errors import WorkerDiedError
+from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.flow import (
     COLLOCATED_ITERATION,
     COLLOCATED_PLANS,
@@ -33,18 +33,30 @@ from rlinf.workers.flow import (
     MacroFlow,
     WeightSyncSpec,
     launch_auto,
+    merge_run_profiles,
+    run_profile,
 )
 
 from ..leaks import eventually
-from .toys import LoopEnv, LoopPolicy, Relay, Sink, Source, TrainingRelay, act
+from .toys import (
+    LoopEnv,
+    LoopPolicy,
+    ReceivingRelay,
+    Relay,
+    Sink,
+    Source,
+    TrainingRelay,
+    act,
+)
 
 ITEMS, UNIT = 8, 2
 
 
 def declare(*, sink_kwargs: dict | None = None, source_kwargs: dict | None = None,
-            relay: bool = False) -> MacroFlow:
+            relay: bool = False, isolated: tuple[str, ...] = ()) -> MacroFlow:
     def part(name: str, resource: str = "gpu") -> Component:
-        return Component(name, resource=resource, batch=ITEMS, micro_batch_multiple=UNIT)
+        return Component(name, resource=resource, batch=ITEMS, micro_batch_multiple=UNIT,
+                         isolated=name in isolated)
 
     parts = [ComponentSpec(part("source", "cpu"), Source, entry="produce",
                            init_kwargs={"io_timeout": 60, **(source_kwargs or {})})]
@@ -88,8 +100,15 @@ def loop_action_sum(step: int, version: int) -> int:
 
 
 def our_actors() -> list[str]:
+    """Named actors of these tests' flows (a shared process is named ``source+sink-…``)."""
     return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["name"].startswith(("source-", "relay-", "sink-", "rlinf-flow-"))]
+            if a["name"].startswith(("source", "relay", "sink", "env", "policy", "actor",
+                                     "rlinf-flow-"))]
+
+
+def processes(run: FlowRun) -> dict[str, set[int]]:
+    """The pids of each launched component's ranks."""
+    return {name: {info.pid for info in group.infos} for name, group in run.groups.items()}
 
 
 @pytest.fixture
@@ -107,7 +126,9 @@ def test_collocated_components_stream_take_turns_and_sync(clean: None) -> None:
     flow = declare(relay=True)
     plan = flow.fixed_plan("source,relay,sink: 0", num_devices=1)
     with FlowRun.launch(flow, plan, timeout=120) as run:
-        assert run.uses_device_lock and run.weight_transports == ("shm",)
+        # One process serves all three: the weights are handed over in it.
+        assert run.uses_device_lock and run.weight_transports == ("inprocess",)
+        assert len(set().union(*processes(run).values())) == 1
         records = [run.step(k) for k in range(2)]
         profile = run.profile()
     for record in records:
@@ -122,6 +143,64 @@ def test_collocated_components_stream_take_turns_and_sync(clean: None) -> None:
     assert {m.component for m in profile.measurements} == {"source", "relay", "sink"}
     assert all(m.memory_source == "rss" and m.peak_memory_bytes > 0 for m in profile.measurements)
     assert profile.switches  # onload/offload as the three took turns on device 0
+
+
+def test_a_run_profiles_itself_in_the_form_the_planner_fits(clean: None) -> None:
+    flow = declare(sink_kwargs={"delay": 0.01})
+    plan = flow.fixed_plan("source,sink: 0-1", num_devices=2)
+    with FlowRun.launch(flow, plan, timeout=120) as run:
+        for k in range(3):
+            run.step(k)
+        with pytest.raises(ConfigError, match="a profile needs one more"):
+            run_profile(run, skip=3)
+        measured = run_profile(run, skip=1)
+    sink = [m for m in measured.measurements if m.component == "sink"]
+    # per iteration: the phase (8 items on 2 devices) and each rank's timed call (4 on 1)
+    assert sorted((m.batch_size, m.num_devices) for m in sink) == [(4, 1)] * 4 + [(8, 2)] * 2
+    assert all(m.seconds >= 0.01 for m in sink)
+    iterations = [m for m in measured.measurements if m.component == COLLOCATED_ITERATION]
+    assert [(m.batch_size, m.num_devices) for m in iterations] == [(ITEMS, 2)] * 2
+    assert set(measured.metadata[COLLOCATED_PLANS]) == {"2"}
+    assert len([m for m in measured.measurements if m.component == WEIGHT_SYNC]) == 2
+    # added to a cache: both runs' plans kept, at most a bounded number of points per size
+    again = merge_run_profiles(measured, measured)
+    assert len([m for m in again.measurements if m.component == "sink"]) == 12
+    for _ in range(10):
+        again = merge_run_profiles(again, measured)
+    counts = [sum(1 for m in again.measurements
+                  if (m.component, m.batch_size) == ("sink", size)) for size in (4, 8)]
+    assert counts == [16, 16]
+    assert merge_run_profiles(None, measured) is measured
+
+
+def test_a_component_that_asks_for_isolation_gets_processes_of_its_own(clean: None) -> None:
+    flow = declare(relay=True, isolated=("source",))
+    plan = flow.fixed_plan("source,relay,sink: 0-1", num_devices=2)
+    with FlowRun.launch(flow, plan, timeout=120) as run:
+        pids = processes(run)
+        # relay and sink share two processes (one per rank); the source runs in two others.
+        assert pids["relay"] == pids["sink"] and len(pids["sink"]) == 2
+        assert not pids["source"] & pids["sink"] and len(pids["source"]) == 2
+        assert run.weight_transports == ("shm",)
+        records = [run.step(k) for k in range(2)]
+    assert [r.metrics["sink/sum"] for r in records] == [sum(range(ITEMS // UNIT)) / 2] * 2
+    assert [r.metrics["source/version"] for r in records] == [0.0, 1.0]
+
+
+def test_a_sync_to_receivers_inside_and_outside_the_trainers_process(clean: None) -> None:
+    # relay shares the sink's process (in-process weights), the source runs apart (shm).
+    plain = declare(relay=True)
+    receiving = dataclasses.replace(plain.component("relay"), worker=ReceivingRelay)
+    flow = dataclasses.replace(
+        plain, components=tuple(receiving if c.name == "relay" else c for c in plain.components),
+        weight_syncs=(WeightSyncSpec("sink", ("relay", "source")),))
+    plan = flow.fixed_plan("source: 0, relay,sink: 1", num_devices=2)
+    with FlowRun.launch(flow, plan, timeout=120) as run:
+        assert run.weight_transports == ("inprocess+shm",)
+        assert processes(run)["relay"] == processes(run)["sink"] != processes(run)["source"]
+        records = [run.step(k) for k in range(2)]
+    assert [r.metrics["source/version"] for r in records] == [0.0, 1.0]
+    assert [r.metrics["relay/version"] for r in records] == [0.0, 1.0]
 
 
 def test_disaggregated_consumer_ranks_get_their_shards_without_a_lock(clean: None) -> None:
@@ -263,21 +342,28 @@ def test_a_p2p_edge_between_rank_counts_that_do_not_divide_is_refused(clean: Non
     assert our_actors() == []  # refused from the plan, before any worker started
 
 
-def test_a_dead_rank_is_named_and_the_flow_torn_down(clean: None) -> None:
-    flow = declare(sink_kwargs={"exit_on_step": 1})
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_dead_rank_is_named_and_the_flow_torn_down(clean: None, shared: bool) -> None:
+    flow = declare(sink_kwargs={"exit_on_step": 1}, isolated=() if shared else ("sink",))
     run = FlowRun.launch(flow, flow.fixed_plan("source,sink: 0", num_devices=1), timeout=120)
     run.step(0)
     with pytest.raises(WorkerDiedError) as caught:
         run.step(1)  # the sink exits while the source streams into its channel
-    assert caught.value.role == "sink" and caught.value.rank == 0
+    if shared:  # one process served both: the error names the process's other member
+        assert caught.value.role in ("source", "sink") and caught.value.rank == 0
+        assert "shared with" in str(caught.value)
+    else:
+        assert caught.value.role == "sink" and caught.value.rank == 0
     with pytest.raises(FlowClosedError):
         run.step(2)
 
 
-def test_a_failing_constructor_leaves_nothing_behind(clean: None) -> None:
+@pytest.mark.parametrize("placement", ["source: 0, sink: 1", "source,sink: 0-1"])
+def test_a_failing_constructor_leaves_nothing_behind(clean: None, placement: str) -> None:
+    # Alone or in a process it shares with the sink, the source's constructor is named.
     flow = declare(source_kwargs={"fail_init": True})
     with pytest.raises(WorkerDiedError, match="refuses to start") as caught:
-        FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2), timeout=120)
+        FlowRun.launch(flow, flow.fixed_plan(placement, num_devices=2), timeout=120)
     assert caught.value.role == "source" and caught.value.method == "__init__"
 
 

@@ -101,7 +101,23 @@ class Relay(Switching):
             for index in got:
                 out.put(Batch({"x": np.full(output_channel.unit, index, dtype=np.int64)}),
                         weight=output_channel.unit, key=output_channel.key_of(index, total))
-        return {"relayed": float(len(got))}
+        return {"relayed": float(len(got)), "version": float(getattr(self, "version", -1))}
+
+
+class ReceivingRelay(Relay):
+    """A `Relay` that also receives 'weights' (a version number, as `Source`)."""
+
+    def __init__(self, context: WorkerContext, **kwargs: Any) -> None:
+        super().__init__(context, **kwargs)
+        self.version = -1
+
+    def receive_weights(self, transport: str, payload: list[Any]) -> int:
+        with self.turn("receive_weights"):
+            self.version = int(payload[0])
+        return len(payload)
+
+    def join_weight_group(self, **kwargs: Any) -> None:
+        pass
 
 
 class Sink(Switching):
@@ -125,7 +141,8 @@ class Sink(Switching):
             os._exit(3)  # a rank that dies mid-iteration
         steps: set[int] = set()
         got = _take(self, input_channel, ctx, steps)
-        with self.turn("consume", units=len(got)):
+        with self.turn("consume", units=len(got)), \
+                self.timed_call(len(got) * input_channel.unit):
             time.sleep(self.delay)  # stands in for training
             self.version += 1
         total = input_channel.units(ctx.items[self.role])

@@ -40,12 +40,14 @@ from rlinf.workers.flow.auto import (
     fit_latency,
     fit_turn_latency,
     launch_auto,
+    merge_run_profiles,
     overhead_seconds,
     pipeline_probe,
     pipeline_probe_spec,
     plan_flow,
     profile_device_counts,
     profile_flow,
+    run_profile,
 )
 from rlinf.workers.flow.channels import ChannelTransport, FlowChannel, Sharding, rank_key
 from rlinf.workers.flow.context import StepContext
@@ -128,6 +130,7 @@ __all__ = [
     "format_trials",
     "launch_auto",
     "local_ray_instance",
+    "merge_run_profiles",
     "overhead_seconds",
     "pipeline_probe",
     "pipeline_probe_spec",
@@ -136,6 +139,7 @@ __all__ = [
     "profile_flow",
     "profile_of",
     "rank_key",
+    "run_profile",
     "run_trials",
     "shortlist",
     "try_plans",

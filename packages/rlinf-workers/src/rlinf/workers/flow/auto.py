@@ -31,6 +31,7 @@ import structlog
 from rlinf.sched import (
     Cluster,
     CoreSharing,
+    ExecutionMode,
     ExecutionPlan,
     Measurement,
     PlannerOptions,
@@ -47,11 +48,30 @@ from rlinf.workers.flow.records import IterationRecord
 from rlinf.workers.flow.run import FlowRun
 from rlinf.workers.runtime.ray_session import ensure_ray
 
-__all__ = ["COLLOCATED_ITERATION", "COLLOCATED_PLANS", "PROBE_ITERATION", "PROBE_PLAN",
-           "PROFILE_FORMAT", "WEIGHT_SYNC", "AutoReport", "ProbeRun", "ProbeSimulation",
-           "calibrated_cluster", "collocated_probes", "fit_latency", "fit_turn_latency",
-           "launch_auto", "overhead_seconds", "pipeline_probe", "pipeline_probe_spec",
-           "plan_flow", "profile_device_counts", "profile_flow"]
+__all__ = [
+    "COLLOCATED_ITERATION",
+    "COLLOCATED_PLANS",
+    "PROBE_ITERATION",
+    "PROBE_PLAN",
+    "PROFILE_FORMAT",
+    "WEIGHT_SYNC",
+    "AutoReport",
+    "ProbeRun",
+    "ProbeSimulation",
+    "calibrated_cluster",
+    "collocated_probes",
+    "fit_latency",
+    "fit_turn_latency",
+    "launch_auto",
+    "merge_run_profiles",
+    "overhead_seconds",
+    "pipeline_probe",
+    "pipeline_probe_spec",
+    "plan_flow",
+    "profile_device_counts",
+    "profile_flow",
+    "run_profile",
+]
 
 _log = structlog.get_logger(__name__)
 
@@ -164,10 +184,11 @@ up to 35% slow, falling iteration by iteration (2026-11-28: 0.655, 0.631, 0.537 
 whose run then took 0.52 s), and about one iteration in three 0.3-0.4 s slow at random
 (2026-11-27: 0.71, 0.71, 1.02 s), so a single warm-up and a median of three fitted the
 latency to a slow spell."""
-PROFILE_FORMAT = 2
-"""What `profile_flow` records, raised whenever it records something new that the fit
-reads (2: the collocated probes' iterations, `COLLOCATED_ITERATION`); part of a cached
-profile's identity, so a profile cached without it is measured again."""
+PROFILE_FORMAT = 3
+"""What a profile records, raised whenever it records something new that the fit reads (2:
+the collocated probes' iterations, `COLLOCATED_ITERATION`; 3: runs' own measurements with
+their timed calls, `run_profile`); part of a cached profile's identity, so a profile cached
+without it is measured again."""
 COLLOCATED_ITERATION = "collocated_iteration"
 """Profile entries of the collocated probes: measured dataflow seconds of each iteration,
 at its batch size (items) on the probe's device count (`collocated_probes`)."""
@@ -310,6 +331,59 @@ def _overheads(records: Sequence[IterationRecord]) -> Profile:
                     component=WEIGHT_SYNC, batch_size=1, num_devices=1, seconds=phase.seconds,
                     peak_memory_bytes=0, memory_source="none", timestamp=0.0))
     return profiler.profile
+
+
+def run_profile(run: FlowRun, *, skip: int = 1) -> Profile:
+    """What a running flow measured of itself, in the form `profile_flow` records: every
+    component's measurements of the iterations after the first `skip` (warm-up), their
+    weight syncs, and the iterations themselves as a probe of the plan they ran — a
+    collocated plan's as `COLLOCATED_ITERATION` entries, any other's as the pipelined probe
+    (`PROBE_ITERATION`) — so that `calibrated_cluster` fits the cluster's latencies to them.
+    Measured beside the real iterations instead of before them: profiling that never delays
+    a run (and, cached, prices the next run of the same workflow before it starts)."""
+    records = run.records[skip:]
+    if not records:
+        raise ConfigError(f"the run has {len(run.records)} iteration(s): a profile needs one "
+                          f"more than the {skip} skipped")
+    plan_ = run.plan
+    sizes = [run.flow.batch] * len(records)
+    profile = run.profile(skip=skip).merge(_overheads(records))
+    if plan_.mode is ExecutionMode.COLLOCATED:
+        count = len(plan_.placement.used_devices)
+        return profile.merge(_iterations(COLLOCATED_ITERATION, records, sizes,
+                                         num_devices=count),
+                             Profile(metadata={COLLOCATED_PLANS: {str(count): plan_.to_dict()}}))
+    iterations = _iterations(PROBE_ITERATION, records, sizes,
+                             num_devices=plan_.placement.num_devices)
+    return profile.merge(iterations, Profile(metadata={PROBE_PLAN: plan_.to_dict()}))
+
+
+_KEEP_PER_POINT = 16
+"""Measurements kept per component and (batch, devices) point when runs add to a cached
+profile: the fit takes each point's median, and the newest runs say what things cost now."""
+
+
+def merge_run_profiles(cached: Profile | None, measured: Profile) -> Profile:
+    """A cached profile with what another run `measured` (`run_profile`) added: the
+    collocated probes' plans of both, the newest pipelined probe (its entries replace an
+    older probe's of another plan), and at most `_KEEP_PER_POINT` measurements (the newest)
+    per component and point, so a profile that every run extends stays small."""
+    if cached is None:
+        return measured
+    plans = {**dict(cached.metadata.get(COLLOCATED_PLANS) or {}),
+             **dict(measured.metadata.get(COLLOCATED_PLANS) or {})}
+    old = list(cached.measurements)
+    if measured.metadata.get(PROBE_PLAN) not in (None, cached.metadata.get(PROBE_PLAN)):
+        old = [m for m in old if m.component != PROBE_ITERATION]
+    kept: dict[tuple[str, int, int], list[Measurement]] = {}
+    for m in (*old, *measured.measurements):
+        kept.setdefault((m.component, m.batch_size, m.num_devices), []).append(m)
+    measurements = tuple(m for ms in kept.values() for m in ms[-_KEEP_PER_POINT:])
+    metadata = {**cached.metadata, **measured.metadata}
+    if plans:
+        metadata[COLLOCATED_PLANS] = plans
+    switches = (*cached.switches, *measured.switches)[-4 * _KEEP_PER_POINT:]
+    return Profile(measurements, switches, metadata)
 
 
 ProbeSimulation = Callable[[ExecutionPlan, int, Cluster], float]

@@ -29,9 +29,12 @@ Loops (env ↔ policy) run inside one iteration: the runtime creates a channel f
 loop's edges (the ``feedback`` edge included) and tells every member how many steps its loop
 runs (`StepContext.loop_steps`); the members exchange over those channels until done. A
 component with several inputs or outputs takes them as ``inputs=`` / ``outputs=`` mappings
-keyed by the peer component. A component may declare `ComponentSpec.inline_with` a host:
-where the plan puts both on the same devices, one process serves both (no transport, no
-device-lock turns between them) — the collocated env + policy of embodied RL.
+keyed by the peer component. Components the plan puts on the same devices with as many
+processes share one worker process per rank (`process_sets`; a component can insist on
+its own: `isolated`), where they take turns and hand messages over in-process. A component
+may further declare `ComponentSpec.inline_with` a host: where the plan puts both on the
+same devices, the host itself does its work (no channel, no device-lock turns between
+them) — the collocated env + policy of embodied RL.
 
 ``policy_lag=1`` declares a trainer one iteration behind its generators (off-policy by one
 update): its input edges become lagged edges for the planner, and `FlowRun` overlaps its
@@ -61,6 +64,7 @@ from rlinf.sched import (
     Workflow,
     WorkflowError,
     parse_placement,
+    process_sets,
 )
 from rlinf.workers.flow.channels import ChannelTransport
 from rlinf.workers.flow.errors import (
@@ -409,6 +413,31 @@ class MacroFlow:
         """Steps per iteration of the loop each looping component belongs to."""
         return {name: loop.steps for loop in self.loops for name in loop.components}
 
+    @property
+    def isolated(self) -> frozenset[str]:
+        """Components that run in worker processes of their own: those whose
+        `rlinf.sched.Component.isolated` says so, those that span their devices with one
+        process (`ComponentSpec.one_process`), those with a p2p edge (a rank's endpoint is
+        named after its component), and every distributed component after the first (a
+        process has one torch.distributed default group). Any other components placed on
+        the same devices with as many processes share one process per rank
+        (`process_sets`)."""
+        distributed = [spec.name for spec in self.components if spec.distributed]
+        p2p = {end for c in self.channels if c.transport == "p2p"
+               for end in (c.edge.src, c.edge.dst)}
+        return frozenset(spec.name for spec in self.components
+                         if spec.component.isolated or spec.one_process or spec.name in p2p
+                         or spec.name in distributed[1:])
+
+    def process_sets(self, placement: Placement) -> tuple[tuple[str, ...], ...]:
+        """The launched components each set of worker processes serves under `placement`
+        (`rlinf.sched.process_sets` with `isolated`; a component inlined into its host is
+        served by the host and not listed)."""
+        inlined = self.inlined(placement)
+        sets = process_sets(placement, isolated=self.isolated)
+        return tuple(members for members in (tuple(n for n in s if n not in inlined)
+                                             for s in sets) if members)
+
     def inlined(self, placement: Placement) -> dict[str, str]:
         """``{component: host}`` for every component `placement` lets run inside its host:
         both on the same devices with as many processes (each host rank serves the guest's
@@ -449,7 +478,9 @@ class MacroFlow:
     def to_sched_workflow(self) -> Workflow:
         """The workflow the planner prices (`rlinf.sched.plan`, `rlinf.sched.simulate`)."""
         lagged = set(self.trainers) if self.policy_lag else set()
-        return Workflow(tuple(c.component for c in self.components),
+        isolated = self.isolated
+        return Workflow(tuple(dataclasses.replace(c.component, isolated=True)
+                              if c.name in isolated else c.component for c in self.components),
                         tuple(dataclasses.replace(c.edge, lagged=True) if c.edge.dst in lagged
                               else c.edge for c in self.channels), global_batch=self.batch,
                         loops=self.loops, name=self.name)

@@ -5,8 +5,9 @@ side by side with the others and streaming through channels) and one per weight-
 Each phase records when it started and ended on the driver's clock, the busiest rank's time
 inside device turns (its compute time), the items it processed on how many devices, its
 peak memory and its use of the device lock. `profile_of` turns records into an
-`rlinf.sched.Profile` — one `Measurement` per component and iteration, plus every
-onload/offload — which `rlinf.sched.fit_profile` fits and the planner prices.
+`rlinf.sched.Profile` — one `Measurement` per component and iteration, one per call its
+ranks timed (`PhaseRecord.calls`), plus every onload/offload — which
+`rlinf.sched.fit_profile` fits and the planner prices.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class PhaseRecord:
     """Device-lock grants over all ranks."""
     switches: tuple[tuple[str, float], ...] = ()
     """``(direction, seconds)`` of every onload/offload over all ranks."""
+    calls: tuple[tuple[int, int, float], ...] = ()
+    """``(items, devices, seconds)`` of each call a rank timed on its own devices
+    (`FlowWorker.timed_call`: a rollout micro-batch, a message scored), over all ranks: the
+    profile's points at the sizes the component really computes."""
 
     @property
     def seconds(self) -> float:
@@ -130,6 +135,11 @@ def profile_of(records: Sequence[IterationRecord], *,
                 num_devices=max(phase.num_devices, 1), seconds=phase.busy_seconds,
                 peak_memory_bytes=phase.peak_memory_bytes, memory_source=phase.memory_source,
                 timestamp=0.0))
+            for items, devices, seconds in phase.calls:
+                profiler.record(Measurement(
+                    component=phase.name, batch_size=max(items, 1),
+                    num_devices=max(devices, 1), seconds=seconds, peak_memory_bytes=0,
+                    memory_source="none", timestamp=0.0))
             for direction, seconds in phase.switches:
                 profiler.record_switch(phase.name, direction, seconds)
     return profiler.profile

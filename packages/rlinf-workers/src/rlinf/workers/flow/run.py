@@ -76,6 +76,8 @@ from rlinf.workers.runtime.ray_session import (
     cluster_reachable,
     ensure_ray,
 )
+from rlinf.workers.runtime.shared import SharedMember
+from rlinf.workers.runtime.worker import LOCAL_LOCK
 from rlinf.workers.telemetry import Span
 
 __all__ = ["FlowRun"]
@@ -91,7 +93,8 @@ class FlowRun:
 
     def __init__(self, flow: MacroFlow, plan: ExecutionPlan, *, groups: Mapping[str, WorkerGroup],
                  channels: Mapping[str, FlowChannel], lock: Any, store: RayStore,
-                 owns_ray: bool, timeout: float) -> None:
+                 owns_ray: bool, timeout: float,
+                 local_takers: frozenset[str] = frozenset()) -> None:
         self.flow = flow
         self.plan = plan
         self.timeout = timeout
@@ -101,6 +104,8 @@ class FlowRun:
         self._channels = dict(channels)
         self._syncs: list[WeightSync] = []
         self._lock = lock
+        self._local_lock = local_takers
+        """Components that take turns through their process's in-process lock."""
         self._store = store
         """The rendezvous actor channels are found through (this run made it)."""
         self._owns_ray = owns_ray
@@ -145,8 +150,9 @@ class FlowRun:
                 "log_level": log_level,
                 "launch_timeout": timeout, "call_timeout": timeout, "cluster": cluster}
             locked = _lock_takers(placement, inlined=inlined)
-            lock_options: dict[str, Any] = {}
-            if locked:
+            in_process = _in_process_takers(flow, placement, locked)
+            lock_options: dict[str, dict[str, Any]] = {}
+            if locked - in_process:
                 from rlinf.sched import DeviceLockServer
 
                 # Device memory lets the lock keep components that fit together resident
@@ -155,11 +161,17 @@ class FlowRun:
                     token=token, num_devices=placement.num_devices,
                     device_memory=cluster.device_memory() if cluster is not None else None)
                 host, port = lock.address
-                lock_options = {"device_lock_address": f"{host}:{port}",
-                                "device_lock_token": token}
+                lock_options.update({name: {"device_lock_address": f"{host}:{port}",
+                                            "device_lock_token": token}
+                                     for name in locked - in_process})
+            memory = cluster.device_memory() if cluster is not None else {}
+            lock_options.update({name: {
+                "device_lock_address": f"{LOCAL_LOCK}{run_id}", "device_lock_token": token,
+                "device_memory": min((memory[d] for d in placement.devices_of(name)
+                                      if d in memory), default=None)}
+                for name in in_process})
             _launch_groups(flow, placement, options, inlined=inlined, into=groups,
-                           cpus_per_rank=cpus_per_rank,
-                           lock_options={name: lock_options for name in locked})
+                           cpus_per_rank=cpus_per_rank, lock_options=lock_options)
             channels = {c.key: FlowChannel(
                 src=c.edge.src, dst=c.edge.dst, name=f"{run_id}/{c.key}", store=store,
                 consumer_ranks=groups[c.edge.dst].world_size,
@@ -170,7 +182,8 @@ class FlowRun:
                 for c in flow.channels
                 if c.edge.src not in inlined and c.edge.dst not in inlined}
             run = cls(flow, plan, groups=groups, channels=channels, lock=lock,
-                      store=rendezvous, owns_ray=owns_ray, timeout=timeout)
+                      store=rendezvous, owns_ray=owns_ray, timeout=timeout,
+                      local_takers=in_process)
         except BaseException:
             for group in groups.values():
                 group.kill()
@@ -243,8 +256,9 @@ class FlowRun:
 
     @property
     def uses_device_lock(self) -> bool:
-        """Whether components share devices through a device lock."""
-        return self._lock is not None
+        """Whether components share devices through a device lock (a lock server, or the
+        in-process lock of the components of a shared process)."""
+        return self._lock is not None or bool(self._local_lock)
 
     @property
     def weight_transports(self) -> tuple[str, ...]:
@@ -409,7 +423,10 @@ class FlowRun:
             num_devices=len(self.plan.placement.devices_of(spec.name)),
             peak_memory_bytes=peak.peak_memory_bytes, memory_source=peak.memory_source,
             lock_holds=0 if hosted else sum(r.lock_holds for r in reports),
-            switches=() if hosted else tuple(s for r in reports for s in r.switches))
+            switches=() if hosted else tuple(s for r in reports for s in r.switches),
+            calls=tuple((items, devices, seconds) for r in reports
+                        for component, items, devices, seconds in r.calls
+                        if component == spec.name))
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -537,18 +554,36 @@ def _lock_takers(placement: Placement, *, inlined: Mapping[str, str]) -> frozens
     return frozenset(takers)
 
 
+def _in_process_takers(flow: MacroFlow, placement: Placement, locked: frozenset[str]
+                       ) -> frozenset[str]:
+    """The lock takers that take turns in-process (`rlinf.sched.LocalDeviceLock`): the
+    members of a shared process whose devices no other process uses."""
+    sets = flow.process_sets(placement)
+    out: set[str] = set()
+    for members in sets:
+        if len(members) < 2 or not set(members) & locked:
+            continue
+        mine = set(placement.devices_of(members[0]))
+        if not any(mine & set(placement.devices_of(other[0])) for other in sets
+                   if other is not members):
+            out |= set(members) & locked
+    return frozenset(out)
+
+
 def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, Any], *,
                    inlined: Mapping[str, str], into: dict[str, WorkerGroup],
                    cpus_per_rank: float | None = None,
                    lock_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-    """Launch the group of every component not `inlined` side by side (each waits seconds
-    for its processes; a host gets its guests' ``inline_kwargs``); every group that started
-    lands in `into`, also when another failed or Ctrl-C came, so the caller can kill them
-    all. A component in `lock_options` also gets its device lock's address and token."""
-    launched = [spec for spec in flow.components if spec.name not in inlined]
+    """Launch the processes of every component not `inlined`, one set of processes per
+    `MacroFlow.process_sets` entry (components on the same devices share them), the sets
+    side by side (each waits seconds for its processes; a host gets its guests'
+    ``inline_kwargs``); every group that started lands in `into`, also when another failed
+    or Ctrl-C came, so the caller can kill them all. A component in `lock_options` also gets
+    its device lock's address and token."""
+    sets = flow.process_sets(placement)
     cpus = (cpus_per_rank if cpus_per_rank is not None
-            else _cpus_per_rank(placement, launched=[s.name for s in launched],
-                                cluster=options.get("cluster")))
+            else _cpus_per_rank(placement, process_sets=sets, cluster=options.get("cluster")))
+    locks = lock_options or {}
 
     def kwargs(spec: ComponentSpec) -> dict[str, Any]:
         merged = dict(spec.init_kwargs)
@@ -557,23 +592,31 @@ def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, 
                 merged.update(flow.component(guest).inline_kwargs)
         return merged
 
-    with ThreadPoolExecutor(max_workers=len(launched)) as pool:
-        pending = {spec.name: pool.submit(
-            WorkerGroup.launch, spec.worker, placement=placement.components[spec.name],
-            num_cpus_per_rank=cpus,
-            num_gpus_per_rank=_gpus_per_rank(flow, spec, placement, inlined=inlined),
-            init_kwargs=kwargs(spec), span_devices=spec.one_process,
-            **options, **(lock_options or {}).get(spec.name, {}))
-            for spec in launched}
+    def launch(members: tuple[str, ...]) -> dict[str, WorkerGroup]:
+        gpus = _gpus_per_rank(flow, members, placement, inlined=inlined, process_sets=sets)
+        if len(members) == 1:  # a process of its own never takes turns in-process
+            spec = flow.component(members[0])
+            return {spec.name: WorkerGroup.launch(
+                spec.worker, placement=placement.components[spec.name],
+                num_cpus_per_rank=cpus, num_gpus_per_rank=gpus, init_kwargs=kwargs(spec),
+                span_devices=spec.one_process, **options, **locks.get(spec.name, {}))}
+        shared = [SharedMember(flow.component(name).worker, name, kwargs(flow.component(name)),
+                               **locks.get(name, {})) for name in members]
+        return WorkerGroup.launch_shared(shared, placement=placement.components[members[0]],
+                                         num_cpus_per_rank=cpus, num_gpus_per_rank=gpus,
+                                         **options)
+
+    with ThreadPoolExecutor(max_workers=len(sets)) as pool:
+        pending = [pool.submit(launch, members) for members in sets]
         try:
-            for future in pending.values():
+            for future in pending:
                 future.exception()  # wait for all: the groups that start must be known
         finally:
             pool.shutdown(wait=True)
-            for name, future in pending.items():
+            for future in pending:
                 if future.done() and not future.cancelled() and future.exception() is None:
-                    into[name] = future.result()
-    for future in pending.values():
+                    into.update(future.result())
+    for future in pending:
         error = future.exception()
         if error is not None:
             raise error
@@ -651,15 +694,16 @@ def _checked_placement(flow: MacroFlow, placement: Placement) -> Placement:
     return placement
 
 
-def _cpus_per_rank(placement: Placement, *, launched: Iterable[str],
+def _cpus_per_rank(placement: Placement, *, process_sets: Iterable[tuple[str, ...]],
                    cluster: Cluster | None = None) -> float:
-    """An equal share of the Ray cluster's CPUs per launched rank (at most one). The total,
+    """An equal share of the Ray cluster's CPUs per launched process (at most one). The total,
     not what is free right now: a flow closed just before still returns its CPUs for a
     moment, and Ray starts the new ranks as soon as they are back. A cluster discovered
     from Ray counts its own nodes' CPUs: Ray keeps counting a lost node's for a while (until
     it misses enough heartbeats), and shares sized for CPUs that are gone never start."""
-    # Counted per placed process: a one_process component, which runs fewer, gets less.
-    ranks = sum(placement.components[name].num_procs for name in launched)
+    # Counted per placed process of each set: a one_process component, which runs fewer,
+    # gets less.
+    ranks = sum(placement.components[members[0]].num_procs for members in process_sets)
     if cluster is not None and cluster.nodes and all(n.ray_node_id for n in cluster.nodes):
         total = float(sum(n.cpus for n in cluster.nodes))
     else:
@@ -671,24 +715,25 @@ def _cpus_per_rank(placement: Placement, *, launched: Iterable[str],
     return share
 
 
-def _gpus_per_rank(flow: MacroFlow, spec: ComponentSpec, placement: Placement, *,
-                   inlined: Mapping[str, str]) -> float:
-    """On CUDA, a GPU component's rank reserves 1/(launched components sharing its device ×
-    its processes per device) of a GPU; CPU components and CPU flows reserve none (a host
-    serving an inlined GPU component computes on the GPU too). A declared
-    `ComponentSpec.num_gpus` overrides the share."""
-    declared = [s.num_gpus for s in (spec, *(flow.component(g) for g, h in inlined.items()
-                                             if h == spec.name)) if s.num_gpus is not None]
+def _gpus_per_rank(flow: MacroFlow, members: tuple[str, ...], placement: Placement, *,
+                   inlined: Mapping[str, str], process_sets: Iterable[tuple[str, ...]]
+                   ) -> float:
+    """On CUDA, a process serving a GPU component reserves 1/(process sets on its device ×
+    processes per device) of a GPU; processes serving only CPU components, and CPU flows,
+    reserve none (a host serving an inlined GPU component computes on the GPU too). A
+    declared `ComponentSpec.num_gpus` (the largest of the members' and their guests')
+    overrides the share."""
+    served = [*members, *(guest for guest, host in inlined.items() if host in members)]
+    specs = [flow.component(name) for name in served]
+    declared = [s.num_gpus for s in specs if s.num_gpus is not None]
     if declared:
         return max(declared)
-    gpu = spec.component.resource == "gpu" or any(
-        host == spec.name and flow.component(guest).component.resource == "gpu"
-        for guest, host in inlined.items())
-    if flow.device != "cuda" or not gpu:
+    if flow.device != "cuda" or not any(s.component.resource == "gpu" for s in specs):
         return 0.0
-    sharing = max(len(set(placement.sharing(d)) - set(inlined))
-                  for d in placement.devices_of(spec.name))
-    return 1.0 / (sharing * placement.procs_per_device(spec.name))
+    sets = list(process_sets)
+    sharing = max(sum(1 for other in sets if d in placement.devices_of(other[0]))
+                  for d in placement.devices_of(members[0]))
+    return 1.0 / (sharing * placement.procs_per_device(members[0]))
 
 
 def _await_exit(groups: Iterable[WorkerGroup], *, timeout: float) -> None:

@@ -3,6 +3,10 @@
 The runtime (`rlinf.workers.flow.WeightSync`) picks the transport from where the ranks run
 (`rlinf.workers.weight_sync.choose_transport`) and drives the two halves:
 
+- ``inprocess`` (a receiver sharing the trainer's process): every trainer rank leaves its
+  buckets in its process (`export_weights` returns their key), the receiver rank there
+  copies them into its own weights (`rlinf.workers.weight_sync.sync_in_process`), and the
+  trainer drops them;
 - ``shm`` (CPU, one node): trainer rank 0 packs each bucket into a shared-memory segment
   and returns picklable handles; every receiver maps and loads them; the trainer then
   releases;
@@ -43,6 +47,7 @@ from rlinf.workers.weight_sync import (
     TensorMeta,
     WeightTarget,
     plan_layout,
+    sync_in_process,
 )
 from rlinf.workers.weight_sync.collective import Backend
 from rlinf.workers.weight_sync.flat import unflatten_bucket
@@ -53,6 +58,10 @@ BucketLayout = tuple[tuple[TensorMeta, ...], int]
 """A bucket's tensor layout and packed size (what a collective receiver allocates)."""
 
 _GROUP = "rlinf-flow-weights"
+
+_IN_PROCESS: dict[str, list[Bucket]] = {}
+"""The buckets each trainer of this process exported ``inprocess``, by its role, until its
+receivers here loaded them."""
 
 
 def free_port() -> int:
@@ -104,6 +113,9 @@ class WeightSender(FlowWorker):
         """
         with self.turn("export_weights", transport=transport):
             buckets = list(self.buckets())
+            if transport == "inprocess":  # every rank: each serves the receivers beside it
+                _IN_PROCESS[self.role] = buckets
+                return [self.role] if self.rank == 0 else []
             if self.rank != 0:
                 return []
             if transport == "shm":
@@ -133,15 +145,19 @@ class WeightSender(FlowWorker):
         self._packed = []
 
     def release_weights(self, handles: Sequence[Any]) -> None:
-        """Rank 0: free what `export_weights` packed (every receiver applied it)."""
+        """Free what `export_weights` packed (every receiver applied it): rank 0's shared
+        buffers, or every rank's in-process buckets."""
         for handle in handles:
-            if isinstance(handle, ShmBucketHandle) and self._shm_sender is not None:
+            if isinstance(handle, str):
+                _IN_PROCESS.pop(handle, None)
+            elif isinstance(handle, ShmBucketHandle) and self._shm_sender is not None:
                 self._shm_sender.release(handle)
             elif isinstance(handle, CudaIpcBucketHandle) and self._ipc_sender is not None:
                 self._ipc_sender.release(handle)
 
     def shutdown(self) -> None:
         """Free packed buffers and leave the weight group."""
+        _IN_PROCESS.pop(self.role, None)
         if self._shm_sender is not None:
             self._shm_sender.close()
         if self._weight_group is not None:
@@ -184,7 +200,15 @@ class WeightReceiver(FlowWorker):
             received = [self._weight_group.receive(size) for _, size in payload]
         with self.turn("receive_weights", transport=transport, buckets=len(payload)):
             target = self.weight_target()
-            if transport == "shm":
+            if transport == "inprocess":
+                for key in payload:
+                    buckets = _IN_PROCESS.get(key)
+                    if buckets is None:
+                        raise ConfigError(f"no weights of {key!r} in this process: an "
+                                          "'inprocess' sync needs its trainer in the same "
+                                          "process")
+                    sync_in_process(buckets, target)
+            elif transport == "shm":
                 self._shm_receiver = self._shm_receiver or ShmWeightReceiver()
                 for handle in payload:
                     self._shm_receiver.apply(handle, target)

@@ -4,9 +4,11 @@ The driver holds control only: it asks the trainer to export (shared-memory or C
 handles, or bucket layouts for a collective broadcast), hands those handles to the
 receivers, which map and load the weights themselves, and finally lets the trainer release
 its buffers. The workers implement the two halves (`rlinf.workers.flow.WeightSender` /
-`WeightReceiver`); the transport follows from where the ranks run
-(`rlinf.workers.weight_sync.choose_transport`): ``shm`` on CPU within a node, ``gloo``
-across nodes, ``cuda_ipc`` between identical GPUs, ``nccl`` otherwise.
+`WeightReceiver`); the transport to each receiver follows from where its ranks run
+(`rlinf.workers.weight_sync.choose_transport`): ``inprocess`` where it shares the trainer's
+processes (the receiver copies the trainer's tensors, nothing is packed), ``shm`` on CPU
+within a node, ``gloo`` across nodes, ``cuda_ipc`` between identical GPUs, ``nccl``
+otherwise.
 """
 
 from __future__ import annotations
@@ -22,13 +24,13 @@ from rlinf.workers.errors import ConfigError
 from rlinf.workers.runtime import PER_RANK_ALL, RANK_ZERO, GroupFuture, WorkerGroup, on_one_node
 
 __all__ = ["RECEIVER_METHODS", "SENDER_METHODS", "TRANSPORTS", "WeightSync", "WeightTransport",
-           "weight_transport"]
+           "same_processes", "weight_transport"]
 
 _log = structlog.get_logger(__name__)
 
 WeightTransport = Literal["auto", "shm", "cuda_ipc", "nccl", "gloo"]
-"""How a weight-sync edge moves weights (every component is its own Ray worker, so never
-in-process): ``auto`` derives it from where the ranks run."""
+"""How a weight-sync edge moves weights: ``auto`` derives it from where the ranks run (and
+hands the tensors over where a receiver shares the trainer's processes)."""
 TRANSPORTS: tuple[WeightTransport, ...] = ("auto", "shm", "cuda_ipc", "nccl", "gloo")
 
 SENDER_METHODS = ("export_weights", "release_weights", "broadcast_weights",
@@ -55,8 +57,8 @@ def weight_transport(sender: WorkerGroup, receivers: Sequence[WorkerGroup], *,
                       for g in receivers)
     edge = f"{sender.role} -> {[g.role for g in receivers]}"
     if wanted == "auto":
-        return choose_transport(same_process=False, same_node=same_node,
-                                same_device=same_device, on_gpu=on_gpu)
+        return choose_transport(same_process=all(same_processes(sender, g) for g in receivers),
+                                same_node=same_node, same_device=same_device, on_gpu=on_gpu)
     if wanted == "shm" and not same_node:
         raise ConfigError(f"weight sync {edge}: 'shm' needs every rank on one node, but Ray "
                           "runs them on several; use 'auto' (gloo/nccl across nodes)")
@@ -71,50 +73,79 @@ def weight_transport(sender: WorkerGroup, receivers: Sequence[WorkerGroup], *,
     return wanted
 
 
+def same_processes(a: WorkerGroup, b: WorkerGroup) -> bool:
+    """Whether rank r of `a` and of `b` run in one process, for every r."""
+    mine = {info.rank: (info.node_id, info.pid) for info in a.infos}
+    theirs = {info.rank: (info.node_id, info.pid) for info in b.infos}
+    return bool(mine) and mine == theirs
+
+
 class WeightSync:
-    """One weight-sync edge of a launched flow (see the module docstring)."""
+    """One weight-sync edge of a launched flow (see the module docstring), with the transport
+    to each receiver: ``inprocess`` to those that share the trainer's processes, the edge's
+    own to the others."""
 
     def __init__(self, sender: WorkerGroup, receivers: Sequence[WorkerGroup], *,
                  transport: str, wait: Wait) -> None:
         self.sender = sender
         self.receivers = tuple(receivers)
-        self.transport = transport
+        self.transports = tuple("inprocess" if same_processes(sender, g) else transport
+                                for g in self.receivers)
+        """The transport to each receiver, in order."""
         self._wait = wait
 
+    @property
+    def transport(self) -> str:
+        """The edge's transports, in receiver order without repeats, joined by ``+``
+        (``"inprocess+shm"`` where one receiver shares the trainer's processes)."""
+        return "+".join(dict.fromkeys(self.transports))
+
+    def _collective(self) -> list[tuple[WorkerGroup, str]]:
+        return [(g, t) for g, t in zip(self.receivers, self.transports, strict=True)
+                if t in ("nccl", "gloo")]
+
     def join(self) -> None:
-        """For collective transports: trainer rank 0 and every receiver rank form one
-        broadcast group (once, at launch)."""
-        if self.transport not in ("nccl", "gloo"):
+        """For collective transports: trainer rank 0 and every receiver rank that takes a
+        broadcast form one broadcast group (once, at launch)."""
+        collective = self._collective()
+        if not collective:
             return
+        backend = collective[0][1]
         host, port = self.sender.call("weight_group_address", spec=RANK_ZERO)
-        world = 1 + sum(g.world_size for g in self.receivers)
+        world = 1 + sum(g.world_size for g, _ in collective)
         futures = {self.sender.role: self.sender.call_async(
-            "join_weight_group", host=host, port=port, world_size=world,
-            backend=self.transport)}
+            "join_weight_group", host=host, port=port, world_size=world, backend=backend)}
         first = 1
-        for group in self.receivers:
+        for group, _ in collective:
             n = group.world_size
             futures[group.role] = group.call_async(
                 "join_weight_group", host=[host] * n, port=[port] * n,
                 rank=list(range(first, first + n)), world_size=[world] * n,
-                backend=[self.transport] * n, spec=PER_RANK_ALL)
+                backend=[backend] * n, spec=PER_RANK_ALL)
             first += n
         self._wait(futures)
 
     def sync(self) -> float:
         """Move the trainer's current weights into every receiver; returns the seconds."""
         start = time.perf_counter()
-        exported = self._wait({self.sender.role: self.sender.call_async(
-            "export_weights", self.transport)})[self.sender.role][0]
-        if self.transport in ("nccl", "gloo"):  # one broadcast: every member at once
-            futures = {g.role: g.call_async("receive_weights", self.transport, exported)
-                       for g in self.receivers}
+        exported: dict[str, Any] = {}
+        for transport in dict.fromkeys(self.transports):
+            # In-process exports stay on every trainer rank (each serves its own process).
+            exported[transport] = self._wait({self.sender.role: self.sender.call_async(
+                "export_weights", transport)})[self.sender.role][0]
+        collective = self._collective()
+        if collective:  # one broadcast: every member at once
+            futures = {g.role: g.call_async("receive_weights", t, exported[t])
+                       for g, t in collective}
             futures[self.sender.role] = self.sender.call_async("broadcast_weights")
             self._wait(futures)
-        else:
-            for group in self.receivers:
-                self._wait({group.role: group.call_async("receive_weights", self.transport,
-                                                         exported)})
-            self._wait({self.sender.role: self.sender.call_async(
-                "release_weights", exported, spec=RANK_ZERO)})
+        for group, transport in zip(self.receivers, self.transports, strict=True):
+            if transport not in ("nccl", "gloo"):
+                self._wait({group.role: group.call_async("receive_weights", transport,
+                                                         exported[transport])})
+        for transport, handles in exported.items():
+            if transport not in ("nccl", "gloo"):
+                self._wait({self.sender.role: self.sender.call_async(
+                    "release_weights", handles,
+                    spec=None if transport == "inprocess" else RANK_ZERO)})
         return time.perf_counter() - start

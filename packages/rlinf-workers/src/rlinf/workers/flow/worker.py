@@ -79,6 +79,9 @@ class EntryReport:
     """``(direction, seconds)`` of every onload/offload of this rank during the call."""
     busy_by_component: Mapping[str, float] = field(default_factory=dict)
     """The busy seconds of each component this rank served (its own and inlined ones)."""
+    calls: tuple[tuple[str, int, int, float], ...] = ()
+    """``(component, items, devices, seconds)`` of each call the entry timed
+    (`FlowWorker.timed_call`)."""
 
 
 class FlowWorker(Worker):
@@ -104,6 +107,7 @@ class FlowWorker(Worker):
         self._busy_by: defaultdict[str, float] = defaultdict(float)
         self._holds = 0
         self._switch_seen = 0.0
+        self._calls: list[tuple[str, int, int, float]] = []
 
     # -- device turns ----------------------------------------------------------------------
 
@@ -125,6 +129,19 @@ class FlowWorker(Worker):
                 seconds = time.perf_counter() - start
                 self._busy += seconds
                 self._busy_by[component or self.role] += seconds
+
+    @contextlib.contextmanager
+    def timed_call(self, items: int, *, component: str | None = None) -> Iterator[None]:
+        """Time the block as one call of `items` items on this rank's devices, for the
+        profile (`EntryReport.calls`): a rollout micro-batch, a message scored, a training
+        micro-batch. A run that prices itself from its own steps fits these points, at the
+        sizes the component really computes, beside its whole phase."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._calls.append((component or self.role, int(items), max(1, len(self.devices)),
+                                time.perf_counter() - start))
 
     def charge(self, component: str, seconds: float) -> None:
         """Count `seconds` of this rank's own busy time as `component`'s (an inlined
@@ -257,6 +274,7 @@ class FlowWorker(Worker):
         probe = Profiler(metadata={"role": self.role, "rank": self.rank})
         busy, holds = self._busy, self._holds
         self._busy_by.clear()
+        self._calls.clear()
         started, t0 = time.time(), time.perf_counter()
         with probe.measure(self.role, batch_size=max(1, ctx.items.get(self.role, 1)),
                            num_devices=max(1, len(self.devices))):
@@ -267,6 +285,7 @@ class FlowWorker(Worker):
         return EntryReport(
             rank=self.rank, metrics={k: float(v) for k, v in dict(metrics or {}).items()},
             busy_seconds=self._busy - busy, busy_by_component=dict(self._busy_by),
+            calls=tuple(self._calls),
             wall_seconds=wall, started=started,
             peak_memory_bytes=peak.peak_memory_bytes, memory_source=peak.memory_source,
             lock_holds=self._holds - holds,

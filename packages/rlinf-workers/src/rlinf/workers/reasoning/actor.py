@@ -138,7 +138,7 @@ class ActorRole(WeightSenderRole):
                 batch = self._proximal(RolloutBatch.concat([received[i] for i in chunks[done]],
                                                             pad_token_id=self._pad_id))
                 with self.turn("train_micro_batch", step=step, index=done,
-                               rows=batch.num_rows):
+                               rows=batch.num_rows), self.timed_call(batch.num_rows):
                     part, metrics = actor.accumulate(batch)
                 units += part
                 for key, value in metrics.items():
@@ -169,7 +169,8 @@ class ActorRole(WeightSenderRole):
 
     def train_batch(self, batch: RolloutBatch, *, step: int = -1) -> dict[str, float]:
         """Train on `batch` in one device turn; returns the trainer's metrics."""
-        with self.turn("train", step=step, rows=batch.num_rows):
+        with self.turn("train", step=step, rows=batch.num_rows), \
+                self.timed_call(batch.num_rows):
             return self.actor.train(batch)
 
     def profile_train(self, batch: RolloutBatch) -> float:

@@ -65,7 +65,9 @@ class InferenceRole(WeightReceiverRole):
                          out: Channel, *, key_of: Callable[[int], str]) -> int:
         done = 0
         for message in messages:
-            with self.turn("inference", step=step, groups=len(message)):
+            rows = sum(group.num_rows for _, group in message)
+            with self.turn("inference", step=step, groups=len(message)), \
+                    self.timed_call(rows):
                 for index, group in message:
                     annotated = self.annotate(group)
                     out.put(pack_group(annotated, index=index, step=step),

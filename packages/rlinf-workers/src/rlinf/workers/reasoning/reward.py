@@ -44,7 +44,8 @@ class RewardRole(ReasoningRole):
         totals = {"responses": 0.0, "correct": 0.0, "reward_sum": 0.0, "groups_solved": 0.0,
                   "groups": 0.0}
         for message in messages:
-            with self.turn("reward", step=step, groups=len(message)):
+            rows = sum(group.num_rows for _, group in message)
+            with self.turn("reward", step=step, groups=len(message)), self.timed_call(rows):
                 for index, group in message:
                     scored, stats = self.worker.compute_rewards(group)
                     out.put(pack_group(scored, index=index, step=step), weight=scored.num_rows,

@@ -144,7 +144,8 @@ class RolloutRole(WeightReceiverRole):
                 sampling = dataclasses.replace(cfg.sampling,
                                                seed=draw_seed(self.setup.seed, step, k))
                 groups: list[RolloutBatch] = []
-                with self.trace.span("micro_batch", step=step, index=k, groups=len(indices)):
+                with self.trace.span("micro_batch", step=step, index=k, groups=len(indices)), \
+                        self.timed_call(len(indices) * cfg.group_size):
                     self.worker.rollout([problems[i] for i in indices], sink=groups.append,
                                         sampling=sampling)
                 for index, group in zip(indices, groups, strict=True):

@@ -28,13 +28,18 @@ class WorkerContext:
     """Configure structlog in this process at this level; None leaves logging alone (the
     group sets it, so a Worker built directly in a test does not reconfigure the driver)."""
     device_lock_address: str | None = None
-    """``"host:port"`` of the run's `rlinf.sched.DeviceLockServer`; None: no device lock."""
+    """``"host:port"`` of the run's `rlinf.sched.DeviceLockServer`, or ``"local:<name>"`` for
+    the `rlinf.sched.LocalDeviceLock` its process's components share; None: no device
+    lock."""
     device_lock_token: bytes | None = field(default=None, repr=False)
     """Shared secret of the lock server (kept out of reprs and logs)."""
     memory_bytes: int | None = None
     """Bytes per device this component needs when it holds its devices, as the plan priced
     it; the device lock keeps components that fit together co-resident. None: the worker's
     own `Worker.resident_memory_bytes` decides."""
+    device_memory: int | None = None
+    """Bytes of memory of each of this rank's devices, which an in-process device lock
+    (``local:``) fits residents into; None: unknown (one component resident at a time)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:

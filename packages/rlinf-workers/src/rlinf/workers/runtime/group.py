@@ -12,10 +12,12 @@ affinity) to the Ray node that owns its placement device; see `rlinf.workers.run
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -38,6 +40,7 @@ from rlinf.workers.runtime.allocator import DEFAULT_ALLOCATOR, HostAllocator, al
 from rlinf.workers.runtime.context import WorkerContext, WorkerInfo, rank_devices
 from rlinf.workers.runtime.dispatch import (
     ALL_TO_ALL,
+    PER_RANK_ALL,
     RANK_ZERO,
     DispatchSpec,
     gather_results,
@@ -46,6 +49,7 @@ from rlinf.workers.runtime.dispatch import (
 from rlinf.workers.runtime.interrupts import WAIT_SLICE_S, check_interrupted, keep_interrupts
 from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
 from rlinf.workers.runtime.ray_session import ClusterWatch, raylet_addresses, unreachable
+from rlinf.workers.runtime.shared import SharedMember, SharedProcess, member_died, members_of
 from rlinf.workers.runtime.worker import Worker
 
 __all__ = ["GroupFuture", "WorkerGroup", "count_onloads"]
@@ -56,12 +60,17 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _translate(
-    exc: BaseException, *, role: str, rank: int, method: str, node: str | None
+    exc: BaseException, *, role: str, rank: int, method: str, node: str | None,
+    shared_with: tuple[str, ...] = (),
 ) -> BaseException:
-    """Turn Ray's error for one rank's call into ours (other errors pass through)."""
+    """Turn Ray's error for one rank's call into ours (other errors pass through); a death
+    of a process that `role` shares with others names them (any of them may have caused
+    it)."""
     if isinstance(exc, ray_errors.RayActorError | ray_errors.WorkerCrashedError
                   | ray_errors.OutOfMemoryError):
         text = _ANSI.sub("", str(exc))
+        if shared_with:
+            text = f"its process, shared with {list(shared_with)}, died: {text}"
         if getattr(exc, "actor_init_failed", False):
             # The message ends with the constructor's traceback; its last line says why.
             lines = [line.strip() for line in text.splitlines() if line.strip()]
@@ -106,9 +115,10 @@ class GroupFuture:
     def __init__(
         self, *, role: str, method: str, ranks: tuple[int, ...], refs: Sequence[ray.ObjectRef],
         spec: DispatchSpec, nodes: Mapping[int, str], default_timeout: float,
-        raylets: Mapping[int, str] | None = None,
+        raylets: Mapping[int, str] | None = None, shared_with: tuple[str, ...] = (),
     ) -> None:
         self._role = role
+        self._shared_with = shared_with
         self._method = method
         self._ranks = ranks
         self._refs = list(refs)
@@ -197,7 +207,8 @@ class GroupFuture:
                 results[index] = ray.get(ref, timeout=max(remaining, 0.0))
             except Exception as exc:
                 raise _translate(exc, role=self._role, rank=rank, method=self._method,
-                                 node=self._nodes.get(rank)) from exc
+                                 node=self._nodes.get(rank),
+                                 shared_with=self._shared_with) from exc
 
     def result(self, timeout: float | None = None) -> Any:
         """The gathered result per the call's `DispatchSpec` (see `rank_results`)."""
@@ -210,6 +221,7 @@ class WorkerGroup:
     def __init__(
         self, *, role: str, name: str, worker_cls: type[Worker],
         actors: Sequence[ray.actor.ActorHandle], call_timeout: float,
+        shared: _SharedProcesses | None = None,
     ) -> None:
         self._role = role
         self._name = name
@@ -219,6 +231,8 @@ class WorkerGroup:
         self._infos: tuple[WorkerInfo, ...] = ()
         self._raylets: dict[int, str] = {}
         """``host:port`` of each rank's raylet, recorded at launch (to tell a lost node)."""
+        self._shared = shared
+        """Set when the ranks are members of shared processes (`launch_shared`)."""
         self._closed = False
 
     @classmethod
@@ -265,63 +279,108 @@ class WorkerGroup:
         """
         if not issubclass(worker_cls, Worker):
             raise ConfigError(f"{worker_cls!r} is not a subclass of rlinf.workers Worker")
-        if not ray.is_initialized():
-            raise ConfigError("Ray is not initialised: call ray.init(...) before launching")
-        role = role or (placement.component if placement is not None else None)
-        if not role:
-            raise ConfigError("a group needs a role: pass role= or a placement")
-        if placement is not None and not span_devices and num_ranks not in (
-                None, placement.num_procs):
-            raise ConfigError(f"num_ranks={num_ranks} contradicts placement "
-                              f"{placement.to_spec()!r} ({placement.num_procs} ranks)")
-        if span_devices and placement is None:
-            raise ConfigError("span_devices needs a placement (the devices to span)")
-        world = (1 if span_devices else placement.num_procs) if placement is not None \
-            else num_ranks
-        if world is None or world < 1:
-            raise ConfigError(f"need num_ranks >= 1 or a placement, got num_ranks={num_ranks}")
-        node_ids = _pinned_nodes(role, placement, cluster, cpus=num_cpus_per_rank,
-                                 gpus=num_gpus_per_rank)
-        if node_ids is not None and span_devices:
-            node_ids = node_ids[:1]
-        name = f"{role}-{uuid.uuid4().hex[:8]}"
-        worker_env = {**allocator_env(allocator, env_vars=env_vars), **(env_vars or {})}
+        ranks = _Ranks.of(role or (placement.component if placement is not None else None),
+                          num_ranks=num_ranks, placement=placement, cluster=cluster,
+                          cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
+                          span_devices=span_devices)
+        name = f"{ranks.role}-{uuid.uuid4().hex[:8]}"
         remote_cls = ray.remote(worker_cls)
-        actors: list[Any] = []
-        for rank in range(world):
-            context = WorkerContext(
-                role=role, rank=rank, world_size=world,
-                devices=(tuple(placement.devices) if span_devices and placement is not None
-                         else rank_devices(placement, rank) if placement is not None
-                         else (rank,)),
-                group_name=name, log_level=log_level,
-                device_lock_address=device_lock_address, device_lock_token=device_lock_token,
-                memory_bytes=memory_bytes,
-            )
-            options: dict[str, Any] = {
-                "name": f"{name}-{rank}", "num_cpus": num_cpus_per_rank,
-                "num_gpus": num_gpus_per_rank, "max_restarts": 0, "max_task_retries": 0,
-            }
-            if worker_env:
-                options["runtime_env"] = {"env_vars": worker_env}
-            if node_ids is not None:
-                options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
-                    node_id=node_ids[rank], soft=False)
-            actors.append(remote_cls.options(**options).remote(context, **dict(init_kwargs or {})))
-        group = cls(role=role, name=name, worker_cls=worker_cls, actors=actors,
+        actors: list[Any] = [remote_cls.options(**ranks.actor_options(
+            name, rank, cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
+            env=_worker_env(allocator, env_vars))).remote(
+                ranks.context(name, rank, log_level=log_level,
+                              device_lock_address=device_lock_address,
+                              device_lock_token=device_lock_token, memory_bytes=memory_bytes),
+                **dict(init_kwargs or {}))
+            for rank in range(ranks.world)]
+        group = cls(role=ranks.role, name=name, worker_cls=worker_cls, actors=actors,
                     call_timeout=call_timeout)
-        try:
-            infos = group.call_async("worker_info", spec=ALL_TO_ALL).rank_results(launch_timeout)
-        except WorkersError:
-            group.kill()
-            raise
-        group._infos = tuple(infos)
-        raylets = raylet_addresses({info.node_id for info in infos})
-        group._raylets = {info.rank: raylets[info.node_id] for info in infos
-                          if info.node_id in raylets}
-        _log.info("worker_group_launched", role=role, group=name, world_size=world,
-                  nodes=sorted({info.node_ip for info in infos}), pinned=node_ids is not None)
+        group._started(launch_timeout)
+        _log.info("worker_group_launched", role=ranks.role, group=name, world_size=ranks.world,
+                  nodes=sorted({info.node_ip for info in group._infos}),
+                  pinned=ranks.node_ids is not None)
         return group
+
+    @classmethod
+    def launch_shared(
+        cls,
+        members: Sequence[SharedMember],
+        *,
+        placement: ComponentPlacement,
+        cluster: Cluster | None = None,
+        num_cpus_per_rank: float = 1.0,
+        num_gpus_per_rank: float = 0.0,
+        env_vars: Mapping[str, str] | None = None,
+        allocator: HostAllocator = DEFAULT_ALLOCATOR,
+        log_level: str = "INFO",
+        launch_timeout: float = 120.0,
+        call_timeout: float = 600.0,
+        span_devices: bool = False,
+    ) -> dict[str, WorkerGroup]:
+        """Start one process per rank of `placement` that serves every member
+        (`rlinf.workers.runtime.shared`) and return a group per member, by role; each member
+        sees the rank's devices as a group of its own would. Arguments as `launch`; the
+        processes reserve `num_cpus_per_rank` and `num_gpus_per_rank` once for all members.
+        A member's failing constructor raises its `WorkerDiedError` (method ``__init__``)
+        after every process is killed."""
+        if len(members) < 1 or len({m.role for m in members}) != len(members):
+            raise ConfigError(f"a shared process needs members with distinct roles, got "
+                              f"{[m.role for m in members]}")
+        ranks = _Ranks.of(members_of(members), num_ranks=None, placement=placement,
+                          cluster=cluster, cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
+                          span_devices=span_devices)
+        name = f"{ranks.role}-{uuid.uuid4().hex[:8]}"
+        # Threads: a member waiting on a channel must not hold up the member feeding it;
+        # `SharedProcess.call_member` keeps each member's calls one at a time.
+        remote_cls = ray.remote(SharedProcess)
+        actors: list[Any] = [remote_cls.options(**ranks.actor_options(
+            name, rank, cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
+            env=_worker_env(allocator, env_vars)), max_concurrency=4 * len(members) + 4).remote(
+                ranks.context(name, rank, log_level=log_level))
+            for rank in range(ranks.world)]
+        host = cls(role=ranks.role, name=name, worker_cls=SharedProcess, actors=actors,
+                   call_timeout=call_timeout)
+        host._started(launch_timeout)
+        shared = _SharedProcesses(host, {m.role for m in members})
+        groups: dict[str, WorkerGroup] = {}
+        deadline = time.monotonic() + launch_timeout
+        for member in members:
+            group = cls(role=member.role, name=f"{name}/{member.role}",
+                        worker_cls=member.worker_cls, actors=actors,
+                        call_timeout=call_timeout, shared=shared)
+            group._infos, group._raylets = host._infos, dict(host._raylets)
+            contexts = [dataclasses.replace(
+                ranks.context(group.name, rank, role=member.role, log_level=None,
+                              device_lock_address=member.device_lock_address,
+                              device_lock_token=member.device_lock_token,
+                              memory_bytes=member.memory_bytes),
+                device_memory=member.device_memory) for rank in range(ranks.world)]
+            try:
+                host.call_async("add_member", [member.worker_cls] * ranks.world, contexts,
+                                [dict(member.init_kwargs)] * ranks.world, spec=PER_RANK_ALL
+                                ).rank_results(max(deadline - time.monotonic(), 0.0))
+            except WorkersError as exc:
+                host.kill()
+                raise member_died(member.role, exc) from exc
+            groups[member.role] = group
+        _log.info("worker_group_launched", role=ranks.role, group=name, world_size=ranks.world,
+                  members=[m.role for m in members],
+                  nodes=sorted({info.node_ip for info in host._infos}),
+                  pinned=ranks.node_ids is not None)
+        return groups
+
+    def _started(self, timeout: float) -> None:
+        """Wait until every rank is constructed and record where each runs (killing the
+        group when one fails)."""
+        try:
+            infos = self.call_async("worker_info", spec=ALL_TO_ALL).rank_results(timeout)
+        except WorkersError:
+            self.kill()
+            raise
+        self._infos = tuple(infos)
+        raylets = raylet_addresses({info.node_id for info in infos})
+        self._raylets = {info.rank: raylets[info.node_id] for info in infos
+                         if info.node_id in raylets}
 
     @property
     def role(self) -> str:
@@ -376,12 +435,18 @@ class WorkerGroup:
         """
         resolved, ranks = self._resolve(method, spec)
         per_rank = split_arguments(resolved, args, kwargs, len(ranks))
-        refs = [getattr(self._actors[rank], method).remote(*a, **kw)
-                for rank, (a, kw) in zip(ranks, per_rank, strict=True)]
+        if self._shared is None:
+            refs = [getattr(self._actors[rank], method).remote(*a, **kw)
+                    for rank, (a, kw) in zip(ranks, per_rank, strict=True)]
+        else:
+            refs = [self._actors[rank].call_member.remote(self._role, method, *a, **kw)
+                    for rank, (a, kw) in zip(ranks, per_rank, strict=True)]
         nodes = {info.rank: info.node_ip for info in self._infos}
+        shared_with = (tuple(sorted(self._shared.roles - {self._role}))
+                       if self._shared is not None else ())
         return GroupFuture(role=self._role, method=method, ranks=ranks, refs=refs,
                            spec=resolved, nodes=nodes, default_timeout=self._call_timeout,
-                           raylets=self._raylets)
+                           raylets=self._raylets, shared_with=shared_with)
 
     def call(
         self, method: str, *args: Any, spec: DispatchSpec | None = None,
@@ -403,8 +468,19 @@ class WorkerGroup:
         _log.info("worker_group_process_group", role=self._role, group=self._name,
                   backend=backend, world_size=self.world_size)
 
+    @property
+    def shares_processes(self) -> bool:
+        """Whether the ranks are members of processes shared with other groups
+        (`launch_shared`)."""
+        return self._shared is not None
+
     def kill(self) -> None:
-        """Kill every rank now (no cleanup hooks); idempotent."""
+        """Kill every rank now (no cleanup hooks); idempotent. A member of shared processes
+        kills them, with every other member."""
+        if self._shared is not None:
+            self._shared.kill()
+            self._closed = True
+            return
         for actor in self._actors:
             try:
                 ray.kill(actor, no_restart=True)
@@ -423,6 +499,10 @@ class WorkerGroup:
         except WorkersError as exc:
             _log.warning("worker_group_unclean_shutdown", role=self._role, group=self._name,
                          error=str(exc))
+        if self._shared is not None:  # the processes go with their last member
+            self._closed = True
+            self._shared.leave(self._role)
+            return
         self.kill()
 
     def __enter__(self) -> WorkerGroup:
@@ -434,6 +514,92 @@ class WorkerGroup:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running"
         return f"WorkerGroup(role={self._role!r}, world_size={self.world_size}, {state})"
+
+
+class _SharedProcesses:
+    """The processes several member groups share: killed with their last member."""
+
+    def __init__(self, host: WorkerGroup, members: set[str]) -> None:
+        self.host = host
+        self.roles = frozenset(members)
+        """Every member the processes serve."""
+        self.members = set(members)
+        """The members not shut down yet."""
+
+    def leave(self, role: str) -> None:
+        self.members.discard(role)
+        if not self.members:
+            self.host.kill()
+
+    def kill(self) -> None:
+        self.members.clear()
+        self.host.kill()
+
+
+def _worker_env(allocator: HostAllocator, env_vars: Mapping[str, str] | None) -> dict[str, str]:
+    return {**allocator_env(allocator, env_vars=env_vars), **(env_vars or {})}
+
+
+@dataclass(frozen=True)
+class _Ranks:
+    """The ranks a launch starts: their count, devices and nodes (checked before any
+    starts)."""
+
+    role: str
+    world: int
+    placement: ComponentPlacement | None
+    span_devices: bool
+    node_ids: tuple[str, ...] | None
+
+    @classmethod
+    def of(cls, role: str | None, *, num_ranks: int | None,
+           placement: ComponentPlacement | None, cluster: Cluster | None, cpus: float,
+           gpus: float, span_devices: bool) -> _Ranks:
+        if not ray.is_initialized():
+            raise ConfigError("Ray is not initialised: call ray.init(...) before launching")
+        if not role:
+            raise ConfigError("a group needs a role: pass role= or a placement")
+        if placement is not None and not span_devices and num_ranks not in (
+                None, placement.num_procs):
+            raise ConfigError(f"num_ranks={num_ranks} contradicts placement "
+                              f"{placement.to_spec()!r} ({placement.num_procs} ranks)")
+        if span_devices and placement is None:
+            raise ConfigError("span_devices needs a placement (the devices to span)")
+        world = (1 if span_devices else placement.num_procs) if placement is not None \
+            else num_ranks
+        if world is None or world < 1:
+            raise ConfigError(f"need num_ranks >= 1 or a placement, got num_ranks={num_ranks}")
+        node_ids = _pinned_nodes(role, placement, cluster, cpus=cpus, gpus=gpus)
+        if node_ids is not None and span_devices:
+            node_ids = node_ids[:1]
+        return cls(role, world, placement, span_devices, node_ids)
+
+    def context(self, name: str, rank: int, *, log_level: str | None, role: str | None = None,
+                device_lock_address: str | None = None, device_lock_token: bytes | None = None,
+                memory_bytes: int | None = None) -> WorkerContext:
+        placement = self.placement
+        return WorkerContext(
+            role=role or self.role, rank=rank,
+            world_size=self.world,
+            devices=(tuple(placement.devices) if self.span_devices and placement is not None
+                     else rank_devices(placement, rank) if placement is not None
+                     else (rank,)),
+            group_name=name, log_level=log_level,
+            device_lock_address=device_lock_address, device_lock_token=device_lock_token,
+            memory_bytes=memory_bytes)
+
+    def actor_options(self, name: str, rank: int, *, cpus: float, gpus: float,
+                      env: Mapping[str, str]) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "name": f"{name}-{rank}", "num_cpus": cpus, "num_gpus": gpus,
+            "max_restarts": 0, "max_task_retries": 0,
+        }
+        if env:
+            options["runtime_env"] = {"env_vars": dict(env)}
+        if self.node_ids is not None:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                node_id=self.node_ids[rank], soft=False)
+        return options
 
 
 def count_onloads(groups: Iterable[WorkerGroup], *, since: float, timeout: float) -> int:

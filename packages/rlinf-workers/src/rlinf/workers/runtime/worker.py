@@ -11,6 +11,7 @@ import structlog
 
 from rlinf.sched.context_switch import CallbackOnloadable, Onloadable
 from rlinf.sched.device_lock import DeviceLockClient, Grant
+from rlinf.sched.local_lock import LocalDeviceLock, LocalLockClient
 from rlinf.sched.profiler import Profile, Profiler
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.runtime.context import WorkerContext, WorkerInfo
@@ -22,7 +23,10 @@ from rlinf.workers.runtime.distributed import (
 )
 from rlinf.workers.runtime.logs import configure_worker_logging
 
-__all__ = ["Worker"]
+__all__ = ["LOCAL_LOCK", "Worker"]
+
+LOCAL_LOCK = "local:"
+"""Prefix of a device-lock address naming an in-process `rlinf.sched.LocalDeviceLock`."""
 
 
 class Worker:
@@ -58,7 +62,7 @@ class Worker:
         )
         self.profiler = Profiler(metadata={"role": context.role, "rank": context.rank})
         self._rendezvous_store: Any = None  # rank 0's torch TCPStore, kept alive while used
-        self._device_lock: DeviceLockClient | None = None
+        self._device_lock: DeviceLockClient | LocalLockClient | None = None
 
     @property
     def role(self) -> str:
@@ -89,8 +93,10 @@ class Worker:
             yield
 
     @property
-    def device_lock(self) -> DeviceLockClient:
-        """This process's device-lock client, connected on first use.
+    def device_lock(self) -> DeviceLockClient | LocalLockClient:
+        """This worker's device-lock client, connected on first use: to the run's lock
+        server, or to the `rlinf.sched.LocalDeviceLock` of its process where the runtime
+        found every component of its devices in this process (``local:`` addresses).
 
         If the worker implements `rlinf.sched.Onloadable` (``onload``/``offload``) it is
         registered as its role's component, starting offloaded: build state in host memory
@@ -105,8 +111,15 @@ class Worker:
                     f"{self!r} has no device lock: launch its group with "
                     "device_lock_address= and device_lock_token="
                 )
-            client = DeviceLockClient(address, token=token, profiler=self.profiler,
-                                      owner=f"{self.context.group_name}-{self.rank}")
+            owner = f"{self.context.group_name}-{self.rank}"
+            client: DeviceLockClient | LocalLockClient
+            if address.startswith(LOCAL_LOCK):  # components of this process only
+                client = LocalDeviceLock.named(
+                    address, device_memory=self.context.device_memory,
+                ).client(owner, profiler=self.profiler)
+            else:
+                client = DeviceLockClient(address, token=token, profiler=self.profiler,
+                                          owner=owner)
             if isinstance(self, Onloadable):
                 memory = self.context.memory_bytes
                 client.register(self.role, self, memory_bytes=(
