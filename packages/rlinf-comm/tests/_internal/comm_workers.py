@@ -127,6 +127,39 @@ def send_close_loop(store: TCPStore, peer: str, me: str, rounds: int) -> None:
                            timeout=60)  # not waited for: close must finish it
 
 
+def mixed_items() -> list[tuple[dict[str, np.ndarray], dict[str, object]]]:
+    """Items of every layout a put may take: small ones inline (a 0-d, an empty, a strided,
+    a datetime array), one over `eager_bytes` in shared memory; (arrays, meta) each."""
+    grid = np.arange(40, dtype=np.int16).reshape(4, 10)
+    return [
+        ({"scalar": np.array(2.5), "empty": np.zeros((0, 3), np.int8)}, {"i": 0}),
+        ({"strided": grid[:, ::3]}, {}),
+        ({"when": np.arange(3).astype("M8[s]"), "flag": np.array([True, False])}, {"i": 2}),
+        ({"big": np.arange(1 << 15, dtype=np.float64)}, {"i": 3}),
+    ]
+
+
+def put_mixed(store: TCPStore, channel_name: str, me: str) -> None:
+    """Put `mixed_items()` one by one (dicts without meta, Batches with), then as one
+    put_many, and wait until all were consumed."""
+    channel = Channel.connect(channel_name, store=store, timeout=60)
+    for tensors, meta in mixed_items():
+        channel.put(Batch(tensors, meta=meta) if meta else tensors, timeout=60)
+    channel.put_many([Batch(t, meta=m) for t, m in mixed_items()], timeout=60)
+    channel.flush(timeout=120)
+    channel.disconnect()
+
+
+def put_small_and_hang(store: TCPStore, channel_name: str, me: str, count: int) -> None:
+    """Put `count` small items (inline), report, then wait to be killed."""
+    channel = Channel.connect(channel_name, store=store, timeout=60)
+    for i in range(count):
+        channel.put({"x": np.full(4, i, dtype=np.int64)}, timeout=60)
+    channel.flush(timeout=60)  # the owner has them
+    store.set(f"put/{me}", b"")
+    time.sleep(120)
+
+
 def own_channel_and_hang(store: TCPStore, channel_name: str, me: str, maxsize: int) -> None:
     """Create the channel and serve it from this process until killed (or stopped)."""
     Channel.create(channel_name, store=store, maxsize=maxsize)
@@ -142,6 +175,8 @@ def serve_store_and_hang(store: TCPStore, label: str, me: str) -> None:
 
 
 ROLES = {
+    "put_mixed": (put_mixed, (str, str)),
+    "put_small_and_hang": (put_small_and_hang, (str, str, int)),
     "own_channel_and_hang": (own_channel_and_hang, (str, str, int)),
     "serve_store_and_hang": (serve_store_and_hang, (str, str)),
     "send_close_loop": (send_close_loop, (str, str, int)),

@@ -331,7 +331,9 @@ def test_flush_after_the_owner_died_raises_peer_died_promptly(
     owner = Channel.create("c", store=store)
     producer = Channel.connect("c", store=store)
     try:
-        producer.put({"x": np.zeros(8)})  # nobody will consume it
+        # Nobody will consume it; 128 KiB stay in the producer's shared memory (a small
+        # item would travel inline: the owner keeps it, and flush would not wait for it).
+        producer.put({"x": np.zeros(1 << 14)})
         started = threading.Event()
         outcome: list[BaseException | None] = []
 
@@ -364,9 +366,14 @@ def test_flush_after_the_owner_died_raises_peer_died_promptly(
 def test_calls_return_within_their_timeout_while_the_owner_is_stopped_and_nothing_is_lost(
     store: TCPStore, endpoint: Endpoint
 ) -> None:
+    import time
+
     """Defect 3: with the owner SIGSTOPped, get, get_batch, async_get, put and qsize return
     within their timeout plus 10% and 50 ms. Once it resumes, nothing is lost: the item a
-    stalled get was handed late goes back to the head of its queue, the stalled put goes in."""
+    stalled get was handed late goes back to the head of its queue, the puts sent on credit
+    go in, in order. A put on credit (room the owner reserved for this handle) needs no
+    answer, so it returns at once; the first put beyond that room waits for more and times
+    out within its bound, having put nothing in."""
     proc = spawn("own_channel_and_hang", store, "c", "owner-0", 4)
     try:
         store.get("ready/owner-0", timeout=60)
@@ -380,20 +387,78 @@ def test_calls_return_within_their_timeout_while_the_owner_is_stopped_and_nothin
                 0.3, lambda: channel.get_batch(target_weight=5, key="e", timeout=0.3), attempts=3)
             async_raises_timeout_within(
                 0.3, lambda: channel.async_get(key="e", timeout=0.3), attempts=3)
-            raises_timeout_within(
-                0.5, lambda: channel.put({"x": np.array([2])}, key="k", timeout=0.5))
+            sent = [1]
+            for value in range(2, 6):  # maxsize 4: the credit runs out by the fourth
+                started = time.monotonic()
+                try:
+                    channel.put({"x": np.array([value])}, key="k", timeout=0.5)
+                except CommTimeoutError:
+                    assert time.monotonic() - started <= 1.1 * 0.5 + 0.05
+                    break
+                assert time.monotonic() - started < 0.5  # on credit: no answer awaited
+                sent.append(value)
+            else:
+                raise AssertionError("every put went in while the owner was stopped")
             raises_timeout_within(0.4, lambda: channel.qsize(timeout=0.4), attempts=3)
             raises_timeout_within(0, lambda: channel.get(key="e", timeout=0), attempts=3)
         finally:
             os.kill(proc.pid, signal.SIGCONT)
-        _wait_until(lambda: channel.qsize(key="k", timeout=10) == 2)
-        first, second = (channel.get(key="k", timeout=10) for _ in range(2))
-        assert (int(first["x"][0]), int(second["x"][0])) == (1, 2)
+        _wait_until(lambda: channel.qsize(key="k", timeout=10) == len(sent))
+        got = [channel.get(key="k", timeout=10) for _ in sent]
+        assert [int(b["x"][0]) for b in got] == sent
         assert channel.qsize(timeout=10) == 0
-        del first, second
+        del got
         gc.collect()
         channel.flush(timeout=10)  # both payloads came back: nothing held, nothing leaked
         channel.disconnect()
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_small_items_travel_inline_and_a_handle_in_the_owners_process_needs_no_socket(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    with Channel.create("c", store=store, maxsize=4) as owner:
+        here = Channel.connect("c", store=store)  # same process: talks to the owner directly
+        data = np.arange(16, dtype=np.int32)
+        here.put({"x": data}, key="k")
+        data[:] = -1  # the put copied it: the caller may reuse its array at once
+        batch = owner.get(key="k", timeout=10)
+        assert batch["x"].tolist() == list(range(16))
+        assert not inside_shm(batch["x"]) and batch["x"].ctypes.data % 64 == 0
+        assert owner._server is not None and owner._server._server.peers() == []
+        here.disconnect()
+
+
+def test_every_layout_from_another_process_round_trips(
+    store: TCPStore, endpoint: Endpoint
+) -> None:
+    from .comm_workers import mixed_items
+
+    expected = mixed_items() * 2
+    with Channel.create("c", store=store, maxsize=2) as channel:  # credits run out often
+        proc = spawn("put_mixed", store, "c", "producer-0")
+        got = [channel.get(timeout=60) for _ in expected]
+        for batch, (tensors, meta) in zip(got, expected, strict=True):
+            assert dict(batch.meta) == meta
+            for name, array in tensors.items():
+                assert batch[name].dtype == array.dtype and batch[name].shape == array.shape
+                assert np.array_equal(batch[name], array)
+            assert inside_shm(batch["big"]) if "big" in tensors else True
+        del got, batch
+        gc.collect()
+        wait_exit(proc)
+
+
+def test_inline_items_outlive_their_killed_producer(store: TCPStore, endpoint: Endpoint) -> None:
+    with Channel.create("c", store=store) as channel:
+        proc = spawn("put_small_and_hang", store, "c", "producer-0", 3)
+        try:
+            store.get("put/producer-0", timeout=60)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            # The owner holds their bytes: nothing was lost with the producer.
+            assert [int(channel.get(timeout=30)["x"][0]) for _ in range(3)] == [0, 1, 2]
+        finally:
+            proc.kill()

@@ -19,6 +19,7 @@ from rlinf.comm._internal.rpc import Buffers, Header, RpcPeer
 from rlinf.comm.errors import (
     AuthenticationError,
     ChannelClosedError,
+    CodecError,
     CommTimeoutError,
     PeerDiedError,
 )
@@ -180,3 +181,178 @@ def test_owner_shutdown_surfaces_as_peer_died(server: ChannelServer, token: byte
     server.shutdown()
     with pytest.raises(PeerDiedError):
         waiting.result(timeout=10)
+
+
+def test_a_get_that_waits_takes_the_puts_it_let_in_first(server: ChannelServer,
+                                                         token: bytes) -> None:
+    """Regression (FIFO): a get_batch that emptied the queue let a parked put in before it
+    waited itself, so the put's items were queued behind its back and the next put's items
+    reached it first (a consumer of the 100k-item test saw 2251 before 2002)."""
+    producer, consumer = Client(server, token, "p"), Client(server, token, "c")
+    producer.put(1, 2, 3, 4)  # full (maxsize 4)
+    parked = producer.peer.call_async(
+        {"op": "put", "key": "k", "items": [{"w": 1, "p": {"xid": 5}}], "timeout": 10})
+    pending = consumer.get_async(target=6)  # takes 1-4, lets 5 in, waits for weight 6
+    assert parked.result(timeout=10)[0]["accepted"] == 1
+    producer.put(6)
+    reply, _ = pending.result(timeout=10)
+    assert xids(reply["items"]) == [1, 2, 3, 4, 5, 6]
+
+
+INLINE = {"t": "inline", "d": {"tensors": [["x", "|u1", [3]]], "meta": {}}}
+
+
+def test_inline_items_bring_their_bytes_need_no_release_and_outlive_their_producer(
+        server: ChannelServer, token: bytes) -> None:
+    producer, consumer = Client(server, token, "p"), Client(server, token, "c")
+    reply, _ = producer.peer.call(
+        {"op": "put", "key": "k", "timeout": 10,
+         "items": [{"w": 1, "p": INLINE, "nb": 1}, {"w": 1, "p": {"xid": 7}},
+                   {"w": 1, "p": INLINE, "nb": 1}]},
+        [b"abc", b"xyz"], timeout=10)
+    assert reply["accepted"] == 3
+    producer.peer.close()  # its shared-memory item dies with it; the inline ones stay
+    deadline = time.monotonic() + 10
+    while len(server._clients) > 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    with pytest.raises(PeerDiedError, match="1 of its queued items"):
+        consumer.get(timeout=5)
+    header = {"op": "get", "key": "k", "target_weight": 2, "timeout": 10}
+    reply, buffers = consumer.peer.call(header, timeout=10)
+    assert [item["nb"] for item in reply["items"]] == [1, 1]
+    assert "pr" not in reply["items"][0] and reply["producers"] == []
+    assert [bytes(b) for b in buffers] == [b"abc", b"xyz"]
+    assert not server._clients[next(p for p in server._clients if p.name.endswith("c"))
+                               ].delivered  # nothing to release
+
+
+def test_a_put_whose_buffers_do_not_add_up_is_refused(server: ChannelServer,
+                                                      token: bytes) -> None:
+    producer = Client(server, token, "p")
+    with pytest.raises(CodecError, match="buffers"):
+        producer.peer.call({"op": "put", "key": "k", "timeout": 10,
+                            "items": [{"w": 1, "p": INLINE, "nb": 2}]}, [b"abc"], timeout=10)
+    assert server._count == 0
+
+
+def test_unget_puts_inline_items_back_with_their_bytes(server: ChannelServer,
+                                                       token: bytes) -> None:
+    producer, consumer = Client(server, token, "p"), Client(server, token, "c")
+    producer.peer.call({"op": "put", "key": "k", "timeout": 10,
+                        "items": [{"w": 1, "p": INLINE, "nb": 1}, {"w": 1, "p": {"xid": 2}}]},
+                       [b"abc"], timeout=10)
+    reply, buffers = consumer.peer.call(
+        {"op": "get", "key": "k", "target_weight": 2, "timeout": 10}, timeout=10)
+    first, second = reply["items"]
+    consumer.peer.notify({"op": "unget", "items": [
+        {"uid": first["uid"], "key": "k", "w": 1, "p": first["p"], "nb": 1},
+        {"uid": second["uid"]}]}, [bytes(buffers[0])])
+    reply, buffers = consumer.peer.call(
+        {"op": "get", "key": "k", "target_weight": 2, "timeout": 10}, timeout=10)
+    assert reply["items"][0]["p"] == INLINE and bytes(buffers[0]) == b"abc"
+    assert reply["items"][1]["p"] == {"xid": 2}
+
+
+class CreditClient(Client):
+    """A client that speaks the credit protocol (without a credit word)."""
+
+    def __init__(self, server: ChannelServer, token: bytes, name: str) -> None:
+        self.pushed = queue.SimpleQueue()
+        conn = wire.connect(server.address, token=token, timeout=10)
+        self.peer = RpcPeer(conn, name=name, on_message=self._on_push).start()
+        self.peer.call({"op": "hello", "endpoint": {"name": name}, "credit": True}, timeout=10)
+
+    def put_want(self, *payloads: int, want: int) -> Header:
+        items = [{"w": 1, "p": {"xid": p}} for p in payloads]
+        reply, _ = self.peer.call(
+            {"op": "put", "key": "k", "items": items, "timeout": 10, "want": want}, timeout=20)
+        return reply
+
+    def cput(self, *payloads: int) -> None:
+        self.peer.notify({"op": "cput", "key": "k",
+                          "items": [{"w": 1, "p": {"xid": p}} for p in payloads]})
+
+    def next_push(self, op: str) -> Header:
+        while True:
+            header = self.pushed.get(timeout=10)
+            if header.get("op") == op:
+                return header
+
+
+def test_a_put_reserves_room_that_cputs_spend_without_an_answer(server: ChannelServer,
+                                                                token: bytes) -> None:
+    producer, consumer = CreditClient(server, token, "p"), Client(server, token, "c")
+    assert producer.put_want(1, want=10)["grant"] == 3  # maxsize 4, one item in
+    producer.cput(2, 3, 4)
+    producer.peer.call({"op": "sync"}, timeout=10)  # every earlier frame was handled
+    assert (server._count, server._granted) == (4, 0)
+    assert xids(consumer.get(target=4)) == [1, 2, 3, 4]
+
+
+def test_a_put_that_must_wait_has_unspent_credits_revoked(server: ChannelServer,
+                                                          token: bytes) -> None:
+    holder, other = CreditClient(server, token, "p"), Client(server, token, "p2")
+    consumer = Client(server, token, "c")
+    assert holder.put_want(1, want=10)["grant"] == 3  # 3 reserved, 1 queued: "full"
+    waiting = other.peer.call_async(
+        {"op": "put", "key": "k", "items": [{"w": 1, "p": {"xid": 9}}], "timeout": 10})
+    holder.next_push("revoke")
+    holder.cput(2)  # spent before it answers: still goes in
+    holder.peer.notify({"op": "return", "n": 2})
+    assert waiting.result(timeout=10)[0]["accepted"] == 1
+    assert server._granted == 0
+    reply, _ = consumer.peer.call({"op": "get", "key": "k", "target_weight": 3,
+                                   "timeout": 10}, timeout=10)
+    assert xids(reply["items"]) == [1, 2, 9]
+
+
+def test_credit_clients_hear_of_the_close_and_cputs_sent_before_still_go_in(
+        server: ChannelServer, token: bytes) -> None:
+    producer, consumer = CreditClient(server, token, "p"), Client(server, token, "c")
+    producer.put_want(1, want=2)
+    consumer.peer.call({"op": "close"}, timeout=10)
+    producer.next_push("closed")
+    producer.cput(2)  # its room was reserved before the close
+    producer.peer.call({"op": "sync"}, timeout=10)
+    assert xids(consumer.get(target=5)) == [1, 2]
+    with pytest.raises(ChannelClosedError):
+        consumer.get()
+
+
+def test_a_dead_clients_credits_go_back(server: ChannelServer, token: bytes) -> None:
+    producer, other = CreditClient(server, token, "p"), Client(server, token, "p2")
+    producer.put_want(1, want=10)
+    assert server._granted == 3
+    producer.peer.close()
+    deadline = time.monotonic() + 10
+    while server._granted and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert server._granted == 0
+    assert other.put(2)["accepted"] == 1
+
+
+def test_a_credit_word_is_topped_up_as_room_frees(server: ChannelServer, token: bytes) -> None:
+    from rlinf.comm._internal.credit import CreditWord
+
+    word = CreditWord.create()
+    assert word is not None
+    producer = CreditClient.__new__(CreditClient)
+    producer.pushed = queue.SimpleQueue()
+    conn = wire.connect(server.address, token=token, timeout=10)
+    producer.peer = RpcPeer(conn, name="p", on_message=producer._on_push).start()
+    reply, _ = producer.peer.call({"op": "hello", "endpoint": {"name": "p"}, "credit": True,
+                                   "credit_word": word.offer()}, timeout=10)
+    word.unlink()
+    assert reply["credit_word"] is True
+    assert word.load() == 0  # nothing until it puts or asks
+    producer.peer.notify({"op": "want"})
+    producer.peer.call({"op": "sync"}, timeout=10)
+    assert word.load() == 4  # its share: all of maxsize
+    producer.cput(1, 2, 3, 4)
+    producer.peer.call({"op": "sync"}, timeout=10)
+    assert word.load() == 4 and server._count == 4  # full: nothing more
+    consumer = Client(server, token, "c")
+    assert xids(consumer.get(target=2)) == [1, 2]
+    consumer.peer.call({"op": "sync"}, timeout=10)  # the get's handling is over
+    assert word.load() == 6  # the room the get freed went to the word
+    word.close()

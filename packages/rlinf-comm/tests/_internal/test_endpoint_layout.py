@@ -59,3 +59,37 @@ def test_raw_descriptors_are_checked_before_any_segment_is_mapped() -> None:
         open_raw(fake, on_release=None)
     with pytest.raises(CodecError, match="raw layout"):
         open_raw({"raw": None}, on_release=None)
+
+
+def test_inline_items_are_described_in_one_pass_or_left_to_the_general_path() -> None:
+    from rlinf.comm import Batch
+    from rlinf.comm._internal.endpoint_layout import inline_item
+
+    grid = np.arange(12, dtype=np.float32).reshape(3, 4)
+    descriptor, buffers = inline_item({"g": grid, "s": np.array(7)}, 1 << 16)
+    assert descriptor == {"tensors": [["g", "<f4", [3, 4]], ["s", grid.dtype.str[0] + "i8",
+                                                               []]], "meta": {}}
+    assert buffers[0] is grid  # sent from the caller's memory, as is
+    descriptor, _ = inline_item(Batch({"g": grid}, meta={"step": 3}), 1 << 16)
+    assert descriptor["meta"] == {"step": 3}
+    assert inline_item({"g": grid}, 10) is None  # over the limit
+    assert inline_item({"g": grid[:, ::2]}, 1 << 16) is None  # strided: general path
+    assert inline_item({"o": np.array([None])}, 1 << 16) is None
+    assert inline_item({"r": np.zeros(2, dtype=[("a", "<i4")])}, 1 << 16) is None
+    assert inline_item([("g", grid)], 1 << 16) is None
+    _, (empty, when) = inline_item({"e": np.zeros((0, 2)), "t": np.arange(2).astype("M8[s]")},
+                                   1 << 16)
+    assert bytes(memoryview(empty)) == b"" and memoryview(when).nbytes == 16
+
+
+def test_zero_d_arrays_keep_their_shape_inline_and_copies_are_aligned() -> None:
+    from rlinf.comm import Batch
+    from rlinf.comm._internal.endpoint_layout import copy_aligned, inline_parts
+
+    batch = Batch({"s": np.array(2.5), "v": np.arange(3, dtype=np.int16)})
+    descriptor, buffers = inline_parts(batch)
+    copies = copy_aligned(buffers)
+    assert all(np.frombuffer(c, np.uint8).ctypes.data % 64 == 0 for c in copies if c.nbytes)
+    got = open_inline(descriptor, copies)
+    assert got["s"].shape == () and float(got["s"]) == 2.5  # was (1,): ascontiguousarray
+    assert got["v"].tolist() == [0, 1, 2]

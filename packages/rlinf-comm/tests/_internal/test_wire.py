@@ -111,6 +111,29 @@ def test_recv_timeout_before_any_byte_keeps_connection_usable(pair):
     assert server.recv(timeout=10)[0] == {"after": True}
 
 
+def test_try_recv_returns_none_until_a_frame_starts_then_reads_it_whole(pair):
+    client, server = pair
+    assert server.try_recv(timeout=10) is None and not server.closed
+    client.send({"n": 1}, [b"payload"], timeout=10)
+    frame = None
+    deadline = time.monotonic() + 10
+    while frame is None and time.monotonic() < deadline:
+        frame = server.try_recv(timeout=10)
+    assert frame is not None
+    header, buffers = frame
+    assert header == {"n": 1} and bytes(buffers[0]) == b"payload"
+
+
+def test_a_connection_over_a_unix_socket_names_its_peer() -> None:
+    a, b = socket.socketpair()
+    left, right = wire.Connection(a), wire.Connection(b)
+    assert left.peer_address[0].startswith("unix:") and left.peer_address[1] == 0
+    left.send({"x": 1}, timeout=10)
+    assert right.recv(timeout=10)[0] == {"x": 1}
+    left.close()
+    right.close()
+
+
 def test_send_timeout_when_peer_does_not_read_closes_connection(pair):
     client, _ = pair
     big = bytes(64 << 20)  # far beyond loopback socket buffers

@@ -1,12 +1,21 @@
 """`Channel`: a named multi-producer multi-consumer queue of batches.
 
-Only descriptors pass through the channel's owner (`ChannelServer`); payloads move over the
-transports. `put` copies the batch once into a shared-memory segment of this process's
-endpoint (CUDA IPC for GPU batches) and sends the owner a descriptor. `get` receives a
-descriptor and opens the payload: zero-copy from shared memory on the same node, fetched
-from the producer's endpoint over TCP from another node. When the consumer drops the
-returned arrays, a release travels back through the owner to the producer, which reuses the
-segment.
+Large payloads do not pass through the channel's owner (`ChannelServer`): `put` copies the
+batch once into a shared-memory segment of this process's endpoint (CUDA IPC for GPU
+batches) and sends the owner a descriptor; `get` receives the descriptor and opens the
+payload, zero-copy from shared memory on the same node, fetched from the producer's endpoint
+over TCP from another node. When the consumer drops the returned arrays, a release travels
+back through the owner to the producer, which reuses the segment.
+
+Small items of plain numpy arrays (up to `EndpointConfig.eager_bytes`) travel *inline*: their
+bytes go in the put's message, the owner keeps them, and a get hands them over (as views of
+the received bytes); nothing is left in the producer, nothing is released.
+
+Every message costs a wake-up of the other side, so the common paths take as few as they
+can: a handle in the owner's own process calls the owner directly (`LocalPeer`) and, while
+its get waits, reads the producers' connections itself; a producer elsewhere spends *credits*
+(room the owner reserved for it, granted in a shared word on the owner's node) and sends its
+put without waiting for an answer (see `channel_server` for the protocol).
 """
 
 from __future__ import annotations
@@ -21,9 +30,12 @@ from concurrent.futures import Future
 from typing import Any
 
 from rlinf.comm import errors
+from rlinf.comm._internal import endpoint_layout as layout
 from rlinf.comm._internal import names, wire
 from rlinf.comm._internal.channel_server import DEFAULT_KEY, ChannelServer
+from rlinf.comm._internal.credit import Credits, CreditWord
 from rlinf.comm._internal.endpoint import Endpoint
+from rlinf.comm._internal.local_rpc import LocalPeer
 from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.rpc import Buffers, Header, Reply, RpcPeer, reply_window, wait_future
 from rlinf.comm._internal.store import Store, check_timeout
@@ -54,7 +66,10 @@ class Channel:
     timed-out get took nothing. Only when the owner does not answer at all (stopped, hung)
     does the caller give up on its own: items a late answer hands to a get that gave up go
     back to the head of their queue, and a put that gave up may still go in if the owner
-    was only stalled (its items are then delivered as usual; nothing is lost).
+    was only stalled (its items are then delivered as usual; nothing is lost). A put that
+    finds room reserved for this handle (credit) waits for no answer: it returns once its
+    message is sent, and the owner takes the items whenever it reads them (even after a
+    close it had not told this handle about yet).
     """
 
     def __init__(
@@ -74,13 +89,41 @@ class Channel:
         self._released = threading.Condition()
         # Settles the race between a get giving up and its answer arriving.
         self._abandon_lock = threading.Lock()
-        conn = wire.connect(address, token=endpoint.token, timeout=endpoint.config.connect_timeout)
-        self._peer = RpcPeer(
-            conn, name=f"channel {name!r} owner", on_message=self._on_push,
-            on_close=self._owner_gone,
-        ).start()
-        reply, _ = self._peer.call({"op": "hello", "endpoint": endpoint.info}, timeout=30.0)
+        # An owner in this process is called directly, not over a loopback connection.
+        here = server if server is not None else ChannelServer.in_process(address)
+        self._here = here
+        self._local = here is not None
+        self._peer: RpcPeer | LocalPeer
+        if here is not None:
+            self._peer = here.local_peer(name=f"channel {name!r} owner",
+                                         on_message=self._on_push, on_close=self._owner_gone)
+        else:
+            conn = wire.connect(address, token=endpoint.token,
+                                timeout=endpoint.config.connect_timeout)
+            self._peer = RpcPeer(
+                conn, name=f"channel {name!r} owner", on_message=self._on_push,
+                on_close=self._owner_gone,
+            ).start()
+        # Credits (see `channel_server`): room the owner reserved for this handle's puts,
+        # which then go without waiting for an answer; on the owner's node it grants them
+        # in a shared word. A local handle has no round trip to save.
+        self._credit = not self._local
+        self._unsynced = False  # a cput went out since the owner last confirmed all
+        self._closed_seen = False  # the owner said the channel was closed
+        word = CreditWord.create() if self._credit else None
+        hello: Header = {"op": "hello", "endpoint": endpoint.info, "credit": self._credit}
+        if word is not None:
+            hello["credit_word"] = word.offer()
+        try:
+            reply, _ = self._peer.call(hello, timeout=30.0)
+        finally:
+            if word is not None:
+                word.unlink()  # mapped by the owner, or never will be
         self.maxsize = int(reply["maxsize"])
+        if word is not None and not reply.get("credit_word"):
+            word.close()
+            word = None
+        self._credits = Credits(bounded=self.maxsize > 0, word=word)
 
     # -- creation and lookup ----------------------------------------------------------
     @classmethod
@@ -140,9 +183,32 @@ class Channel:
     ) -> None:
         """Append `item` under `key`; blocks while the channel is full.
 
-        The arrays are copied once, into shared memory; the caller may reuse them at once.
+        The arrays are copied once (into the message when small, else into shared memory);
+        the caller may reuse them at once. With room reserved on credit the put returns as
+        soon as the message is sent.
         """
-        self.put_many([item], weights=[weight], key=key, timeout=timeout)
+        if not self._put_on_credit(item, weight, key, timeout):
+            self.put_many([item], weights=[weight], key=key, timeout=timeout)
+
+    def _put_on_credit(self, item: Item, weight: float, key: str | None,
+                       timeout: float | None) -> bool:
+        """The common put, lean: one small plain-numpy item sent on credit, inline. False
+        when that does not apply (then the general path takes the item)."""
+        if not self._credit or self._closed_seen:
+            return False
+        parts = layout.inline_item(item, self.endpoint.config.eager_bytes)
+        if parts is None:
+            return False
+        w = float(weight)
+        if not (w >= 0 and math.isfinite(w)):
+            raise ValueError(f"expected finite weights >= 0; got {weight}")
+        limit = self._timeout(timeout)
+        if not self._credits.take(1) and not self._await_credit(limit):
+            return False
+        descriptor, buffers = parts
+        wire_item = {"w": w, "p": {"t": layout.INLINE, "d": descriptor}, "nb": len(buffers)}
+        self._send_on_credit(key, [wire_item], buffers, [], limit)
+        return True
 
     def put_many(
         self,
@@ -182,18 +248,21 @@ class Channel:
             if not math.isfinite(w) or w < 0:
                 raise ValueError(f"expected finite weights >= 0; got {w}")
         limit = self._timeout(timeout)
-        exported = self.endpoint.export_payloads([Batch.of(item) for item in items])
-        xids = [xid for xid, _ in exported]
-        payloads = [payload for _, payload in exported]
-        with self._released:
-            self._outstanding.update(xids)
-        header = {
-            "op": "put", "key": key or DEFAULT_KEY, "timeout": limit,
-            "items": [{"w": w, "p": p} for w, p in zip(ws, payloads, strict=True)],
-        }
+        if self._closed_seen:
+            raise errors.ChannelClosedError(
+                f"expected an open channel {self.name!r} to put into; it is closed")
+        wire_items, buffers, xids = self._export(items, ws)
         out: Future[tuple[Reply, list[int], float]] = Future()
         _set_deadline(out, limit)
-        call = self._peer.call_async(header)
+        if self._credit and self._credits.take(len(items)):
+            self._send_on_credit(key, wire_items, buffers, xids, limit)
+            out.set_result((({"accepted": len(items)}, []), xids, limit))
+            return out
+        header: Header = {"op": "put", "key": key or DEFAULT_KEY, "timeout": limit,
+                          "items": wire_items}
+        if self._credit and self.maxsize > 0 and self._credits.word is None:
+            header["want"] = self.maxsize
+        call = self._peer.call_async(header, buffers)
 
         def done(f: Future[Reply]) -> None:
             # Runs whether or not a caller still waits (a late answer after the caller gave
@@ -206,13 +275,87 @@ class Channel:
             accepted = int(f.result()[0]["accepted"])
             if accepted < len(xids):
                 self._drop(xids[accepted:])
+            grant = int(f.result()[0].get("grant", 0))
+            if grant > 0:
+                self._credits.add(grant)
             out.set_result((f.result(), xids, limit))
 
         call.add_done_callback(done)
         return out
 
+    def _await_credit(self, limit: float) -> bool:
+        """Wait (up to `limit` s) for the owner to grant room for one item in the credit
+        word; False without a word (the put then asks the owner itself). Raises
+        CommTimeoutError when no room came: nothing went in."""
+        def check() -> None:
+            if self._closed_seen:
+                raise errors.ChannelClosedError(
+                    f"expected an open channel {self.name!r} to put into; it was closed")
+            if self._peer.closed:
+                raise errors.PeerDiedError(f"the owner of channel {self.name!r} is gone")
+
+        def ask() -> None:
+            self._peer.notify({"op": "want"})
+
+        if self._credits.word is None:
+            return False
+        if not self._credits.wait_for_one(time.monotonic() + limit, check=check, ask=ask):
+            raise errors.CommTimeoutError(
+                f"expected room for 1 item in channel {self.name!r} within {limit:.3g} s; "
+                "only 0 went in")
+        return True
+
+    def _send_on_credit(self, key: str | None, items: list[Header], buffers: list[Any],
+                        xids: list[int], limit: float) -> None:
+        """Send items whose room is reserved: no answer to wait for."""
+        try:
+            self._peer.notify({"op": "cput", "key": key or DEFAULT_KEY, "items": items},
+                              buffers, timeout=limit)
+        except errors.CommTimeoutError:  # nothing went out: the credits are still ours
+            self._credits.refund(len(items))
+            self._drop(xids)
+            raise errors.CommTimeoutError(
+                f"expected to send {len(items)} items to the owner of channel {self.name!r} "
+                f"within {limit:.3g} s; none went in (its connection is backed up)") from None
+        except BaseException:
+            self._drop(xids)
+            raise
+        self._unsynced = True
+
+    def _export(self, items: Sequence[Item], weights: list[float]
+                ) -> tuple[list[Header], list[Any], list[int]]:
+        """The put's wire items, the buffers of its inline payloads, and the ids of the
+        payloads this process keeps for the consumer (released when consumed).
+
+        Small plain-numpy items travel inline in the put's frame (the owner keeps the
+        bytes); the others are exported into this process's shared memory (small ones
+        packed together, see `Endpoint.export_payloads`).
+        """
+        batches = [Batch.of(item) for item in items]
+        limit = self.endpoint.config.eager_bytes
+        wire_items: list[Header] = []
+        buffers: list[Any] = []
+        kept = [i for i, b in enumerate(batches) if not layout.inline_eligible(b, limit)]
+        exported = dict(zip(kept, self.endpoint.export_payloads([batches[i] for i in kept]),
+                            strict=True))
+        xids = [xid for xid, _ in exported.values()]
+        with self._released:
+            self._outstanding.update(xids)
+        for i, (batch, weight) in enumerate(zip(batches, weights, strict=True)):
+            if i in exported:
+                wire_items.append({"w": weight, "p": exported[i][1]})
+                continue
+            descriptor, parts = layout.inline_parts(batch)
+            if self._local:  # handed over in this process: the caller may reuse its arrays
+                parts = layout.copy_aligned(parts)
+            wire_items.append({"w": weight, "p": {"t": layout.INLINE, "d": descriptor},
+                               "nb": len(parts)})
+            buffers.extend(parts)
+        return wire_items, buffers, xids
+
     def _wait_put(self, fut: Future[tuple[Reply, list[int], float]]) -> None:
-        self._peer.read_direct(fut.done, deadline=_deadline_of(fut))
+        if not fut.done():
+            self._peer.read_direct(fut.done, deadline=_deadline_of(fut))
         self._check_put(fut)
 
     def _check_put(self, fut: Future[tuple[Reply, list[int], float]]) -> None:
@@ -240,24 +383,37 @@ class Channel:
             self._released.notify_all()
         self.endpoint.release_exports(xids)
 
-    def _on_push(self, peer: RpcPeer, header: Header, buffers: Buffers) -> None:
-        if header.get("op") == "release":
+    def _on_push(self, peer: RpcPeer | LocalPeer, header: Header, buffers: Buffers) -> None:
+        op = header.get("op")
+        if op == "release":
             self._drop([int(x) for x in header["xids"]])
+        elif op == "revoke":  # a put waits for room: give back what we did not spend
+            try:
+                peer.notify({"op": "return", "n": self._credits.give_back()})
+            except errors.CommError as exc:  # owner gone: the credits went with it
+                log.debug("channel_return_failed", channel=self.name, error=str(exc))
+        elif op == "closed":
+            self._closed_seen = True
+            self._credits.wake()
 
-    def _owner_gone(self, peer: RpcPeer, exc: BaseException) -> None:
+    def _owner_gone(self, peer: RpcPeer | LocalPeer, exc: BaseException) -> None:
         with self._released:  # a waiting flush learns at once
             self._released.notify_all()
+        self._credits.wake()
 
     def flush(self, *, timeout: float | None = None) -> None:
-        """Wait until every item put through this handle was consumed and released.
+        """Wait until the owner has every item put through this handle, and those whose
+        payloads stay in this process (shared memory) were consumed and released.
 
-        A producer's payloads live in its own memory: call this before a producer exits,
-        or its unconsumed items are lost (consumers then see PeerDiedError). Raises
-        PeerDiedError as soon as the owner is gone (the items still out can no longer be
-        consumed), CommTimeoutError when `timeout` runs out first.
+        Such payloads live in the producer's memory: call this before a producer exits,
+        or its unconsumed items are lost (consumers then see PeerDiedError). Inline items
+        live in the owner once it has them. Raises PeerDiedError as soon as the owner is
+        gone (the items still out can no longer be consumed), CommTimeoutError when
+        `timeout` runs out first.
         """
         limit = self._timeout(timeout)
         deadline = time.monotonic() + limit
+        self._sync(limit)
         with self._released:
             while self._outstanding:
                 # Checked under the lock that `_owner_gone` notifies with: no lost wake-up.
@@ -275,9 +431,23 @@ class Channel:
                     )
                 self._released.wait(left)
 
+    def _sync(self, limit: float) -> None:
+        """Wait until the owner handled every put sent on credit (each frame in order)."""
+        if not self._unsynced:
+            return
+        try:
+            self._peer.call({"op": "sync"}, timeout=limit)
+        except errors.PeerDiedError as exc:
+            raise errors.PeerDiedError(
+                f"expected the owner of channel {self.name!r} to take the items put through "
+                f"this handle; the connection to it is closed ({exc})") from exc
+        self._unsynced = False
+
     # -- get --------------------------------------------------------------------------
     def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
         """Remove and return the oldest item under `key`, waiting for one if needed."""
+        if self._here is not None:
+            return self._open(self._get_here(key, None, timeout))[0]
         return self._open(self._wait_get(self._get_async(key, None, timeout)))[0]
 
     def get_batch(
@@ -292,6 +462,8 @@ class Channel:
         """
         if not target_weight > 0:
             raise ValueError(f"expected target_weight > 0; got {target_weight}")
+        if self._here is not None:
+            return self._open(self._get_here(key, float(target_weight), timeout))
         return self._open(self._wait_get(self._get_async(key, target_weight, timeout)))
 
     async def async_get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
@@ -310,6 +482,21 @@ class Channel:
         await _wait_until(fut)
         return self._open(self._settle_get(fut))
 
+    def _get_here(self, key: str | None, target: float | None, timeout: float | None
+                  ) -> list[tuple[Header, Buffers]]:
+        """A get served by the owner in this process: no request is encoded, and while it
+        waits this thread reads the producers' connections itself."""
+        assert self._here is not None and isinstance(self._peer, LocalPeer)
+        limit = self._timeout(timeout)
+        deadline = time.monotonic() + limit
+        fut = self._here.get_local(self._peer, key=key or DEFAULT_KEY, target=target,
+                                   timeout=limit)
+        if not fut.done():
+            self._peer.read_direct(fut.done, deadline=deadline)
+            if not fut.done():
+                self._here.expire_local(fut, limit)
+        return [(item.local_view(), item.buffers) for item in fut.result()]
+
     def _get_async(
         self, key: str | None, target: float | None, timeout: float | None
     ) -> Future[Reply]:
@@ -318,19 +505,20 @@ class Channel:
                   "timeout": limit}
         fut = self._peer.call_async(header)
         _set_deadline(fut, limit)
+        fut.rlinf_key = header["key"]  # type: ignore[attr-defined]
         fut.add_done_callback(self._return_if_abandoned)
         return fut
 
-    def _wait_get(self, fut: Future[Reply]) -> list[Header]:
+    def _wait_get(self, fut: Future[Reply]) -> list[tuple[Header, Buffers]]:
         self._peer.read_direct(fut.done, deadline=_deadline_of(fut))
         return self._settle_get(fut)
 
-    def _settle_get(self, fut: Future[Reply]) -> list[Header]:
+    def _settle_get(self, fut: Future[Reply]) -> list[tuple[Header, Buffers]]:
         """The items `fut` got, or CommTimeoutError once its deadline passed without an
         answer (the get is then abandoned: `_return_if_abandoned` hands back what a late
         answer brings)."""
         try:
-            reply, _ = wait_future(
+            wait_future(
                 fut, timeout=max(_deadline_of(fut) - time.monotonic(), 0.0),
                 what=f"an answer from the owner of channel {self.name!r} (stopped or hung?)",
                 limit=_limit_of(fut))
@@ -341,25 +529,30 @@ class Channel:
                     log.warning("channel_owner_silent", channel=self.name, op="get",
                                 timeout=_limit_of(fut))
                     raise
-            reply, _ = fut.result()  # answered at the last moment after all
-        producers = reply["producers"]
-        return [{**item, "producer": producers[item["pr"]]} for item in reply["items"]]
+            reply, buffers = fut.result()  # answered at the last moment after all
+        else:
+            reply, buffers = fut.result()
+        return _items_of(reply, buffers)
 
-    def _open(self, items: Iterable[Header]) -> list[Batch]:
+    def _open(self, items: Iterable[tuple[Header, Buffers]]) -> list[Batch]:
         batches = []
         pending = list(items)
         try:
             while pending:
-                item = pending[0]
-                batches.append(self.endpoint.open_payload(
-                    item["p"], producer=item["producer"],
-                    on_release=self._releaser_of(int(item["uid"])),
-                ))
+                item, buffers = pending[0]
+                if item["p"].get("t") == layout.INLINE:  # our own copy: nothing to release
+                    batches.append(layout.open_inline(item["p"]["d"], buffers))
+                else:
+                    batches.append(self.endpoint.open_payload(
+                        item["p"], producer=item["producer"],
+                        on_release=self._releaser_of(int(item["uid"])),
+                    ))
                 pending.pop(0)
         except BaseException:
             # Items we could not open are released at once (they are not ours to keep).
-            for item in pending:
-                self.endpoint.post_release(self._peer, "uids", int(item["uid"]))
+            for item, _ in pending:
+                if item["p"].get("t") != layout.INLINE:
+                    self.endpoint.post_release(self._peer, "uids", int(item["uid"]))
             raise
         return batches
 
@@ -371,11 +564,20 @@ class Channel:
                 return
         if fut.exception() is not None:
             return
-        uids = [int(item["uid"]) for item in fut.result()[0].get("items", ())]
-        if uids:
-            log.warning("channel_late_items_returned", channel=self.name, items=len(uids))
+        key = getattr(fut, "rlinf_key", DEFAULT_KEY)
+        entries: list[Header] = []
+        buffers: list[Any] = []
+        for item, parts in _items_of(*fut.result()):
+            if item["p"].get("t") == layout.INLINE:  # the bytes are here: they go back
+                entries.append({"uid": item["uid"], "key": key, "w": item["w"],
+                                "p": item["p"], "nb": len(parts)})
+                buffers.extend(parts)
+            else:
+                entries.append({"uid": item["uid"]})
+        if entries:
+            log.warning("channel_late_items_returned", channel=self.name, items=len(entries))
             try:
-                self._peer.notify({"op": "unget", "uids": uids})
+                self._peer.notify({"op": "unget", "items": entries}, buffers)
             except errors.CommError as exc:  # owner gone: its queue went with it
                 log.debug("channel_unget_failed", channel=self.name, error=str(exc))
 
@@ -419,8 +621,15 @@ class Channel:
 
     def disconnect(self) -> None:
         """Drop this handle. The creator's handle also stops the owner: others then see
-        PeerDiedError. Items this handle put and nobody consumed are released."""
+        PeerDiedError. Items this handle put and nobody consumed are released; items sent
+        on credit reach the owner first (waiting up to `EndpointConfig.close_timeout`)."""
+        if self._unsynced and not self._peer.closed:
+            try:
+                self._sync(self.endpoint.config.close_timeout)
+            except errors.CommError as exc:
+                log.warning("channel_disconnect_unsynced", channel=self.name, error=str(exc))
         self._peer.close()
+        self._credits.close()
         if self._outstanding:
             self.endpoint.release_exports(list(self._outstanding))
             self._outstanding.clear()
@@ -442,6 +651,20 @@ class Channel:
     def __repr__(self) -> str:
         role = "owner" if self._server is not None else "client"
         return f"Channel({self.name!r}, {role}, maxsize={self.maxsize})"
+
+
+def _items_of(reply: Header, buffers: Buffers) -> list[tuple[Header, Buffers]]:
+    """A get's reply as (item, its inline buffers); items kept by their producer carry the
+    producer's endpoint info."""
+    producers = reply["producers"]
+    out = []
+    at = 0
+    for entry in reply["items"]:
+        nb = int(entry.get("nb", 0))
+        item = {**entry, "producer": producers[entry["pr"]]} if "pr" in entry else entry
+        out.append((item, buffers[at:at + nb]))
+        at += nb
+    return out
 
 
 def _set_deadline(fut: Future[Any], limit: float) -> None:

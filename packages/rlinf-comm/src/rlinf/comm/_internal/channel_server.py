@@ -15,14 +15,47 @@ all keys (0: unbounded); a put that does not fit waits (FIFO) until consumers ma
 Every parked request carries a deadline that the server enforces, so a timed-out put was
 never enqueued and a timed-out get took nothing: nothing is lost or duplicated.
 
-Protocol (JSON headers, requests carry `id`, replies `re`):
+*Credits* spare producers a round trip per put. A client that says ``credit`` in its hello
+may ask a put's reply to reserve room for later items (``want``); the reply's ``grant`` is
+what the owner set aside for it, which it then spends with one-way ``cput`` messages that
+the owner admits unconditionally (the room is theirs, even after a close: they were sent
+before the client learnt of it). On an unbounded channel a ``credit`` client sends every
+put as a ``cput``. Room is granted only while no put waits for room, and once one does the
+owner asks every holder to give its unspent credits back (``revoke``); a holder answers
+with ``return`` on the same connection, after the cputs it sent before, so nothing is
+counted twice. A client's credits die with it. ``closed`` tells credit clients that the
+channel was closed.
+
+A credit client on this node also offers a *credit word* (`credit.CreditWord`) in its hello:
+the owner then grants it room by adding to that shared word, with no message, and keeps it
+topped up (to an equal share of ``maxsize``) whenever room frees, items it sent on credit
+arrive, or it says ``want`` (it found no room for a while: the owner then also asks the other
+holders to give theirs back). Its puts answer with ``grant`` 0: the word carries the grants.
+
+Small payloads travel *inline*: an item whose descriptor is ``{"t": "inline", ...}`` brings
+its bytes as ``nb`` raw buffers of the put's frame, which the owner keeps (zero-copy views of
+the frame) and sends on with the get's reply. Nothing is left in the producer for them: they
+need no release, and they survive their producer's death.
+
+Protocol (JSON headers, requests carry `id`, replies `re`; items' buffers follow the frame's
+header in item order):
   hello {endpoint}                          -> {maxsize}
-  put {key, items: [{w, p}], timeout}       -> {accepted, timed_out?}
-  get {key, target_weight|null, timeout}    -> {items: [{uid, w, p, pr}], producers}
+  put {key, items: [{w, p, nb?}], timeout}  -> {accepted, timed_out?}
+  get {key, target_weight|null, timeout}    -> {items: [{uid, w, p, pr?, nb?}], producers}
   release {uids}                            (one way; forwarded as release {xids} to producers)
-  unget {uids}                              (one way: items a get that gave up was handed
-                                             late go back to the head of their queues)
+  unget {items: [{uid} | {uid, key, w, p, nb}]}
+                                            (one way: items a get that gave up was handed
+                                             late go back to the head of their queues; inline
+                                             ones bring their bytes back)
   close {} -> {};  stat {key|null} -> {qsize, weight, closed, maxsize};  whoami {} -> {name}
+  sync {} -> {}                             (every earlier message of the client was handled)
+Credits (clients whose hello says ``credit: true``):
+  hello {..., credit, credit_word?}        -> {maxsize, credit_word: mapped?}
+  put {..., want}                           -> {accepted, timed_out?, grant}
+  cput {key, items: [{w, p, nb?}]}          (one way, spends credits)
+  return {n}                                (one way, answers revoke)
+  want {}                                   (one way: a credit-word client found no room)
+  owner pushes: revoke {}, closed {}
 """
 
 from __future__ import annotations
@@ -31,10 +64,14 @@ import itertools
 import threading
 import time
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlinf.comm import errors
+from rlinf.comm._internal.credit import CreditWord
+from rlinf.comm._internal.endpoint_layout import INLINE
+from rlinf.comm._internal.local_rpc import LocalPeer
 from rlinf.comm._internal.logs import get_logger
 from rlinf.comm._internal.rpc import Buffers, Deadlines, Header, RpcPeer, RpcServer
 from rlinf.comm._internal.store import check_timeout
@@ -43,6 +80,10 @@ log = get_logger(__name__)
 
 DEFAULT_KEY = "default"
 
+_in_process: dict[tuple[str, int], ChannelServer] = {}
+"""Servers running in this process, by address: handles made here talk to them directly."""
+_in_process_lock = threading.Lock()
+
 
 @dataclass(eq=False)
 class _Item:
@@ -50,29 +91,54 @@ class _Item:
     key: str
     weight: float
     payload: Any  # the producer's descriptor (JSON), opaque to the server
-    producer: RpcPeer
+    producer: Any  # the producer's peer (an `RpcPeer`)
+    buffers: Buffers = field(default_factory=list)  # an inline payload's bytes
 
-    def wire(self, producers: dict[RpcPeer, int]) -> Header:
+    @property
+    def inline(self) -> bool:
+        """Whether the payload lives here (inline) rather than with its producer."""
+        return isinstance(self.payload, dict) and self.payload.get("t") == INLINE
+
+    def wire(self, producers: dict[Any, int]) -> Header:
         """The item as a consumer sees it; `producers` numbers the producers of a reply
-        (each producer's endpoint info is sent once per reply, not once per item)."""
+        (each producer's endpoint info is sent once per reply, not once per item; inline
+        items need none)."""
+        if self.inline:
+            return {"uid": self.uid, "w": self.weight, "p": self.payload,
+                    "nb": len(self.buffers)}
         index = producers.setdefault(self.producer, len(producers))
         return {"uid": self.uid, "w": self.weight, "p": self.payload, "pr": index}
+
+    def local_view(self) -> Header:
+        """The item as a consumer in the owner's process sees it (`wire`, resolved)."""
+        if self.inline:
+            return {"uid": self.uid, "w": self.weight, "p": self.payload}
+        return {"uid": self.uid, "w": self.weight, "p": self.payload,
+                "producer": self.producer.info.get("endpoint")}
 
 
 @dataclass(eq=False)
 class _Getter:
-    peer: RpcPeer
+    peer: Any  # an `RpcPeer`, or a `LocalPeer`'s server side
     request: Header
     key: str
     target: float | None  # None: exactly one item
     items: list[_Item] = field(default_factory=list)
     weight: float = 0.0
     handle: int | None = None
+    future: Future[list[_Item]] | None = None  # a local get's: the items themselves
 
     def satisfied(self) -> bool:
         if self.target is None:
             return len(self.items) == 1
         return self.weight >= self.target
+
+    def fail(self, exc: errors.CommError) -> None:
+        if self.future is not None:
+            if not self.future.done():
+                self.future.set_exception(exc)
+        else:
+            self.peer.reply_error(self.request, exc)
 
 
 @dataclass(eq=False)
@@ -80,7 +146,7 @@ class _Putter:
     peer: RpcPeer
     request: Header
     key: str
-    pending: deque[tuple[float, Any]]
+    pending: deque[tuple[float, Any, Buffers]]
     accepted: int = 0
     handle: int | None = None
 
@@ -89,6 +155,12 @@ class _Putter:
 class _Client:
     delivered: dict[int, _Item] = field(default_factory=dict)
     dead: bool = False
+    credit: bool = False  # speaks the credit protocol (its hello said so)
+    credits: int = 0  # room reserved for its cputs
+    revoking: bool = False  # asked to give its credits back, no answer yet
+    word: CreditWord | None = None  # where its grants go (a client on this node)
+    wants: bool = False  # said `want` and got nothing since
+    active: bool = False  # has put (a consumer's handle never gets a share of room)
 
 
 class ChannelServer:
@@ -101,6 +173,7 @@ class ChannelServer:
         self.maxsize = maxsize
         self._queues: dict[str, deque[_Item]] = {}
         self._count = 0
+        self._granted = 0  # credits held by clients, over all of them
         self._getters: dict[str, deque[_Getter]] = {}
         self._putters: deque[_Putter] = deque()
         self._clients: dict[RpcPeer, _Client] = {}
@@ -113,14 +186,48 @@ class ChannelServer:
             name=f"channel-{name}", token=token, host=host,
             on_message=self._handle, on_close=self._client_died,
         )
+        self._local_peers: set[LocalPeer] = set()
+        with _in_process_lock:
+            _in_process[self.address] = self
 
     @property
     def address(self) -> tuple[str, int]:
         return self._server.address
 
+    @staticmethod
+    def in_process(address: tuple[str, int]) -> ChannelServer | None:
+        """The server at `address` if it runs in this process (and still serves)."""
+        with _in_process_lock:
+            return _in_process.get((str(address[0]), int(address[1])))
+
+    def local_peer(self, *, name: str, on_message: Any = None, on_close: Any = None
+                   ) -> LocalPeer:
+        """A client connection from this process: the handler runs in the caller's thread."""
+        peer = LocalPeer(self._handle, name=name, on_message=on_message, on_close=on_close,
+                         server_closed=self._client_died, direct_read=self._read_direct)
+        with self._lock:
+            self._local_peers.add(peer)
+        return peer
+
+    def _read_direct(self, done: Any, deadline: float, wake_fd: int) -> None:
+        """A local handle waits for an answer (a get for a producer's put): it reads the
+        producers' connections itself, no thread hands the frame over."""
+        self._server.read_direct(done, deadline=deadline, wake_fd=wake_fd)
+
     def shutdown(self) -> None:
         """Stop serving; connected clients see PeerDiedError."""
+        with _in_process_lock:
+            if _in_process.get(self.address) is self:
+                del _in_process[self.address]
         self._server.close()
+        with self._lock:
+            local, self._local_peers = list(self._local_peers), set()
+            parked = [g for waiting in self._getters.values() for g in waiting if g.future]
+        gone = errors.PeerDiedError(f"channel {self.name!r} stopped")
+        for getter in parked:
+            getter.fail(gone)
+        for peer in local:
+            peer.server_gone()
         self._deadlines.close()
 
     # -- dispatch ---------------------------------------------------------------------
@@ -128,18 +235,30 @@ class ChannelServer:
         op = header.get("op")
         with self._lock:
             client = self._clients.setdefault(peer, _Client())
-            if op == "put":
-                self._put(peer, header)
+            if op == "cput":
+                self._cput(peer, client, header, buffers)
+            elif op == "put":
+                self._put(peer, header, buffers)
             elif op == "get":
-                self._get(peer, header)
+                self._get_request(peer, header)
             elif op == "release":
                 self._release(client, [int(u) for u in header["uids"]])
             elif op == "unget":
-                self._unget(client, [int(u) for u in header["uids"]])
+                self._unget(peer, client, header, buffers)
+            elif op == "return":
+                self._return(client, int(header.get("n", 0)))
+            elif op == "want":
+                self._want(peer, client)
+            elif op == "sync":
+                peer.reply(header, {})
             elif op == "hello":
                 peer.info = dict(header)
                 peer.name = f"{self.name}<-{header.get('endpoint', {}).get('name', '?')}"
-                peer.reply(header, {"maxsize": self.maxsize})
+                client.credit = bool(header.get("credit"))
+                if client.credit and self.maxsize > 0 and header.get("credit_word"):
+                    client.word = CreditWord.attach(header["credit_word"])
+                peer.reply(header, {"maxsize": self.maxsize,
+                                    "credit_word": client.word is not None})
             elif op == "whoami":  # a newcomer asking for our name checks we are alive
                 peer.reply(header, {"name": self.name})
             elif op == "stat":
@@ -160,7 +279,7 @@ class ChannelServer:
         return {"qsize": qsize, "weight": weight, "closed": self._closed, "maxsize": self.maxsize}
 
     # -- put --------------------------------------------------------------------------
-    def _put(self, peer: RpcPeer, request: Header) -> None:
+    def _put(self, peer: RpcPeer, request: Header, buffers: Buffers) -> None:
         if self._closed:
             peer.reply_error(request, errors.ChannelClosedError(
                 f"expected an open channel {self.name!r} to put into; it is closed"))
@@ -171,7 +290,11 @@ class ChannelServer:
         except errors.InvalidArgumentError as exc:
             peer.reply_error(request, exc)
             return
-        pending = deque((float(it["w"]), it["p"]) for it in request["items"])
+        try:
+            pending = deque(_split_items(request["items"], buffers))
+        except errors.CodecError as exc:
+            peer.reply_error(request, exc)
+            return
         putter = _Putter(peer, request, key, pending)
         self._admit(putter)
         if putter.pending:
@@ -179,16 +302,108 @@ class ChannelServer:
             putter.handle = self._deadlines.schedule(
                 time.monotonic() + timeout, lambda: self._expire_put(putter)
             )
+            self._revoke()
         else:
-            peer.reply(request, {"accepted": putter.accepted})
+            self._accept(putter)
+
+    def _accept(self, putter: _Putter) -> None:
+        """Answer a put whose items all went in, with the room it may reserve ahead."""
+        grant = 0
+        client = self._clients.get(putter.peer)
+        want = putter.request.get("want")
+        if client is not None and client.word is not None:
+            client.active = True
+            self._topup(client)  # the word carries it
+        elif (client is not None and client.credit and self.maxsize > 0 and not self._putters
+                and not self._closed and isinstance(want, int) and want > 0):
+            grant = max(0, min(want, self.maxsize - self._count - self._granted))
+            client.credits += grant
+            self._granted += grant
+        putter.peer.reply(putter.request, {"accepted": putter.accepted, "grant": grant})
+
+    def _topup(self, client: _Client) -> None:
+        """Grant a credit-word client room up to its share of `maxsize`, if there is room
+        and no put waits for it."""
+        if client.word is None or not client.active or client.dead or self._putters or (
+                self._closed):
+            return
+        sharers = sum(1 for c in self._clients.values()
+                      if c.word is not None and c.active and not c.dead)
+        share = max(1, self.maxsize // max(1, sharers))
+        give = min(self.maxsize - self._count - self._granted, share - client.credits)
+        if give > 0:
+            client.credits += give
+            self._granted += give
+            client.wants = False
+            client.word.add(give)
+
+    def _topup_all(self) -> None:
+        """Room freed: credit-word clients that asked for room first, then the others."""
+        if not self._granted < self.maxsize - self._count:
+            return
+        clients = sorted((c for c in self._clients.values() if c.word is not None and c.active),
+                         key=lambda c: not c.wants)
+        for client in clients:
+            self._topup(client)
+
+    def _want(self, peer: RpcPeer, client: _Client) -> None:
+        """A credit-word client waited for room in vain: grant it some now, or have the
+        others give theirs back."""
+        client.wants = client.active = True
+        self._topup(client)
+        if client.wants:
+            self._revoke(sparing=client)
+
+    def _cput(self, peer: RpcPeer, client: _Client, request: Header, buffers: Buffers) -> None:
+        """Items sent on credit: their room was reserved, so they go in whatever the state."""
+        try:
+            items = _split_items(request["items"], buffers)
+        except errors.CodecError as exc:
+            log.warning("channel_bad_cput", channel=self.name, client=peer.name, error=str(exc))
+            return
+        if self.maxsize > 0:
+            spent = min(len(items), client.credits)
+            if spent < len(items):
+                log.warning("channel_cput_without_credit", channel=self.name,
+                            client=peer.name, items=len(items), credits=client.credits)
+            client.credits -= spent
+            self._granted -= spent
+        key = str(request.get("key") or DEFAULT_KEY)
+        for weight, payload, bufs in items:
+            self._offer(_Item(next(self._uids), key, weight, payload, peer, bufs))
+        if client.word is not None:  # replace what it spent, room permitting
+            client.active = True
+            self._topup(client)
+
+    def _revoke(self, *, sparing: _Client | None = None) -> None:
+        """A put waits for room while clients hold credits: ask them to give those back."""
+        if not self._granted:
+            return
+        for peer, client in self._clients.items():
+            if client is sparing:
+                continue
+            if client.credits and not client.revoking and not client.dead:
+                client.revoking = True
+                try:
+                    peer.notify({"op": "revoke"})
+                except errors.CommError:
+                    log.debug("revoke_to_dead_client", channel=self.name, client=peer.name)
+
+    def _return(self, client: _Client, n: int) -> None:
+        """A client gave back `n` unspent credits (its answer to `revoke`)."""
+        n = max(0, min(n, client.credits))
+        client.credits -= n
+        self._granted -= n
+        client.revoking = False
+        self._make_room()
 
     def _has_room(self) -> bool:
-        return self.maxsize == 0 or self._count < self.maxsize
+        return self.maxsize == 0 or self._count + self._granted < self.maxsize
 
     def _admit(self, putter: _Putter) -> None:
         while putter.pending and self._has_room():
-            weight, payload = putter.pending.popleft()
-            item = _Item(next(self._uids), putter.key, weight, payload, putter.peer)
+            weight, payload, buffers = putter.pending.popleft()
+            item = _Item(next(self._uids), putter.key, weight, payload, putter.peer, buffers)
             putter.accepted += 1
             self._offer(item)
 
@@ -214,7 +429,8 @@ class ChannelServer:
         putter.peer.reply(putter.request, {"accepted": putter.accepted, "timed_out": True})
 
     def _make_room(self) -> None:
-        """After items left the queue: let parked puts in, in arrival order."""
+        """After items left the queue: let parked puts in, in arrival order, then grant
+        credit words what is left."""
         while self._putters and self._has_room():
             putter = self._putters[0]
             self._admit(putter)
@@ -223,10 +439,12 @@ class ChannelServer:
             self._putters.popleft()
             if putter.handle is not None:
                 self._deadlines.cancel(putter.handle)
-            putter.peer.reply(putter.request, {"accepted": putter.accepted})
+            self._accept(putter)
+        if self.maxsize > 0 and not self._putters:
+            self._topup_all()
 
     # -- get --------------------------------------------------------------------------
-    def _get(self, peer: RpcPeer, request: Header) -> None:
+    def _get_request(self, peer: RpcPeer, request: Header) -> None:
         key = str(request.get("key") or DEFAULT_KEY)
         try:
             timeout = check_timeout(request.get("timeout"))
@@ -234,7 +452,30 @@ class ChannelServer:
             peer.reply_error(request, exc)
             return
         target = request.get("target_weight")
-        getter = _Getter(peer, request, key, None if target is None else float(target))
+        self._get(_Getter(peer, request, key, None if target is None else float(target)),
+                  timeout)
+
+    def get_local(self, peer: LocalPeer, *, key: str, target: float | None,
+                  timeout: float) -> Future[list[_Item]]:
+        """A get for a handle in this process: the future resolves with the items
+        themselves (nothing is encoded), or fails with the error a remote get would raise.
+        The caller's thread enforces `timeout` itself (`expire_local` once it passed):
+        no timer is set."""
+        future: Future[list[_Item]] = Future()
+        getter = _Getter(peer.remote, {}, key, target, future=future)
+        future.rlinf_getter = getter  # type: ignore[attr-defined]
+        with self._lock:
+            self._get(getter, timeout)
+        return future
+
+    def expire_local(self, future: Future[list[_Item]], timeout: float) -> None:
+        """A local get's time ran out: unless it was served meanwhile, its reserved items
+        go back and `future` fails with CommTimeoutError (settled under the lock: nothing
+        is lost or handed out twice)."""
+        self._expire_get(future.rlinf_getter, timeout)  # type: ignore[attr-defined]
+
+    def _get(self, getter: _Getter, timeout: float) -> None:
+        key = getter.key
         if self._raise_loss(getter):
             return
         queue = self._queues.get(key)
@@ -245,17 +486,21 @@ class ChannelServer:
             self._count -= 1
             getter.items.append(item)
             getter.weight += item.weight
-        if getter.items:
-            self._make_room()
+        took = bool(getter.items)
         if getter.satisfied() or (self._closed and getter.items):
             self._deliver(getter)
         elif self._closed:
-            peer.reply_error(request, self._closed_error(key))
+            getter.fail(self._closed_error(key))
         else:
             self._getters.setdefault(key, deque()).append(getter)
-            getter.handle = self._deadlines.schedule(
-                time.monotonic() + timeout, lambda: self._expire_get(getter, timeout)
-            )
+            if getter.future is None:  # a local caller expires its own get
+                getter.handle = self._deadlines.schedule(
+                    time.monotonic() + timeout, lambda: self._expire_get(getter, timeout)
+                )
+        if took:
+            # Only now: the puts let in go to this getter if it waits, in order (before,
+            # they were queued behind its back while later items went to it directly).
+            self._make_room()
 
     def _closed_error(self, key: str) -> errors.ChannelClosedError:
         return errors.ChannelClosedError(
@@ -270,12 +515,23 @@ class ChannelServer:
         if client is None or client.dead:
             self._requeue_front(getter.items)
             return
+        if getter.future is not None:  # a local get: the items themselves
+            for item in getter.items:
+                if not item.inline:
+                    client.delivered[item.uid] = item
+            if not getter.future.done():
+                getter.future.set_result(getter.items)
+            return
+        buffers: Buffers = []
         for item in getter.items:
-            client.delivered[item.uid] = item
-        producers: dict[RpcPeer, int] = {}
+            if item.inline:  # the bytes go along: nothing to release later
+                buffers.extend(item.buffers)
+            else:
+                client.delivered[item.uid] = item
+        producers: dict[Any, int] = {}
         items = [i.wire(producers) for i in getter.items]
         infos = [p.info.get("endpoint") for p in producers]  # dicts keep insertion order
-        getter.peer.reply(getter.request, {"items": items, "producers": infos})
+        getter.peer.reply(getter.request, {"items": items, "producers": infos}, buffers)
 
     def _requeue_front(self, items: list[_Item]) -> None:
         """Put reserved items back at the head of their queues (order preserved)."""
@@ -293,7 +549,7 @@ class ChannelServer:
             self._requeue_front(getter.items)
             self._serve_waiting(getter.key)
         got = f"weight {getter.weight:g} of {getter.target:g}" if getter.target else "nothing"
-        getter.peer.reply_error(getter.request, errors.CommTimeoutError(
+        getter.fail(errors.CommTimeoutError(
             f"expected an item under key {getter.key!r} of channel {self.name!r} within "
             f"{timeout:.3g} s; got {got}"
         ))
@@ -316,7 +572,7 @@ class ChannelServer:
         lost = self._losses.pop(getter.key, None)
         if not lost:
             return False
-        getter.peer.reply_error(getter.request, errors.PeerDiedError(
+        getter.fail(errors.PeerDiedError(
             f"expected items under key {getter.key!r} of channel {self.name!r}; "
             + "; ".join(lost)
         ))
@@ -327,7 +583,7 @@ class ChannelServer:
         by_producer: dict[RpcPeer, list[Any]] = {}
         for uid in uids:
             item = client.delivered.pop(uid, None)
-            if item is not None:
+            if item is not None and not item.inline:
                 by_producer.setdefault(item.producer, []).append(item.payload.get("xid"))
         for producer, xids in by_producer.items():
             if producer.closed:
@@ -337,10 +593,23 @@ class ChannelServer:
             except errors.CommError:
                 log.debug("release_to_dead_producer", channel=self.name, producer=producer.name)
 
-    def _unget(self, client: _Client, uids: list[int]) -> None:
+    def _unget(self, peer: RpcPeer, client: _Client, request: Header, buffers: Buffers) -> None:
         """Items delivered to a get whose caller had given up (its owner answered after the
-        caller's deadline) go back, in order, to the head of their queues."""
-        items = [item for uid in uids if (item := client.delivered.pop(uid, None)) is not None]
+        caller's deadline) go back, in order, to the head of their queues. Inline items
+        come back with their bytes; the others are found among the client's deliveries."""
+        entries = request.get("items")
+        if entries is None:  # the uid-only form
+            entries = [{"uid": u} for u in request.get("uids", ())]
+        items = []
+        at = 0
+        for entry in entries:
+            if "p" in entry:
+                nb = int(entry.get("nb", 0))
+                items.append(_Item(int(entry["uid"]), str(entry["key"]), float(entry["w"]),
+                                   entry["p"], peer, buffers[at:at + nb]))
+                at += nb
+            elif (item := client.delivered.pop(int(entry["uid"]), None)) is not None:
+                items.append(item)
         self._requeue_front(items)
         for key in {item.key for item in items}:
             self._serve_waiting(key)
@@ -350,6 +619,12 @@ class ChannelServer:
             return
         self._closed = True
         log.debug("channel_closed", channel=self.name)
+        for peer, client in self._clients.items():  # their next put fails without asking
+            if client.credit and not client.dead:
+                try:
+                    peer.notify({"op": "closed"})
+                except errors.CommError:
+                    log.debug("closed_to_dead_client", channel=self.name, client=peer.name)
         for putter in self._putters:
             if putter.handle is not None:
                 self._deadlines.cancel(putter.handle)
@@ -365,7 +640,7 @@ class ChannelServer:
                 else:
                     if getter.handle is not None:
                         self._deadlines.cancel(getter.handle)
-                    getter.peer.reply_error(getter.request, self._closed_error(key))
+                    getter.fail(self._closed_error(key))
             waiting.clear()
 
     def _client_died(self, peer: RpcPeer, exc: BaseException) -> None:
@@ -374,6 +649,11 @@ class ChannelServer:
             if client is None:
                 return
             client.dead = True
+            self._granted -= client.credits  # room it held goes back
+            client.credits = 0
+            if client.word is not None:
+                client.word.close()
+                client.word = None
             who = peer.info.get("endpoint", {}).get("name", peer.name)
             # Payloads it took and never released go back to their producers.
             self._release(client, list(client.delivered))
@@ -385,15 +665,18 @@ class ChannelServer:
                     if getter.handle is not None:
                         self._deadlines.cancel(getter.handle)
                     self._requeue_front(getter.items)
+                    if getter.future is not None:  # a local handle closed under its get
+                        getter.fail(errors.PeerDiedError(f"{peer.name} was closed locally"))
                 self._serve_waiting(key)
             self._drop_items_of(peer, who)
             self._make_room()
         log.debug("channel_client_gone", channel=self.name, client=who, reason=str(exc))
 
     def _drop_items_of(self, producer: RpcPeer, who: str) -> None:
-        """A dead producer's queued items cannot be opened any more: drop and report them."""
+        """A dead producer's queued items cannot be opened any more: drop and report them.
+        (Inline items live here, not with their producer: they stay.)"""
         for key, queue in self._queues.items():
-            kept = deque(i for i in queue if i.producer is not producer)
+            kept = deque(i for i in queue if i.producer is not producer or i.inline)
             lost = len(queue) - len(kept)
             if lost:
                 self._queues[key] = kept
@@ -403,14 +686,14 @@ class ChannelServer:
                 )
         for key, waiting in self._getters.items():
             for getter in list(waiting):
-                mine = [i for i in getter.items if i.producer is producer]
+                mine = [i for i in getter.items if i.producer is producer and not i.inline]
                 if not mine:
                     continue
                 waiting.remove(getter)
                 if getter.handle is not None:
                     self._deadlines.cancel(getter.handle)
-                self._requeue_front([i for i in getter.items if i.producer is not producer])
-                getter.peer.reply_error(getter.request, errors.PeerDiedError(
+                self._requeue_front([i for i in getter.items if i not in mine])
+                getter.fail(errors.PeerDiedError(
                     f"expected items under key {key!r} of channel {self.name!r}; producer "
                     f"{who!r} died and {len(mine)} of the items gathered for this call were lost"
                 ))
@@ -423,3 +706,20 @@ class ChannelServer:
                     self._deadlines.cancel(getter.handle)
                 self._requeue_front(getter.items)
                 self._raise_loss(getter)
+
+
+def _split_items(items: Any, buffers: Buffers) -> list[tuple[float, Any, Buffers]]:
+    """A put's items as (weight, descriptor, inline buffers), the frame's buffers dealt out
+    in item order (``nb`` each); CodecError when the counts do not add up."""
+    out = []
+    at = 0
+    for item in items:
+        nb = int(item.get("nb", 0))
+        if nb < 0 or at + nb > len(buffers):
+            raise errors.CodecError(f"expected {nb} buffers for an item after {at}; the put "
+                                    f"carries {len(buffers)} in all")
+        out.append((float(item["w"]), item["p"], buffers[at:at + nb]))
+        at += nb
+    if at != len(buffers):
+        raise errors.CodecError(f"expected {at} buffers for the put's items; got {len(buffers)}")
+    return out

@@ -39,6 +39,7 @@ from rlinf.comm._internal.rpc import (
     Buffers,
     Deadlines,
     Header,
+    Notifier,
     RpcPeer,
     RpcServer,
     wait_future,
@@ -142,11 +143,11 @@ class _Releaser:
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[RpcPeer, str, int] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Notifier, str, int] | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="rlinf-releaser", daemon=True)
         self._thread.start()
 
-    def post(self, peer: RpcPeer, field_name: str, ident: int) -> None:
+    def post(self, peer: Notifier, field_name: str, ident: int) -> None:
         self._queue.put((peer, field_name, ident))
 
     def close(self) -> None:
@@ -168,7 +169,7 @@ class _Releaser:
                     closing = True
                     break
                 entries.append(entry)
-            grouped: dict[tuple[RpcPeer, str], list[int]] = {}
+            grouped: dict[tuple[Notifier, str], list[int]] = {}
             for peer, name, ident in entries:
                 grouped.setdefault((peer, name), []).append(ident)
             for (peer, name), idents in grouped.items():
@@ -548,7 +549,7 @@ class Endpoint:
             elif free_arena is not None:
                 shm.default_pool().release(free_arena)
 
-    def post_release(self, peer: RpcPeer, field_name: str, ident: int) -> None:
+    def post_release(self, peer: Notifier, field_name: str, ident: int) -> None:
         """Queue a release acknowledgement (safe from GC callbacks)."""
         self._releaser.post(peer, field_name, ident)
 

@@ -12,13 +12,15 @@ round-trip through `dtype.str`) goes through the transports.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from rlinf.comm import errors
 from rlinf.comm._internal import codec, shm
@@ -40,25 +42,96 @@ INLINE = "inline"
 
 
 def inline_ok(batch: Batch, limit: int, src: tp.Locality, dst: tp.Locality) -> bool:
-    if batch.nbytes > limit or src.same_process(dst):
-        return False
+    return not src.same_process(dst) and inline_eligible(batch, limit)
+
+
+def inline_eligible(batch: Batch, limit: int) -> bool:
+    """Whether `batch` may travel inline: plain numpy arrays of at most `limit` bytes."""
+    nbytes = 0
     for array in batch.tensors.values():
         if type(array) is not np.ndarray or array.dtype.hasobject:
             return False
         if np.dtype(array.dtype.str) != array.dtype:  # structured, or not round-trippable
             return False
-    return True
+        nbytes += array.nbytes
+    return nbytes <= limit
+
+
+def inline_parts(batch: Batch) -> tuple[Header, list[Any]]:
+    """The descriptor (dtype, shape per array, and the metadata) and the raw buffers, one per
+    array, of an inline payload; the buffers view the caller's arrays (copied if strided)."""
+    specs, buffers = [], []
+    for name, array in batch.tensors.items():
+        # (`np.ascontiguousarray` would make a 0-d array 1-d: the shape is the array's own)
+        contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)
+        specs.append([name, array.dtype.str, list(array.shape)])
+        buffers.append(contiguous.reshape(-1).view(np.uint8))
+    return {"tensors": specs, "meta": dict(batch.meta)}, buffers
+
+
+_PLAIN: dict[np.dtype[Any], tuple[str, bool]] = {}
+"""dtype -> (its `dtype.str`, whether numpy hands out its buffer as is), for the plain
+dtypes that round-trip through `dtype.str`."""
+
+
+def inline_item(item: Any, limit: int) -> tuple[Header, list[Any]] | None:
+    """`inline_parts` of a small item in one pass, checking what `Batch` would (str names,
+    numpy arrays), or None when it is not a mapping of C-contiguous plain numpy arrays of
+    at most `limit` bytes in all (`inline_eligible` then decides on the `Batch`)."""
+    tensors: Mapping[str, Any]
+    meta: Mapping[str, Any] | None
+    if type(item) is dict:
+        tensors, meta = item, None
+    elif isinstance(item, Batch):
+        tensors, meta = item.tensors, item.meta
+    else:
+        return None
+    specs, buffers, total = [], [], 0
+    for name, array in tensors.items():
+        if type(array) is not np.ndarray or type(name) is not str:
+            return None
+        if not array.flags.c_contiguous:
+            return None
+        plain = _PLAIN.get(array.dtype)
+        if plain is None:
+            dtype = array.dtype
+            if dtype.hasobject or np.dtype(dtype.str) != dtype:
+                return None
+            plain = _PLAIN[dtype] = (dtype.str, dtype.kind in "biufc")
+        total += array.nbytes
+        specs.append([name, plain[0], list(array.shape)])
+        # (memoryview refuses datetimes, and to cast an empty array to bytes)
+        buffers.append(array if plain[1] and array.size else array.reshape(-1).view(np.uint8))
+    if total > limit:
+        return None
+    return {"tensors": specs, "meta": {} if meta is None else dict(meta)}, buffers
 
 
 def inline_message(batch: Batch) -> tuple[Header, list[Any]]:
-    specs, buffers = [], []
-    for name, array in batch.tensors.items():
-        contiguous = np.ascontiguousarray(array)
-        specs.append([name, contiguous.dtype.str, list(contiguous.shape)])
-        buffers.append(contiguous.reshape(-1).view(np.uint8))
-    header = {"op": "data", "xid": 0, "t": INLINE,
-              "d": {"tensors": specs, "meta": dict(batch.meta)}}
-    return header, buffers
+    descriptor, buffers = inline_parts(batch)
+    return {"op": "data", "xid": 0, "t": INLINE, "d": descriptor}, buffers
+
+
+def copy_aligned(buffers: list[Any]) -> list[memoryview]:
+    """Private copies of `buffers` in one 64-byte aligned block, each buffer starting
+    aligned (what a received frame gives): for handing inline payloads over in-process."""
+    views = [memoryview(b).cast("B") if memoryview(b).nbytes else memoryview(b"")
+             for b in buffers]
+    offsets, total = [], 0
+    for view in views:
+        offsets.append(total)
+        total += align(view.nbytes)
+    block = memoryview(pa.allocate_buffer(max(total, 1), resizable=False)).cast("B")
+    out = []
+    for view, offset in zip(views, offsets, strict=True):
+        target = block[offset:offset + view.nbytes]
+        target[:] = view
+        out.append(target)
+    return out
+
+
+_DTYPES: dict[str, np.dtype[Any]] = {}
+"""Validated dtypes by their `dtype.str` (parsing one costs microseconds per message)."""
 
 
 def _array_spec(entry: Any, fields: int) -> tuple[str, np.dtype[Any], tuple[int, ...], int]:
@@ -76,12 +149,16 @@ def _array_spec(entry: Any, fields: int) -> tuple[str, np.dtype[Any], tuple[int,
     if not isinstance(name, str) or not isinstance(dtype, str):
         raise errors.CodecError(f"expected a str name and dtype; got {name!r:.80}, "
                                 f"{dtype!r:.80}")
-    try:
-        dt = np.dtype(dtype)
-    except (TypeError, ValueError) as exc:
-        raise errors.CodecError(f"array {name!r}: {dtype!r:.80} is not a dtype") from exc
-    if dt.hasobject:
-        raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
+    dt = _DTYPES.get(dtype)
+    if dt is None:
+        try:
+            dt = np.dtype(dtype)
+        except (TypeError, ValueError) as exc:
+            raise errors.CodecError(f"array {name!r}: {dtype!r:.80} is not a dtype") from exc
+        if dt.hasobject:
+            raise errors.CodecError(f"expected a plain dtype for {name!r}; got {dtype!r}")
+        if len(_DTYPES) < 1024:  # a peer naming endless dtypes cannot grow it unbounded
+            _DTYPES[dtype] = dt
     if not isinstance(shape, list | tuple) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise errors.CodecError(f"array {name!r}: expected a shape of integers >= 0; got "
@@ -93,7 +170,7 @@ def _array_spec(entry: Any, fields: int) -> tuple[str, np.dtype[Any], tuple[int,
 
 def _view(buf: Any, name: str, dt: np.dtype[Any], shape: tuple[int, ...],
           offset: int) -> np.ndarray:
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)  # exact: a huge shape cannot wrap around
     size = memoryview(buf).nbytes
     if offset + count * dt.itemsize > size:
         raise errors.CodecError(f"array {name!r} ({count} x {dt.str} at offset {offset}) "
@@ -115,7 +192,8 @@ def open_inline(descriptor: Header, buffers: Buffers) -> Batch:
         if tensors[name].nbytes != memoryview(buf).nbytes:
             raise errors.CodecError(f"array {name!r}: {tensors[name].nbytes} bytes described, "
                                     f"{memoryview(buf).nbytes} received")
-    return Batch(tensors, _meta(descriptor.get("meta", {})))
+    # Validated here, and the metadata came out of JSON: no need to validate again.
+    return Batch.from_trusted(tensors, _meta(descriptor.get("meta", {})))
 
 
 def _meta(meta: Any) -> dict[str, Any]:

@@ -8,15 +8,17 @@ and hands every other message to a handler. An `RpcServer` accepts authenticated
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import math
+import os
 import select
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Protocol
 
 from rlinf.comm import errors
 from rlinf.comm._internal import wire
@@ -28,6 +30,19 @@ Header = dict[str, Any]
 Buffers = list[memoryview]
 Reply = tuple[Header, Buffers]
 MessageHandler = Callable[["RpcPeer", Header, Buffers], None]
+
+
+class Notifier(Protocol):
+    """What one-way messages need of a connection: an `RpcPeer`, or a `LocalPeer` to a
+    server in this process."""
+
+    name: str
+
+    @property
+    def closed(self) -> bool: ...
+
+    def notify(self, header: Header, buffers: Sequence[Any] = (), *,
+               timeout: float | None = None) -> None: ...
 CloseHandler = Callable[["RpcPeer", BaseException], None]
 
 # How long `accept` blocks before the server re-checks whether it was closed.
@@ -139,12 +154,19 @@ class RpcPeer:
         return wait_future(fut, timeout=max(deadline - time.monotonic(), 0.0),
                            what=f"reply to {header.get('op')!r} from {self.name}", limit=timeout)
 
-    def notify(self, header: Header, buffers: Sequence[Any] = ()) -> None:
-        """Send a one-way message (no reply expected)."""
+    def notify(self, header: Header, buffers: Sequence[Any] = (), *,
+               timeout: float | None = None) -> None:
+        """Send a one-way message (no reply expected). `timeout` bounds the sending (None:
+        the connection's default); one that struck before the first byte raises
+        CommTimeoutError and leaves the connection usable (nothing was sent)."""
         if self._closed is not None:
             raise self._closed
         try:
-            self.conn.send(header, buffers)
+            self.conn.send(header, buffers, timeout=timeout)
+        except errors.CommTimeoutError:
+            if self.conn.closed:  # mid-frame: the connection is gone
+                raise self._died(errors.PeerDiedError("send timed out mid-frame")) from None
+            raise
         except errors.CommError as exc:
             raise self._died(exc) from exc
 
@@ -194,8 +216,7 @@ class RpcPeer:
         if fd is None:
             return
         monotonic = time.monotonic
-        with self._direct_lock:
-            self._direct += 1
+        self._stand_aside()
         try:
             # A poll object per call: one object may not be polled from two threads at once.
             poller = select.poll()
@@ -217,11 +238,31 @@ class RpcPeer:
                 finally:
                     self._read_lock.release()
         finally:
-            # No notify: the reader thread resumes on its own once direct reads stop for
-            # `_DIRECT_LINGER_S` (waking it after every read would fight us for the GIL).
-            with self._direct_lock:
-                self._direct -= 1
-                self._last_direct = monotonic()
+            self._resume()
+
+    def _stand_aside(self) -> None:
+        """A direct reader starts: the reader thread leaves this connection to it."""
+        with self._direct_lock:
+            self._direct += 1
+
+    def _resume(self) -> None:
+        # No notify: the reader thread resumes on its own once direct reads stop for
+        # `_DIRECT_LINGER_S` (waking it after every read would fight us for the GIL).
+        with self._direct_lock:
+            self._direct -= 1
+            self._last_direct = time.monotonic()
+
+    def _try_read_one(self) -> bool:
+        """Read and dispatch one frame if one is waiting and no other thread is reading
+        this connection; False once the connection is gone."""
+        if not self._read_lock.acquire(blocking=False):
+            return not self.closed  # the other reader dispatches what came
+        try:
+            if self._closed is not None:
+                return False
+            return self._read_one(wait=False)
+        finally:
+            self._read_lock.release()
 
     def _readable(self, timeout: float) -> bool:
         if self._fd is None:
@@ -257,10 +298,15 @@ class RpcPeer:
                 if not self._read_one():
                     return
 
-    def _read_one(self) -> bool:
-        """Read one frame and dispatch it; False once the connection is gone."""
+    def _read_one(self, *, wait: bool = True) -> bool:
+        """Read one frame and dispatch it; False once the connection is gone. Without
+        `wait`, return at once (True) if no frame has started to arrive."""
         try:
-            header, buffers = self.conn.recv(timeout=_IDLE_POLL_S)
+            frame = (self.conn.recv(timeout=_IDLE_POLL_S) if wait
+                     else self.conn.try_recv(timeout=_IDLE_POLL_S))
+            if frame is None:
+                return True
+            header, buffers = frame
         except errors.CommTimeoutError:
             # Idle between frames: the connection is intact (wire's contract).
             if self.conn.closed:
@@ -298,6 +344,11 @@ class RpcPeer:
             )
             if "id" in header:
                 self.reply_error(header, exc)
+
+
+def _drain(fd: int) -> None:
+    with contextlib.suppress(BlockingIOError):
+        os.read(fd, 4096)
 
 
 def reply_window(limit: float) -> float:
@@ -345,6 +396,8 @@ class RpcServer:
         self._on_close = on_close
         self._peers: set[RpcPeer] = set()
         self._lock = threading.Lock()
+        self._version = 0  # changes whenever a peer comes or goes (see `_direct_poller`)
+        self._local = threading.local()
         self._stopped = threading.Event()
         self._acceptor = threading.Thread(
             target=self._accept_loop, name=f"accept-{name}", daemon=True
@@ -359,6 +412,52 @@ class RpcServer:
     def peers(self) -> list[RpcPeer]:
         with self._lock:
             return list(self._peers)
+
+    def _direct_poller(self, wake_fd: int | None
+                       ) -> tuple[dict[int, RpcPeer], select.poll]:
+        """This thread's poll object over the live peers (and `wake_fd`), rebuilt only when
+        peers came or went (a poll object must not be shared between threads)."""
+        cached = getattr(self._local, "poller", None)
+        key = (self._version, wake_fd)
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        peers = {p._fd: p for p in self.peers() if p._fd is not None and not p.closed}
+        poller = select.poll()
+        for fd in peers:
+            poller.register(fd, select.POLLIN)
+        if wake_fd is not None:
+            poller.register(wake_fd, select.POLLIN)
+        self._local.poller = (key, peers, poller)
+        return peers, poller
+
+    def read_direct(self, done: Callable[[], bool], *, deadline: float,
+                    wake_fd: int | None = None) -> None:
+        """Read and dispatch the frames of every connected peer in the calling thread until
+        `done()` or `deadline` (`RpcPeer.read_direct` over all of them).
+
+        For a caller in the server's own process whose answer comes from one of the peers
+        (a local consumer waiting for a producer's put): no thread hands the frame over.
+        Peers that connect meanwhile are served by their reader threads; whoever settles
+        `done` from another thread writes to `wake_fd` (drained here) so that the wait
+        ends at once. Without a write it still re-checks `done` every 50 ms.
+        """
+        peers, poller = self._direct_poller(wake_fd)
+        for peer in peers.values():
+            peer._stand_aside()
+        monotonic = time.monotonic
+        try:
+            while not done():
+                left = deadline - monotonic()
+                if left <= 0:
+                    return
+                for fd, _ in poller.poll(int(min(left, 0.05) * 1000) + 1):
+                    if fd == wake_fd:
+                        _drain(fd)
+                    elif not peers[fd]._try_read_one():
+                        poller.unregister(fd)  # gone: its reader handled the close
+        finally:
+            for peer in peers.values():
+                peer._resume()
 
     def close(self) -> None:
         if self._stopped.is_set():
@@ -396,11 +495,13 @@ class RpcServer:
                     conn.close()
                     return
                 self._peers.add(peer)
+                self._version += 1
             peer.start()
 
     def _peer_closed(self, peer: RpcPeer, exc: BaseException) -> None:
         with self._lock:
             self._peers.discard(peer)
+            self._version += 1
         if self._on_close is not None and not self._stopped.is_set():
             self._on_close(peer, exc)
 

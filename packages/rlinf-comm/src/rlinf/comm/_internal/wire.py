@@ -114,9 +114,11 @@ class Connection:
         self.max_frame_bytes = max_frame_bytes
         try:
             peer = sock.getpeername()
-            self.peer_address: Address = (str(peer[0]), int(peer[1]))
         except OSError:
-            self.peer_address = ("", 0)
+            peer = ("", 0)
+        # A Unix socket's peer is a path (often empty): shown as that path and port 0.
+        self.peer_address: Address = ((str(peer[0]), int(peer[1])) if isinstance(peer, tuple)
+                                      else (f"unix:{peer!r}", 0))
 
     # -- lifecycle --------------------------------------------------------------------
     @property
@@ -188,7 +190,18 @@ class Connection:
         The caller owns the returned buffers: writable memoryviews on one fresh,
         64-byte aligned allocation that lives as long as any view of it does.
         """
-        deadline = self._deadline(timeout)
+        frame = self._recv(self._deadline(timeout), wait=True)
+        assert frame is not None
+        return frame
+
+    def try_recv(self, *, timeout: float | None = None
+                 ) -> tuple[dict[str, Any], list[memoryview]] | None:
+        """`recv` if a frame has started to arrive, else None at once (no waiting for its
+        first byte); `timeout` bounds reading the rest of it."""
+        return self._recv(self._deadline(timeout), wait=False)
+
+    def _recv(self, deadline: Deadline, *, wait: bool
+              ) -> tuple[dict[str, Any], list[memoryview]] | None:
         with self._recv_lock:
             self._check_open()
             prefix = bytearray(_PREFIX.size)
@@ -199,6 +212,8 @@ class Connection:
                 try:
                     first = self._sock.recv_into(pview, _PREFIX.size)
                 except BlockingIOError:
+                    if not wait:
+                        return None
                     wait_fd(self._sock, select.POLLIN, deadline, "recv")
                     continue
                 except (ConnectionError, OSError) as exc:
