@@ -355,4 +355,36 @@ def test_a_credit_word_is_topped_up_as_room_frees(server: ChannelServer, token: 
     assert xids(consumer.get(target=2)) == [1, 2]
     consumer.peer.call({"op": "sync"}, timeout=10)  # the get's handling is over
     assert word.load() == 6  # the room the get freed went to the word
+    producer.cput(5, 6)  # full again
+    assert xids(consumer.get()) == [3]
+    consumer.peer.call({"op": "sync"}, timeout=10)
+    assert word.load() == 6  # one free slot: less than half a share, kept for a batch...
+    producer.peer.notify({"op": "want"})
+    producer.peer.call({"op": "sync"}, timeout=10)
+    assert word.load() == 7  # ...until the producer says it waits for room
     word.close()
+
+
+def test_a_local_get_settled_by_another_thread_wakes_its_reader(token: bytes) -> None:
+    """A get of a handle in the owner's process waits reading the producers' connections;
+    a put from another thread of the process (or a connection it does not read) must wake
+    it, not leave it to its next 50 ms check."""
+    import threading
+
+    server = ChannelServer("t", token=token)
+    try:
+        consumer, producer = server.local_peer(name="c"), server.local_peer(name="p")
+        for peer, name in ((consumer, "c"), (producer, "p")):
+            peer.call({"op": "hello", "endpoint": {"name": name}}, timeout=5)
+        woken: list[int] = []
+        consumer._wake_readers = lambda: woken.append(threading.get_ident())  # type: ignore[method-assign]
+        fut = server.get_local(consumer, key="k", target=None, timeout=10)
+        putter = threading.Thread(target=lambda: producer.call(
+            {"op": "put", "key": "k", "timeout": 5, "items": [{"w": 1, "p": {"xid": 1}}]},
+            timeout=5))
+        putter.start()
+        putter.join()
+        assert [item.payload for item in fut.result(timeout=5)] == [{"xid": 1}]
+        assert woken == [putter.ident]
+    finally:
+        server.shutdown()

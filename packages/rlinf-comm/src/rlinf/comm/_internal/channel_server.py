@@ -28,9 +28,10 @@ channel was closed.
 
 A credit client on this node also offers a *credit word* (`credit.CreditWord`) in its hello:
 the owner then grants it room by adding to that shared word, with no message, and keeps it
-topped up (to an equal share of ``maxsize``) whenever room frees, items it sent on credit
-arrive, or it says ``want`` (it found no room for a while: the owner then also asks the other
-holders to give theirs back). Its puts answer with ``grant`` 0: the word carries the grants.
+topped up (to an equal share of ``maxsize``, half a share at a time) whenever room frees or
+items it sent on credit arrive, and grants what there is when it says ``want`` (it found no
+room for a while: the owner then also asks the other holders to give theirs back). Its puts
+answer with ``grant`` 0: the word carries the grants.
 
 Small payloads travel *inline*: an item whose descriptor is ``{"t": "inline", ...}`` brings
 its bytes as ``nb`` raw buffers of the put's frame, which the owner keeps (zero-copy views of
@@ -85,7 +86,7 @@ _in_process: dict[tuple[str, int], ChannelServer] = {}
 _in_process_lock = threading.Lock()
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Item:
     uid: int
     key: str
@@ -137,6 +138,7 @@ class _Getter:
         if self.future is not None:
             if not self.future.done():
                 self.future.set_exception(exc)
+                self.peer.wake()
         else:
             self.peer.reply_error(self.request, exc)
 
@@ -174,6 +176,7 @@ class ChannelServer:
         self._queues: dict[str, deque[_Item]] = {}
         self._count = 0
         self._granted = 0  # credits held by clients, over all of them
+        self._sharers = 0  # live credit-word clients that have put: they share the room
         self._getters: dict[str, deque[_Getter]] = {}
         self._putters: deque[_Putter] = deque()
         self._clients: dict[RpcPeer, _Client] = {}
@@ -234,7 +237,9 @@ class ChannelServer:
     def _handle(self, peer: RpcPeer, header: Header, buffers: Buffers) -> None:
         op = header.get("op")
         with self._lock:
-            client = self._clients.setdefault(peer, _Client())
+            client = self._clients.get(peer)
+            if client is None:
+                client = self._clients[peer] = _Client()
             if op == "cput":
                 self._cput(peer, client, header, buffers)
             elif op == "put":
@@ -312,7 +317,7 @@ class ChannelServer:
         client = self._clients.get(putter.peer)
         want = putter.request.get("want")
         if client is not None and client.word is not None:
-            client.active = True
+            self._activate(client)
             self._topup(client)  # the word carries it
         elif (client is not None and client.credit and self.maxsize > 0 and not self._putters
                 and not self._closed and isinstance(want, int) and want > 0):
@@ -327,15 +332,21 @@ class ChannelServer:
         if client.word is None or not client.active or client.dead or self._putters or (
                 self._closed):
             return
-        sharers = sum(1 for c in self._clients.values()
-                      if c.word is not None and c.active and not c.dead)
-        share = max(1, self.maxsize // max(1, sharers))
+        share = max(1, self.maxsize // max(1, self._sharers))
         give = min(self.maxsize - self._count - self._granted, share - client.credits)
-        if give > 0:
+        # Half a share at a time unless it asked: a producer woken per freed slot costs a
+        # wake-up per item (it asks after `credit.WANT_AFTER_S`, so none waits longer).
+        if give > 0 and (client.wants or give >= (share + 1) // 2):
             client.credits += give
             self._granted += give
             client.wants = False
             client.word.add(give)
+
+    def _activate(self, client: _Client) -> None:
+        """A credit-word client put or asked: from now on it has a share of the room."""
+        if not client.active:
+            client.active = True
+            self._sharers += client.word is not None
 
     def _topup_all(self) -> None:
         """Room freed: credit-word clients that asked for room first, then the others."""
@@ -349,7 +360,8 @@ class ChannelServer:
     def _want(self, peer: RpcPeer, client: _Client) -> None:
         """A credit-word client waited for room in vain: grant it some now, or have the
         others give theirs back."""
-        client.wants = client.active = True
+        client.wants = True
+        self._activate(client)
         self._topup(client)
         if client.wants:
             self._revoke(sparing=client)
@@ -372,7 +384,7 @@ class ChannelServer:
         for weight, payload, bufs in items:
             self._offer(_Item(next(self._uids), key, weight, payload, peer, bufs))
         if client.word is not None:  # replace what it spent, room permitting
-            client.active = True
+            self._activate(client)
             self._topup(client)
 
     def _revoke(self, *, sparing: _Client | None = None) -> None:
@@ -521,6 +533,7 @@ class ChannelServer:
                     client.delivered[item.uid] = item
             if not getter.future.done():
                 getter.future.set_result(getter.items)
+                getter.peer.wake()  # its thread may be reading other connections
             return
         buffers: Buffers = []
         for item in getter.items:
@@ -652,6 +665,7 @@ class ChannelServer:
             self._granted -= client.credits  # room it held goes back
             client.credits = 0
             if client.word is not None:
+                self._sharers -= client.active
                 client.word.close()
                 client.word = None
             who = peer.info.get("endpoint", {}).get("name", peer.name)

@@ -227,5 +227,10 @@ class _ServerSide:
             raise errors.PeerDiedError(f"{self.name} left")
         self._peer._push(header, buffers)
 
+    def wake(self) -> None:
+        """Something the peer waits for was settled from another thread: end its direct
+        read now, not at its next check."""
+        self._peer._wake_readers()
+
     def close(self) -> None:
         self._peer.server_gone()

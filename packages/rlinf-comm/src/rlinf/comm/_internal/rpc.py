@@ -252,15 +252,24 @@ class RpcPeer:
             self._direct -= 1
             self._last_direct = time.monotonic()
 
-    def _try_read_one(self) -> bool:
-        """Read and dispatch one frame if one is waiting and no other thread is reading
-        this connection; False once the connection is gone."""
+    def _try_read_available(self, done: Callable[[], bool], limit: int = 64) -> bool:
+        """Read and dispatch the frames that have arrived (up to `limit`, and only until
+        `done()`) unless another thread is reading this connection; False once the
+        connection is gone."""
         if not self._read_lock.acquire(blocking=False):
             return not self.closed  # the other reader dispatches what came
         try:
-            if self._closed is not None:
-                return False
-            return self._read_one(wait=False)
+            for _ in range(limit):
+                if self._closed is not None:
+                    return False
+                read = self._read_frame(wait=False)
+                if read is None:
+                    return True
+                if not read:
+                    return False
+                if done():
+                    return True
+            return True
         finally:
             self._read_lock.release()
 
@@ -298,14 +307,18 @@ class RpcPeer:
                 if not self._read_one():
                     return
 
-    def _read_one(self, *, wait: bool = True) -> bool:
-        """Read one frame and dispatch it; False once the connection is gone. Without
-        `wait`, return at once (True) if no frame has started to arrive."""
+    def _read_one(self) -> bool:
+        """Read one frame and dispatch it; False once the connection is gone."""
+        return self._read_frame(wait=True) is not False
+
+    def _read_frame(self, *, wait: bool) -> bool | None:
+        """Read one frame and dispatch it (True); False once the connection is gone. Without
+        `wait`, None at once if no frame has started to arrive."""
         try:
             frame = (self.conn.recv(timeout=_IDLE_POLL_S) if wait
                      else self.conn.try_recv(timeout=_IDLE_POLL_S))
             if frame is None:
-                return True
+                return None
             header, buffers = frame
         except errors.CommTimeoutError:
             # Idle between frames: the connection is intact (wire's contract).
@@ -453,7 +466,7 @@ class RpcServer:
                 for fd, _ in poller.poll(int(min(left, 0.05) * 1000) + 1):
                     if fd == wake_fd:
                         _drain(fd)
-                    elif not peers[fd]._try_read_one():
+                    elif not peers[fd]._try_read_available(done):
                         poller.unregister(fd)  # gone: its reader handled the close
         finally:
             for peer in peers.values():
