@@ -213,8 +213,11 @@ class FlowRun:
                 sender, receivers = groups[src], [groups[d] for d in dst]
                 transport = weight_transport(sender, receivers, placement=placement,
                                              on_gpu=flow.device == "cuda", wanted=sync.transport)
+                whole = (sender.world_size == 1 or not callable(getattr(
+                    flow.component(src).worker, "full_weights_on_every_rank", None))
+                    or bool(sender.call("full_weights_on_every_rank", spec=RANK_ZERO)))
                 run._syncs.append(WeightSync(sender, receivers, transport=transport,
-                                             wait=run._wait))
+                                             wait=run._wait, in_process=whole))
             for weight_sync in run._syncs:
                 weight_sync.join()
                 weight_sync.sync()

@@ -90,6 +90,13 @@ class WeightSender(FlowWorker):
         """The policy's parameters in buckets (every rank calls it)."""
         raise NotImplementedError
 
+    def full_weights_on_every_rank(self) -> bool:
+        """Whether `buckets` gives every rank the whole policy: then an ``inprocess`` sync
+        hands each rank's own to the receivers in its process. A trainer whose first rank
+        alone assembles the policy (a model-parallel cut) says no, and its receivers get it
+        over the edge's transport."""
+        return True
+
     def weight_group_address(self) -> tuple[str, int]:
         """Rank 0: where the weight group's rendezvous store will listen."""
         import ray
@@ -203,10 +210,10 @@ class WeightReceiver(FlowWorker):
             if transport == "inprocess":
                 for key in payload:
                     buckets = _IN_PROCESS.get(key)
-                    if buckets is None:
+                    if not buckets:
                         raise ConfigError(f"no weights of {key!r} in this process: an "
-                                          "'inprocess' sync needs its trainer in the same "
-                                          "process")
+                                          "'inprocess' sync needs its trainer's rank in the "
+                                          "same process, holding the whole policy")
                     sync_in_process(buckets, target)
             elif transport == "shm":
                 self._shm_receiver = self._shm_receiver or ShmWeightReceiver()

@@ -56,9 +56,9 @@ def weight_transport(sender: WorkerGroup, receivers: Sequence[WorkerGroup], *,
     same_device = all(placement.devices_of(g.role) == placement.devices_of(sender.role)
                       for g in receivers)
     edge = f"{sender.role} -> {[g.role for g in receivers]}"
-    if wanted == "auto":
-        return choose_transport(same_process=all(same_processes(sender, g) for g in receivers),
-                                same_node=same_node, same_device=same_device, on_gpu=on_gpu)
+    if wanted == "auto":  # (WeightSync hands the weights over to receivers in-process)
+        return choose_transport(same_process=False, same_node=same_node,
+                                same_device=same_device, on_gpu=on_gpu)
     if wanted == "shm" and not same_node:
         raise ConfigError(f"weight sync {edge}: 'shm' needs every rank on one node, but Ray "
                           "runs them on several; use 'auto' (gloo/nccl across nodes)")
@@ -86,11 +86,14 @@ class WeightSync:
     own to the others."""
 
     def __init__(self, sender: WorkerGroup, receivers: Sequence[WorkerGroup], *,
-                 transport: str, wait: Wait) -> None:
+                 transport: str, wait: Wait, in_process: bool = True) -> None:
+        """`in_process`: the trainer's ranks each hold the whole policy
+        (`WeightSender.full_weights_on_every_rank`), so receivers in their processes copy it
+        there; otherwise every receiver takes `transport`."""
         self.sender = sender
         self.receivers = tuple(receivers)
-        self.transports = tuple("inprocess" if same_processes(sender, g) else transport
-                                for g in self.receivers)
+        self.transports = tuple("inprocess" if in_process and same_processes(sender, g)
+                                else transport for g in self.receivers)
         """The transport to each receiver, in order."""
         self._wait = wait
 

@@ -204,6 +204,11 @@ class ActorRole(WeightSenderRole):
         """The policy in buckets of at most ``bucket_bytes``."""
         return self.actor.state_dict_for_rollout(bucket_bytes=self.bucket_bytes)
 
+    def full_weights_on_every_rank(self) -> bool:
+        """DDP and FSDP2 give every rank the whole policy; Megatron only the first rank of
+        each model-parallel group."""
+        return self.megatron is None
+
     def save(self, directory: str) -> None:
         """Write this rank's model, optimizer (+ critic), RNG state and step."""
         with self.turn("save"):
