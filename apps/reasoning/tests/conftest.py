@@ -15,10 +15,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from rlinf.workers.flow import local_ray_instance
+
+
+@pytest.fixture(scope="session", autouse=True)
+def profile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The profile cache of every run of the session (``RLINF_PROFILE_CACHE``, which the
+    config's default reads and CLI subprocesses inherit): never the user's own, and shared
+    by the runs of the session as a user's runs share theirs. Tests that need an empty
+    cache pass their own ``run.profile_cache``."""
+    cache = tmp_path_factory.mktemp("profile-cache")
+    previous = os.environ.get("RLINF_PROFILE_CACHE")
+    os.environ["RLINF_PROFILE_CACHE"] = str(cache)
+    yield cache
+    if previous is None:
+        os.environ.pop("RLINF_PROFILE_CACHE", None)
+    else:
+        os.environ["RLINF_PROFILE_CACHE"] = previous
 
 
 @pytest.fixture(scope="session")

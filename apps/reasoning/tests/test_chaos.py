@@ -39,10 +39,12 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 
 CHAOS = ("run.steps=16", "run.checkpoint_every=2", "run.eval_every=0", "placement=collocated",
          "cluster.cpu_slots=1", "run.predict=false")
-"""16 steps of the tiny run, a checkpoint every other step, one process per role."""
+"""16 steps of the tiny run, a checkpoint every other step, every role in one process."""
 KILL_AFTER = (3, 7, 12)
 """Kill a worker once the run has recorded these steps (each after the previous restart)."""
-ROLES = ("RolloutRole", "RewardRole", "InferenceRole", "ActorRole")
+ROLES = ("RolloutRole", "RewardRole", "InferenceRole", "ActorRole", "SharedProcess")
+"""Process titles of the run's workers: a role's class, or the process that roles placed on
+the same devices share."""
 
 
 def _workers(pid: int) -> list[psutil.Process]:

@@ -31,8 +31,17 @@ def load(*overrides: str, devices: int = 2) -> ReasoningConfig:
     return from_omegaconf(compose_config(list(overrides)), num_devices=devices)
 
 
-def test_default_config_matches_the_dataclass_defaults() -> None:
+def test_default_config_matches_the_dataclass_defaults(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RLINF_PROFILE_CACHE")  # the suite's own (conftest)
     assert load() == ReasoningConfig()
+
+
+def test_the_profile_cache_defaults_to_the_environments_folder(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RLINF_PROFILE_CACHE", "/somewhere/profiles")
+    assert load().run.profile_cache == "/somewhere/profiles"
+    assert load("run.profile_cache=null").run.profile_cache is None
 
 
 def test_yaml_lists_every_key() -> None:

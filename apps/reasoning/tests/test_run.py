@@ -122,7 +122,12 @@ def reference_run(tmp_path_factory: pytest.TempPathFactory, reference_profiles: 
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     proc = run_cli(run_dir, *REFERENCE, f"run.profile_cache={reference_profiles}",
                    ray_address=ray_address)
-    assert "predict: profiling on" in proc.stdout, proc.stdout
+    # Nothing profiled before the run: the plan is priced from its own steps, then cached.
+    assert "predict: no profile of this workflow, model and cluster is cached: starting at " \
+        "once" in proc.stdout, proc.stdout
+    assert "(priced from the components this run measured in its first 2 step(s))" \
+        in proc.stdout
+    assert len(list(reference_profiles.glob("*.json"))) == 1
     return run_dir, proc.stdout
 
 
@@ -198,23 +203,35 @@ def auto_dry_run_cli(run_dir: Path, cache: Path,
 
 
 @pytest.fixture(scope="module")
-def auto_dry_run(tmp_path_factory: pytest.TempPathFactory,
-                 ray_address: str) -> tuple[Path, str]:
-    """``placement=auto --dry-run`` with a profile cache: the one profile the auto tests
-    share (profiling is the slow part; each test copies the cache it starts from). On the
-    shared Ray instance, which declares 8 CPUs on this 2-core machine: discovery counts the
-    machine's cores, not Ray's CPUs (with 8 slots the profile's probes ran 8 collocated ranks
-    per component and did not finish in 240 s)."""
+def auto_first_run(tmp_path_factory: pytest.TempPathFactory,
+                   ray_address: str) -> tuple[Path, str]:
+    """``placement=auto`` with an empty profile cache: it starts at once, collocated (the
+    first guess), and caches what it measured; the other auto tests plan from copies of
+    that cache. On the shared Ray instance, which declares 8 CPUs on this 2-core machine:
+    discovery counts the machine's cores, not Ray's CPUs."""
     root = tmp_path_factory.mktemp("auto")
     cache = root / "profiles"
-    proc = auto_dry_run_cli(root / "run", cache, ray_address)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    # conftest's instance declares 8 CPUs: the machine's own cores bound the slots.
+    proc = run_cli(root / "run", "placement=auto", "run.eval_every=0",
+                   "run.checkpoint_every=0", f"run.profile_cache={cache}",
+                   ray_address=ray_address)
     slots = min(8, len(os.sched_getaffinity(0)))
-    assert f"auto: profiling on {'1' if slots == 1 else f'1 and {slots}'} device(s)" \
-        in proc.stdout, proc.stdout
-    assert not (root / "run").exists(), "a dry run trains nothing and writes no run folder"
-    return cache, proc.stdout
+    assert "auto: no profile of this workflow, model and cluster is cached: starting " \
+        "collocated (the first guess)" in proc.stdout, proc.stdout
+    summary = json.loads((root / "run" / "summary.json").read_text())
+    assert summary["mode"] == "collocated"
+    devices = f"0-{slots - 1}" if slots > 1 else "0"
+    assert summary["placement"] == f"rollout,reward,inference,actor: {devices}"
+    assert summary["predicted_iteration_s"] > 0  # priced from its own steps
+    return cache, proc.stdout + proc.stderr  # (the progress lines go to stderr)
+
+
+def test_auto_without_a_profile_reaches_its_first_step_without_profiling(
+        auto_first_run: tuple[Path, str]) -> None:
+    cache, output = auto_first_run
+    assert "train 1/2" in output
+    assert "profiling" not in output  # no probe runs, before the first step or after it
+    assert "planner: ranked plans" not in output
+    assert len(list(cache.glob("*.json"))) == 1
 
 
 def _copy_cache(cache: Path, tmp_path: Path) -> Path:
@@ -224,18 +241,19 @@ def _copy_cache(cache: Path, tmp_path: Path) -> Path:
 
 
 def test_auto_tries_the_closest_priced_plans_and_launches_the_fastest_measured(
-    auto_dry_run: tuple[Path, str], tmp_path: Path, ray_address: str
+    auto_first_run: tuple[Path, str], tmp_path: Path, ray_address: str
 ) -> None:
     """The trials, then the launched plan reported as every run is: predicted against
     measured, and the device lock's context switches against the simulation's. (Auto
     without trials, ``run.trial_plans=0``, runs in test_megatron's auto-cut mode.)"""
-    cache = _copy_cache(auto_dry_run[0], tmp_path)
+    cache = _copy_cache(auto_first_run[0], tmp_path)
     # A margin wide enough that the two best-priced plans are tried, whatever their prices.
     proc = run_cli(tmp_path / "run", "placement=auto", "run.eval_every=0", "run.steps=2",
                    "run.checkpoint_every=0", f"run.profile_cache={cache}",
                    "run.trial_plans=2", "run.trial_margin=100", "run.trial_steps=2",
                    ray_address=ray_address)
-    assert "reusing the profile" in proc.stdout  # the run's length is not in the key
+    # the run's length is not in the key
+    assert "auto: priced from the profile measured before" in proc.stdout
     assert "planner: ranked plans" in proc.stdout and " *1. " in proc.stdout
     assert "auto: 2 plans priced within 10000% of the best; running each for 2 steps" \
         in proc.stdout
@@ -301,7 +319,8 @@ def test_resume_after_sigkill_matches_an_uninterrupted_run(
         output = proc.stdout.read() if proc.stdout else ""
         if proc.stdout:
             proc.stdout.close()
-    assert "reusing the profile" in output, output  # the reference run's
+    assert "predict: priced from the profile measured before" in output, output  # the
+    # reference run's
     killed = read_jsonl(run_dir / "metrics.jsonl")
     assert killed[-1]["step"] <= 2
     # The killed run owned its Ray (killed with it); the resume joins the suite's.
@@ -333,27 +352,21 @@ def test_resume_refuses_a_changed_config(reference_run: tuple[Path, str]) -> Non
     assert "Traceback" not in proc.stderr
 
 
-def test_auto_dry_run_prints_ranked_plans_and_trains_nothing(
-    auto_dry_run: tuple[Path, str]
+def test_auto_dry_run_plans_from_the_cached_profile_and_trains_nothing(
+    auto_first_run: tuple[Path, str], tmp_path: Path, ray_address: str
 ) -> None:
-    cache, stdout = auto_dry_run
-    assert "  placement: auto" in stdout
-    assert "auto: profiling on" in stdout and "reusing the profile" not in stdout
-    assert "planner: ranked plans (predicted seconds per iteration)" in stdout
-    assert " *1. " in stdout and "predicted iteration time:" in stdout
-    assert len(list(cache.glob("*.json"))) == 1
-
-
-def test_auto_reuses_a_cached_profile_for_the_same_workflow_model_and_cluster(
-    auto_dry_run: tuple[Path, str], tmp_path: Path, ray_address: str
-) -> None:
-    cache = _copy_cache(auto_dry_run[0], tmp_path)
+    cache = _copy_cache(auto_first_run[0], tmp_path)
     proc = auto_dry_run_cli(tmp_path / "run", cache, ray_address)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    assert "reusing the profile" in proc.stdout and "auto: profiling on" not in proc.stdout
-    ranked = [line for line in auto_dry_run[1].splitlines() if line.lstrip().startswith("*1.")]
-    assert ranked and ranked == [line for line in proc.stdout.splitlines()
-                                 if line.lstrip().startswith("*1.")]
+    assert "  placement: auto" in proc.stdout
+    assert "auto: priced from the profile measured before" in proc.stdout
+    assert "planner: ranked plans (predicted seconds per iteration)" in proc.stdout
+    assert " *1. " in proc.stdout and "predicted iteration time:" in proc.stdout
+    assert not (tmp_path / "run").exists(), "a dry run trains nothing and writes no run folder"
+    # and without a profile it says what the run would do, at once
+    empty = auto_dry_run_cli(tmp_path / "run", tmp_path / "empty", ray_address)
+    assert empty.returncode == 0, empty.stdout + empty.stderr[-4000:]
+    assert "starting collocated (the first guess)" in empty.stdout
 
 
 def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
@@ -372,9 +385,10 @@ def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
                            model=_profile_identity(cfg))
 
     base = key()
-    assert key("run.steps=7", "run.eval_every=0", "run.checkpoint_every=0") == base
+    # a sweep's jobs over seeds and lengths share one profile
+    assert key("run.steps=7", "run.eval_every=0", "run.checkpoint_every=0", "run.seed=3") \
+        == base
     assert key("rollout.max_new_tokens=5") != base  # another model: profiled again
-    assert key("run.profile_batches=[2,8]") != base
     # what the profile records is part of its identity: an older profile is measured again
     from rlinf.workers.flow import PROFILE_FORMAT
 
@@ -382,13 +396,13 @@ def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
     assert _profile_identity(cfg)["profile_format"] == PROFILE_FORMAT
 
 
-def test_an_unusable_profile_cache_is_refused_before_profiling(tmp_path: Path) -> None:
+def test_an_unusable_profile_cache_is_refused_before_the_run(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     proc = auto_dry_run_cli(tmp_path / "run", blocker / "profiles")
     assert proc.returncode == 2, proc.stdout + proc.stderr[-4000:]
     assert "run.profile_cache" in proc.stderr and "Traceback" not in proc.stderr
-    assert "auto: profiling on" not in proc.stdout
+    assert "\nplan: " not in proc.stdout
 
 
 # Two runs (55 s on CI's slower host): tox -e test-long runs it.

@@ -33,9 +33,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
+import importlib
 import itertools
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -281,9 +284,8 @@ def _run(cfg: ReasoningConfig, args: argparse.Namespace, overrides: Sequence[str
             print(f"rlinf-reasoning: config error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
         return 0
-    from rlinf_reasoning.run import train
-
     try:
+        train = _train_with_ray_starting()
         train(cfg, resume=args.resume, overrides=overrides)
     except (ConfigError, DatasetError) as exc:  # a data file changed since it was checked
         print(f"rlinf-reasoning: {exc}", file=sys.stderr)
@@ -297,6 +299,24 @@ def _run(cfg: ReasoningConfig, args: argparse.Namespace, overrides: Sequence[str
               "last checkpoint with --resume", file=sys.stderr)
         return EXIT_FAILED
     return 0
+
+
+def _train_with_ray_starting() -> Callable[..., object]:
+    """`rlinf_reasoning.run.train`, imported while Ray starts: the driver's imports (torch,
+    transformers, the roles: seconds of CPU) overlap Ray's start, which mostly waits for the
+    processes it spawns. The first session of the returned `train` owns the Ray it started."""
+    loader = threading.Thread(target=importlib.import_module, args=("rlinf_reasoning.run",),
+                              name="rlinf-import", daemon=True)
+    loader.start()
+    from rlinf.workers.runtime.ray_session import ensure_ray
+
+    try:
+        started = ensure_ray()
+    finally:
+        loader.join()
+    from rlinf_reasoning.run import train
+
+    return functools.partial(train, ray_started=started)
 
 
 def _multirun(args: argparse.Namespace, overrides: Sequence[str]) -> int:

@@ -334,17 +334,23 @@ class RunConfig:
     log_level: Literal["debug", "info", "warning", "error"] = "warning"
     """Log level of the app and its workers."""
     predict: bool = True
-    """Profile the roles briefly at start to price a fixed plan (auto always profiles)."""
+    """Price a fixed plan (the simulated seconds per step beside the measured ones): from the
+    profile cache when this setting ran before, else from the run's own first steps. Never
+    delays the first step."""
     profile_batches: tuple[Positive, ...] = (8, 16)
-    """placement=auto: prompts per profiling call (two sizes or more fit the cost curves)."""
-    profile_cache: str | None = None
-    """placement=auto: a folder of profiles (e.g. ~/.cache/rlinf/profiles); a profile
-    measured before for the same workflow, model, settings and cluster is reused instead of
-    profiling again (null: always profile)."""
-    trial_plans: NonNegative = 3
-    """placement=auto: run at most this many of the plans priced within run.trial_margin
-    of the best for run.trial_steps steps each (throw-away runs, like the profile's) and
-    launch the fastest as measured; 0 or 1: launch the best-priced plan untried."""
+    """Prompts per call of the profiling probes (benchmarks and `rlinf-plan` workflows; the
+    run itself never probes)."""
+    profile_cache: str | None = "~/.cache/rlinf/profiles"
+    """A folder of profiles shared by runs and sweep jobs (default: $RLINF_PROFILE_CACHE if
+    set), keyed by workflow, model, settings, cluster and host CPU: every run adds what it
+    measured of itself, and a later run of the same setting is priced (and placement=auto
+    planned) before it starts; without one, auto starts collocated (null: no cache, every run
+    prices itself from its first steps)."""
+    trial_plans: NonNegative = 0
+    """placement=auto with a cached profile: run at most this many of the plans priced within
+    run.trial_margin of the best for run.trial_steps steps each (throw-away runs before the
+    real one, so they delay its first step) and launch the fastest as measured; 0 or 1:
+    launch the best-priced plan untried."""
     trial_margin: Annotated[float, Range(0)] = 0.10
     """placement=auto: how close (relative) to the best price a plan must be to be tried."""
     trial_steps: Annotated[int, Range(2)] = 3

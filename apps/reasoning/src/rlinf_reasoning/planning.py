@@ -72,6 +72,7 @@ __all__ = [
     "cost_model",
     "describe_plan",
     "execution_workflow",
+    "first_guess",
     "format_plans",
     "planned_fixed",
     "predict",
@@ -99,6 +100,9 @@ class PlanChoice:
     """The simulated iteration of `plan` (with its intervals), when priced."""
     trials: tuple[rf.PlanTrial, ...] = ()
     """``auto``'s trials of its closest-priced plans (`rlinf_reasoning.trials`), if any ran."""
+    live: bool = False
+    """No profile priced the plan before the run: the run prices it from its own first
+    steps and caches what it measured (`rlinf_reasoning.run.choose_plan`)."""
 
 
 class ProfileCosts:
@@ -163,6 +167,23 @@ def planned_fixed(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> Exe
     placement = resolve_placement(cfg.placement, component_names(cfg), num_devices)
     return fixed_plan(spec, placement.to_spec(), num_devices=num_devices,
                       granularity_groups=cfg.rollout.groups_per_micro_batch)
+
+
+def first_guess(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> ExecutionPlan:
+    """``auto``'s plan when no profile prices any: every component on every device, one
+    process per device (`rlinf.sched.process_sets`), taking turns in it — no process start,
+    hand-over or message between processes that a profile would have to justify."""
+    placement = resolve_placement("collocated", component_names(cfg), num_devices)
+    plan_ = fixed_plan(spec, placement.to_spec(), num_devices=num_devices,
+                       granularity_groups=cfg.rollout.groups_per_micro_batch)
+    if not spec.choose_cut:
+        return plan_
+    # actor.cut=auto with nothing measured: the data-parallel cut (every device a replica),
+    # the one a profile is measured with, until a profile prices the others.
+    devices = len(plan_.placement.devices_of("actor"))
+    cut = {"tensor": 1, "pipeline": 1, "data": devices, "sequence_parallel": 0,
+           "distributed_optimizer": 0}
+    return dataclasses.replace(plan_, parallelism={**plan_.parallelism, "actor": cut})
 
 
 def profile_flow(spec: FlowSpec, cfg: ReasoningConfig, cluster: Cluster,

@@ -46,8 +46,9 @@ from rlinf.sched import (
     Replanner,
     profile_key,
 )
+from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import PROFILE_FORMAT, ensure_ray, profile_device_counts, with_restarts
+from rlinf.workers.flow import PROFILE_FORMAT, ensure_ray, with_restarts
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -65,10 +66,10 @@ from rlinf_reasoning.planning import (
     PlanChoice,
     auto_plan,
     describe_plan,
+    first_guess,
     format_plans,
     planned_fixed,
     predict,
-    profile_flow,
     replanner,
 )
 from rlinf_reasoning.report import (
@@ -83,7 +84,7 @@ from rlinf_reasoning.report import (
 from rlinf_reasoning.resume import CHECKPOINT_DIR, Checkpoint, checkpoint_meta, find_resume_point
 from rlinf_reasoning.spec import FlowSpec, flow_spec
 from rlinf_reasoning.trials import tried_choice
-from rlinf_reasoning.workflow import declare, reasoning_workflow
+from rlinf_reasoning.workflow import reasoning_workflow
 
 __all__ = ["CONFIG_FILE", "PLAN_FILE", "PROFILE_FILE", "dry_run", "train"]
 
@@ -107,41 +108,34 @@ def _cluster(cfg: ReasoningConfig) -> Cluster:
 
 def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: ProblemSource,
                 *, out: TextIO, trials: bool = True) -> PlanChoice:
-    """The plan to launch: a fixed placement's plan, priced from a measured profile unless
-    ``run.predict=false``; or ``auto``'s best plan, whose ranked plans are printed to `out`
-    (with `trials`, the fastest as measured of those priced close to the best:
-    `rlinf_reasoning.trials`).
-
-    Profiling launches short probe runs of the flow (`planning.profile_flow`) and closes them
-    before the run starts; with ``run.profile_cache`` a profile measured before for the same
-    workflow, model and cluster is reused instead.
-    """
+    """The plan to launch, chosen without delaying the run: a fixed placement's plan, or
+    ``auto``'s. With a profile measured before for this workflow, model and cluster
+    (``run.profile_cache``), a fixed plan is priced from it (unless ``run.predict=false``)
+    and ``auto`` plans from it (printing the ranked plans to `out`; with `trials`, the
+    fastest as measured of those priced close to the best: `rlinf_reasoning.trials`).
+    Without one, nothing is profiled before the run: a fixed plan starts unpriced and
+    ``auto`` starts collocated (the first guess), each marked ``live``: `_loop` prices the
+    plan from the run's own first steps and caches what the run measured, so the next run
+    of the same setting is priced and planned before it starts."""
     auto = cfg.placement.strip().lower() == "auto"
     if not auto and not cfg.run.predict:
         return PlanChoice(plan=planned_fixed(cfg, spec, cluster.num_devices))
     label = "auto" if auto else "predict"
-
-    def measure() -> Profile:
-        counts = " and ".join(map(str, profile_device_counts(declare(spec), cluster)))
-        print(f"{label}: profiling on {counts} device(s) at "
-              f"{list(cfg.run.profile_batches)} prompts per call ...", file=out, flush=True)
-        return profile_flow(spec, cfg, cluster, source)
-
-    if cfg.run.profile_cache is None:
-        profile = measure()
-    else:
-        key = profile_key(workflow=reasoning_workflow(spec), cluster=cluster,
-                          model=_profile_identity(cfg))
-        cache = ProfileCache(cfg.run.profile_cache)
-        try:  # refuse an unusable folder before profiling, not after
-            cache.directory.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"run.profile_cache={cfg.run.profile_cache!r}: cannot create "
-                              f"that folder ({exc}); give a writable folder or null") from exc
-        profile, cached = cache.get_or_measure(key, measure)
-        if cached:
-            print(f"{label}: reusing the profile measured for this workflow, model and "
-                  f"cluster ({cache.path(key)})", file=out, flush=True)
+    cache = _profile_cache(cfg)
+    profile = None if cache is None else cache.load(_profile_key(cfg, spec, cluster))
+    if profile is None or not profile.measurements:
+        plan = (planned_fixed(cfg, spec, cluster.num_devices) if not auto
+                else first_guess(cfg, spec, cluster.num_devices))
+        why = "no profile of this workflow, model and cluster is cached" if cache is not None \
+            else "run.profile_cache is off"
+        start = "starting collocated (the first guess)" if auto else "starting at once"
+        print(f"{label}: {why}: {start}, priced from the run's own first steps"
+              f"{' and cached for the next run' if cache is not None else ''}",
+              file=out, flush=True)
+        return PlanChoice(plan=plan, live=True)
+    print(f"{label}: priced from the profile measured before for this workflow, model and "
+          f"cluster ({cache.path(_profile_key(cfg, spec, cluster)) if cache else ''})",
+          file=out, flush=True)
     if not auto:
         plan, simulation = predict(planned_fixed(cfg, spec, cluster.num_devices), spec,
                                    profile, cluster)
@@ -152,16 +146,47 @@ def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: 
     return tried_choice(cfg, spec, cluster, source, choice, out=out) if trials else choice
 
 
+def _profile_cache(cfg: ReasoningConfig) -> ProfileCache | None:
+    """``run.profile_cache`` (None when off), its folder created or refused at once."""
+    if cfg.run.profile_cache is None:
+        return None
+    cache = ProfileCache(cfg.run.profile_cache)
+    try:  # refuse an unusable folder before the run, not after it
+        cache.directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"run.profile_cache={cfg.run.profile_cache!r}: cannot create that "
+                          f"folder ({exc}); give a writable folder or null") from exc
+    return cache
+
+
+def _profile_key(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster) -> str:
+    return profile_key(workflow=reasoning_workflow(spec), cluster=cluster,
+                       model=_profile_identity(cfg))
+
+
+def _cache_run_profile(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster,
+                       measured: Profile) -> None:
+    """Add what a run measured of itself to the profile cache (merged with what is there;
+    a cache that cannot be written is logged and skipped: the run has what it needs)."""
+    cache = _profile_cache(cfg)
+    if cache is None:
+        return
+    key = _profile_key(cfg, spec, cluster)
+    try:
+        cache.save(key, rf.merge_run_profiles(cache.load(key), measured))
+    except OSError as exc:
+        _log.warning("profile_cache_store_failed", directory=str(cache.directory),
+                     error=str(exc))
+
+
 def _profile_identity(cfg: ReasoningConfig) -> dict[str, object]:
     """What a component's cost depends on besides the workflow and the cluster: every
-    setting but the run's length and outputs (profiling sizes included), and the versions
-    of the code that runs it."""
+    setting but the run's (its length, seed, outputs: jobs of a sweep over seeds share one
+    profile), and the versions of the code that runs it."""
     import torch
     import transformers
 
-    keep = ("run.profile_batches", "run.seed")
-    flat = {k: v for k, v in config_dict(cfg).items()
-            if not k.startswith("run.") or k in keep}
+    flat = {k: v for k, v in config_dict(cfg).items() if not k.startswith("run.")}
     return {**flat, "torch": torch.__version__, "transformers": transformers.__version__,
             "profile_format": PROFILE_FORMAT}
 
@@ -235,34 +260,43 @@ def _write_config(run_dir: Path, cfg: ReasoningConfig, overrides: Sequence[str])
 
 
 def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str] = (),
-          out: TextIO = sys.stdout) -> Summary:
+          out: TextIO = sys.stdout, ray_started: bool = False) -> Summary:
     """Run (or resume) training as `cfg` says; prints and returns the summary. A worker that
     dies restarts the run from its last checkpoint up to ``run.max_restarts`` times (module
-    docstring); after that its `WorkerDiedError` propagates."""
+    docstring); after that its `WorkerDiedError` propagates. `ray_started`: the caller
+    started the Ray this process is connected to for this run, which the first session then
+    owns (stops at its end, before the summary), as one it started itself."""
+    owned = [ray_started]
+
+    def session(again: bool, restarts: tuple[str, ...]) -> Summary:
+        owns, owned[0] = owned[0], False
+        return _train(cfg, resume=again, overrides=overrides, out=out, restarts=restarts,
+                      owns_ray=owns)
+
     return with_restarts(
-        lambda again, restarts: _train(cfg, resume=again, overrides=overrides, out=out,
-                                       restarts=restarts),
+        session,
         resume=resume, max_restarts=cfg.run.max_restarts, out=out,
         checkpoints=CheckpointStore(Path(cfg.run.run_dir).expanduser() / CHECKPOINT_DIR,
                                     keep=cfg.run.keep_checkpoints))
 
 
 def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out: TextIO,
-           restarts: tuple[str, ...]) -> Summary:
-    """One session of `train`: launch, loop until a worker dies or the run is done."""
+           restarts: tuple[str, ...], owns_ray: bool = False) -> Summary:
+    """One session of `train`: launch, loop until a worker dies or the run is done.
+    `owns_ray`: this session stops the Ray its caller started for it, whatever happens."""
     started = time.perf_counter()
-    run_dir = Path(cfg.run.run_dir).expanduser()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    store = CheckpointStore(run_dir / CHECKPOINT_DIR, keep=cfg.run.keep_checkpoints)
-    ckpt = _check_run_dir(run_dir, store, cfg, resume, restarting=bool(restarts))
-    source = ProblemSource(cfg)
-    spec = flow_spec(cfg)
-    _write_config(run_dir, cfg, overrides)
-    if not restarts:  # a restart loads the same things again
-        for line in describe_loaded(cfg, spec, source).lines():
-            print(line, file=out)
-    owns_ray = ensure_ray()
     try:
+        run_dir = Path(cfg.run.run_dir).expanduser()
+        run_dir.mkdir(parents=True, exist_ok=True)
+        store = CheckpointStore(run_dir / CHECKPOINT_DIR, keep=cfg.run.keep_checkpoints)
+        ckpt = _check_run_dir(run_dir, store, cfg, resume, restarting=bool(restarts))
+        source = ProblemSource(cfg)
+        spec = flow_spec(cfg)
+        _write_config(run_dir, cfg, overrides)
+        if not restarts:  # a restart loads the same things again
+            for line in describe_loaded(cfg, spec, source).lines():
+                print(line, file=out)
+        owns_ray = ensure_ray() or owns_ray
         session = _Session(cfg=cfg, spec=spec, cluster=_cluster(cfg), source=source,
                            run_dir=run_dir, store=store, ckpt=ckpt, overrides=tuple(overrides),
                            started=started, out=out, restarts=restarts)
@@ -276,14 +310,24 @@ def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out:
             choice = choose_plan(cfg, spec, session.cluster, source, out=out)
             _save_choice(choice, run_dir)
         describe_plan(choice.plan, out, predicted=choice.simulation is not None)
+        print("launch: starting the worker processes ...", file=out, flush=True)
+        launching = time.perf_counter()
         with ReasoningFlow.launch(spec, choice.plan, problems=source, cluster=session.cluster,
                                   trace=cfg.run.trace) as flow:
-            return _loop(session, flow, choice)
+            sets = flow.run.flow.process_sets(choice.plan.placement)
+            print(f"launch: {sum(choice.plan.placement.components[s[0]].num_procs for s in sets)}"
+                  f" worker process(es) ({'; '.join('+'.join(s) for s in sets)}) ready in "
+                  f"{time.perf_counter() - launching:.1f} s", file=out, flush=True)
+            summary = _loop(session, flow, choice)
     finally:
         if owns_ray:
             import ray
 
             ray.shutdown()
+    # Printed once the workers and Ray are gone: the process exits right after it.
+    print_summary(summary, out)
+    _log.info("run_done", **summary.to_dict())
+    return summary
 
 
 def _replanner(session: _Session, choice: PlanChoice) -> Replanner | None:
@@ -346,6 +390,29 @@ def _relaunch(session: _Session, flow: ReasoningFlow, choice: PlanChoice, plan: 
                                 simulation=simulation, trials=choice.trials)
 
 
+LIVE_STEPS = 3
+"""A plan no profile priced (`PlanChoice.live`) is priced after this many steps of the run
+(the first a warm-up), or at its last step when it is shorter."""
+
+
+def _priced_live(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> PlanChoice:
+    """`choice` priced from what the run measured of itself so far (`rf.run_profile`):
+    the simulated iteration of its plan, printed, kept in the run folder for a resume, and
+    added to the profile cache."""
+    measured = rf.run_profile(flow.run, skip=1 if len(flow.run.records) > 1 else 0)
+    plan, simulation = predict(choice.plan, session.spec, measured, session.cluster)
+    plan = dataclasses.replace(plan, parallelism=choice.plan.parallelism)  # the cut it runs
+    steps = len(flow.run.records)
+    print(f"predict: {plan.predicted_time:.3f} s per step for {plan.spec} (priced from the "
+          f"components this run measured in its first {steps} step(s))", file=session.out,
+          flush=True)
+    priced = dataclasses.replace(choice, plan=plan, profile=measured, simulation=simulation,
+                                 live=False)
+    _save_choice(priced, session.run_dir)
+    _cache_run_profile(session.cfg, session.spec, session.cluster, measured)
+    return priced
+
+
 def _save_choice(choice: PlanChoice, run_dir: Path) -> None:
     """Keep the profile the plan was priced with (a resume prices from it) and the ranks."""
     if choice.profile is not None:
@@ -385,6 +452,7 @@ def _resumed(session: _Session, plan: ExecutionPlan) -> PlanChoice:
         return PlanChoice(plan=plan)
     profile = Profile.load(path)
     priced, simulation = predict(plan, session.spec, profile, session.cluster)
+    priced = dataclasses.replace(priced, parallelism=plan.parallelism)  # the cut it resumes
     return PlanChoice(plan=priced, profile=profile, simulation=simulation)
 
 
@@ -453,6 +521,8 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
                 if run.export_hf:
                     export_checkpoint(session.run_dir, session.run_dir / HF_EXPORT_DIR /
                                       f"step-{step:08d}", step=step)
+            if choice.live and (step - start == LIVE_STEPS or step == run.steps):
+                choice = _priced_live(session, flow, choice)
             decided = time.time()
             if decision is not None and switch:
                 flow, choice = _relaunch(session, flow, choice, decision.plan, path)
@@ -460,6 +530,8 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
                 spans.append(_replan_span(decision, decided, time.time() if switch else decided))
                 relaunched.append(flow)
     wall = prior_seconds + time.perf_counter() - loop_start
+    if len(flow.run.records) > 1:  # the next run of this setting is priced before it starts
+        _cache_run_profile(cfg, session.spec, session.cluster, rf.run_profile(flow.run))
     records = read_metrics(run_dir / METRICS_FILE)
     write_curve(records, run_dir)
     if run.trace and spans:
@@ -476,6 +548,4 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         parallelism=choice.plan.parallelism,
         trials=tuple(trial.to_dict() for trial in choice.trials))
     write_summary(summary, run_dir)
-    print_summary(summary, session.out)
-    _log.info("run_done", **summary.to_dict())
     return summary
