@@ -160,6 +160,18 @@ def put_small_and_hang(store: TCPStore, channel_name: str, me: str, count: int) 
     time.sleep(120)
 
 
+def get_one_and_report(store: TCPStore, channel_name: str, me: str) -> None:
+    """Take one small item; report whether this process made any shared memory (a handle
+    that only gets needs no credit word, hence no segment and no guardian)."""
+    from rlinf.comm._internal.shm import _guardian
+
+    channel = Channel.connect(channel_name, store=store, timeout=60)
+    got = channel.get(timeout=60)
+    store.set(f"report/{me}", json.dumps({"x": int(got["x"][0]),
+                                          "guardian": _guardian.pid is not None}).encode())
+    channel.disconnect()
+
+
 def own_channel_and_hang(store: TCPStore, channel_name: str, me: str, maxsize: int) -> None:
     """Create the channel and serve it from this process until killed (or stopped)."""
     Channel.create(channel_name, store=store, maxsize=maxsize)
@@ -175,6 +187,7 @@ def serve_store_and_hang(store: TCPStore, label: str, me: str) -> None:
 
 
 ROLES = {
+    "get_one_and_report": (get_one_and_report, (str, str)),
     "put_mixed": (put_mixed, (str, str)),
     "put_small_and_hang": (put_small_and_hang, (str, str, int)),
     "own_channel_and_hang": (own_channel_and_hang, (str, str, int)),

@@ -462,3 +462,13 @@ def test_inline_items_outlive_their_killed_producer(store: TCPStore, endpoint: E
             assert [int(channel.get(timeout=30)["x"][0]) for _ in range(3)] == [0, 1, 2]
         finally:
             proc.kill()
+
+
+def test_a_handle_that_only_gets_makes_no_shared_memory(store: TCPStore, endpoint: Endpoint
+                                                        ) -> None:
+    with Channel.create("c", store=store, maxsize=4) as channel:
+        channel.put({"x": np.array([7])})
+        proc = spawn("get_one_and_report", store, "c", "consumer-0")
+        report = json.loads(store.get("report/consumer-0", timeout=60))
+        assert report == {"x": 7, "guardian": False}
+        wait_exit(proc)

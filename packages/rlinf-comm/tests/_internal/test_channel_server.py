@@ -340,14 +340,11 @@ def test_a_credit_word_is_topped_up_as_room_frees(server: ChannelServer, token: 
     producer.pushed = queue.SimpleQueue()
     conn = wire.connect(server.address, token=token, timeout=10)
     producer.peer = RpcPeer(conn, name="p", on_message=producer._on_push).start()
-    reply, _ = producer.peer.call({"op": "hello", "endpoint": {"name": "p"}, "credit": True,
-                                   "credit_word": word.offer()}, timeout=10)
+    producer.peer.call({"op": "hello", "endpoint": {"name": "p"}, "credit": True}, timeout=10)
+    reply, _ = producer.peer.call({"op": "credit_word", "offer": word.offer()}, timeout=10)
     word.unlink()
-    assert reply["credit_word"] is True
-    assert word.load() == 0  # nothing until it puts or asks
-    producer.peer.notify({"op": "want"})
-    producer.peer.call({"op": "sync"}, timeout=10)
-    assert word.load() == 4  # its share: all of maxsize
+    assert reply["mapped"] is True
+    assert word.load() == 4  # granted at once (it offers a word when a put waits): all of it
     producer.cput(1, 2, 3, 4)
     producer.peer.call({"op": "sync"}, timeout=10)
     assert word.load() == 4 and server._count == 4  # full: nothing more

@@ -47,13 +47,15 @@ def test_an_owner_that_cannot_map_the_word_says_so(offer: object) -> None:
 
 
 def test_credits_granted_in_answers_are_taken_refunded_and_given_back() -> None:
-    credits = Credits(bounded=True, word=None)
+    credits = Credits(bounded=True)
     assert not credits.take(1)
     credits.add(3)
     assert credits.take(2) and not credits.take(2)
     credits.refund(2)
     assert credits.give_back() == 3 and not credits.take(1)
-    assert Credits(bounded=False, word=None).take(10**6)  # unbounded channel: always room
+    assert not credits.wait_for_one(time.monotonic() + 5, check=lambda: None,
+                                    ask=lambda: None)  # no word: nothing to wait on
+    assert Credits(bounded=False).take(10**6)  # unbounded channel: always room
 
 
 def test_credits_in_a_word_wait_for_the_owner() -> None:
@@ -62,22 +64,27 @@ def test_credits_in_a_word_wait_for_the_owner() -> None:
     owner = CreditWord.attach(word.offer())
     assert owner is not None
     word.unlink()
-    credits = Credits(bounded=True, word=word)
+    credits = Credits(bounded=True)
+    credits.add(1)  # granted in an answer before the word was attached: still counts
+    credits.attach(word)
+    assert credits.take(1) and not credits.take(1)
     asked: list[float] = []
     started = time.monotonic()
 
     def ask() -> None:
         asked.append(time.monotonic() - started)
 
-    # The first wait tells the owner at once; nothing comes: False at the deadline.
+    # Nothing comes: the owner is told once, after a while, and the wait ends at the deadline.
     assert not credits.wait_for_one(started + 0.05, check=lambda: None, ask=ask)
-    assert len(asked) == 1 and asked[0] < WANT_AFTER_S
+    assert len(asked) == 1 and asked[0] >= WANT_AFTER_S
     # A grant from another thread wakes the waiter.
     threading.Timer(0.05, owner.add, args=(2,)).start()
     assert credits.wait_for_one(time.monotonic() + 30, check=lambda: None, ask=ask)
     assert credits.take(1) and not credits.take(1)
     owner.add(4)
-    assert credits.give_back() == 4 and not credits.take(1)
+    credits.add(2)
+    assert credits.give_back() == 6 and not credits.take(1)  # the word's and the answers'
+
     owner.add(1)  # granted after the give-back: spendable
     assert credits.take(1)
     credits.refund(1)

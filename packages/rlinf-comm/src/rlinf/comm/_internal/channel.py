@@ -106,24 +106,17 @@ class Channel:
             ).start()
         # Credits (see `channel_server`): room the owner reserved for this handle's puts,
         # which then go without waiting for an answer; on the owner's node it grants them
-        # in a shared word. A local handle has no round trip to save.
+        # in a shared word, offered when the handle first waits for room (a handle that
+        # only gets never makes one). A local handle has no round trip to save.
         self._credit = not self._local
         self._unsynced = False  # a cput went out since the owner last confirmed all
         self._closed_seen = False  # the owner said the channel was closed
-        word = CreditWord.create() if self._credit else None
-        hello: Header = {"op": "hello", "endpoint": endpoint.info, "credit": self._credit}
-        if word is not None:
-            hello["credit_word"] = word.offer()
-        try:
-            reply, _ = self._peer.call(hello, timeout=30.0)
-        finally:
-            if word is not None:
-                word.unlink()  # mapped by the owner, or never will be
+        self._word_lock = threading.Lock()
+        self._word_offered = False
+        reply, _ = self._peer.call(
+            {"op": "hello", "endpoint": endpoint.info, "credit": self._credit}, timeout=30.0)
         self.maxsize = int(reply["maxsize"])
-        if word is not None and not reply.get("credit_word"):
-            word.close()
-            word = None
-        self._credits = Credits(bounded=self.maxsize > 0, word=word)
+        self._credits = Credits(bounded=self.maxsize > 0)
 
     # -- creation and lookup ----------------------------------------------------------
     @classmethod
@@ -297,13 +290,43 @@ class Channel:
         def ask() -> None:
             self._peer.notify({"op": "want"})
 
-        if self._credits.word is None:
+        deadline = time.monotonic() + limit
+        if self._credits.word is None and not self._offer_word(deadline):
             return False
-        if not self._credits.wait_for_one(time.monotonic() + limit, check=check, ask=ask):
+        if not self._credits.wait_for_one(deadline, check=check, ask=ask):
             raise errors.CommTimeoutError(
                 f"expected room for 1 item in channel {self.name!r} within {limit:.3g} s; "
                 "only 0 went in")
         return True
+
+    def _offer_word(self, deadline: float) -> bool:
+        """Offer the owner a credit word (once per handle); True once it mapped one, False
+        when it cannot (another node, no futexes: the put then asks it itself)."""
+        with self._word_lock:
+            if self._credits.word is not None or self._word_offered:
+                return self._credits.word is not None
+            self._word_offered = True
+            word = CreditWord.create()
+            if word is None:
+                return False
+            try:
+                call = self._peer.call_async({"op": "credit_word", "offer": word.offer()})
+
+                def settle(f: Future[Reply]) -> None:
+                    # Also for a late answer: a word the owner mapped is the handle's.
+                    if f.exception() is None and f.result()[0].get("mapped"):
+                        self._credits.attach(word)
+                    else:
+                        word.close()
+
+                call.add_done_callback(settle)
+                if not call.done():
+                    self._peer.read_direct(call.done, deadline=deadline)
+                wait_future(call, timeout=max(deadline - time.monotonic(), 0.0),
+                            what=f"an answer from the owner of channel {self.name!r}")
+            finally:
+                word.unlink()  # mapped by the owner by now, or it never will be
+            return self._credits.word is not None
 
     def _send_on_credit(self, key: str | None, items: list[Header], buffers: list[Any],
                         xids: list[int], limit: float) -> None:

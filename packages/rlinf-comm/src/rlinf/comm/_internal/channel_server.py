@@ -26,12 +26,12 @@ with ``return`` on the same connection, after the cputs it sent before, so nothi
 counted twice. A client's credits die with it. ``closed`` tells credit clients that the
 channel was closed.
 
-A credit client on this node also offers a *credit word* (`credit.CreditWord`) in its hello:
-the owner then grants it room by adding to that shared word, with no message, and keeps it
-topped up (to an equal share of ``maxsize``, half a share at a time) whenever room frees or
-items it sent on credit arrive, and grants what there is when it says ``want`` (it found no
-room for a while: the owner then also asks the other holders to give theirs back). Its puts
-answer with ``grant`` 0: the word carries the grants.
+A credit client on this node also offers a *credit word* (`credit.CreditWord`) when it first
+waits for room (``credit_word``): the owner then grants it room by adding to that shared
+word, with no message, and keeps it topped up (to an equal share of ``maxsize``, half a share
+at a time) whenever room frees or items it sent on credit arrive, and grants what there is
+when it says ``want`` (it found no room for a while: the owner then also asks the other
+holders to give theirs back). Its puts answer with ``grant`` 0: the word carries the grants.
 
 Small payloads travel *inline*: an item whose descriptor is ``{"t": "inline", ...}`` brings
 its bytes as ``nb`` raw buffers of the put's frame, which the owner keeps (zero-copy views of
@@ -51,7 +51,8 @@ header in item order):
   close {} -> {};  stat {key|null} -> {qsize, weight, closed, maxsize};  whoami {} -> {name}
   sync {} -> {}                             (every earlier message of the client was handled)
 Credits (clients whose hello says ``credit: true``):
-  hello {..., credit, credit_word?}        -> {maxsize, credit_word: mapped?}
+  hello {..., credit}                       -> {maxsize}
+  credit_word {offer}                       -> {mapped}  (then grants go into the word)
   put {..., want}                           -> {accepted, timed_out?, grant}
   cput {key, items: [{w, p, nb?}]}          (one way, spends credits)
   return {n}                                (one way, answers revoke)
@@ -260,10 +261,9 @@ class ChannelServer:
                 peer.info = dict(header)
                 peer.name = f"{self.name}<-{header.get('endpoint', {}).get('name', '?')}"
                 client.credit = bool(header.get("credit"))
-                if client.credit and self.maxsize > 0 and header.get("credit_word"):
-                    client.word = CreditWord.attach(header["credit_word"])
-                peer.reply(header, {"maxsize": self.maxsize,
-                                    "credit_word": client.word is not None})
+                peer.reply(header, {"maxsize": self.maxsize})
+            elif op == "credit_word":
+                self._credit_word(peer, client, header)
             elif op == "whoami":  # a newcomer asking for our name checks we are alive
                 peer.reply(header, {"name": self.name})
             elif op == "stat":
@@ -356,6 +356,17 @@ class ChannelServer:
                          key=lambda c: not c.wants)
         for client in clients:
             self._topup(client)
+
+    def _credit_word(self, peer: RpcPeer, client: _Client, request: Header) -> None:
+        """A credit client on this node offers a word for its grants: map it, and grant it
+        room at once (it asks because a put of its waits)."""
+        if client.credit and self.maxsize > 0 and client.word is None and not client.dead:
+            client.word = CreditWord.attach(request.get("offer"))
+        if client.word is not None:  # granted before the answer: it finds room at once
+            self._activate(client)
+            client.wants = True
+            self._topup(client)
+        peer.reply(request, {"mapped": client.word is not None})
 
     def _want(self, peer: RpcPeer, client: _Client) -> None:
         """A credit-word client waited for room in vain: grant it some now, or have the

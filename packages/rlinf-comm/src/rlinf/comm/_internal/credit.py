@@ -117,21 +117,27 @@ _SLICE_S = 0.05
 
 class Credits:
     """A producer handle's room on credit (see `channel_server`): granted in the owner's
-    answers (`add`) or in a credit word, spent by its puts (`take`). Thread-safe."""
+    answers (`add`) and, once one is attached, in a credit word; spent by its puts (`take`).
+    Both kinds add up, as they do in the owner's count of what this handle holds. Thread-safe.
+    """
 
-    def __init__(self, *, bounded: bool, word: CreditWord | None) -> None:
-        self.word = word
+    def __init__(self, *, bounded: bool) -> None:
+        self.word: CreditWord | None = None
         self._bounded = bounded
         self._lock = threading.Lock()
-        self._credits = 0  # granted in answers, unspent
-        # a word's count minus these two is what is unspent (mod 2**32)
+        self._credits = 0  # granted in answers (or refunded), unspent
+        # the word's count minus these two is what is unspent of it (mod 2**32)
         self._spent = 0
         self._returned = 0
-        self._asked = False  # told the owner it puts (its first wait does, at once)
 
-    def _unspent(self) -> int:
+    def attach(self, word: CreditWord) -> None:
+        """The owner mapped `word`: its grants count from now on."""
+        with self._lock:
+            self.word = word
+
+    def _from_word(self) -> int:
         if self.word is None:
-            return self._credits
+            return 0
         return (self.word.load() - self._spent - self._returned) & MASK
 
     def take(self, n: int) -> bool:
@@ -139,23 +145,20 @@ class Credits:
         if not self._bounded:
             return True
         with self._lock:
-            if self._unspent() < n:
-                return False
-            if self.word is None:
+            if self._credits >= n:
                 self._credits -= n
-            else:
-                self._spent += n
+                return True
+            if self._credits + self._from_word() < n:
+                return False
+            self._spent += n - self._credits
+            self._credits = 0
             return True
 
     def refund(self, n: int) -> None:
         """`n` taken were not used after all (nothing was sent)."""
-        if not self._bounded:
-            return
-        with self._lock:
-            if self.word is None:
+        if self._bounded:
+            with self._lock:
                 self._credits += n
-            else:
-                self._spent -= n
 
     def add(self, n: int) -> None:
         """A grant that came in an answer."""
@@ -165,28 +168,24 @@ class Credits:
     def give_back(self) -> int:
         """Give up everything unspent (the owner revoked it); returns how much."""
         with self._lock:
-            unspent = self._unspent()
-            if self.word is None:
-                self._credits = 0
-            else:
-                self._returned += unspent
+            from_word = self._from_word()
+            self._returned += from_word
+            unspent, self._credits = self._credits + from_word, 0
             return unspent
 
     def wait_for_one(self, deadline: float, *, check: Callable[[], None],
                      ask: Callable[[], None]) -> bool:
         """Take one credit, sleeping on the word until the owner grants one or `deadline`
-        passes (False). `check` raises when waiting is pointless (closed, owner gone);
-        `ask` tells the owner, once: at once the first time this handle waits, else after
-        `WANT_AFTER_S` without room."""
-        if self.word is None:
+        passes (False; at once without a word). `check` raises when waiting is pointless
+        (closed, owner gone); `ask` tells the owner, once, after `WANT_AFTER_S` without
+        room."""
+        word = self.word
+        if word is None:
             return False
         started = time.monotonic()
         asked = False
-        if not self._asked:  # the owner shares room only among handles that put
-            self._asked = asked = True
-            ask()
         while True:
-            seen = self.word.load()
+            seen = word.load()
             if self.take(1):
                 return True
             check()
@@ -197,7 +196,7 @@ class Credits:
                 asked = True
                 ask()
             pause = WANT_AFTER_S if not asked else _SLICE_S
-            self.word.wait(seen, min(deadline - now, pause))
+            word.wait(seen, min(deadline - now, pause))
 
     def wake(self) -> None:
         """Wake a put sleeping on the word (to look at the channel's state again)."""
