@@ -24,7 +24,8 @@ the CPU-seconds spent by the time of that first step, and how many processes it 
 Medians over rounds; the load average at the start and the end.
 
 Each round also starts a longer default reasoning run and presses Ctrl-C (SIGINT to its main
-process) once its third step is done: the seconds until it has exited, every process gone.
+process) once it reports a step past the third: the seconds until it has exited, every
+process gone.
 
 The last line is one JSON object: ``ttfs_ratio_vs_trl`` (rlinf reasoning's time to the first
 step over TRL's), ``short_run_ratio_vs_trl`` (the same for the whole run), ``launch_cpu_s``
@@ -159,8 +160,9 @@ def run_cold(contender: Contender, *, env: dict[str, str], timeout: float) -> Sa
 
 def interrupt_cold(command: list[str], *, env: dict[str, str], after: re.Pattern[str],
                    timeout: float) -> float:
-    """Start `command`, send SIGINT to its main process once a line matches `after`, and
-    return the seconds until it exited (it must exit 130, as rlinf's CLIs do on Ctrl-C)."""
+    """Start `command`, send SIGINT to its main process once a line matches `after` (the
+    progress line of a step past the third: off a terminal it prints every few seconds),
+    and return the seconds until it exited (it must exit 130, as rlinf's CLIs do)."""
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
     tree = _Tree(psutil.Process(proc.pid))
@@ -171,7 +173,8 @@ def interrupt_cold(command: list[str], *, env: dict[str, str], after: re.Pattern
     for line in proc.stdout:
         lines.append(line)
         tree.poll()
-        if sent is None and after.search(line):
+        match = after.search(line)
+        if sent is None and match and int(match.group(1)) >= 3:
             sent = time.perf_counter()
             proc.send_signal(signal.SIGINT)  # the main process alone, as a terminal's ^C
         if time.perf_counter() > deadline:
@@ -263,9 +266,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "run.checkpoint_every=1" if part.startswith("run.checkpoint_every=")
                         else part.replace("{n}", f"interrupt{n}")) for part in reasoning]
             interrupts.append(interrupt_cold(command, env=_env(scratch / f"profiles-i{n}"),
-                                             after=re.compile(r"^train 3/"),
+                                             after=re.compile(r"^train (\d+)/"),
                                              timeout=args.timeout))
-            print(f"round {n + 1} Ctrl-C at step 3 of rlinf reasoning: exited in "
+            print(f"round {n + 1} Ctrl-C past step 3 of rlinf reasoning: exited in "
                   f"{interrupts[-1]:.2f} s", flush=True)
     load_end = os.getloadavg()
     stop = statistics.median(interrupts)
@@ -285,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{label:17s} {row['ttfs']:12.2f} {row['wall']:7.2f} {row['cpu']:7.1f} "
               f"{row['cpu_at_first_step']:10.1f} {row['processes']:9.0f}   exit after its "
               f"last line {row['exit_after_last_line']:.2f} s")
-    print(f"rlinf reasoning stopped by Ctrl-C at step 3 in {stop:.2f} s (median)")
+    print(f"rlinf reasoning stopped by Ctrl-C past step 3 in {stop:.2f} s (median)")
     print(f"load average {load_start[0]:.2f} -> {load_end[0]:.2f}; /dev/shm rlinf segments "
           f"{shm_before} -> {shm_after}; {os.cpu_count()} CPUs; setting steps={args.steps} "
           f"prompts={args.prompts} group={args.group_size} tokens={args.new_tokens} "
