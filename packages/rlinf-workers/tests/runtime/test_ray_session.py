@@ -201,3 +201,34 @@ def test_a_helper_that_cannot_start_ray_is_a_cluster_lost_error() -> None:
     env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1"}  # nothing listens there
     with pytest.raises(ClusterLostError, match="did not start Ray"), local_ray_instance(env=env):
         pass
+
+
+_IDLE_PROBE = """
+import time, psutil, ray
+from rlinf.workers.runtime.ray_session import ensure_ray
+assert ensure_ray(num_cpus=2)
+mine = psutil.Process()
+# Ray starts its idle workers right after the driver connects; look for a while (an absence
+# cannot be awaited), then once an actor exists (its worker must not be counted as idle).
+@ray.remote(num_cpus=0.1)
+class Probe:
+    def ping(self): return 1
+probe = Probe.remote()
+ray.get(probe.ping.remote())
+idle = 0
+for _ in range(20):
+    idle = max(idle, sum("ray::IDLE" in " ".join(p.cmdline())
+                         for p in mine.children(recursive=True) if p.is_running()))
+    time.sleep(0.1)
+print(idle)
+ray.shutdown()
+"""
+
+
+def test_a_local_instance_starts_no_idle_workers() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", _IDLE_PROBE], capture_output=True, text=True,
+                          env={**env, "RAY_AUTH_MODE": "disabled",
+                               "RAY_USAGE_STATS_ENABLED": "0"}, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "0"

@@ -10,6 +10,7 @@ so a worker death that came with its raylet's is already known for what it is.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -45,16 +46,27 @@ class _Connection:
 _last = _Connection()
 
 
+_NO_IDLE_WORKERS = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
+"""Ray's system config of a local instance this process starts: no worker processes started
+ahead of demand. Ray would start one idle worker per CPU for the driver (each importing
+Ray: about 0.4 CPU-s), which no flow uses (its ranks carry their own environment) and which
+compete for the cores with the processes a run does start."""
+
+
 def ensure_ray(**options: Any) -> bool:
     """Start a local Ray instance, or connect to ``RAY_ADDRESS`` when it is set, unless this
     process is connected already; returns whether it connected (whoever did shuts it
     down). `options` go to ``ray.init`` (default: no dashboard, worker logs not forwarded,
-    Ray's logging left alone). A cluster that cannot be reached is a `ClusterLostError`."""
+    Ray's logging left alone, and a local instance starts no idle workers). A cluster that
+    cannot be reached is a `ClusterLostError`."""
     if ray.is_initialized():
         _remember()
         return False
     settings = {"include_dashboard": False, "log_to_driver": False,
                 "configure_logging": False, **options}
+    if not (settings.get("address") or os.environ.get("RAY_ADDRESS")):
+        settings["_system_config"] = {**_NO_IDLE_WORKERS,
+                                      **dict(settings.get("_system_config") or {})}
     try:
         ray.init(**settings)
     except ConnectionError as exc:
