@@ -72,8 +72,15 @@ def run_example(cfg: example.Config) -> dict[str, Any]:
     assert summary["losses"]["kl"][1] > 0  # the policy moved away from the reference
     before_norm, after_norm = summary["parameter_norm"]
     assert after_norm != before_norm  # two PPO steps changed the weights
-    assert summary["weight_sync"] == ["shm"]
+    # Receivers in the actor's process copy its weights there; the others map shared memory.
+    (transports,) = summary["weight_sync"]
+    assert set(transports.split("+")) <= {"inprocess", "shm"}
     return summary
+
+
+WEIGHT_SYNC = {"collocated": "inprocess", "hybrid": "inprocess+shm", "disaggregated": "shm"}
+"""The weight sync's transports to inference and rollout (in that order) in each mode: one
+process serves every component placed on the same devices."""
 
 
 @pytest.mark.parametrize("mode", list(FIXED))
@@ -83,6 +90,7 @@ def test_every_fixed_placement_trains_and_leaves_nothing(ray_local: None, mode: 
     assert summary["mode"] == mode
     shared = mode != "disaggregated"
     assert summary["device_lock"] is shared
+    assert summary["weight_sync"] == [WEIGHT_SYNC[mode]]
     assert all((holds > 0) is shared for holds in summary["lock_holds"])
     RESULTS[mode] = summary
 
