@@ -157,22 +157,25 @@ def test_each_hand_over_of_a_device_costs_the_turn_latency() -> None:
         base + 0.2)
 
 
-def test_components_that_share_a_process_hand_over_turns_and_messages_for_free() -> None:
-    # The runtime runs a and b (same devices, not isolated) in one process: neither the
-    # turn latency nor the message latency applies between them (rlinf.sched.process_sets).
+def test_messages_between_components_of_one_process_are_free() -> None:
+    # a and b on one device, not isolated: the runtime runs them in one process, and a's
+    # message reaches b without a hop (rlinf.sched.process_sets). They still take turns.
     wf = chain("a", "b", bytes_per_item=1.0)
     cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=2.0)})
-    plain = Cluster.uniform(1, 2, 100, "H100")
-    slow = dataclasses.replace(plain, turn_latency=0.1, message_latency=0.5)
-    micro = {"a": 4, "b": 4}
-    assert run(wf, "a,b: 0-1", cost, slow, micro).iteration_time == pytest.approx(12.0)
-    # Isolated, the same plan pays two hand-overs and a message latency on each of b's
-    # inputs: a's second call ends at 4.1, b's first input arrives at 2.1 + 0.5.
+    whole = {"a": 8, "b": 8}
+    hops = dataclasses.replace(Cluster.uniform(1, 1, 100, "H100"), turn_latency=0.1,
+                               message_latency=0.5)
+    # a's turn 0.1, a 0.1-8.1; b's turn 0.1, b 8.2-24.2
+    assert run(wf, "a,b: 0", cost, hops, whole).iteration_time == pytest.approx(24.2)
+    # isolated, the message pays its hop: b's input at 8.6, its turn, b 8.7-24.7
     apart = chain("a", "b", bytes_per_item=1.0, isolated=True)
-    assert run(apart, "a,b: 0-1", cost, slow, micro).iteration_time == pytest.approx(12.2)
-    # Between processes on different devices the message latency applies as before (a's
-    # calls end at 4 and 8, b's inputs arrive 0.5 s later: 4.5-12.5, 12.5-20.5).
-    assert run(wf, "a: 0, b: 1", cost, slow, micro).iteration_time == pytest.approx(20.5)
+    assert run(apart, "a,b: 0", cost, hops, whole).iteration_time == pytest.approx(24.7)
+    # Several ranks each: a producer's items also reach the other processes' consumer ranks,
+    # so the hop applies (a 0-4, b 4.5-12.5 against 4-12).
+    two = Cluster.uniform(1, 2, 100, "H100")
+    latency = dataclasses.replace(two, message_latency=0.5)
+    assert run(wf, "a,b: 0-1", cost, two, whole).iteration_time == pytest.approx(12.0)
+    assert run(wf, "a,b: 0-1", cost, latency, whole).iteration_time == pytest.approx(12.5)
 
 
 def test_the_turn_latency_round_trips_through_the_cluster_file() -> None:

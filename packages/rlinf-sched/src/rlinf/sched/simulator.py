@@ -31,12 +31,13 @@ The model, kept small enough to compute by hand:
   the new holder's wake-up, during which the devices idle. Only devices that a component in
   another process also runs on count: alone on its devices a component takes no turns (the
   runtime gives it no lock). Of two calls ready at once, one that keeps its component's turn
-  therefore goes first. Components the runtime runs in one process hand over nothing between
-  their calls, and their messages pay no `Cluster.message_latency`: those on exactly the
-  same devices with as many processes, unless `Component.isolated`
-  (`rlinf.sched.process_sets`), and members of one loop on the same devices (a process holds
-  its device for its whole part of a loop, so loop partners that share devices are inlined,
-  and the planner places them on the same devices or on disjoint ones).
+  therefore goes first. Messages between components the runtime runs in one process pay no
+  `Cluster.message_latency`: those on exactly the same single device with one process each,
+  unless `Component.isolated` (`rlinf.sched.process_sets`; with several ranks a producer's
+  items also reach consumer ranks in the other processes). Members of one loop on the same
+  devices hand over nothing between their calls (a process holds its device for its whole
+  part of a loop, so loop partners that share devices are inlined, and the planner places
+  them on the same devices or on disjoint ones).
 
 The result gives the iteration time, utilisation (compute device-seconds over all devices ×
 time) and, on request, every busy interval for a Gantt chart.
@@ -518,15 +519,16 @@ def _turn(cluster: Cluster, holder: Sequence[str | None], prep: _Prepared,
 
 
 def _turn_free(workflow: Workflow, layout: Layout, name: str) -> frozenset[str]:
-    """`name`, the members of its loop placed on exactly its devices, and the components
-    that share its process (`_process_partners`): hand-overs between them stay in-process."""
+    """`name` and the members of its loop placed on exactly its devices. (Components that
+    share a process still hand their devices over through its in-process lock: a thread's
+    wake-up, which the fitted `Cluster.turn_latency` prices with whatever else a hand-over
+    costs where it is measured.)"""
     loop = workflow.loop_of(name)
-    partners = _process_partners(workflow, layout, name)
     if loop is None:
-        return partners
+        return frozenset((name,))
     mine = set(layout.comp_atoms[name])
-    return partners | frozenset(n for n in workflow.loops[loop].components
-                                if set(layout.comp_atoms[n]) == mine)
+    return frozenset(n for n in workflow.loops[loop].components
+                     if set(layout.comp_atoms[n]) == mine)
 
 
 def _process_partners(workflow: Workflow, layout: Layout, name: str) -> frozenset[str]:
@@ -746,7 +748,11 @@ def _link(workflow: Workflow, layout: Layout, cluster: Cluster, src: str, dst: s
     else over ``min(|src devices|, |dst devices|)`` parallel links of the node's (or the
     inter-node) bandwidth, each message paying the link's latency once more."""
     if layout.comp_sets.get(src) == layout.comp_sets.get(dst):
-        if dst in _process_partners(workflow, layout, src):
+        # In one process only where each end has one: with several ranks a producer's
+        # items also reach consumer ranks in the other processes of the set.
+        if (layout.comp_devices[src] == layout.comp_devices[dst] == 1
+                and layout.comp_procs.get(src, 1) == layout.comp_procs.get(dst, 1) == 1
+                and dst in _process_partners(workflow, layout, src)):
             return math.inf, 0.0
         return math.inf, cluster.message_latency
     links = min(layout.comp_devices[src], layout.comp_devices[dst])
