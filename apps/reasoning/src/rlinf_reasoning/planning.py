@@ -169,12 +169,18 @@ def planned_fixed(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> Exe
                       granularity_groups=cfg.rollout.groups_per_micro_batch)
 
 
-def first_guess(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> ExecutionPlan:
+def first_guess(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster) -> ExecutionPlan:
     """``auto``'s plan when no profile prices any: every component on every device, one
     process per device (`rlinf.sched.process_sets`), taking turns in it — no process start,
-    hand-over or message between processes that a profile would have to justify."""
-    placement = resolve_placement("collocated", component_names(cfg), num_devices)
-    plan_ = fixed_plan(spec, placement.to_spec(), num_devices=num_devices,
+    hand-over or message between processes that a profile would have to justify. On CPU
+    slots, on no more slots than the nodes have cores: more slots than cores (a user's
+    ``cluster.cpu_slots``) would run a process per slot on shared cores."""
+    devices = cluster.num_devices
+    cores = sum(node.cpus for node in cluster.nodes)
+    if not cluster.has_gpus and cores > 0:
+        devices = max(1, min(devices, cores))
+    placement = resolve_placement("collocated", component_names(cfg), devices)
+    plan_ = fixed_plan(spec, placement.to_spec(), num_devices=cluster.num_devices,
                        granularity_groups=cfg.rollout.groups_per_micro_batch)
     if not spec.choose_cut:
         return plan_

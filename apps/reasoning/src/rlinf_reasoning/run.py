@@ -125,7 +125,7 @@ def choose_plan(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster, source: 
     profile = None if cache is None else cache.load(_profile_key(cfg, spec, cluster))
     if profile is None or not profile.measurements:
         plan = (planned_fixed(cfg, spec, cluster.num_devices) if not auto
-                else first_guess(cfg, spec, cluster.num_devices))
+                else first_guess(cfg, spec, cluster))
         why = "no profile of this workflow, model and cluster is cached" if cache is not None \
             else "run.profile_cache is off"
         start = "starting collocated (the first guess)" if auto else "starting at once"
