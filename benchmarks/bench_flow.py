@@ -16,6 +16,10 @@ and the benchmark reads its ``summary.json``:
   every worker process; ``simulated_switches``: the switches of the simulation that gave the
   prediction.
 
+The runs share one profile cache (``RLINF_PROFILE_CACHE``), empty when the benchmark starts:
+each run adds what it measured of itself, and a run of a setting that ran before is priced
+(and ``auto`` planned) from it, as a user's runs are.
+
 Every CLI connects (``RAY_ADDRESS``) to one Ray instance the benchmark starts, so no run pays
 for starting Ray; Ray's workers run at nice 0 like the drivers (``RAY_worker_niceness``), so a
 profile taken in a driver and the workers it predicts see the same share of a loaded machine.
@@ -254,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-flow-") as scratch, \
             ray_instance() as address:
         workdir = str(args.keep_runs or scratch)
+        # One profile cache for the benchmark's runs, empty at its start (never the user's):
+        # each run adds what it measured and prices itself from what the runs before cached.
+        os.environ["RLINF_PROFILE_CACHE"] = str(Path(workdir) / "profiles")
         for index, setting in enumerate(settings):
             runs: dict[str, list[FlowRun]] = {m: [] for m in modes}
             for round_ in range(args.rounds):
