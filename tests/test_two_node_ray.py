@@ -319,7 +319,8 @@ def _wait_for_cpus(total: float, *, timeout: float = 60.0) -> None:
     while ray.available_resources().get("CPU", 0.0) < total:
         if time.monotonic() > deadline:
             raise TimeoutError(f"Ray still holds CPUs of killed actors after {timeout} s: "
-                               f"{ray.available_resources()}")
+                               f"{ray.available_resources()}; named actors alive: "
+                               f"{ray.util.list_named_actors(all_namespaces=True)}")
         time.sleep(0.2)
 
 
@@ -546,7 +547,9 @@ def _keep_head_and_second_node(two_nodes: Any) -> Any:
         if not any(n["NodeID"] == node.node_id and NODE_RESOURCES[1] in n["Resources"]
                    for n in ray.nodes()):
             two_nodes.remove_node(node)
-    _wait_for_cpus(2)
+    # After the reasoning run lost its node (a raylet killed), Ray takes its time to release
+    # that run's CPUs: a loaded CI machine took more than 60 s once, the quiet one seconds.
+    _wait_for_cpus(2, timeout=180.0)
     return next(n for n in two_nodes.worker_nodes if any(
         r["NodeID"] == n.node_id and NODE_RESOURCES[1] in r["Resources"] for r in ray.nodes()))
 
