@@ -12,7 +12,6 @@ affinity) to the Ray node that owns its placement device; see `rlinf.workers.run
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import time
 import uuid
@@ -349,12 +348,12 @@ class WorkerGroup:
                         worker_cls=member.worker_cls, actors=actors,
                         call_timeout=call_timeout, shared=shared)
             group._infos, group._raylets = host._infos, dict(host._raylets)
-            contexts = [dataclasses.replace(
-                ranks.context(group.name, rank, role=member.role, log_level=None,
-                              device_lock_address=member.device_lock_address,
-                              device_lock_token=member.device_lock_token,
-                              memory_bytes=member.memory_bytes),
-                device_memory=member.device_memory) for rank in range(ranks.world)]
+            contexts = [ranks.context(group.name, rank, role=member.role, log_level=None,
+                                      device_lock_address=member.device_lock_address,
+                                      device_lock_token=member.device_lock_token,
+                                      memory_bytes=member.memory_bytes,
+                                      device_memory=member.device_memory)
+                        for rank in range(ranks.world)]
             try:
                 host.call_async("add_member", [member.worker_cls] * ranks.world, contexts,
                                 [dict(member.init_kwargs)] * ranks.world, spec=PER_RANK_ALL
@@ -576,7 +575,8 @@ class _Ranks:
 
     def context(self, name: str, rank: int, *, log_level: str | None, role: str | None = None,
                 device_lock_address: str | None = None, device_lock_token: bytes | None = None,
-                memory_bytes: int | None = None) -> WorkerContext:
+                memory_bytes: int | None = None,
+                device_memory: int | None = None) -> WorkerContext:
         placement = self.placement
         return WorkerContext(
             role=role or self.role, rank=rank,
@@ -586,7 +586,7 @@ class _Ranks:
                      else (rank,)),
             group_name=name, log_level=log_level,
             device_lock_address=device_lock_address, device_lock_token=device_lock_token,
-            memory_bytes=memory_bytes)
+            memory_bytes=memory_bytes, device_memory=device_memory)
 
     def actor_options(self, name: str, rank: int, *, cpus: float, gpus: float,
                       env: Mapping[str, str]) -> dict[str, Any]:

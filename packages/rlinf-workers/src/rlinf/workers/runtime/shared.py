@@ -82,10 +82,6 @@ class SharedProcess(Worker):
         with self._locks[role]:
             return getattr(member, method)(*args, **kwargs)
 
-    def member_roles(self) -> list[str]:
-        """The members constructed so far, in order."""
-        return list(self._members)
-
     def shutdown(self) -> None:
         """Every member's hook (last constructed first), then this process's own."""
         for role in reversed(list(self._members)):
