@@ -471,6 +471,8 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
     step_seconds: list[float] = []
     onloads: list[float] = []
     samples = 0
+    cached = 1
+    """The flow's records the profile cache has (its first, a warm-up, never)."""
     spans: list[Span] = []
     last_spans: list[Span] = []
     loop_start = time.perf_counter()
@@ -523,15 +525,18 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
                                       f"step-{step:08d}", step=step)
             if choice.live and (step - start == LIVE_STEPS or step == run.steps):
                 choice = _priced_live(session, flow, choice)
+                cached = max(cached, len(flow.run.records))
             decided = time.time()
             if decision is not None and switch:
                 flow, choice = _relaunch(session, flow, choice, decision.plan, path)
+                cached = 1
             if decision is not None and run.trace:
                 spans.append(_replan_span(decision, decided, time.time() if switch else decided))
                 relaunched.append(flow)
     wall = prior_seconds + time.perf_counter() - loop_start
-    if len(flow.run.records) > 1:  # the next run of this setting is priced before it starts
-        _cache_run_profile(cfg, session.spec, session.cluster, rf.run_profile(flow.run))
+    if len(flow.run.records) > cached:  # the next run of the setting is priced before it starts
+        _cache_run_profile(cfg, session.spec, session.cluster,
+                           rf.run_profile(flow.run, skip=cached))
     records = read_metrics(run_dir / METRICS_FILE)
     write_curve(records, run_dir)
     if run.trace and spans:
