@@ -61,7 +61,8 @@ def test_mutual_exclusion_between_threads() -> None:
 
 
 def test_reentrant_fifo_and_a_timeout_that_names_the_holder() -> None:
-    by_name = clients({"actor": None, "rollout": None, "reward": None})
+    lock = LocalDeviceLock()
+    by_name = {name: lock.client(name) for name in ("actor", "rollout", "reward")}
     actor = by_name["actor"]
     with actor.hold(0, component="actor", timeout=5):
         with actor.hold(0, component="actor", timeout=5):  # re-entrant
@@ -77,14 +78,14 @@ def test_reentrant_fifo_and_a_timeout_that_names_the_holder() -> None:
             waiters.append(threading.Thread(target=wait))
             waiters[-1].start()
             deadline = time.monotonic() + 5  # queue them in this order
-            while len(LocalDeviceLock.state(by_name[name]._lock)[0]["waiting"]) < len(waiters):
+            while len(lock.state()[0]["waiting"]) < len(waiters):
                 assert time.monotonic() < deadline
                 time.sleep(0.001)
     for t in waiters:
         t.join()
     assert order == ["rollout", "reward"]  # first come, first served
     # the timed-out request left nothing behind
-    assert all(d["holder"] is None and d["waiting"] == [] for d in actor._lock.state())
+    assert all(d["holder"] is None and d["waiting"] == [] for d in lock.state())
 
 
 def test_components_that_fit_together_are_never_offloaded() -> None:
@@ -116,11 +117,11 @@ def test_a_component_is_not_evicted_while_it_holds_another_device() -> None:
     by_name = clients({"actor": None, "rollout": None}, log=log)
     actor = by_name["actor"]
     actor.acquire([0, 1], component="actor", timeout=5)
-    actor._lock._release("actor", [0])  # still computing on device 1
+    actor.release(0)  # still computing on device 1
     with pytest.raises(DeviceLockTimeoutError, match="to leave"):
         by_name["rollout"].acquire(0, component="rollout", timeout=0.05)
     assert log == ["actor+"]
-    actor._lock._release("actor", [1])
+    actor.release(1)
     with by_name["rollout"].hold(0, component="rollout", timeout=5) as grant:
         assert [(e.component, e.ok) for e in grant.evictions] == [("actor", True)]
     assert log == ["actor+", "actor-", "rollout+"]
