@@ -241,6 +241,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--skip-embodied", action="store_true")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     args = parser.parse_args(argv)
+    for flag in ("rounds", "steps", "prompts", "group_size", "new_tokens", "num_envs"):
+        if getattr(args, flag) < 1:
+            parser.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
+    if args.steps < 2:
+        parser.error("--steps must be >= 2: the runs are timed to their first step and to "
+                     "their end")
     shm_before = sum(1 for n in os.listdir("/dev/shm") if n.startswith("rlinf-"))
     load_start = os.getloadavg()
     samples: dict[str, list[Sample]] = {}
