@@ -76,6 +76,8 @@ class Sample:
     processes: int
     exit_after_last_line: float
     """Seconds from the program's last output line (rlinf's summary) to its exit."""
+    cpu_by_process: dict[str, float] = field(default_factory=dict)
+    """CPU-seconds by the first step, per kind of process (`_kind`)."""
 
 
 @dataclass
@@ -104,9 +106,34 @@ class _Tree:
     def total(self) -> float:
         return sum(self.cpu.values())
 
+    def by_kind(self) -> dict[str, float]:
+        """CPU-seconds so far per kind of process (`_kind`), largest first."""
+        kinds: dict[str, float] = {}
+        for pid, seconds in self.cpu.items():
+            kind = _kind(self.known[pid], root=pid == self.root.pid)
+            kinds[kind] = kinds.get(kind, 0.0) + seconds
+        return dict(sorted(kinds.items(), key=lambda item: -item[1]))
+
     def alive(self) -> list[psutil.Process]:
         return [p for p in self.known.values() if p.is_running()
                 and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _kind(proc: psutil.Process, *, root: bool) -> str:
+    """A process's kind for the breakdown: the driver, a Ray actor by its class, or the
+    program a Ray service runs."""
+    if root:
+        return "driver"
+    try:
+        name, cmdline = proc.name(), proc.cmdline()
+    except psutil.Error:
+        return "gone"
+    if name.startswith("ray::"):
+        return name
+    program = next((Path(part).name for part in cmdline if "/" in part and not
+                    part.endswith(("python", "python3")) and "python3." not in Path(part).name),
+                   name)
+    return program.removesuffix(".py")
 
 
 def run_cold(contender: Contender, *, env: dict[str, str], timeout: float) -> Sample:
@@ -119,6 +146,7 @@ def run_cold(contender: Contender, *, env: dict[str, str], timeout: float) -> Sa
     cpu_first: list[float] = []
     lines: list[str] = []
     last_line = [started]
+    kinds: dict[str, float] = {}
 
     def read() -> None:
         assert proc.stdout is not None
@@ -129,6 +157,7 @@ def run_cold(contender: Contender, *, env: dict[str, str], timeout: float) -> Sa
                 first.append(time.perf_counter() - started)
                 tree.poll()
                 cpu_first.append(tree.total)
+                kinds.update(tree.by_kind())
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
@@ -155,7 +184,8 @@ def run_cold(contender: Contender, *, env: dict[str, str], timeout: float) -> Sa
         raise RuntimeError(f"{contender.label} left {len(left)} process(es) running: "
                            f"{[p.pid for p in left]}")
     return Sample(ttfs=first[0], wall=wall, cpu=tree.total, cpu_at_first_step=cpu_first[0],
-                  processes=len(tree.known), exit_after_last_line=ended - last_line[0])
+                  processes=len(tree.known), exit_after_last_line=ended - last_line[0],
+                  cpu_by_process=kinds)
 
 
 def interrupt_cold(command: list[str], *, env: dict[str, str], after: re.Pattern[str],
@@ -239,6 +269,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--new-tokens", type=int, default=6, help="reasoning: response tokens")
     parser.add_argument("--num-envs", type=int, default=16, help="embodied: envs")
     parser.add_argument("--skip-embodied", action="store_true")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="print each run's CPU-seconds by its first step per process kind")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per run")
     args = parser.parse_args(argv)
     for flag in ("rounds", "steps", "prompts", "group_size", "new_tokens", "num_envs"):
@@ -266,6 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"processes {sample.processes:3d}  exit after last line "
                       f"{sample.exit_after_last_line:4.2f} s  load {os.getloadavg()[0]:.2f}",
                       flush=True)
+                if args.breakdown:
+                    print("    cpu by first step: " + ", ".join(
+                        f"{kind} {seconds:.1f}" for kind, seconds
+                        in sample.cpu_by_process.items() if seconds >= 0.05), flush=True)
             # Ctrl-C in the middle of a longer default run, after its first checkpoint.
             reasoning = contenders(args, scratch)[0].command
             command = [("run.steps=500" if part.startswith("run.steps=") else
