@@ -52,11 +52,13 @@ SPEC = EmbodiedSpec(
 def ray_cluster() -> Iterator[None]:
     import ray
 
+    from rlinf.workers.runtime.ray_session import stop_ray
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         yield
     finally:
-        ray.shutdown()
+        stop_ray()  # ray.shutdown() without its second on the monitor
 
 
 @pytest.fixture(scope="module")

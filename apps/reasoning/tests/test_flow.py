@@ -70,11 +70,13 @@ def same_metrics(a: StepResult, b: StepResult) -> None:
 def ray_local() -> Iterator[None]:
     import ray
 
+    from rlinf.workers.runtime.ray_session import stop_ray
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         yield
     finally:
-        ray.shutdown()
+        stop_ray()  # ray.shutdown() without its second on the monitor
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
 def ray_cluster() -> Iterator[None]:
     import ray
 
+    from rlinf.workers.runtime.ray_session import stop_ray
+
     if ray.is_initialized():
         yield
         return
@@ -33,7 +35,7 @@ def ray_cluster() -> Iterator[None]:
     try:
         yield
     finally:
-        ray.shutdown()
+        stop_ray()  # ray.shutdown() without its second on the monitor
 
 
 # -- tiny LLM fixtures shared by the actor, inference, reward, rollout and weight-sync tests --

@@ -41,6 +41,7 @@ import structlog
 from rlinf.sched import Cluster, ExecutionPlan, Profile, ProfileCache, Workflow
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import ensure_ray, with_restarts
+from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -125,8 +126,6 @@ def check_resumable(saved: Mapping[str, Any], cfg: AppConfig, *, path: str) -> N
 def _ray_session(cfg: AppConfig) -> Iterator[None]:
     """Ray for the run: connect to ``RAY_ADDRESS`` when set, else start a local instance
     (stopped afterwards); an already initialised Ray is used as is."""
-    import ray
-
     options: dict[str, Any] = {}
     if not os.environ.get("RAY_ADDRESS"):
         # One CPU resource per process the placement may start, however few cores there
@@ -138,7 +137,7 @@ def _ray_session(cfg: AppConfig) -> Iterator[None]:
     try:
         yield
     finally:
-        ray.shutdown()
+        stop_ray()
 
 
 def _profiling_flow(spec: EmbodiedSpec, cfg: AppConfig, workflow: Workflow) -> Measure:

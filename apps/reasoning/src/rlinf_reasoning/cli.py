@@ -349,9 +349,9 @@ def _multirun(args: argparse.Namespace, overrides: Sequence[str]) -> int:
                 break
     finally:
         if owns_ray:
-            import ray
+            from rlinf.workers.runtime.ray_session import stop_ray
 
-            ray.shutdown()
+            stop_ray()
     _print_sweep(jobs, base, statuses, sys.stdout)
     return next((status for status in statuses if status != 0), 0)
 

@@ -49,6 +49,7 @@ from rlinf.sched import (
 from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import PROFILE_FORMAT, ensure_ray, with_restarts
+from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.telemetry import (
     CheckpointStore,
     MetricsWriter,
@@ -212,9 +213,7 @@ def dry_run(cfg: ReasoningConfig, *, out: TextIO = sys.stdout) -> PlanChoice:
                              trials=False)
     finally:
         if owns_ray:
-            import ray
-
-            ray.shutdown()
+            stop_ray()
     describe_plan(choice.plan, out, predicted=True)
     return choice
 
@@ -321,9 +320,7 @@ def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out:
             summary = _loop(session, flow, choice)
     finally:
         if owns_ray:
-            import ray
-
-            ray.shutdown()
+            stop_ray()
     # Printed once the workers and Ray are gone: the process exits right after it.
     print_summary(summary, out)
     _log.info("run_done", **summary.to_dict())

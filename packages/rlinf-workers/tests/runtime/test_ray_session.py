@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -232,3 +233,26 @@ def test_a_local_instance_starts_no_idle_workers() -> None:
                                "RAY_USAGE_STATS_ENABLED": "0"}, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "0"
+
+
+_STOP_PROBE = """
+import psutil, ray
+from ray._private import worker
+from rlinf.workers.runtime.ray_session import ensure_ray, stop_ray
+assert ensure_ray(num_cpus=1)
+monitor = worker._global_node.all_processes["monitor"][0].process
+started = psutil.Process().children(recursive=True)
+stop_ray()
+left = [p.pid for p in started if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+print(monitor.returncode, len(left), ray.is_initialized())
+"""
+
+
+def test_stop_ray_kills_the_monitor_first_and_leaves_no_process_of_ray() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", _STOP_PROBE], capture_output=True, text=True,
+                          env={**env, "RAY_AUTH_MODE": "disabled",
+                               "RAY_USAGE_STATS_ENABLED": "0"}, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    # SIGKILL (not the SIGTERM Ray sends and the monitor sits out), and nothing left.
+    assert proc.stdout.strip().splitlines()[-1] == f"{-signal.SIGKILL} 0 False"

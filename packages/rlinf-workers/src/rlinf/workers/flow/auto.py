@@ -481,8 +481,8 @@ def launch_auto(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int]
         run = FlowRun.launch(flow, best, cluster=cluster, timeout=timeout, stop_ray=owns_ray)
     except BaseException:
         if owns_ray:
-            import ray
+            from rlinf.workers.runtime.ray_session import stop_ray
 
-            ray.shutdown()
+            stop_ray()
         raise
     return run, AutoReport(plan=best, ranked=ranked, profile=profile, profile_seconds=seconds)

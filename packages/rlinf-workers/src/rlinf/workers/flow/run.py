@@ -75,6 +75,7 @@ from rlinf.workers.runtime.ray_session import (
     cluster_address,
     cluster_reachable,
     ensure_ray,
+    stop_ray,
 )
 from rlinf.workers.runtime.shared import SharedMember
 from rlinf.workers.runtime.worker import LOCAL_LOCK
@@ -760,4 +761,4 @@ def _stop(lock: Any, store: RayStore | None, owns_ray: bool) -> None:
         with contextlib.suppress(Exception):
             store.destroy()
     if owns_ray:
-        ray.shutdown()
+        stop_ray()

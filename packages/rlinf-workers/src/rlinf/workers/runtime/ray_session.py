@@ -26,7 +26,7 @@ import structlog
 from rlinf.workers.errors import ClusterLostError
 
 __all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray",
-           "local_ray_instance", "raylet_addresses", "unreachable"]
+           "local_ray_instance", "raylet_addresses", "stop_ray", "unreachable"]
 
 _log = structlog.get_logger(__name__)
 
@@ -75,13 +75,34 @@ def ensure_ray(**options: Any) -> bool:
     return True
 
 
+def stop_ray() -> None:
+    """``ray.shutdown()``, without its wait on the autoscaler monitor of an instance this
+    process started. Ray stops its processes one after another, giving each a second to
+    exit on SIGTERM; the monitor (a Python process with nothing to save on a local
+    instance) takes all of it, a second at the end of every run. It is killed first."""
+    try:
+        from ray._private import ray_constants
+        from ray._private import worker as ray_worker
+
+        node = ray_worker._global_node
+        monitors = node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, ()) \
+            if node is not None else ()
+    except (ImportError, AttributeError):  # private: a Ray without them stops as usual
+        monitors = ()
+    for info in monitors:
+        if info.process.poll() is None:
+            info.process.kill()
+    ray.shutdown()
+
+
 _HELPER = """
 import sys, ray
 ray.init(num_cpus=int(sys.argv[1]), include_dashboard=False, log_to_driver=False,
          configure_logging=False)
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()
-ray.shutdown()
+from rlinf.workers.runtime.ray_session import stop_ray
+stop_ray()
 """
 
 
