@@ -181,16 +181,19 @@ class ReasoningFlow:
     # -- evaluation and checkpoints --------------------------------------------------------
 
     def evaluate(self, problems: Sequence[MathProblem]) -> float:
-        """Held-out greedy accuracy of the current weights (problems split over rollout ranks)."""
+        """Held-out greedy accuracy of the current weights: the rollout ranks answer their
+        share of `problems`, the reward ranks score the answers."""
         self._check_open()
         if not problems:
             return 0.0
-        rollout = self.groups["rollout"]
+        rollout, reward = self.groups["rollout"], self.groups["reward"]
         ranks = rollout.world_size
-        results = rollout.call(
-            "evaluate", split_value(list(problems), ranks), reward=[self.spec.reward] * ranks,
+        batches = rollout.call(
+            "greedy_batch", split_value(list(problems), ranks),
             max_new_tokens=[self.spec.rollout.sampling.max_new_tokens] * ranks,
             spec=PER_RANK_ALL, timeout=self.spec.timeout)
+        results = reward.call("evaluate", split_value(list(batches), reward.world_size),
+                              spec=PER_RANK_ALL, timeout=self.spec.timeout)
         return float(sum(correct for correct, _ in results) / len(problems))
 
     def save(self, directory: Path) -> None:

@@ -367,3 +367,21 @@ def test_a_setup_loads_its_tokenizer_from_the_tokenizer_factory_when_given() -> 
     with_tokens = RoleSetup(model_factory=model_factory, tokenizer_factory=tokens)
     assert with_tokens.tokenizer() == "tokenizer alone"
     assert built == ["model", "tokenizer"]
+
+
+def test_held_out_evaluation_answers_in_the_rollout_and_scores_in_the_reward_role(
+        wiring: Wiring, problems: list[MathProblem]) -> None:
+    rollout = rollout_role(wiring, problems)
+    first = rollout.greedy_batch(problems[:3], max_new_tokens=4)
+    second = rollout.greedy_batch(problems[3:], max_new_tokens=4)
+    assert first is not None and second is not None
+    assert (first.num_rows, second.num_rows) == (3, 2)  # one greedy answer per problem
+    again = rollout.greedy_batch(problems[:3], max_new_tokens=4)
+    assert again is not None and torch.equal(again.response_ids, first.response_ids)
+    assert rollout.greedy_batch([], max_new_tokens=4) is None
+    reward = RewardRole(ctx("reward"), setup=wiring.setup(), config=RewardConfig())
+    correct, answered = reward.evaluate([first, None, second])
+    expected = [reward.worker.compute_rewards(batch)[1] for batch in (first, second)]
+    assert answered == 5
+    assert correct == pytest.approx(sum(s.accuracy * s.responses for s in expected))
+    assert reward.evaluate([]) == (0.0, 0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from rlinf.comm import Channel
 from rlinf.workers.flow import FlowChannel, StepContext
@@ -56,6 +56,19 @@ class RewardRole(ReasoningRole):
                     totals["groups_solved"] += stats.pass_at_group
                     totals["groups"] += 1
         return totals
+
+    def evaluate(self, batches: Sequence[RolloutBatch | None]) -> tuple[float, int]:
+        """``(correct, answered)`` over the responses of `batches` (the rollout's greedy
+        responses to held-out problems, `RolloutRole.greedy_batch`), in one turn."""
+        correct, answered = 0.0, 0
+        with self.turn("evaluate", batches=len(batches)):
+            for batch in batches:
+                if batch is None or batch.num_rows == 0:
+                    continue
+                _, stats = self.worker.compute_rewards(batch)
+                correct += stats.accuracy * stats.responses
+                answered += stats.responses
+        return correct, answered
 
     def score(self, batch: RolloutBatch) -> RolloutBatch:
         """`batch` with rewards (for profiling and probes), in one turn."""

@@ -15,7 +15,6 @@ from rlinf.workers.flow import FlowChannel, StepContext
 from rlinf.workers.reasoning.groups import MicroBatches, pack_group
 from rlinf.workers.reasoning.setup import RoleSetup, draw_seed
 from rlinf.workers.reasoning.sync import WeightReceiverRole
-from rlinf.workers.reward import RewardConfig, RewardWorker
 from rlinf.workers.rollout import (
     HFRolloutEngine,
     RolloutBatch,
@@ -163,19 +162,18 @@ class RolloutRole(WeightReceiverRole):
         with self.turn("generate_batch", problems=len(problems)):
             return self.worker.generate_batch(problems, sampling=sampling)
 
-    def evaluate(self, problems: Sequence[MathProblem], *, reward: RewardConfig,
-                 max_new_tokens: int) -> tuple[float, int]:
-        """``(correct, answered)`` of one greedy response per problem under `reward`."""
+    def greedy_batch(self, problems: Sequence[MathProblem], *,
+                     max_new_tokens: int) -> RolloutBatch | None:
+        """One greedy response per problem (held-out evaluation); None without problems.
+        The reward role scores them: its process has the verifier warmed up, and this one,
+        which may never score otherwise, is spared math-verify's start-up."""
         if not problems:
-            return 0.0, 0
+            return None
         greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
         single = dataclasses.replace(self.config, group_size=1)
         worker = RolloutWorker(self.worker.engine, self.worker.tokenizer, config=single)
         with self.turn("evaluate", problems=len(problems)):
-            batch = worker.generate_batch(problems, sampling=greedy)
-        scored, stats = RewardWorker(self.worker.tokenizer, config=reward).compute_rewards(batch)
-        del scored
-        return stats.accuracy * stats.responses, stats.responses
+            return worker.generate_batch(problems, sampling=greedy)
 
     # -- weights and context switching -----------------------------------------------------
 
