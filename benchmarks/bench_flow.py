@@ -39,7 +39,9 @@ Launch: ``tox -e bench-flow`` (3 settings per app; on the 2-core AVX2 machine th
 round took 19 minutes on 2026-12-01, a reasoning setting ~5 of them: an `auto` run ~105 s
 with its profile and trials, a fixed one 50-75 s), or
 ``tox -e bench-flow -- --quick`` (one small setting per app, 3 steps: a smoke run).
-``--settings`` picks settings by name, ``--modes`` the modes, ``--steps`` and
+``--settings`` picks settings by name, ``--setting APP KEY=VALUE ...`` adds one of your own
+(the app's Hydra overrides, on top of the common ones; repeatable, and then only the named
+built-in settings run), ``--modes`` the modes, ``--steps`` and
 ``--iterations`` the run lengths, ``--keep-runs DIR`` keeps each run's folder to read later.
 """
 
@@ -133,6 +135,17 @@ QUICK = (
                                   "policy.hidden_sizes=[16,16]")),
 )
 
+def own_setting(words: Sequence[str], index: int) -> Setting:
+    """A ``--setting APP KEY=VALUE ...``: its app and overrides, named by them."""
+    app, *overrides = words
+    if app not in ("reasoning", "embodied"):
+        raise ValueError(f"--setting starts with the app, reasoning or embodied, got {app!r}")
+    if not overrides or any("=" not in o or o.startswith("=") for o in overrides):
+        raise ValueError(f"--setting {app} needs Hydra overrides KEY=VALUE after the app, "
+                         f"got {overrides}")
+    return Setting(app, f"own{index}", tuple(overrides))
+
+
 def _env() -> dict[str, str]:
     return {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
             "TOKENIZERS_PARALLELISM": "false", "RAY_worker_niceness": "0"}
@@ -204,6 +217,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--settings", default="",
                         help="comma-separated setting names (default: all of the chosen apps; "
                              f"known: {', '.join(s.name for s in SETTINGS)})")
+    parser.add_argument("--setting", nargs="+", action="append", default=[],
+                        metavar=("APP", "KEY=VALUE"),
+                        help="a setting of your own: the app (reasoning or embodied) and its "
+                             "Hydra overrides, e.g. --setting reasoning "
+                             "data.prompts_per_step=24 rollout.group_size=6; repeatable. "
+                             "Given, these run instead of the built-in settings (add built-in "
+                             "ones by name with --settings)")
     parser.add_argument("--modes", default=",".join(MODES),
                         help="comma-separated modes (default: every fixed mode and auto)")
     parser.add_argument("--steps", type=int, default=None,
@@ -233,7 +253,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown modes {unknown}: expected some of {list(MODES)}")
     pool = QUICK if args.quick else SETTINGS
     names = {n.strip() for n in args.settings.split(",") if n.strip()}
-    settings = [s for s in pool if s.app in apps and (not names or s.name in names)]
+    try:
+        custom = [own_setting(words, index) for index, words in enumerate(args.setting)]
+    except ValueError as exc:
+        parser.error(str(exc))
+    chosen = (lambda s: s.name in names) if names else (lambda s: not custom)
+    settings = [s for s in pool if s.app in apps and chosen(s)]
+    settings += [s for s in custom if s.app in apps]
     if not settings:
         parser.error(f"no setting matches apps={apps} settings={sorted(names)}")
     if args.settle < 0:
