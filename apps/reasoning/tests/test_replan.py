@@ -4,6 +4,7 @@ from a checkpoint, so the run continues on the new placement with the same traje
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import math
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 from rlinf_reasoning import cli
 from rlinf_reasoning import run as run_module
+from rlinf_reasoning.config import from_omegaconf
 from rlinf_reasoning.workflow import fixed_plan
 
 from rlinf.sched import Replan
@@ -98,3 +100,43 @@ def test_an_adopted_plan_relaunches_from_a_checkpoint_with_the_same_trajectory(
 
 def test_replan_needs_placement_auto() -> None:
     assert cli.main(["placement=hybrid", "run.replan=true", "--run-dir", "/nonexistent/x"]) == 2
+
+
+def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_measured(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``auto`` with nothing cached starts on its first guess, prices it from its own steps,
+    moves to the plan priced fastest and, after as many steps there, keeps whichever
+    measured faster. The planner is made to prefer hybrid, and the relaunch's cost is
+    waived, so that a short run switches; what it keeps is decided by the measurements."""
+    hybrid = "rollout: 0, reward,inference,actor: 1"
+
+    def prefer_hybrid(spec: Any, profile: Any, cluster: Any) -> Any:
+        plan = fixed_plan(spec, hybrid, num_devices=2, granularity_groups=2)
+        return run_module.PlanChoice(plan=dataclasses.replace(plan, predicted_time=1e-3))
+
+    monkeypatch.setattr(run_module, "auto_plan", prefer_hybrid)
+    monkeypatch.setattr(run_module, "switch_pays",
+                        lambda current, candidate, **_: candidate < current)
+    run_dir = tmp_path / "run"
+    args = [arg for arg in TINY if not arg.startswith(("placement=", "cluster.", "run.steps=",
+                                                       "run.predict="))]
+    cfg = from_omegaconf(cli.compose_config(
+        [*args, "placement=auto", "cluster.cpu_slots=2", "run.steps=7",
+         f"run.profile_cache={tmp_path / 'profiles'}"], run_dir=str(run_dir)))
+    printed = io.StringIO()
+    run_module.train(cfg, out=printed)
+    out = printed.getvalue()
+    first_guess = "rollout,reward,inference,actor: 0-1"
+    assert f"auto: {hybrid} is priced at 0.001 s per step against" in out
+    assert f"trying it for {run_module.LIVE_STEPS} steps" in out
+    assert f"re-plan: {first_guess} -> {hybrid}" in out
+    (verdict,) = [line for line in out.splitlines() if " measured " in line
+                  and line.startswith("auto: ")]
+    tried_s, first_s = (float(word) for word in verdict.split() if word[:1].isdigit()
+                        and "." in word)
+    went_back = first_s < tried_s
+    assert verdict.endswith("going back" if went_back else "keeping it")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["placement"] == (first_guess if went_back else hybrid)
+    steps = [r["step"] for r in metrics(run_dir)]
+    assert steps == list(range(8))  # every step once, across the relaunches

@@ -12,7 +12,7 @@ from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.execution_plan import ExecutionPlan
 from rlinf.sched.planner import PlannerOptions, plan
-from rlinf.sched.replan import Call, DriftPolicy, LiveCostModel, Replanner
+from rlinf.sched.replan import Call, DriftPolicy, LiveCostModel, Replanner, switch_pays
 from rlinf.sched.simulator import simulate
 from rlinf.sched.workflow import Component, Edge, Workflow
 
@@ -123,3 +123,17 @@ def test_busy_seconds_give_the_same_corrections_as_calls() -> None:
     assert decision.corrections["actor"] == pytest.approx(expected) and expected > 3
     with pytest.raises(PlanningError, match="not a component"):
         replanner.observe(1, seconds=1.0, busy={"critic": 1.0})
+
+
+@pytest.mark.parametrize(("current", "candidate", "steps_left", "switch_s", "pays"), [
+    (1.0, 0.5, 100, 10.0, True),     # 50 s saved for a 10 s relaunch
+    (1.0, 0.5, 10, 10.0, False),     # 5 s saved: the relaunch costs more
+    (1.0, 0.97, 10_000, 1.0, False),  # 3% faster: below min_gain, however long the run
+    (1.0, 1.2, 100, 0.0, False),     # slower
+    (1.0, 0.5, 0, 0.0, False),       # nothing left to run
+    (0.0, 0.5, 100, 0.0, False),     # an unpriced plan
+])
+def test_a_switch_pays_when_its_saving_over_the_steps_left_exceeds_its_cost(
+        current: float, candidate: float, steps_left: int, switch_s: float,
+        pays: bool) -> None:
+    assert switch_pays(current, candidate, steps_left=steps_left, switch_s=switch_s) is pays

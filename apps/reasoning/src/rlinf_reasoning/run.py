@@ -45,6 +45,7 @@ from rlinf.sched import (
     Replan,
     Replanner,
     profile_key,
+    switch_pays,
 )
 from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
@@ -234,6 +235,8 @@ class _Session:
     out: TextIO
     restarts: tuple[str, ...] = ()
     """What each earlier restart of this run recovered from (``run.max_restarts``)."""
+    launch_seconds: float = 0.0
+    """How long this session's launch took: what a relaunch on another plan costs."""
 
 
 def _check_run_dir(run_dir: Path, store: CheckpointStore, cfg: ReasoningConfig,
@@ -314,10 +317,11 @@ def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out:
         with ReasoningFlow.launch(spec, choice.plan, problems=source, cluster=session.cluster,
                                   trace=cfg.run.trace) as flow:
             sets = flow.run.flow.process_sets(choice.plan.placement)
+            launched = time.perf_counter() - launching
             print(f"launch: {sum(choice.plan.placement.components[s[0]].num_procs for s in sets)}"
                   f" worker process(es) ({'; '.join('+'.join(s) for s in sets)}) ready in "
-                  f"{time.perf_counter() - launching:.1f} s", file=out, flush=True)
-            summary = _loop(session, flow, choice)
+                  f"{launched:.1f} s", file=out, flush=True)
+            summary = _loop(dataclasses.replace(session, launch_seconds=launched), flow, choice)
     finally:
         if owns_ray:
             stop_ray()
@@ -410,6 +414,45 @@ def _priced_live(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> 
     return priced
 
 
+LIVE_MIN_GAIN = 0.05
+"""``auto`` leaves its first guess for a plan its live costs price at least this much faster
+(relative), and goes back when the first guess measured that much faster."""
+
+
+def _live_switch(session: _Session, choice: PlanChoice, *,
+                 steps_left: int) -> ExecutionPlan | None:
+    """``auto`` on its first guess, priced from its own steps: the plan those costs price
+    fastest (`auto_plan`), when moving to it pays for a relaunch over the steps left
+    (`rlinf.sched.switch_pays`); None to stay."""
+    if session.cfg.placement.strip().lower() != "auto" or choice.profile is None:
+        return None
+    best = auto_plan(session.spec, choice.profile, session.cluster).plan
+    current = choice.plan.predicted_time
+    if (best.spec, dict(best.granularity)) == (choice.plan.spec, dict(choice.plan.granularity)):
+        return None
+    pays = switch_pays(current, best.predicted_time, steps_left=steps_left,
+                       switch_s=session.launch_seconds, min_gain=LIVE_MIN_GAIN)
+    print(f"auto: {best.spec} is priced at {best.predicted_time:.3f} s per step against "
+          f"{current:.3f} for {choice.plan.spec}: "
+          + (f"trying it for {LIVE_STEPS} steps" if pays else
+             f"not worth a relaunch ({session.launch_seconds:.1f} s) over the {steps_left} "
+             "steps left"), file=session.out, flush=True)
+    return best if pays else None
+
+
+def _kept_faster(session: _Session, choice: PlanChoice, tried: tuple[PlanChoice, float], *,
+                 measured: float, steps_left: int) -> ExecutionPlan | None:
+    """``auto`` tried `choice` for as many steps as the plan it left ran: that plan again
+    when it measured faster (and going back pays), None to keep `choice`."""
+    previous, previous_s = tried
+    back = switch_pays(measured, previous_s, steps_left=steps_left,
+                       switch_s=session.launch_seconds, min_gain=LIVE_MIN_GAIN)
+    print(f"auto: {choice.plan.spec} measured {measured:.3f} s per step against "
+          f"{previous_s:.3f} for {previous.plan.spec}: "
+          f"{'going back' if back else 'keeping it'}", file=session.out, flush=True)
+    return previous.plan if back else None
+
+
 def _save_choice(choice: PlanChoice, run_dir: Path) -> None:
     """Keep the profile the plan was priced with (a resume prices from it) and the ranks."""
     if choice.profile is not None:
@@ -465,6 +508,11 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
     after = before
     replan = _replanner(session, choice)
     relaunched: list[ReasoningFlow] = []
+    plan_from = start
+    """The step after which the current plan started (a relaunch moves it)."""
+    tried: tuple[PlanChoice, float] | None = None
+    """``auto``: the plan it left for the one its live costs priced faster, and that plan's
+    measured seconds per step, until the new one has run as long (`_kept_faster`)."""
     step_seconds: list[float] = []
     onloads: list[float] = []
     samples = 0
@@ -509,27 +557,37 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
                 record.update(_replan_record(decision))
             writer.write(step, record)
             progress.update(step, record)
-            switch = decision is not None and decision.adopted and step < run.steps
+            target = decision.plan if decision is not None and decision.adopted else None
+            on_plan = step_seconds[plan_from - start:]  # this plan's steps, its first a warm-up
+            if choice.live and (step - plan_from == LIVE_STEPS or step == run.steps):
+                choice = _priced_live(session, flow, choice)
+                cached = max(cached, len(flow.run.records))
+                live = None if target is not None else _live_switch(
+                    session, choice, steps_left=run.steps - step)
+                if live is not None:
+                    target, tried = live, (choice, steady_median(on_plan) or result.seconds)
+            elif tried is not None and step - plan_from == LIVE_STEPS:
+                target = _kept_faster(session, choice, tried, measured=steady_median(on_plan)
+                                      or result.seconds, steps_left=run.steps - step)
+                tried = None
+            switch = target is not None and step < run.steps
             if switch or step == run.steps or (run.checkpoint_every
                                                and step % run.checkpoint_every == 0):
                 seconds = prior_seconds + time.perf_counter() - loop_start
                 path = session.store.save(step, flow.save, meta=checkpoint_meta(
                     cfg, step=step, heldout_before=before,
-                    plan=decision.plan if decision is not None and switch else choice.plan,
+                    plan=target if target is not None and switch else choice.plan,
                     seconds=seconds, overrides=session.overrides))
                 if run.export_hf:
                     export_checkpoint(session.run_dir, session.run_dir / HF_EXPORT_DIR /
                                       f"step-{step:08d}", step=step)
-            if choice.live and (step - start == LIVE_STEPS or step == run.steps):
-                choice = _priced_live(session, flow, choice)
-                cached = max(cached, len(flow.run.records))
             decided = time.time()
-            if decision is not None and switch:
-                flow, choice = _relaunch(session, flow, choice, decision.plan, path)
-                cached = 1
+            if target is not None and switch:
+                flow, choice = _relaunch(session, flow, choice, target, path)
+                relaunched.append(flow)
+                plan_from, cached = step, 1
             if decision is not None and run.trace:
                 spans.append(_replan_span(decision, decided, time.time() if switch else decided))
-                relaunched.append(flow)
     wall = prior_seconds + time.perf_counter() - loop_start
     if len(flow.run.records) > cached:  # the next run of the setting is priced before it starts
         _cache_run_profile(cfg, session.spec, session.cluster,
@@ -544,7 +602,7 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         samples_per_s=samples / sum(step_seconds) if step_seconds else 0.0,
         mode=choice.plan.mode.value, placement=choice.plan.spec,
         predicted_iteration_s=choice.plan.predicted_time if choice.simulation else None,
-        measured_iteration_s=steady_median(step_seconds),
+        measured_iteration_s=steady_median(step_seconds[plan_from - start:]),  # final plan
         simulated_switches=choice.simulation.switches if choice.simulation else None,
         lock_switches_per_iteration=steady_median(onloads), restarts=session.restarts,
         parallelism=choice.plan.parallelism,

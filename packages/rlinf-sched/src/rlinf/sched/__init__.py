@@ -50,7 +50,14 @@ from rlinf.sched.profiler import (
     fit_curve,
     fit_profile,
 )
-from rlinf.sched.replan import Call, DriftPolicy, LiveCostModel, Replan, Replanner
+from rlinf.sched.replan import (
+    Call,
+    DriftPolicy,
+    LiveCostModel,
+    Replan,
+    Replanner,
+    switch_pays,
+)
 from rlinf.sched.residency import Admission, Residency
 from rlinf.sched.simulator import Interval, SimulationResult, simulate
 from rlinf.sched.streamed_costs import StreamedCosts
@@ -157,4 +164,5 @@ __all__ = [
     "process_sets",
     "profile_key",
     "simulate",
+    "switch_pays",
 ]

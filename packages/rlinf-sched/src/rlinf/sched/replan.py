@@ -40,7 +40,7 @@ from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.simulator import SimulationResult, simulate
 from rlinf.sched.workflow import Workflow
 
-__all__ = ["Call", "DriftPolicy", "LiveCostModel", "Replan", "Replanner"]
+__all__ = ["Call", "DriftPolicy", "LiveCostModel", "Replan", "Replanner", "switch_pays"]
 
 _log = structlog.get_logger(__name__)
 
@@ -66,6 +66,18 @@ class DriftPolicy:
                                 "expected both >= 1")
         if not 0 <= self.min_gain < 1:
             raise PlanningError(f"DriftPolicy.min_gain={self.min_gain}: expected in [0, 1)")
+
+
+def switch_pays(current_s: float, candidate_s: float, *, steps_left: int, switch_s: float,
+                min_gain: float = 0.05) -> bool:
+    """Whether moving a run to another plan at an iteration boundary pays: the other plan is
+    (predicted or measured) at least `min_gain` faster per iteration, relative, and that
+    saving over the `steps_left` iterations exceeds `switch_s`, the seconds the switch
+    costs (a checkpoint and a relaunch: the processes start again)."""
+    if not (current_s > 0 and candidate_s > 0 and steps_left > 0):
+        return False
+    saving = current_s - candidate_s
+    return saving >= min_gain * current_s and saving * steps_left > max(switch_s, 0.0)
 
 
 @dataclass(frozen=True)
