@@ -15,14 +15,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
-from rlinf_embodied.config import AppConfig, from_omegaconf
+from rlinf_embodied.config import AppConfig, from_omegaconf, ray_options
 from rlinf_embodied.errors import CheckpointMismatchError, UnknownKeyError, UnquotedValueError
+
+if TYPE_CHECKING:
+    from rlinf_embodied.summary import RunSummary
 from rlinf_embodied.schema import describe_fields, to_dict
 
 __all__ = ["CONF_DIR", "compose_config", "main"]
@@ -169,6 +173,16 @@ def load_config(overrides: Sequence[str], *, run_dir: Path | None = None) -> App
     return cfg
 
 
+def _train_with_ray_starting(cfg: AppConfig) -> Callable[..., RunSummary]:
+    """`rlinf_embodied.run.train`, imported while Ray starts
+    (`rlinf.workers.runtime.ray_session.import_while_ray_starts`); the first session of the
+    returned `train` owns the Ray it started."""
+    from rlinf.workers.runtime.ray_session import import_while_ray_starts
+
+    run, started = import_while_ray_starts("rlinf_embodied.run", **ray_options(cfg))
+    return functools.partial(run.train, ray_started=started)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `rlinf-embodied` command; returns the exit status."""
     parser = _parser()
@@ -206,10 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"rlinf-embodied: error: {exc}", file=sys.stderr)
             return EXIT_CONFIG
         return 0
-    from rlinf_embodied.run import train
-
     try:
-        summary = train(cfg, resume=args.resume)
+        summary = _train_with_ray_starting(cfg)(cfg, resume=args.resume)
     except (CheckpointMismatchError, ConfigError, MissingExtraError) as exc:
         print(f"rlinf-embodied: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -30,6 +30,7 @@ __all__ = [
     "RunConfig",
     "VLASettings",
     "from_omegaconf",
+    "ray_options",
     "resolve_placement",
     "split_env_id",
 ]
@@ -573,3 +574,13 @@ def from_omegaconf(cfg: Any) -> AppConfig:
     app = from_mapping(AppConfig, {str(k): v for k, v in data.items()})
     validate(app)
     return app
+
+
+def ray_options(cfg: AppConfig) -> dict[str, Any]:
+    """`rlinf.workers.flow.ensure_ray`'s options for a run of `cfg`: on a local instance,
+    one CPU resource per process the placement may start, however few cores there are (the
+    processes share the cores, the OS schedules them, Ray only counts); none to join
+    ``RAY_ADDRESS``."""
+    if os.environ.get("RAY_ADDRESS"):
+        return {}
+    return {"num_cpus": max(4, 3 * cfg.placement.num_devices + 2)}

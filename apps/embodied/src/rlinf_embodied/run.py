@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import statistics
 import sys
 import time
@@ -54,7 +53,7 @@ from rlinf.workers.telemetry import (
     write_chrome_trace,
     write_video,
 )
-from rlinf_embodied.config import AppConfig, PlacementConfig, resolve_placement
+from rlinf_embodied.config import AppConfig, PlacementConfig, ray_options, resolve_placement
 from rlinf_embodied.errors import CheckpointMismatchError
 from rlinf_embodied.planning import (
     Measure,
@@ -126,12 +125,7 @@ def check_resumable(saved: Mapping[str, Any], cfg: AppConfig, *, path: str) -> N
 def _ray_session(cfg: AppConfig) -> Iterator[None]:
     """Ray for the run: connect to ``RAY_ADDRESS`` when set, else start a local instance
     (stopped afterwards); an already initialised Ray is used as is."""
-    options: dict[str, Any] = {}
-    if not os.environ.get("RAY_ADDRESS"):
-        # One CPU resource per process the placement may start, however few cores there
-        # are: the processes share the cores (the OS schedules them), Ray only counts.
-        options["num_cpus"] = max(4, 3 * cfg.placement.num_devices + 2)
-    if not ensure_ray(**options):  # an already initialised Ray is used as is
+    if not ensure_ray(**ray_options(cfg)):  # an already initialised Ray is used as is
         yield
         return
     try:
@@ -263,21 +257,40 @@ def _existing_run(run_dir: Path) -> bool:
     return (run_dir / "metrics.jsonl").exists() or any((run_dir / CHECKPOINT_DIR).glob("step-*"))
 
 
-def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None) -> RunSummary:
+def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None,
+          ray_started: bool = False) -> RunSummary:
     """Run (or resume) training as the config says; returns and prints the summary. A worker
     that dies restarts the run from its last checkpoint up to `run.max_restarts` times
-    (module docstring); after that its `WorkerDiedError` propagates."""
+    (module docstring); after that its `WorkerDiedError` propagates. `ray_started`: the
+    caller started the Ray this process is connected to (`ray_options`) for this run, which
+    the first session then owns (stops at its end)."""
     out = stream or sys.stdout
+    owned = [ray_started]
+
+    def session(again: bool, restarts: tuple[str, ...]) -> RunSummary:
+        owns, owned[0] = owned[0], False
+        return _train(cfg, resume=again, out=out, restarts=restarts, owns_ray=owns)
+
     return with_restarts(
-        lambda again, restarts: _train(cfg, resume=again, out=out, restarts=restarts),
+        session,
         resume=resume, max_restarts=cfg.run.max_restarts, out=out, unit="iteration",
         checkpoints=CheckpointStore(Path(cfg.run.run_dir) / CHECKPOINT_DIR,
                                     keep=cfg.run.keep_checkpoints))
 
 
-def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ...]
-           ) -> RunSummary:
-    """One session of `train`: launch, loop until a worker dies or the run is done."""
+def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ...],
+           owns_ray: bool = False) -> RunSummary:
+    """One session of `train`: launch, loop until a worker dies or the run is done.
+    `owns_ray`: this session stops the Ray its caller started for it, whatever happens."""
+    try:
+        return _session(cfg, resume=resume, out=out, restarts=restarts)
+    finally:
+        if owns_ray:
+            stop_ray()
+
+
+def _session(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ...]
+             ) -> RunSummary:
     run_dir = Path(cfg.run.run_dir)
     if not resume and _existing_run(run_dir):
         raise ConfigError(f"run directory {run_dir} already holds a run: pass --resume to "

@@ -34,10 +34,8 @@ from __future__ import annotations
 import argparse
 import difflib
 import functools
-import importlib
 import itertools
 import sys
-import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -302,21 +300,13 @@ def _run(cfg: ReasoningConfig, args: argparse.Namespace, overrides: Sequence[str
 
 
 def _train_with_ray_starting() -> Callable[..., object]:
-    """`rlinf_reasoning.run.train`, imported while Ray starts: the driver's imports (torch,
-    transformers, the roles: seconds of CPU) overlap Ray's start, which mostly waits for the
-    processes it spawns. The first session of the returned `train` owns the Ray it started."""
-    loader = threading.Thread(target=importlib.import_module, args=("rlinf_reasoning.run",),
-                              name="rlinf-import", daemon=True)
-    loader.start()
-    from rlinf.workers.runtime.ray_session import ensure_ray
+    """`rlinf_reasoning.run.train`, imported while Ray starts
+    (`rlinf.workers.runtime.ray_session.import_while_ray_starts`); the first session of the
+    returned `train` owns the Ray it started."""
+    from rlinf.workers.runtime.ray_session import import_while_ray_starts
 
-    try:
-        started = ensure_ray()
-    finally:
-        loader.join()
-    from rlinf_reasoning.run import train
-
-    return functools.partial(train, ray_started=started)
+    run, started = import_while_ray_starts("rlinf_reasoning.run")
+    return functools.partial(run.train, ray_started=started)
 
 
 def _multirun(args: argparse.Namespace, overrides: Sequence[str]) -> int:

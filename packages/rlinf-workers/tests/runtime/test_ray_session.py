@@ -256,3 +256,28 @@ def test_stop_ray_kills_the_monitor_first_and_leaves_no_process_of_ray() -> None
     assert proc.returncode == 0, proc.stderr[-3000:]
     # SIGKILL (not the SIGTERM Ray sends and the monitor sits out), and nothing left.
     assert proc.stdout.strip().splitlines()[-1] == f"{-signal.SIGKILL} 0 False"
+
+
+_IMPORT_PROBE = """
+import sys, ray
+from rlinf.workers.runtime.ray_session import import_while_ray_starts, stop_ray
+try:
+    import_while_ray_starts("rlinf_no_such_module", num_cpus=1)
+except ModuleNotFoundError:
+    print("failed", ray.is_initialized())  # the Ray it started for the import is stopped
+module, started = import_while_ray_starts("json", num_cpus=1)
+print(module.__name__, started, ray.is_initialized())
+module, started = import_while_ray_starts("csv")  # connected already: not started here
+print(module.__name__, started)
+stop_ray()
+"""
+
+
+def test_a_module_imports_while_ray_starts_and_a_failed_import_stops_that_ray() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], capture_output=True,
+                          text=True, env={**env, "RAY_AUTH_MODE": "disabled",
+                                          "RAY_USAGE_STATS_ENABLED": "0"}, timeout=180,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split("\n")[:3] == ["failed False", "json True True", "csv False"]

@@ -10,14 +10,17 @@ so a worker death that came with its raylet's is already known for what it is.
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 import ray
@@ -26,7 +29,8 @@ import structlog
 from rlinf.workers.errors import ClusterLostError
 
 __all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray",
-           "local_ray_instance", "raylet_addresses", "stop_ray", "unreachable"]
+           "import_while_ray_starts", "local_ray_instance", "raylet_addresses", "stop_ray",
+           "unreachable"]
 
 _log = structlog.get_logger(__name__)
 
@@ -75,6 +79,33 @@ def ensure_ray(**options: Any) -> bool:
     return True
 
 
+def import_while_ray_starts(module: str, **options: Any) -> tuple[ModuleType, bool]:
+    """Import `module` on a thread while this thread runs ``ensure_ray(**options)``: a
+    driver's imports (torch, the roles: seconds of CPU) overlap Ray's start, which mostly
+    waits for the processes it spawns. Returns the module and whether Ray was started here
+    (the caller then owns it: `stop_ray` at its end). The import's error is raised here,
+    after stopping a Ray started for it."""
+    failed: list[BaseException] = []
+
+    def load() -> None:
+        try:
+            importlib.import_module(module)
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+
+    loader = threading.Thread(target=load, name="rlinf-import", daemon=True)
+    loader.start()
+    try:
+        started = ensure_ray(**options)
+    finally:
+        loader.join()
+    if failed:
+        if started:  # nothing will run on it
+            stop_ray()
+        raise failed[0]
+    return importlib.import_module(module), started
+
+
 def stop_ray() -> None:
     """``ray.shutdown()``, without its wait on the autoscaler monitor of an instance this
     process started. Ray stops its processes one after another, giving each a second to
@@ -85,8 +116,8 @@ def stop_ray() -> None:
         from ray._private import worker as ray_worker
 
         node = ray_worker._global_node
-        monitors = node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, ()) \
-            if node is not None else ()
+        monitors: Iterable[Any] = node.all_processes.get(
+            ray_constants.PROCESS_TYPE_MONITOR, ()) if node is not None else ()
     except (ImportError, AttributeError):  # private: a Ray without them stops as usual
         monitors = ()
     for info in monitors:
