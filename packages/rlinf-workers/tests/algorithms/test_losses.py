@@ -59,6 +59,25 @@ def test_ppo_clip_higher_and_dual_clip() -> None:
         ppo_policy_loss(*args, dual_clip=0.5)
 
 
+def test_dual_clip_bounds_negative_advantages_only() -> None:
+    # eps 0.2, c 3. token 0: A = +1, ratio 4 -> max(-4, -1.2) = -1.2; positive: no dual clip
+    # token 1: A = -1, ratio 4 -> max(4, 0.8) = 4 -> min(4, 3) = 3 (dual-clipped)
+    # token 2: A = -1, ratio 2 -> max(2, 1.2) = 2 < 3 (kept)
+    # token 3: A = -2, ratio 0.5 -> max(1, 1.6) = 1.6 < 6 (ratio-clipped, kept)
+    # token-mean = (-1.2 + 3 + 2 + 1.6) / 4 = 1.35
+    lp = T([[LN(4.0), LN(4.0), LN(2.0), LN(0.5)]], requires_grad=True)
+    adv = T([[1.0, -1.0, -1.0, -2.0]])
+    out = ppo_policy_loss(lp, torch.zeros(1, 4), adv, T([[1, 1, 1, 1]]), clip_ratio=0.2,
+                          dual_clip=3.0)
+    torch.testing.assert_close(out.loss, T(1.35))
+    torch.testing.assert_close(out.dual_clip_fraction, T(0.25))
+    torch.testing.assert_close(out.clip_fraction, T(0.5))  # tokens 0 and 3
+    out.loss.backward()
+    assert lp.grad is not None
+    # d/dlp of -A r / 4 = -A r / 4 where unclipped (token 2: 1 * 2 / 4); constants elsewhere
+    torch.testing.assert_close(lp.grad, T([[0.0, 0.0, 0.5, 0.0]]))
+
+
 def test_ppo_on_policy_gradient() -> None:
     # ratio 1 everywhere: loss = -mean(A); d loss / d logp_i = -A_i / N for valid tokens
     lp = torch.zeros(1, 3, requires_grad=True)

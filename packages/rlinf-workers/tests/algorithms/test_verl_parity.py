@@ -1,9 +1,10 @@
 """The edges where a veRL config must mean the same here: KL estimators by veRL's names (and
-their clamps, gradients included), GRPO's group of one, and the truncated importance
-sampling against the rollout engine. The references are veRL's formulas
-(`verl/trainer/ppo/core_algos.py`: `kl_penalty`, `compute_grpo_outcome_advantage`,
-`compute_policy_loss` with ``rollout_log_probs`` and ``tis_imp_ratio_cap``) written out in
-plain torch."""
+their clamps, gradients included), GRPO's group of one, the truncated importance sampling
+against the rollout engine, dual-clip PPO (``clip_ratio_c``) and the adaptive KL
+controller. The references are veRL's formulas (`verl/trainer/ppo/core_algos.py`:
+`kl_penalty`, `compute_grpo_outcome_advantage`, `compute_policy_loss` with
+``rollout_log_probs`` and ``tis_imp_ratio_cap``, `compute_policy_loss_vanilla`,
+`AdaptiveKLController`) written out in plain torch."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from rlinf.workers.algorithms import (
+    KLController,
     KLEstimator,
     grpo_advantages,
     kl_penalty,
@@ -144,3 +146,45 @@ def test_rollout_correction_equals_verl_tis_in_value_and_gradient(cap: float) ->
     assert half.item() == cap  # exp overflowed float16 to inf; the cap bounds it
     with pytest.raises(ConfigError, match="cap must be > 0"):
         rollout_correction_weights(old, rollout, cap=0.0)
+
+
+def verl_dual_clip_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor,
+                        advantages: torch.Tensor, mask: torch.Tensor, *, clip: float,
+                        clip_ratio_c: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """veRL's `compute_policy_loss_vanilla` (token-mean): the loss and ``pg_clipfrac_lower``."""
+    ratio = torch.exp(torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0))
+    losses1 = torch.maximum(-advantages * ratio,
+                            -advantages * torch.clamp(ratio, 1.0 - clip, 1.0 + clip))
+    losses3 = -advantages * clip_ratio_c
+    lower = (torch.gt(losses1, losses3) * (advantages < 0)).double()
+    losses = torch.where(advantages < 0, torch.min(losses3, losses1), losses1)
+    return (losses * mask).sum() / mask.sum(), (lower * mask).sum() / mask.sum()
+
+
+@pytest.mark.parametrize("clip_ratio_c", [1.5, 3.0, 10.0])
+def test_dual_clip_equals_verl_clip_ratio_c(clip_ratio_c: float) -> None:
+    gen = torch.Generator().manual_seed(1)
+    shape = (4, 8)
+    old = -torch.rand(shape, generator=gen, dtype=torch.float64) * 3
+    # ratios from ~0.05 to ~20: every branch of the clip and the dual clip is taken
+    ours = (old + torch.randn(shape, generator=gen, dtype=torch.float64) * 1.5).requires_grad_()
+    theirs = ours.detach().clone().requires_grad_()
+    advantages = torch.randn(shape, generator=gen, dtype=torch.float64)
+    mask = (torch.rand(shape, generator=gen) > 0.2).double()
+    got = ppo_policy_loss(ours, old, advantages, mask, clip_ratio=0.2, dual_clip=clip_ratio_c)
+    want, lower = verl_dual_clip_loss(theirs, old, advantages, mask, clip=0.2,
+                                      clip_ratio_c=clip_ratio_c)
+    torch.testing.assert_close(got.loss, want, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(got.dual_clip_fraction, lower)
+    got.loss.backward()
+    want.backward()
+    torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-9, atol=1e-12)
+
+
+def test_adaptive_kl_controller_follows_verl() -> None:
+    """veRL: ``value *= 1 + clip(kl / target - 1, -0.2, 0.2) * n_steps / horizon``."""
+    ours = KLController(kind="adaptive", coef=0.05, target=0.1, horizon=500)
+    theirs = 0.05
+    for kl, responses in ((0.3, 64), (0.11, 64), (0.02, 128), (0.1, 32), (0.0, 64)):
+        theirs *= 1 + min(max(kl / 0.1 - 1, -0.2), 0.2) * responses / 500
+        assert ours.update(kl, responses=responses) == pytest.approx(theirs, rel=1e-12)

@@ -14,6 +14,12 @@ from rlinf.workers.algorithms.advantages import (
 )
 from rlinf.workers.algorithms.aggregation import LossAggregation, aggregate_loss
 from rlinf.workers.algorithms.kl import KLEstimator, kl_penalty
+from rlinf.workers.algorithms.kl_control import (
+    KLControlKind,
+    KLController,
+    RewardKL,
+    kl_reward_penalty,
+)
 from rlinf.workers.algorithms.losses import (
     PolicyLoss,
     ValueLoss,
@@ -25,9 +31,12 @@ from rlinf.workers.algorithms.masked import masked_mean, masked_sum, masked_var,
 from rlinf.workers.algorithms.rollout_correction import rollout_correction_weights
 
 __all__ = [
+    "KLControlKind",
+    "KLController",
     "KLEstimator",
     "LossAggregation",
     "PolicyLoss",
+    "RewardKL",
     "ValueLoss",
     "aggregate_loss",
     "bootstrap_next_values",
@@ -37,6 +46,7 @@ __all__ = [
     "gae",
     "grpo_advantages",
     "kl_penalty",
+    "kl_reward_penalty",
     "masked_mean",
     "masked_sum",
     "masked_var",
