@@ -18,6 +18,7 @@ from rlinf.envs.errors import (
     MissingExtraError,
     RenderError,
     UnknownEnvError,
+    VerifierError,
 )
 from rlinf.envs.version import __version__
 
@@ -34,5 +35,6 @@ __all__ = [
     "MissingExtraError",
     "RenderError",
     "UnknownEnvError",
+    "VerifierError",
     "__version__",
 ]

@@ -78,3 +78,7 @@ class RenderError(EnvsError, RuntimeError):
 
 class EnvProcessError(EnvsError, RuntimeError):
     """An env worker process died or failed; the message names it, its exit code and envs."""
+
+
+class VerifierError(EnvsError, RuntimeError):
+    """The math verifier's helper process did not start, or math-verify failed on an answer."""
