@@ -1,5 +1,6 @@
 """Math reasoning tasks: problems, datasets, a procedural generator, extraction, rewards."""
 
+from rlinf.envs.math.choices import split_label
 from rlinf.envs.math.datasets import load_problems, problem_from_record, save_jsonl
 from rlinf.envs.math.extract import (
     extract_answer,
@@ -10,9 +11,12 @@ from rlinf.envs.math.extract import (
 )
 from rlinf.envs.math.generator import GeneratorConfig, ProblemGenerator, split_of
 from rlinf.envs.math.problem import MathProblem
-from rlinf.envs.math.reward import score, score_batch
+from rlinf.envs.math.reward import Grade, grade, score, score_batch
 from rlinf.envs.math.templates import compact_form, format_chat, format_prompt
 from rlinf.envs.math.verify import (
+    DEFAULT_TIMEOUT,
+    Verdict,
+    check_answer,
     is_equivalent,
     normalize_answer,
     parse_number,
@@ -20,9 +24,13 @@ from rlinf.envs.math.verify import (
 )
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "GeneratorConfig",
+    "Grade",
     "MathProblem",
     "ProblemGenerator",
+    "Verdict",
+    "check_answer",
     "compact_form",
     "extract_answer",
     "extract_boxed",
@@ -31,6 +39,7 @@ __all__ = [
     "extract_phrase_answer",
     "format_chat",
     "format_prompt",
+    "grade",
     "is_equivalent",
     "load_problems",
     "normalize_answer",
@@ -39,6 +48,7 @@ __all__ = [
     "save_jsonl",
     "score",
     "score_batch",
+    "split_label",
     "split_of",
     "warm_up_verifier",
 ]
