@@ -277,6 +277,12 @@ class RewardSection:
     verifier: Literal["auto", "builtin", "math_verify"] = "auto"
     """Math verifier: numbers, fractions and percents compare exactly; anything else with
     math_verify (symbolic), auto (math_verify) or builtin (normalised string match)."""
+    verify_timeout: Annotated[float, Range(0, lo_open=True)] = 5.0
+    """Math verifier: seconds one symbolic comparison may take; past it the response scores
+    0 and counts in the reward/verify_timeouts metric."""
+    verify_rel_tol: Annotated[float, Range(0)] = 0.0
+    """Math verifier: relative tolerance for decimal answers (0: exact, so 0.8660254 is not
+    \\frac{\\sqrt3}{2}; e.g. 1e-6 for tasks whose answers are rounded)."""
     format_penalty: Annotated[float, Range(0)] = 0.0
     """Math verifier: the reward is -format_penalty when no answer can be read."""
 

@@ -132,6 +132,7 @@ class ReasoningFlow:
             "reward/accuracy": sum(r["correct"] for r in reward) / scored,
             "reward/pass_at_group": sum(r["groups_solved"] for r in reward)
             / max(sum(r["groups"] for r in reward), 1.0),
+            "reward/verify_timeouts": sum(r["verify_timeouts"] for r in reward),
             "rollout/response_length": tokens / max(responses, 1.0),
             "rollout/stopped_fraction": sum(r["stopped"] for r in rollout) / max(responses, 1.0),
             "throughput/samples_per_s": responses / seconds,

@@ -157,6 +157,8 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
         reward=RewardConfig(function=cfg.reward.function,
                             strategies=cfg.reward.answer_strategies,
                             verifier=cfg.reward.verifier,
+                            verify_timeout=cfg.reward.verify_timeout,
+                            verify_rel_tol=cfg.reward.verify_rel_tol,
                             format_penalty=cfg.reward.format_penalty),
         actor=actor,
         megatron=(MegatronConfig(tensor_parallel=cfg.actor.tensor_parallel,

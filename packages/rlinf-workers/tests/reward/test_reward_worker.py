@@ -110,3 +110,44 @@ def test_the_verifier_decides_what_is_equal_beyond_numbers(tokenizer):
     # the strategies' order: the boxed answer, not the last number
     both = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed", "last_number")))
     assert both.score_texts(["\\boxed{7} since 3+4 and 8"], ["7"]).tolist() == [1.0]
+
+
+def test_verifier_limits_are_checked():
+    with pytest.raises(ConfigError, match="verify_timeout"):
+        RewardConfig(verify_timeout=0.0)
+    with pytest.raises(ConfigError, match="verify_rel_tol"):
+        RewardConfig(verify_rel_tol=-1.0)
+
+
+def test_the_numeric_tolerance_is_an_option(tokenizer):
+    pytest.importorskip("math_verify", reason="rlinf-envs[math]")
+    responses, answers = ["\\boxed{0.8660254}"], ["\\frac{\\sqrt3}{2}"]
+    exact = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed",)))
+    loose = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed",),
+                                                        verify_rel_tol=1e-6))
+    assert exact.score_texts(responses, answers).tolist() == [0.0]
+    assert loose.score_texts(responses, answers).tolist() == [1.0]
+
+
+def test_a_verification_past_its_limit_scores_zero_and_is_counted(tokenizer):
+    import threading
+
+    pytest.importorskip("math_verify", reason="rlinf-envs[math]")
+    # `(9^{9})^{9^{9}}` keeps math-verify busy for minutes, holding the GIL.
+    batch = _batch(tokenizer, ["\\boxed{(9^{9})^{9^{9}}}", "\\boxed{\\sqrt{4}}"], ["3", "2"],
+                   group_size=2)
+    worker = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed",),
+                                                         verify_timeout=1.0))
+    results = []
+    thread = threading.Thread(target=lambda: results.append(worker.compute_rewards(batch)),
+                              daemon=True)
+    thread.start()
+    thread.join(timeout=120)  # generous: a fresh helper's start on a busy host, then 1 s
+    assert not thread.is_alive()
+    (scored, stats), = results
+    assert scored.rewards.tolist() == [0.0, 1.0]
+    assert stats.verify_timeouts == 1
+    assert stats.accuracy == pytest.approx(0.5)
+    _, plain = RewardWorker(tokenizer).compute_rewards(_batch(tokenizer, ["2"], ["2"],
+                                                              group_size=1))
+    assert plain.verify_timeouts == 0

@@ -29,7 +29,8 @@ class RewardRole(ReasoningRole):
         ``ctx.step`` as they arrive on `input_channel` and pass them on to
         `output_channel`. Returns this rank's accuracy, mean reward and fraction of groups
         with a correct response, and the sums they come from (``responses``, ``correct``,
-        ``reward_sum``, ``groups``, ``groups_solved``) so a driver can pool ranks exactly."""
+        ``reward_sum``, ``groups``, ``groups_solved``) so a driver can pool ranks exactly,
+        and ``verify_timeouts``, the responses the verifier ran out of time on."""
         onward = output_channel.units(ctx.items[output_channel.dst])
         messages = self.receive_shard(ctx, input_channel)
         totals = self._score(ctx.step, messages, self.channel(output_channel),
@@ -42,7 +43,7 @@ class RewardRole(ReasoningRole):
     def _score(self, step: int, messages: Iterable[list[tuple[int, RolloutBatch]]],
                out: Channel, *, key_of: Callable[[int], str]) -> dict[str, float]:
         totals = {"responses": 0.0, "correct": 0.0, "reward_sum": 0.0, "groups_solved": 0.0,
-                  "groups": 0.0}
+                  "groups": 0.0, "verify_timeouts": 0.0}
         for message in messages:
             rows = sum(group.num_rows for _, group in message)
             with self.turn("reward", step=step, groups=len(message)), self.timed_call(rows):
@@ -55,6 +56,7 @@ class RewardRole(ReasoningRole):
                     totals["reward_sum"] += stats.mean_reward * stats.responses
                     totals["groups_solved"] += stats.pass_at_group
                     totals["groups"] += 1
+                    totals["verify_timeouts"] += stats.verify_timeouts
         return totals
 
     def evaluate(self, batches: Sequence[RolloutBatch | None]) -> tuple[float, int]:

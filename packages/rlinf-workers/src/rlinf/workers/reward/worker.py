@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from rlinf.envs.math import score, warm_up_verifier
+from rlinf.envs.math import DEFAULT_TIMEOUT, grade, warm_up_verifier
 from rlinf.envs.math.extract import Strategy
 from rlinf.envs.math.verify import Backend
 from rlinf.workers.errors import ConfigError, RewardFunctionError
@@ -71,6 +71,13 @@ class RewardConfig:
     numbers, fractions and percents exactly, then for anything else "math_verify"
     (symbolic, the math-verify package), "auto" (math-verify when installed) or "builtin"
     (string match after normalising)."""
+    verify_timeout: float = DEFAULT_TIMEOUT
+    """Seconds one math-verify comparison may take, in any thread; past it the response
+    scores 0 and counts in `RewardStats.verify_timeouts`."""
+    verify_rel_tol: float = 0.0
+    """Numeric tolerance of the math verifier: 0 compares numbers exactly (`0.8660254` is
+    not `\\frac{\\sqrt3}{2}`); a positive value lets a decimal answer match within that
+    relative error (`rlinf.envs.math.check_answer`)."""
     skip_special_tokens: bool = True
     """Drop EOS/pad tokens when decoding responses to text."""
     function: str | None = None
@@ -81,6 +88,12 @@ class RewardConfig:
     def __post_init__(self) -> None:
         if not self.strategies:
             raise ConfigError("at least one extraction strategy is needed")
+        if not (self.verify_timeout > 0 and math.isfinite(self.verify_timeout)):
+            raise ConfigError(f"verify_timeout must be a positive number of seconds, got "
+                              f"{self.verify_timeout}")
+        if not (self.verify_rel_tol >= 0 and math.isfinite(self.verify_rel_tol)):
+            raise ConfigError(f"verify_rel_tol must be a finite number >= 0, got "
+                              f"{self.verify_rel_tol}")
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,9 @@ class RewardStats:
     """Share of groups with at least one correct response."""
     responses: int
     """Responses scored."""
+    verify_timeouts: int = 0
+    """Responses whose answer math-verify did not judge within `RewardConfig.verify_timeout`
+    (scored 0)."""
 
 
 class RewardWorker:
@@ -123,17 +139,24 @@ class RewardWorker:
 
     def score_texts(self, responses: Sequence[str], answers: Sequence[str]) -> torch.Tensor:
         """``[N]`` float32 rewards of response texts against reference answers."""
+        return self._score(responses, answers)[0]
+
+    def _score(self, responses: Sequence[str],
+               answers: Sequence[str]) -> tuple[torch.Tensor, int]:
+        """Rewards, and how many comparisons ran past the verifier's time limit."""
         if len(responses) != len(answers):
             raise ConfigError(f"got {len(responses)} responses for {len(answers)} answers")
         if self.function is not None:
             return torch.tensor([self._call(i, r, a) for i, (r, a) in
                                  enumerate(zip(responses, answers, strict=True))],
-                                dtype=torch.float32)
-        return torch.tensor([
-            score(r, a, format_penalty=self.config.format_penalty,
-                  strategies=self.config.strategies, backend=self.config.verifier)
-            for r, a in zip(responses, answers, strict=True)
-        ], dtype=torch.float32)
+                                dtype=torch.float32), 0
+        config = self.config
+        grades = [grade(r, a, format_penalty=config.format_penalty,
+                        strategies=config.strategies, backend=config.verifier,
+                        timeout=config.verify_timeout, rel_tol=config.verify_rel_tol)
+                  for r, a in zip(responses, answers, strict=True)]
+        return (torch.tensor([g.reward for g in grades], dtype=torch.float32),
+                sum(g.timed_out for g in grades))
 
     def _call(self, index: int, response: str, answer: str) -> float:
         """The user's function on one sample; a `RewardFunctionError` quoting it otherwise."""
@@ -156,7 +179,7 @@ class RewardWorker:
 
     def compute_rewards(self, batch: RolloutBatch) -> tuple[RolloutBatch, RewardStats]:
         """`batch` with `rewards` set, and its accuracy statistics."""
-        rewards = self.score_texts(self.decode(batch), batch.answers)
+        rewards, timeouts = self._score(self.decode(batch), batch.answers)
         correct = rewards >= 1.0
         groups = correct.reshape(-1, batch.group_size)
         stats = RewardStats(
@@ -164,5 +187,6 @@ class RewardWorker:
             mean_reward=float(rewards.mean()) if len(rewards) else 0.0,
             pass_at_group=float(groups.any(dim=1).float().mean()) if len(rewards) else 0.0,
             responses=len(rewards),
+            verify_timeouts=timeouts,
         )
         return batch.replace(rewards=rewards), stats
