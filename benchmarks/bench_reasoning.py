@@ -325,21 +325,17 @@ def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
     return float(priced.predicted_time)
 
 
-def trl_attention(settings: Settings, batches: Sequence[Sequence[MathProblem]]) -> str:
-    """The attention kernel rlinf's actor trains the longest row of this workload with
-    (``ActorConfig.attention="auto"``: eager for short bf16 rows on CPU). By default TRL
+def trl_attention(settings: Settings) -> str:
+    """The attention kernel rlinf's actor trains this workload with
+    (``ActorConfig.attention="auto"``: eager for bf16 on CPU). By default TRL
     runs each setup with the model's kernel and, where this one differs, with this one
     too, so that the kernel is not what separates the contenders (TRL generates and trains
     with one model)."""
     import torch
 
-    from rlinf.envs.math import format_prompt
-    from rlinf.workers.models import build_char_tokenizer, training_attention
+    from rlinf.workers.models import training_attention
 
-    tokenizer = build_char_tokenizer()
-    longest_prompt = max(len(tokenizer.encode(format_prompt(p, template="short")))
-                         for batch in batches for p in batch)
-    kernel = training_attention("auto", columns=longest_prompt + settings.max_new_tokens,
+    kernel = training_attention("auto",
                                 precision=settings.precision,  # type: ignore[arg-type]
                                 device=torch.device("cpu"))
     return kernel or settings.model.attn_implementation
@@ -445,7 +441,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
         parser.error("--group-size must be >= 2 (GRPO's advantages are relative to the group)")
     own = settings.model.attn_implementation
     if args.trl is None:
-        kernels = dict.fromkeys((own, trl_attention(settings, make_batches(settings))))
+        kernels = dict.fromkeys((own, trl_attention(settings)))
         args.trl = ",".join(f"{setup}:{kernel}" for kernel in kernels for setup in
                             (f"1x{cores}", f"{min(2, cores)}x{max(1, cores // 2)}"))
     try:

@@ -91,7 +91,9 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
         components.append(part(
             "inference", InferenceRole, "inference_step", temperature=spec.actor.temperature,
             micro_batch_size=spec.actor.micro_batch_size, recompute=spec.recompute_logprobs,
-            reference=spec.actor.kl_coef > 0))
+            reference=spec.actor.kl_coef > 0, padding_free=spec.actor.padding_free,
+            # Megatron's layers bring their own (sdpa) attention: the model's is closest.
+            attention="model" if spec.megatron is not None else spec.actor.attention))
     components.append(dataclasses.replace(
         part("actor", ActorRole, "train_step", config=spec.actor, bucket_bytes=spec.bucket_bytes,
              stream=spec.actor_streams, megatron=spec.megatron), setup="build",

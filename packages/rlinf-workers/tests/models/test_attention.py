@@ -14,25 +14,23 @@ from rlinf.workers.models import (
     response_log_probs,
     training_attention,
 )
-from rlinf.workers.models.attention import EAGER_MAX_COLUMNS
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda")
 
 
-@pytest.mark.parametrize(("choice", "columns", "precision", "device", "kernel"), [
-    ("auto", 64, "bf16", CPU, "eager"),
-    ("auto", EAGER_MAX_COLUMNS, "bf16", CPU, "eager"),
-    ("auto", EAGER_MAX_COLUMNS + 1, "bf16", CPU, None),
-    ("auto", 64, "fp32", CPU, None),
-    ("auto", 64, "bf16", GPU, None),
-    ("model", 64, "bf16", CPU, None),
-    ("sdpa", 64, "bf16", CPU, "sdpa"),
-    ("eager", 4096, "fp32", GPU, "eager"),
+@pytest.mark.parametrize(("choice", "precision", "device", "kernel"), [
+    ("auto", "bf16", CPU, "eager"),
+    ("auto", "fp32", CPU, None),
+    ("auto", "bf16", GPU, None),
+    ("model", "bf16", CPU, None),
+    ("sdpa", "bf16", CPU, "sdpa"),
+    ("eager", "fp32", GPU, "eager"),
 ])
-def test_training_attention_picks_eager_only_for_short_bf16_cpu_batches(
-        choice, columns, precision, device, kernel):
-    assert training_attention(choice, columns=columns, precision=precision,
-                              device=device) == kernel
+def test_training_attention_picks_eager_only_for_bf16_on_cpu(choice, precision, device,
+                                                             kernel):
+    # One choice per run: no micro-batch's width can make it differ between the training
+    # forward and the inference pass that gave the old log-probs.
+    assert training_attention(choice, precision=precision, device=device) == kernel
 
 
 def test_unknown_choices_are_refused_with_the_choices_named():

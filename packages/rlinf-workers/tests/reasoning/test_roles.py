@@ -345,6 +345,48 @@ def test_a_lagging_trainer_recomputes_the_old_log_probs_under_its_own_weights(
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 
+def sdpa_model() -> tuple[torch.nn.Module, PreTrainedTokenizerBase]:
+    """The tiny model with transformers' default kernel (sdpa), as loaded models have."""
+    tokenizer = build_char_tokenizer()
+    return build_tiny_causal_lm(dataclasses.replace(CONFIG, attn_implementation="sdpa"),
+                                seed=0, tokenizer=tokenizer), tokenizer
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_a_bf16_on_policy_first_step_has_a_ratio_of_exactly_one(
+        wiring: Wiring, problems: list[MathProblem], algorithm: str) -> None:
+    """The inference role recomputes the old log-probs with the kernel the actor trains
+    with ("auto": eager in bf16 on CPU), so the trainer's first ratio is 1 bit for bit: no
+    token clipped, no KL between the two passes."""
+    setup = dataclasses.replace(wiring.setup(), model_factory=sdpa_model, precision="bf16")
+    rollout = RolloutRole(ctx("rollout"), setup=setup, config=ROLLOUT)
+    reward = RewardRole(ctx("reward"), setup=setup, config=RewardConfig(format_penalty=1.0))
+    batch = reward.score(rollout.generate_batch(problems[:4], sampling=SamplingConfig(
+        max_new_tokens=4, seed=5)))
+    config = ActorConfig(algorithm=algorithm, parallelism="none", lr=1e-2,  # type: ignore[arg-type]
+                         micro_batch_size=8, precision="bf16")
+    inference = InferenceRole(ctx("inference"), setup=setup, temperature=1.0,
+                              micro_batch_size=config.micro_batch_size,
+                              attention=config.attention)
+    actor = ActorRole(ctx("actor"), setup=setup, config=config)
+    actor.build()
+    inference.onload()
+    old = inference.log_probs(batch)
+    assert old.old_log_probs is not None
+    # the actor's own forward under its training kernel gives the same bits
+    assert torch.equal(actor.log_probs(batch), old.old_log_probs)
+    metrics = actor.train_batch(old)
+    assert metrics["clip_fraction"] == 0.0
+    assert metrics["approx_kl"] == 0.0
+    # the model's own kernel (sdpa), as inference ran before, is another ~1e-3 away
+    other = InferenceRole(ctx("inference"), setup=setup, temperature=1.0, attention="model")
+    other.onload()
+    assert other.log_probs(batch).old_log_probs is not None
+    assert not torch.equal(other.log_probs(batch).old_log_probs, old.old_log_probs)
+    for role in (rollout, reward, inference, other, actor):
+        role.shutdown()
+
+
 def test_a_policy_lag_needs_the_rollout_correction() -> None:
     with pytest.raises(ConfigError, match="rollout_correction_cap"):
         ActorConfig(policy_lag=1)

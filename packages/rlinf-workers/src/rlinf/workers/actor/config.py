@@ -82,9 +82,11 @@ class ActorConfig:
     optimizer state stay fp32). The flow gives the rollout and inference roles the same."""
     attention: AttentionChoice = "auto"
     """Attention kernel of the training forwards (`rlinf.workers.models.attention`):
-    "model" (as the model was built or loaded), "eager", "sdpa", or "auto": eager for bf16
-    micro-batches of at most 256 columns on CPU, whose fused kernel is slow to
-    differentiate there, else the model's own. Inference passes keep the model's."""
+    "model" (as the model was built or loaded), "eager", "sdpa", or "auto": eager in bf16
+    on CPU, whose fused kernel is slow to differentiate there, else the model's own. One
+    kernel for the whole run, which the inference pass recomputing the old log-probs and
+    the critic's old values use too (`InferenceConfig.attention`): the same kernel gives
+    the same bits, so an on-policy first step has a ratio of exactly 1."""
     padding_free: bool = True
     """Train on the micro-batch's real tokens only, packed end to end
     (`rlinf.workers.models.packing`, veRL's ``use_remove_padding``): the same loss up to

@@ -303,10 +303,9 @@ class ActorWorker:
         critic = critic if critic is not None else self.critic
         if critic is None:
             raise ConfigError("PPO needs a critic; this actor was built without one")
-        # Under grad (PPO's value term) the critic trains with the policy's kernel choice.
-        kernel = self._training_attention(data) if torch.is_grad_enabled() else None
+        # One kernel for the old values and the trained ones: the value clip compares them.
         with compute_precision(self.config.precision, self.device), \
-                attention_kernel(critic, kernel):
+                attention_kernel(critic, self._training_attention()):
             result: torch.Tensor = critic(
                 prompt_ids=data["prompt_ids"][rows], prompt_mask=data["prompt_mask"][rows],
                 response_ids=data["response_ids"][rows],
@@ -387,7 +386,7 @@ class ActorWorker:
         and `critic` (default: the modules as wrapped for data parallelism)."""
         policy = policy if policy is not None else self.policy
         with compute_precision(self.config.precision, self.device), \
-                attention_kernel(policy, self._training_attention(data)):
+                attention_kernel(policy, self._training_attention()):
             log_probs, entropy = response_log_probs_and_entropy(
                 policy, prompt_ids=data["prompt_ids"],
                 prompt_mask=data["prompt_mask"], response_ids=data["response_ids"],
@@ -395,12 +394,11 @@ class ActorWorker:
                 padding_free=self.config.padding_free)
         return self._loss_terms(data, log_probs, entropy, critic=critic)
 
-    def _training_attention(self, data: dict[str, torch.Tensor]) -> str | None:
-        """The attention kernel of a training forward over `data`'s rows (None: the
-        model's own; `ActorConfig.attention`)."""
-        columns = data["prompt_ids"].shape[1] + data["response_ids"].shape[1]
-        return training_attention(self.config.attention, columns=columns,
-                                  precision=self.config.precision, device=self.device)
+    def _training_attention(self) -> str | None:
+        """The attention kernel of every forward of the trained models (None: the model's
+        own; `ActorConfig.attention`)."""
+        return training_attention(self.config.attention, precision=self.config.precision,
+                                  device=self.device)
 
     def _loss_terms(
         self, data: dict[str, torch.Tensor], log_probs: torch.Tensor, entropy: torch.Tensor,
@@ -477,7 +475,8 @@ class ActorWorker:
         """``[B, R]`` log-probs of `batch`'s responses under the current weights, at the
         training precision, on the host (no gradient)."""
         dev = self.device
-        with torch.no_grad(), compute_precision(self.config.precision, dev):
+        with torch.no_grad(), compute_precision(self.config.precision, dev), \
+                attention_kernel(self.model, self._training_attention()):
             return response_log_probs(
                 self.model, prompt_ids=batch.prompt_ids.to(dev),
                 prompt_mask=batch.prompt_mask.to(dev), response_ids=batch.response_ids.to(dev),

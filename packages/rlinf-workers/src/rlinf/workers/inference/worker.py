@@ -4,7 +4,9 @@ Two roles in the reasoning flow: the *actor* role recomputes the generating poli
 log-probs (``old_log_probs``, the denominator of the PPO ratio; recomputing them instead of
 trusting the rollout engine's keeps the ratio exact when the engine's numerics differ), and
 the *reference* role scores responses under the frozen initial model (``ref_log_probs``,
-for the KL penalty). Both use `rlinf.workers.models.response_log_probs`, micro-batched.
+for the KL penalty). Both use `rlinf.workers.models.response_log_probs`, micro-batched,
+with the attention kernel the actor trains with (`InferenceConfig.attention`): in bf16 two
+kernels differ by ~1e-3 in a log-prob, the same one gives the trainer's bits.
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ from torch import nn
 
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models import Precision, check_precision, compute_precision, response_log_probs
+from rlinf.workers.models.attention import (
+    AttentionChoice,
+    attention_kernel,
+    check_attention,
+    training_attention,
+)
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import empty_device_cache, move_module
 from rlinf.workers.rollout.types import NamedTensors
@@ -43,6 +51,9 @@ class InferenceConfig:
     """Forward precision: "fp32" or "bf16" autocast (as the actor trains)."""
     padding_free: bool = True
     """Score the real tokens only, packed end to end (`ActorConfig.padding_free`)."""
+    attention: AttentionChoice = "auto"
+    """Attention kernel, chosen as the actor's (`ActorConfig.attention`, whose choice this
+    must be for the old log-probs to be the trainer's numbers)."""
 
     def __post_init__(self) -> None:
         if self.role not in ("actor", "reference"):
@@ -51,6 +62,7 @@ class InferenceConfig:
             raise ConfigError(f"micro_batch_size must be >= 1 and temperature > 0, got "
                               f"{self.micro_batch_size} and {self.temperature}")
         check_precision(self.precision)
+        check_attention(self.attention)
 
 
 class InferenceWorker:
@@ -70,7 +82,10 @@ class InferenceWorker:
 
     def compute_log_probs(self, batch: RolloutBatch) -> torch.Tensor:
         """``[B, R]`` float32 log-probs of `batch`'s responses (0 on padding), on CPU."""
-        with torch.no_grad(), compute_precision(self.config.precision, self.device):
+        kernel = training_attention(self.config.attention, precision=self.config.precision,
+                                    device=self.device)
+        with torch.no_grad(), compute_precision(self.config.precision, self.device), \
+                attention_kernel(self.model, kernel):
             log_probs = response_log_probs(
                 self.model,
                 prompt_ids=batch.prompt_ids.to(self.device),

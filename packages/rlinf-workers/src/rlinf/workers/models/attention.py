@@ -1,10 +1,10 @@
-"""The attention kernel of a training forward: the model's own, or chosen per micro-batch.
+"""The attention kernel of a training forward: the model's own, or one chosen per run.
 
 transformers reads a model's attention kernel from ``config._attn_implementation`` at every
-forward, so a trainer can pick it per micro-batch. PyTorch's fused CPU attention (``sdpa``,
-transformers' default) is slow to differentiate in bf16 at short sequences. Forward and
-backward of a 2-layer, 512-wide model over 4096 tokens in bf16 autocast on one core, with
-a padding mask (AVX-512 BF16 / AMX host, medians of 2):
+forward, so a trainer can pick it without rebuilding the model. PyTorch's fused CPU
+attention (``sdpa``, transformers' default) is slow to differentiate in bf16 at short
+sequences. Forward and backward of a 2-layer, 512-wide model over 4096 tokens in bf16
+autocast on one core, with a padding mask (AVX-512 BF16 / AMX host, medians of 2):
 
 | columns x rows | sdpa | eager |
 | --- | --- | --- |
@@ -15,8 +15,13 @@ a padding mask (AVX-512 BF16 / AMX host, medians of 2):
 | 1024 x 4 | 0.82 s | 1.72 s |
 
 In fp32 the two kernels were within 4% of each other at 64-256 columns, and on GPUs the
-fused kernels win. ``auto`` therefore trains with eager attention only on CPU, in bf16, for
-micro-batches of at most `EAGER_MAX_COLUMNS` columns, and keeps the model's kernel elsewhere.
+fused kernels win. ``auto`` therefore trains with eager attention on CPU in bf16 and keeps
+the model's kernel elsewhere. The choice is one per run, not per micro-batch: every pass
+that scores the trained policy for its loss (the recompute of the old log-probs, the
+critic's old values) runs the same kernel, because in bf16 two kernels differ by ~1e-3 in
+a log-prob, and the same kernel gives the same bits, so an on-policy first step has a
+ratio of exactly 1. Runs of long rows (past ~256 columns) on CPU in bf16 train faster
+with ``model``.
 
 Generation on CPU runs `GQA_SDPA`: transformers' ``sdpa`` copies every key and value head
 once per query head of its group (``repeat_kv``) whenever a padding mask is given, as it
@@ -40,15 +45,10 @@ from torch import nn
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.precision import Precision
 
-__all__ = ["EAGER_MAX_COLUMNS", "GQA_SDPA", "AttentionChoice", "attention_kernel",
-           "check_attention", "generation_attention", "training_attention"]
+__all__ = ["GQA_SDPA", "AttentionChoice", "attention_kernel", "check_attention",
+           "generation_attention", "training_attention"]
 
 AttentionChoice = Literal["auto", "model", "eager", "sdpa"]
-
-EAGER_MAX_COLUMNS = 256
-"""Longest micro-batch (prompt + response columns) that ``auto`` trains with eager
-attention on CPU in bf16 (the table above: eager is 20-25% faster up to 128, even at 256)."""
-
 
 GQA_SDPA = "rlinf_gqa_sdpa"
 """Name of the attention kernel `generation_attention` registers with transformers."""
@@ -62,15 +62,16 @@ def check_attention(choice: str) -> AttentionChoice:
     return choice  # type: ignore[return-value]
 
 
-def training_attention(choice: AttentionChoice, *, columns: int, precision: Precision,
+def training_attention(choice: AttentionChoice, *, precision: Precision,
                        device: torch.device) -> str | None:
-    """The kernel a training forward over `columns` columns runs with under `choice`
-    (None: the model's own)."""
+    """The kernel every forward of the trained policy runs with under `choice` (None: the
+    model's own): its training forwards and the passes whose numbers its loss compares
+    them with (the module docstring)."""
     if choice == "model":
         return None
     if choice != "auto":
         return choice
-    if device.type == "cpu" and precision == "bf16" and columns <= EAGER_MAX_COLUMNS:
+    if device.type == "cpu" and precision == "bf16":
         return "eager"
     return None
 

@@ -10,6 +10,7 @@ from rlinf.comm import Channel
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, StepContext
 from rlinf.workers.inference import InferenceConfig, InferenceWorker
+from rlinf.workers.models.attention import AttentionChoice
 from rlinf.workers.reasoning.groups import pack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.reasoning.sync import WeightReceiverRole
@@ -28,13 +29,17 @@ class InferenceRole(WeightReceiverRole):
     def __init__(
         self, context: WorkerContext, *, setup: RoleSetup, temperature: float,
         micro_batch_size: int = 16, recompute: bool = True, reference: bool = False,
+        attention: AttentionChoice = "auto", padding_free: bool = True,
     ) -> None:
+        """`attention` and `padding_free` as the actor trains (`ActorConfig`), so that its
+        first ratio on a batch is exactly 1."""
         super().__init__(context, setup=setup)
         if not (recompute or reference):
             raise ConfigError("an inference role needs recompute=True or reference=True")
         model, _ = setup.model_factory()
         base = InferenceConfig(micro_batch_size=micro_batch_size, temperature=temperature,
-                               precision=setup.precision)
+                               precision=setup.precision, attention=attention,
+                               padding_free=padding_free)
         self.policy = InferenceWorker(copy.deepcopy(model) if reference else model,
                                       config=base, device=self.device) if recompute else None
         self.reference = InferenceWorker(
