@@ -364,7 +364,7 @@ def test_a_bf16_on_policy_first_step_has_a_ratio_of_exactly_one(
     batch = reward.score(rollout.generate_batch(problems[:4], sampling=SamplingConfig(
         max_new_tokens=4, seed=5)))
     config = ActorConfig(algorithm=algorithm, parallelism="none", lr=1e-2,  # type: ignore[arg-type]
-                         micro_batch_size=8, precision="bf16")
+                         micro_batch_size=8, precision="bf16", dual_clip=3.0)
     inference = InferenceRole(ctx("inference"), setup=setup, temperature=1.0,
                               micro_batch_size=config.micro_batch_size,
                               attention=config.attention)
@@ -376,7 +376,7 @@ def test_a_bf16_on_policy_first_step_has_a_ratio_of_exactly_one(
     # the actor's own forward under its training kernel gives the same bits
     assert torch.equal(actor.log_probs(batch), old.old_log_probs)
     metrics = actor.train_batch(old)
-    assert metrics["clip_fraction"] == 0.0
+    assert metrics["clip_fraction"] == metrics["dual_clip_fraction"] == 0.0
     assert metrics["approx_kl"] == 0.0
     # the model's own kernel (sdpa), as inference ran before, is another ~1e-3 away
     other = InferenceRole(ctx("inference"), setup=setup, temperature=1.0, attention="model")

@@ -84,3 +84,31 @@ def test_the_norm_counts_only_the_parameters_it_is_told_to(group_of_one: None) -
     assert float(sharded.local_square_norm([True, False, True])) == 12 + 4
     sharded.scale_gradients(0.5)
     assert float(sharded.local_square_norm([True, True, True])) == pytest.approx(21 / 4)
+
+
+def test_parameter_groups_step_at_their_own_rates(group_of_one: None) -> None:
+    """PPO's critic as a second group: each group at its own rate, as torch's AdamW with the
+    same groups; the per-parameter form keeps the groups; scaling can spare a group."""
+    ours, theirs = _params(0), _params(0)
+    sharded = DistributedAdamW([{"params": ours[:2]}, {"params": ours[2:], "lr": 0.5}],
+                               group=dist.group.WORLD, lr=0.1, betas=(0.9, 0.99),
+                               weight_decay=0.0)
+    plain = torch.optim.AdamW([{"params": theirs[:2]}, {"params": theirs[2:], "lr": 0.5}],
+                              lr=0.1, betas=(0.9, 0.99), weight_decay=0.0)
+    before = [p.detach().clone() for p in ours]
+    for mine, other in zip(ours, theirs, strict=True):
+        mine.grad, other.grad = torch.ones_like(mine), torch.ones_like(other)
+    sharded.reduce_scatter_gradients()
+    sharded.scale_gradients(0.5, only=[False, False, True])
+    assert float(sharded.local_square_norm([True, True, True])) == 12 + 5 + 4 * 0.25
+    sharded.step()
+    sharded.gather_parameters()
+    plain.step()
+    # Adam's first step is lr * sign(g): 0.1 for the first group, 0.5 for the second
+    for param, old, lr in zip(ours, before, (0.1, 0.1, 0.5), strict=True):
+        torch.testing.assert_close(old - param.detach(), torch.full_like(old, lr))
+    for mine, other in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(mine, other, rtol=0, atol=1e-6)
+    groups = sharded.full_state_dict()["param_groups"]
+    assert [(g["params"], g["lr"]) for g in groups] == [([0, 1], 0.1), ([2], 0.5)]
+    assert len(plain.state_dict()["param_groups"]) == 2

@@ -72,9 +72,11 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 def save(directory: str | os.PathLike[str], *, modules: nn.Module,
          optimizer: torch.optim.Optimizer, step: int,
-         layout: Mapping[str, Any] | None = None) -> Path:
+         layout: Mapping[str, Any] | None = None,
+         extra: Mapping[str, Any] | None = None) -> Path:
     """Write ``rank{r}.pt`` under `directory` (created); returns its path. `layout` says
-    how this rank's tensors are cut, for readers that reassemble them (`read_layout`).
+    how this rank's tensors are cut, for readers that reassemble them (`read_layout`);
+    `extra` is the trainer's other state (plain values; `read_rank_file` gives it back).
     An optimizer whose ``state_by_position`` is true (its parameters are not the modules',
     e.g. the Megatron actor's `DistributedAdamW`) is saved by its own ``state_dict``."""
     api, options = _state_dict_api()
@@ -88,7 +90,7 @@ def save(directory: str | os.PathLike[str], *, modules: nn.Module,
     tmp = path.with_suffix(".tmp")
     torch.save({"model": _to_cpu(model_state), "optimizer": _to_cpu(optim_state),
                 "rng": rng_state(),
-                "step": step, "layout": dict(layout or {})}, tmp)
+                "step": step, "layout": dict(layout or {}), "extra": dict(extra or {})}, tmp)
     tmp.replace(path)  # atomic: a crash mid-write never leaves a truncated checkpoint
     return path
 

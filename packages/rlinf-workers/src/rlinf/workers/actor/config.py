@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rlinf.workers.algorithms import KLEstimator, LossAggregation
+from rlinf.workers.algorithms import KLControlKind, KLEstimator, LossAggregation
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.attention import AttentionChoice, check_attention
 from rlinf.workers.models.precision import Precision, check_precision
@@ -27,13 +27,21 @@ class ActorConfig:
     rank 0 at start) or FSDP2 (fully_shard); "none" wraps nothing. Without FSDP2 gradients
     are summed over the ranks once per optimizer step."""
     lr: float = 1e-4
-    """AdamW learning rate (policy and critic)."""
+    """AdamW learning rate of the policy."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     betas: tuple[float, float] = (0.9, 0.999)
     """AdamW betas."""
     max_grad_norm: float | None = 1.0
-    """Clip the global gradient norm to this value (None: no clipping)."""
+    """Clip the policy's gradient norm to this value (None: no clipping)."""
+    critic_lr: float | None = None
+    """PPO: the critic's AdamW learning rate (None: `lr`). The critic is a parameter group
+    of its own: AdamW's moments are per parameter, so this is an optimizer of its own with
+    its own rate and clip (veRL's ``critic.optim``)."""
+    critic_max_grad_norm: float | None = 1.0
+    """PPO: clip the critic's gradient norm to this value, apart from the policy's, so a
+    large value-loss gradient never shrinks the policy's step (veRL's
+    ``critic.grad_clip``; None: no clipping)."""
     mini_batch_size: int | None = None
     """Rows per optimizer step (None: the whole batch is one step)."""
     micro_batch_size: int = 8
@@ -45,7 +53,8 @@ class ActorConfig:
     clip_ratio_high: float | None = None
     """Separate upper ratio clip (DAPO clip-higher)."""
     dual_clip: float | None = None
-    """Dual-clip bound for negative advantages (> 1), None to disable."""
+    """Dual-clip PPO (veRL's ``clip_ratio_c``, 3 there): a negative-advantage token's loss is
+    at most ``-dual_clip * A``, whatever its ratio (> 1; None: off)."""
     rollout_correction_cap: float | None = None
     """Truncated importance sampling against the rollout engine's sampling distribution:
     each token's loss is weighted by ``min(pi_old / pi_rollout, cap)`` (veRL's
@@ -57,7 +66,20 @@ class ActorConfig:
     aggregation: str = LossAggregation.TOKEN_MEAN.value
     """Loss aggregation: "token-mean", "seq-mean-token-sum" or "seq-mean-token-mean"."""
     kl_coef: float = 0.0
-    """Weight of the KL-to-reference loss term (0: no reference needed)."""
+    """Weight of the KL to the reference (0: no reference needed): a loss term, or with
+    `kl_in_reward` the reward penalty's starting coefficient."""
+    kl_in_reward: bool = False
+    """Subtract ``coef * kl`` from each response token's reward before advantages instead
+    of adding a KL loss term (veRL's ``use_kl_in_reward``; `rlinf.workers.algorithms.
+    kl_control`): the KL of the policy that sampled the batch (its old log-probs), the
+    coefficient from `kl_ctrl`. GRPO sums the penalised tokens into the response's reward."""
+    kl_ctrl: KLControlKind = "fixed"
+    """With `kl_in_reward`: "fixed" keeps `kl_coef`; "adaptive" moves it toward `target_kl`
+    once per step (veRL's ``kl_ctrl.type``)."""
+    target_kl: float = 0.1
+    """Adaptive KL control: the per-token KL aimed at."""
+    kl_horizon: int = 10_000
+    """Adaptive KL control: responses over which the coefficient moves by at most 20%."""
     kl_estimator: str = KLEstimator.LOW_VAR_KL.value
     """KL estimator, named as veRL names them: "k1"/"kl", "abs", "k2"/"mse", "k3" =
     "low-var-kl"/"low_var_kl" (clamped as veRL does), or "k3-unclamped"."""
@@ -112,6 +134,24 @@ class ActorConfig:
         if self.lr <= 0 or self.temperature <= 0:
             raise ConfigError(f"lr and temperature must be > 0, got {self.lr}, "
                               f"{self.temperature}")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ConfigError(f"dual_clip must be > 1 (a multiple of -advantage; veRL uses 3) "
+                              f"or None, got {self.dual_clip}")
+        if self.critic_lr is not None and not self.critic_lr > 0:
+            raise ConfigError(f"critic_lr must be > 0 or None (the policy's lr), got "
+                              f"{self.critic_lr}")
+        for name in ("max_grad_norm", "critic_max_grad_norm"):
+            norm = getattr(self, name)
+            if norm is not None and not norm > 0:
+                raise ConfigError(f"{name} must be > 0 or None (no clipping), got {norm}")
+        if self.kl_in_reward and not self.kl_coef > 0:
+            raise ConfigError(f"kl_in_reward needs kl_coef > 0 (the penalty's starting "
+                              f"coefficient), got {self.kl_coef}")
+        if self.kl_ctrl not in ("fixed", "adaptive"):
+            raise ConfigError(f"kl_ctrl must be 'fixed' or 'adaptive', got {self.kl_ctrl!r}")
+        if not self.target_kl > 0 or self.kl_horizon < 1:
+            raise ConfigError(f"target_kl must be > 0 and kl_horizon >= 1, got "
+                              f"{self.target_kl} and {self.kl_horizon}")
         if self.rollout_correction_cap is not None and not self.rollout_correction_cap > 0:
             raise ConfigError(f"rollout_correction_cap must be > 0 (veRL's examples use 2) or "
                               f"None, got {self.rollout_correction_cap}")
@@ -127,6 +167,16 @@ class ActorConfig:
         check_attention(self.attention)
 
     @property
+    def kl_loss(self) -> bool:
+        """Whether the loss has a KL-to-reference term (`kl_coef` without `kl_in_reward`)."""
+        return self.kl_coef > 0 and not self.kl_in_reward
+
+    @property
+    def critic_learning_rate(self) -> float:
+        """The critic's learning rate (`critic_lr`, else the policy's)."""
+        return self.lr if self.critic_lr is None else self.critic_lr
+
+    @property
     def single_update(self) -> bool:
         """Whether each batch gets exactly one optimizer step from the weights that sampled
         it (one epoch, no mini-batches, no lag). Then pi_old is the policy being updated and
@@ -138,6 +188,8 @@ class ActorConfig:
     def can_stream(self, *, distributed: bool) -> bool:
         """Whether gradients can accumulate micro-batch by micro-batch as data arrives, with
         one optimizer step at the end (`ActorWorker.accumulate`): GRPO (advantages are per
-        group), one epoch, one step per batch, and no sharded (FSDP2) gradients."""
+        group), one epoch, one step per batch, no KL in the reward (its controller measures
+        the whole batch) and no sharded (FSDP2) gradients."""
         return (self.algorithm == "grpo" and self.epochs == 1 and self.mini_batch_size is None
+                and not self.kl_in_reward
                 and not (distributed and self.parallelism == "fsdp2"))

@@ -13,6 +13,12 @@ Under data parallelism every rank trains on its own shard; each micro-batch's lo
 weighted by its share of all ranks' units, and gradients are summed over ranks once per
 optimizer step. With ``precision="bf16"`` forwards run under bf16 autocast over the fp32
 parameters.
+
+PPO's critic trains in a parameter group of its own (its learning rate) and its gradient
+is clipped by its own norm, so the value loss never shrinks the policy's step. With
+``kl_in_reward`` each step's token rewards lose the controller's coefficient times the KL
+of the sampling policy to the reference before advantages, and the controller moves once
+per step from the KL the whole batch measured (`rlinf.workers.algorithms.kl_control`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from rlinf.workers.actor.config import ActorConfig
 from rlinf.workers.actor.critic import TokenValueModel, build_critic_from_policy
 from rlinf.workers.actor.parallel import full_named_tensors, is_distributed, unwrap, wrap
 from rlinf.workers.algorithms import (
+    KLController,
     LossAggregation,
     aggregate_loss,
     bootstrap_next_values,
@@ -36,6 +43,7 @@ from rlinf.workers.algorithms import (
     gae,
     grpo_advantages,
     kl_penalty,
+    kl_reward_penalty,
     masked_whiten,
     place_at_last_token,
     ppo_policy_loss,
@@ -53,11 +61,32 @@ from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import empty_device_cache, move_module, move_optimizer_state
 from rlinf.workers.weight_sync.buckets import Bucket, iter_buckets
 
-__all__ = ["ActorWorker"]
+__all__ = ["ActorWorker", "kl_controller_for"]
 
 _log = structlog.get_logger(__name__)
 
 _WHITEN_EPS = 1e-8  # as masked_whiten
+
+_KL_COEF_KEY = "kl_in_reward_coef"
+"""Where checkpoints and snapshots keep the KL reward controller's coefficient."""
+
+
+def kl_controller_for(config: ActorConfig) -> KLController | None:
+    """The KL reward controller of `config` (None without ``kl_in_reward``)."""
+    if not config.kl_in_reward:
+        return None
+    return KLController(kind=config.kl_ctrl, coef=config.kl_coef, target=config.target_kl,
+                        horizon=config.kl_horizon)
+
+
+def optimizer_groups(config: ActorConfig, policy: list[nn.Parameter],
+                     critic: list[nn.Parameter]) -> list[dict[str, Any]]:
+    """AdamW's parameter groups: the policy's, then the critic's at its own rate (none
+    without a critic)."""
+    groups: list[dict[str, Any]] = [{"params": policy, "lr": config.lr}]
+    if critic:
+        groups.append({"params": critic, "lr": config.critic_learning_rate})
+    return groups
 
 
 class ActorWorker:
@@ -83,14 +112,15 @@ class ActorWorker:
         self.critic = None if critic is None else wrap(
             critic, parallelism=config.parallelism, device=self.device)
         self.policy.train()
-        params = list(self.policy.parameters())
         if self.critic is not None:
             self.critic.train()
-            params += list(self.critic.parameters())
-        self.optimizer = torch.optim.AdamW(params, lr=config.lr, betas=config.betas,
-                                           weight_decay=config.weight_decay)
+        critic_params = [] if self.critic is None else list(self.critic.parameters())
+        self.optimizer = torch.optim.AdamW(
+            optimizer_groups(config, list(self.policy.parameters()), critic_params),
+            lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
         self.global_step = 0
         self._agg = LossAggregation.parse(config.aggregation)
+        self.kl_controller = kl_controller_for(config)
 
     # -- training --------------------------------------------------------------------------
 
@@ -101,7 +131,8 @@ class ActorWorker:
             raise ConfigError("the batch has no rewards; run the reward worker first")
         if cfg.kl_coef > 0 and batch.ref_log_probs is None:
             raise ConfigError("kl_coef > 0 needs ref_log_probs (a reference inference worker)")
-        data = self._prepare(batch)
+        penalty, reward_metrics = self._reward_kl(batch)
+        data = self._prepare(batch, reward_penalty=penalty)
         rows = batch.num_rows
         mini = cfg.mini_batch_size or rows
         history: dict[str, list[float]] = {}
@@ -110,9 +141,43 @@ class ActorWorker:
                 metrics = self._optimizer_step(data, slice(start, min(start + mini, rows)))
                 for key, value in metrics.items():
                     history.setdefault(key, []).append(value)
-        result = {key: sum(v) / len(v) for key, v in history.items()}
+        result = {key: sum(v) / len(v) for key, v in history.items()} | reward_metrics
         _log.info("actor_trained", step=self.global_step, **result)
         return result
+
+    def _reward_kl(self, batch: RolloutBatch) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """With ``kl_in_reward``: the ``[B, R]`` penalty ``coef * kl`` of `batch`'s tokens
+        (the KL of the policy that sampled it: its old log-probs, else the rollout's), and
+        the metrics ``reward_kl`` (the KL every rank's batch measured) and
+        ``reward_kl_coef`` (the coefficient it was penalised with); the controller then
+        moves. Otherwise ``(None, {})``."""
+        controller = self.kl_controller
+        if controller is None:
+            return None, {}
+        sampled = batch.old_log_probs if batch.old_log_probs is not None \
+            else batch.rollout_log_probs
+        if batch.ref_log_probs is None:
+            raise ConfigError("kl_in_reward needs ref_log_probs (a reference inference "
+                              "worker)")
+        coef = controller.value
+        penalty = kl_reward_penalty(sampled.to(self.device), batch.ref_log_probs.to(self.device),
+                                    batch.response_mask.to(self.device), coef=coef,
+                                    estimator=self.config.kl_estimator)
+        kl_sum, responses = self._sum_over_batch(penalty.kl_sum, float(penalty.responses))
+        current = kl_sum / responses if responses else 0.0
+        controller.update(current, responses=int(responses))
+        return penalty.penalty, {"reward_kl": current, "reward_kl_coef": coef}
+
+    def _sum_over_batch(self, *values: float) -> list[float]:
+        """`values` summed over the ranks that hold the batch between them (`_batch_group`;
+        a collective under data parallelism), else as they are."""
+        if not is_distributed():
+            return list(values)
+        import torch.distributed as dist
+
+        summed = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(summed, group=self._batch_group())
+        return [float(v) for v in summed.tolist()]
 
     # -- streaming: gradients of micro-batches as they arrive, one step at the end ------------
 
@@ -199,8 +264,10 @@ class ActorWorker:
     def metric_keys(self) -> tuple[str, ...]:
         """Names of the per-micro-batch training metrics this config reports."""
         keys = ["advantage_mean", "approx_kl", "clip_fraction", "entropy", "policy_loss"]
-        if self.config.kl_coef:
+        if self.config.kl_loss:
             keys.append("kl")
+        if self.config.dual_clip is not None:
+            keys.append("dual_clip_fraction")
         if self.config.rollout_correction_cap is not None:
             keys.append("rollout_correction_weight")
         if self.critic is not None:
@@ -217,16 +284,17 @@ class ActorWorker:
             for param in params:
                 if param.grad is not None:
                     param.grad.div_(units)
-            if self.config.max_grad_norm is not None:
-                norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
-                result["grad_norm"] = float(norm)
+            result.update(self._clip_gradients())
             self.optimizer.step()
             self.global_step += 1
         self.optimizer.zero_grad(set_to_none=True)
         return result
 
-    def _prepare(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        """Batch tensors on device plus advantages (and PPO's old values and returns)."""
+    def _prepare(self, batch: RolloutBatch, *,
+                 reward_penalty: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Batch tensors on device plus advantages (and PPO's old values and returns).
+        `reward_penalty` (``[B, R]``, `_reward_kl`) is subtracted from the token rewards
+        first: PPO's per token, GRPO's summed into each response's reward (as veRL)."""
         cfg = self.config
         dev = self.device
         data = {name: getattr(batch, name).to(dev) for name in (
@@ -255,6 +323,8 @@ class ActorWorker:
             data["ref_log_probs"] = batch.ref_log_probs.to(dev)
         rewards = batch.rewards.to(dev).float()  # type: ignore[union-attr]
         if cfg.algorithm == "grpo":
+            if reward_penalty is not None:
+                rewards = rewards - (reward_penalty * mask).sum(dim=-1)
             seq_adv = grpo_advantages(rewards, group_size=batch.group_size,
                                       normalize_std=cfg.grpo_normalize_std)
             data["advantages"] = broadcast_to_tokens(seq_adv, mask)
@@ -262,6 +332,8 @@ class ActorWorker:
         with torch.no_grad():
             values = self._values(data, slice(None)) * mask
         token_rewards = place_at_last_token(rewards, mask)
+        if reward_penalty is not None:
+            token_rewards = token_rewards - reward_penalty * mask
         # Every response ends at its last valid token (EOS or the length limit: either way
         # the outcome reward closes the episode), so nothing is bootstrapped after it.
         last = place_at_last_token(torch.ones_like(rewards), mask).bool()
@@ -350,16 +422,25 @@ class ActorWorker:
         if distributed:
             sums = self._sum_over_ranks(0.0, sums)[1]
         result = {key: value / total_units for key, value in sums.items()} if total_units else {}
-        params = [p for group in self.optimizer.param_groups for p in group["params"]]
-        if cfg.max_grad_norm is not None and total_units > 0:
-            norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            result["grad_norm"] = float(norm.full_tensor() if hasattr(norm, "full_tensor")
-                                        else norm)
         if total_units > 0:
+            result.update(self._clip_gradients())
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.global_step += 1
         return result
+
+    def _clip_gradients(self) -> dict[str, float]:
+        """Clip the policy's gradient to ``max_grad_norm`` and the critic's to
+        ``critic_max_grad_norm``, each by its own norm; returns the norms before clipping
+        (``grad_norm``, ``critic_grad_norm``) of those clipped."""
+        cfg = self.config
+        limits = [("grad_norm", cfg.max_grad_norm), ("critic_grad_norm", cfg.critic_max_grad_norm)]
+        norms: dict[str, float] = {}
+        for (key, limit), group in zip(limits, self.optimizer.param_groups, strict=False):
+            if limit is not None:
+                norm = torch.nn.utils.clip_grad_norm_(group["params"], limit)
+                norms[key] = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        return norms
 
     def _micro_batches(self, data: dict[str, torch.Tensor],
                        rows: torch.Tensor) -> list[dict[str, torch.Tensor]]:
@@ -439,6 +520,8 @@ class ActorWorker:
                    # aggregated like the loss, so streamed and whole-batch training agree
                    "advantage_mean": _scalar(aggregate_loss(data["advantages"], mask,
                                                             mode=self._agg))}
+        if cfg.dual_clip is not None:
+            metrics["dual_clip_fraction"] = _scalar(surrogate.dual_clip_fraction)
         if "rollout_weights" in data:
             metrics["rollout_correction_weight"] = _scalar(
                 aggregate_loss(data["rollout_weights"], mask, mode=self._agg))
@@ -446,7 +529,7 @@ class ActorWorker:
         metrics["entropy"] = _scalar(entropy_loss)
         if cfg.entropy_coef:
             loss = loss - cfg.entropy_coef * entropy_loss
-        if cfg.kl_coef:
+        if cfg.kl_loss:
             kl = aggregate_loss(kl_penalty(log_probs, data["ref_log_probs"],
                                            estimator=cfg.kl_estimator), mask, mode=self._agg)
             loss = loss + cfg.kl_coef * kl
@@ -508,14 +591,28 @@ class ActorWorker:
     # -- checkpoints -----------------------------------------------------------------------
 
     def save_checkpoint(self, directory: str) -> None:
-        """Write model, critic, optimizer, RNG states and step of this rank to `directory`."""
+        """Write model, critic, optimizer, RNG states, step and the KL reward coefficient of
+        this rank to `directory`."""
         ckpt.save(directory, modules=self._modules(), optimizer=self.optimizer,
-                  step=self.global_step)
+                  step=self.global_step, extra=self._extra_state())
 
     def load_checkpoint(self, directory: str) -> None:
         """Restore what `save_checkpoint` wrote (same config and world size)."""
-        self.global_step = ckpt.load(directory, modules=self._modules(),
-                                     optimizer=self.optimizer)
+        saved = ckpt.read_rank_file(directory)
+        self.global_step = ckpt.restore(saved, modules=self._modules(),
+                                        optimizer=self.optimizer)
+        self._load_extra_state(saved.get("extra") or {})
+
+    def _extra_state(self) -> dict[str, float]:
+        """Training state outside modules and optimizer: the KL reward coefficient."""
+        if self.kl_controller is None:
+            return {}
+        return {_KL_COEF_KEY: self.kl_controller.value}
+
+    def _load_extra_state(self, state: dict[str, Any]) -> None:
+        """Apply `_extra_state` (a checkpoint without it keeps the configured start)."""
+        if self.kl_controller is not None and _KL_COEF_KEY in state:
+            self.kl_controller.value = float(state[_KL_COEF_KEY])
 
     def _modules(self) -> nn.ModuleDict:
         modules = nn.ModuleDict({"policy": unwrap(self.policy)})
@@ -529,13 +626,14 @@ class ActorWorker:
 
         return {"modules": copy.deepcopy(self._modules().state_dict()),
                 "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-                "step": self.global_step}
+                "step": self.global_step, "extra": self._extra_state()}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Return to a `snapshot` (e.g. after a profiling run that must leave no trace)."""
         self._modules().load_state_dict(snapshot["modules"])
         self.optimizer.load_state_dict(snapshot["optimizer"])
         self.global_step = int(snapshot["step"])
+        self._load_extra_state(snapshot.get("extra", {}))
 
     # -- offload / onload ------------------------------------------------------------------
 

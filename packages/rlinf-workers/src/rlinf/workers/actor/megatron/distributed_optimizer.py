@@ -16,12 +16,13 @@ AdamW is elementwise, so the update equals the unsharded one. megatron-core's ow
 buffers, so it cannot run, or be tested, on a CPU. The algorithm and the communication are
 the same; the moments are saved in the same per-parameter form as the unsharded
 optimizer's, so either optimizer and any data-parallel degree resume from either's
-checkpoint.
+checkpoint. Parameter groups (PPO's critic at its own learning rate) are given as torch's
+optimizers take them; each group steps its pieces with its own settings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,11 +61,19 @@ class DistributedAdamW(torch.optim.AdamW):
     """Its state is keyed by the positions of its own pieces, not by the module's parameter
     names: checkpoint code saves ``state_dict()`` as it is (`checkpoint.save`)."""
 
-    def __init__(self, params: Sequence[nn.Parameter], *, group: Any, lr: float,
-                 betas: tuple[float, float], weight_decay: float) -> None:
-        self.model_params = list(params)
+    def __init__(self, params: Sequence[nn.Parameter] | Sequence[Mapping[str, Any]], *,
+                 group: Any, lr: float, betas: tuple[float, float],
+                 weight_decay: float) -> None:
+        """`params`: the model's parameters, or parameter groups as torch's optimizers take
+        them (``{"params": [...], "lr": ...}``; unset settings from the keywords)."""
+        groups = [dict(g) for g in params if isinstance(g, Mapping)]
+        if len(groups) != len(params):
+            groups = [{"params": list(params)}]
+        self.model_params = [p for g in groups for p in g["params"]]
         if not self.model_params:
             raise ValueError("DistributedAdamW needs at least one parameter")
+        self.group_of = [index for index, g in enumerate(groups) for _ in g["params"]]
+        """The parameter group of each model parameter."""
         self.group = group
         self.world = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
@@ -75,10 +84,15 @@ class DistributedAdamW(torch.optim.AdamW):
         self.range = (first, min(first + self.range_size, self.total))
         self.pieces = _pieces(self.sizes, *self.range)
         self.views = [nn.Parameter(self._view(piece)) for piece in self.pieces]
-        # AdamW refuses an empty parameter list; a rank whose range is empty (more ranks
-        # than elements) steps a zero-length placeholder.
-        params_to_step = self.views or [nn.Parameter(torch.zeros(0, device=self.device))]
-        super().__init__(params_to_step, lr=lr, betas=betas, weight_decay=weight_decay)
+        # Every rank keeps every group (equal settings and state layout); one with no piece
+        # in this rank's range (more ranks than elements) steps a zero-length placeholder.
+        to_step = []
+        for index, settings in enumerate(groups):
+            mine = [view for view, piece in zip(self.views, self.pieces, strict=True)
+                    if self.group_of[piece.index] == index]
+            to_step.append(settings | {"params": mine or [
+                nn.Parameter(torch.zeros(0, device=self.device))]})
+        super().__init__(to_step, lr=lr, betas=betas, weight_decay=weight_decay)
 
     @property
     def device(self) -> torch.device:
@@ -124,9 +138,11 @@ class DistributedAdamW(torch.optim.AdamW):
                 total += view.grad.double().pow(2).sum()
         return total
 
-    def scale_gradients(self, factor: float) -> None:
-        for view in self.views:
-            if view.grad is not None:
+    def scale_gradients(self, factor: float, only: Sequence[bool] | None = None) -> None:
+        """Multiply this rank's gradient pieces by `factor` (those whose parameter is in
+        `only`, when given)."""
+        for view, piece in zip(self.views, self.pieces, strict=True):
+            if view.grad is not None and (only is None or only[piece.index]):
                 view.grad.mul_(factor)
 
     def gather_parameters(self) -> None:
@@ -165,9 +181,10 @@ class DistributedAdamW(torch.optim.AdamW):
                          **{name: gathered[name][index].view_as(param).clone()
                             for name in _MOMENTS}}
                  for index, param in enumerate(self.model_params)}
-        hyper = {key: value for key, value in self.param_groups[0].items() if key != "params"}
-        return {"state": state,
-                "param_groups": [hyper | {"params": list(range(len(self.model_params)))}]}
+        groups = [{key: value for key, value in settings.items() if key != "params"}
+                  | {"params": [i for i, g in enumerate(self.group_of) if g == index]}
+                  for index, settings in enumerate(self.param_groups)]
+        return {"state": state, "param_groups": groups}
 
     def load_full_state_dict(self, state: dict[str, Any]) -> None:
         """This rank's pieces of a `full_state_dict` (or an unsharded AdamW's state over the

@@ -16,10 +16,11 @@ aggregation, metrics and checkpoints); only the model and what crosses ranks dif
   split the shard's AdamW state (`DistributedAdamW`: reduce-scatter, step, all-gather);
 - `state_dict_for_rollout` gathers the shards back into Hugging Face names and layout.
 
-PPO's critic is a second stage of the same cut with a value head (`critic`), in the same
-optimizer: each step runs the policy's micro-batches through the pipeline with the policy
-terms of the loss, then the critic's with the value term. The two models share no
-parameter, so the gradients are those of the summed loss. The critic's values for GAE are
+PPO's critic is a second stage of the same cut with a value head (`critic`), in a parameter
+group of its own (its learning rate; its gradient clipped by its own norm): each step runs
+the policy's micro-batches through the pipeline with the policy terms of the loss, then the
+critic's with the value term. The two models share no parameter, so the gradients are
+those of the summed loss. The critic's values for GAE are
 a forward-only pass, and advantages are whitened over the data-parallel group.
 
 Every actor rank holds its data-parallel replica's whole batch (tensor- and
@@ -47,7 +48,7 @@ from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
 from rlinf.workers.actor.megatron.model import build_stage, initialize_parallel
 from rlinf.workers.actor.megatron.pipeline import StageInput, run_stages
 from rlinf.workers.actor.megatron.vocab_parallel import vocab_parallel_log_probs_and_entropy
-from rlinf.workers.actor.worker import ActorWorker
+from rlinf.workers.actor.worker import ActorWorker, kl_controller_for, optimizer_groups
 from rlinf.workers.algorithms import LossAggregation
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models import compute_precision
@@ -102,18 +103,20 @@ class MegatronActor(ActorWorker):
                                             device=self.device)
             self.critic.train()
         self.optimizer: torch.optim.AdamW
+        critic = [] if self.critic is None else list(self.critic.parameters())
+        groups = optimizer_groups(config, list(self.policy.parameters()), critic)
         if self.megatron.distributed_optimizer:
             from megatron.core import parallel_state as ps
 
             self.optimizer = DistributedAdamW(
-                self._trained_parameters(), group=ps.get_data_parallel_group(),
+                groups, group=ps.get_data_parallel_group(),
                 lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
         else:
-            self.optimizer = torch.optim.AdamW(self._trained_parameters(), lr=config.lr,
-                                               betas=config.betas,
+            self.optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=config.betas,
                                                weight_decay=config.weight_decay)
         self.global_step = 0
         self._agg = LossAggregation.parse(config.aggregation)
+        self.kl_controller = kl_controller_for(config)
 
     def _trained_parameters(self) -> list[nn.Parameter]:
         """The policy's parameters, then the critic's (the optimizer's order)."""
@@ -175,9 +178,8 @@ class MegatronActor(ActorWorker):
         result = ({key: float(value) / total_units for key, value in zip(keys, sums.tolist(),
                                                                           strict=True)}
                   if total_units else {})
-        if cfg.max_grad_norm is not None and total_units > 0:
-            result["grad_norm"] = self._clip_gradients(cfg.max_grad_norm)
         if total_units > 0:
+            result.update(self._clip_gradients())
             self.optimizer.step()
             if isinstance(self.optimizer, DistributedAdamW):
                 self.optimizer.gather_parameters()
@@ -365,19 +367,36 @@ class MegatronActor(ActorWorker):
             return gpt.output_layer.weight  # type: ignore[no-any-return]
         return None
 
-    def _clip_gradients(self, max_norm: float) -> float:
-        """Clip to `max_norm` by the norm of the whole gradient (policy and critic): squares
-        summed over the model-parallel group, parameters replicated across tensor-parallel
-        ranks counted on rank 0 only, the tied embedding on the first stage only. Returns
-        the norm."""
+    def _clip_gradients(self) -> dict[str, float]:
+        """Clip the policy's gradient to ``max_grad_norm`` and the critic's to
+        ``critic_max_grad_norm``, each by its own norm (`_clip_model`); returns the norms
+        (``grad_norm``, ``critic_grad_norm``) of those clipped."""
+        cfg = self.config
+        policy = len(list(self.policy.parameters()))
+        total = len(self._trained_parameters())
+        norms: dict[str, float] = {}
+        if cfg.max_grad_norm is not None:
+            norms["grad_norm"] = self._clip_model(
+                cfg.max_grad_norm, [i < policy for i in range(total)])
+        if self.critic is not None and cfg.critic_max_grad_norm is not None:
+            norms["critic_grad_norm"] = self._clip_model(
+                cfg.critic_max_grad_norm, [i >= policy for i in range(total)])
+        return norms
+
+    def _clip_model(self, max_norm: float, model: list[bool]) -> float:
+        """Clip the gradient of the trained parameters marked in `model` to `max_norm` by
+        their norm: squares summed over the model-parallel group, parameters replicated
+        across tensor-parallel ranks counted on rank 0 only, the tied embedding on the first
+        stage only. Returns the norm."""
         import torch.distributed as dist
         from megatron.core import parallel_state as ps
 
         tp_rank = ps.get_tensor_model_parallel_rank()
         tied = self._tied_embedding()
         params = self._trained_parameters()
-        counted = [(bool(getattr(p, "tensor_model_parallel", False)) or tp_rank == 0)
-                   and not (p is tied and not ps.is_pipeline_first_stage()) for p in params]
+        counted = [mine and (bool(getattr(p, "tensor_model_parallel", False)) or tp_rank == 0)
+                   and not (p is tied and not ps.is_pipeline_first_stage())
+                   for p, mine in zip(params, model, strict=True)]
         if isinstance(self.optimizer, DistributedAdamW):
             # Each data-parallel rank holds the summed gradient of its range only.
             square = self.optimizer.local_square_norm(counted)
@@ -392,9 +411,9 @@ class MegatronActor(ActorWorker):
         scale = max_norm / (norm + 1e-6)
         if scale < 1.0:
             if isinstance(self.optimizer, DistributedAdamW):
-                self.optimizer.scale_gradients(scale)
-            for param in params:
-                if param.grad is not None:
+                self.optimizer.scale_gradients(scale, only=model)
+            for param, mine in zip(params, model, strict=True):
+                if mine and param.grad is not None:
                     param.grad.mul_(scale)
         return norm
 
@@ -433,7 +452,7 @@ class MegatronActor(ActorWorker):
         from megatron.core import dist_checkpointing
 
         ckpt.save(directory, modules=self._modules(), optimizer=self.optimizer,
-                  step=self.global_step, layout=self._layout())
+                  step=self.global_step, layout=self._layout(), extra=self._extra_state())
         target = Path(directory) / DISTRIBUTED
         target.mkdir(parents=True, exist_ok=True)
         dist_checkpointing.save(self._sharded_state(), str(target))
@@ -450,6 +469,7 @@ class MegatronActor(ActorWorker):
         if saved.get("layout") == self._layout():
             self.global_step = ckpt.restore(saved, modules=self._modules(),
                                             optimizer=self.optimizer)
+            self._load_extra_state(saved.get("extra") or {})
             return
         source = Path(directory) / DISTRIBUTED
         if not (source / "metadata.json").is_file():
@@ -468,6 +488,7 @@ class MegatronActor(ActorWorker):
         else:
             self.optimizer.load_state_dict(state)
         self.global_step = int(loaded["step"])
+        self._load_extra_state(loaded.get("extra") or {})
         _log.info("megatron_resharded", directory=directory,
                   tensor_rank=ps.get_tensor_model_parallel_rank(),
                   pipeline_stage=ps.get_pipeline_model_parallel_rank())
@@ -513,7 +534,10 @@ class MegatronActor(ActorWorker):
             state["critic"] = critic.sharded_state_dict(prefix=_CRITIC, metadata=metadata)
         mapping = get_param_id_to_sharded_param_map(state, self._trained_parameters())
         optim_state_to_sharding_state(optimizer, mapping, exclude_keys=("step",))
-        return state | {"optimizer": optimizer, "step": self.global_step}
+        state |= {"optimizer": optimizer, "step": self.global_step}
+        extra = self._extra_state()
+        # Only when there is some: a checkpoint written without the key loads as before.
+        return state | {"extra": extra} if extra else state
 
     def offload(self) -> None:
         super().offload()
@@ -531,13 +555,14 @@ class MegatronActor(ActorWorker):
 
         return {"modules": copy.deepcopy(self._modules().state_dict()),
                 "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-                "step": self.global_step}
+                "step": self.global_step, "extra": self._extra_state()}
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         """Back to a `snapshot` of this rank's shard."""
         self._modules().load_state_dict(snapshot["modules"])
         self.optimizer.load_state_dict(snapshot["optimizer"])
         self.global_step = int(snapshot["step"])
+        self._load_extra_state(snapshot.get("extra", {}))
 
     def describe(self) -> dict[str, Any]:
         """The cut, for logs and the run summary."""
