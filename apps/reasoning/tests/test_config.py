@@ -78,6 +78,24 @@ def test_padding_free_training_is_on_by_default_and_can_be_turned_off() -> None:
     assert not flow_spec(load("actor.padding_free=false")).actor.padding_free
 
 
+def test_verl_loss_options_reach_the_actor() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    actor = flow_spec(load()).actor
+    assert actor.dual_clip == 3.0  # veRL's clip_ratio_c
+    assert (actor.critic_lr, actor.critic_max_grad_norm, actor.kl_in_reward) == (None, 1.0,
+                                                                                False)
+    assert flow_spec(load("algorithm.clip_ratio_c=null")).actor.dual_clip is None
+    actor = flow_spec(load("algorithm=ppo", "algorithm.critic_lr=1e-3",
+                           "algorithm.critic_max_grad_norm=5", "algorithm.kl_coef=0.01",
+                           "algorithm.kl_in_reward=true", "algorithm.kl_ctrl=adaptive",
+                           "algorithm.target_kl=0.05", "algorithm.kl_horizon=500")).actor
+    assert (actor.critic_learning_rate, actor.critic_max_grad_norm) == (1e-3, 5.0)
+    assert (actor.kl_in_reward, actor.kl_ctrl, actor.kl_coef, actor.target_kl,
+            actor.kl_horizon) == (True, "adaptive", 0.01, 0.05, 500)
+    assert not actor.kl_loss  # the KL is in the reward, not the loss
+
+
 def test_ppo_group_and_overrides() -> None:
     cfg = load("algorithm=ppo", "run.steps=3", "rollout.temperature=0.7", "data.seed=5")
     assert cfg.algorithm.name == "ppo"
@@ -130,6 +148,13 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
      "cannot import 'no_such_module_xyz'"),
     (("reward.function=math:no_such_function",), "reward.function", "has no"),
     (("algorithm.lam=2",), "algorithm.lam", "in [0, 1]"),
+    (("algorithm.clip_ratio_c=1",), "algorithm.clip_ratio_c", "> 1"),
+    (("algorithm.critic_lr=0",), "algorithm.critic_lr", "> 0"),
+    (("algorithm.critic_max_grad_norm=-1",), "algorithm.critic_max_grad_norm", "> 0"),
+    (("algorithm.kl_in_reward=true",), "algorithm.kl_coef", "kl_in_reward=true"),
+    (("algorithm.kl_ctrl=pid",), "algorithm.kl_ctrl", "'fixed', 'adaptive'"),
+    (("algorithm.target_kl=0",), "algorithm.target_kl", "> 0"),
+    (("algorithm.kl_horizon=0",), "algorithm.kl_horizon", ">= 1"),
     (("algorithm.name=dpo",), "algorithm.name", "'grpo', 'ppo'"),
     (("run.steps=0",), "run.steps", ">= 1"),
     (("run.trace=maybe",), "run.trace", "type bool"),

@@ -143,8 +143,24 @@ class AlgorithmConfig:
     """PPO ratio clip."""
     clip_ratio_high: Annotated[float, Range(0, lo_open=True)] | None = None
     """Separate upper ratio clip (null: clip_ratio)."""
+    clip_ratio_c: Annotated[float, Range(1, lo_open=True)] | None = 3.0
+    """Dual-clip PPO, as veRL's clip_ratio_c: a token with a negative advantage A loses at
+    most -clip_ratio_c * A however far its ratio went (null: off)."""
     kl_coef: Annotated[float, Range(0)] = 0.0
-    """Weight of the KL-to-reference term (0: no reference model)."""
+    """Weight of the KL to the reference (0: no reference model): a loss term, or with
+    kl_in_reward the reward penalty's starting coefficient."""
+    kl_in_reward: bool = False
+    """veRL's use_kl_in_reward: each response token's reward loses kl_coef x its KL (the
+    sampling policy's to the reference, by kl_estimator) before advantages, instead of a KL
+    loss term; GRPO sums a response's penalties into its reward. Needs kl_coef > 0."""
+    kl_ctrl: Literal["fixed", "adaptive"] = "fixed"
+    """kl_in_reward: fixed keeps kl_coef; adaptive moves it once per step by
+    x(1 + clip(kl / target_kl - 1, -0.2, 0.2) x responses / kl_horizon) (veRL's kl_ctrl)."""
+    target_kl: Annotated[float, Range(0, lo_open=True)] = 0.1
+    """kl_in_reward with kl_ctrl=adaptive: the per-token KL aimed at."""
+    kl_horizon: Positive = 10000
+    """kl_in_reward with kl_ctrl=adaptive: responses over which the coefficient moves by at
+    most 20%."""
     kl_estimator: Literal["k1", "kl", "abs", "k2", "mse", "k3", "low-var-kl", "low_var_kl",
                           "k3-unclamped"] = "low-var-kl"
     """KL estimator, as veRL names them: k3 is the clamped low-var-kl; "k3-unclamped" is
@@ -158,7 +174,7 @@ class AlgorithmConfig:
     micro_batch_size: Positive = 64
     """Rows per forward/backward (gradients accumulate over a mini-batch)."""
     max_grad_norm: Annotated[float, Range(0, lo_open=True)] | None = 1.0
-    """Clip the global gradient norm (null: no clipping)."""
+    """Clip the policy's gradient norm (null: no clipping)."""
     aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean"] = "token-mean"
     """How token losses are aggregated."""
     grpo_normalize_std: bool = True
@@ -171,6 +187,11 @@ class AlgorithmConfig:
     """PPO: weight of the value loss."""
     value_clip: Annotated[float, Range(0, lo_open=True)] | None = 0.2
     """PPO: clip range of the value update (null: unclipped)."""
+    critic_lr: Annotated[float, Range(0, lo_open=True)] | None = None
+    """PPO: the critic's AdamW learning rate, its own parameter group (null: lr)."""
+    critic_max_grad_norm: Annotated[float, Range(0, lo_open=True)] | None = 1.0
+    """PPO: clip the critic's gradient norm apart from the policy's, so value-loss
+    gradients never shrink the policy's step (veRL's critic.grad_clip; null: no clipping)."""
     whiten_advantages: bool = True
     """PPO: normalise advantages over the batch's valid tokens."""
     recompute_logprobs: bool = True
@@ -415,6 +436,10 @@ class ReasoningConfig:
                                      "a number > 0 with algorithm.policy_lag=1 (it truncates "
                                      "pi_actor / pi_rollout of the stale sampling policy; "
                                      "veRL uses 2)")
+        if self.algorithm.kl_in_reward and not self.algorithm.kl_coef > 0:
+            raise InvalidConfigError("algorithm.kl_coef", self.algorithm.kl_coef,
+                                     "> 0 with algorithm.kl_in_reward=true (the reward "
+                                     "penalty's starting coefficient; veRL uses 0.001)")
         if self.algorithm.policy_lag and self.run.replan:
             raise InvalidConfigError("run.replan", True,
                                      "false with algorithm.policy_lag=1 (the re-planner "
