@@ -105,7 +105,7 @@ def test_builtin_fallback_compares_normalized_strings() -> None:
 def test_forced_fallback_when_math_verify_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     import rlinf.envs.math.verify as verify
 
-    monkeypatch.setattr(verify, "has_module", lambda name: False)
+    monkeypatch.setattr(verify, "is_installed", lambda name: False)
     assert is_equivalent("1/2", "0.5")
     assert not is_equivalent("\\sqrt{4}", "2")
     assert is_equivalent("\\{1,2\\}", "\\{1, 2\\}")
@@ -129,19 +129,19 @@ def test_math_verify_works_off_the_main_thread() -> None:
 
 
 def test_math_verify_backend_without_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    import builtins
+    import importlib.util
 
     from rlinf.envs import MissingExtraError
 
-    real_import = builtins.__import__
+    real_find_spec = importlib.util.find_spec
 
-    def fake_import(name: str, *args: object, **kwargs: object) -> object:
+    def not_installed(name: str, *args: object, **kwargs: object) -> object:
         if name.startswith("math_verify"):
-            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+            return None
+        return real_find_spec(name, *args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.delitem(__import__("sys").modules, "math_verify", raising=False)
-    monkeypatch.setattr(builtins, "__import__", fake_import)
+    # Checked without importing it (the helper process imports it, never this one).
+    monkeypatch.setattr(importlib.util, "find_spec", not_installed)
     with pytest.raises(MissingExtraError, match=r"rlinf-envs\[math\]"):
         is_equivalent("\\sqrt{4}", "2", backend="math_verify")
 
@@ -149,9 +149,11 @@ def test_math_verify_backend_without_extra_names_it(monkeypatch: pytest.MonkeyPa
 class _FakeHelper:
     def __init__(self) -> None:
         self.starts = 0
+        self.waited = 0
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = True) -> None:
         self.starts += 1
+        self.waited += wait
 
 
 @needs_math_verify
@@ -163,6 +165,7 @@ def test_warm_up_starts_the_helper_process(monkeypatch: pytest.MonkeyPatch) -> N
     assert warm_up_verifier()
     assert warm_up_verifier("math_verify")
     assert helper.starts == 2  # `VerifierProcess.start` itself is idempotent
+    assert helper.waited == 0  # it warms up beside the caller; the first comparison waits
 
 
 def test_warm_up_does_nothing_without_math_verify(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -171,7 +174,7 @@ def test_warm_up_does_nothing_without_math_verify(monkeypatch: pytest.MonkeyPatc
     helper = _FakeHelper()
     monkeypatch.setattr(verify, "shared_process", lambda: helper)
     assert not warm_up_verifier("builtin")
-    monkeypatch.setattr(verify, "has_module", lambda name: False)
+    monkeypatch.setattr(verify, "is_installed", lambda name: False)
     assert not warm_up_verifier("auto")
     assert helper.starts == 0
     with pytest.raises(ConfigError, match="unknown verification backend"):

@@ -34,6 +34,17 @@ def test_it_starts_once_and_answers(helper: VerifierProcess) -> None:
     assert helper.pid is None
 
 
+def test_a_start_without_waiting_leaves_the_wait_to_the_first_comparison(
+        helper: VerifierProcess) -> None:
+    helper.start(wait=False)  # returns while the helper still imports math-verify
+    pid = helper.pid
+    assert pid is not None
+    helper.start(wait=False)
+    assert helper.pid == pid  # one helper
+    assert helper.compare("\\frac{1}{2}", "0.5", rel_tol=0.0, timeout=30) is True
+    assert helper.pid == pid
+
+
 def test_past_the_deadline_it_is_killed_and_replaced(helper: VerifierProcess) -> None:
     results: list[bool | None] = []
     worker = threading.Thread(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from rlinf.envs.errors import MissingExtraError
@@ -28,3 +29,15 @@ def has_module(module: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+def is_installed(module: str) -> bool:
+    """Whether the top-level package of `module` is installed, without importing it (for a
+    process that only hands the work to another, e.g. the verifier's helper)."""
+    return importlib.util.find_spec(module.partition(".")[0]) is not None
+
+
+def require_installed(module: str, *, extra: str, feature: str) -> None:
+    """`is_installed`, or MissingExtraError naming the `extra` that provides `module`."""
+    if not is_installed(module):
+        raise MissingExtraError(feature, extra, module)

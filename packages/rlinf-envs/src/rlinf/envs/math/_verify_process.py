@@ -47,16 +47,23 @@ class VerifierProcess:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[bytes] | None = None
         self._conn: Connection | None = None
+        self._ready = False
+        """Whether the running helper said it is warm (a start without waiting leaves it to
+        the first comparison)."""
 
     @property
     def pid(self) -> int | None:
         """Process id of the running helper; None before the first start or after a kill."""
         return self._process.pid if self._process is not None else None
 
-    def start(self) -> None:
-        """Start the helper and wait until it is warm, unless it runs already."""
+    def start(self, *, wait: bool = True) -> None:
+        """Start the helper unless it runs already, and wait until it is warm (`wait`), or
+        let the first comparison wait for that."""
         with self._lock:
-            self._ensure_started()
+            if wait:
+                self._ensure_started()
+            elif self._process is None:
+                self._spawn()
 
     def compare(self, predicted: str, reference: str, *, rel_tol: float,
                 timeout: float) -> bool | None:
@@ -92,15 +99,26 @@ class VerifierProcess:
     def _ensure_started(self) -> Connection:
         if self._process is not None and self._conn is not None:
             if self._process.poll() is None:
-                return self._conn
+                if self._ready:
+                    return self._conn
+                return self._await_ready(self._process, self._conn)
             self._kill()  # it died while idle (killed from outside): start afresh
+        process, conn = self._spawn()
+        return self._await_ready(process, conn)
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], Connection]:
+        """Start a helper (not waiting for it)."""
         ours, theirs = socket.socketpair()
         with theirs:
             process = subprocess.Popen(
                 [sys.executable, "-m", "rlinf.envs.math._verify_child", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),))
         conn = Connection(ours.detach())
-        self._process, self._conn = process, conn
+        self._process, self._conn, self._ready = process, conn, False
+        return process, conn
+
+    def _await_ready(self, process: subprocess.Popen[bytes], conn: Connection) -> Connection:
+        """Wait for a started helper's ready message (at most `start_timeout`)."""
         try:
             if not conn.poll(self.start_timeout):
                 raise VerifierError(f"the verifier's helper process (pid {process.pid}) was "
@@ -116,12 +134,14 @@ class VerifierProcess:
         if status != "ready":
             self._kill()
             raise VerifierError(f"the verifier's helper process failed to start:\n{detail}")
+        self._ready = True
         return conn
 
     def _kill(self) -> int | None:
         """Kill the helper if there is one; its exit code."""
         process, conn = self._process, self._conn
         self._process = self._conn = None
+        self._ready = False
         if conn is not None:
             conn.close()
         if process is None:
@@ -133,6 +153,7 @@ class VerifierProcess:
         """In a forked child: the helper belongs to the parent; this process starts its own."""
         self._lock = threading.Lock()
         self._process = None
+        self._ready = False
         if self._conn is not None:
             with contextlib.suppress(OSError):
                 self._conn.close()  # our copy of the descriptor only

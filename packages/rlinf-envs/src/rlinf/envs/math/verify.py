@@ -39,7 +39,7 @@ from typing import Literal
 
 import structlog
 
-from rlinf.envs._extras import has_module, import_extra
+from rlinf.envs._extras import is_installed, require_installed
 from rlinf.envs.errors import ConfigError, VerifierError
 from rlinf.envs.math._verify_process import shared_process
 from rlinf.envs.math.choices import resolve_choice
@@ -171,7 +171,8 @@ def _verdict(equal: bool) -> Verdict:
 
 
 def _uses_math_verify(backend: Backend) -> bool:
-    return backend == "math_verify" or (backend == "auto" and has_module("math_verify"))
+    # Installed is enough: math-verify runs in the helper process, never imported here.
+    return backend == "math_verify" or (backend == "auto" and is_installed("math_verify"))
 
 
 def _check_backend(backend: Backend) -> None:
@@ -233,7 +234,7 @@ def _compare(predicted: str, reference: str, *, backend: Backend, timeout: float
         if absurd_power(predicted) or absurd_power(reference):
             _log.info("verify_refused_power", predicted=predicted[:80])
             return Verdict.DIFFERENT
-        import_extra("math_verify", extra="math", feature="symbolic answer verification")
+        require_installed("math_verify", extra="math", feature="symbolic answer verification")
         helper = shared_process()
         helper.start()  # a helper that cannot start is an error under any backend
         try:
@@ -263,12 +264,13 @@ def is_equivalent(
 
 
 def warm_up_verifier(backend: Backend = "auto") -> bool:
-    """Start this process's math-verify helper now and let it pay math-verify's import and
-    parser start-up (about a second), rather than inside the first scoring; whether
-    math-verify is in use. Idempotent."""
+    """Start this process's math-verify helper now, so that it pays math-verify's import and
+    parser start-up (about a second) in a process of its own while this one goes on, not
+    inside the first scoring (which waits for it to be ready); whether math-verify is in
+    use. Idempotent."""
     _check_backend(backend)
     if not _uses_math_verify(backend):
         return False
-    import_extra("math_verify", extra="math", feature="symbolic answer verification")
-    shared_process().start()
+    require_installed("math_verify", extra="math", feature="symbolic answer verification")
+    shared_process().start(wait=False)  # it warms up beside whatever this process does next
     return True
