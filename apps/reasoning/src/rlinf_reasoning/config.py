@@ -231,10 +231,11 @@ class ActorSection:
     """megatron: the data-parallel replicas split AdamW's state (Megatron's distributed
     optimizer; the same update with 1/dp of the moments' memory per device)."""
     attention: Literal["auto", "model", "eager", "sdpa"] = "auto"
-    """ddp and fsdp2: the attention kernel the actor trains with. model: the model's own;
-    auto: eager for bf16 micro-batches of at most 256 tokens on CPU (transformers' default
-    fused kernel is 20-25% slower to differentiate there), else the model's own. The
-    rollout and inference passes keep the model's."""
+    """ddp and fsdp2: the attention kernel the actor trains with, and the inference role
+    recomputes the old log-probs with (so the first ratio on a batch is exactly 1). model:
+    the model's own; auto: eager in bf16 on CPU (transformers' default fused kernel is
+    20-25% slower to differentiate there at up to 128 tokens; model is faster past ~256),
+    else the model's own. The rollout keeps the model's."""
     padding_free: bool = True
     """ddp and fsdp2: train on each micro-batch's real tokens only, packed end to end (veRL's
     use_remove_padding; the same loss up to float noise, without computing the padding of
