@@ -49,11 +49,18 @@ def test_the_background_slows_components_side_by_side_but_not_one_alone() -> Non
     assert run(PAIR, "a,b: 0-1", HALF_EACH, box).iteration_time == pytest.approx(1.0 + 1.0)
 
 
-def test_a_component_alone_on_more_slots_than_cores_takes_its_profiled_time() -> None:
-    # Its cost curve was measured with its own 4 threads on 2 cores: no further slowdown.
+def test_a_component_on_more_slots_than_cores_computes_as_on_as_many_slots_as_cores() -> None:
+    # 4 slots of 2 cores compute what 2 slots do: the curve is read at 2 devices (its own
+    # threads share the cores already there, so no further slowdown), not extrapolated to 4.
     cost = AnalyticCostModel({"a": AnalyticCost(per_item=1.0), "b": AnalyticCost(per_item=1.0)})
-    r = run(PAIR, "a,b: 0-3", cost, cpu_box(4, 2))
-    assert r.iteration_time == pytest.approx(4 * 1.0 / 4 * 2)
+    on_four = run(PAIR, "a,b: 0-3", cost, cpu_box(4, 2))
+    assert on_four.iteration_time == pytest.approx(2 * (4 * 1.0 / 2))
+    on_two = run(PAIR, "a,b: 0-1", cost, cpu_box(4, 2))
+    assert on_four.iteration_time == pytest.approx(on_two.iteration_time)
+    sharing = CoreSharing.of(cpu_box(4, 2))
+    assert sharing is not None
+    assert [sharing.parallel_devices(range(n), cpu_box(4, 2)) for n in (1, 2, 3, 4)] == [1, 2,
+                                                                                       2, 2]
 
 
 def test_a_stream_slows_while_its_consumer_computes_beside_it() -> None:

@@ -11,9 +11,12 @@ runs one thread per slot it holds there, and the node's ``C`` cores are shared e
 Cost curves are measured with the component computing alone, its own ``t`` threads already
 sharing the node, so a call progresses at ``speed(T) / speed(t)`` of its profiled rate: alone
 it takes exactly its profiled time, beside others it is stretched by their share. A call on
-several nodes progresses at the rate of its slowest node. GPU nodes, nodes of unknown core
-count, and nodes with no more slots than cores and no background never slow anything: the
-simulator keeps its fixed-duration schedule for them.
+several nodes progresses at the rate of its slowest node. Its profiled time is read at the
+slots that can compute at once (`parallel_devices`: on each node at most its cores): a cost
+curve fitted on 1 and 2 slots of a 2-core node would otherwise promise a 4-slot call half
+the time of a 2-slot one, where the extra slots add threads, not cores. GPU nodes, nodes of
+unknown core count, and nodes with no more slots than cores and no background never slow
+anything: the simulator keeps its fixed-duration schedule for them.
 """
 
 from __future__ import annotations
@@ -53,6 +56,16 @@ class CoreSharing:
             if node in self.cores:
                 out[node] = out.get(node, 0) + 1
         return out
+
+    def parallel_devices(self, devices: Iterable[int], cluster: Cluster) -> int:
+        """How many of `devices` can compute at once: on a contended node at most its cores,
+        elsewhere each device (what a call's cost curve is read at)."""
+        per_node: dict[int, int] = {}
+        for d in devices:
+            node = cluster.node_of(d)
+            per_node[node] = per_node.get(node, 0) + 1
+        return max(1, sum(min(count, self.cores[node]) if node in self.cores else count
+                          for node, count in per_node.items()))
 
     def speed(self, node: int, threads: int) -> float:
         """Fraction of a core each of `threads` computing threads gets on `node`."""

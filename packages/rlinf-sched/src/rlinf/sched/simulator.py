@@ -304,11 +304,13 @@ def simulate_layout(
     for comp_name, comp_atoms in layout.comp_atoms.items():
         for atom in comp_atoms:
             occupants.setdefault(atom, set()).add(comp_name)
+    sharing = CoreSharing.of(cluster)
     for comp in workflow.components:
         name = comp.name
         batch = workflow.batch_of(name)
         calls = [batch] if comp.streaming else _split(batch, sizes[name])
-        ndev = layout.comp_devices[name]
+        ndev = layout.comp_devices[name] if sharing is None else sharing.parallel_devices(
+            _devices(layout, layout.comp_atoms[name]), cluster)  # slots beyond the cores
         durations = [cost.time(name, batch_size=items, num_devices=ndev) for items in calls]
         key = (name, sizes[name], *(sizes[e.src] for e in workflow.inputs(name)))
         if memo is not None and key in memo:
@@ -327,7 +329,6 @@ def simulate_layout(
             turn_free, tuple(a for a in atoms if occupants[a] - turn_free))
     tasks = list(_schedule(workflow))
     run = _run
-    sharing = CoreSharing.of(cluster)
     if sharing is not None:
         threads = {name: sharing.threads(_devices(layout, p.atoms), cluster)
                    for name, p in prepared.items()}

@@ -119,7 +119,7 @@ def branch_and_bound(
                                 f"in units of {unit}: check its device_multiple/min_devices/"
                                 f"max_devices, that its batch ({ev.workflow.batch_of(c.name)} "
                                 "items) has a unit per device and that it fits device memory")
-        choices.append(sorted((ev.work(c.name, e - s), s, e) for s, e in ranges))
+        choices.append(sorted((ev.work(c.name, ev.parallel(s, e)), s, e) for s, e in ranges))
     # Heaviest first: the bound grows fastest near the root.
     order = sorted(range(len(comps)), key=lambda i: -choices[i][0][0])
     top = _Top(keep, seeds)

@@ -29,6 +29,7 @@ from typing import Any
 import structlog
 
 from rlinf.sched.cluster import Cluster
+from rlinf.sched.core_sharing import CoreSharing
 from rlinf.sched.costs import CostModel
 from rlinf.sched.errors import PlanningError
 from rlinf.sched.execution_plan import ExecutionPlan
@@ -91,6 +92,7 @@ class Evaluator:
         self.workflow = workflow
         self.cost = cost if isinstance(cost, CachedCostModel) else CachedCostModel(cost)
         self.cluster = cluster
+        self._sharing = CoreSharing.of(cluster)
         self.names = workflow.names
         self.choices = chunk_choices(workflow, max_chunks=max_chunks)
         self.enumerate_limit = enumerate_limit
@@ -512,16 +514,24 @@ class Evaluator:
             cache[key] = t * self.workflow.steps_of(name)
         return cache[key]
 
+    def parallel(self, start: int, stop: int) -> int:
+        """How many of devices ``start..stop-1`` compute at once: the device count cost
+        curves are read at, as the simulator reads them (`CoreSharing.parallel_devices`: CPU
+        slots beyond their node's cores add none)."""
+        if self._sharing is None:
+            return stop - start
+        return self._sharing.parallel_devices(range(start, stop), self.cluster)
+
     def sized_bound(self, candidate: Candidate, sizes: Sequence[int]) -> float:
         """`lower_bound` for the micro-batch `sizes` (names order)."""
-        works = [self.sized_work(n, stop - start, size)
+        works = [self.sized_work(n, self.parallel(start, stop), size)
                  for n, (start, stop), size in zip(self.names, candidate, sizes, strict=True)]
         return _busiest(works, candidate)
 
     def lower_bound(self, candidate: Candidate) -> float:
         """No schedule beats this: the busiest component or the busiest device, counting only
         compute (switches and waiting only add time)."""
-        works = [self.work(n, stop - start)
+        works = [self.work(n, self.parallel(start, stop))
                  for n, (start, stop) in zip(self.names, candidate, strict=True)]
         return _busiest(works, candidate)
 
