@@ -66,3 +66,10 @@ def test_pickles_for_ray_and_processes():
     batch = Batch({"x": np.arange(3)}, {"k": [1, "a"]})
     again = pickle.loads(pickle.dumps(batch))
     assert np.array_equal(again["x"], batch["x"]) and again.meta == {"k": [1, "a"]}
+
+
+def test_a_value_that_is_not_an_array_is_named_with_where_it_belongs():
+    with pytest.raises(CodecError, match=r"tensor 'info' is a dict, not .* meta=\{'info': "):
+        Batch({"arr": np.zeros(3), "info": {"step": 1}})
+    with pytest.raises(CodecError, match=r"tensor 'ids' is a list"):
+        Batch({"ids": [1, 2]})

@@ -63,6 +63,14 @@ def array_nbytes(array: Array) -> int:
     return int(array.nbytes)
 
 
+def _not_an_array(name: str, value: object) -> str:
+    """What is wrong with a tensor `value` that is not an array, and where it belongs."""
+    kind = f"{type(value).__module__}.{type(value).__qualname__}".removeprefix("builtins.")
+    return (f"tensor {name!r} is a {kind}, not a numpy ndarray, torch.Tensor or cupy ndarray: "
+            "put arrays in the tensors and small JSON-serialisable values in the metadata, "
+            f"e.g. Batch({{...arrays}}, meta={{{name!r}: ...}})")
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Batch:
     """Named arrays plus JSON-able metadata. Immutable container; arrays by reference.
@@ -83,7 +91,10 @@ class Batch:
                 # numpy scalars (e.g. `arr.sum()`) are immutable: a 0-d array is the same.
                 tensors[name] = np.asarray(array)
             else:
-                array_kind(array)  # validates
+                try:
+                    array_kind(array)  # validates
+                except CodecError as exc:
+                    raise CodecError(_not_an_array(name, array)) from exc
         meta = dict(self.meta)
         try:
             json.dumps(meta, allow_nan=False)
