@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -142,3 +143,37 @@ def test_model_dir_without_a_model_is_refused(tmp_path: Path, contents: tuple[st
     proc = run_cli(f"model.dir={model}", "--run-dir", str(tmp_path / "run"))
     assert_one_line_exit_2(proc, "model.dir", "config.json", "warmstart.json")
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(("body", "phrase"), [
+    ("def score(response, answer):\n    raise KeyError('gold')\n", "raised KeyError('gold')"),
+    ("def score(response, answer):\n    return None\n", "returned None, not a finite number"),
+])
+def test_a_reward_function_that_fails_on_a_real_sample_is_refused_before_launch(
+        tmp_path: Path, body: str, phrase: str) -> None:
+    (tmp_path / "my_reward.py").write_text(body)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, "-c", PROBE, "reward.function=my_reward:score",
+                           "--run-dir", str(tmp_path / "run")], capture_output=True, text=True,
+                          timeout=300, check=False, env=env)
+    assert "EXIT 2" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "'reward.function' = 'my_reward:score'" in proc.stderr and phrase in proc.stderr
+    assert "sample 0: response" in proc.stderr and "launch:" not in proc.stdout
+    assert "--resume" not in proc.stderr  # nothing ran, nothing to resume
+
+
+def test_a_failed_run_suggests_resume_only_when_a_checkpoint_exists(tmp_path: Path) -> None:
+    from rlinf_reasoning.cli import _how_to_continue
+    from rlinf_reasoning.config import from_omegaconf
+
+    from rlinf.workers.telemetry import CheckpointStore
+
+    cfg = from_omegaconf(compose_config([], run_dir=str(tmp_path / "run")))
+    assert "--resume" not in _how_to_continue(cfg)
+    assert "no checkpoint was written yet" in _how_to_continue(cfg)
+    store = CheckpointStore(tmp_path / "run" / "checkpoints")
+    store.save(3, lambda folder: (folder / "weights").write_text("w"), meta={"step": 3})
+    assert _how_to_continue(cfg) == "continue from the checkpoint of step 3 with --resume"

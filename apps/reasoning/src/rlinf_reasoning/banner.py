@@ -2,7 +2,8 @@
 precision it trains in), the tokenizer, and the problems of each split. A user who points
 `model.dir` or `data.path` at their own files sees at once whether the right ones came in,
 and ``data.template=chat`` with a tokenizer that has no chat template is refused here,
-before any worker starts.
+before any worker starts, as is a reward function (``reward.function``) that fails on a
+real sample: it is called once with a held-out problem's reference answer as the response.
 
 A Hugging Face folder's model is counted on the meta device, so no weights are read here;
 a warm start's is counted from its weights file, without building it (nor importing
@@ -84,6 +85,7 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
             "data.template", "chat",
             f"'plain' or 'short' for this model: its {type(tokenizer).__name__} has no chat "
             "template (a chat model's tokenizer_config.json carries one)")
+    _try_reward_function(cfg, source)
     data = (f"generated level {cfg.data.level}" if cfg.data.path is None
             else str(cfg.data.path) + (f" + {cfg.data.heldout_path}"
                                        if cfg.data.heldout_path else ""))
@@ -92,3 +94,21 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
                   tokenizer=f"{type(tokenizer).__name__} (vocabulary {len(tokenizer)})",
                   train_problems=source.train_size, heldout_problems=len(source.heldout),
                   data=data)
+
+
+def _try_reward_function(cfg: ReasoningConfig, source: ProblemSource) -> None:
+    """Call the user's reward function once on a real sample (a held-out problem, its
+    reference answer as the response); one config error naming the function and the
+    sample when it raises or returns no finite number."""
+    if cfg.reward.function is None or not source.heldout:
+        return
+    from rlinf.workers.errors import RewardFunctionError
+    from rlinf.workers.reward import call_reward_function, load_reward_function
+
+    answer = source.heldout[0].answer
+    try:
+        call_reward_function(load_reward_function(cfg.reward.function), cfg.reward.function,
+                             answer, answer)
+    except RewardFunctionError as exc:
+        raise InvalidConfigError("reward.function", cfg.reward.function,
+                                 f"a function that scores a real sample ({exc})") from exc

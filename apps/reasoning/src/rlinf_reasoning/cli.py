@@ -289,14 +289,27 @@ def _run(cfg: ReasoningConfig, args: argparse.Namespace, overrides: Sequence[str
         print(f"rlinf-reasoning: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     except KeyboardInterrupt:
-        print("rlinf-reasoning: interrupted; continue with --resume", file=sys.stderr)
+        print(f"rlinf-reasoning: interrupted; {_how_to_continue(cfg)}", file=sys.stderr)
         return 130
     except (WorkersError, SchedError) as exc:
         # A dead or stuck worker, a failed plan: the checkpoints written so far are intact.
-        print(f"rlinf-reasoning: run failed: {type(exc).__name__}: {exc}; continue from the "
-              "last checkpoint with --resume", file=sys.stderr)
+        print(f"rlinf-reasoning: run failed: {type(exc).__name__}: {exc}; "
+              f"{_how_to_continue(cfg)}", file=sys.stderr)
         return EXIT_FAILED
     return 0
+
+
+def _how_to_continue(cfg: ReasoningConfig) -> str:
+    """`--resume` when the run folder holds a checkpoint to resume from; else that the run
+    has to start again (nothing was saved yet)."""
+    from rlinf.workers.telemetry import CheckpointStore
+    from rlinf_reasoning.resume import CHECKPOINT_DIR
+
+    latest = CheckpointStore(Path(cfg.run.run_dir).expanduser() / CHECKPOINT_DIR).latest()
+    if latest is None:
+        return ("no checkpoint was written yet: run the same command again (in a new "
+                "--run-dir, or after removing this one)")
+    return f"continue from the checkpoint of step {latest[0]} with --resume"
 
 
 def _train_with_ray_starting() -> Callable[..., object]:

@@ -5,8 +5,9 @@ from rlinf.workers.reward.worker import (
     RewardFunction,
     RewardStats,
     RewardWorker,
+    call_reward_function,
     load_reward_function,
 )
 
 __all__ = ["RewardConfig", "RewardFunction", "RewardStats", "RewardWorker",
-           "load_reward_function"]
+           "call_reward_function", "load_reward_function"]

@@ -26,7 +26,7 @@ from rlinf.workers.errors import ConfigError, RewardFunctionError
 from rlinf.workers.rollout.batch import RolloutBatch
 
 __all__ = ["RewardConfig", "RewardFunction", "RewardStats", "RewardWorker",
-           "load_reward_function"]
+           "call_reward_function", "load_reward_function"]
 
 RewardFunction = Callable[[str, str], float]
 """``(response text, reference answer) -> reward``."""
@@ -55,6 +55,28 @@ def load_reward_function(spec: str) -> RewardFunction:
         raise ConfigError(f"reward function {spec!r} is a {type(target).__name__}, not a "
                           "function")
     return target  # type: ignore[return-value]
+
+
+def call_reward_function(function: RewardFunction, name: str, response: str, answer: str, *,
+                         index: int = 0) -> float:
+    """`function` (the reward function called `name`) on one sample, as a finite float; a
+    `RewardFunctionError` naming the function and quoting the sample when it raises or
+    returns anything else."""
+    sample = (f"sample {index}: response {response[:_QUOTE]!r}, answer "
+              f"{answer[:_QUOTE]!r}")
+    try:
+        value = function(response, answer)
+    except Exception as exc:
+        raise RewardFunctionError(f"reward function {name!r} raised {exc!r} on "
+                                  f"{sample}") from exc
+    try:
+        reward = float(value)
+    except (TypeError, ValueError):
+        reward = math.nan
+    if not math.isfinite(reward):
+        raise RewardFunctionError(f"reward function {name!r} returned {value!r}, not a finite "
+                                  f"number, on {sample}")
+    return reward
 
 
 @dataclass(frozen=True)
@@ -160,22 +182,9 @@ class RewardWorker:
 
     def _call(self, index: int, response: str, answer: str) -> float:
         """The user's function on one sample; a `RewardFunctionError` quoting it otherwise."""
-        assert self.function is not None
-        sample = (f"sample {index}: response {response[:_QUOTE]!r}, answer "
-                  f"{answer[:_QUOTE]!r}")
-        try:
-            value = self.function(response, answer)
-        except Exception as exc:
-            raise RewardFunctionError(f"reward function {self.config.function!r} raised "
-                                      f"{exc!r} on {sample}") from exc
-        try:
-            reward = float(value)
-        except (TypeError, ValueError):
-            reward = math.nan
-        if not math.isfinite(reward):
-            raise RewardFunctionError(f"reward function {self.config.function!r} returned "
-                                      f"{value!r}, not a finite number, on {sample}")
-        return reward
+        assert self.function is not None and self.config.function is not None
+        return call_reward_function(self.function, self.config.function, response, answer,
+                                    index=index)
 
     def compute_rewards(self, batch: RolloutBatch) -> tuple[RolloutBatch, RewardStats]:
         """`batch` with `rewards` set, and its accuracy statistics."""
