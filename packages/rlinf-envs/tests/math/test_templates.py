@@ -32,3 +32,9 @@ def test_chat() -> None:
 def test_unknown_template() -> None:
     with pytest.raises(ConfigError, match="unknown prompt template"):
         format_prompt(PROBLEM, template="fancy")  # type: ignore[arg-type]
+
+
+def test_a_question_that_ends_in_an_equals_sign_gets_no_second_one() -> None:
+    assert compact_form(MathProblem("49-97=", "-48")) == "49-97="
+    assert compact_form(MathProblem("  49-97 =  ", "-48")) == "49-97 ="
+    assert format_prompt(MathProblem("49-97", "-48"), template="short") == "49-97="

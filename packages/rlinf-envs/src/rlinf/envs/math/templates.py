@@ -4,7 +4,8 @@
 - `chat`: system + user messages for chat models (`format_chat`), or its plain text form.
 - `short`: the compact form for tiny character-level models, e.g. "12+7=" whose expected
   completion is "19". Generated problems carry it in `metadata["compact"]`; other problems
-  fall back to the question followed by "=".
+  fall back to the question followed by "=", unless it ends with "=" already (a user's
+  "49-97=" stays "49-97=", not "49-97==", which no model trained on the form answers).
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ DEFAULT_SYSTEM_PROMPT = (
 
 
 def compact_form(problem: MathProblem) -> str:
-    """The short-template prompt: `metadata["compact"]` if present, else question + "="."""
+    """The short-template prompt: `metadata["compact"]` if present, else the question ending
+    in one "=" (added when it has none)."""
     compact = problem.metadata.get("compact")
     if isinstance(compact, str) and compact:
         return compact
-    return problem.question.strip() + "="
+    question = problem.question.strip()
+    return question if question.endswith("=") else question + "="
 
 
 def format_chat(
