@@ -28,11 +28,30 @@ def test_default_run_names_the_warm_start_and_generated_problems() -> None:
     model, tokenizer = model_factory(spec)()
     assert loaded.parameters == sum(p.numel() for p in model.parameters())
     assert loaded.train_problems is None and loaded.heldout_problems == cfg.data.heldout_size
-    model_line, tokenizer_line, data_line = loaded.lines()
+    model_line, tokenizer_line, data_line, prompt_line = loaded.lines()
     assert model_line.startswith("model: warm start ") and "trains in fp32" in model_line
     assert f"vocabulary {len(tokenizer)}" in tokenizer_line
     assert data_line == (f"data: generated level {cfg.data.level} — generated on the fly, "
                          f"{cfg.data.heldout_size} held-out")
+    first = ProblemSource(cfg)(1, 1)[0]  # the short template: the compact form, one "="
+    assert prompt_line == f"first prompt: {first.metadata['compact']!r}"
+
+
+def test_the_first_prompt_is_printed_as_the_chat_template_renders_it(tmp_path: Path) -> None:
+    model, tokenizer = build_tiny_model(TinyLMConfig(hidden_size=64, num_layers=1), seed=0)
+    tokenizer.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}"
+                               "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    # The tiny char tokenizer has no space: the line shows what it keeps, as the model sees.
+    for system, shown in (("Be brief.", "<system>Bebrief.<user>"), (None, "'<user>")):
+        cfg = _cfg(model={"dir": str(tmp_path / "model")},
+                   data={"template": "chat", "system_prompt": system})
+        source = ProblemSource(cfg)
+        line = describe_loaded(cfg, flow_spec(cfg), source).lines()[3]
+        question = source(1, 1)[0].question.strip().replace(" ", "")
+        assert line.startswith("first prompt: ") and shown in line
+        assert line.endswith(f"{question}<assistant>'")
 
 
 def test_a_hugging_face_folder_is_counted_without_reading_its_weights(tmp_path: Path) -> None:

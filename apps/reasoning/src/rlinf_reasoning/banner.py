@@ -1,7 +1,9 @@
 """What a run loaded, printed before it starts: the model (parameters, stored dtype, the
-precision it trains in), the tokenizer, and the problems of each split. A user who points
-`model.dir` or `data.path` at their own files sees at once whether the right ones came in,
-and ``data.template=chat`` with a tokenizer that has no chat template is refused here,
+precision it trains in), the tokenizer, the problems of each split, and the first prompt
+exactly as the model sees it (template, system prompt and the tokenizer's special tokens
+decoded from its ids). A user who points `model.dir` or `data.path` at their own files
+sees at once whether the right ones came in; ``data.template=chat`` with a tokenizer that
+has no chat template is refused here,
 before any worker starts, as is a reward function (``reward.function``) that fails on a
 real sample: it is called once with a held-out problem's reference answer as the response.
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlinf.workers.rollout.worker import encode_prompt
 from rlinf_reasoning.config import ReasoningConfig
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import InvalidConfigError
@@ -43,15 +46,18 @@ class Loaded:
     heldout_problems: int
     data: str
     """Where the problems come from."""
+    first_prompt: str = ""
+    """The first training prompt as the model sees it (its token ids decoded)."""
 
     def lines(self) -> list[str]:
-        """The banner, one line each for model, tokenizer and data."""
+        """The banner, one line each for model, tokenizer, data and the first prompt."""
         train = ("generated on the fly" if self.train_problems is None
                  else f"{self.train_problems} train")
         return [f"model: {self.model} — {_count(self.parameters)} parameters, stored "
                 f"{self.stored_dtype}, trains in {self.precision}",
                 f"tokenizer: {self.tokenizer}",
-                f"data: {self.data} — {train}, {self.heldout_problems} held-out"]
+                f"data: {self.data} — {train}, {self.heldout_problems} held-out",
+                f"first prompt: {self.first_prompt!r}"]
 
 
 def _count(n: int) -> str:
@@ -89,11 +95,13 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
     data = (f"generated level {cfg.data.level}" if cfg.data.path is None
             else str(cfg.data.path) + (f" + {cfg.data.heldout_path}"
                                        if cfg.data.heldout_path else ""))
+    first = encode_prompt(source(1, 1)[0], tokenizer, template=spec.rollout.template,
+                          system_prompt=spec.rollout.system_prompt)
     return Loaded(model=where, parameters=parameters,
                   stored_dtype=stored, precision=cfg.model.precision,
                   tokenizer=f"{type(tokenizer).__name__} (vocabulary {len(tokenizer)})",
                   train_problems=source.train_size, heldout_problems=len(source.heldout),
-                  data=data)
+                  data=data, first_prompt=str(tokenizer.decode(first)))
 
 
 def _try_reward_function(cfg: ReasoningConfig, source: ProblemSource) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from rlinf.envs.math.templates import DEFAULT_SYSTEM_PROMPT
 from rlinf.workers.errors import MissingExtraError
 from rlinf_reasoning._schema import Range, build
 from rlinf_reasoning.errors import DataFileError, InvalidConfigError, MissingEngineError
@@ -100,7 +101,10 @@ class DataConfig:
     template: Literal["short", "plain", "chat"] = "short"
     """Prompt template of rlinf.envs.math.format_prompt ("short" for tiny char models);
     "chat" renders system and user messages with the tokenizer's own chat template and is
-    refused when the tokenizer has none."""
+    refused when the tokenizer has none. The run prints its first prompt as the model
+    sees it."""
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    """The system message of the chat template (null: none)."""
 
     def __post_init__(self) -> None:
         if self.heldout_path is not None and self.path is None:

@@ -18,12 +18,12 @@ import structlog
 from transformers import PreTrainedTokenizerBase
 
 from rlinf.envs.math import MathProblem, format_chat, format_prompt
-from rlinf.envs.math.templates import TemplateName
+from rlinf.envs.math.templates import DEFAULT_SYSTEM_PROMPT, TemplateName
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.types import NamedTensors, RolloutEngine, SamplingConfig
 
-__all__ = ["GroupSink", "RolloutStats", "RolloutWorker", "RolloutWorkerConfig"]
+__all__ = ["GroupSink", "RolloutStats", "RolloutWorker", "RolloutWorkerConfig", "encode_prompt"]
 
 _log = structlog.get_logger(__name__)
 
@@ -56,6 +56,9 @@ class RolloutWorkerConfig:
     """Prompt template of `rlinf.envs.math.format_prompt` ("short" for tiny char models);
     "chat" applies the tokenizer's chat template to `rlinf.envs.math.format_chat`'s messages
     and is refused for a tokenizer without one."""
+    system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+    """The system message of the "chat" template (None: none; the other templates have no
+    system part)."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.groups_per_micro_batch < 1:
@@ -75,6 +78,21 @@ class RolloutStats:
     """Generated tokens, EOS included."""
     stopped_fraction: float
     """Share of responses that ended with EOS rather than the length limit."""
+
+
+def encode_prompt(problem: MathProblem, tokenizer: PreTrainedTokenizerBase, *,
+                  template: TemplateName, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
+                  ) -> list[int]:
+    """Token ids of `problem` under `template` (`RolloutWorker.encode_prompt`): what the
+    model sees; decoded, what a run prints as its first prompt."""
+    if template == "chat":
+        text = tokenizer.apply_chat_template(
+            format_chat(problem, system_prompt=system_prompt), add_generation_prompt=True,
+            tokenize=False)
+        assert isinstance(text, str)
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    text = format_prompt(problem, template=template, system_prompt=system_prompt)
+    return list(tokenizer(text, add_special_tokens=True)["input_ids"])
 
 
 class RolloutWorker:
@@ -99,13 +117,8 @@ class RolloutWorker:
         """Token ids of `problem` under the configured template; ``chat`` goes through the
         tokenizer's own chat template (system and user messages, generation prompt), whose
         text already holds the special tokens the model expects."""
-        if self.config.template == "chat":
-            text = self.tokenizer.apply_chat_template(
-                format_chat(problem), add_generation_prompt=True, tokenize=False)
-            assert isinstance(text, str)
-            return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        text = format_prompt(problem, template=self.config.template)
-        return list(self.tokenizer(text, add_special_tokens=True)["input_ids"])
+        return encode_prompt(problem, self.tokenizer, template=self.config.template,
+                             system_prompt=self.config.system_prompt)
 
     def rollout(
         self, problems: Sequence[MathProblem], *, sink: Sink,
