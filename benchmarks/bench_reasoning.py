@@ -21,8 +21,8 @@ Contenders, every one with the same cores:
   fastest is the baseline. Like TRL at ``num_iterations=1``, the HF contenders on both
   sides make no extra old-log-prob pass (rlinf: ``recompute_logprobs=False``). Each TRL
   setup runs with the model's attention kernel (sdpa) and, where rlinf's actor trains
-  these rows with another (`trl_attention`: eager for bf16 rows of at most 256 tokens on
-  CPU, whose backward is 20-25% faster there than the fused kernel's), with that one too,
+  these rows with another (`trl_attention`: eager for bf16 on CPU, where rlinf's
+  `ActorConfig.attention="auto"` trains with it at any width), with that one too,
   so the kernel does not separate them (``--trl 2x1:eager``);
 - rlinf `ReasoningFlow` with the HF engine in each placement mode: collocated (every role
   on both CPU devices, 2 ranks each, taking turns; each rollout rank generates its half in
