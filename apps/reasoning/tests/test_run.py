@@ -156,6 +156,13 @@ def test_outputs_are_well_formed(reference_run: tuple[Path, str]) -> None:
     assert len(pids) == 2, "measured and predicted timelines side by side"
     names = {e["name"] for e in events_ if e.get("ph") == "X"}
     assert names, "the trace has spans"
+    # samples.jsonl: each evaluation's first run.eval_samples (4) held-out responses.
+    samples = read_jsonl(run_dir / "samples.jsonl")
+    assert [s["step"] for s in samples] == [0] * 4 + [1] * 4 + [2] * 4
+    for sample in samples:
+        assert {"prompt", "response", "answer", "reward"} <= sample.keys()
+        assert sample["prompt"].endswith("=") and sample["reward"] in (0.0, 1.0)
+    assert "first prompt: '" in stdout
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["mode"] == "collocated"
     assert summary["placement"] == "rollout,reward,inference,actor: 0"

@@ -353,6 +353,9 @@ class RunConfig:
     safetensors, config, tokenizer), as ``rlinf-reasoning export`` does."""
     eval_every: NonNegative = 10
     """Held-out greedy accuracy every this many steps (0: only before and after)."""
+    eval_samples: NonNegative = 4
+    """Held-out responses (prompt, response, answer, reward) each evaluation adds to
+    ``samples.jsonl`` in the run folder (0: none)."""
     trace: bool = False
     """Write a Chrome trace of the real timeline next to the planner's predicted one."""
     loggers: tuple[Literal["jsonl", "tensorboard", "wandb", "mlflow"], ...] = (

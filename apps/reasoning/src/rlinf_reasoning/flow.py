@@ -35,7 +35,7 @@ from rlinf_reasoning.models import export_for_engine
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import declare
 
-__all__ = ["ReasoningFlow", "StepResult"]
+__all__ = ["Evaluation", "ReasoningFlow", "StepResult"]
 
 _log = structlog.get_logger(__name__)
 
@@ -60,6 +60,16 @@ class StepResult:
     onloads: int = 0
     """Onloads the device lock ran during the iteration, summed over every worker process
     (its context switches; 0 without a lock)."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A held-out evaluation (`ReasoningFlow.evaluation`)."""
+
+    accuracy: float
+    """Greedy accuracy over the problems."""
+    samples: tuple[dict[str, Any], ...]
+    """The first responses: ``prompt``, ``response``, ``answer``, ``reward``."""
 
 
 class ReasoningFlow:
@@ -182,11 +192,16 @@ class ReasoningFlow:
     # -- evaluation and checkpoints --------------------------------------------------------
 
     def evaluate(self, problems: Sequence[MathProblem]) -> float:
-        """Held-out greedy accuracy of the current weights: the rollout ranks answer their
-        share of `problems`, the reward ranks score the answers."""
+        """Held-out greedy accuracy of the current weights (`evaluation`)."""
+        return self.evaluation(problems).accuracy
+
+    def evaluation(self, problems: Sequence[MathProblem], *, samples: int = 0) -> Evaluation:
+        """Held-out greedy accuracy of the current weights, and the first `samples`
+        responses with their rewards: the rollout ranks answer their share of `problems`,
+        the reward ranks score the answers."""
         self._check_open()
         if not problems:
-            return 0.0
+            return Evaluation(0.0, ())
         rollout, reward = self.groups["rollout"], self.groups["reward"]
         ranks = rollout.world_size
         batches = rollout.call(
@@ -194,8 +209,11 @@ class ReasoningFlow:
             max_new_tokens=[self.spec.rollout.sampling.max_new_tokens] * ranks,
             spec=PER_RANK_ALL, timeout=self.spec.timeout)
         results = reward.call("evaluate", split_value(list(batches), reward.world_size),
-                              spec=PER_RANK_ALL, timeout=self.spec.timeout)
-        return float(sum(correct for correct, _ in results) / len(problems))
+                              samples=[samples] * reward.world_size, spec=PER_RANK_ALL,
+                              timeout=self.spec.timeout)
+        kept = [sample for _, _, rank_samples in results for sample in rank_samples]
+        return Evaluation(float(sum(correct for correct, _, _ in results) / len(problems)),
+                          tuple(kept[:samples]))
 
     def save(self, directory: Path) -> None:
         """Model, optimizer (+ critic), RNG and step of every actor rank under `directory`.

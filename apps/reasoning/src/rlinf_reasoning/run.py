@@ -331,6 +331,21 @@ def _train(cfg: ReasoningConfig, *, resume: bool, overrides: Sequence[str], out:
     return summary
 
 
+SAMPLES_FILE = "samples.jsonl"
+"""Held-out responses of each evaluation, one JSON object per line (``run.eval_samples``)."""
+
+
+def _evaluated(session: _Session, flow: ReasoningFlow, step: int) -> float:
+    """Held-out greedy accuracy at `step`; its first ``run.eval_samples`` responses, with
+    their rewards, appended to the run folder's `SAMPLES_FILE`."""
+    evaluation = flow.evaluation(session.source.heldout, samples=session.cfg.run.eval_samples)
+    if evaluation.samples:
+        with (session.run_dir / SAMPLES_FILE).open("a", encoding="utf-8") as out:
+            for sample in evaluation.samples:
+                out.write(json.dumps({"step": step, **sample}) + "\n")
+    return evaluation.accuracy
+
+
 def _replanner(session: _Session, choice: PlanChoice) -> Replanner | None:
     """The run's re-planner (``run.replan``), or None."""
     run = session.cfg.run
@@ -497,14 +512,13 @@ def _resumed(session: _Session, plan: ExecutionPlan) -> PlanChoice:
 
 
 def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary:
-    cfg, ckpt, run_dir, source = session.cfg, session.ckpt, session.run_dir, session.source
-    held = source.heldout
+    cfg, ckpt, run_dir = session.cfg, session.ckpt, session.run_dir
     run = cfg.run
     if ckpt is not None:
         flow.load(ckpt.path)
         before, start, prior_seconds = ckpt.heldout_before, ckpt.step, ckpt.seconds
     else:
-        before, start, prior_seconds = flow.evaluate(held), 0, 0.0
+        before, start, prior_seconds = _evaluated(session, flow, 0), 0, 0.0
     after = before
     replan = _replanner(session, choice)
     relaunched: list[ReasoningFlow] = []
@@ -549,7 +563,7 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
                 last_spans = list(result.spans)
                 spans.extend(result.spans)
             if step == run.steps or (run.eval_every and step % run.eval_every == 0):
-                after = flow.evaluate(held)
+                after = _evaluated(session, flow, step)
                 record[HELDOUT_KEY] = after
             decision = None if replan is None else replan.observe(
                 step, seconds=result.seconds, busy=_busy(result.metrics, replan))

@@ -422,8 +422,18 @@ def test_held_out_evaluation_answers_in_the_rollout_and_scores_in_the_reward_rol
     assert again is not None and torch.equal(again.response_ids, first.response_ids)
     assert rollout.greedy_batch([], max_new_tokens=4) is None
     reward = RewardRole(ctx("reward"), setup=wiring.setup(), config=RewardConfig())
-    correct, answered = reward.evaluate([first, None, second])
+    correct, answered, samples = reward.evaluate([first, None, second], samples=4)
     expected = [reward.worker.compute_rewards(batch)[1] for batch in (first, second)]
     assert answered == 5
     assert correct == pytest.approx(sum(s.accuracy * s.responses for s in expected))
-    assert reward.evaluate([]) == (0.0, 0)
+    assert reward.evaluate([]) == (0.0, 0, [])
+    # the first 4 responses across batches, as the model saw and wrote them, with rewards
+    tokenizer = reward.worker.tokenizer
+    assert [s["answer"] for s in samples] == [p.answer for p in problems[:4]]
+    assert samples[3]["prompt"] == tokenizer.decode(
+        [t for t, m in zip(second.prompt_ids[0].tolist(), second.prompt_mask[0].tolist(),
+                           strict=True) if m])
+    assert samples[0]["response"] == reward.worker.decode(first)[0]
+    scored = reward.worker.compute_rewards(first)[0]
+    assert samples[0]["reward"] == pytest.approx(float(scored.rewards[0]))
+    assert reward.evaluate([first], samples=0)[2] == []

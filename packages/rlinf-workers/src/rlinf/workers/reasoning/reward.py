@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from rlinf.comm import Channel
 from rlinf.workers.flow import FlowChannel, StepContext
@@ -59,18 +60,37 @@ class RewardRole(ReasoningRole):
                     totals["verify_timeouts"] += stats.verify_timeouts
         return totals
 
-    def evaluate(self, batches: Sequence[RolloutBatch | None]) -> tuple[float, int]:
-        """``(correct, answered)`` over the responses of `batches` (the rollout's greedy
-        responses to held-out problems, `RolloutRole.greedy_batch`), in one turn."""
+    def evaluate(self, batches: Sequence[RolloutBatch | None], *,
+                 samples: int = 0) -> tuple[float, int, list[dict[str, Any]]]:
+        """``(correct, answered, samples)`` over the responses of `batches` (the rollout's
+        greedy responses to held-out problems, `RolloutRole.greedy_batch`), in one turn;
+        `samples`: how many of the first responses to return as ``prompt``, ``response``,
+        ``answer`` and ``reward`` (texts decoded as the model saw and wrote them)."""
         correct, answered = 0.0, 0
+        kept: list[dict[str, Any]] = []
         with self.turn("evaluate", batches=len(batches)):
             for batch in batches:
                 if batch is None or batch.num_rows == 0:
                     continue
-                _, stats = self.worker.compute_rewards(batch)
+                scored, stats = self.worker.compute_rewards(batch)
                 correct += stats.accuracy * stats.responses
                 answered += stats.responses
-        return correct, answered
+                if len(kept) < samples:
+                    kept += self._samples(scored, samples - len(kept))
+        return correct, answered, kept
+
+    def _samples(self, batch: RolloutBatch, count: int) -> list[dict[str, Any]]:
+        rows = min(count, batch.num_rows)
+        prompts = [self.worker.tokenizer.decode([t for t, m in zip(ids, mask, strict=True) if m])
+                   for ids, mask in zip(batch.prompt_ids[:rows].tolist(),
+                                        batch.prompt_mask[:rows].tolist(), strict=True)]
+        responses = self.worker.decode(batch.select(slice(0, rows)))
+        assert batch.rewards is not None
+        return [{"prompt": str(prompt), "response": response, "answer": answer,
+                 "reward": float(reward)}
+                for prompt, response, answer, reward in zip(
+                    prompts, responses, batch.answers[:rows], batch.rewards[:rows].tolist(),
+                    strict=True)]
 
     def score(self, batch: RolloutBatch) -> RolloutBatch:
         """`batch` with rewards (for profiling and probes), in one turn."""
