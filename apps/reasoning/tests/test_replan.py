@@ -140,3 +140,20 @@ def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_me
     assert summary["placement"] == (first_guess if went_back else hybrid)
     steps = [r["step"] for r in metrics(run_dir)]
     assert steps == list(range(8))  # every step once, across the relaunches
+
+
+def test_auto_plans_live_only_when_a_switch_could_pay_for_its_relaunch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """3 steps left at 0.1 s each save at most 0.3 s: a 5 s relaunch never pays, so the
+    planner (seconds on many slots) is not run at all."""
+    planned: list[int] = []
+    monkeypatch.setattr(run_module, "auto_plan", lambda *a: planned.append(1))
+    cfg = from_omegaconf(cli.compose_config(["placement=auto", "cluster.cpu_slots=2"]))
+    plan = dataclasses.replace(fixed_plan(run_module.flow_spec(cfg), "rollout: 0, reward,"
+                                          "inference,actor: 1", num_devices=2,
+                                          granularity_groups=2), predicted_time=0.1)
+    choice = run_module.PlanChoice(plan=plan, profile=object())  # type: ignore[arg-type]
+    session = dataclasses.make_dataclass("S", ["cfg", "launch_seconds", "spec", "cluster",
+                                               "out"])(cfg, 5.0, None, None, io.StringIO())
+    assert run_module._live_switch(session, choice, steps_left=3) is None  # type: ignore[arg-type]
+    assert planned == []

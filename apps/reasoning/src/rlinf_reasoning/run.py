@@ -438,11 +438,15 @@ def _live_switch(session: _Session, choice: PlanChoice, *,
                  steps_left: int) -> ExecutionPlan | None:
     """``auto`` on its first guess, priced from its own steps: the plan those costs price
     fastest (`auto_plan`), when moving to it pays for a relaunch over the steps left
-    (`rlinf.sched.switch_pays`); None to stay."""
+    (`rlinf.sched.switch_pays`); None to stay. No planning at all when even a plan of no
+    cost could not save a relaunch over the steps left."""
     if session.cfg.placement.strip().lower() != "auto" or choice.profile is None:
         return None
-    best = auto_plan(session.spec, choice.profile, session.cluster).plan
     current = choice.plan.predicted_time
+    if not switch_pays(current, current * 1e-9, steps_left=steps_left,
+                       switch_s=session.launch_seconds, min_gain=LIVE_MIN_GAIN):
+        return None  # not even a plan of no cost would pay for a relaunch: no planning
+    best = auto_plan(session.spec, choice.profile, session.cluster).plan
     if (best.spec, dict(best.granularity)) == (choice.plan.spec, dict(choice.plan.granularity)):
         return None
     pays = switch_pays(current, best.predicted_time, steps_left=steps_left,
