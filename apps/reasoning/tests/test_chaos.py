@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -167,7 +168,8 @@ def test_sigint_to_the_main_process_stops_the_run_within_10_s(tmp_path: Path) ->
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130 and stopped < 10.0, (proc.returncode, stopped, out[-4000:])
-    assert "interrupted; continue with --resume" in out
+    assert re.search(r"interrupted; continue from the checkpoint of step \d+ with --resume",
+                     out), out[-2000:]
     assert (run_dir / "checkpoints" / "LATEST").exists()
     _, alive = psutil.wait_procs(started_by_run, timeout=10)
     assert not alive, [" ".join(p.cmdline()) for p in alive if p.is_running()]
