@@ -8,7 +8,7 @@ interpreter per process (``python -m rlinf.envs.math._verify_child FD``: a fresh
 interpreter, not a fork of a process that may hold torch or Ray threads, and one that does
 not re-run the caller's main module as multiprocessing's spawn would). The caller waits on
 the pipe until the deadline; past it, it kills the helper, and the next comparison starts
-a fresh one. Start-up and warm-up (about a second) count against no deadline.
+a fresh one. Start-up and warm-up count against no deadline.
 
 One helper serves every thread of the process, one comparison at a time: a thread waits
 for the comparisons queued before its own, each bounded by its deadline. The helper ends

@@ -265,7 +265,7 @@ def is_equivalent(
 
 def warm_up_verifier(backend: Backend = "auto") -> bool:
     """Start this process's math-verify helper now, so that it pays math-verify's import and
-    parser start-up (about a second) in a process of its own while this one goes on, not
+    parser start-up in a process of its own while this one goes on, not
     inside the first scoring (which waits for it to be ready); whether math-verify is in
     use. Idempotent."""
     _check_backend(backend)
