@@ -36,7 +36,7 @@ __all__ = ["VerifierProcess", "shared_process"]
 _log = structlog.get_logger(__name__)
 
 _START_TIMEOUT = 120.0
-"""Seconds the helper may take to import math-verify and warm it up (a second when idle)."""
+"""Seconds the helper may take to import math-verify and warm it up."""
 
 
 class VerifierProcess:
