@@ -6,12 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.envs import DatasetError, DatasetNotFoundError, DatasetRecordError
+from rlinf.envs import ConfigError, DatasetError, DatasetNotFoundError, DatasetRecordError
 from rlinf.envs._extras import has_module
 from rlinf.envs.math import (
+    DataKeys,
     GeneratorConfig,
     MathProblem,
     ProblemGenerator,
+    dataset_splits,
+    format_chat,
+    format_prompt,
     load_problems,
     problem_from_record,
     save_jsonl,
@@ -68,7 +72,7 @@ def test_bad_records(record: dict[str, str], message: str) -> None:
 def test_bad_files(tmp_path: Path) -> None:
     with pytest.raises(DatasetNotFoundError, match="does not exist"):
         load_problems(tmp_path / "missing.jsonl")
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(DatasetError, match="not one `datasets` saved"):
         load_problems(tmp_path)
     csv = tmp_path / "x.csv"
     csv.write_text("a,b\n")
@@ -122,3 +126,82 @@ def test_a_bad_parquet_row_or_file_is_named(tmp_path: Path) -> None:
     broken.write_bytes(b"not parquet")
     with pytest.raises(DatasetError, match="not a readable Parquet file"):
         load_problems(broken)
+
+
+VERL_ROWS = [
+    {"data_source": "openai/gsm8k",
+     "prompt": [{"role": "user", "content": "Natalia sold 48 clips. Let's think step by step "
+                                            "and output the final answer after \"####\"."}],
+     "ability": "math", "reward_model": {"style": "rule", "ground_truth": "72"},
+     "extra_info": {"split": "train", "index": 0}},
+    {"data_source": "openai/gsm8k",
+     "prompt": [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Weng earns $12 an hour."}],
+     "ability": "math", "reward_model": {"style": "rule", "ground_truth": "10"},
+     "extra_info": {"split": "train", "index": 1}},
+]
+
+
+def test_verl_parquet_is_read_as_it_is(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist(VERL_ROWS), path)
+    first, second = load_problems(path)
+    assert (first.answer, second.answer) == ("72", "10")
+    assert first.question.startswith("Natalia") and second.question == "Weng earns $12 an hour."
+    assert [m["role"] for m in second.messages] == ["system", "user"]
+    assert second.prompt == VERL_ROWS[1]["prompt"]
+    assert first.metadata["style"] == "verl" and first.metadata["data_source"] == "openai/gsm8k"
+    assert first.columns["extra_info"] == {"split": "train", "index": 0}
+    assert first.dataset_columns["reward_model"]["ground_truth"] == "72"
+
+
+def test_keys_map_a_layout_of_ones_own(tmp_path: Path) -> None:
+    path = tmp_path / "mine.jsonl"
+    path.write_text(json.dumps({"query": "7*6", "meta": {"gold": 42, "level": 3},
+                                "tag": "x"}) + "\n")
+    keys = DataKeys(prompt="query", answer="meta.gold", columns=("tag", "lvl:meta.level"))
+    (problem,) = load_problems(path, keys=keys)
+    assert (problem.question, problem.answer, problem.messages) == ("7*6", "42", ())
+    assert problem.columns == {"tag": "x", "lvl": 3}
+    everything = load_problems(path, keys=DataKeys(prompt="query", answer="meta.gold"))[0]
+    assert everything.columns == {"query": "7*6", "meta": {"gold": 42, "level": 3}, "tag": "x"}
+    with pytest.raises(DatasetRecordError, match=r"mine.jsonl:1: .*meta.missing"):
+        load_problems(path, keys=DataKeys(prompt="query", answer="meta.missing"))
+    with pytest.raises(ConfigError, match="dotted path"):
+        DataKeys(prompt="query", answer="meta..gold")
+
+
+def test_a_prompt_that_is_neither_text_nor_messages_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "odd.jsonl"
+    path.write_text(json.dumps({"prompt": [{"text": "hi"}], "reward_model":
+                                {"ground_truth": "1"}}) + "\n")
+    with pytest.raises(DatasetRecordError, match="text or a list of chat messages"):
+        load_problems(path)
+
+
+def test_datasets_folders_are_read_with_their_splits(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    rows = [{"question": f"{i}+1", "answer": str(i + 1)} for i in range(3)]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "one"))
+    assert [p.answer for p in load_problems(tmp_path / "one")] == ["1", "2", "3"]
+    assert dataset_splits(tmp_path / "one") == ()
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(rows),
+                          "test": datasets.Dataset.from_list(VERL_ROWS)}).save_to_disk(
+        str(tmp_path / "both"))
+    assert set(dataset_splits(tmp_path / "both")) == {"train", "test"}
+    assert len(load_problems(tmp_path / "both")) == 3
+    assert [p.answer for p in load_problems(tmp_path / "both", split="test")] == ["72", "10"]
+    with pytest.raises(DatasetError, match="not 'validation'"):
+        load_problems(tmp_path / "both", split="validation")
+
+
+def test_chat_messages_render_as_they_are() -> None:
+    problem = problem_from_record(VERL_ROWS[1])
+    assert format_chat(problem, system_prompt="ignored") == VERL_ROWS[1]["prompt"]
+    assert format_prompt(problem, template="chat") == (
+        "System: Be brief.\nUser: Weng earns $12 an hour.\nAssistant:")
+    assert format_prompt(problem, template="short") == "Weng earns $12 an hour.="
+    assert MathProblem.from_dict(problem.to_dict()).messages == problem.messages

@@ -1,7 +1,14 @@
 """Math reasoning tasks: problems, datasets, a procedural generator, extraction, rewards."""
 
 from rlinf.envs.math.choices import split_label
-from rlinf.envs.math.datasets import load_problems, problem_from_record, save_jsonl
+from rlinf.envs.math.datasets import (
+    VERL_KEYS,
+    DataKeys,
+    dataset_splits,
+    load_problems,
+    problem_from_record,
+    save_jsonl,
+)
 from rlinf.envs.math.extract import (
     extract_answer,
     extract_boxed,
@@ -25,6 +32,8 @@ from rlinf.envs.math.verify import (
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "VERL_KEYS",
+    "DataKeys",
     "GeneratorConfig",
     "Grade",
     "MathProblem",
@@ -32,6 +41,7 @@ __all__ = [
     "Verdict",
     "check_answer",
     "compact_form",
+    "dataset_splits",
     "extract_answer",
     "extract_boxed",
     "extract_hash_answer",

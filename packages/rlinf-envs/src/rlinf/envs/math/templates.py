@@ -1,7 +1,8 @@
 """Prompt templates: how a `MathProblem` is shown to a model.
 
 - `plain`: the question plus an instruction to box the final answer (base models).
-- `chat`: system + user messages for chat models (`format_chat`), or its plain text form.
+- `chat`: system + user messages for chat models (`format_chat`), or its plain text form;
+  a problem whose source gives its prompt as chat messages keeps those.
 - `short`: the compact form for tiny character-level models, e.g. "12+7=" whose expected
   completion is "19". Generated problems carry it in `metadata["compact"]`; other problems
   fall back to the question followed by "=", unless it ends with "=" already (a user's
@@ -38,7 +39,12 @@ def compact_form(problem: MathProblem) -> str:
 def format_chat(
     problem: MathProblem, *, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
 ) -> list[dict[str, str]]:
-    """Chat messages (`role`/`content`) ready for a tokenizer's `apply_chat_template`."""
+    """Chat messages (`role`/`content`) ready for a tokenizer's `apply_chat_template`: the
+    problem's own messages as they are when its source gave some (veRL's layout: they hold
+    their instructions, so `system_prompt` is not added), else `system_prompt` and the
+    question."""
+    if problem.messages:
+        return [dict(m) for m in problem.messages]
     messages = [] if system_prompt is None else [{"role": "system", "content": system_prompt}]
     messages.append({"role": "user", "content": problem.question.strip()})
     return messages
@@ -57,7 +63,7 @@ def format_prompt(
         return compact_form(problem)
     if template == "chat":
         # Plain-text rendering for engines without a chat template; prefer format_chat.
-        parts = [f"System: {system_prompt}"] if system_prompt else []
-        parts += [f"User: {problem.question.strip()}", "Assistant:"]
-        return "\n".join(parts)
+        parts = [f"{m['role'].capitalize()}: {m['content'].strip()}"
+                 for m in format_chat(problem, system_prompt=system_prompt)]
+        return "\n".join([*parts, "Assistant:"])
     raise ConfigError(f"unknown prompt template {template!r}; expected one of {TEMPLATES}")
