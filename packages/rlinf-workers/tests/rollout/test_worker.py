@@ -161,3 +161,33 @@ def test_chat_template_without_one_in_the_tokenizer_is_refused(model, tokenizer)
     assert not getattr(tokenizer, "chat_template", None)
     with pytest.raises(ConfigError, match="template 'plain'"):
         _worker(model, tokenizer, template="chat")
+
+
+def test_problems_travel_with_their_groups_only_when_asked(model, tokenizer, problems):
+    plain, _ = _worker(model, tokenizer, group_size=2, groups_per_micro_batch=2)
+    assert plain.generate_batch(problems[:2]).prompts == ()
+    worker, _ = _worker(model, tokenizer, group_size=2, groups_per_micro_batch=2,
+                        problem_columns=True)
+    sink = WeightedSink()
+    worker.rollout(problems[:3], sink=sink)
+    groups = [RolloutBatch.from_batch(decode(encode(item), to="torch"))
+              for item, _ in sink.items]
+    assert [g.prompts for g in groups] == [(p.question,) for p in problems[:3]]
+    assert groups[1].columns == (problems[1].dataset_columns,)
+    merged = RolloutBatch.concat(groups, pad_token_id=tokenizer.pad_token_id)
+    assert merged.prompts == tuple(p.question for p in problems[:3])
+    assert merged.select(slice(2, 6)).columns == tuple(p.dataset_columns for p in problems[1:3])
+    assert merged.without_problems().prompts == () and merged.without_problems().columns == ()
+
+
+def test_chat_message_prompts_use_the_tokenizer_template_whatever_the_template(model) -> None:
+    from rlinf.envs.math import MathProblem
+    from rlinf.workers.models import build_char_tokenizer
+
+    tokenizer = build_char_tokenizer()
+    problem = MathProblem("2+2", "4", messages=({"role": "user", "content": "2+2?"},))
+    bare, _ = _worker(model, tokenizer, template="short")
+    assert tokenizer.decode(bare.encode_prompt(problem)).endswith("2+2=")
+    tokenizer.chat_template = CHAT_TEMPLATE
+    chat, _ = _worker(model, tokenizer, template="short")
+    assert tokenizer.decode(chat.encode_prompt(problem)) == "[user]2+2?\n[assistant]"

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -147,7 +148,8 @@ class FlowRun:
         try:
             rendezvous = RayStore(store)  # the actor channels are found through
             options: dict[str, Any] = {
-                "env_vars": {"RLINF_COMM_TOKEN": token.hex()}, "allocator": flow.host_allocator,
+                "env_vars": {"RLINF_COMM_TOKEN": token.hex(), **_driver_path()},
+                "allocator": flow.host_allocator,
                 "log_level": log_level,
                 "launch_timeout": timeout, "call_timeout": timeout, "cluster": cluster}
             locked = _lock_takers(placement, inlined=inlined)
@@ -762,3 +764,11 @@ def _stop(lock: Any, store: RayStore | None, owns_ray: bool) -> None:
             store.destroy()
     if owns_ray:
         stop_ray()
+
+
+def _driver_path() -> dict[str, str]:
+    """The driver's PYTHONPATH ahead of the worker's own (Ray expands ``${PYTHONPATH}``): a
+    user's module — a reward function, a component — imports in the workers as in the driver,
+    also on a Ray instance started before the driver was."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": f"{path}{os.pathsep}${{PYTHONPATH}}"} if path else {}

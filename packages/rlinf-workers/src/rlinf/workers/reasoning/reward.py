@@ -31,7 +31,8 @@ class RewardRole(ReasoningRole):
         `output_channel`. Returns this rank's accuracy, mean reward and fraction of groups
         with a correct response, and the sums they come from (``responses``, ``correct``,
         ``reward_sum``, ``groups``, ``groups_solved``) so a driver can pool ranks exactly,
-        and ``verify_timeouts``, the responses the verifier ran out of time on."""
+        ``verify_timeouts``, the responses the verifier ran out of time on, and
+        ``term_sum/<name>``, each reward function's unweighted scores summed."""
         onward = output_channel.units(ctx.items[output_channel.dst])
         messages = self.receive_shard(ctx, input_channel)
         totals = self._score(ctx.step, messages, self.channel(output_channel),
@@ -50,14 +51,17 @@ class RewardRole(ReasoningRole):
             with self.turn("reward", step=step, groups=len(message)), self.timed_call(rows):
                 for index, group in message:
                     scored, stats = self.worker.compute_rewards(group)
-                    out.put(pack_group(scored, index=index, step=step), weight=scored.num_rows,
-                            key=key_of(index))
+                    out.put(pack_group(scored.without_problems(), index=index, step=step),
+                            weight=scored.num_rows, key=key_of(index))
                     totals["responses"] += stats.responses
                     totals["correct"] += stats.accuracy * stats.responses
                     totals["reward_sum"] += stats.mean_reward * stats.responses
                     totals["groups_solved"] += stats.pass_at_group
                     totals["groups"] += 1
                     totals["verify_timeouts"] += stats.verify_timeouts
+                    for name, mean in stats.terms.items():
+                        key = f"term_sum/{name}"
+                        totals[key] = totals.get(key, 0.0) + mean * stats.responses
         return totals
 
     def evaluate(self, batches: Sequence[RolloutBatch | None], *,

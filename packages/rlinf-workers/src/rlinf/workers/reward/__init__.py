@@ -1,13 +1,21 @@
-"""Rule-based rewards for math responses, or a user's reward function."""
+"""Rewards of responses: the built-in math verifier and users' reward functions, weighted."""
 
+from rlinf.workers.reward.functions import (
+    BUILTIN_MATH,
+    RewardSample,
+    RewardShape,
+    RewardTerm,
+    load_reward_function,
+    load_reward_terms,
+    reward_shape,
+)
 from rlinf.workers.reward.worker import (
     RewardConfig,
-    RewardFunction,
     RewardStats,
     RewardWorker,
     call_reward_function,
-    load_reward_function,
 )
 
-__all__ = ["RewardConfig", "RewardFunction", "RewardStats", "RewardWorker",
-           "call_reward_function", "load_reward_function"]
+__all__ = ["BUILTIN_MATH", "RewardConfig", "RewardSample", "RewardShape", "RewardStats",
+           "RewardTerm", "RewardWorker", "call_reward_function", "load_reward_function",
+           "load_reward_terms", "reward_shape"]

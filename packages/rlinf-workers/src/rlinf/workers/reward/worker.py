@@ -1,20 +1,19 @@
-"""`RewardWorker`: rule-based rewards for math responses (`rlinf.envs.math.score`), or a
-user's own reward function named ``module:function``.
+"""`RewardWorker`: a run's reward functions on decoded responses, weighted and summed.
 
-A reward function takes ``(response, answer)`` — the decoded response text and the
-reference answer — and returns a number; it is imported in the reward worker's process
-(`load_reward_function`, which the app also calls at config time so a typo is refused before
-any worker starts). An exception or a non-finite result becomes a `RewardFunctionError`
-naming the function and quoting the sample. A veRL ``compute_score(data_source,
-solution_str, ground_truth, extra_info=None)`` is wrapped in one line.
+The functions (`RewardConfig.functions`) are the built-in math verifier
+(`rlinf.envs.math.grade`: answer extraction, exact numbers, math-verify with a time limit)
+and users' own, in the shapes of `rlinf.workers.reward.functions`: per sample, TRL's batch
+shape, or veRL's ``compute_score``. They are imported in the reward worker's process (the
+app also loads them at config time and calls each on a real sample before any worker
+starts). An exception or a non-finite result becomes a `RewardFunctionError` naming the
+function and quoting the sample.
 """
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -22,61 +21,22 @@ from transformers import PreTrainedTokenizerBase
 from rlinf.envs.math import DEFAULT_TIMEOUT, grade, warm_up_verifier
 from rlinf.envs.math.extract import Strategy
 from rlinf.envs.math.verify import Backend
-from rlinf.workers.errors import ConfigError, RewardFunctionError
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.reward.functions import (
+    BUILTIN_MATH,
+    RewardSample,
+    RewardTerm,
+    load_reward_terms,
+)
 from rlinf.workers.rollout.batch import RolloutBatch
 
-__all__ = ["RewardConfig", "RewardFunction", "RewardStats", "RewardWorker",
-           "call_reward_function", "load_reward_function"]
-
-RewardFunction = Callable[[str, str], float]
-"""``(response text, reference answer) -> reward``."""
-
-_QUOTE = 200  # characters of a sample quoted in an error
+__all__ = ["RewardConfig", "RewardStats", "RewardWorker", "call_reward_function"]
 
 
-def load_reward_function(spec: str) -> RewardFunction:
-    """The callable ``module:function`` names (``module.sub:attr.attr`` also works);
-    ConfigError saying what is wrong otherwise."""
-    module_name, sep, attr_path = spec.partition(":")
-    if not sep or not module_name or not attr_path:
-        raise ConfigError(f"reward function {spec!r} must read 'module:function' (e.g. "
-                          "'my_rewards:exact_match')")
-    try:
-        target: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"reward function {spec!r}: cannot import {module_name!r} ({exc}); "
-                          "put the module on PYTHONPATH of every node") from exc
-    for name in attr_path.split("."):
-        if not hasattr(target, name):
-            raise ConfigError(f"reward function {spec!r}: {module_name!r} has no "
-                              f"{attr_path!r}")
-        target = getattr(target, name)
-    if not callable(target):
-        raise ConfigError(f"reward function {spec!r} is a {type(target).__name__}, not a "
-                          "function")
-    return target  # type: ignore[return-value]
-
-
-def call_reward_function(function: RewardFunction, name: str, response: str, answer: str, *,
-                         index: int = 0) -> float:
-    """`function` (the reward function called `name`) on one sample, as a finite float; a
-    `RewardFunctionError` naming the function and quoting the sample when it raises or
-    returns anything else."""
-    sample = (f"sample {index}: response {response[:_QUOTE]!r}, answer "
-              f"{answer[:_QUOTE]!r}")
-    try:
-        value = function(response, answer)
-    except Exception as exc:
-        raise RewardFunctionError(f"reward function {name!r} raised {exc!r} on "
-                                  f"{sample}") from exc
-    try:
-        reward = float(value)
-    except (TypeError, ValueError):
-        reward = math.nan
-    if not math.isfinite(reward):
-        raise RewardFunctionError(f"reward function {name!r} returned {value!r}, not a finite "
-                                  f"number, on {sample}")
-    return reward
+def call_reward_function(term: RewardTerm, sample: RewardSample) -> float:
+    """`term` on one sample: its finite score, or a `RewardFunctionError` naming it and
+    quoting the sample (what the app runs before launch)."""
+    return term.score([sample])[0]
 
 
 @dataclass(frozen=True)
@@ -102,10 +62,11 @@ class RewardConfig:
     relative error (`rlinf.envs.math.check_answer`)."""
     skip_special_tokens: bool = True
     """Drop EOS/pad tokens when decoding responses to text."""
-    function: str | None = None
-    """A user's reward function, ``module:function`` taking ``(response, answer)`` and
-    returning a number (module docstring); None: `rlinf.envs.math.score` with
-    `strategies` and `format_penalty`."""
+    functions: tuple[str, ...] = (BUILTIN_MATH,)
+    """The reward functions, summed with `weights`: ``math`` (the verifier above) and
+    ``module:function`` names of your own, in any shape of `rlinf.workers.reward.functions`."""
+    weights: tuple[float, ...] = ()
+    """One weight per function (empty: 1 each)."""
 
     def __post_init__(self) -> None:
         if not self.strategies:
@@ -116,6 +77,17 @@ class RewardConfig:
         if not (self.verify_rel_tol >= 0 and math.isfinite(self.verify_rel_tol)):
             raise ConfigError(f"verify_rel_tol must be a finite number >= 0, got "
                               f"{self.verify_rel_tol}")
+        if not all(math.isfinite(w) for w in self.weights):
+            raise ConfigError(f"reward weights must be finite numbers, got {self.weights}")
+        if self.weights and len(self.weights) != len(self.functions):
+            raise ConfigError(f"{len(self.weights)} reward weights for {len(self.functions)} "
+                              "functions: give one weight per function, or none for 1 each")
+
+    @property
+    def reads_problems(self) -> bool:
+        """Whether a function of one's own is configured (they may read prompts and dataset
+        columns, which the rollout then carries: `RolloutWorkerConfig.problem_columns`)."""
+        return any(spec != BUILTIN_MATH for spec in self.functions)
 
 
 @dataclass(frozen=True)
@@ -133,19 +105,38 @@ class RewardStats:
     verify_timeouts: int = 0
     """Responses whose answer math-verify did not judge within `RewardConfig.verify_timeout`
     (scored 0)."""
+    terms: Mapping[str, float] = field(default_factory=dict)
+    """Mean unweighted score of each reward function, by `RewardTerm.name`."""
+
+
+class _MathVerifier:
+    """The built-in reward as a per-sample function, counting the comparisons that ran out
+    of time."""
+
+    def __init__(self, config: RewardConfig) -> None:
+        self.config = config
+        self.timeouts = 0
+
+    def __call__(self, response: str, answer: str) -> float:
+        config = self.config
+        graded = grade(response, answer, format_penalty=config.format_penalty,
+                       strategies=config.strategies, backend=config.verifier,
+                       timeout=config.verify_timeout, rel_tol=config.verify_rel_tol)
+        self.timeouts += graded.timed_out
+        return graded.reward
 
 
 class RewardWorker:
-    """Decodes responses and scores them against the reference answers."""
+    """Decodes responses and scores them with the run's reward functions."""
 
     def __init__(
         self, tokenizer: PreTrainedTokenizerBase, *, config: RewardConfig = RewardConfig()
     ) -> None:
         self.tokenizer = tokenizer
         self.config = config
-        self.function = (load_reward_function(config.function)
-                         if config.function is not None else None)
-        if self.function is None:
+        self._verifier = _MathVerifier(config)
+        self.terms = load_reward_terms(config.functions, config.weights, builtin=self._verifier)
+        if BUILTIN_MATH in config.functions:
             # math-verify's import and parser start-up (~0.65 s) here, not in a step.
             warm_up_verifier(config.verifier)
 
@@ -161,41 +152,48 @@ class RewardWorker:
 
     def score_texts(self, responses: Sequence[str], answers: Sequence[str]) -> torch.Tensor:
         """``[N]`` float32 rewards of response texts against reference answers."""
-        return self._score(responses, answers)[0]
-
-    def _score(self, responses: Sequence[str],
-               answers: Sequence[str]) -> tuple[torch.Tensor, int]:
-        """Rewards, and how many comparisons ran past the verifier's time limit."""
         if len(responses) != len(answers):
             raise ConfigError(f"got {len(responses)} responses for {len(answers)} answers")
-        if self.function is not None:
-            return torch.tensor([self._call(i, r, a) for i, (r, a) in
-                                 enumerate(zip(responses, answers, strict=True))],
-                                dtype=torch.float32), 0
-        config = self.config
-        grades = [grade(r, a, format_penalty=config.format_penalty,
-                        strategies=config.strategies, backend=config.verifier,
-                        timeout=config.verify_timeout, rel_tol=config.verify_rel_tol)
-                  for r, a in zip(responses, answers, strict=True)]
-        return (torch.tensor([g.reward for g in grades], dtype=torch.float32),
-                sum(g.timed_out for g in grades))
+        samples = [RewardSample(r, a) for r, a in zip(responses, answers, strict=True)]
+        return self.score_samples(samples)[0]
 
-    def _call(self, index: int, response: str, answer: str) -> float:
-        """The user's function on one sample; a `RewardFunctionError` quoting it otherwise."""
-        assert self.function is not None and self.config.function is not None
-        return call_reward_function(self.function, self.config.function, response, answer,
-                                    index=index)
+    def score_samples(self, samples: Sequence[RewardSample]
+                      ) -> tuple[torch.Tensor, dict[str, list[float]], int]:
+        """``[N]`` float32 weighted rewards, each function's own scores by name, and how many
+        comparisons ran past the verifier's time limit."""
+        self._verifier.timeouts = 0
+        scores = {term.name: term.score(samples) for term in self.terms}
+        total = torch.zeros(len(samples), dtype=torch.float32)
+        for term in self.terms:
+            total += term.weight * torch.tensor(scores[term.name], dtype=torch.float32)
+        return total, scores, self._verifier.timeouts
+
+    def samples(self, batch: RolloutBatch) -> list[RewardSample]:
+        """The responses of `batch` as reward samples, with their groups' prompts and
+        columns when the batch carries them."""
+        texts = self.decode(batch)
+        group = batch.group_size
+        return [RewardSample(text, answer,
+                             batch.prompts[i // group] if batch.prompts else "",
+                             batch.columns[i // group] if batch.columns else {})
+                for i, (text, answer) in enumerate(zip(texts, batch.answers, strict=True))]
 
     def compute_rewards(self, batch: RolloutBatch) -> tuple[RolloutBatch, RewardStats]:
-        """`batch` with `rewards` set, and its accuracy statistics."""
-        rewards, timeouts = self._score(self.decode(batch), batch.answers)
-        correct = rewards >= 1.0
+        """`batch` with `rewards` set, and its accuracy statistics. A response is correct
+        when the math verifier scores it 1, or, without the verifier among the functions,
+        when its reward reaches 1."""
+        rewards, scores, timeouts = self.score_samples(self.samples(batch))
+        judged = (torch.tensor(scores[BUILTIN_MATH]) if BUILTIN_MATH in scores else rewards)
+        correct = judged >= 1.0
         groups = correct.reshape(-1, batch.group_size)
+        count = len(rewards)
         stats = RewardStats(
-            accuracy=float(correct.float().mean()) if len(rewards) else 0.0,
-            mean_reward=float(rewards.mean()) if len(rewards) else 0.0,
-            pass_at_group=float(groups.any(dim=1).float().mean()) if len(rewards) else 0.0,
-            responses=len(rewards),
+            accuracy=float(correct.float().mean()) if count else 0.0,
+            mean_reward=float(rewards.mean()) if count else 0.0,
+            pass_at_group=float(groups.any(dim=1).float().mean()) if count else 0.0,
+            responses=count,
             verify_timeouts=timeouts,
+            terms={name: sum(values) / count if count else 0.0
+                   for name, values in scores.items()},
         )
         return batch.replace(rewards=rewards), stats

@@ -9,7 +9,7 @@ Layout is the one `rlinf.workers.models.response_log_probs` takes: prompts left-
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,12 @@ class RolloutBatch:
     """``[B, R]`` log-probs under the policy that generated the batch (inference worker)."""
     ref_log_probs: torch.Tensor | None = None
     """``[B, R]`` log-probs under the reference model, for the KL term (inference worker)."""
+    prompts: tuple[Any, ...] = ()
+    """Each group's prompt as its dataset has it (text, or chat messages), when the rollout
+    carries problems to the reward (`RolloutWorkerConfig.problem_columns`); else empty."""
+    columns: tuple[Mapping[str, Any], ...] = ()
+    """Each group's dataset columns (`rlinf.envs.math.MathProblem.dataset_columns`), beside
+    `prompts`."""
 
     def __post_init__(self) -> None:
         rows = self.prompt_ids.shape[0]
@@ -85,6 +91,10 @@ class RolloutBatch:
         if len(self.answers) != rows or self.stopped.shape != (rows,):
             raise ShapeError(f"expected {rows} answers and stopped flags, got "
                              f"{len(self.answers)} and {tuple(self.stopped.shape)}")
+        groups = rows // self.group_size
+        if len(self.prompts) != len(self.columns) or len(self.prompts) not in (0, groups):
+            raise ShapeError(f"expected {groups} prompts and columns (one per group) or none, "
+                             f"got {len(self.prompts)} and {len(self.columns)}")
         shape = tuple(self.response_ids.shape)
         for name in ("response_mask", "rollout_log_probs", "old_log_probs", "ref_log_probs"):
             value = getattr(self, name)
@@ -100,9 +110,11 @@ class RolloutBatch:
     @classmethod
     def from_samples(
         cls, samples: Sequence[RolloutSample], *, answers: Sequence[str], group_size: int,
-        pad_token_id: int,
+        pad_token_id: int, prompts: Sequence[Any] = (),
+        columns: Sequence[Mapping[str, Any]] = (),
     ) -> RolloutBatch:
-        """Pad engine samples (grouped, in order) into a batch."""
+        """Pad engine samples (grouped, in order) into a batch; `prompts` and `columns`, one
+        per group, travel with it when given."""
         prompt_ids, prompt_mask = left_pad([s.prompt_token_ids for s in samples],
                                            pad_id=pad_token_id)
         response_ids, response_mask = right_pad(
@@ -112,8 +124,15 @@ class RolloutBatch:
             prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
             response_mask=response_mask, rollout_log_probs=log_probs,
             stopped=torch.tensor([s.finish_reason == "stop" for s in samples], dtype=torch.bool),
-            answers=tuple(answers), group_size=group_size,
+            answers=tuple(answers), group_size=group_size, prompts=tuple(prompts),
+            columns=tuple(columns),
         )
+
+    def without_problems(self) -> RolloutBatch:
+        """This batch without `prompts` and `columns` (once scored, nothing reads them)."""
+        if not self.prompts:
+            return self
+        return dataclasses.replace(self, prompts=(), columns=())
 
     def replace(self, **fields: torch.Tensor | None) -> RolloutBatch:
         """A copy with some fields changed (e.g. ``rewards=...``)."""
@@ -131,6 +150,8 @@ class RolloutBatch:
             for value in [getattr(self, f.name)]
         }
         picked["answers"] = self.answers[rows]
+        groups = slice(start // self.group_size, max(stop, start) // self.group_size)
+        picked["prompts"], picked["columns"] = self.prompts[groups], self.columns[groups]
         return RolloutBatch(**picked)
 
     def to_batch(self) -> Batch:
@@ -138,7 +159,10 @@ class RolloutBatch:
         tensors = {name: getattr(self, name) for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask", "rollout_log_probs",
             "stopped", *_OPTIONAL) if getattr(self, name) is not None}
-        return Batch(tensors, meta={"answers": list(self.answers), "group_size": self.group_size})
+        meta: dict[str, Any] = {"answers": list(self.answers), "group_size": self.group_size}
+        if self.prompts:
+            meta["prompts"], meta["columns"] = list(self.prompts), list(self.columns)
+        return Batch(tensors, meta=meta)
 
     @classmethod
     def from_batch(cls, batch: Batch) -> RolloutBatch:
@@ -151,6 +175,8 @@ class RolloutBatch:
             response_ids=tensor("response_ids"), response_mask=tensor("response_mask"),
             rollout_log_probs=tensor("rollout_log_probs"), stopped=tensor("stopped"),
             answers=tuple(batch.meta["answers"]), group_size=int(batch.meta["group_size"]),
+            prompts=tuple(batch.meta.get("prompts", ())),
+            columns=tuple(batch.meta.get("columns", ())),
             **{name: tensor(name) for name in _OPTIONAL if name in batch},
         )
 
@@ -178,6 +204,7 @@ class RolloutBatch:
             name: cat(name, width_r, left=False, pad=0.0)
             for name in _OPTIONAL[1:] if all(getattr(b, name) is not None for b in batches)
         }
+        carried = all(b.prompts for b in batches)
         if all(b.rewards is not None for b in batches):
             optional["rewards"] = torch.cat([b.rewards for b in batches  # type: ignore[misc]
                                              ])
@@ -189,5 +216,8 @@ class RolloutBatch:
             rollout_log_probs=cat("rollout_log_probs", width_r, left=False, pad=0.0),
             stopped=torch.cat([b.stopped for b in batches]),
             answers=tuple(a for b in batches for a in b.answers),
-            group_size=batches[0].group_size, **optional,
+            group_size=batches[0].group_size,
+            prompts=tuple(p for b in batches for p in b.prompts) if carried else (),
+            columns=tuple(c for b in batches for c in b.columns) if carried else (),
+            **optional,
         )

@@ -59,6 +59,9 @@ class RolloutWorkerConfig:
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
     """The system message of the "chat" template (None: none; the other templates have no
     system part)."""
+    problem_columns: bool = False
+    """Carry each group's prompt and dataset columns to the reward (`RolloutBatch.prompts`,
+    `RolloutBatch.columns`): reward functions of the batch and veRL shapes read them."""
 
     def __post_init__(self) -> None:
         if self.group_size < 1 or self.groups_per_micro_batch < 1:
@@ -84,8 +87,10 @@ def encode_prompt(problem: MathProblem, tokenizer: PreTrainedTokenizerBase, *,
                   template: TemplateName, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
                   ) -> list[int]:
     """Token ids of `problem` under `template` (`RolloutWorker.encode_prompt`): what the
-    model sees; decoded, what a run prints as its first prompt."""
-    if template == "chat":
+    model sees; decoded, what a run prints as its first prompt. A problem whose prompt came
+    as chat messages (veRL's layout) goes through the tokenizer's chat template whatever
+    `template` says, when the tokenizer has one."""
+    if template == "chat" or (problem.messages and getattr(tokenizer, "chat_template", None)):
         text = tokenizer.apply_chat_template(
             format_chat(problem, system_prompt=system_prompt), add_generation_prompt=True,
             tokenize=False)
@@ -141,9 +146,12 @@ class RolloutWorker:
             samples = self.engine.generate(prompts, sampling=call)
             for g, problem in enumerate(chunk):
                 rows = samples[g * cfg.group_size:(g + 1) * cfg.group_size]
+                carried = cfg.problem_columns
                 group = RolloutBatch.from_samples(
                     rows, answers=[problem.answer] * cfg.group_size, group_size=cfg.group_size,
-                    pad_token_id=int(self.tokenizer.pad_token_id))  # type: ignore[arg-type]
+                    pad_token_id=int(self.tokenizer.pad_token_id),  # type: ignore[arg-type]
+                    prompts=[problem.prompt] if carried else (),
+                    columns=[problem.dataset_columns] if carried else ())
                 put(group)
                 groups += 1
                 responses += len(rows)
