@@ -385,3 +385,71 @@ def test_a_local_get_settled_by_another_thread_wakes_its_reader(token: bytes) ->
         assert woken == [putter.ident]
     finally:
         server.shutdown()
+
+
+def _await_clients(server: ChannelServer, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(server._clients) > count and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert len(server._clients) == count, "the owner never noticed a client leave"
+
+
+def test_a_consumer_learns_at_once_that_its_item_will_never_be_sent(
+        server: ChannelServer, token: bytes) -> None:
+    """A producer that failed before it sent (its put could not be encoded) and died: the
+    parked get fails at once instead of waiting out its timeout, once."""
+    producer, consumer = Client(server, token, "p"), Client(server, token, "c")
+    waiting = consumer.get_async(timeout=60)
+    time.sleep(0.1)  # parked
+    started = time.monotonic()
+    producer.peer.close()
+    with pytest.raises(PeerDiedError, match=r"no producer is left \('p', the last, left "
+                                            r"without putting\)"):
+        waiting.result(timeout=10)
+    assert time.monotonic() - started < 5
+    with pytest.raises(CommTimeoutError):  # told once; then the key is just empty
+        consumer.get(timeout=0.1)
+
+
+def test_a_get_after_the_last_producer_left_fails_at_once(server: ChannelServer,
+                                                          token: bytes) -> None:
+    producer, consumer = Client(server, token, "p"), Client(server, token, "c")
+    producer.put(1)
+    assert xids(consumer.get()) == [1]
+    producer.peer.close()
+    _await_clients(server, 1)
+    started = time.monotonic()
+    with pytest.raises(PeerDiedError, match=r"left after 1 put request"):
+        consumer.get(timeout=30)
+    assert time.monotonic() - started < 5
+    # A producer that connects again ends it: the consumer waits for its items.
+    again = Client(server, token, "p")
+    pending = consumer.get_async(timeout=10)
+    again.put(2)
+    assert xids(pending.result(timeout=10)[0]["items"]) == [2]
+
+
+def test_one_producer_leaving_while_another_may_put_fails_nobody(server: ChannelServer,
+                                                                 token: bytes) -> None:
+    first, second = Client(server, token, "p"), Client(server, token, "p")
+    consumer = Client(server, token, "c")
+    pending = consumer.get_async(timeout=10)
+    first.put(1)
+    assert xids(pending.result(timeout=10)[0]["items"]) == [1]
+    first.peer.close()
+    _await_clients(server, 2)
+    with pytest.raises(CommTimeoutError):  # the second may still put: wait as asked
+        consumer.get(timeout=0.3)
+    second.put(2)
+    assert xids(consumer.get()) == [2]
+
+
+def test_a_consumer_that_asks_after_the_producer_left_learns_it_too(
+        server: ChannelServer, token: bytes) -> None:
+    producer, consumer = Client(server, token, "p"), Client(server, token, "c")
+    producer.peer.close()  # before the consumer ever asked
+    _await_clients(server, 1)
+    started = time.monotonic()
+    with pytest.raises(PeerDiedError, match="no producer is left"):
+        consumer.get(timeout=30)
+    assert time.monotonic() - started < 5

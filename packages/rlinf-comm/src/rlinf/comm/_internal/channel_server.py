@@ -8,7 +8,10 @@ back to the producer that owns the payload, and cleans up after clients that die
 
 - a consumer dies: the payloads it took but never released are released to their producers;
 - a producer dies: its queued items are dropped (their payloads died with it) and the next
-  `get` on each affected key raises PeerDiedError naming the producer.
+  `get` on each affected key raises PeerDiedError naming the producer;
+- the last client that put, or could (it never asked for items), leaves: a get with nothing
+  to take raises PeerDiedError at once, once per consumer, instead of waiting out its
+  timeout for items never sent (a newcomer's hello or a put ends that state).
 
 Ordering is FIFO per key. Back-pressure: `maxsize` bounds the number of items queued over
 all keys (0: unbounded); a put that does not fit waits (FIFO) until consumers make room.
@@ -164,6 +167,14 @@ class _Client:
     word: CreditWord | None = None  # where its grants go (a client on this node)
     wants: bool = False  # said `want` and got nothing since
     active: bool = False  # has put (a consumer's handle never gets a share of room)
+    puts: int = 0  # put and cput requests it sent
+    gets: bool = False  # has asked for items (a consumer)
+    told_orphaned: bool = False  # its get learnt that no producer is left
+
+    @property
+    def may_produce(self) -> bool:
+        """It put, or it never asked for items: it may put (more)."""
+        return bool(self.puts) or not self.gets
 
 
 class ChannelServer:
@@ -182,6 +193,8 @@ class ChannelServer:
         self._putters: deque[_Putter] = deque()
         self._clients: dict[RpcPeer, _Client] = {}
         self._losses: dict[str, list[str]] = {}  # key -> why its items were lost
+        self._orphaned: str | None = None  # set while no client that put, or may, is left
+        self._last_left: str | None = None  # the last client that put, or may have, and left
         self._closed = False
         self._uids = itertools.count(1)
         self._lock = threading.RLock()
@@ -242,10 +255,13 @@ class ChannelServer:
             if client is None:
                 client = self._clients[peer] = _Client()
             if op == "cput":
+                self._produced_by(client)
                 self._cput(peer, client, header, buffers)
             elif op == "put":
+                self._produced_by(client)
                 self._put(peer, header, buffers)
             elif op == "get":
+                self._consumed_by(client)
                 self._get_request(peer, header)
             elif op == "release":
                 self._release(client, [int(u) for u in header["uids"]])
@@ -258,6 +274,7 @@ class ChannelServer:
             elif op == "sync":
                 peer.reply(header, {})
             elif op == "hello":
+                self._producer_may_come()  # a newcomer may put
                 peer.info = dict(header)
                 peer.name = f"{self.name}<-{header.get('endpoint', {}).get('name', '?')}"
                 client.credit = bool(header.get("credit"))
@@ -488,6 +505,7 @@ class ChannelServer:
         getter = _Getter(peer.remote, {}, key, target, future=future)
         future.rlinf_getter = getter  # type: ignore[attr-defined]
         with self._lock:
+            self._consumed_by(self._clients.setdefault(peer.remote, _Client()))  # type: ignore[arg-type]
             self._get(getter, timeout)
         return future
 
@@ -499,7 +517,7 @@ class ChannelServer:
 
     def _get(self, getter: _Getter, timeout: float) -> None:
         key = getter.key
-        if self._raise_loss(getter):
+        if self._raise_loss(getter) or (not self._queues.get(key) and self._tell_orphaned(getter)):
             return
         queue = self._queues.get(key)
         waiting = self._getters.get(key)
@@ -596,11 +614,68 @@ class ChannelServer:
         lost = self._losses.pop(getter.key, None)
         if not lost:
             return False
+        if (client := self._clients.get(getter.peer)) is not None:
+            client.told_orphaned = True  # it hears of the producer's death here
         getter.fail(errors.PeerDiedError(
             f"expected items under key {getter.key!r} of channel {self.name!r}; "
             + "; ".join(lost)
         ))
         return True
+
+    def _produced_by(self, client: _Client) -> None:
+        client.puts += 1
+        self._producer_may_come()
+
+    def _producer_may_come(self) -> None:
+        if self._orphaned is not None:
+            self._orphaned = None
+            for other in self._clients.values():
+                other.told_orphaned = False
+
+    def _tell_orphaned(self, getter: _Getter) -> bool:
+        """Fail `getter` (nothing queued for it) when every client that put, or could, is
+        gone — at most once per consumer: what it waits for was never sent and cannot come
+        unless a producer connects again."""
+        client = self._clients.get(getter.peer)
+        if self._orphaned is None or client is None or client.told_orphaned:
+            return False
+        client.told_orphaned = True
+        getter.fail(errors.PeerDiedError(
+            f"expected an item under key {getter.key!r} of channel {self.name!r}; none is "
+            f"queued and no producer is left ({self._orphaned}): an item it never sent will "
+            "not come unless a producer connects again"))
+        return True
+
+    def _consumed_by(self, client: _Client) -> None:
+        if not client.gets:
+            client.gets = True
+            self._check_orphaned()
+
+    def _check_orphaned(self) -> None:
+        """Whether every client that put, or could, is gone (one left, none remains)."""
+        if self._last_left is not None and self._orphaned is None and \
+                not any(c.may_produce for c in self._clients.values()):
+            self._orphaned = self._last_left
+
+    def _orphan_waiting(self, who: str, client: _Client) -> None:
+        """`client` (`who`) is gone: when it was the last that put or could, parked gets
+        with nothing gathered learn it now, and later gets on empty keys at once."""
+        if not client.may_produce:
+            return
+        self._last_left = (f"{who!r}, the last, left after {client.puts} put request(s)"
+                           if client.puts else f"{who!r}, the last, left without putting")
+        self._check_orphaned()
+        if self._orphaned is None:
+            return
+        for waiting in self._getters.values():
+            for getter in [g for g in waiting if not g.items]:
+                owner = self._clients.get(getter.peer)
+                if owner is None or owner.told_orphaned:
+                    continue
+                waiting.remove(getter)
+                if getter.handle is not None:
+                    self._deadlines.cancel(getter.handle)
+                self._tell_orphaned(getter)
 
     # -- release, close, client death ---------------------------------------------------
     def _release(self, client: _Client, uids: list[int]) -> None:
@@ -694,6 +769,7 @@ class ChannelServer:
                         getter.fail(errors.PeerDiedError(f"{peer.name} was closed locally"))
                 self._serve_waiting(key)
             self._drop_items_of(peer, who)
+            self._orphan_waiting(who, client)
             self._make_room()
         log.debug("channel_client_gone", channel=self.name, client=who, reason=str(exc))
 
