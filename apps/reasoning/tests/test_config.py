@@ -147,6 +147,14 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
     (("reward.function=no_such_module_xyz:score",), "reward.function",
      "cannot import 'no_such_module_xyz'"),
     (("reward.function=math:no_such_function",), "reward.function", "has no"),
+    (("reward.functions=[math,math:no_such_function]",), "reward.functions", "has no"),
+    (("reward.functions=[math,math:copysign]", "reward.weights=[1.0]"), "reward.weights",
+     "one weight per function (2)"),
+    (("reward.functions=[math,math]",), "reward.functions", "each listed once"),
+    (("reward.functions=[math:copysign]", "reward.function=math:copysign"),
+     "reward.function", "null when reward.functions is set"),
+    (("reward.function=json:dumps",), "reward.function", "expected one of"),
+    (("data.prompt_key=query",), "data.answer_key", "set with the other key"),
     (("algorithm.lam=2",), "algorithm.lam", "in [0, 1]"),
     (("algorithm.clip_ratio_c=1",), "algorithm.clip_ratio_c", "> 1"),
     (("algorithm.critic_lr=0",), "algorithm.critic_lr", "> 0"),
@@ -339,8 +347,13 @@ def test_a_reward_function_reaches_the_reward_workers() -> None:
     from rlinf_reasoning.spec import flow_spec
 
     cfg = load("reward.function=math:copysign")  # any importable callable is accepted
-    assert flow_spec(cfg).reward.function == "math:copysign"
-    assert flow_spec(load()).reward.function is None
+    assert flow_spec(cfg).reward.functions == ("math:copysign",)
+    assert flow_spec(cfg).rollout.problem_columns  # a function of one's own may read them
+    assert flow_spec(load()).reward.functions == ("math",)
+    assert not flow_spec(load()).rollout.problem_columns
+    both = load("reward.functions=[math,math:copysign]", "reward.weights=[1.0,0.25]")
+    assert (flow_spec(both).reward.functions, flow_spec(both).reward.weights) == (
+        ("math", "math:copysign"), (1.0, 0.25))
 
 
 def test_a_tracker_that_is_not_installed_names_its_extra(monkeypatch: pytest.MonkeyPatch) -> None:

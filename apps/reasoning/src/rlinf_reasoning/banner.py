@@ -4,8 +4,9 @@ exactly as the model sees it (template, system prompt and the tokenizer's specia
 decoded from its ids). A user who points `model.dir` or `data.path` at their own files
 sees at once whether the right ones came in; ``data.template=chat`` with a tokenizer that
 has no chat template is refused here,
-before any worker starts, as is a reward function (``reward.function``) that fails on a
-real sample: it is called once with a held-out problem's reference answer as the response.
+before any worker starts, as is a reward function of one's own (``reward.functions``) that
+fails on a real sample: each is called once with a held-out problem's prompt and columns
+and its reference answer as the response.
 
 A Hugging Face folder's model is counted on the meta device, so no weights are read here;
 a warm start's is counted from its weights file, without building it (nor importing
@@ -105,18 +106,30 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
 
 
 def _try_reward_function(cfg: ReasoningConfig, source: ProblemSource) -> None:
-    """Call the user's reward function once on a real sample (a held-out problem, its
-    reference answer as the response); one config error naming the function and the
-    sample when it raises or returns no finite number."""
-    if cfg.reward.function is None or not source.heldout:
+    """Call each of the user's reward functions once on a real sample (a held-out problem
+    with its prompt and columns, its reference answer as the response); one config error
+    naming the function and the sample when it raises or returns no finite number."""
+    if cfg.reward.chosen == ("math",) or not source.heldout:
         return
     from rlinf.workers.errors import RewardFunctionError
-    from rlinf.workers.reward import call_reward_function, load_reward_function
+    from rlinf.workers.reward import (
+        BUILTIN_MATH,
+        RewardSample,
+        call_reward_function,
+        load_reward_terms,
+    )
 
-    answer = source.heldout[0].answer
-    try:
-        call_reward_function(load_reward_function(cfg.reward.function), cfg.reward.function,
-                             answer, answer)
-    except RewardFunctionError as exc:
-        raise InvalidConfigError("reward.function", cfg.reward.function,
-                                 f"a function that scores a real sample ({exc})") from exc
+    problem = source.heldout[0]
+    sample = RewardSample(problem.answer, problem.answer, problem.prompt,
+                          problem.dataset_columns)
+    key = "reward.function" if cfg.reward.function is not None else "reward.functions"
+    terms = load_reward_terms(cfg.reward.chosen, cfg.reward.weights,
+                              builtin=lambda response, answer: 0.0)
+    for term in terms:
+        if term.spec == BUILTIN_MATH:
+            continue
+        try:
+            call_reward_function(term, sample)
+        except RewardFunctionError as exc:
+            raise InvalidConfigError(key, term.spec,
+                                     f"a function that scores a real sample ({exc})") from exc

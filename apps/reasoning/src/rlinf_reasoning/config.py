@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from rlinf.envs.math.datasets import DataKeys
 from rlinf.envs.math.templates import DEFAULT_SYSTEM_PROMPT
 from rlinf.workers.errors import MissingExtraError
 from rlinf_reasoning._schema import Range, build
@@ -91,9 +92,21 @@ class DataConfig:
     seed: int | None = None
     """Seed of the problem streams (null: run.seed)."""
     path: str | None = None
-    """JSONL/Parquet file of training problems (null: generate them)."""
+    """Training problems: a JSONL or Parquet file, or a Hugging Face datasets folder
+    (save_to_disk; its train split), in the GSM8K, MATH, veRL or rlinf layout or mapped by
+    data.prompt_key and data.answer_key (null: generate them)."""
     heldout_path: str | None = None
-    """JSONL/Parquet file of held-out problems (null: a hash split of data.path)."""
+    """Held-out problems, a file or datasets folder (its test split) like data.path (null:
+    data.path's test split when it is a datasets folder with one, else a hash split of
+    data.path)."""
+    prompt_key: str | None = None
+    """Your records' prompt, a dotted path (e.g. query; text or chat messages); with
+    data.answer_key (null: the layout is detected)."""
+    answer_key: str | None = None
+    """Your records' final answer, a dotted path (e.g. reward_model.ground_truth)."""
+    columns: tuple[str, ...] = ()
+    """Dataset columns your reward functions receive, each path or name:dotted.path
+    (empty: every top-level column)."""
     prompts_per_step: Positive = 64
     """Distinct problems per training step."""
     heldout_size: Positive = 400
@@ -104,12 +117,38 @@ class DataConfig:
     refused when the tokenizer has none. The run prints its first prompt as the model
     sees it."""
     system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
-    """The system message of the chat template (null: none)."""
+    """The system message of the chat template (null: none); prompts that come as chat
+    messages (veRL's layout) are rendered as they are."""
 
     def __post_init__(self) -> None:
         if self.heldout_path is not None and self.path is None:
             raise ValueError("data.heldout_path needs data.path (generated problems have their "
                              "own held-out split)")
+        if (self.prompt_key is None) != (self.answer_key is None):
+            raise InvalidConfigError(
+                "data.prompt_key" if self.prompt_key is None else "data.answer_key", None,
+                "set with the other key: data.prompt_key and data.answer_key map your layout "
+                "together (e.g. data.prompt_key=query data.answer_key=meta.gold)")
+        if (self.prompt_key is not None or self.columns) and self.path is None:
+            raise InvalidConfigError("data.path", None,
+                                     "a dataset to read with data.prompt_key, data.answer_key "
+                                     "and data.columns")
+        from rlinf.envs.errors import ConfigError as EnvsConfigError
+
+        try:
+            self.keys  # noqa: B018 (validates the paths)
+        except EnvsConfigError as exc:
+            raise InvalidConfigError("data.prompt_key/answer_key/columns",
+                                     [self.prompt_key, self.answer_key, *self.columns],
+                                     str(exc)) from exc
+
+    @property
+    def keys(self) -> DataKeys | None:
+        """The key mapping of data.prompt_key, data.answer_key and data.columns (None: the
+        layout is detected, every column kept)."""
+        if self.prompt_key is None and not self.columns:
+            return None
+        return DataKeys(self.prompt_key, self.answer_key, self.columns)
 
 
 @dataclass(frozen=True)
@@ -293,9 +332,16 @@ class ActorSection:
 class RewardSection:
     """How responses are scored."""
 
+    functions: tuple[str, ...] = ("math",)
+    """The reward functions, summed with reward.weights: math (the verifier below) and your
+    own as module:function, each logged as reward/fn/<name>. A function is called by its
+    parameters: f(response, answer) -> number per sample; TRL's f(prompts, completions,
+    **columns) -> list of numbers, given ground_truth and every dataset column; or veRL's
+    compute_score(data_source, solution_str, ground_truth, extra_info) unchanged."""
+    weights: tuple[float, ...] = ()
+    """One weight per reward function (empty: 1 each)."""
     function: str | None = None
-    """Your reward function as ``module:function``, taking ``(response, answer)`` and
-    returning a number, imported in every reward worker (null: the math verifier below)."""
+    """One reward function alone: short for reward.functions=[module:function]."""
     answer_strategies: tuple[Literal["boxed", "hash", "phrase", "last_number"], ...] = (
         "last_number",)
     """Math verifier: where the final answer is read from a response, tried in order
@@ -316,6 +362,22 @@ class RewardSection:
         if not self.answer_strategies:
             raise InvalidConfigError("reward.answer_strategies", [],
                                      "at least one of boxed, hash, phrase, last_number")
+        if self.function is not None and self.functions != ("math",):
+            raise InvalidConfigError("reward.function", self.function,
+                                     "null when reward.functions is set (list it there)")
+        chosen = self.chosen
+        if not chosen or len(set(chosen)) != len(chosen):
+            raise InvalidConfigError("reward.functions", list(chosen),
+                                     "at least one function, each listed once")
+        if self.weights and len(self.weights) != len(chosen):
+            raise InvalidConfigError("reward.weights", list(self.weights),
+                                     f"one weight per function ({len(chosen)}), or none for 1 "
+                                     "each")
+
+    @property
+    def chosen(self) -> tuple[str, ...]:
+        """The reward functions of the run: reward.function alone, or reward.functions."""
+        return (self.function,) if self.function is not None else self.functions
 
 
 @dataclass(frozen=True)
@@ -522,11 +584,15 @@ def _check_paths(cfg: ReasoningConfig) -> None:
         if value is None:
             continue
         path = Path(value).expanduser()
-        if path.suffix.lower() not in (".jsonl", ".json", ".parquet"):
-            raise InvalidConfigError(key, value, "a .jsonl, .json or .parquet file")
-        if not path.is_file():
+        if path.is_dir():
+            pass  # a datasets folder: _check_problems says what is wrong with it
+        elif path.suffix.lower() not in (".jsonl", ".json", ".parquet"):
+            raise InvalidConfigError(key, value, "a .jsonl, .json or .parquet file, or a "
+                                     "Hugging Face datasets folder (save_to_disk)")
+        elif not path.is_file():
             raise InvalidConfigError(key, value, "an existing .jsonl/.json/.parquet file")
-        _check_problems(key, path)
+    if cfg.data.path is not None:
+        _check_problems(cfg.data)
 
 
 _LOGGER_MODULES = {"tensorboard": ("tensorboard", "telemetry"), "wandb": ("wandb", "wandb"),
@@ -548,28 +614,35 @@ def _check_loggers(cfg: RunConfig) -> None:
 
 
 def _check_reward(cfg: ReasoningConfig) -> None:
-    """Import the reward function now: a typo is refused before any worker starts."""
-    if cfg.reward.function is None:
+    """Import the reward functions now: a typo, or a function of no known shape, is refused
+    before any worker starts."""
+    if cfg.reward.chosen == ("math",):
         return
     from rlinf.workers.errors import ConfigError as WorkersConfigError
-    from rlinf.workers.reward import load_reward_function
+    from rlinf.workers.reward import BUILTIN_MATH, load_reward_function, reward_shape
 
-    try:
-        load_reward_function(cfg.reward.function)
-    except WorkersConfigError as exc:
-        raise InvalidConfigError("reward.function", cfg.reward.function,
-                                 f"an importable 'module:function' ({exc})") from exc
+    key = "reward.function" if cfg.reward.function is not None else "reward.functions"
+    for spec in cfg.reward.chosen:
+        if spec == BUILTIN_MATH:
+            continue
+        try:
+            reward_shape(load_reward_function(spec), spec)
+        except WorkersConfigError as exc:
+            raise InvalidConfigError(key, spec, f"an importable 'module:function' of a known "
+                                     f"shape ({exc})") from exc
 
 
-def _check_problems(key: str, path: Path) -> None:
-    """Read the file once now, so a bad line is reported before any worker starts (the run
-    reads it again; files of problems are small)."""
+def _check_problems(cfg: DataConfig) -> None:
+    """Read the problems once now, so a bad line is reported before any worker starts (the
+    run reads them again; files of problems are small)."""
     from rlinf.envs.errors import DatasetError, MissingExtraError
-    from rlinf.envs.math import load_problems
+    from rlinf_reasoning.data import read_problems
 
     try:
-        load_problems(path)
+        read_problems(cfg)
     except (DatasetError, MissingExtraError) as exc:
+        key = "data.heldout_path" if cfg.heldout_path and cfg.heldout_path in str(exc) \
+            else "data.path"
         raise DataFileError(key, str(exc)) from exc
 
 

@@ -11,9 +11,10 @@ rollout ranks, which draw their prompts themselves, so no prompt passes through 
   of `GeneratorConfig.for_level(level, seed=...)`, cut into consecutive batches; the held-out
   set is the first `heldout_size` distinct problems of its held-out stream (disjoint from
   training by construction).
-- A file (`data.path`): problems are split by a hash of the question (10% held out, unless
-  `data.heldout_path` names a held-out file), and training batches walk a fresh seeded
-  permutation of the training problems each epoch.
+- A file or datasets folder (`data.path`, `read_problems`): problems are split by a hash of
+  the question (10% held out), unless `data.heldout_path` names the held-out problems or
+  the folder has a test split; training batches walk a fresh seeded permutation of the
+  training problems each epoch.
 """
 
 from __future__ import annotations
@@ -23,14 +24,37 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-from rlinf.envs.math import GeneratorConfig, MathProblem, ProblemGenerator, load_problems, split_of
-from rlinf_reasoning.config import ReasoningConfig
+from rlinf.envs.math import (
+    GeneratorConfig,
+    MathProblem,
+    ProblemGenerator,
+    dataset_splits,
+    load_problems,
+    split_of,
+)
+from rlinf_reasoning.config import DataConfig, ReasoningConfig
 from rlinf_reasoning.errors import InvalidConfigError
 
-__all__ = ["HELDOUT_FRACTION", "ProblemSource"]
+__all__ = ["HELDOUT_FRACTION", "ProblemSource", "read_problems"]
 
 HELDOUT_FRACTION = 0.1
 """Share of a dataset file held out (by question hash) when no held-out file is given."""
+
+
+def read_problems(cfg: DataConfig) -> tuple[list[MathProblem], list[MathProblem] | None]:
+    """The problems of `cfg.path` and the held-out ones when they are given apart: from
+    `cfg.heldout_path` (its test split when it is a datasets folder with one), or from
+    the test split of a datasets folder at `cfg.path` (None: split `cfg.path` by hash)."""
+    assert cfg.path is not None
+    path = Path(cfg.path).expanduser()
+    problems = load_problems(path, keys=cfg.keys)
+    if cfg.heldout_path is not None:
+        held = Path(cfg.heldout_path).expanduser()
+        split = "test" if "test" in dataset_splits(held) else "train"
+        return problems, load_problems(held, keys=cfg.keys, split=split)
+    if "test" in dataset_splits(path):
+        return problems, load_problems(path, keys=cfg.keys, split="test")
+    return problems, None
 
 
 class ProblemSource:
@@ -53,10 +77,10 @@ class ProblemSource:
             self._heldout = self._generator.generate(self._heldout_size, split="heldout",
                                                      unique=True)
             return
-        problems = load_problems(Path(cfg.data.path).expanduser())
-        if cfg.data.heldout_path is not None:
+        problems, heldout = read_problems(cfg.data)
+        if heldout is not None:
             self._train = problems
-            self._heldout = load_problems(Path(cfg.data.heldout_path).expanduser())
+            self._heldout = heldout
         else:
             held = [p for p in problems
                     if split_of(p.question, heldout_fraction=HELDOUT_FRACTION) == "heldout"]

@@ -143,6 +143,8 @@ class ReasoningFlow:
             "reward/pass_at_group": sum(r["groups_solved"] for r in reward)
             / max(sum(r["groups"] for r in reward), 1.0),
             "reward/verify_timeouts": sum(r["verify_timeouts"] for r in reward),
+            **{f"reward/fn/{key.partition('/')[2]}": sum(r.get(key, 0.0) for r in reward) / scored
+               for key in sorted({k for r in reward for k in r if k.startswith("term_sum/")})},
             "rollout/response_length": tokens / max(responses, 1.0),
             "rollout/stopped_fraction": sum(r["stopped"] for r in rollout) / max(responses, 1.0),
             "throughput/samples_per_s": responses / seconds,
