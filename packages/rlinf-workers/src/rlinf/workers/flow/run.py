@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -767,8 +768,9 @@ def _stop(lock: Any, store: RayStore | None, owns_ray: bool) -> None:
 
 
 def _driver_path() -> dict[str, str]:
-    """The driver's PYTHONPATH ahead of the worker's own (Ray expands ``${PYTHONPATH}``): a
-    user's module — a reward function, a component — imports in the workers as in the driver,
-    also on a Ray instance started before the driver was."""
-    path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": f"{path}{os.pathsep}${{PYTHONPATH}}"} if path else {}
+    """The driver's import path ahead of the worker's own (Ray expands ``${PYTHONPATH}``): a
+    user's module — a reward function, a component class defined beside the program — imports
+    in the workers as in the driver, also on a Ray instance started before the driver was
+    (entries missing on another node are skipped there by Python)."""
+    entries = [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
+    return {"PYTHONPATH": os.pathsep.join([*dict.fromkeys(entries), "${PYTHONPATH}"])}

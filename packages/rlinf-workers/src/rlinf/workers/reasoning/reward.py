@@ -20,7 +20,8 @@ __all__ = ["RewardRole"]
 class RewardRole(ReasoningRole):
     """Reward rank: rule-based rewards (`rlinf.workers.reward.RewardWorker`) per group."""
 
-    def __init__(self, context: WorkerContext, *, setup: RoleSetup, config: RewardConfig) -> None:
+    def __init__(self, context: WorkerContext, *, setup: RoleSetup,
+                 config: RewardConfig = RewardConfig()) -> None:  # frozen: a safe default
         super().__init__(context, setup=setup)
         self.worker = RewardWorker(setup.tokenizer(), config=config)
 
