@@ -182,3 +182,17 @@ def test_a_failed_run_suggests_resume_only_when_a_checkpoint_exists(tmp_path: Pa
     store = CheckpointStore(tmp_path / "run" / "checkpoints")
     store.save(3, lambda folder: (folder / "weights").write_text("w"), meta={"step": 3})
     assert _how_to_continue(cfg) == "continue from the checkpoint of step 3 with --resume"
+
+
+def test_on_a_joined_cluster_a_device_it_lacks_is_refused_before_any_worker(
+        tmp_path: Path, ray_address: str) -> None:
+    from .test_run import cli_command, cli_env
+
+    proc = subprocess.run(cli_command(tmp_path / "run", "placement='rollout: 0, "
+                                      "reward,inference,actor: 5'"),
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env=cli_env(ray_address))
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert "device(s) 5 out of range" in proc.stderr, proc.stderr[-2000:]
+    assert "train 1/" not in proc.stdout + proc.stderr

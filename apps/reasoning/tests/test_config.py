@@ -395,3 +395,16 @@ def test_the_math_verifier_is_configured_from_the_reward_section() -> None:
                         ("reward.format_penalty=-1", "expected a value >= 0")]:
         with pytest.raises(InvalidConfigError, match=phrase):
             load(bad)
+
+
+def test_joining_a_ray_cluster_a_spec_may_name_devices_of_other_nodes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = "placement='rollout: 0-7, reward,inference,actor: 8-15'"
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ConfigError, match="out of range"):  # this machine alone
+        from_omegaconf(compose_config([spec]))
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")  # the run counts the cluster's
+    cfg = from_omegaconf(compose_config([spec]))
+    assert cfg.placement == "rollout: 0-7, reward,inference,actor: 8-15"
+    with pytest.raises(ConfigError, match="only partly overlap"):  # still checked
+        from_omegaconf(compose_config(["placement='rollout: 0-9, reward,inference,actor: 8-15'"]))

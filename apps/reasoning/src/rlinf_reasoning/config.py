@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import importlib.util
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -694,6 +695,8 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
     from rlinf_reasoning.placement import resolve_placement
 
     devices = num_devices if num_devices is not None else cluster_size(config)
+    if num_devices is None and os.environ.get("RAY_ADDRESS"):
+        devices = max(devices, _devices_named(config))
     placement = resolve_placement(config.placement, component_names(config), devices)
     if config.run.weight_sync == "cuda_ipc" and placement.mode is not ExecutionMode.AUTO and \
             placement.devices_of("actor") != placement.devices_of("rollout"):
@@ -722,6 +725,22 @@ def _check_actor(cfg: ActorSection, placement: Any, *, auto: bool) -> None:
             "actor.tensor_parallel", cfg.tensor_parallel,
             f"a cut whose tensor_parallel x pipeline_parallel ({cfg.model_parallel}) divides "
             f"the actor's {devices} device(s) in placement {placement.to_spec()!r}")
+
+
+def _devices_named(cfg: ReasoningConfig) -> int:
+    """Devices an explicit placement spec names (0 for a mode): joining a Ray cluster
+    (``RAY_ADDRESS``), a spec may name devices of other nodes, which the run counts when it
+    discovers the cluster (and refuses there if the cluster lacks them)."""
+    from rlinf.sched import PlacementError, parse_placement
+
+    if cfg.placement.strip().lower() in ("collocated", "hybrid", "disaggregated", "auto"):
+        return 0
+    try:
+        parsed = parse_placement(cfg.placement, components=component_names(cfg),
+                                 num_devices=1 << 16)
+    except PlacementError:
+        return 0  # resolve_placement says what is wrong with it
+    return 1 + max((d for part in parsed for d in part.devices), default=-1)
 
 
 def cluster_size(cfg: ReasoningConfig) -> int:
