@@ -21,9 +21,10 @@ class RewardRole(ReasoningRole):
     """Reward rank: rule-based rewards (`rlinf.workers.reward.RewardWorker`) per group."""
 
     def __init__(self, context: WorkerContext, *, setup: RoleSetup,
-                 config: RewardConfig = RewardConfig()) -> None:  # frozen: a safe default
+                 config: RewardConfig | None = None) -> None:
+        """`config` None: the math verifier with its defaults."""
         super().__init__(context, setup=setup)
-        self.worker = RewardWorker(setup.tokenizer(), config=config)
+        self.worker = RewardWorker(setup.tokenizer(), config=config or RewardConfig())
 
     def reward_step(self, ctx: StepContext, *, input_channel: FlowChannel,
                     output_channel: FlowChannel) -> dict[str, float]:
