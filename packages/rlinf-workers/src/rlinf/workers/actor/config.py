@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from rlinf.workers.actor.lora import LoraConfig
 from rlinf.workers.algorithms import KLControlKind, KLEstimator, LossAggregation
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.attention import AttentionChoice, check_attention
@@ -63,6 +64,10 @@ class ActorConfig:
     pi_old is the trainer's: recomputed by an inference pass (batches that carry
     ``old_log_probs``) or, for a `single_update` config, the training forward's own
     log-probs, detached. None: off."""
+    lora: LoraConfig | None = None
+    """Train low-rank adapters on the policy instead of all its weights (PEFT; the extra
+    lora): only the adapters train and have optimizer state, generators receive the merged
+    weights. DDP or no parallelism; a PPO critic still trains in full."""
     aggregation: str = LossAggregation.TOKEN_MEAN.value
     """Loss aggregation: "token-mean", "seq-mean-token-sum" or "seq-mean-token-mean"."""
     kl_coef: float = 0.0
@@ -128,6 +133,9 @@ class ActorConfig:
         if self.parallelism not in ("none", "ddp", "fsdp2"):
             raise ConfigError(f"parallelism must be 'none', 'ddp' or 'fsdp2', got "
                               f"{self.parallelism!r}")
+        if self.lora is not None and self.parallelism == "fsdp2":
+            raise ConfigError("LoRA adapters train with parallelism 'ddp' or 'none', not "
+                              "'fsdp2' (the adapters are small: data parallelism fits them)")
         if self.micro_batch_size < 1 or self.epochs < 1 or (
                 self.mini_batch_size is not None and self.mini_batch_size < 1):
             raise ConfigError("micro_batch_size, mini_batch_size and epochs must be >= 1")

@@ -33,6 +33,7 @@ from torch import nn
 from rlinf.workers.actor import checkpoint as ckpt
 from rlinf.workers.actor.config import ActorConfig
 from rlinf.workers.actor.critic import TokenValueModel, build_critic_from_policy
+from rlinf.workers.actor.lora import apply_lora, is_lora_model, merged_named_tensors
 from rlinf.workers.actor.parallel import full_named_tensors, is_distributed, unwrap, wrap
 from rlinf.workers.algorithms import (
     KLController,
@@ -108,6 +109,8 @@ class ActorWorker:
             critic = build_critic_from_policy(model)
         if critic is not None:
             move_module(critic, self.device)
+        if config.lora is not None:  # after the critic: it trains in full
+            model = apply_lora(model, config.lora)
         self.policy = wrap(model, parallelism=config.parallelism, device=self.device)
         self.critic = None if critic is None else wrap(
             critic, parallelism=config.parallelism, device=self.device)
@@ -116,7 +119,8 @@ class ActorWorker:
             self.critic.train()
         critic_params = [] if self.critic is None else list(self.critic.parameters())
         self.optimizer = torch.optim.AdamW(
-            optimizer_groups(config, list(self.policy.parameters()), critic_params),
+            optimizer_groups(config, [p for p in self.policy.parameters() if p.requires_grad],
+                             critic_params),
             lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
         self.global_step = 0
         self._agg = LossAggregation.parse(config.aggregation)
@@ -580,8 +584,11 @@ class ActorWorker:
     def state_dict_for_rollout(self, *, bucket_bytes: int = 64 << 20) -> Iterator[Bucket]:
         """The policy's parameters as ``(name, tensor)`` buckets of at most `bucket_bytes`,
         named as the unwrapped model's ``state_dict`` (FSDP2 shards are gathered: call it on
-        every rank)."""
-        return iter_buckets(full_named_tensors(self.policy), bucket_bytes=bucket_bytes)
+        every rank); with LoRA, the base model's weights with the adapters merged in."""
+        model = unwrap(self.policy)
+        tensors = (merged_named_tensors(model) if is_lora_model(model)
+                   else full_named_tensors(self.policy))
+        return iter_buckets(tensors, bucket_bytes=bucket_bytes)
 
     @property
     def model(self) -> nn.Module:
