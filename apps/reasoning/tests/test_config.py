@@ -155,6 +155,10 @@ BAD: list[tuple[tuple[str, ...], str, str]] = [
      "reward.function", "null when reward.functions is set"),
     (("reward.function=json:dumps",), "reward.function", "expected one of"),
     (("data.prompt_key=query",), "data.answer_key", "set with the other key"),
+    (("actor.lora.rank=4", "actor.backend=fsdp2"), "actor.lora.rank",
+     "0 with actor.backend=fsdp2"),
+    (("actor.lora.rank=-1",), "actor.lora.rank", ">= 0"),
+    (("actor.lora.alpha=0",), "actor.lora.alpha", "> 0"),
     (("algorithm.lam=2",), "algorithm.lam", "in [0, 1]"),
     (("algorithm.clip_ratio_c=1",), "algorithm.clip_ratio_c", "> 1"),
     (("algorithm.critic_lr=0",), "algorithm.critic_lr", "> 0"),
@@ -408,3 +412,13 @@ def test_joining_a_ray_cluster_a_spec_may_name_devices_of_other_nodes(
     assert cfg.placement == "rollout: 0-7, reward,inference,actor: 8-15"
     with pytest.raises(ConfigError, match="only partly overlap"):  # still checked
         from_omegaconf(compose_config(["placement='rollout: 0-9, reward,inference,actor: 8-15'"]))
+
+
+def test_lora_settings_reach_the_actor() -> None:
+    from rlinf_reasoning.spec import flow_spec
+
+    assert flow_spec(load()).actor.lora is None
+    lora = flow_spec(load("actor.lora.rank=8", "actor.lora.alpha=32",
+                          "actor.lora.target_modules=[q_proj,v_proj]")).actor.lora
+    assert lora is not None
+    assert (lora.rank, lora.alpha, lora.target_modules) == (8, 32.0, ("q_proj", "v_proj"))

@@ -217,7 +217,8 @@ def _print_config(cfg: ReasoningConfig, out: TextIO) -> None:
 
 
 def export_main(argv: Sequence[str]) -> int:
-    """``rlinf-reasoning export RUN_DIR [--step N] --out DIR``; returns the exit status."""
+    """``rlinf-reasoning export RUN_DIR [--step N] --out DIR [--merge]``; returns the exit
+    status."""
     parser = argparse.ArgumentParser(
         prog="rlinf-reasoning export",
         description="Write a run's checkpoint as a Hugging Face folder (safetensors, config, "
@@ -226,11 +227,14 @@ def export_main(argv: Sequence[str]) -> int:
     parser.add_argument("--step", type=int, default=None,
                         help="the checkpoint's step (default: the latest)")
     parser.add_argument("--out", type=Path, required=True, help="the folder to write")
+    parser.add_argument("--merge", action="store_true",
+                        help="a LoRA run: write the model with the adapter merged in "
+                             "(default: the adapter in PEFT's layout)")
     args = parser.parse_args(list(argv))
     from rlinf_reasoning.export import export_checkpoint
 
     try:
-        out = export_checkpoint(args.run_dir, args.out, step=args.step)
+        out = export_checkpoint(args.run_dir, args.out, step=args.step, merge=args.merge)
     except ConfigError as exc:
         print(f"rlinf-reasoning export: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -257,6 +257,22 @@ class AlgorithmConfig:
 
 
 @dataclass(frozen=True)
+class LoraSection:
+    """Low-rank adapters instead of full fine-tuning (extra lora: PEFT)."""
+
+    rank: NonNegative = 0
+    """Adapter rank r (0: full fine-tuning). Only the adapters train and have optimizer
+    state; the rollout and inference roles receive the merged weights; checkpoints keep
+    the adapters, and export writes them in PEFT's layout (or merged with --merge)."""
+    alpha: Annotated[float, Range(0, lo_open=True)] = 16.0
+    """The update is alpha / rank x B A."""
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    """Linear layers (last name parts) that get adapters."""
+    dropout: Annotated[float, Range(0, 1)] = 0.0
+    """Dropout on the adapters' input while training."""
+
+
+@dataclass(frozen=True)
 class ActorSection:
     """How the trainer is parallelised over the actor's devices."""
 
@@ -292,7 +308,16 @@ class ActorSection:
     each cut from the data-parallel profile (`rlinf.sched.CutPricedCosts`). The profile is
     measured data-parallel, so one device must hold a replica."""
 
+    lora: LoraSection = field(default_factory=LoraSection)
+    """LoRA adapters (actor.lora.rank > 0) with backend ddp."""
+
     def __post_init__(self) -> None:
+        if self.lora.rank and self.backend != "ddp":
+            raise InvalidConfigError("actor.lora.rank", self.lora.rank,
+                                     f"0 with actor.backend={self.backend} (LoRA trains with "
+                                     "backend ddp: the adapters are small)")
+        if self.lora.rank and importlib.util.find_spec("peft") is None:
+            raise MissingExtraError(f"actor.lora.rank={self.lora.rank}", "lora", "peft")
         if self.backend != "megatron":
             for key in ("tensor_parallel", "pipeline_parallel"):
                 if getattr(self, key) != 1:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlinf.sched import ExecutionPlan
-from rlinf.workers.actor import ActorConfig
+from rlinf.workers.actor import ActorConfig, LoraConfig
 from rlinf.workers.actor.megatron import MegatronConfig
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import TRANSPORTS, WeightTransport
@@ -124,6 +124,15 @@ class FlowSpec:
 
 
 
+def lora_config(cfg: ReasoningConfig) -> LoraConfig | None:
+    """The actor's adapters (None: full fine-tuning)."""
+    lora = cfg.actor.lora
+    if not lora.rank:
+        return None
+    return LoraConfig(rank=lora.rank, alpha=lora.alpha, target_modules=lora.target_modules,
+                      dropout=lora.dropout)
+
+
 def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
     """Every setting of `cfg` the flow needs, in the flow's and the workers' own configs."""
     algo = cfg.algorithm
@@ -146,7 +155,7 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
         whiten_advantages=algo.whiten_advantages,
         rollout_correction_cap=algo.rollout_correction_cap, precision=model.precision,
         attention=cfg.actor.attention, padding_free=cfg.actor.padding_free,
-        policy_lag=algo.policy_lag)
+        policy_lag=algo.policy_lag, lora=lora_config(cfg))
     tiny = TinyLMConfig(hidden_size=model.hidden_size, num_layers=model.num_layers,
                         num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
                         intermediate_size=model.intermediate_size) if model.from_scratch else None
