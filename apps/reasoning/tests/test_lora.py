@@ -28,15 +28,16 @@ def _trained_logits(run: Path, ids: torch.Tensor) -> torch.Tensor:
     """The checkpointed policy, rebuilt as the run built it: adapters on the start model."""
     import json
 
-    from rlinf.workers.actor.lora import apply_lora
-    from rlinf.workers.actor.megatron import hf_policy_from_checkpoint
-    from rlinf.workers.telemetry import CheckpointStore
-    from rlinf.workers.telemetry.checkpoints import META_FILE
     from rlinf_reasoning._schema import build
     from rlinf_reasoning.config import ReasoningConfig
     from rlinf_reasoning.export import _nested
     from rlinf_reasoning.models import model_factory
     from rlinf_reasoning.spec import flow_spec
+
+    from rlinf.workers.actor.lora import apply_lora
+    from rlinf.workers.actor.megatron import hf_policy_from_checkpoint
+    from rlinf.workers.telemetry import CheckpointStore
+    from rlinf.workers.telemetry.checkpoints import META_FILE
 
     (_, folder), = CheckpointStore(run / "checkpoints").steps()[-1:]
     cfg = build(ReasoningConfig, _nested(json.loads((folder / META_FILE).read_text())["config"]))
