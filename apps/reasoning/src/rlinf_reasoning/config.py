@@ -621,22 +621,18 @@ def _check_paths(cfg: ReasoningConfig) -> None:
         _check_problems(cfg.data)
 
 
-_LOGGER_MODULES = {"tensorboard": ("tensorboard", "telemetry"), "wandb": ("wandb", "wandb"),
-                   "mlflow": ("mlflow", "mlflow")}
-"""Logger → (module it needs, rlinf-workers extra that provides it)."""
-
-
 def _check_loggers(cfg: RunConfig) -> None:
     """jsonl kept, no logger twice, and each one's package installed (found, not imported)."""
-    loggers = list(cfg.loggers)
-    if "jsonl" not in loggers or len(set(loggers)) != len(loggers):
-        raise InvalidConfigError(
-            "run.loggers", loggers, "a list holding jsonl (metrics.jsonl is the run's record: "
-            "resume and the summary read it) and any of tensorboard, wandb, mlflow, each once")
-    for name in loggers:
-        module, extra = _LOGGER_MODULES.get(name, (None, None))
-        if module is not None and importlib.util.find_spec(module) is None:
-            raise MissingExtraError(f"run.loggers={loggers} ({name})", str(extra), module)
+    from rlinf.workers.errors import ConfigError as WorkersConfigError
+    from rlinf.workers.telemetry.run_files import check_loggers
+
+    try:
+        check_loggers(cfg.loggers)
+    except WorkersConfigError as exc:
+        raise InvalidConfigError("run.loggers", list(cfg.loggers),
+                                 "a list holding jsonl (metrics.jsonl is the run's record: "
+                                 "resume and the summary read it) and any of tensorboard, "
+                                 "wandb, mlflow, each once") from exc
 
 
 def _check_reward(cfg: ReasoningConfig) -> None:

@@ -52,11 +52,13 @@ from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import PROFILE_FORMAT, ensure_ray, with_restarts
 from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.telemetry import (
+    CONFIG_FILE,
     CheckpointStore,
-    MetricsWriter,
     ProgressDisplay,
     Span,
+    metrics_writer,
     read_metrics,
+    write_run_config,
 )
 from rlinf_reasoning.banner import describe_loaded
 from rlinf_reasoning.config import ReasoningConfig, config_dict
@@ -92,7 +94,6 @@ __all__ = ["CONFIG_FILE", "PLAN_FILE", "PROFILE_FILE", "dry_run", "train"]
 
 _log = structlog.get_logger(__name__)
 
-CONFIG_FILE = "config.json"
 HF_EXPORT_DIR = "hf"
 """Folder of the Hugging Face exports of checkpoints (``run.export_hf``)."""
 """The resolved config and the overrides, in the run folder."""
@@ -257,8 +258,7 @@ def _check_run_dir(run_dir: Path, store: CheckpointStore, cfg: ReasoningConfig,
 
 
 def _write_config(run_dir: Path, cfg: ReasoningConfig, overrides: Sequence[str]) -> None:
-    (run_dir / CONFIG_FILE).write_text(json.dumps(
-        {"config": config_dict(cfg), "overrides": list(overrides)}, indent=2) + "\n")
+    write_run_config(run_dir, config_dict(cfg), overrides)
 
 
 def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str] = (),
@@ -540,10 +540,8 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
     last_spans: list[Span] = []
     loop_start = time.perf_counter()
     redo_from = start + 1 if ckpt is not None else (0 if session.restarts else None)
-    trackers = [name for name in run.loggers if name not in ("jsonl", "tensorboard")]
-    with MetricsWriter(run_dir, tensorboard="tensorboard" in run.loggers, resume_step=redo_from,
-                       trackers=trackers, run_name="/".join(run_dir.resolve().parts[-2:]),
-                       config=config_dict(session.cfg)) as writer, \
+    with metrics_writer(run_dir, run.loggers, resume_step=redo_from,
+                        config=config_dict(session.cfg)) as writer, \
             ProgressDisplay(run.steps, desc="train", start=start, keys=PROGRESS_KEYS) as progress, \
             contextlib.ExitStack() as flows:
         flows.callback(_close_flows, relaunched)

@@ -16,6 +16,8 @@ missing one raises `MissingExtraError` naming the extra.
 - `write_video`: GIF (Pillow) or MP4 (imageio-ffmpeg) from uint8 frames.
 - `configure_logging`: structlog + stdlib, console or JSON lines, once per process.
 - `CheckpointStore`: atomic step directories with a LATEST pointer and pruning.
+- `check_loggers`, `metrics_writer`, `write_run_config`: an app run's loggers (checked before
+  it starts) and its ``config.json``.
 """
 
 from rlinf.workers.telemetry.checkpoints import CheckpointStore
@@ -23,23 +25,35 @@ from rlinf.workers.telemetry.logging import configure_logging
 from rlinf.workers.telemetry.metrics import MetricsWriter, read_metrics
 from rlinf.workers.telemetry.plots import plot_learning_curve, plot_timeline
 from rlinf.workers.telemetry.progress import ProgressDisplay
+from rlinf.workers.telemetry.run_files import (
+    CONFIG_FILE,
+    LOGGERS,
+    check_loggers,
+    metrics_writer,
+    write_run_config,
+)
 from rlinf.workers.telemetry.trace import Span, TraceRecorder, predicted_spans, write_chrome_trace
 from rlinf.workers.telemetry.trackers import TRACKERS, open_tracker
 from rlinf.workers.telemetry.video import write_video
 
 __all__ = [
+    "CONFIG_FILE",
+    "LOGGERS",
     "TRACKERS",
     "CheckpointStore",
     "MetricsWriter",
     "ProgressDisplay",
     "Span",
     "TraceRecorder",
+    "check_loggers",
     "configure_logging",
+    "metrics_writer",
     "open_tracker",
     "plot_learning_curve",
     "plot_timeline",
     "predicted_spans",
     "read_metrics",
     "write_chrome_trace",
+    "write_run_config",
     "write_video",
 ]
