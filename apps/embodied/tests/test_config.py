@@ -84,6 +84,9 @@ def test_round_trip_through_plain_data():
     ("run.trial_margin=-0.1", "run.trial_margin", "a number >= 0"),
     ("run.trial_margin=inf", "run.trial_margin", "a number >= 0"),
     ("run.trial_steps=1", "run.trial_steps", "an integer >= 2"),
+    ("run.loggers=[tensorboard]", "run.loggers", "a list holding jsonl"),
+    ("run.loggers=[jsonl,jsonl]", "run.loggers", "each once"),
+    ("run.loggers=[jsonl,comet]", "run.loggers[1]", "one of"),
 ])
 def test_bad_value_names_key_value_and_allowed(override, key, allowed):
     with pytest.raises(AppConfigError) as info:
@@ -263,3 +266,11 @@ def test_control_mode_reaches_the_maniskill_envs():
     chosen = load_config(["task=pickcube", "env.control_mode=pd_ee_delta_pos"])
     assert env_worker_config(chosen).env_kwargs == {"control_mode": "pd_ee_delta_pos"}
     assert env_worker_config(load_config(["task=pickcube"])).env_kwargs == {}
+
+
+def test_a_tracker_that_is_not_installed_names_its_extra(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(MissingExtraError, match=r"rlinf-workers\[mlflow\]"):
+        load_config(["run.loggers=[jsonl,mlflow]"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from .conftest import TINY, check_outputs, run_cli, summary_of
 
 
@@ -25,6 +27,10 @@ def test_collocated_run_writes_every_output(tmp_path, ray_address):
     assert "mode                collocated: env,rollout,actor: 0" in out
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == [
         "step-00000001", "step-00000002"]
+    config = json.loads((run_dir / "config.json").read_text())  # what the run ran with
+    assert config["overrides"] == [*TINY, "placement=collocated"]
+    assert config["config"]["placement.spec"] == "collocated"
+    assert config["config"]["run.loggers"] == ["jsonl", "tensorboard"]
 
 
 def test_a_second_run_into_the_same_directory_is_refused(tmp_path):

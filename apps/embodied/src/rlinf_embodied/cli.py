@@ -221,7 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_CONFIG
         return 0
     try:
-        summary = _train_with_ray_starting(cfg)(cfg, resume=args.resume)
+        summary = _train_with_ray_starting(cfg)(cfg, resume=args.resume,
+                                                overrides=args.overrides)
     except (CheckpointMismatchError, ConfigError, MissingExtraError) as exc:
         print(f"rlinf-embodied: error: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -319,6 +319,12 @@ class RunConfig:
     Ignored where LD_PRELOAD or MALLOC_CONF is set."""
     keep_checkpoints: int = 2
     """Checkpoints kept on disk (older ones are pruned)."""
+    loggers: tuple[Literal["jsonl", "tensorboard", "wandb", "mlflow"], ...] = (
+        "jsonl", "tensorboard")
+    """Where metrics go: jsonl (metrics.jsonl, the run's record: always on), tensorboard,
+    wandb (offline into run_dir/wandb without a wandb login; the rlinf-workers extra wandb)
+    and mlflow (a local file store in run_dir/mlruns unless MLFLOW_TRACKING_URI; extra
+    mlflow)."""
     max_restarts: int = 0
     """When a worker dies (killed, out of memory, its node lost), tear down what is left,
     relaunch from the last checkpoint (from the start before the first one) and go on — at
@@ -546,10 +552,23 @@ def _check_env_workers(cfg: AppConfig) -> None:
                              ) from exc
 
 
+def _check_loggers(run: RunConfig) -> None:
+    from rlinf.workers.errors import ConfigError as WorkersConfigError
+    from rlinf.workers.telemetry.run_files import check_loggers
+
+    try:
+        check_loggers(run.loggers)
+    except WorkersConfigError as exc:
+        raise AppConfigError("run.loggers", list(run.loggers),
+                             "a list holding jsonl and any of tensorboard, wandb, mlflow, "
+                             "each once") from exc
+
+
 def validate(cfg: AppConfig) -> None:
     """The checks of `from_omegaconf` that look at the installation (extras, env ids, GPU)."""
     _check_env(cfg.env)
     _check_env_workers(cfg)
+    _check_loggers(cfg.run)
     if cfg.run.device == "cuda":
         import torch
 

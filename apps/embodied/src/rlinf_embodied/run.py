@@ -43,14 +43,15 @@ from rlinf.workers.flow import ensure_ray, with_restarts
 from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.telemetry import (
     CheckpointStore,
-    MetricsWriter,
     ProgressDisplay,
     Span,
+    metrics_writer,
     plot_learning_curve,
     plot_timeline,
     predicted_spans,
     read_metrics,
     write_chrome_trace,
+    write_run_config,
     write_video,
 )
 from rlinf_embodied.config import AppConfig, PlacementConfig, ray_options, resolve_placement
@@ -82,7 +83,7 @@ __all__ = ["RESUMABLE_KEYS", "check_resumable", "dry_run", "train"]
 _log = structlog.get_logger(__name__)
 
 RESUMABLE_KEYS = frozenset({"run.iterations", "run.run_dir", "run.max_restarts",
-                            "run.profile_cache"})
+                            "run.profile_cache", "run.loggers"})
 """Config keys that may differ between a checkpoint and the run resuming from it."""
 
 CHECKPOINT_DIR = "checkpoints"
@@ -258,18 +259,20 @@ def _existing_run(run_dir: Path) -> bool:
 
 
 def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None,
-          ray_started: bool = False) -> RunSummary:
+          ray_started: bool = False, overrides: Sequence[str] = ()) -> RunSummary:
     """Run (or resume) training as the config says; returns and prints the summary. A worker
     that dies restarts the run from its last checkpoint up to `run.max_restarts` times
     (module docstring); after that its `WorkerDiedError` propagates. `ray_started`: the
     caller started the Ray this process is connected to (`ray_options`) for this run, which
-    the first session then owns (stops at its end)."""
+    the first session then owns (stops at its end). `overrides` go into the run folder's
+    ``config.json`` beside the config."""
     out = stream or sys.stdout
     owned = [ray_started]
 
     def session(again: bool, restarts: tuple[str, ...]) -> RunSummary:
         owns, owned[0] = owned[0], False
-        return _train(cfg, resume=again, out=out, restarts=restarts, owns_ray=owns)
+        return _train(cfg, resume=again, out=out, restarts=restarts, owns_ray=owns,
+                      overrides=overrides)
 
     return with_restarts(
         session,
@@ -279,23 +282,24 @@ def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None,
 
 
 def _train(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ...],
-           owns_ray: bool = False) -> RunSummary:
+           owns_ray: bool = False, overrides: Sequence[str] = ()) -> RunSummary:
     """One session of `train`: launch, loop until a worker dies or the run is done.
     `owns_ray`: this session stops the Ray its caller started for it, whatever happens."""
     try:
-        return _session(cfg, resume=resume, out=out, restarts=restarts)
+        return _session(cfg, resume=resume, out=out, restarts=restarts, overrides=overrides)
     finally:
         if owns_ray:
             stop_ray()
 
 
-def _session(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ...]
-             ) -> RunSummary:
+def _session(cfg: AppConfig, *, resume: bool, out: TextIO, restarts: tuple[str, ...],
+             overrides: Sequence[str] = ()) -> RunSummary:
     run_dir = Path(cfg.run.run_dir)
     if not resume and _existing_run(run_dir):
         raise ConfigError(f"run directory {run_dir} already holds a run: pass --resume to "
                           "continue it or choose a new --run-dir (nothing was overwritten)")
     store = CheckpointStore(run_dir / CHECKPOINT_DIR, keep=cfg.run.keep_checkpoints)
+    write_run_config(run_dir, _flatten(to_dict(cfg)), overrides)
     latest = store.latest() if resume else None
     if latest is not None:
         check_resumable(latest[2]["config"], cfg, path=str(latest[1]))
@@ -345,7 +349,8 @@ def _loop(cfg: AppConfig, flow: EmbodiedFlow, *, choice: PlanChoice, workflow: W
     spans: list[Span] = []
     # Records past the checkpoint are redone; resuming without one redoes everything.
     resume_step = progress.step + 1 if latest is not None else (0 if resuming else None)
-    with MetricsWriter(run_dir, resume_step=resume_step) as metrics:
+    with metrics_writer(run_dir, run.loggers, resume_step=resume_step,
+                        config=_flatten(to_dict(cfg))) as metrics:
         if latest is None:
             before = flow.evaluate(num_episodes=run.eval_episodes, seed=eval_seed,
                                    max_steps=run.eval_max_steps)
