@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+
+import torch
+from rlinf_embodied.export import load_policy
 
 from .conftest import TINY, check_outputs, run_cli, summary_of
 
@@ -31,6 +36,21 @@ def test_collocated_run_writes_every_output(tmp_path, ray_address):
     assert config["overrides"] == [*TINY, "placement=collocated"]
     assert config["config"]["placement.spec"] == "collocated"
     assert config["config"]["run.loggers"] == ["jsonl", "tensorboard"]
+
+    # export: the trained policy as a file that loads without the run
+    out = tmp_path / "policy"
+    exported = subprocess.run([sys.executable, "-m", "rlinf_embodied.cli", "export",
+                               str(run_dir), "--out", str(out)], capture_output=True,
+                              text=True, timeout=300, check=False)
+    assert exported.returncode == 0, exported.stderr
+    policy = load_policy(out)
+    latest = sorted((run_dir / "checkpoints").glob("step-*"))[-1]
+    trained = torch.load(latest / "actor.pt", weights_only=False)["actor"]["model"]
+    for name, tensor in policy.state_dict().items():
+        assert torch.equal(tensor, trained[name]), name
+    obs = torch.zeros(3, *policy.config.obs_shape)
+    assert policy.act(obs, deterministic=True).action.shape == (3, policy.config.action_dim)
+    assert json.loads((out / "rlinf_export.json").read_text())["step"] == 2
 
 
 def test_a_second_run_into_the_same_directory_is_refused(tmp_path):

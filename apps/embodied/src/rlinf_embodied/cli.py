@@ -4,6 +4,7 @@
     rlinf-embodied task=pickcube run.iterations=3 placement=hybrid
     rlinf-embodied placement=auto --dry-run         # profile, print the planner's ranked plans
     rlinf-embodied --run-dir runs/a --resume        # continue from the latest checkpoint
+    rlinf-embodied export runs/a --out policies/a   # the trained policy as policy.pt
 
 Arguments of the form ``key=value`` (or ``group=option``) are Hydra overrides of the
 composed config (`conf/config.yaml`); the config is validated completely before any worker
@@ -183,10 +184,35 @@ def _train_with_ray_starting(cfg: AppConfig) -> Callable[..., RunSummary]:
     return functools.partial(run.train, ray_started=started)
 
 
+def export_main(argv: Sequence[str]) -> int:
+    """``rlinf-embodied export RUN_DIR [--step N] --out DIR``; returns the exit status."""
+    parser = argparse.ArgumentParser(
+        prog="rlinf-embodied export",
+        description="Write a run's trained policy as policy.pt (its network's shape and "
+                    "weights); rlinf_embodied.export.load_policy(DIR) rebuilds it.")
+    parser.add_argument("run_dir", type=Path, help="the run folder (its --run-dir)")
+    parser.add_argument("--step", type=int, default=None,
+                        help="the checkpoint's step (default: the latest)")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write")
+    args = parser.parse_args(list(argv))
+    from rlinf_embodied.export import export_policy
+
+    try:
+        path = export_policy(args.run_dir, args.out, step=args.step)
+    except (ConfigError, MissingExtraError) as exc:
+        print(f"rlinf-embodied export: error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"exported to {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `rlinf-embodied` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["export"]:
+        return export_main(argv[1:])
     parser = _parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(argv)
     if args.help:
         print(_help_text())
         return 0

@@ -1,0 +1,84 @@
+"""``rlinf-embodied export RUN_DIR [--step N] --out DIR``: a checkpoint's policy as a file a
+user loads without the app's run: ``policy.pt`` holds the network's shape
+(`rlinf.workers.models.policy.PolicyConfig`) and its state dict, and `load_policy` rebuilds
+the `ActorCritic` from it (``act(obs, deterministic=True)`` is the evaluation policy).
+
+The checkpoint's actor state (model, optimizer, RNGs) is the run's record; the export keeps
+the model only. The network's shape comes from the task's spaces, so the export builds one
+simulator of the run's task, as the run did. VLA policies are not exported here: their
+weights are a pretrained model's, saved with the processor by its own library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.models.policy import ActorCritic, PolicyConfig
+from rlinf.workers.telemetry import CheckpointStore
+from rlinf.workers.telemetry.checkpoints import META_FILE
+from rlinf_embodied.config import AppConfig
+from rlinf_embodied.schema import from_mapping
+
+__all__ = ["EXPORT_FILE", "POLICY_FILE", "POLICY_FORMAT", "export_policy", "load_policy"]
+
+POLICY_FILE = "policy.pt"
+"""The exported network: ``{"format", "policy_config", "state_dict"}``."""
+POLICY_FORMAT = "rlinf-embodied-policy/1"
+EXPORT_FILE = "rlinf_export.json"
+"""Written beside it: which run and step it came from, and the run's config."""
+CHECKPOINT_DIR = "checkpoints"
+
+
+def export_policy(run_dir: Path, out: Path, *, step: int | None = None) -> Path:
+    """Write the policy of `run_dir`'s checkpoint at `step` (None: the latest) to `out`;
+    returns the policy file. ConfigError saying what is missing otherwise."""
+    from rlinf_embodied.spec import build_spec
+
+    store_root = Path(run_dir) / CHECKPOINT_DIR
+    steps = CheckpointStore(store_root).steps() if store_root.is_dir() else []
+    if not steps:
+        raise ConfigError(f"{run_dir} holds no checkpoint ({CHECKPOINT_DIR}/step-*): pass the "
+                          "--run-dir of a run that saved one")
+    chosen = steps[-1] if step is None else next((s for s in steps if s[0] == step), None)
+    if chosen is None:
+        raise ConfigError(f"{store_root} has no checkpoint of step {step}; it has steps "
+                          f"{[s for s, _ in steps]}")
+    found, folder = chosen
+    meta = json.loads((folder / META_FILE).read_text())
+    cfg = from_mapping(AppConfig, meta["config"])
+    policy = build_spec(cfg).policy
+    if not isinstance(policy, PolicyConfig):
+        raise ConfigError(f"{run_dir} trained a {cfg.policy.kind} policy; export writes MLP "
+                          "and CNN policies (a VLA's weights are its pretrained model's)")
+    actor = torch.load(folder / "actor.pt", weights_only=False)
+    model = ActorCritic(policy)
+    model.load_state_dict(actor["actor"]["model"])
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / POLICY_FILE
+    torch.save({"format": POLICY_FORMAT, "policy_config": dataclasses.asdict(policy),
+                "state_dict": model.state_dict()}, path)
+    (out / EXPORT_FILE).write_text(json.dumps(
+        {"run_dir": str(run_dir), "step": found, "config": meta["config"]}, indent=2) + "\n")
+    return path
+
+
+def load_policy(path: str | Path) -> ActorCritic:
+    """The `ActorCritic` an export wrote (`path`: the folder or its ``policy.pt``), in eval
+    mode."""
+    file = Path(path)
+    file = file / POLICY_FILE if file.is_dir() else file
+    saved: dict[str, Any] = torch.load(file, weights_only=True)
+    if saved.get("format") != POLICY_FORMAT:
+        raise ConfigError(f"{file} holds format {saved.get('format')!r}, expected "
+                          f"{POLICY_FORMAT!r} (written by rlinf-embodied export)")
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v
+                              for k, v in saved["policy_config"].items()}
+    model = ActorCritic(PolicyConfig(**fields))
+    model.load_state_dict(saved["state_dict"])
+    return model.eval()
