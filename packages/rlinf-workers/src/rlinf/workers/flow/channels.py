@@ -66,7 +66,8 @@ class FlowChannel:
     name: str
     """The `rlinf.comm.Channel` name."""
     store: str
-    """Name of the run's `rlinf.comm.RayStore` (where the channel is found)."""
+    """Where the run's channels are found (`store_name`): ``run@host:port``, the driver's
+    `rlinf.comm.TCPStore`, or a `rlinf.comm.RayStore`'s name."""
     consumer_ranks: int
     """Ranks of the consuming group."""
     producer_ranks: int = 1
@@ -152,3 +153,15 @@ class FlowChannel:
     def key_of(self, index: int, total: int) -> str:
         """The channel key unit `index` of `total` is put under."""
         return rank_key(self.rank_of(index, total))
+
+
+def store_name(run: str, address: str) -> str:
+    """`FlowChannel.store` of a run named `run` whose store serves at `address`."""
+    return f"{run}@{address}"
+
+
+def parse_store(store: str) -> tuple[str, str | None]:
+    """``(run name, TCPStore address)`` of a `FlowChannel.store`; the address is None for a
+    `rlinf.comm.RayStore` name."""
+    run, at, address = store.rpartition("@")
+    return (run, address) if at else (store, None)

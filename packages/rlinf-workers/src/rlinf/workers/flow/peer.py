@@ -48,6 +48,7 @@ from rlinf.comm import (
     ShmRing,
 )
 from rlinf.workers.errors import WorkersError
+from rlinf.workers.flow.channels import parse_store
 
 __all__ = ["PeerChannel", "PeerGoneError", "PeerTimeoutError", "endpoint_name"]
 
@@ -78,7 +79,7 @@ class PeerGoneError(WorkersError, RuntimeError):
 
 def endpoint_name(store: str, role: str, rank: int) -> str:
     """The endpoint name of `role`'s rank `rank` in the run whose store is `store`."""
-    return f"{store}/{role}/{rank}"
+    return f"{parse_store(store)[0]}/{role}/{rank}"
 
 
 class _Filed:

@@ -55,10 +55,10 @@ from typing import Any
 import ray
 import structlog
 
-from rlinf.comm import RayStore, new_token
+from rlinf.comm import TCPStore, new_token
 from rlinf.sched import Cluster, ExecutionMode, ExecutionPlan, Placement, Profile
 from rlinf.workers.errors import ClusterLostError, ConfigError, WorkerDiedError, WorkersError
-from rlinf.workers.flow.channels import FlowChannel
+from rlinf.workers.flow.channels import FlowChannel, store_name
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.declaration import ComponentSpec, MacroFlow
 from rlinf.workers.flow.errors import FlowClosedError, FlowDeclarationError
@@ -95,7 +95,7 @@ class FlowRun:
     """The launched groups of one flow and the driver of its iterations (module docstring)."""
 
     def __init__(self, flow: MacroFlow, plan: ExecutionPlan, *, groups: Mapping[str, WorkerGroup],
-                 channels: Mapping[str, FlowChannel], lock: Any, store: RayStore,
+                 channels: Mapping[str, FlowChannel], lock: Any, store: TCPStore,
                  owns_ray: bool, timeout: float,
                  local_takers: frozenset[str] = frozenset()) -> None:
         self.flow = flow
@@ -110,7 +110,7 @@ class FlowRun:
         self._local_lock = local_takers
         """Components that take turns through their process's in-process lock."""
         self._store = store
-        """The rendezvous actor channels are found through (this run made it)."""
+        """The rendezvous store channels are found through (this process serves it)."""
         self._owns_ray = owns_ray
         self._records: list[IterationRecord] = []
         self._trainers = frozenset(flow.trainers)
@@ -141,13 +141,15 @@ class FlowRun:
         owns_ray = started if stop_ray is None else stop_ray
         inlined = flow.inlined(placement)
         run_id = uuid.uuid4().hex[:8]
-        store = f"rlinf-flow-{run_id}"
         token = new_token()
         groups: dict[str, WorkerGroup] = {}
         lock: Any = None
-        rendezvous: RayStore | None = None
+        rendezvous: TCPStore | None = None
         try:
-            rendezvous = RayStore(store)  # the actor channels are found through
+            # Where the channels and endpoints are found: a store served by this process (no
+            # Ray actor to start), on this node's address so ranks on other nodes reach it.
+            rendezvous = TCPStore.serve(host=_node_address(), token=token)
+            store = store_name(f"rlinf-flow-{run_id}", rendezvous.address)
             options: dict[str, Any] = {
                 "env_vars": {"RLINF_COMM_TOKEN": token.hex(), **_driver_path()},
                 "allocator": flow.host_allocator,
@@ -756,13 +758,13 @@ def _await_exit(groups: Iterable[WorkerGroup], *, timeout: float) -> None:
                 return
 
 
-def _stop(lock: Any, store: RayStore | None, owns_ray: bool) -> None:
+def _stop(lock: Any, store: TCPStore | None, owns_ray: bool) -> None:
     if lock is not None:
         with contextlib.suppress(Exception):
             lock.close()
-    if store is not None:  # by its handle: looking it up by name would block on a dead GCS
+    if store is not None:
         with contextlib.suppress(Exception):
-            store.destroy()
+            store.close()
     if owns_ray:
         stop_ray()
 
@@ -774,3 +776,11 @@ def _driver_path() -> dict[str, str]:
     (entries missing on another node are skipped there by Python)."""
     entries = [os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)]
     return {"PYTHONPATH": os.pathsep.join([*dict.fromkeys(entries), "${PYTHONPATH}"])}
+
+
+def _node_address() -> str:
+    """This node's address in the Ray cluster (loopback without Ray)."""
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            return str(ray.util.get_node_ip_address())
+    return "127.0.0.1"

@@ -30,10 +30,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from rlinf.comm import Channel, CommError, Endpoint, RayStore
+from rlinf.comm import Channel, CommError, Endpoint, RayStore, Store, TCPStore
 from rlinf.sched import Profiler
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow.channels import FlowChannel, Sharding
+from rlinf.workers.flow.channels import FlowChannel, Sharding, parse_store
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.peer import PeerChannel, endpoint_name
 from rlinf.workers.runtime import Worker, WorkerContext
@@ -102,7 +102,7 @@ class FlowWorker(Worker):
         self._handles: dict[str, Channel | PeerChannel] = {}
         self._mailboxes: dict[str, Any] = {}
         self._owned: dict[str, Channel] = {}
-        self._stores: dict[str, RayStore] = {}
+        self._stores: dict[str, Store] = {}
         self._busy = 0.0
         self._busy_by: defaultdict[str, float] = defaultdict(float)
         self._holds = 0
@@ -167,10 +167,12 @@ class FlowWorker(Worker):
 
     # -- channels --------------------------------------------------------------------------
 
-    def _store(self, name: str) -> RayStore:
+    def _store(self, name: str) -> Store:
         store = self._stores.get(name)
         if store is None:
-            store = self._stores[name] = RayStore(name)
+            _, address = parse_store(name)
+            store = self._stores[name] = (TCPStore(address) if address is not None
+                                          else RayStore(name))
             try:  # roles used in one process (tests, drivers) share its existing endpoint
                 Endpoint.current()
             except CommError:
