@@ -102,12 +102,15 @@ def test_replan_needs_placement_auto() -> None:
     assert cli.main(["placement=hybrid", "run.replan=true", "--run-dir", "/nonexistent/x"]) == 2
 
 
+@pytest.mark.parametrize("going_back", [True, False, None])
 def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_measured(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, going_back: bool | None) -> None:
     """``auto`` with nothing cached starts on its first guess, prices it from its own steps,
     moves to the plan priced fastest and, after as many steps there, keeps whichever
     measured faster. The planner is made to prefer hybrid, and the relaunch's cost is
-    waived, so that a short run switches; what it keeps is decided by the measurements."""
+    waived, so that a short run switches; what it keeps is decided by the measurements
+    (`going_back` None), or forced each way: going back relaunches the first guess, whose
+    actor has more ranks than the hybrid checkpoint it resumes from."""
     hybrid = "rollout: 0, reward,inference,actor: 1"
 
     def prefer_hybrid(spec: Any, profile: Any, cluster: Any) -> Any:
@@ -117,6 +120,15 @@ def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_me
     monkeypatch.setattr(run_module, "auto_plan", prefer_hybrid)
     monkeypatch.setattr(run_module, "switch_pays",
                         lambda current, candidate, **_: candidate < current)
+    if going_back is not None:
+        kept_faster = run_module._kept_faster
+
+        def forced(*args: Any, **kwargs: Any) -> Any:
+            with monkeypatch.context() as verdict:
+                verdict.setattr(run_module, "switch_pays", lambda *_, **__: going_back)
+                return kept_faster(*args, **kwargs)
+
+        monkeypatch.setattr(run_module, "_kept_faster", forced)
     run_dir = tmp_path / "run"
     args = [arg for arg in TINY if not arg.startswith(("placement=", "cluster.", "run.steps=",
                                                        "run.predict="))]
@@ -134,7 +146,7 @@ def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_me
                   and line.startswith("auto: ")]
     tried_s, first_s = (float(word) for word in verdict.split() if word[:1].isdigit()
                         and "." in word)
-    went_back = first_s < tried_s
+    went_back = first_s < tried_s if going_back is None else going_back
     assert verdict.endswith("going back" if went_back else "keeping it")
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["placement"] == (first_guess if went_back else hybrid)

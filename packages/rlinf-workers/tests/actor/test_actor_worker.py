@@ -345,3 +345,26 @@ def test_config_validation():
         ActorConfig(micro_batch_size=0)
     with pytest.raises(ConfigError, match="precision"):
         ActorConfig(precision="fp16")  # type: ignore[arg-type]
+
+
+def test_a_rank_the_checkpoint_has_no_file_for_reads_a_replicas(tmp_path, monkeypatch):
+    """A relaunch on more data-parallel ranks than saved (auto's re-plan going back to a
+    plan with more actor devices) restores rank 0's complete state on the new ranks."""
+    from rlinf.workers.actor import checkpoint as ckpt
+
+    trained = ActorWorker(_model(), config=ActorConfig(lr=5e-3, parallelism="none",
+                                                       micro_batch_size=4))
+    rewards = torch.zeros(8)
+    rewards[2] = 1.0
+    trained.train(make_batch().replace(rewards=rewards))
+    trained.save_checkpoint(str(tmp_path))
+    assert [p.name for p in tmp_path.glob("rank*.pt")] == ["rank0.pt"]
+    monkeypatch.setattr(ckpt, "_rank", lambda: 1)  # as rank 1 of a larger group
+    with pytest.raises(ConfigError, match="no checkpoint for rank 1"):
+        ckpt.read_rank_file(tmp_path)
+    fresh = ActorWorker(_model(), config=ActorConfig(lr=5e-3, parallelism="none",
+                                                     micro_batch_size=4))
+    fresh.load_checkpoint(str(tmp_path))
+    assert fresh.global_step == trained.global_step == 1
+    for name, tensor in trained.model.state_dict().items():
+        assert torch.equal(fresh.model.state_dict()[name], tensor), name

@@ -110,9 +110,16 @@ def read_rank_files(directory: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return out
 
 
-def read_rank_file(directory: str | os.PathLike[str]) -> dict[str, Any]:
-    """This rank's file of a checkpoint `directory`, as `save` wrote it (tensors on CPU)."""
+def read_rank_file(directory: str | os.PathLike[str], *,
+                   any_replica: bool = False) -> dict[str, Any]:
+    """This rank's file of a checkpoint `directory`, as `save` wrote it (tensors on CPU).
+
+    `any_replica`: the ranks are data-parallel replicas of one complete state, so a rank
+    the checkpoint has no file for — a run relaunched on more ranks than it saved from, as
+    ``auto``'s re-plan does — reads rank 0's (the one file complete under every backend)."""
     path = Path(directory) / f"rank{_rank()}.pt"
+    if not path.is_file() and any_replica and (Path(directory) / "rank0.pt").is_file():
+        path = Path(directory) / "rank0.pt"
     if not path.is_file():
         raise ConfigError(f"no checkpoint for rank {_rank()} at {path}")
     # Our own file: RNG states need pickle.

@@ -604,8 +604,10 @@ class ActorWorker:
                   step=self.global_step, extra=self._extra_state())
 
     def load_checkpoint(self, directory: str) -> None:
-        """Restore what `save_checkpoint` wrote (same config and world size)."""
-        saved = ckpt.read_rank_file(directory)
+        """Restore what `save_checkpoint` wrote (same config; any world size: ranks the
+        checkpoint has no file for read a replica's)."""
+        # Ranks hold identical, unsharded state: a relaunch on more ranks reads a replica's.
+        saved = ckpt.read_rank_file(directory, any_replica=True)
         self.global_step = ckpt.restore(saved, modules=self._modules(),
                                         optimizer=self.optimizer)
         self._load_extra_state(saved.get("extra") or {})
