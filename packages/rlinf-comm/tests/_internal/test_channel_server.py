@@ -453,3 +453,19 @@ def test_a_consumer_that_asks_after_the_producer_left_learns_it_too(
     with pytest.raises(PeerDiedError, match="no producer is left"):
         consumer.get(timeout=30)
     assert time.monotonic() - started < 5
+
+
+def test_a_producer_that_leaves_cleanly_orphans_nobody(server: ChannelServer,
+                                                       token: bytes) -> None:
+    """Producers that start one after another: the first says bye and leaves; the consumer
+    waits for the next as asked."""
+    first, consumer = Client(server, token, "p"), Client(server, token, "c")
+    first.put(1)
+    assert xids(consumer.get()) == [1]
+    first.peer.notify({"op": "bye"})
+    first.peer.close()
+    _await_clients(server, 1)
+    pending = consumer.get_async(timeout=10)
+    time.sleep(0.2)
+    Client(server, token, "p").put(2)
+    assert xids(pending.result(timeout=10)[0]["items"]) == [2]

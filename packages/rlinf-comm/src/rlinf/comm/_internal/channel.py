@@ -21,6 +21,7 @@ put without waiting for an answer (see `channel_server` for the protocol).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import threading
@@ -651,6 +652,9 @@ class Channel:
                 self._sync(self.endpoint.config.close_timeout)
             except errors.CommError as exc:
                 log.warning("channel_disconnect_unsynced", channel=self.name, error=str(exc))
+        if not self._peer.closed:  # a clean leave: the owner does not take it for a crash
+            with contextlib.suppress(errors.CommError):
+                self._peer.notify({"op": "bye"})
         self._peer.close()
         self._credits.close()
         if self._outstanding:

@@ -9,9 +9,10 @@ back to the producer that owns the payload, and cleans up after clients that die
 - a consumer dies: the payloads it took but never released are released to their producers;
 - a producer dies: its queued items are dropped (their payloads died with it) and the next
   `get` on each affected key raises PeerDiedError naming the producer;
-- the last client that put, or could (it never asked for items), leaves: a get with nothing
-  to take raises PeerDiedError at once, once per consumer, instead of waiting out its
-  timeout for items never sent (a newcomer's hello or a put ends that state).
+- the last client that put, or could (it never asked for items), dies without saying
+  ``bye`` (a crash, not `Channel.disconnect`): a get with nothing to take raises
+  PeerDiedError at once, once per consumer, instead of waiting out its timeout for items
+  never sent (a newcomer's hello or a put ends that state).
 
 Ordering is FIFO per key. Back-pressure: `maxsize` bounds the number of items queued over
 all keys (0: unbounded); a put that does not fit waits (FIFO) until consumers make room.
@@ -53,6 +54,7 @@ header in item order):
                                              ones bring their bytes back)
   close {} -> {};  stat {key|null} -> {qsize, weight, closed, maxsize};  whoami {} -> {name}
   sync {} -> {}                             (every earlier message of the client was handled)
+  bye {}                                    (one way: a clean disconnect follows)
 Credits (clients whose hello says ``credit: true``):
   hello {..., credit}                       -> {maxsize}
   credit_word {offer}                       -> {mapped}  (then grants go into the word)
@@ -170,6 +172,7 @@ class _Client:
     puts: int = 0  # put and cput requests it sent
     gets: bool = False  # has asked for items (a consumer)
     told_orphaned: bool = False  # its get learnt that no producer is left
+    left_cleanly: bool = False  # said bye before its connection closed (not a crash)
 
     @property
     def may_produce(self) -> bool:
@@ -273,6 +276,8 @@ class ChannelServer:
                 self._want(peer, client)
             elif op == "sync":
                 peer.reply(header, {})
+            elif op == "bye":
+                client.left_cleanly = True
             elif op == "hello":
                 self._producer_may_come()  # a newcomer may put
                 peer.info = dict(header)
@@ -658,9 +663,11 @@ class ChannelServer:
             self._orphaned = self._last_left
 
     def _orphan_waiting(self, who: str, client: _Client) -> None:
-        """`client` (`who`) is gone: when it was the last that put or could, parked gets
-        with nothing gathered learn it now, and later gets on empty keys at once."""
-        if not client.may_produce:
+        """`client` (`who`) crashed (it left without saying bye): when it was the last that
+        put or could, parked gets with nothing gathered learn it now, and later gets on
+        empty keys at once. A producer that leaves cleanly orphans nobody: others may
+        still connect and put (producers that start one after another)."""
+        if not client.may_produce or client.left_cleanly:
             return
         self._last_left = (f"{who!r}, the last, left after {client.puts} put request(s)"
                            if client.puts else f"{who!r}, the last, left without putting")
