@@ -8,20 +8,14 @@ reservation, no shared-memory segment."""
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rlinf.comm import live_segments, orphaned_segments
-
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+from .conftest import leaving_nothing
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "ppo_critic_math.py"
 sys.path.insert(0, str(EXAMPLE.parent))
@@ -35,36 +29,8 @@ FIXED = {  # mode: (placement, CPU slots)
 RESULTS: dict[str, dict[str, Any]] = {}
 
 
-@pytest.fixture(scope="module")
-def ray_local() -> Iterator[None]:
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
-def eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.1)
-    return True
-
-
 def run_example(cfg: example.Config) -> dict[str, Any]:
-    import ray
-
-    before = live_segments()
-    summary = example.main(cfg)
-    # Ray returns a dead actor's CPUs a moment after it reports the death
-    assert ray.util.list_named_actors(all_namespaces=True) == []
-    assert eventually(lambda: ray.available_resources().get("CPU")
-                      == ray.cluster_resources().get("CPU"))
-    assert eventually(lambda: not orphaned_segments(before)), orphaned_segments(before)
+    summary = leaving_nothing(lambda: example.main(cfg))
     assert len(summary["iteration_s"]) == 2
     for name, values in summary["losses"].items():
         assert all(math.isfinite(v) for v in values), (name, values)

@@ -6,21 +6,14 @@ left behind."""
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rlinf.comm import live_segments, orphaned_segments
-
-from .test_ppo_critic_math import eventually
-
-os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+from .conftest import leaving_nothing
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "reward_model_math.py"
 sys.path.insert(0, str(EXAMPLE.parent))
@@ -34,26 +27,8 @@ FIXED = {  # mode: (placement, CPU slots)
 RESULTS: dict[str, dict[str, Any]] = {}
 
 
-@pytest.fixture(scope="module")
-def ray_local() -> Iterator[None]:
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def run_example(cfg: example.Config) -> dict[str, Any]:
-    import ray
-
-    before = live_segments()
-    summary = example.main(cfg)
-    assert ray.util.list_named_actors(all_namespaces=True) == []
-    assert eventually(lambda: ray.available_resources().get("CPU")
-                      == ray.cluster_resources().get("CPU"))
-    assert eventually(lambda: not orphaned_segments(before)), orphaned_segments(before)
+    summary = leaving_nothing(lambda: example.main(cfg))
     for key in ("reward/mean_reward", "judge/mean_score", "actor/policy_loss"):
         assert len(summary[key]) == 2 and all(math.isfinite(v) for v in summary[key]), key
     assert all(0 < abs(s) < 1 for s in summary["judge/mean_score"])  # tanh of a real score
