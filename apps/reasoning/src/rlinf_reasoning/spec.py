@@ -159,6 +159,11 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
     tiny = TinyLMConfig(hidden_size=model.hidden_size, num_layers=model.num_layers,
                         num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
                         intermediate_size=model.intermediate_size) if model.from_scratch else None
+    reward = RewardConfig(functions=cfg.reward.chosen, weights=cfg.reward.weights,
+                          strategies=cfg.reward.answer_strategies, verifier=cfg.reward.verifier,
+                          verify_timeout=cfg.reward.verify_timeout,
+                          verify_rel_tol=cfg.reward.verify_rel_tol,
+                          format_penalty=cfg.reward.format_penalty)
     return FlowSpec(
         model_dir=resolve_model_dir(model.dir) if model.dir is not None else WARMSTART_DIR,
         model_config=tiny,
@@ -166,14 +171,9 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
                                     groups_per_micro_batch=cfg.rollout.groups_per_micro_batch,
                                     sampling=sampling, template=cfg.data.template,
                                     system_prompt=cfg.data.system_prompt,
-                                    problem_columns=cfg.reward.chosen != ("math",)),
+                                    problem_columns=reward.reads_problems),
         engine=cfg.rollout.engine,
-        reward=RewardConfig(functions=cfg.reward.chosen, weights=cfg.reward.weights,
-                            strategies=cfg.reward.answer_strategies,
-                            verifier=cfg.reward.verifier,
-                            verify_timeout=cfg.reward.verify_timeout,
-                            verify_rel_tol=cfg.reward.verify_rel_tol,
-                            format_penalty=cfg.reward.format_penalty),
+        reward=reward,
         actor=actor,
         megatron=(MegatronConfig(tensor_parallel=cfg.actor.tensor_parallel,
                                  pipeline_parallel=cfg.actor.pipeline_parallel,

@@ -107,15 +107,16 @@ def reward_shape(function: Callable[..., Any], name: str) -> RewardShape:
                       f"{_SHAPES}")
 
 
-def _accepted(function: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments `function` accepts (all of them with ``**kwargs``)."""
+def _keywords(function: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword arguments `function` accepts (None: any, it takes ``**kwargs`` or has no
+    signature); read once, when the function is loaded, not at every call."""
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
-        return kwargs
+        return None
     if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
-        return kwargs
-    return {k: v for k, v in kwargs.items() if k in parameters}
+        return None
+    return frozenset(parameters)
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,13 @@ class RewardTerm:
     """How it is called (module docstring)."""
     function: Callable[..., Any]
     """The callable."""
+    keywords: frozenset[str] | None = None
+    """The keyword arguments it accepts (None: any); the others are not passed."""
+
+    def _call(self, kwargs: dict[str, Any]) -> Any:
+        accepted = self.keywords
+        return self.function(**(kwargs if accepted is None else
+                                {k: v for k, v in kwargs.items() if k in accepted}))
 
     def score(self, samples: Sequence[RewardSample]) -> list[float]:
         """One finite score per sample; a `RewardFunctionError` naming this function and
@@ -142,10 +150,10 @@ class RewardTerm:
         for index, sample in enumerate(samples):
             try:
                 if self.shape == "verl":
-                    value = self.function(**_accepted(self.function, {
+                    value = self._call({
                         "data_source": sample.columns.get("data_source", ""),
                         "solution_str": sample.response, "ground_truth": sample.answer,
-                        "extra_info": sample.columns.get("extra_info")}))
+                        "extra_info": sample.columns.get("extra_info")})
                     if isinstance(value, Mapping) and "score" in value:
                         value = value["score"]
                 else:
@@ -170,7 +178,7 @@ class RewardTerm:
         kwargs = {**columns, "prompts": [s.prompt for s in samples],
                   "completions": completions, "ground_truth": [s.answer for s in samples]}
         try:
-            values = self.function(**_accepted(self.function, kwargs))
+            values = self._call(kwargs)
         except Exception as exc:
             raise RewardFunctionError(
                 f"reward function {self.spec!r} raised {exc!r} on a batch of {len(samples)} "
@@ -214,6 +222,7 @@ def load_reward_terms(specs: Sequence[str], weights: Sequence[float], *,
              for name, spec in zip(short, specs, strict=True)]
     return tuple(
         RewardTerm(spec=spec, name=name, weight=float(weight), function=function,
-                   shape="sample" if spec == BUILTIN_MATH else reward_shape(function, spec))
+                   shape="sample" if spec == BUILTIN_MATH else reward_shape(function, spec),
+                   keywords=_keywords(function))
         for spec, name, weight, function in zip(
             specs, names, weights or [1.0] * len(specs), functions, strict=True))
