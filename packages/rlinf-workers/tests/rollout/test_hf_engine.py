@@ -212,3 +212,40 @@ def test_gpu_offload_moves_weights_to_host_and_back(model, tokenizer):
     assert torch.cuda.memory_allocated() < used
     engine.onload()
     assert engine.generate(_prompts(tokenizer), sampling=greedy) == before
+
+
+def test_a_stop_sequence_ends_a_response_after_it(model, tokenizer):
+    engine = _engine(model, tokenizer)
+    greedy = SamplingConfig(max_new_tokens=8, temperature=0.0)
+    free = engine.generate(_prompts(tokenizer), sampling=greedy)
+    # Each row's own tokens 2..3 as its stop: the row must end right after their first
+    # occurrence, with the same tokens and log-probs as the unstopped response up to there.
+    for row, sample in enumerate(free):
+        tokens = sample.response_token_ids
+        stop = tuple(tokens[2:4])
+        end = next(i + len(stop) for i in range(len(tokens)) if tokens[i:i + len(stop)] == stop)
+        stopped = engine.generate([_prompts(tokenizer)[row]],
+                                  sampling=SamplingConfig(max_new_tokens=8, temperature=0.0,
+                                                          stop_sequences=(stop,)))[0]
+        assert stopped.response_token_ids == tokens[:end], row
+        assert stopped.finish_reason == "stop_sequence"
+        assert stopped.log_probs == pytest.approx(sample.log_probs[:end], abs=1e-5)
+
+
+def test_rows_that_stop_early_leave_the_others_running(model, tokenizer):
+    engine = _engine(model, tokenizer)
+    greedy = SamplingConfig(max_new_tokens=8, temperature=0.0)
+    free = engine.generate(_prompts(tokenizer), sampling=greedy)
+    stop = (free[0].response_token_ids[0],)
+    stopped = engine.generate(_prompts(tokenizer), sampling=SamplingConfig(
+        max_new_tokens=8, temperature=0.0, stop_sequences=(stop,)))
+    for before, after in zip(free, stopped, strict=True):
+        tokens = before.response_token_ids
+        end = tokens.index(stop[0]) + 1 if stop[0] in tokens else len(tokens)
+        assert after.response_token_ids == tokens[:end]
+    assert stopped[0].finish_reason == "stop_sequence"
+
+
+def test_an_empty_stop_sequence_is_refused():
+    with pytest.raises(ConfigError, match="stop sequence"):
+        SamplingConfig(stop_sequences=((),))

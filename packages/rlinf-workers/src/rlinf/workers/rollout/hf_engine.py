@@ -58,7 +58,14 @@ from rlinf.workers.rollout.offload import (
     materialize_module,
     move_module,
 )
-from rlinf.workers.rollout.types import NamedTensors, RolloutError, RolloutSample, SamplingConfig
+from rlinf.workers.rollout.types import (
+    FinishReason,
+    NamedTensors,
+    RolloutError,
+    RolloutSample,
+    SamplingConfig,
+    ends_with_stop_sequence,
+)
 
 __all__ = ["HFRolloutEngine"]
 
@@ -125,6 +132,9 @@ class HFRolloutEngine:
             # top_k=0 must be passed explicitly: None would fall back to HF's default of 50.
             options.update(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
                            top_k=sampling.top_k)
+        stops = _StopSequences(sampling.stop_sequences, prompt_width=prompt_ids.shape[1])
+        if sampling.stop_sequences:
+            options["stopping_criteria"] = [stops]
         devices = [self.device] if self.device.type == "cuda" else []
         kernel = generation_attention(self.model, device=self.device)
         with torch.no_grad(), attention_kernel(self.model, kernel), \
@@ -138,7 +148,8 @@ class HFRolloutEngine:
                 input_ids=prompt_ids, attention_mask=prompt_mask, return_dict_in_generate=True,
                 output_logits=keep_logits, **options)
             response_ids = out.sequences[:, prompt_ids.shape[1]:]
-            response_mask = response_mask_from_eos(response_ids, eos_token_id=self.eos_token_id)
+            response_mask = stops.cut(
+                response_mask_from_eos(response_ids, eos_token_id=self.eos_token_id))
             if keep_logits:
                 # One [B, V] tensor of raw logits per generated position.
                 logits = torch.stack(out.logits, dim=1).float() / sampling.logprob_temperature
@@ -154,11 +165,15 @@ class HFRolloutEngine:
         samples = []
         for prompt, length, tokens, row_log_probs in zip(
                 prompt_token_ids, lengths, rows, values, strict=True):
-            stopped = length > 0 and tokens[length - 1] == self.eos_token_id
+            kept = tokens[:length]
+            reason: FinishReason = "length"
+            if length > 0 and kept[-1] == self.eos_token_id:
+                reason = "stop"
+            elif ends_with_stop_sequence(kept, sampling.stop_sequences):
+                reason = "stop_sequence"
             samples.append(RolloutSample(
-                prompt_token_ids=tuple(prompt), response_token_ids=tuple(tokens[:length]),
-                log_probs=tuple(row_log_probs[:length]),
-                finish_reason="stop" if stopped else "length"))
+                prompt_token_ids=tuple(prompt), response_token_ids=tuple(kept),
+                log_probs=tuple(row_log_probs[:length]), finish_reason=reason))
         return samples
 
     # -- weights ---------------------------------------------------------------------------
@@ -226,3 +241,36 @@ def _to_bf16_parameters(model: nn.Module) -> None:
         for param in model.parameters():
             if param.is_floating_point() and param.dtype != torch.bfloat16:
                 param.data = param.data.to(torch.bfloat16)
+
+
+class _StopSequences:
+    """A `generate` stopping criterion: a row is done once its response ends with one of
+    `sequences` (token ids); `cut` then ends its response mask there (`generate` pads a
+    finished row with pad tokens, which the EOS-based mask would count)."""
+
+    def __init__(self, sequences: Sequence[Sequence[int]], *, prompt_width: int) -> None:
+        self.sequences = [torch.tensor(list(seq), dtype=torch.long) for seq in sequences]
+        self.prompt_width = prompt_width
+        self.ends: torch.Tensor | None = None  # [B] response length at the stop, -1: none
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor,
+                 **kwargs: Any) -> torch.Tensor:
+        done = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        for seq in self.sequences:
+            if input_ids.shape[1] - self.prompt_width >= len(seq):
+                tail = input_ids[:, -len(seq):]
+                done |= (tail == seq.to(input_ids.device)).all(dim=1)
+        if self.ends is None:
+            self.ends = torch.full_like(done, -1, dtype=torch.long)
+        first = done & (self.ends < 0)
+        self.ends[first] = input_ids.shape[1] - self.prompt_width
+        return done
+
+    def cut(self, response_mask: torch.Tensor) -> torch.Tensor:
+        """`response_mask` with every row that hit a stop sequence ending at it."""
+        if self.ends is None or not bool((self.ends >= 0).any()):
+            return response_mask
+        ends = self.ends.to(response_mask.device)
+        positions = torch.arange(response_mask.shape[1], device=response_mask.device)
+        keep = (ends < 0).unsqueeze(1) | (positions.unsqueeze(0) < ends.unsqueeze(1))
+        return response_mask * keep.to(response_mask.dtype)

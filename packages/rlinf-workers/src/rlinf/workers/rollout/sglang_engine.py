@@ -19,7 +19,14 @@ import torch
 
 from rlinf.workers._extras import require
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.rollout.types import NamedTensors, RolloutError, RolloutSample, SamplingConfig
+from rlinf.workers.rollout.types import (
+    FinishReason,
+    NamedTensors,
+    RolloutError,
+    RolloutSample,
+    SamplingConfig,
+    ends_with_stop_sequence,
+)
 
 __all__ = ["SglangRolloutEngine"]
 
@@ -61,6 +68,13 @@ class SglangRolloutEngine:
         }
         if sampling.seed is not None:
             params["sampling_seed"] = sampling.seed
+        if sampling.stop_sequences:
+            if any(len(seq) > 1 for seq in sampling.stop_sequences):
+                raise ConfigError(
+                    "the SGLang engine stops on single tokens (a chat model's tool tags such as "
+                    "</tool_call> are one special token each); this stop sequence spans "
+                    "several: use the hf or vllm engine, or a tokenizer with the tag as a token")
+            params["stop_token_ids"] = sorted({seq[0] for seq in sampling.stop_sequences})
         outputs = self.engine.generate(input_ids=[list(p) for p in prompt_token_ids],
                                        sampling_params=params, return_logprob=True)
         samples = []
@@ -72,7 +86,7 @@ class SglangRolloutEngine:
             samples.append(RolloutSample(
                 prompt_token_ids=tuple(prompt), response_token_ids=tokens,
                 log_probs=tuple(float(t[0]) for t in triples),
-                finish_reason="length" if finish.get("type") == "length" else "stop"))
+                finish_reason=_finish_reason(finish, tokens, sampling)))
         return samples
 
     def update_weights(self, named_tensors: NamedTensors) -> None:
@@ -102,3 +116,12 @@ class SglangRolloutEngine:
     def shutdown(self) -> None:
         """Stop the scheduler subprocesses."""
         self.engine.shutdown()
+
+
+def _finish_reason(finish: dict[str, Any], tokens: tuple[int, ...],
+                   sampling: SamplingConfig) -> FinishReason:
+    if finish.get("type") == "length":
+        return "length"
+    if ends_with_stop_sequence(tokens, sampling.stop_sequences):
+        return "stop_sequence"
+    return "stop"

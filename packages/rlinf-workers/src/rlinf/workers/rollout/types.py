@@ -22,10 +22,13 @@ __all__ = [
     "RolloutError",
     "RolloutSample",
     "SamplingConfig",
+    "ends_with_stop_sequence",
 ]
 
-FinishReason = Literal["stop", "length"]
-"""``stop``: the response ended with EOS; ``length``: it was cut at ``max_new_tokens``."""
+FinishReason = Literal["stop", "length", "stop_sequence"]
+"""``stop``: the response ended with EOS; ``length``: it was cut at ``max_new_tokens``;
+``stop_sequence``: it ended with one of `SamplingConfig.stop_sequences` (a tool call's
+closing tag), which it includes."""
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 """Parameters as ``(name, tensor)`` pairs, named as in the trainer's ``state_dict``."""
@@ -49,8 +52,15 @@ class SamplingConfig:
     """Keep only the k most likely tokens (0 = off)."""
     seed: int | None = None
     """Seed of the sampling RNG for reproducible rollouts; None draws a fresh one."""
+    stop_sequences: tuple[tuple[int, ...], ...] = ()
+    """Token-id sequences that end a response besides EOS, kept in it (a multi-turn rollout
+    stops at a tool call's closing tag this way)."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "stop_sequences",
+                           tuple(tuple(int(t) for t in seq) for seq in self.stop_sequences))
+        if any(not seq for seq in self.stop_sequences):
+            raise ConfigError("every stop sequence needs at least one token")
         if self.max_new_tokens < 1:
             raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         if self.temperature < 0:
@@ -83,7 +93,18 @@ class RolloutSample:
     """Log-prob of each response token under the temperature-scaled full distribution
     (the one `rlinf.workers.models.response_log_probs` computes), one per token."""
     finish_reason: FinishReason
-    """Why generation ended."""
+    """Why generation ended (a multi-turn response: why its last turn ended)."""
+    tool_mask: tuple[bool, ...] = ()
+    """A multi-turn response: True on each token a tool wrote (its observations, which the
+    loss and the KL leave out; their log-probs are 0). Empty: the model wrote every token."""
+    turns: int = 1
+    """Turns the model generated."""
+    tool_calls: int = 0
+    """Tool calls the model made."""
+    tool_errors: int = 0
+    """Calls that returned an error observation (a malformed call, a broken limit)."""
+    tool_seconds: float = 0.0
+    """Wall time spent in this response's tool calls."""
 
     def __post_init__(self) -> None:
         if len(self.log_probs) != len(self.response_token_ids):
@@ -91,6 +112,16 @@ class RolloutSample:
                 f"expected one log-prob per response token, got {len(self.log_probs)} for "
                 f"{len(self.response_token_ids)} tokens"
             )
+        if self.tool_mask and len(self.tool_mask) != len(self.response_token_ids):
+            raise ConfigError(f"tool_mask has {len(self.tool_mask)} entries for "
+                              f"{len(self.response_token_ids)} response tokens")
+
+
+def ends_with_stop_sequence(tokens: Sequence[int],
+                            stop_sequences: Sequence[Sequence[int]]) -> bool:
+    """Whether `tokens` end with one of `stop_sequences`."""
+    return any(len(tokens) >= len(seq) and tuple(tokens[len(tokens) - len(seq):]) == tuple(seq)
+               for seq in stop_sequences)
 
 
 @runtime_checkable

@@ -42,7 +42,14 @@ import torch
 
 from rlinf.workers._extras import require
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.rollout.types import NamedTensors, RolloutError, RolloutSample, SamplingConfig
+from rlinf.workers.rollout.types import (
+    FinishReason,
+    NamedTensors,
+    RolloutError,
+    RolloutSample,
+    SamplingConfig,
+    ends_with_stop_sequence,
+)
 
 __all__ = ["VllmRolloutEngine", "layer_of", "request_seeds"]
 
@@ -126,7 +133,8 @@ class VllmRolloutEngine:
             self._vllm.SamplingParams(
                 n=1, temperature=sampling.temperature, top_p=sampling.top_p,
                 top_k=sampling.top_k if sampling.top_k > 0 else -1,
-                max_tokens=sampling.max_new_tokens, seed=seed, logprobs=0)
+                max_tokens=sampling.max_new_tokens, seed=seed, logprobs=0,
+                **self._stop_options(sampling))
             for seed in request_seeds(sampling.seed, len(prompt_token_ids))
         ]
         prompts = [{"prompt_token_ids": list(p)} for p in prompt_token_ids]
@@ -138,10 +146,25 @@ class VllmRolloutEngine:
             log_probs = tuple(
                 float(step[token].logprob)
                 for token, step in zip(tokens, completion.logprobs or [], strict=True))
+            reason: FinishReason = "length" if completion.finish_reason == "length" else "stop"
+            if reason == "stop" and ends_with_stop_sequence(tokens, sampling.stop_sequences):
+                reason = "stop_sequence"
             samples.append(RolloutSample(
                 prompt_token_ids=tuple(prompt), response_token_ids=tokens, log_probs=log_probs,
-                finish_reason="length" if completion.finish_reason == "length" else "stop"))
+                finish_reason=reason))
         return samples
+
+    def _stop_options(self, sampling: SamplingConfig) -> dict[str, Any]:
+        """vLLM's spelling of `SamplingConfig.stop_sequences`: single tokens as
+        ``stop_token_ids``, longer ones as their text (kept in the output)."""
+        single = [seq[0] for seq in sampling.stop_sequences if len(seq) == 1]
+        longer = [seq for seq in sampling.stop_sequences if len(seq) > 1]
+        options: dict[str, Any] = {"stop_token_ids": single} if single else {}
+        if longer:
+            tokenizer = self.llm.get_tokenizer()
+            options.update(stop=[tokenizer.decode(list(seq)) for seq in longer],
+                           include_stop_str_in_output=True)
+        return options
 
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Reload the named tensors (a bucket or all), then drop the stale prefix cache.
