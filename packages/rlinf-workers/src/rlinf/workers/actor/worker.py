@@ -165,7 +165,7 @@ class ActorWorker:
                               "worker)")
         coef = controller.value
         penalty = kl_reward_penalty(sampled.to(self.device), batch.ref_log_probs.to(self.device),
-                                    batch.response_mask.to(self.device), coef=coef,
+                                    batch.loss_mask.to(self.device), coef=coef,
                                     estimator=self.config.kl_estimator)
         kl_sum, responses = self._sum_over_batch(penalty.kl_sum, float(penalty.responses))
         current = kl_sum / responses if responses else 0.0
@@ -204,10 +204,10 @@ class ActorWorker:
         if batch.rewards is None:
             raise ConfigError("the batch has no rewards; run the reward worker first")
         data = self._prepare(batch)
-        total = self._units(data["response_mask"])
+        total = self._units(data["loss_mask"])
         sums: dict[str, float] = {}
         for micro in self._micro_batches(data, torch.arange(batch.num_rows)):
-            units = self._units(micro["response_mask"])
+            units = self._units(micro["loss_mask"])
             if units == 0:
                 continue
             # The unwrapped model: no DDP collective (buffer broadcast, gradient all-reduce)
@@ -303,7 +303,10 @@ class ActorWorker:
         dev = self.device
         data = {name: getattr(batch, name).to(dev) for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask")}
-        mask = data["response_mask"].float()
+        # The forwards attend over every response token; the loss, the advantages and the
+        # KL count only the model's own (a multi-turn batch's observations are the tools').
+        data["loss_mask"] = batch.loss_mask.to(dev)
+        mask = data["loss_mask"].float()
         if cfg.rollout_correction_cap is None:
             old = batch.old_log_probs if batch.old_log_probs is not None \
                 else batch.rollout_log_probs
@@ -406,14 +409,14 @@ class ActorWorker:
         policy = unwrap(self.policy) if by_hand else self.policy
         critic = None if self.critic is None else (
             unwrap(self.critic) if by_hand else self.critic)
-        local_units = self._units(data["response_mask"][rows])
+        local_units = self._units(data["loss_mask"][rows])
         total_units = self._sum_over_ranks(local_units, {})[0] if distributed else local_units
         # FSDP2 averages gradients over ranks; scaling by the rank count makes that a sum.
         scale = float(torch.distributed.get_world_size()) if sharded else 1.0
         sums: dict[str, float] = {}
         if total_units > 0:
             for micro in self._micro_batches(data, torch.arange(rows.start, rows.stop)):
-                units = self._units(micro["response_mask"])
+                units = self._units(micro["loss_mask"])
                 # FSDP2 ranks must run the same forwards (they gather parameters together).
                 if units == 0 and not sharded:
                     continue
@@ -506,7 +509,7 @@ class ActorWorker:
         """The policy-gradient, entropy and KL terms of one micro-batch and their metrics
         (whichever backend computed the log-probs)."""
         cfg = self.config
-        mask = data["response_mask"]
+        mask = data["loss_mask"]
         if "old_log_probs" not in data:
             # A single update (`ActorConfig.single_update`): pi_old is this forward's policy.
             old = log_probs.detach()
@@ -545,7 +548,7 @@ class ActorWorker:
         """PPO's value term of one micro-batch from the critic's ``[B, R]`` `values`
         (weighed by ``value_coef``) and its metrics (whichever backend computed them)."""
         cfg = self.config
-        vl = value_loss(values, data["old_values"], data["returns"], data["response_mask"],
+        vl = value_loss(values, data["old_values"], data["returns"], data["loss_mask"],
                         clip_range=cfg.value_clip, aggregation=self._agg)
         return cfg.value_coef * vl.loss, {"value_loss": _scalar(vl.loss),
                                           "value_clip_fraction": _scalar(vl.clip_fraction)}

@@ -141,11 +141,17 @@ class RewardWorker:
             warm_up_verifier(config.verifier)
 
     def decode(self, batch: RolloutBatch) -> list[str]:
-        """Response texts of `batch`, padding removed."""
+        """Response texts of `batch`, padding removed. A multi-turn response is its last
+        turn, after the last tool observation: what the model answered, so the tools'
+        output (a calculator's result) never earns a reward by itself."""
         texts = []
-        for ids, mask in zip(batch.response_ids.tolist(), batch.response_mask.tolist(),
-                             strict=True):
-            valid = [t for t, m in zip(ids, mask, strict=True) if m]
+        tools = (batch.tool_mask.tolist() if batch.tool_mask is not None
+                 else [[False] * batch.response_ids.shape[1]] * batch.num_rows)
+        for ids, mask, tool in zip(batch.response_ids.tolist(), batch.response_mask.tolist(),
+                                   tools, strict=True):
+            last_tool = max((i for i, t in enumerate(tool) if t), default=-1)
+            valid = [t for i, (t, m) in enumerate(zip(ids, mask, strict=True))
+                     if m and i > last_tool]
             texts.append(str(self.tokenizer.decode(
                 valid, skip_special_tokens=self.config.skip_special_tokens)))
         return texts

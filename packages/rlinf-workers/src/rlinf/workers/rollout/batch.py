@@ -22,6 +22,9 @@ from rlinf.workers.rollout.types import RolloutSample
 __all__ = ["RolloutBatch", "left_pad", "right_pad"]
 
 _OPTIONAL = ("rewards", "old_log_probs", "ref_log_probs")
+_TOOL_ROWS = ("turns", "tool_calls", "tool_errors", "tool_seconds")
+"""``[B]`` statistics of multi-turn responses, present together with `tool_mask`."""
+_TOOL = ("tool_mask", *_TOOL_ROWS)
 
 
 def left_pad(rows: Sequence[Sequence[int]], *, pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -82,6 +85,17 @@ class RolloutBatch:
     columns: tuple[Mapping[str, Any], ...] = ()
     """Each group's dataset columns (`rlinf.envs.math.MathProblem.dataset_columns`), beside
     `prompts`."""
+    tool_mask: torch.Tensor | None = None
+    """``[B, R]`` bool, multi-turn responses only: True on the tokens tools wrote (their
+    observations); `loss_mask` leaves them out of the loss and the KL."""
+    turns: torch.Tensor | None = None
+    """``[B]`` int64 turns each response took (with `tool_mask`)."""
+    tool_calls: torch.Tensor | None = None
+    """``[B]`` int64 tool calls each response made."""
+    tool_errors: torch.Tensor | None = None
+    """``[B]`` int64 calls that returned an error observation."""
+    tool_seconds: torch.Tensor | None = None
+    """``[B]`` float64 wall time of each response's tool calls."""
 
     def __post_init__(self) -> None:
         rows = self.prompt_ids.shape[0]
@@ -95,8 +109,17 @@ class RolloutBatch:
         if len(self.prompts) != len(self.columns) or len(self.prompts) not in (0, groups):
             raise ShapeError(f"expected {groups} prompts and columns (one per group) or none, "
                              f"got {len(self.prompts)} and {len(self.columns)}")
+        present = [name for name in _TOOL if getattr(self, name) is not None]
+        if present and len(present) != len(_TOOL):
+            raise ShapeError(f"the multi-turn fields {list(_TOOL)} come together, got only "
+                             f"{present}")
+        for name in _TOOL_ROWS:
+            value = getattr(self, name)
+            if value is not None and tuple(value.shape) != (rows,):
+                raise ShapeError(f"{name} must be ({rows},), got {tuple(value.shape)}")
         shape = tuple(self.response_ids.shape)
-        for name in ("response_mask", "rollout_log_probs", "old_log_probs", "ref_log_probs"):
+        for name in ("response_mask", "rollout_log_probs", "old_log_probs", "ref_log_probs",
+                     "tool_mask"):
             value = getattr(self, name)
             if value is not None and tuple(value.shape) != shape:
                 raise ShapeError(f"{name} must be {shape} like response_ids, got "
@@ -106,6 +129,19 @@ class RolloutBatch:
     def num_rows(self) -> int:
         """Number of responses ``B``."""
         return int(self.prompt_ids.shape[0])
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """``[B, R]`` 1 on the tokens the model wrote: `response_mask` without the tools'
+        observations (what the loss, the advantages and the KL count)."""
+        if self.tool_mask is None:
+            return self.response_mask
+        return self.response_mask * (~self.tool_mask.bool()).to(self.response_mask.dtype)
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether the responses came from a multi-turn (tool) rollout."""
+        return self.tool_mask is not None
 
     @classmethod
     def from_samples(
@@ -120,12 +156,20 @@ class RolloutBatch:
         response_ids, response_mask = right_pad(
             [s.response_token_ids for s in samples], pad=pad_token_id, dtype=torch.long)
         log_probs, _ = right_pad([s.log_probs for s in samples], pad=0.0, dtype=torch.float32)
+        tools: dict[str, torch.Tensor] = {}
+        if any(s.tool_mask for s in samples):
+            tools["tool_mask"] = right_pad(
+                [s.tool_mask or (False,) * len(s.response_token_ids) for s in samples],
+                pad=False, dtype=torch.bool)[0]
+            for name, dtype in (("turns", torch.long), ("tool_calls", torch.long),
+                                ("tool_errors", torch.long), ("tool_seconds", torch.float64)):
+                tools[name] = torch.tensor([getattr(s, name) for s in samples], dtype=dtype)
         return cls(
             prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=response_ids,
             response_mask=response_mask, rollout_log_probs=log_probs,
             stopped=torch.tensor([s.finish_reason == "stop" for s in samples], dtype=torch.bool),
             answers=tuple(answers), group_size=group_size, prompts=tuple(prompts),
-            columns=tuple(columns),
+            columns=tuple(columns), **tools,
         )
 
     def without_problems(self) -> RolloutBatch:
@@ -158,7 +202,7 @@ class RolloutBatch:
         """A `rlinf.comm.Batch` (tensors + JSON meta) that a Channel can carry."""
         tensors = {name: getattr(self, name) for name in (
             "prompt_ids", "prompt_mask", "response_ids", "response_mask", "rollout_log_probs",
-            "stopped", *_OPTIONAL) if getattr(self, name) is not None}
+            "stopped", *_OPTIONAL, *_TOOL) if getattr(self, name) is not None}
         meta: dict[str, Any] = {"answers": list(self.answers), "group_size": self.group_size}
         if self.prompts:
             meta["prompts"], meta["columns"] = list(self.prompts), list(self.columns)
@@ -177,7 +221,7 @@ class RolloutBatch:
             answers=tuple(batch.meta["answers"]), group_size=int(batch.meta["group_size"]),
             prompts=tuple(batch.meta.get("prompts", ())),
             columns=tuple(batch.meta.get("columns", ())),
-            **{name: tensor(name) for name in _OPTIONAL if name in batch},
+            **{name: tensor(name) for name in (*_OPTIONAL, *_TOOL) if name in batch},
         )
 
     @classmethod
@@ -204,6 +248,12 @@ class RolloutBatch:
             name: cat(name, width_r, left=False, pad=0.0)
             for name in _OPTIONAL[1:] if all(getattr(b, name) is not None for b in batches)
         }
+        if all(b.tool_mask is not None for b in batches):
+            optional["tool_mask"] = cat("tool_mask", width_r, left=False, pad=False)
+            for name in _TOOL_ROWS:
+                optional[name] = torch.cat([getattr(b, name) for b in batches])
+        elif any(b.tool_mask is not None for b in batches):
+            raise ConfigError("concat got multi-turn batches beside single-turn ones")
         carried = all(b.prompts for b in batches)
         if all(b.rewards is not None for b in batches):
             optional["rewards"] = torch.cat([b.rewards for b in batches  # type: ignore[misc]

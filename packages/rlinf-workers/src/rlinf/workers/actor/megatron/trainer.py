@@ -136,16 +136,16 @@ class MegatronActor(ActorWorker):
         from megatron.core import parallel_state as ps
 
         cfg = self.config
-        local_units = self._units(data["response_mask"][rows])
+        local_units = self._units(data["loss_mask"][rows])
         total_units = float(self._sum(torch.tensor([local_units]), ps.get_data_parallel_group())[0])
         micros = [m for m in self._micro_batches(data, torch.arange(rows.start, rows.stop))
-                  if self._units(m["response_mask"]) > 0]
+                  if self._units(m["loss_mask"]) > 0]
         keys = self.metric_keys
         sums = torch.zeros(len(keys), dtype=torch.float64)
 
         def weighed(loss: torch.Tensor, metrics: dict[str, float],
                     micro: dict[str, torch.Tensor]) -> torch.Tensor:
-            units = self._units(micro["response_mask"])
+            units = self._units(micro["loss_mask"])
             sums.add_(torch.tensor([metrics.get(k, 0.0) * units for k in keys],
                                    dtype=torch.float64))
             return loss * (units / total_units)
