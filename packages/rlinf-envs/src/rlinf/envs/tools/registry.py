@@ -98,6 +98,12 @@ class ToolRegistry:
         """The registered tools' names."""
         return sorted(self._tools)
 
+    def get(self, name: str) -> Tool:
+        """The tool called `name`; ConfigError naming the tools there are if none is."""
+        if name not in self._tools:
+            raise ConfigError(f"no tool named {name!r}; the tools are {self.names}")
+        return self._tools[name]
+
     def schemas(self) -> list[dict[str, Any]]:
         """Every tool's schema, for the chat template."""
         return [self._tools[name].schema() for name in self.names]

@@ -24,6 +24,7 @@ from rlinf.workers.rollout import (
     SamplingConfig,
 )
 from rlinf.workers.rollout.offload import state_bytes
+from rlinf.workers.rollout.tool_loop import ToolLoop, ToolLoopConfig
 from rlinf.workers.runtime import WorkerContext
 from rlinf.workers.weight_sync import WeightTarget
 
@@ -96,7 +97,7 @@ class RolloutRole(WeightReceiverRole):
         self, context: WorkerContext, *, setup: RoleSetup, config: RolloutWorkerConfig,
         engine: EngineName = "hf", model_path: str | None = None,
         engine_options: Mapping[str, Any] | None = None,
-        problems: ProblemSource | None = None,
+        problems: ProblemSource | None = None, tools: ToolLoopConfig | None = None,
     ) -> None:
         super().__init__(context, setup=setup)
         self.problems = problems
@@ -104,6 +105,9 @@ class RolloutRole(WeightReceiverRole):
         built, tokenizer = build_engine(engine, setup, device=self.device,
                                         model_path=model_path, seed=setup.seed,
                                         options=dict(engine_options or {}))
+        if tools is not None:
+            # Multi-turn: every generation (training, evaluation, probes) may call tools.
+            built = ToolLoop.build(built, tokenizer, tools)
         self.worker = RolloutWorker(built, tokenizer, config=config)
         self.config = config
 
@@ -137,6 +141,9 @@ class RolloutRole(WeightReceiverRole):
                               f"source returned {len(problems)} problems")
         cfg = self.config
         stats = {"groups": 0.0, "responses": 0.0, "response_tokens": 0.0, "stopped": 0.0}
+        if isinstance(self.worker.engine, ToolLoop):
+            stats.update(turns=0.0, tool_calls=0.0, tool_errors=0.0, tool_seconds=0.0,
+                         tool_tokens=0.0)
         with self.turn("generate", step=step):
             for k in plan.of_rank(self.rank):
                 indices = plan.groups_of(k)
@@ -154,6 +161,10 @@ class RolloutRole(WeightReceiverRole):
                     stats["responses"] += group.num_rows
                     stats["response_tokens"] += float(group.response_mask.sum())
                     stats["stopped"] += float(group.stopped.sum())
+                    if group.tool_mask is not None:
+                        stats["tool_tokens"] += float(group.tool_mask.sum())
+                        for name in ("turns", "tool_calls", "tool_errors", "tool_seconds"):
+                            stats[name] += float(getattr(group, name).sum())
         return stats
 
     def generate_batch(self, problems: Sequence[MathProblem], *,
