@@ -16,6 +16,14 @@ It writes into `out_dir`: ``model.safetensors``, ``warmstart.json`` (model confi
 config, these settings, the validation curve that chose the stop, the validation and the
 held-out accuracy) and ``tokenizer.json`` + ``tokenizer_config.json``.
 
+With ``--tools`` it trains the tool-calling warm start of ``task=math_tools`` instead
+(written to ``assets/warmstart_tools``): the target is the calculator call, the tool's
+answer (not learned: the tool writes it) and the final answer,
+``<calculator>12+7</calculator><result>19</result>19<eos>``, and validation runs the
+model through the tool loop with the real calculator (`tool_accuracy`). The shipped one:
+``train_warmstart.py --tools --target-accuracy 0.3 --eval-every 10`` (copying the
+expression is learned abruptly, so the checks are closer together).
+
 Task: `GeneratorConfig.for_level(2)` — two operands of 1-2 digits, + and -, negative answers
 allowed ("57-83=" → "-26").
 
@@ -42,8 +50,13 @@ from pathlib import Path
 
 import structlog
 import torch
-from rlinf_reasoning.evaluate import accuracy
-from rlinf_reasoning.warmstart import METADATA_FILE, WARMSTART_DIR, WEIGHTS_FILE
+from rlinf_reasoning.evaluate import accuracy, tool_accuracy, tool_target
+from rlinf_reasoning.warmstart import (
+    METADATA_FILE,
+    TOOLS_WARMSTART_DIR,
+    WARMSTART_DIR,
+    WEIGHTS_FILE,
+)
 from safetensors.torch import save_file
 from transformers import PreTrainedTokenizerBase
 
@@ -91,17 +104,27 @@ class TrainConfig:
     """Share of the problem space kept for validation (apart from training and held-out)."""
     threads: int = 1
     """torch CPU threads (the machines are shared)."""
-    out_dir: str = str(WARMSTART_DIR)
-    """Where the checkpoint is written."""
+    out_dir: str = ""
+    """Where the checkpoint is written (empty: the app's warm-start folder, or its
+    tool-calling one with --tools)."""
+    tools: bool = False
+    """Train the tool-calling warm start (module docstring)."""
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
     """`TrainConfig` from the command line; `--help` lists every field with its default."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     for field in dataclasses.fields(TrainConfig):
-        parser.add_argument(f"--{field.name.replace('_', '-')}", type=type(field.default),
-                            default=field.default)
+        flag = f"--{field.name.replace('_', '-')}"
+        if isinstance(field.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction,
+                                default=field.default)
+        else:
+            parser.add_argument(flag, type=type(field.default), default=field.default)
     cfg = TrainConfig(**vars(parser.parse_args(argv)))
+    if not cfg.out_dir:
+        cfg = dataclasses.replace(
+            cfg, out_dir=str(TOOLS_WARMSTART_DIR if cfg.tools else WARMSTART_DIR))
     if not 0.0 < cfg.target_accuracy <= 1.0:
         parser.error(f"--target-accuracy must be in (0, 1], got {cfg.target_accuracy}")
     if cfg.eval_every < 1 or cfg.max_steps < cfg.eval_every:
@@ -128,16 +151,24 @@ def stop_step(curve: list[tuple[int, float]], target: float) -> int | None:
 
 
 def encode(
-    tokenizer: PreTrainedTokenizerBase, problems: list[MathProblem]
+    tokenizer: PreTrainedTokenizerBase, problems: list[MathProblem], *, tools: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(input_ids, attention_mask, labels)``: prompt + answer + EOS, right-padded.
+    """``(input_ids, attention_mask, labels)``: prompt + answer + EOS, right-padded (with
+    `tools`: prompt + call + the tool's answer + answer + EOS).
 
-    Labels are -100 on the prompt and on padding, so only the answer and EOS are learned.
+    Labels are -100 on the prompt, the tool's answer and padding, so only what the model
+    writes is learned.
     """
     rows, targets = [], []
     for problem in problems:
         prompt = tokenizer.encode(format_prompt(problem, template="short"))
         answer = [*tokenizer.encode(problem.answer), tokenizer.eos_token_id]
+        if tools:
+            call_text, result_text, _ = tool_target(problem)
+            call, result = tokenizer.encode(call_text), tokenizer.encode(result_text)
+            rows.append(prompt + call + result + answer)
+            targets.append([-100] * len(prompt) + call + [-100] * len(result) + answer)
+            continue
         rows.append(prompt + answer)
         targets.append([-100] * len(prompt) + answer)
     width = max(len(r) for r in rows)
@@ -172,12 +203,18 @@ def main(cfg: TrainConfig) -> int:
         optimizer, lambda step: min(1.0, (step + 1) / max(cfg.warmup_steps, 1)))
     log.info("start", params=sum(p.numel() for p in model.parameters()), task=str(task))
 
+    def measure(model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase,
+                problems: list[MathProblem]) -> float:
+        if cfg.tools:
+            return tool_accuracy(model, tokenizer, problems).accuracy  # type: ignore[arg-type]
+        return accuracy(model, tokenizer, problems)  # type: ignore[arg-type]
+
     start = time.monotonic()
     curve: list[tuple[int, float]] = []
     stream = batches(generator.stream(split="train"), cfg.batch_size)
     for step in range(1, cfg.max_steps + 1):
         model.train()
-        input_ids, mask, labels = encode(tokenizer, next(stream))
+        input_ids, mask, labels = encode(tokenizer, next(stream), tools=cfg.tools)
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -188,7 +225,7 @@ def main(cfg: TrainConfig) -> int:
             log.info("train", step=step, loss=round(loss.item(), 4))
         if step % cfg.eval_every == 0:
             model.eval()
-            curve.append((step, accuracy(model, tokenizer, validation)))
+            curve.append((step, measure(model, tokenizer, validation)))
             log.info("validation", step=step, greedy=curve[-1][1],
                      elapsed_s=round(time.monotonic() - start, 1))
             if curve[-1][1] >= cfg.target_accuracy:
@@ -208,8 +245,13 @@ def main(cfg: TrainConfig) -> int:
     model.eval()
     heldout = generator.generate(cfg.eval_problems, split="heldout", unique=True)
     torch.manual_seed(cfg.model_seed)  # the sampled accuracy is reproducible too
-    test = {"greedy": accuracy(model, tokenizer, heldout),
-            "sampled": accuracy(model, tokenizer, heldout, do_sample=True)}
+    if cfg.tools:
+        used = tool_accuracy(model, tokenizer, heldout)
+        test = {"greedy": used.accuracy, "calls_per_answer": used.calls_per_answer,
+                "tool_error_rate": used.error_rate}
+    else:
+        test = {"greedy": accuracy(model, tokenizer, heldout),
+                "sampled": accuracy(model, tokenizer, heldout, do_sample=True)}
 
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -229,7 +271,10 @@ def main(cfg: TrainConfig) -> int:
             "validation_curve": [[s, v] for s, v in curve],
         },
         "validation_accuracy": {"greedy": curve[-1][1], "problems": cfg.eval_problems},
-        "heldout_accuracy": {**test, "problems": cfg.eval_problems, "max_new_tokens": 6},
+        "heldout_accuracy": {**test, "problems": cfg.eval_problems,
+                             "max_new_tokens": 32 if cfg.tools else 6},
+        **({"tools": {"format": "tags", "names": ["calculator"], "max_turns": 2}}
+           if cfg.tools else {}),
         "train_seconds": round(train_s, 1),
         "torch": torch.__version__,
     }

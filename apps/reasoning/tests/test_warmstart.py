@@ -129,3 +129,46 @@ def test_headroom_script_runs_with_a_tiny_budget() -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "held-out greedy accuracy" in result.stdout
+
+
+def test_the_tool_calling_warm_start_calls_the_calculator_and_has_room_to_improve() -> None:
+    from rlinf_reasoning.evaluate import tool_accuracy
+    from rlinf_reasoning.warmstart import TOOLS_WARMSTART_DIR
+
+    total = sum(p.stat().st_size for p in TOOLS_WARMSTART_DIR.iterdir() if p.is_file())
+    assert 0 < total <= MAX_CHECKPOINT_BYTES
+    meta = read_metadata(TOOLS_WARMSTART_DIR)
+    assert meta["tools"] == {"format": "tags", "names": ["calculator"], "max_turns": 2}
+    assert meta["train"]["tools"] is True
+    torch.set_num_threads(1)
+    model, tokenizer = load_warmstart(path=TOOLS_WARMSTART_DIR)
+    problems = ProblemGenerator(warmstart_task(TOOLS_WARMSTART_DIR)).generate(
+        200, split="heldout", unique=True)
+    used = tool_accuracy(model, tokenizer, problems)
+    assert used.calls_per_answer > 0.9  # it has learned the format
+    low, high = 0.3, 0.8  # partly competent: RL has room
+    assert low <= used.accuracy <= high, used
+    assert abs(used.accuracy - meta["heldout_accuracy"]["greedy"]) < 0.1
+
+
+def test_train_script_writes_a_tool_calling_checkpoint(tmp_path: Path) -> None:
+    script = _train_script()
+    cfg = script.parse_args(["--tools", "--max-steps", "20", "--eval-every", "10",
+                             "--eval-problems", "16", "--target-accuracy", "0.01",
+                             "--batch-size", "16", "--out-dir", str(tmp_path)])
+    assert cfg.tools and cfg.out_dir == str(tmp_path)
+    input_ids, mask, labels = script.encode(
+        build_tokenizer(), ProblemGenerator(warmstart_task()).generate(2, split="train"),
+        tools=True)
+    # The tool's answer is never a target: only what the model writes is learned.
+    text = build_tokenizer().decode([t for t in input_ids[0].tolist() if t])
+    result = text[text.index("<result>"):text.index("</result>") + len("</result>")]
+    learned = build_tokenizer().decode([t for t in labels[0].tolist() if t >= 0])
+    assert result not in learned and "<calculator>" in learned
+    assert script.parse_args([]).out_dir == str(WARMSTART_DIR)
+
+
+def build_tokenizer():  # type: ignore[no-untyped-def]
+    from rlinf.workers.models import build_char_tokenizer
+
+    return build_char_tokenizer()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rlinf.workers.rollout.worker import encode_prompt
 from rlinf_reasoning.config import ReasoningConfig
@@ -93,6 +94,7 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
             f"'plain' or 'short' for this model: its {type(tokenizer).__name__} has no chat "
             "template (a chat model's tokenizer_config.json carries one)")
     _try_reward_function(cfg, source)
+    _try_tool_format(spec, tokenizer)
     data = (f"generated level {cfg.data.level}" if cfg.data.path is None
             else str(cfg.data.path) + (f" + {cfg.data.heldout_path}"
                                        if cfg.data.heldout_path else ""))
@@ -103,6 +105,21 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
                   tokenizer=f"{type(tokenizer).__name__} (vocabulary {len(tokenizer)})",
                   train_problems=source.train_size, heldout_problems=len(source.heldout),
                   data=data, first_prompt=str(tokenizer.decode(first)))
+
+
+def _try_tool_format(spec: FlowSpec, tokenizer: Any) -> None:
+    """Build the tool format with the run's tokenizer: Hermes calls need its chat template
+    to render the tools' answers."""
+    if spec.tools is None:
+        return
+    from rlinf.workers.errors import ConfigError as WorkersConfigError
+    from rlinf.workers.rollout.tool_formats import make_tool_format
+
+    try:
+        make_tool_format(spec.tools.format, tokenizer, spec.tools.registry())
+    except WorkersConfigError as exc:
+        raise InvalidConfigError("tools.format", spec.tools.format,
+                                 f"a format this model's tokenizer can write ({exc})") from exc
 
 
 def _try_reward_function(cfg: ReasoningConfig, source: ProblemSource) -> None:

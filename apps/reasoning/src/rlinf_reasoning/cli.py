@@ -96,7 +96,7 @@ def help_text() -> str:
              "  --config-name N  compose N.yaml (default: config)",
              "  -m, --multirun   one run per combination of comma-separated values, in",
              "                   RUN_DIR/0, RUN_DIR/1, ...",
-             "", "Config keys (KEY=VALUE; groups: algorithm=grpo|ppo):"]
+             "", "Config keys (KEY=VALUE; groups: algorithm=grpo|ppo, task=math|math_tools):"]
     section = ""
     for info in describe(ReasoningConfig):
         head = info.key.split(".")[0] if "." in info.key else ""

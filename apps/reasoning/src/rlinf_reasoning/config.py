@@ -34,6 +34,7 @@ __all__ = [
     "ReasoningConfig",
     "RolloutConfig",
     "RunConfig",
+    "ToolsSection",
     "component_names",
     "config_differences",
     "config_hash",
@@ -355,6 +356,35 @@ class ActorSection:
 
 
 @dataclass(frozen=True)
+class ToolsSection:
+    """Tools the model may call while it answers (multi-turn rollouts; ``task=math_tools``)."""
+
+    names: tuple[str, ...] = ()
+    """Tools by name: calculator, python (the sandbox), or your own as module:function
+    (empty: single-turn answers, no tools)."""
+    format: Literal["tags", "hermes"] = "tags"
+    """How calls are written: tags (<calculator>12+7</calculator>, for the tiny model) or
+    hermes (<tool_call> JSON through the chat template, Qwen-style)."""
+    max_turns: Annotated[int, Range(2)] = 2
+    """Turns the model generates at most; each but the last may end with calls."""
+    max_observation_tokens: Positive = 64
+    """A tool's answer is cut to this many tokens."""
+    parallel_calls: Positive = 8
+    """Tool calls that run at once on each rollout rank."""
+    cpu_seconds: Annotated[float, Range(0, lo_open=True)] = 5.0
+    """The python sandbox: CPU time per call."""
+    wall_seconds: Annotated[float, Range(0, lo_open=True)] = 10.0
+    """The python sandbox: elapsed time per call."""
+    memory_mb: Positive = 512
+    """The python sandbox: address space per call."""
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the rollout is multi-turn."""
+        return bool(self.names)
+
+
+@dataclass(frozen=True)
 class RewardSection:
     """How responses are scored."""
 
@@ -507,6 +537,8 @@ class ReasoningConfig:
     """The RL algorithm and its optimizer."""
     reward: RewardSection = field(default_factory=RewardSection)
     """How responses are scored."""
+    tools: ToolsSection = field(default_factory=ToolsSection)
+    """Tools the model may call (multi-turn rollouts)."""
     actor: ActorSection = field(default_factory=ActorSection)
     """How the trainer is parallelised."""
     placement: str = "hybrid"
@@ -654,6 +686,26 @@ def _check_reward(cfg: ReasoningConfig) -> None:
                                      f"shape ({exc})") from exc
 
 
+def _check_tools(cfg: ToolsSection) -> None:
+    """Build the tools now: an unknown name or a user's tool that does not import is
+    refused before any worker starts."""
+    if not cfg.enabled:
+        return
+    from rlinf.envs.errors import ConfigError as EnvsConfigError
+    from rlinf.workers.errors import ConfigError as WorkersConfigError
+    from rlinf.workers.rollout.tool_loop import ToolLoopConfig
+
+    for name in cfg.names:
+        try:
+            ToolLoopConfig(tools=(name,)).registry()
+        except (EnvsConfigError, WorkersConfigError) as exc:
+            raise InvalidConfigError("tools.names", name,
+                                     f"calculator, python or an importable module:function "
+                                     f"({exc})") from exc
+    if len(set(cfg.names)) != len(cfg.names):
+        raise InvalidConfigError("tools.names", list(cfg.names), "each tool named once")
+
+
 def _check_problems(cfg: DataConfig) -> None:
     """Read the problems once now, so a bad line is reported before any worker starts (the
     run reads them again; files of problems are small)."""
@@ -712,6 +764,7 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
     _check_paths(config)
     _check_loggers(config.run)
     _check_reward(config)
+    _check_tools(config.tools)
     from rlinf.sched import ExecutionMode
     from rlinf_reasoning.placement import resolve_placement
 

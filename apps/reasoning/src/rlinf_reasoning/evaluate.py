@@ -3,11 +3,15 @@
 Shared by the warm-start script, the RL headroom check and the tests, so all of them
 measure accuracy the same way: prompts left-padded, `generate` until EOS or
 `max_new_tokens`, the last number of the response scored against the reference answer.
+`tool_accuracy` measures a model that calls the calculator (the tag format): the last
+number of its final turn, after the tool's answer, is scored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -15,7 +19,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from rlinf.envs.math import MathProblem, format_prompt, score
 from rlinf.envs.math.extract import Strategy
 
-__all__ = ["ANSWER_STRATEGIES", "accuracy", "generate", "rewards"]
+__all__ = ["ANSWER_STRATEGIES", "ToolAccuracy", "accuracy", "generate", "rewards",
+           "tool_accuracy", "tool_target"]
 
 ANSWER_STRATEGIES: tuple[Strategy, ...] = ("last_number",)
 """How answers are extracted from a tiny model's response (no boxing, no phrases)."""
@@ -82,3 +87,69 @@ def accuracy(
                                       do_sample=do_sample, temperature=temperature)
         correct += sum(rewards(tokenizer, response_ids, [p.answer for p in chunk]))
     return correct / len(problems)
+
+
+def tool_target(problem: MathProblem) -> tuple[str, str, str]:
+    """What a model that uses the calculator writes for `problem`, in three parts: its call,
+    the tool's answer (the tool writes it), its final answer —
+    ``("<calculator>12+7</calculator>", "<result>19</result>", "19")``."""
+    expression = format_prompt(problem, template="short").removesuffix("=")
+    return (f"<calculator>{expression}</calculator>", f"<result>{problem.answer}</result>",
+            problem.answer)
+
+
+@dataclass(frozen=True)
+class ToolAccuracy:
+    """Greedy accuracy of a tool-calling model, with its use of the tool."""
+
+    accuracy: float
+    """Share of problems whose final answer is right."""
+    calls_per_answer: float
+    """Tool calls per problem."""
+    error_rate: float
+    """Share of calls that returned an error."""
+
+
+def tool_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                  problems: Sequence[MathProblem], *, max_new_tokens: int = 32,
+                  max_turns: int = 2, batch_size: int = 256) -> ToolAccuracy:
+    """`ToolAccuracy` of `model` on `problems`, greedy, through `ToolLoop` with the
+    calculator in the tag format."""
+    from rlinf.envs.tools import default_tools
+    from rlinf.workers.rollout import HFRolloutEngine, RolloutBatch, SamplingConfig
+    from rlinf.workers.rollout.tool_formats import TagFormat
+    from rlinf.workers.rollout.tool_loop import ToolLoop, ToolLoopConfig
+
+    if not problems:
+        return ToolAccuracy(0.0, 0.0, 0.0)
+    tools = default_tools()
+    engine = HFRolloutEngine(model, eos_token_id=int(tokenizer.eos_token_id),
+                             pad_token_id=int(tokenizer.pad_token_id), offload_policy="host")
+    loop = ToolLoop(engine, tokenizer, tools=tools, tool_format=TagFormat(tokenizer, tools),
+                    config=ToolLoopConfig(max_turns=max_turns))
+    greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
+    correct = calls = errors = 0.0
+    try:
+        for start in range(0, len(problems), batch_size):
+            chunk = problems[start:start + batch_size]
+            prompts = [tokenizer.encode(format_prompt(p, template="short")) for p in chunk]
+            batch = RolloutBatch.from_samples(
+                loop.generate(prompts, sampling=greedy), answers=[p.answer for p in chunk],
+                group_size=1, pad_token_id=int(tokenizer.pad_token_id))
+            final = torch.where((batch.loss_mask * _after_last_tool(batch)).bool(),
+                                batch.response_ids, int(tokenizer.pad_token_id))
+            correct += sum(rewards(tokenizer, final, list(batch.answers)))
+            calls += float(batch.tool_calls.sum())  # type: ignore[union-attr]
+            errors += float(batch.tool_errors.sum())  # type: ignore[union-attr]
+    finally:
+        loop.shutdown()
+    return ToolAccuracy(correct / len(problems), calls / len(problems),
+                        errors / calls if calls else 0.0)
+
+
+def _after_last_tool(batch: Any) -> torch.Tensor:
+    """``[B, R]`` 1 after each row's last tool token (its final turn)."""
+    tool = batch.tool_mask.long()
+    positions = torch.arange(tool.shape[1]).expand_as(tool)
+    last = torch.where(tool.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values
+    return (positions > last.unsqueeze(1)).long()

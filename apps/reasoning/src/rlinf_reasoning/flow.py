@@ -16,7 +16,7 @@ import contextlib
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -70,6 +70,9 @@ class Evaluation:
     """Greedy accuracy over the problems."""
     samples: tuple[dict[str, Any], ...]
     """The first responses: ``prompt``, ``response``, ``answer``, ``reward``."""
+    tools: Mapping[str, float] = field(default_factory=dict)
+    """With tools: ``calls_per_answer`` and ``error_rate`` (the share of calls that
+    returned an error) over the problems; else empty."""
 
 
 class ReasoningFlow:
@@ -145,6 +148,7 @@ class ReasoningFlow:
             "reward/verify_timeouts": sum(r["verify_timeouts"] for r in reward),
             **{f"reward/fn/{key.partition('/')[2]}": sum(r.get(key, 0.0) for r in reward) / scored
                for key in sorted({k for r in reward for k in r if k.startswith("term_sum/")})},
+            **_rollout_tool_metrics(rollout, responses),
             "rollout/response_length": tokens / max(responses, 1.0),
             "rollout/stopped_fraction": sum(r["stopped"] for r in rollout) / max(responses, 1.0),
             "throughput/samples_per_s": responses / seconds,
@@ -215,7 +219,7 @@ class ReasoningFlow:
                               timeout=self.spec.timeout)
         kept = [sample for _, _, rank_samples in results for sample in rank_samples]
         return Evaluation(float(sum(correct for correct, _, _ in results) / len(problems)),
-                          tuple(kept[:samples]))
+                          tuple(kept[:samples]), tools=_tool_use(batches))
 
     def save(self, directory: Path) -> None:
         """Model, optimizer (+ critic), RNG and step of every actor rank under `directory`.
@@ -266,3 +270,34 @@ class ReasoningFlow:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close(kill=exc is not None)
+
+
+def _tool_use(batches: Sequence[RolloutBatch | None]) -> dict[str, float]:
+    """Tool calls per answer and the share of calls that failed, over `batches` (empty
+    when their responses are single-turn)."""
+    used = [b for b in batches if b is not None and b.tool_calls is not None]
+    if not used:
+        return {}
+    answers = sum(b.num_rows for b in used)
+    calls = errors = 0.0
+    for b in used:
+        assert b.tool_calls is not None and b.tool_errors is not None
+        calls += float(b.tool_calls.sum())
+        errors += float(b.tool_errors.sum())
+    return {"calls_per_answer": calls / max(answers, 1), "error_rate": errors / calls if calls
+            else 0.0}
+
+
+def _rollout_tool_metrics(rollout: Sequence[Mapping[str, float]],
+                          responses: float) -> dict[str, float]:
+    """``rollout/tool_*`` of a multi-turn step (empty for single-turn responses)."""
+    if not rollout or "tool_calls" not in rollout[0]:
+        return {}
+    calls = sum(r["tool_calls"] for r in rollout)
+    return {"rollout/turns": sum(r["turns"] for r in rollout) / max(responses, 1.0),
+            "rollout/tool_calls_per_response": calls / max(responses, 1.0),
+            "rollout/tool_error_rate": sum(r["tool_errors"] for r in rollout) / calls
+            if calls else 0.0,
+            "rollout/tool_seconds": sum(r["tool_seconds"] for r in rollout),
+            "rollout/tool_tokens_per_response": sum(r["tool_tokens"] for r in rollout)
+            / max(responses, 1.0)}

@@ -93,6 +93,11 @@ class Summary:
     "pipeline", "data", "sequence_parallel", "distributed_optimizer"}}``); empty when the
     plan chose none."""
 
+    tools_before: Mapping[str, float] = field(default_factory=dict)
+    """With tools: held-out ``calls_per_answer`` and ``error_rate`` of the starting model
+    (empty on a resumed run: its first session measured them)."""
+    tools_after: Mapping[str, float] = field(default_factory=dict)
+    """The same after the last step."""
     trials: tuple[Mapping[str, object], ...] = ()
     """``auto``'s trials (``run.trial_plans``): each tried plan's placement, mode, predicted
     and measured seconds per step and its measured steps; empty when none ran."""
@@ -141,6 +146,15 @@ def print_summary(summary: Summary, out: TextIO) -> None:
     print(f"held-out greedy accuracy: {format_fixed(summary.heldout_before, 3)} -> "
           f"{format_fixed(summary.heldout_after, 3)} "
           f"({format_fixed(summary.gain_points, 1, sign=True)} points)", file=out)
+    if summary.tools_after:
+        before, after = summary.tools_before, summary.tools_after
+
+        def pair(key: str) -> str:
+            start = f"{before[key]:.3f} -> " if key in before else ""
+            return f"{start}{after[key]:.3f}"
+
+        print(f"tool calls per answer: {pair('calls_per_answer')}; tool error rate: "
+              f"{pair('error_rate')}", file=out)
     print(f"steps: {summary.steps}, training wall time {summary.wall_seconds:.1f} s "
           f"(this session {summary.total_seconds:.1f} s incl. launch), "
           f"{summary.samples_per_s:.1f} samples/s", file=out)

@@ -65,7 +65,7 @@ from rlinf_reasoning.config import ReasoningConfig, config_dict
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import ResumeError
 from rlinf_reasoning.export import export_checkpoint
-from rlinf_reasoning.flow import ReasoningFlow
+from rlinf_reasoning.flow import Evaluation, ReasoningFlow
 from rlinf_reasoning.planning import (
     PlanChoice,
     auto_plan,
@@ -335,15 +335,21 @@ SAMPLES_FILE = "samples.jsonl"
 """Held-out responses of each evaluation, one JSON object per line (``run.eval_samples``)."""
 
 
-def _evaluated(session: _Session, flow: ReasoningFlow, step: int) -> float:
-    """Held-out greedy accuracy at `step`; its first ``run.eval_samples`` responses, with
+def _evaluated(session: _Session, flow: ReasoningFlow, step: int) -> Evaluation:
+    """Held-out greedy evaluation at `step`; its first ``run.eval_samples`` responses, with
     their rewards, appended to the run folder's `SAMPLES_FILE`."""
     evaluation = flow.evaluation(session.source.heldout, samples=session.cfg.run.eval_samples)
     if evaluation.samples:
         with (session.run_dir / SAMPLES_FILE).open("a", encoding="utf-8") as out:
             for sample in evaluation.samples:
                 out.write(json.dumps({"step": step, **sample}) + "\n")
-    return evaluation.accuracy
+    return evaluation
+
+
+def _eval_record(evaluation: Evaluation) -> dict[str, float]:
+    """The metrics of a held-out evaluation: accuracy, and the tools' use when there are."""
+    return {HELDOUT_KEY: evaluation.accuracy,
+            **{f"eval/tool_{key}": value for key, value in evaluation.tools.items()}}
 
 
 def _replanner(session: _Session, choice: PlanChoice) -> Replanner | None:
@@ -521,9 +527,12 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
     if ckpt is not None:
         flow.load(ckpt.path)
         before, start, prior_seconds = ckpt.heldout_before, ckpt.step, ckpt.seconds
+        tools_before: dict[str, float] = {}
     else:
-        before, start, prior_seconds = _evaluated(session, flow, 0), 0, 0.0
-    after = before
+        first = _evaluated(session, flow, 0)
+        before, start, prior_seconds = first.accuracy, 0, 0.0
+        tools_before = dict(first.tools)
+    after, tools_after = before, tools_before
     replan = _replanner(session, choice)
     relaunched: list[ReasoningFlow] = []
     plan_from = start
@@ -546,7 +555,7 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
             contextlib.ExitStack() as flows:
         flows.callback(_close_flows, relaunched)
         if ckpt is None:
-            writer.write(0, {HELDOUT_KEY: before})
+            writer.write(0, _eval_record(first))
         if session.restarts:
             writer.write(start, {"run/restarts": float(len(session.restarts)),
                                  "run/devices": float(session.cluster.num_devices)})
@@ -565,8 +574,9 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
                 last_spans = list(result.spans)
                 spans.extend(result.spans)
             if step == run.steps or (run.eval_every and step % run.eval_every == 0):
-                after = _evaluated(session, flow, step)
-                record[HELDOUT_KEY] = after
+                evaluation = _evaluated(session, flow, step)
+                after, tools_after = evaluation.accuracy, dict(evaluation.tools)
+                record.update(_eval_record(evaluation))
             decision = None if replan is None else replan.observe(
                 step, seconds=result.seconds, busy=_busy(result.metrics, replan))
             if decision is not None:
@@ -622,6 +632,7 @@ def _loop(session: _Session, flow: ReasoningFlow, choice: PlanChoice) -> Summary
         simulated_switches=choice.simulation.switches if choice.simulation else None,
         lock_switches_per_iteration=steady_median(onloads), restarts=session.restarts,
         parallelism=choice.plan.parallelism,
-        trials=tuple(trial.to_dict() for trial in choice.trials))
+        trials=tuple(trial.to_dict() for trial in choice.trials), tools_before=tools_before,
+        tools_after=tools_after)
     write_summary(summary, run_dir)
     return summary

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rlinf.envs.tools import SandboxLimits
 from rlinf.sched import ExecutionPlan
 from rlinf.workers.actor import ActorConfig, LoraConfig
 from rlinf.workers.actor.megatron import MegatronConfig
@@ -17,12 +18,13 @@ from rlinf.workers.flow import TRANSPORTS, WeightTransport
 from rlinf.workers.models import TinyLMConfig
 from rlinf.workers.reward import RewardConfig
 from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
+from rlinf.workers.rollout.tool_loop import ToolLoopConfig
 from rlinf.workers.runtime import DEFAULT_ALLOCATOR, HostAllocator
 from rlinf_reasoning.config import ReasoningConfig
 from rlinf_reasoning.hub import resolve_model_dir
-from rlinf_reasoning.warmstart import WARMSTART_DIR
+from rlinf_reasoning.warmstart import TOOLS_WARMSTART_DIR, WARMSTART_DIR
 
-__all__ = ["FlowSpec", "flow_spec"]
+__all__ = ["FlowSpec", "flow_spec", "tool_loop_config"]
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,8 @@ class FlowSpec:
     """Weight-sync bucket size."""
     timeout: float = 600.0
     """Seconds any wait of an iteration may take (device turns, channel gets, calls)."""
+    tools: ToolLoopConfig | None = None
+    """Tools the rollout's responses may call between turns (None: single-turn)."""
 
     def __post_init__(self) -> None:
         if self.engine not in ("hf", "vllm", "sglang"):
@@ -118,6 +122,16 @@ class FlowSpec:
         return self.stream_actor and self.megatron is None
 
     @property
+    def response_tokens(self) -> int:
+        """Longest response in tokens: one turn, or every turn and the tools' answers
+        between them."""
+        turn = self.rollout.sampling.max_new_tokens
+        if self.tools is None:
+            return turn
+        return self.tools.max_turns * turn + \
+            (self.tools.max_turns - 1) * self.tools.max_observation_tokens
+
+    @property
     def uses_inference(self) -> bool:
         """Whether the flow has an inference role (old log-probs or a KL reference)."""
         return self.recompute_logprobs or self.actor.kl_coef > 0
@@ -131,6 +145,19 @@ def lora_config(cfg: ReasoningConfig) -> LoraConfig | None:
         return None
     return LoraConfig(rank=lora.rank, alpha=lora.alpha, target_modules=lora.target_modules,
                       dropout=lora.dropout)
+
+
+def tool_loop_config(cfg: ReasoningConfig) -> ToolLoopConfig | None:
+    """The rollout's tool loop (None: single-turn answers)."""
+    tools = cfg.tools
+    if not tools.enabled:
+        return None
+    limits = SandboxLimits(cpu_seconds=tools.cpu_seconds, wall_seconds=tools.wall_seconds,
+                           memory_bytes=tools.memory_mb << 20)
+    return ToolLoopConfig(tools=tools.names, format=tools.format, sandbox=limits,
+                          max_turns=tools.max_turns,
+                          max_observation_tokens=tools.max_observation_tokens,
+                          parallel_calls=tools.parallel_calls)
 
 
 def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
@@ -164,8 +191,12 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
                           verify_timeout=cfg.reward.verify_timeout,
                           verify_rel_tol=cfg.reward.verify_rel_tol,
                           format_penalty=cfg.reward.format_penalty)
+    tools = tool_loop_config(cfg)
+    shipped = TOOLS_WARMSTART_DIR if tools is not None and tools.format == "tags" \
+        else WARMSTART_DIR
     return FlowSpec(
-        model_dir=resolve_model_dir(model.dir) if model.dir is not None else WARMSTART_DIR,
+        model_dir=resolve_model_dir(model.dir) if model.dir is not None else shipped,
+        tools=tools,
         model_config=tiny,
         rollout=RolloutWorkerConfig(group_size=cfg.rollout.group_size,
                                     groups_per_micro_batch=cfg.rollout.groups_per_micro_batch,

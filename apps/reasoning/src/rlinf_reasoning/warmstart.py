@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "METADATA_FILE",
+    "TOOLS_WARMSTART_DIR",
     "WARMSTART_DIR",
     "WEIGHTS_FILE",
     "WarmstartError",
@@ -45,6 +46,9 @@ _log = structlog.get_logger(__name__)
 
 WARMSTART_DIR: Path = Path(__file__).resolve().parent / "assets" / "warmstart"
 """Folder of the shipped checkpoint (inside the installed package)."""
+TOOLS_WARMSTART_DIR: Path = WARMSTART_DIR.parent / "warmstart_tools"
+"""Folder of the shipped tool-calling checkpoint (``task=math_tools``): the same model
+trained to call the calculator in the tag format."""
 METADATA_FILE = "warmstart.json"
 """Model config, task config, training settings and measured accuracy."""
 WEIGHTS_FILE = "model.safetensors"

@@ -58,7 +58,7 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
     """The flow of `spec`: the rollout draws each iteration's prompts from `problems` (in its
     own process), and fixed plans carry `granularity_groups` groups per message.
     `rollout_ranks` shapes the rollout's completion curve the planner prices."""
-    group, response = spec.rollout.group_size, spec.rollout.sampling.max_new_tokens
+    group, response = spec.rollout.group_size, spec.response_tokens
     items = spec.prompts_per_step * group
     setup = RoleSetup(model_factory=model_factory(spec), tokenizer_factory=tokenizer_factory(spec),
                       seed=spec.seed, device=spec.device,
@@ -84,7 +84,7 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
     components = [
         part("rollout", RolloutRole, "rollout_step", config=spec.rollout, engine=spec.engine,
              model_path=engine_model_path, engine_options=dict(spec.engine_options),
-             problems=problems),
+             problems=problems, tools=spec.tools),
         part("reward", RewardRole, "reward_step", resource="cpu", config=spec.reward),
     ]
     if spec.uses_inference:
