@@ -58,6 +58,11 @@ def test_a_lora_run_trains_exports_and_loads_with_peft_and_merged(
             "placement=collocated", "run.predict=false", ray_address=ray_address)
     records = [r for r in read_jsonl(run / "metrics.jsonl") if "actor/grad_norm" in r]
     assert len(records) == 3 and any(r["actor/grad_norm"] > 0 for r in records)
+    # The sync sent the adapters only (the HF rollout merges them): measured at export.
+    from rlinf_reasoning.warmstart import load_warmstart
+
+    full = sum(p.numel() * p.element_size() for p in load_warmstart()[0].parameters())
+    assert all(0 < r["weight_sync/bytes"] < 0.10 * full for r in records)
     _export(run, tmp_path / "adapter")
     _export(run, tmp_path / "merged", "--merge")
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()

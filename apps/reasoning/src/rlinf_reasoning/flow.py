@@ -161,6 +161,9 @@ class ReasoningFlow:
             **({key: value for key, value in trained[-1].metrics.items()
                 if key.startswith("actor/")} if trained else {}),
         }
+        if self.spec.actor.lora is not None:  # what the adapters' sync moves
+            metrics["weight_sync/bytes"] = float(self.groups["actor"].call(
+                "last_export_bytes", spec=RANK_ZERO))
         if self.spec.sync_check:
             metrics.update(self.check_sync(self.problems(step, self.spec.prompts_per_step)))
         return StepResult(step=step, metrics=metrics, seconds=seconds,

@@ -122,6 +122,14 @@ class FlowSpec:
         return self.stream_actor and self.megatron is None
 
     @property
+    def lora_sync_adapters(self) -> bool:
+        """Whether the weight sync sends only the LoRA adapters: with adapters on the actor
+        and the HF engine keeping its base weights (``host`` offload), whose receivers
+        merge them; vLLM and SGLang load merged weights."""
+        return (self.actor.lora is not None and self.engine == "hf"
+                and self.engine_options.get("offload_policy", "host") == "host")
+
+    @property
     def response_tokens(self) -> int:
         """Longest response in tokens: one turn, or every turn and the tools' answers
         between them."""

@@ -63,7 +63,8 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
     setup = RoleSetup(model_factory=model_factory(spec), tokenizer_factory=tokenizer_factory(spec),
                       seed=spec.seed, device=spec.device,
                       precision=spec.actor.precision, trace=trace,
-                      lock_timeout=spec.timeout, io_timeout=spec.timeout)
+                      lock_timeout=spec.timeout, io_timeout=spec.timeout,
+                      lora_adapters=spec.actor.lora if spec.lora_sync_adapters else None)
     tokens = 8 * (2 * TYPICAL_PROMPT_TOKENS + 3 * response) + 4 * response  # ids, masks, log-probs
     per_item = {"reward": tokens + 4, "inference": tokens + 4 * response + 4,
                 "actor": tokens + 4 * response + 4}

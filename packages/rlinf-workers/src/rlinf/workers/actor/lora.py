@@ -13,6 +13,7 @@ merged model.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,8 +23,9 @@ from torch import nn
 from rlinf.workers._extras import require
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["ADAPTER", "LoraConfig", "LoraMerger", "adapter_named_tensors", "apply_lora",
-           "is_lora_model", "merged_named_tensors", "trainable_parameter_count"]
+__all__ = ["ADAPTER", "AdapterTarget", "LoraConfig", "LoraMerger", "adapter_named_tensors",
+           "apply_lora", "is_adapter_name", "is_lora_model", "merged_named_tensors",
+           "trainable_parameter_count"]
 
 ADAPTER = "default"
 """PEFT's name of the one adapter the policy trains."""
@@ -148,3 +150,44 @@ class LoraMerger:
                 delta = (pair["lora_B"].float() @ pair["lora_A"].float()) * self.scale
                 params[weight].copy_((base.float() + delta.to(base.device)).to(base.dtype))
         return len(pairs)
+
+
+def is_adapter_name(name: str) -> bool:
+    """Whether `name` is an adapter tensor's (PEFT's ``lora_A`` / ``lora_B``)."""
+    return ".lora_A." in name or ".lora_B." in name
+
+
+class _Target(Protocol):
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None: ...
+
+
+class AdapterTarget:
+    """A receiver's weight target in an adapters-only sync: adapter tensors go to a
+    `LoraMerger` over the receiver's plain model (an adapter whose ``lora_A`` and
+    ``lora_B`` arrive in different buckets waits, copied, for its other half), any other
+    tensor to `target`."""
+
+    def __init__(self, target: _Target, merger: LoraMerger) -> None:
+        self.target = target
+        self.merger = merger
+        self._waiting: dict[str, torch.Tensor] = {}
+
+    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Merge the adapters among `named_tensors`; load the rest into the target."""
+        plain = []
+        for name, tensor in named_tensors:
+            if is_adapter_name(name):
+                # Copied: a bucket's buffers are released once the call returns.
+                self._waiting[name] = tensor.detach().clone()
+            else:
+                plain.append((name, tensor))
+        if plain:
+            self.target.update_weights(plain)
+        layers: dict[str, list[str]] = {}
+        for name in self._waiting:
+            layers.setdefault(name.replace(".lora_A.", ".lora_?.").replace(
+                ".lora_B.", ".lora_?."), []).append(name)
+        ready = {n: self._waiting.pop(n) for names in layers.values() if len(names) == 2
+                 for n in names}
+        if ready:
+            self.merger.load(ready)

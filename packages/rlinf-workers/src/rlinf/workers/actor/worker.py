@@ -33,7 +33,12 @@ from torch import nn
 from rlinf.workers.actor import checkpoint as ckpt
 from rlinf.workers.actor.config import ActorConfig
 from rlinf.workers.actor.critic import TokenValueModel, build_critic_from_policy
-from rlinf.workers.actor.lora import apply_lora, is_lora_model, merged_named_tensors
+from rlinf.workers.actor.lora import (
+    adapter_named_tensors,
+    apply_lora,
+    is_lora_model,
+    merged_named_tensors,
+)
 from rlinf.workers.actor.parallel import full_named_tensors, is_distributed, unwrap, wrap
 from rlinf.workers.algorithms import (
     KLController,
@@ -584,12 +589,18 @@ class ActorWorker:
 
     # -- weights for the rollout -----------------------------------------------------------
 
-    def state_dict_for_rollout(self, *, bucket_bytes: int = 64 << 20) -> Iterator[Bucket]:
+    def state_dict_for_rollout(self, *, bucket_bytes: int = 64 << 20,
+                               adapters_only: bool = False) -> Iterator[Bucket]:
         """The policy's parameters as ``(name, tensor)`` buckets of at most `bucket_bytes`,
         named as the unwrapped model's ``state_dict`` (FSDP2 shards are gathered: call it on
-        every rank); with LoRA, the base model's weights with the adapters merged in."""
+        every rank); with LoRA, the base model's weights with the adapters merged in, or
+        with `adapters_only` the adapters alone (a receiver merges them: `AdapterTarget`)."""
         model = unwrap(self.policy)
-        tensors = (merged_named_tensors(model) if is_lora_model(model)
+        if adapters_only and not is_lora_model(model):
+            raise ConfigError("adapters_only sends LoRA adapters; this policy has none "
+                              "(ActorConfig.lora)")
+        tensors = (adapter_named_tensors(model) if adapters_only
+                   else merged_named_tensors(model) if is_lora_model(model)
                    else full_named_tensors(self.policy))
         return iter_buckets(tensors, bucket_bytes=bucket_bytes)
 

@@ -80,6 +80,7 @@ class WeightSender(FlowWorker):
         self._ipc_sender: CudaIpcWeightSender | None = None
         self._weight_group: CollectiveWeightGroup | None = None
         self._packed: list[torch.Tensor] = []
+        self._exported_bytes = 0
 
     @property
     def weight_device(self) -> torch.device:
@@ -120,6 +121,8 @@ class WeightSender(FlowWorker):
         """
         with self.turn("export_weights", transport=transport):
             buckets = list(self.buckets())
+            self._exported_bytes = sum(t.numel() * t.element_size()
+                                       for bucket in buckets for _, t in bucket)
             if transport == "inprocess":  # every rank: each serves the receivers beside it
                 _IN_PROCESS[self.role] = buckets
                 return [self.role] if self.rank == 0 else []
@@ -139,6 +142,10 @@ class WeightSender(FlowWorker):
                 self._packed = [self._weight_group.pack(b) for b in buckets]
                 return [(tuple(metas), size) for metas, size in map(plan_layout, buckets)]
         raise ConfigError(f"unknown weight-sync transport {transport!r}")
+
+    def last_export_bytes(self) -> int:
+        """Bytes of the tensors this rank packed at its last `export_weights` (0 before)."""
+        return self._exported_bytes
 
     def broadcast_weights(self) -> None:
         """Rank 0: broadcast the buckets of the last `export_weights` to the weight group."""
@@ -189,6 +196,11 @@ class WeightReceiver(FlowWorker):
         """What loads the received buckets (an engine, an inference worker, a policy)."""
         raise NotImplementedError
 
+    def loading_target(self) -> WeightTarget:
+        """What a sync loads into: `weight_target` unless a subclass wraps it (an
+        adapters-only sync merges LoRA adapters first)."""
+        return self.weight_target()
+
     def join_weight_group(self, *, host: str, port: int, rank: int, world_size: int,
                           backend: Backend) -> None:
         """Join the broadcast group as member `rank` (>= 1)."""
@@ -206,7 +218,7 @@ class WeightReceiver(FlowWorker):
                 raise ConfigError("receive_weights over a collective before join_weight_group")
             received = [self._weight_group.receive(size) for _, size in payload]
         with self.turn("receive_weights", transport=transport, buckets=len(payload)):
-            target = self.weight_target()
+            target = self.loading_target()
             if transport == "inprocess":
                 for key in payload:
                     buckets = _IN_PROCESS.get(key)

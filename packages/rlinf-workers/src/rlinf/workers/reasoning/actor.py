@@ -202,7 +202,8 @@ class ActorRole(WeightSenderRole):
 
     def buckets(self) -> Iterator[Bucket]:
         """The policy in buckets of at most ``bucket_bytes``."""
-        return self.actor.state_dict_for_rollout(bucket_bytes=self.bucket_bytes)
+        return self.actor.state_dict_for_rollout(
+            bucket_bytes=self.bucket_bytes, adapters_only=self.setup.lora_adapters is not None)
 
     def full_weights_on_every_rank(self) -> bool:
         """DDP and FSDP2 give every rank the whole policy; Megatron only the first rank of

@@ -6,6 +6,8 @@ import copy
 import dataclasses
 from collections.abc import Callable, Iterable
 
+import torch
+
 from rlinf.comm import Channel
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, StepContext
@@ -84,6 +86,10 @@ class InferenceRole(WeightReceiverRole):
         """`batch` annotated (for probes and profiling)."""
         with self.turn("inference", rows=batch.num_rows):
             return self.annotate(batch)
+
+    def adapted_module(self) -> torch.nn.Module | None:
+        """The policy copy (adapters are merged into it)."""
+        return None if self.policy is None else self.policy.model
 
     def weight_target(self) -> WeightTarget:
         """The policy copy follows the actor."""

@@ -192,6 +192,19 @@ class RolloutRole(WeightReceiverRole):
         """The engine loads the buckets."""
         return self.worker
 
+    def adapted_module(self) -> torch.nn.Module | None:
+        """The HF engine's model, which keeps its base weights (``host`` offload); None for
+        engines that load weights their own way (vLLM, SGLang take merged weights)."""
+        engine = self.worker.engine
+        inner = engine.engine if isinstance(engine, ToolLoop) else engine
+        if not isinstance(inner, HFRolloutEngine):
+            return None
+        if inner.offload_policy == "discard":
+            raise ConfigError("an adapters-only weight sync needs the rollout's base weights "
+                              "kept across offloads: use the HF engine's 'host' offload "
+                              "policy, or sync merged weights")
+        return inner.model
+
     def resident_memory_bytes(self) -> int | None:
         """The engine's model when it exposes one as a torch module (HF); None for engines
         that manage their own memory (vLLM, SGLang)."""

@@ -12,6 +12,7 @@ from transformers import PreTrainedTokenizerBase
 
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.precision import Precision, check_precision
+from rlinf.workers.actor.lora import LoraConfig
 
 __all__ = ["ModelFactory", "RoleSetup", "TokenizerFactory", "draw_seed"]
 
@@ -47,6 +48,11 @@ class RoleSetup:
     """Seconds a role waits for its devices (collocated roles take turns)."""
     io_timeout: float = 600.0
     """Seconds a role waits for its next input on a channel."""
+    lora_adapters: LoraConfig | None = None
+    """The weight sync sends only these LoRA adapters (the actor's `ActorConfig.lora`), and
+    every receiver merges them into its plain model (`rlinf.workers.actor.lora.AdapterTarget`)
+    instead of loading the merged weights: for receivers whose base weights stay in place
+    (the HF engine with ``host`` offload, the inference role). None: merged weights."""
 
     def __post_init__(self) -> None:
         if self.device not in ("cpu", "cuda"):

@@ -5,8 +5,12 @@ device (CUDA IPC and NCCL on GPU)."""
 from __future__ import annotations
 
 import torch
+from torch import nn
 
+from rlinf.workers.actor.lora import AdapterTarget, LoraMerger
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import BucketLayout, WeightReceiver, WeightSender
+from rlinf.workers.weight_sync import WeightTarget
 from rlinf.workers.reasoning.base import ReasoningRole
 
 __all__ = ["BucketLayout", "WeightReceiverRole", "WeightSenderRole"]
@@ -22,9 +26,32 @@ class WeightSenderRole(ReasoningRole, WeightSender):
 
 
 class WeightReceiverRole(ReasoningRole, WeightReceiver):
-    """The rollout's and inference's half; subclasses implement `weight_target`."""
+    """The rollout's and inference's half; subclasses implement `weight_target`, and
+    `adapted_module` where an adapters-only sync (`RoleSetup.lora_adapters`) may reach
+    them."""
+
+    _adapters: AdapterTarget | None = None
 
     @property
     def weight_device(self) -> torch.device:
         """The role's device."""
         return self.device
+
+    def adapted_module(self) -> nn.Module | None:
+        """The plain model adapters are merged into (None: this role cannot take them)."""
+        return None
+
+    def loading_target(self) -> WeightTarget:
+        """`weight_target`, or with `RoleSetup.lora_adapters` an `AdapterTarget` over it
+        whose merger copied the adapted layers' base weights at the first sync (every role
+        starts from the same base weights, and LoRA never changes them)."""
+        lora = self.setup.lora_adapters
+        if lora is None:
+            return self.weight_target()
+        if self._adapters is None:
+            module = self.adapted_module()
+            if module is None:
+                raise ConfigError(f"the {self.role} role cannot merge LoRA adapters into its "
+                                  "model: sync merged weights (RoleSetup.lora_adapters=None)")
+            self._adapters = AdapterTarget(self.weight_target(), LoraMerger(module, lora))
+        return self._adapters
