@@ -5,7 +5,7 @@ arithmetic by calling a tool, reading its answer and answering on, sampled at te
 1, at most ``--max-turns`` turns of ``--new-tokens`` tokens. ``--tool calculator`` (the
 default) calls the in-process calculator; ``--tool python`` makes the same call a Python
 program in the sandbox (``print(12+7)``: a process of its own per call, as code tools
-run), the tool cost of code agents.
+run; `agent_tools.calculator`), the tool cost of code agents, in the loops and the flow.
 
 Contenders, in this one process, with the same torch threads (``--threads``, default every
 core) and the same fp32 weights:
@@ -55,6 +55,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from quiet import wait_for_idle_cores, wait_for_quiet
 
+TOOL_SPECS = {"calculator": "calculator", "python": "agent_tools:calculator"}
+"""``tools.names`` of each ``--tool``: the built-in calculator, or the same call answered
+by Python in the sandbox (`agent_tools`)."""
 BOUNDS = {"speedup_vs_sequential_loop": (">=", 3.0), "max_prediction_error": ("<=", 0.15)}
 
 
@@ -115,13 +118,14 @@ class Workload:
         from rlinf_reasoning.warmstart import TOOLS_WARMSTART_DIR, load_warmstart
 
         from rlinf.envs.math import GeneratorConfig, ProblemGenerator, format_prompt
-        from rlinf.envs.tools import ToolCall, default_tools
+        from rlinf.envs.tools import ToolCall, ToolRegistry, default_tools, load_tool
 
         torch.set_num_threads(args.threads)
         self.args = args
         self.model, self.tokenizer = load_warmstart(path=TOOLS_WARMSTART_DIR)
         self.model.eval()
-        self.tools = default_tools()
+        self.tools = default_tools() if args.tool == "calculator" else ToolRegistry(
+            [load_tool(TOOL_SPECS["python"])])
         problems = ProblemGenerator(GeneratorConfig.for_level(2)).generate(
             args.trajectories, split="train")
         self.answers = [p.answer for p in problems]
@@ -129,9 +133,7 @@ class Workload:
         self.ToolCall = ToolCall
 
     def tool_call(self, expression: str) -> object:
-        """The call the model's ``<calculator>`` tag stands for in this workload's tool."""
-        if self.args.tool == "python":
-            return self.ToolCall("python", {"code": f"print({expression})"})
+        """The call the model's ``<calculator>`` tag makes."""
         return self.ToolCall("calculator", {"expression": expression})
 
 
@@ -208,16 +210,9 @@ class RlinfLoop:
 
 
 def _as_calculator(work: Workload) -> object:
-    """The ``calculator`` tag bound to this workload's tool (the sandbox with --tool
-    python)."""
-    from rlinf.envs.tools import Tool
-
-    calculator = work.tools.get("calculator")
-    if work.args.tool == "calculator":
-        return calculator
-    python = work.tools.get("python")
-    return Tool("calculator", calculator.description, calculator.parameters,
-                lambda expression: python.function(code=f"print({expression})"))
+    """The ``calculator`` tag bound to this workload's tool (`agent_tools.calculator`, the
+    sandbox, with --tool python)."""
+    return work.tools.get("calculator")
 
 
 def time_loops(work: Workload, args: argparse.Namespace) -> tuple[Tally, Tally]:
@@ -259,7 +254,8 @@ def planned_flow(args: argparse.Namespace) -> dict[str, object]:
                  f"rollout.group_size={args.group_size}",
                  f"rollout.groups_per_micro_batch={max(1, args.prompts // 4)}",
                  f"rollout.max_new_tokens={args.new_tokens}",
-                 f"tools.max_turns={args.max_turns}", "placement=auto"]
+                 f"tools.max_turns={args.max_turns}", f"tools.names=[{TOOL_SPECS[args.tool]}]",
+                 "placement=auto"]
     cfg = from_omegaconf(compose_config(overrides), num_devices=2)
     spec = flow_spec(cfg)
     generator = ProblemGenerator(GeneratorConfig.for_level(2))
