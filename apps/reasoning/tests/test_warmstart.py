@@ -157,7 +157,7 @@ def test_train_script_writes_a_tool_calling_checkpoint(tmp_path: Path) -> None:
                              "--eval-problems", "16", "--target-accuracy", "0.01",
                              "--batch-size", "16", "--out-dir", str(tmp_path)])
     assert cfg.tools and cfg.out_dir == str(tmp_path)
-    input_ids, mask, labels = script.encode(
+    input_ids, _, labels = script.encode(
         build_tokenizer(), ProblemGenerator(warmstart_task()).generate(2, split="train"),
         tools=True)
     # The tool's answer is never a target: only what the model writes is learned.

@@ -13,9 +13,8 @@ merged model.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Protocol
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -158,7 +157,7 @@ def is_adapter_name(name: str) -> bool:
 
 
 class _Target(Protocol):
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None: ...
+    def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> None: ...
 
 
 class AdapterTarget:
@@ -172,8 +171,9 @@ class AdapterTarget:
         self.merger = merger
         self._waiting: dict[str, torch.Tensor] = {}
 
-    def update_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Merge the adapters among `named_tensors`; load the rest into the target."""
+    def update_weights(self, named_tensors: list[tuple[str, torch.Tensor]]) -> None:
+        """Merge the adapters among `named_tensors` (a bucket); load the rest into the
+        target."""
         plain = []
         for name, tensor in named_tensors:
             if is_adapter_name(name):

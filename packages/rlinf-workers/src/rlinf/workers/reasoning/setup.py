@@ -10,9 +10,9 @@ import numpy as np
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from rlinf.workers.actor.lora import LoraConfig
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.precision import Precision, check_precision
-from rlinf.workers.actor.lora import LoraConfig
 
 __all__ = ["ModelFactory", "RoleSetup", "TokenizerFactory", "draw_seed"]
 

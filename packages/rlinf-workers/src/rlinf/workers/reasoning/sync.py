@@ -10,8 +10,8 @@ from torch import nn
 from rlinf.workers.actor.lora import AdapterTarget, LoraMerger
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import BucketLayout, WeightReceiver, WeightSender
-from rlinf.workers.weight_sync import WeightTarget
 from rlinf.workers.reasoning.base import ReasoningRole
+from rlinf.workers.weight_sync import WeightTarget
 
 __all__ = ["BucketLayout", "WeightReceiverRole", "WeightSenderRole"]
 

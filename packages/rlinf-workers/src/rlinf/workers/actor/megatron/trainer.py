@@ -419,10 +419,13 @@ class MegatronActor(ActorWorker):
 
     # -- weights -----------------------------------------------------------------------------
 
-    def state_dict_for_rollout(self, *, bucket_bytes: int = 64 << 20) -> Iterator[Bucket]:
+    def state_dict_for_rollout(self, *, bucket_bytes: int = 64 << 20,
+                               adapters_only: bool = False) -> Iterator[Bucket]:
         """The whole policy in Hugging Face names and layout, in buckets, on the first rank
         of each model-parallel group (actor rank 0 among them); empty on the others. A
-        collective: every rank calls it."""
+        collective: every rank calls it. (No LoRA here: `adapters_only` is refused.)"""
+        if adapters_only:
+            raise ConfigError("the Megatron actor trains no LoRA adapters: sync its weights")
         import torch.distributed as dist
         from megatron.core import parallel_state as ps
 
