@@ -145,3 +145,16 @@ def test_sandbox_calls_that_break_limits_are_error_observations_and_the_loop_goe
     batch = _batch(loop, tokenizer, 8)
     assert int(batch.tool_calls.sum()) > 0  # type: ignore[union-attr]
     loop.shutdown()
+
+
+def test_turns_continue_from_the_kept_cache_with_the_whole_contexts_results() -> None:
+    outs = {}
+    for reuse in (False, True):
+        loop, tokenizer = _loop(max_turns=3, reuse_cache=reuse)
+        outs[reuse] = _batch(loop, tokenizer, 32, seed=7)
+        loop.shutdown()
+    a, b = outs[False], outs[True]
+    assert b.tool_calls.sum() > 0  # type: ignore[union-attr]
+    assert torch.equal(a.response_ids, b.response_ids)
+    assert torch.equal(a.tool_mask, b.tool_mask)  # type: ignore[arg-type]
+    torch.testing.assert_close(a.rollout_log_probs, b.rollout_log_probs, atol=2e-5, rtol=0)

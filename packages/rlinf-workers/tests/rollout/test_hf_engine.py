@@ -249,3 +249,26 @@ def test_rows_that_stop_early_leave_the_others_running(model, tokenizer):
 def test_an_empty_stop_sequence_is_refused():
     with pytest.raises(ConfigError, match="stop sequence"):
         SamplingConfig(stop_sequences=((),))
+
+
+def test_continuing_from_the_kept_cache_equals_generating_from_the_whole_context(
+        model, tokenizer):
+    """Rows of a kept call continue with appended tokens (different lengths, a row that
+    stopped early): the same tokens and log-probs as a fresh call on the whole contexts."""
+    engine = _engine(model, tokenizer)
+    greedy = SamplingConfig(max_new_tokens=6, temperature=0.0)
+    prompts = _prompts(tokenizer)
+    stop = (engine.generate(prompts, sampling=greedy)[1].response_token_ids[1],)
+    first = engine.generate(prompts, sampling=SamplingConfig(
+        max_new_tokens=6, temperature=0.0, stop_sequences=(stop,)), keep_cache=True)
+    rows, extra = [2, 0], [tokenizer.encode("+1="), tokenizer.encode("5")]
+    continued = engine.continue_generation(rows, extra, sampling=greedy)
+    whole = [list(prompts[r]) + list(first[r].response_token_ids) + e
+             for r, e in zip(rows, extra, strict=True)]
+    fresh = engine.generate(whole, sampling=greedy)
+    for a, b, context in zip(continued, fresh, whole, strict=True):
+        assert a.response_token_ids == b.response_token_ids
+        assert a.log_probs == pytest.approx(b.log_probs, abs=1e-5)
+        assert list(a.prompt_token_ids) == context
+    with pytest.raises(RolloutError, match="keep_cache"):  # used: gone
+        engine.continue_generation([0], [[5]], sampling=greedy)

@@ -34,6 +34,7 @@ extra forward pass (memory bounded by its micro-batch) instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -110,20 +111,66 @@ class HFRolloutEngine:
         self._targets = dict(model.state_dict(keep_vars=True))
         self._missing: set[int] = set()  # ids of parameters whose values were discarded
         self._offloaded = False
+        self._kept: _KeptContexts | None = None
 
     # -- generation ------------------------------------------------------------------------
 
     def generate(
-        self, prompt_token_ids: Sequence[Sequence[int]], *, sampling: SamplingConfig
+        self, prompt_token_ids: Sequence[Sequence[int]], *, sampling: SamplingConfig,
+        keep_cache: bool = False,
     ) -> list[RolloutSample]:
-        """One sample per prompt (see `RolloutEngine.generate`)."""
+        """One sample per prompt (see `RolloutEngine.generate`). With `keep_cache` the
+        contexts and their KV cache stay for `continue_generation` (dropped by the next
+        call without it, or `drop_cache`)."""
         self._check_ready()
+        self._kept = None
         if not prompt_token_ids:
             return []
         if any(len(p) == 0 for p in prompt_token_ids):
             raise ConfigError("every prompt needs at least one token")
         prompt_ids, prompt_mask = left_pad(prompt_token_ids, pad_id=self.pad_token_id)
-        prompt_ids, prompt_mask = prompt_ids.to(self.device), prompt_mask.to(self.device)
+        return self._generate(prompt_ids, prompt_mask, sampling=sampling,
+                              keep_cache=keep_cache)
+
+    def continue_generation(
+        self, rows: Sequence[int], appended: Sequence[Sequence[int]], *,
+        sampling: SamplingConfig, keep_cache: bool = False,
+    ) -> list[RolloutSample]:
+        """Generate on from the contexts the last call kept (``keep_cache=True``): rows
+        `rows` of that call, each with its `appended` tokens (a tool's answer) after what it
+        generated, reusing their KV cache, so only the appended tokens are computed before
+        sampling. The padding a row accumulated (left of its prompt, after a response that
+        ended early, left of its appended tokens) is masked; positions follow the real
+        tokens, so the result is the one the whole context would give. A sample's
+        ``prompt_token_ids`` is its whole context."""
+        self._check_ready()
+        kept, self._kept = self._kept, None
+        if kept is None:
+            raise RolloutError("continue_generation needs a previous call with keep_cache=True "
+                               "(none kept, or it was used or dropped)")
+        if len(rows) != len(appended) or not rows:
+            raise ConfigError(f"continue_generation needs one appended sequence per row, got "
+                              f"{len(rows)} rows and {len(appended)} sequences")
+        if any(len(a) == 0 for a in appended):
+            raise ConfigError("every continued row needs at least one appended token")
+        index = torch.tensor(list(rows), dtype=torch.long, device=kept.ids.device)
+        kept.cache.batch_select_indices(index)
+        extra_ids, extra_mask = left_pad(appended, pad_id=self.pad_token_id)
+        ids = torch.cat([kept.ids[index], extra_ids.to(kept.ids.device)], dim=1)
+        mask = torch.cat([kept.mask[index], extra_mask.to(kept.mask.device)], dim=1)
+        return self._generate(ids, mask, sampling=sampling, keep_cache=keep_cache,
+                              cache=kept.cache)
+
+    def drop_cache(self) -> None:
+        """Free what `keep_cache` kept."""
+        self._kept = None
+
+    def _generate(self, context_ids: torch.Tensor, context_mask: torch.Tensor, *,
+                  sampling: SamplingConfig, keep_cache: bool, cache: Any = None
+                  ) -> list[RolloutSample]:
+        """Sample from ``[B, W]`` contexts (padding masked anywhere; the last column real);
+        `cache` holds the KV of all but the last column (a kept call's)."""
+        context_ids, context_mask = context_ids.to(self.device), context_mask.to(self.device)
         options: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens, "eos_token_id": self.eos_token_id,
             "pad_token_id": self.pad_token_id, "do_sample": not sampling.greedy,
@@ -132,9 +179,12 @@ class HFRolloutEngine:
             # top_k=0 must be passed explicitly: None would fall back to HF's default of 50.
             options.update(temperature=float(sampling.temperature), top_p=float(sampling.top_p),
                            top_k=sampling.top_k)
-        stops = _StopSequences(sampling.stop_sequences, prompt_width=prompt_ids.shape[1])
+        stops = _StopSequences(sampling.stop_sequences, prompt_width=context_ids.shape[1])
         if sampling.stop_sequences:
             options["stopping_criteria"] = [stops]
+        if cache is not None:
+            options["past_key_values"] = cache
+        rows_count = context_ids.shape[0]
         devices = [self.device] if self.device.type == "cuda" else []
         kernel = generation_attention(self.model, device=self.device)
         with torch.no_grad(), attention_kernel(self.model, kernel), \
@@ -142,12 +192,12 @@ class HFRolloutEngine:
             if sampling.seed is not None:
                 torch.manual_seed(sampling.seed)
             vocab = int(getattr(getattr(self.model, "config", None), "vocab_size", 0) or 0)
-            keep = 4 * len(prompt_token_ids) * sampling.max_new_tokens * vocab
+            keep = 4 * rows_count * sampling.max_new_tokens * vocab
             keep_logits = 0 < keep <= self.logits_budget_bytes
             out = self.model.generate(  # type: ignore[operator]
-                input_ids=prompt_ids, attention_mask=prompt_mask, return_dict_in_generate=True,
-                output_logits=keep_logits, **options)
-            response_ids = out.sequences[:, prompt_ids.shape[1]:]
+                input_ids=context_ids, attention_mask=context_mask,
+                return_dict_in_generate=True, output_logits=keep_logits, **options)
+            response_ids = out.sequences[:, context_ids.shape[1]:]
             response_mask = stops.cut(
                 response_mask_from_eos(response_ids, eos_token_id=self.eos_token_id))
             if keep_logits:
@@ -156,15 +206,22 @@ class HFRolloutEngine:
                 log_probs = token_log_probs(logits, response_ids) * response_mask
             else:
                 log_probs = response_log_probs(
-                    self.model, prompt_ids=prompt_ids, prompt_mask=prompt_mask,
+                    self.model, prompt_ids=context_ids, prompt_mask=context_mask,
                     response_ids=response_ids, response_mask=response_mask,
                     temperature=sampling.logprob_temperature, micro_batch_size=64)
+            if keep_cache and getattr(out, "past_key_values", None) is not None:
+                self._kept = _KeptContexts(
+                    ids=out.sequences, mask=torch.cat([context_mask, response_mask], dim=1),
+                    cache=out.past_key_values)
             lengths = response_mask.sum(dim=1).tolist()
             rows = response_ids.tolist()
             values = log_probs.tolist()
+            contexts = [[t for t, m in zip(ids_row, mask_row, strict=True) if m]
+                        for ids_row, mask_row in zip(context_ids.tolist(),
+                                                     context_mask.tolist(), strict=True)]
         samples = []
-        for prompt, length, tokens, row_log_probs in zip(
-                prompt_token_ids, lengths, rows, values, strict=True):
+        for context, length, tokens, row_log_probs in zip(
+                contexts, lengths, rows, values, strict=True):
             kept = tokens[:length]
             reason: FinishReason = "length"
             if length > 0 and kept[-1] == self.eos_token_id:
@@ -172,7 +229,7 @@ class HFRolloutEngine:
             elif ends_with_stop_sequence(kept, sampling.stop_sequences):
                 reason = "stop_sequence"
             samples.append(RolloutSample(
-                prompt_token_ids=tuple(prompt), response_token_ids=tuple(kept),
+                prompt_token_ids=tuple(context), response_token_ids=tuple(kept),
                 log_probs=tuple(row_log_probs[:length]), finish_reason=reason))
         return samples
 
@@ -182,6 +239,7 @@ class HFRolloutEngine:
         """Copy tensors into the parameters of the same names (a bucket or all of them)."""
         if self._offloaded:
             raise RolloutError("update_weights on an offloaded engine; call onload() first")
+        self._kept = None  # a kept cache was computed with the old weights
         with torch.no_grad():
             for name, tensor in named_tensors:
                 target = self._targets.get(name)
@@ -200,6 +258,7 @@ class HFRolloutEngine:
         """Free the engine's memory per `offload_policy` (see `rlinf.workers.rollout.offload`)."""
         if self._offloaded:
             return
+        self._kept = None
         if self.offload_policy == "discard":
             freed = discard_module(self.model)
             self._missing = {id(p) for p in self.model.parameters()}
@@ -241,6 +300,18 @@ def _to_bf16_parameters(model: nn.Module) -> None:
         for param in model.parameters():
             if param.is_floating_point() and param.dtype != torch.bfloat16:
                 param.data = param.data.to(torch.bfloat16)
+
+
+@dataclass
+class _KeptContexts:
+    """A call's contexts for `HFRolloutEngine.continue_generation`."""
+
+    ids: torch.Tensor
+    """``[B, W]`` every token so far, padding included."""
+    mask: torch.Tensor
+    """``[B, W]`` 1 on real tokens."""
+    cache: Any
+    """The model's KV cache of ``ids[:, :-1]``."""
 
 
 class _StopSequences:

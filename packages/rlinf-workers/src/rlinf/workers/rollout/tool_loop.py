@@ -13,8 +13,10 @@ observations (log-prob 0 there) so the loss and the KL leave them out, and its t
 calls, errors and tool time. The model's own tokens are kept as ids and never
 re-tokenized, so the trainer scores exactly what was sampled.
 
-Prefix reuse across turns is the inner engine's: vLLM's prefix cache (on in
-`VllmRolloutEngine`) serves each turn's context from the last; the HF engine recomputes it.
+Each turn reuses the last one's work where the engine allows: the HF engine continues
+from the contexts and KV cache it kept (`HFRolloutEngine.continue_generation`), so only the
+observations are computed before sampling on; vLLM's prefix cache (on in
+`VllmRolloutEngine`) serves each turn's context from the last.
 """
 
 from __future__ import annotations
@@ -71,6 +73,10 @@ class ToolLoopConfig:
     """An observation longer than this many tokens is cut (its framing is kept)."""
     parallel_calls: int = 8
     """Tool calls that run at once."""
+    reuse_cache: bool = True
+    """Continue each turn from the last one's KV cache where the engine can
+    (`HFRolloutEngine.continue_generation`): only the observations are computed before
+    the next turn samples. False: every turn recomputes its whole context."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tools", tuple(self.tools))
@@ -167,13 +173,28 @@ class ToolLoop:
         runs = [_Trajectory(tuple(p)) for p in prompt_token_ids]
         active = list(range(len(runs)))
         stops = tuple(dict.fromkeys((*sampling.stop_sequences, *self.format.stop_sequences)))
+        reuse = self.config.reuse_cache and callable(
+            getattr(self.engine, "continue_generation", None))
+        appended: dict[int, list[int]] = {}
+        previous: list[int] = []
         for turn in range(self.config.max_turns):
             if not active:
                 break
             seed = None if sampling.seed is None else sampling.seed + _TURN_SEED_STRIDE * turn
             call = dataclasses.replace(sampling, seed=seed, stop_sequences=stops)
-            samples = self.engine.generate([runs[i].prompt + tuple(runs[i].tokens)
-                                            for i in active], sampling=call)
+            keep = reuse and turn + 1 < self.config.max_turns
+            if reuse and turn:  # the last turn's contexts and cache, plus the observations
+                where = {index: row for row, index in enumerate(previous)}
+                samples = self.engine.continue_generation(  # type: ignore[attr-defined]
+                    [where[i] for i in active], [appended[i] for i in active], sampling=call,
+                    keep_cache=keep)
+            elif reuse:
+                samples = self.engine.generate(  # type: ignore[call-arg]
+                    [runs[i].prompt for i in active], sampling=call, keep_cache=keep)
+            else:
+                samples = self.engine.generate([runs[i].prompt + tuple(runs[i].tokens)
+                                                for i in active], sampling=call)
+            previous = list(active)
             calling: list[tuple[int, Sequence[ToolCall], Sequence[str]]] = []
             for index, sample in zip(active, samples, strict=True):
                 run = runs[index]
@@ -185,16 +206,21 @@ class ToolLoop:
                     text = self.tokenizer.decode(list(sample.response_token_ids))
                     parsed = self.format.parse(str(text))
                     calling.append((index, parsed.calls, parsed.errors))
-            self._answer(runs, calling)
+            appended = self._answer(runs, calling)
             active = [index for index, _, _ in calling]
+        if reuse:
+            self.engine.drop_cache()  # type: ignore[attr-defined]
         finished = [run.sample() for run in runs]
         self.stats.trajectories += len(finished)
         self.stats.turns += sum(run.turns for run in runs)
         return finished
 
     def _answer(self, runs: list[_Trajectory],
-                calling: Sequence[tuple[int, Sequence[ToolCall], Sequence[str]]]) -> None:
-        """Run every call of this round at once and append each trajectory's observations."""
+                calling: Sequence[tuple[int, Sequence[ToolCall], Sequence[str]]]
+                ) -> dict[int, list[int]]:
+        """Run every call of this round at once and append each trajectory's observations;
+        returns the observation tokens appended to each."""
+        appended: dict[int, list[int]] = {}
         results = self.call_tools([call for _, calls, _ in calling for call in calls])
         taken = 0
         for index, calls, errors in calling:
@@ -210,10 +236,12 @@ class ToolLoop:
                 self.stats.per_tool[call.name] = self.stats.per_tool.get(call.name, 0) + 1
             ids = self.format.observation_ids(observations)
             run.extend(ids, [0.0] * len(ids), tool=True)
+            appended[index] = ids
         self.stats.tool_calls += sum(len(c) + len(e) for _, c, e in calling)
         self.stats.tool_errors += sum(len(e) for _, _, e in calling) + sum(
             not r.ok for r in results)
         self.stats.tool_seconds += sum(r.seconds for r in results)
+        return appended
 
     def call_tools(self, calls: Sequence[ToolCall]) -> list[ToolResult]:
         """Run `calls` at once (``parallel_calls`` at a time), results in order; a call that
