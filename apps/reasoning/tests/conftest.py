@@ -5,6 +5,8 @@ tests do not depend on owning Ray connect (``RAY_ADDRESS``) to one local instanc
 session. It is owned by a helper process, not by the pytest process, so tests that
 `ray.init` in-process (test_flow.py) are unaffected; closing the helper's stdin shuts it
 down. Tests that kill a run's process tree or stop Ray under it start their own.
+`ray_local` is Ray in the pytest process, per module, for tests that launch flows
+in-process (`ReasoningFlow.launch`).
 
 The instance declares 8 CPUs on a 2-core machine, as a user's ``ray start --num-cpus=8``
 would: ``placement=auto`` runs on it too, and check that discovery counts the machine's
@@ -44,3 +46,18 @@ def ray_address() -> Iterator[str]:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     with local_ray_instance(env=env, shutdown_timeout=60) as address:
         yield address
+
+
+@pytest.fixture(scope="module")
+def ray_local() -> Iterator[None]:
+    """Ray started in this process for the module's in-process flows (2 CPUs), stopped
+    after it."""
+    import ray
+
+    from rlinf.workers.runtime.ray_session import stop_ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        yield
+    finally:
+        stop_ray()  # ray.shutdown() without its second on the monitor

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,19 +63,6 @@ def same_metrics(a: StepResult, b: StepResult) -> None:
         # gradient differs by far more.
         assert value == pytest.approx(right[key], rel=5e-4, abs=1e-5), key
     assert (a.samples, a.tokens) == (b.samples, b.tokens)
-
-
-@pytest.fixture(scope="module")
-def ray_local() -> Iterator[None]:
-    import ray
-
-    from rlinf.workers.runtime.ray_session import stop_ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        yield
-    finally:
-        stop_ray()  # ray.shutdown() without its second on the monitor
 
 
 @pytest.fixture(scope="module")

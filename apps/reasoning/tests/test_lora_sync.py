@@ -5,7 +5,6 @@ the trainer does, while the sync moves a small share of the model's bytes."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 import pytest
 from rlinf_reasoning.flow import ReasoningFlow
@@ -29,19 +28,6 @@ SPEC = FlowSpec(
     actor=ActorConfig(parallelism="none", lr=2e-2, micro_batch_size=8,
                       lora=LoraConfig(rank=4)),
     prompts_per_step=4, seed=3, sync_check=True, timeout=120.0)
-
-
-@pytest.fixture(scope="module")
-def ray_local() -> Iterator[None]:
-    import ray
-
-    from rlinf.workers.runtime.ray_session import stop_ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        yield
-    finally:
-        stop_ray()
 
 
 def _problems() -> list[list[MathProblem]]:
