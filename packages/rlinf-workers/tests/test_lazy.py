@@ -32,6 +32,14 @@ def test_a_reward_process_does_not_load_the_trainer() -> None:
     assert loaded == []
 
 
+@pytest.mark.parametrize("role", ["rollout", "inference"])
+def test_a_generator_process_does_not_load_the_trainer(role: str) -> None:
+    """The adapters-only LoRA sync's merger is imported at the first sync that needs it."""
+    loaded = _loaded_after(f"import rlinf.workers.reasoning.{role}",
+                           ("rlinf.workers.actor", "rlinf.workers.reasoning.actor"))
+    assert loaded == []
+
+
 @pytest.mark.parametrize("package", [models, rollout, reasoning])
 def test_every_public_name_resolves(package: object) -> None:
     for name in package.__all__:  # type: ignore[attr-defined]

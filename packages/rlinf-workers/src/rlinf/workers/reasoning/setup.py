@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from rlinf.workers.actor.lora import LoraConfig
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.precision import Precision, check_precision
+
+if TYPE_CHECKING:  # the trainer's package stays out of the roles that do not train
+    from rlinf.workers.actor.lora import LoraConfig
 
 __all__ = ["ModelFactory", "RoleSetup", "TokenizerFactory", "draw_seed"]
 

@@ -4,14 +4,18 @@ device (CUDA IPC and NCCL on GPU)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
-from rlinf.workers.actor.lora import AdapterTarget, LoraMerger
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import BucketLayout, WeightReceiver, WeightSender
 from rlinf.workers.reasoning.base import ReasoningRole
 from rlinf.workers.weight_sync import WeightTarget
+
+if TYPE_CHECKING:
+    from rlinf.workers.actor.lora import AdapterTarget
 
 __all__ = ["BucketLayout", "WeightReceiverRole", "WeightSenderRole"]
 
@@ -49,6 +53,10 @@ class WeightReceiverRole(ReasoningRole, WeightReceiver):
         if lora is None:
             return self.weight_target()
         if self._adapters is None:
+            # Imported here: the trainer's package stays out of generator processes
+            # that never receive adapters.
+            from rlinf.workers.actor.lora import AdapterTarget, LoraMerger
+
             module = self.adapted_module()
             if module is None:
                 raise ConfigError(f"the {self.role} role cannot merge LoRA adapters into its "
