@@ -251,11 +251,15 @@ def test_an_empty_stop_sequence_is_refused():
         SamplingConfig(stop_sequences=((),))
 
 
+@pytest.mark.parametrize("logits_budget_bytes", [1 << 30, 0])
 def test_continuing_from_the_kept_cache_equals_generating_from_the_whole_context(
-        model, tokenizer):
+        model, tokenizer, logits_budget_bytes):
     """Rows of a kept call continue with appended tokens (different lengths, a row that
-    stopped early): the same tokens and log-probs as a fresh call on the whole contexts."""
-    engine = _engine(model, tokenizer)
+    stopped early): the same tokens and log-probs as a fresh call on the whole contexts,
+    with the log-probs from the kept logits or recomputed over the padded contexts."""
+    engine = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
+                             pad_token_id=tokenizer.pad_token_id,
+                             logits_budget_bytes=logits_budget_bytes)
     greedy = SamplingConfig(max_new_tokens=6, temperature=0.0)
     prompts = _prompts(tokenizer)
     stop = (engine.generate(prompts, sampling=greedy)[1].response_token_ids[1],)
