@@ -41,6 +41,7 @@ from rlinf.envs.tools import (
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.rollout.tool_formats import ToolFormat, ToolFormatName, make_tool_format
 from rlinf.workers.rollout.types import (
+    FinishReason,
     NamedTensors,
     RolloutEngine,
     RolloutSample,
@@ -108,11 +109,17 @@ class ToolLoopStats:
     """Counts since the loop was built (or since `reset_stats`)."""
 
     trajectories: int = 0
+    """Trajectories generated."""
     turns: int = 0
+    """Turns generated, over every trajectory."""
     tool_calls: int = 0
+    """Calls made, malformed ones included."""
     tool_errors: int = 0
+    """Calls that returned an error observation."""
     tool_seconds: float = 0.0
+    """Summed wall time of the calls (they overlap: this exceeds the loop's wait)."""
     per_tool: dict[str, int] = field(default_factory=dict)
+    """Well-formed calls by tool name."""
 
 
 @dataclass
@@ -125,7 +132,7 @@ class _Trajectory:
     calls: int = 0
     errors: int = 0
     seconds: float = 0.0
-    finish_reason: Any = "length"
+    finish_reason: FinishReason = "length"
 
     def extend(self, tokens: Sequence[int], log_probs: Sequence[float], *, tool: bool) -> None:
         self.tokens.extend(tokens)
