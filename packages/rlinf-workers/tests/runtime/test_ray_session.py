@@ -118,7 +118,7 @@ def test_a_cluster_that_closes_within_the_settle_time_is_gone(
     remembered.address = listening
     started = time.monotonic()
     assert not cluster_gone(settle=0.4)  # stays up: judged after the settle time
-    assert 0.4 <= time.monotonic() - started < 2.0
+    assert time.monotonic() - started >= 0.4  # a hang is pytest-timeout's to catch
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen()
