@@ -130,7 +130,7 @@ class HFRolloutEngine:
             raise ConfigError("every prompt needs at least one token")
         prompt_ids, prompt_mask = left_pad(prompt_token_ids, pad_id=self.pad_token_id)
         return self._generate(prompt_ids, prompt_mask, sampling=sampling,
-                              keep_cache=keep_cache)
+                              keep_cache=keep_cache, contexts=prompt_token_ids)
 
     def continue_generation(
         self, rows: Sequence[int], appended: Sequence[Sequence[int]], *,
@@ -166,10 +166,11 @@ class HFRolloutEngine:
         self._kept = None
 
     def _generate(self, context_ids: torch.Tensor, context_mask: torch.Tensor, *,
-                  sampling: SamplingConfig, keep_cache: bool, cache: Any = None
-                  ) -> list[RolloutSample]:
+                  sampling: SamplingConfig, keep_cache: bool, cache: Any = None,
+                  contexts: Sequence[Sequence[int]] | None = None) -> list[RolloutSample]:
         """Sample from ``[B, W]`` contexts (padding masked anywhere; the last column real);
-        `cache` holds the KV of all but the last column (a kept call's)."""
+        `cache` holds the KV of all but the last column (a kept call's). `contexts`: the
+        real tokens of each row when the caller has them (else read from the mask)."""
         context_ids, context_mask = context_ids.to(self.device), context_mask.to(self.device)
         options: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens, "eos_token_id": self.eos_token_id,
@@ -216,9 +217,10 @@ class HFRolloutEngine:
             lengths = response_mask.sum(dim=1).tolist()
             rows = response_ids.tolist()
             values = log_probs.tolist()
-            contexts = [[t for t, m in zip(ids_row, mask_row, strict=True) if m]
-                        for ids_row, mask_row in zip(context_ids.tolist(),
-                                                     context_mask.tolist(), strict=True)]
+            if contexts is None:
+                contexts = [[t for t, m in zip(ids_row, mask_row, strict=True) if m]
+                            for ids_row, mask_row in zip(context_ids.tolist(),
+                                                         context_mask.tolist(), strict=True)]
         samples = []
         for context, length, tokens, row_log_probs in zip(
                 contexts, lengths, rows, values, strict=True):
