@@ -106,7 +106,7 @@ class ToolLoopConfig:
 
 @dataclass
 class ToolLoopStats:
-    """Counts since the loop was built (or since `reset_stats`)."""
+    """Counts since the loop was built."""
 
     trajectories: int = 0
     """Trajectories generated."""
@@ -270,11 +270,6 @@ class ToolLoop:
             self._pool = ThreadPoolExecutor(self.config.parallel_calls,
                                             thread_name_prefix="rlinf-tool")
         return self._pool
-
-    def reset_stats(self) -> ToolLoopStats:
-        """The counts so far, and start new ones."""
-        stats, self.stats = self.stats, ToolLoopStats()
-        return stats
 
     # -- the inner engine's weights and memory ------------------------------------------------
 
