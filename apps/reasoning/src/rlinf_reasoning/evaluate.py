@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -114,19 +113,17 @@ def tool_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                   problems: Sequence[MathProblem], *, max_new_tokens: int = 32,
                   max_turns: int = 2, batch_size: int = 256) -> ToolAccuracy:
     """`ToolAccuracy` of `model` on `problems`, greedy, through `ToolLoop` with the
-    calculator in the tag format."""
-    from rlinf.envs.tools import default_tools
+    calculator in the tag format; each final turn is read as the reward reads it."""
+    from rlinf.workers.reward import RewardWorker
     from rlinf.workers.rollout import HFRolloutEngine, RolloutBatch, SamplingConfig
-    from rlinf.workers.rollout.tool_formats import TagFormat
     from rlinf.workers.rollout.tool_loop import ToolLoop, ToolLoopConfig
 
     if not problems:
         return ToolAccuracy(0.0, 0.0, 0.0)
-    tools = default_tools()
     engine = HFRolloutEngine(model, eos_token_id=int(tokenizer.eos_token_id),
                              pad_token_id=int(tokenizer.pad_token_id), offload_policy="host")
-    loop = ToolLoop(engine, tokenizer, tools=tools, tool_format=TagFormat(tokenizer, tools),
-                    config=ToolLoopConfig(max_turns=max_turns))
+    loop = ToolLoop.build(engine, tokenizer, ToolLoopConfig(max_turns=max_turns))
+    reader = RewardWorker(tokenizer)
     greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     correct = calls = errors = 0.0
     try:
@@ -136,20 +133,13 @@ def tool_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
             batch = RolloutBatch.from_samples(
                 loop.generate(prompts, sampling=greedy), answers=[p.answer for p in chunk],
                 group_size=1, pad_token_id=int(tokenizer.pad_token_id))
-            final = torch.where((batch.loss_mask * _after_last_tool(batch)).bool(),
-                                batch.response_ids, int(tokenizer.pad_token_id))
-            correct += sum(rewards(tokenizer, final, list(batch.answers)))
-            calls += float(batch.tool_calls.sum())  # type: ignore[union-attr]
-            errors += float(batch.tool_errors.sum())  # type: ignore[union-attr]
+            correct += sum(score(text, p.answer, strategies=ANSWER_STRATEGIES,
+                                 backend="builtin")
+                           for text, p in zip(reader.decode(batch), chunk, strict=True))
+            assert batch.tool_calls is not None and batch.tool_errors is not None
+            calls += float(batch.tool_calls.sum())
+            errors += float(batch.tool_errors.sum())
     finally:
         loop.shutdown()
     return ToolAccuracy(correct / len(problems), calls / len(problems),
                         errors / calls if calls else 0.0)
-
-
-def _after_last_tool(batch: Any) -> torch.Tensor:
-    """``[B, R]`` 1 after each row's last tool token (its final turn)."""
-    tool = batch.tool_mask.long()
-    positions = torch.arange(tool.shape[1]).expand_as(tool)
-    last = torch.where(tool.bool(), positions, torch.full_like(positions, -1)).max(dim=1).values
-    return (positions > last.unsqueeze(1)).long()
