@@ -189,7 +189,7 @@ class RlinfLoop:
         engine = HFRolloutEngine(work.model, eos_token_id=int(tok.eos_token_id),
                                  pad_token_id=int(tok.pad_token_id), offload_policy="host")
         # The model writes <calculator>; with --tool python the call runs the sandbox.
-        tools = ToolRegistry([_as_calculator(work)])
+        tools = ToolRegistry([work.tools.get("calculator")])
         self.loop = ToolLoop(engine, tok, tools=tools, tool_format=TagFormat(tok, tools),
                              config=ToolLoopConfig(max_turns=work.args.max_turns))
         self.work = work
@@ -207,12 +207,6 @@ class RlinfLoop:
         _, stats = RewardWorker(tok).compute_rewards(batch)
         return (sum(s.tool_calls for s in samples), sum(s.tool_errors for s in samples),
                 round(stats.accuracy * batch.num_rows))
-
-
-def _as_calculator(work: Workload) -> object:
-    """The ``calculator`` tag bound to this workload's tool (`agent_tools.calculator`, the
-    sandbox, with --tool python)."""
-    return work.tools.get("calculator")
 
 
 def time_loops(work: Workload, args: argparse.Namespace) -> tuple[Tally, Tally]:

@@ -4,30 +4,27 @@ the trainer does, while the sync moves a small share of the model's bytes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import pytest
 from rlinf_reasoning.flow import ReasoningFlow
-from rlinf_reasoning.spec import FlowSpec
-from rlinf_reasoning.warmstart import WARMSTART_DIR, load_warmstart, warmstart_task
+from rlinf_reasoning.warmstart import load_warmstart, warmstart_task
 from rlinf_reasoning.workflow import fixed_plan
 
 from rlinf.envs.math import MathProblem, ProblemGenerator
-from rlinf.workers.actor import ActorConfig, LoraConfig
+from rlinf.workers.actor import LoraConfig
 from rlinf.workers.reasoning import ProblemBatches
-from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
+
+from .test_flow import SPEC as FLOW_SPEC
 
 pytest.importorskip("peft", reason="the lora extra")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
-SPEC = FlowSpec(
-    model_dir=WARMSTART_DIR,
-    rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2,
-                                sampling=SamplingConfig(max_new_tokens=4)),
-    actor=ActorConfig(parallelism="none", lr=2e-2, micro_batch_size=8,
-                      lora=LoraConfig(rank=4)),
-    prompts_per_step=4, seed=3, sync_check=True, timeout=120.0)
+SPEC = dataclasses.replace(
+    FLOW_SPEC, actor=dataclasses.replace(FLOW_SPEC.actor, lr=2e-2, lora=LoraConfig(rank=4)))
+"""test_flow's spec (sync check on) with rank-4 adapters on its actor."""
 
 
 def _problems() -> list[list[MathProblem]]:
@@ -63,8 +60,6 @@ def test_adapters_only_sync_keeps_every_receiver_exact_and_moves_few_bytes(
 def test_a_receiver_that_discards_its_weights_gets_the_merged_model(ray_local: None) -> None:
     """The control: an HF engine that discards its weights on offload cannot merge into
     them, so the flow syncs merged weights, and the measure sees the whole model."""
-    import dataclasses
-
     spec = dataclasses.replace(SPEC, engine_options={"offload_policy": "discard"})
     assert not spec.lora_sync_adapters
     with ReasoningFlow.launch(spec, fixed_plan(spec, "rollout: 0, reward,inference,actor: 1",
