@@ -9,10 +9,10 @@ import pytest
 from omegaconf import OmegaConf
 from rlinf_reasoning.cli import compose_config
 from rlinf_reasoning.config import (
+    LENGTH_KEYS,
     ReasoningConfig,
     component_names,
     config_dict,
-    config_differences,
     config_hash,
     from_omegaconf,
 )
@@ -25,6 +25,12 @@ from rlinf_reasoning.errors import (
 )
 
 from rlinf.workers.errors import ConfigError
+from rlinf.workers.training.folder import config_differences as runner_differences
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> tuple[str, ...]:
+    """What the runner's resume check names between two reasoning configs."""
+    return runner_differences(old, new, defaults={}, may_change=LENGTH_KEYS)
 
 
 def load(*overrides: str, devices: int = 2) -> ReasoningConfig:

@@ -12,12 +12,12 @@ from rlinf_reasoning.cli import main
 from rlinf_reasoning.config import ReasoningConfig, config_dict, config_hash
 from rlinf_reasoning.export import EXPORT_FILE, export_checkpoint
 from rlinf_reasoning.models import model_factory
-from rlinf_reasoning.resume import CHECKPOINT_DIR
 from rlinf_reasoning.spec import flow_spec
 from torch import nn
 
 from rlinf.workers.actor import checkpoint as actor_checkpoint
 from rlinf.workers.telemetry import CheckpointStore
+from rlinf.workers.training import CHECKPOINT_DIR
 
 
 def _run_with_checkpoints(run_dir: Path, steps: tuple[int, ...]) -> dict[int, nn.Module]:

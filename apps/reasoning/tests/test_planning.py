@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlinf_reasoning.planning import ProfileCosts, auto_plan, calibrated, predict, trainer_cost
+from rlinf_reasoning.planning import auto_plan, calibrated, predict, trainer_cost
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import declare, fixed_plan, reasoning_workflow
 
@@ -34,6 +34,7 @@ from rlinf.workers.actor.megatron import MegatronConfig
 from rlinf.workers.flow import PROBE_ITERATION, WEIGHT_SYNC, FlowChannel
 from rlinf.workers.models import TinyLMConfig
 from rlinf.workers.rollout import RolloutWorkerConfig
+from rlinf.workers.training import ProfileCosts
 
 GIB = 2**30
 

@@ -17,6 +17,9 @@ from rlinf_reasoning.config import from_omegaconf
 from rlinf_reasoning.workflow import fixed_plan
 
 from rlinf.sched import Replan
+from rlinf.workers.training import PlanChoice
+from rlinf.workers.training import planning as training_planning
+from rlinf.workers.training import runner as training_runner
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -67,12 +70,12 @@ def test_an_adopted_plan_relaunches_from_a_checkpoint_with_the_same_trajectory(
 
     fakes: list[SwitchOnce] = []
 
-    def fake_replanner(session: Any, choice: Any) -> SwitchOnce:
-        fakes.append(SwitchOnce(fixed_plan(session.spec, "rollout: 0, reward,inference: 1, "
+    def fake_replanner(task: Any, choice: Any, cluster: Any) -> SwitchOnce:
+        fakes.append(SwitchOnce(fixed_plan(task.spec, "rollout: 0, reward,inference: 1, "
                                            "actor: 2", num_devices=3, granularity_groups=2)))
         return fakes[0]
 
-    monkeypatch.setattr(run_module, "_replanner", fake_replanner)
+    monkeypatch.setattr(training_runner, "replanner", fake_replanner)
     replanned = tmp_path / "replanned"
     assert cli.main([*TINY, "run.trace=true", "--run-dir", str(replanned)]) == 0
     assert fakes[0].observed == [1, 2]
@@ -115,20 +118,20 @@ def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_me
 
     def prefer_hybrid(spec: Any, profile: Any, cluster: Any) -> Any:
         plan = fixed_plan(spec, hybrid, num_devices=2, granularity_groups=2)
-        return run_module.PlanChoice(plan=dataclasses.replace(plan, predicted_time=1e-3))
+        return PlanChoice(plan=dataclasses.replace(plan, predicted_time=1e-3))
 
     monkeypatch.setattr(run_module, "auto_plan", prefer_hybrid)
-    monkeypatch.setattr(run_module, "switch_pays",
+    monkeypatch.setattr(training_planning, "switch_pays",
                         lambda current, candidate, **_: candidate < current)
     if going_back is not None:
-        kept_faster = run_module._kept_faster
+        kept_faster = training_planning.kept_faster
 
         def forced(*args: Any, **kwargs: Any) -> Any:
             with monkeypatch.context() as verdict:
-                verdict.setattr(run_module, "switch_pays", lambda *_, **__: going_back)
+                verdict.setattr(training_planning, "switch_pays", lambda *_, **__: going_back)
                 return kept_faster(*args, **kwargs)
 
-        monkeypatch.setattr(run_module, "_kept_faster", forced)
+        monkeypatch.setattr(training_runner, "kept_faster", forced)
     run_dir = tmp_path / "run"
     args = [arg for arg in TINY if not arg.startswith(("placement=", "cluster.", "run.steps=",
                                                        "run.predict="))]
@@ -140,7 +143,7 @@ def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_me
     out = printed.getvalue()
     first_guess = "rollout,reward,inference,actor: 0-1"
     assert f"auto: {hybrid} is priced at 0.001 s per step against" in out
-    assert f"trying it for {run_module.LIVE_STEPS} steps" in out
+    assert f"trying it for {training_planning.LIVE_STEPS} steps" in out
     assert f"re-plan: {first_guess} -> {hybrid}" in out
     (verdict,) = [line for line in out.splitlines() if " measured " in line
                   and line.startswith("auto: ")]
@@ -161,11 +164,12 @@ def test_auto_plans_live_only_when_a_switch_could_pay_for_its_relaunch(
     planned: list[int] = []
     monkeypatch.setattr(run_module, "auto_plan", lambda *a: planned.append(1))
     cfg = from_omegaconf(cli.compose_config(["placement=auto", "cluster.cpu_slots=2"]))
-    plan = dataclasses.replace(fixed_plan(run_module.flow_spec(cfg), "rollout: 0, reward,"
+    task = run_module.ReasoningTask(cfg)
+    plan = dataclasses.replace(fixed_plan(task.spec, "rollout: 0, reward,"
                                           "inference,actor: 1", num_devices=2,
                                           granularity_groups=2), predicted_time=0.1)
-    choice = run_module.PlanChoice(plan=plan, profile=object())  # type: ignore[arg-type]
-    session = dataclasses.make_dataclass("S", ["cfg", "launch_seconds", "spec", "cluster",
-                                               "out"])(cfg, 5.0, None, None, io.StringIO())
-    assert run_module._live_switch(session, choice, steps_left=3) is None  # type: ignore[arg-type]
+    choice = PlanChoice(plan=plan, profile=object())  # type: ignore[arg-type]
+    assert training_planning.live_switch(task, choice, None,  # type: ignore[arg-type]
+                                         steps_left=3, launch_seconds=5.0,
+                                         out=io.StringIO()) is None
     assert planned == []

@@ -1,4 +1,5 @@
-"""Checkpoint meta and the checks ``--resume`` makes (no flow needed)."""
+"""The reasoning config through the runner's resume checks (no flow needed): which keys a
+resumed run may change, and what a refusal names."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ from pathlib import Path
 import pytest
 from rlinf_reasoning.config import ReasoningConfig, from_omegaconf
 from rlinf_reasoning.errors import CheckpointMismatchError, ResumeError
-from rlinf_reasoning.resume import checkpoint_meta, find_resume_point
-from rlinf_reasoning.run import _check_run_dir
+from rlinf_reasoning.run import ReasoningTask
 from rlinf_reasoning.spec import flow_spec
 from rlinf_reasoning.workflow import fixed_plan
 
+from rlinf.workers import training
 from rlinf.workers.telemetry import CheckpointStore
+from rlinf.workers.training import ResumePoint, checkpoint_meta
 
 
 def config(**run: object) -> ReasoningConfig:
@@ -27,8 +29,23 @@ def save(store: CheckpointStore, cfg: ReasoningConfig, step: int) -> Path:
         (directory / "actor" / "weights").write_text(str(step))
 
     return store.save(step, write, meta=checkpoint_meta(
-        cfg, step=step, heldout_before=0.25, plan=plan, seconds=12.5,
-        overrides=["algorithm.lr=3e-4"]))
+        ReasoningTask(cfg).config(), step=step, before={"heldout/accuracy": 0.25}, plan=plan,
+        seconds=12.5, counted=64, overrides=["algorithm.lr=3e-4"]))
+
+
+def find_resume_point(store: CheckpointStore, cfg: ReasoningConfig) -> ResumePoint:
+    task = ReasoningTask(cfg)
+    return training.find_resume_point(store, task.config(), defaults=task.default_config(),
+                                      may_change=task.resumable_keys)
+
+
+def _check_run_dir(run_dir: Path, store: CheckpointStore, cfg: ReasoningConfig, *,
+                   resume: bool) -> ResumePoint | None:
+    task = ReasoningTask(cfg)
+    return training.check_run_folder(run_dir, store, config=task.config(),
+                                     defaults=task.default_config(),
+                                     may_change=task.resumable_keys, steps=cfg.run.steps,
+                                     resume=resume)
 
 
 def test_latest_checkpoint_round_trips(tmp_path: Path) -> None:
@@ -38,8 +55,8 @@ def test_latest_checkpoint_round_trips(tmp_path: Path) -> None:
     path = save(store, cfg, 4)
     # A longer run (and another folder path) may resume it.
     ckpt = find_resume_point(store, config(steps=50, run_dir="/elsewhere"))
-    assert (ckpt.step, ckpt.path, ckpt.data_position) == (4, path, 4)
-    assert ckpt.heldout_before == 0.25 and ckpt.seconds == 12.5
+    assert (ckpt.step, ckpt.path, ckpt.counted) == (4, path, 64)
+    assert ckpt.before == {"heldout/accuracy": 0.25} and ckpt.seconds == 12.5
     assert ckpt.plan.mode.value == "collocated"
     assert set(ckpt.plan.placement.component_names) == {"rollout", "reward", "inference", "actor"}
 
@@ -62,9 +79,7 @@ def test_no_checkpoint_and_unreadable_meta(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "ckpt")
     with pytest.raises(ResumeError, match="no checkpoint"):
         find_resume_point(store, config())
-    from rlinf_reasoning.config import config_hash
-
-    store.save(1, lambda d: None, meta={"config_hash": config_hash(config())})
+    store.save(1, lambda d: None, meta={"config": ReasoningTask(config()).config()})
     with pytest.raises(ResumeError, match="unreadable meta"):
         find_resume_point(store, config())
 
@@ -97,7 +112,6 @@ def test_a_checkpoint_from_before_a_key_existed_resumes_while_the_key_is_at_its_
     path = save(store, config(steps=10), 3)
     meta = json.loads((path / META_FILE).read_text())
     del meta["config"]["reward.function"]  # as written by a version without the key
-    meta["config_hash"] = "written-before"
     (path / META_FILE).write_text(json.dumps(meta))
     assert find_resume_point(store, config(steps=20, export_hf=True)).step == 3
     changed = from_omegaconf({"run": {"steps": 20}, "algorithm": {"lr": 3e-4},

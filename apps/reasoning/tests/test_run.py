@@ -379,7 +379,7 @@ def test_auto_dry_run_plans_from_the_cached_profile_and_trains_nothing(
 def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
     from rlinf_reasoning.cli import compose_config
     from rlinf_reasoning.config import from_omegaconf
-    from rlinf_reasoning.run import _profile_identity
+    from rlinf_reasoning.run import profile_identity
     from rlinf_reasoning.spec import flow_spec
     from rlinf_reasoning.workflow import reasoning_workflow
 
@@ -389,7 +389,7 @@ def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
         cfg = from_omegaconf(compose_config([*TINY, "placement=auto", *overrides]))
         return profile_key(workflow=reasoning_workflow(flow_spec(cfg)),
                            cluster=Cluster.uniform(1, 2, "8GiB", "cpu"),
-                           model=_profile_identity(cfg))
+                           model=profile_identity(cfg))
 
     base = key()
     # a sweep's jobs over seeds and lengths share one profile
@@ -400,7 +400,7 @@ def test_the_profile_key_follows_the_model_and_not_the_runs_length() -> None:
     from rlinf.workers.flow import PROFILE_FORMAT
 
     cfg = from_omegaconf(compose_config([*TINY, "placement=auto"]))
-    assert _profile_identity(cfg)["profile_format"] == PROFILE_FORMAT
+    assert profile_identity(cfg)["profile_format"] == PROFILE_FORMAT
 
 
 def test_an_unusable_profile_cache_is_refused_before_the_run(tmp_path: Path) -> None:

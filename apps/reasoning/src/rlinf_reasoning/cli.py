@@ -307,7 +307,7 @@ def _how_to_continue(cfg: ReasoningConfig) -> str:
     """`--resume` when the run folder holds a checkpoint to resume from; else that the run
     has to start again (nothing was saved yet)."""
     from rlinf.workers.telemetry import CheckpointStore
-    from rlinf_reasoning.resume import CHECKPOINT_DIR
+    from rlinf.workers.training import CHECKPOINT_DIR
 
     latest = CheckpointStore(Path(cfg.run.run_dir).expanduser() / CHECKPOINT_DIR).latest()
     if latest is None:

@@ -36,7 +36,6 @@ __all__ = [
     "RunConfig",
     "ToolsSection",
     "component_names",
-    "config_differences",
     "config_hash",
     "from_omegaconf",
 ]
@@ -849,10 +848,3 @@ def config_hash(cfg: ReasoningConfig | Mapping[str, Any]) -> str:
     flat = config_dict(cfg) if isinstance(cfg, ReasoningConfig) else dict(cfg)
     kept = {k: v for k, v in sorted(flat.items()) if k not in LENGTH_KEYS}
     return hashlib.sha256(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def config_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> tuple[str, ...]:
-    """``"key: old -> new"`` for each flat key that differs, ignoring `LENGTH_KEYS`."""
-    keys = sorted((set(old) | set(new)) - LENGTH_KEYS)
-    return tuple(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
-                 if old.get(k) != new.get(k))

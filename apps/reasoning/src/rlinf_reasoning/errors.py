@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from rlinf.workers.errors import ConfigError, MissingExtraError
+from rlinf.workers.training import CheckpointMismatchError, ResumeError
 
 __all__ = [
     "CheckpointMismatchError",
@@ -37,30 +38,9 @@ class InvalidConfigError(ConfigError):
         return (type(self), (self.key, self.value, self.allowed))
 
 
-class ResumeError(ConfigError):
-    """``--resume`` cannot continue: no checkpoint, or the run directory is unusable."""
-
-
 class ExportError(ConfigError):
     """``export`` cannot write the model: no such checkpoint, or it does not fit the run's
     model."""
-
-
-class CheckpointMismatchError(ResumeError):
-    """The checkpoint was written by a run whose config differs in more than its length."""
-
-    def __init__(self, checkpoint: str, differences: tuple[str, ...]) -> None:
-        self.checkpoint = checkpoint
-        self.differences = differences
-        listed = "; ".join(differences)
-        super().__init__(
-            f"checkpoint {checkpoint} was written with a different config ({listed}): a run "
-            "can only be resumed with the same config except run.steps; pass the original "
-            "overrides again, or start a new run in another --run-dir"
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.checkpoint, self.differences))
 
 
 class UnknownKeyError(ConfigError):

@@ -23,12 +23,12 @@ from rlinf.workers.actor.lora import ADAPTER, apply_lora, is_lora_model
 from rlinf.workers.actor.megatron import hf_policy_from_checkpoint
 from rlinf.workers.telemetry import CheckpointStore
 from rlinf.workers.telemetry.checkpoints import META_FILE
+from rlinf.workers.training import CHECKPOINT_DIR
 from rlinf_reasoning._schema import build
-from rlinf_reasoning.config import ReasoningConfig
+from rlinf_reasoning.config import ReasoningConfig, config_hash
 from rlinf_reasoning.errors import ExportError
 from rlinf_reasoning.hub import resolve_model_dir
 from rlinf_reasoning.models import model_factory
-from rlinf_reasoning.resume import CHECKPOINT_DIR
 from rlinf_reasoning.spec import flow_spec
 
 __all__ = ["EXPORT_FILE", "export_checkpoint"]
@@ -93,7 +93,7 @@ def export_checkpoint(run_dir: Path, out: Path, *, step: int | None = None,
         model.save_pretrained(out, safe_serialization=True)  # type: ignore[operator]
     tokenizer.save_pretrained(out)
     (out / EXPORT_FILE).write_text(json.dumps(
-        {"run_dir": str(run_dir), "step": found_step, "config_hash": meta.get("config_hash")},
+        {"run_dir": str(run_dir), "step": found_step, "config_hash": config_hash(meta["config"])},
         indent=2) + "\n")
     return out
 

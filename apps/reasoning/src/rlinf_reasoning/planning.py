@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TextIO
 
 import structlog
 
@@ -32,25 +30,21 @@ from rlinf.sched import (
     Cluster,
     CostModel,
     CutPricedCosts,
-    DriftPolicy,
     ExecutionMode,
     ExecutionPlan,
     PlanningError,
-    PlanResult,
     Profile,
-    Replanner,
     SimulationResult,
     StreamedCosts,
     TrainerCost,
     Workflow,
-    fit_profile,
-    format_cut,
     plan,
     simulate,
 )
 from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.reasoning import ProblemSource as ProblemStream
+from rlinf.workers.training import PlanChoice, ProfileCosts
 from rlinf_reasoning.config import ReasoningConfig, component_names
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.models import export_for_engine, policy_structure
@@ -65,67 +59,20 @@ from rlinf_reasoning.workflow import (
 )
 
 __all__ = [
-    "PlanChoice",
-    "ProfileCosts",
     "auto_plan",
     "calibrated",
     "cost_model",
-    "describe_plan",
     "execution_workflow",
     "first_guess",
-    "format_plans",
     "planned_fixed",
     "predict",
     "profile_flow",
     "profile_spec",
-    "replanner",
     "trainer_cost",
     "weight_sync_seconds",
 ]
 
 _log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True)
-class PlanChoice:
-    """The plan a run launches, and how it was chosen."""
-
-    plan: ExecutionPlan
-    """The plan launched (predicted_time set when a profile priced it)."""
-    ranked: PlanResult | None = None
-    """``auto``: the planner's ranked plans and fixed-mode baselines."""
-    profile: Profile | None = None
-    """The measured profile the prediction comes from."""
-    simulation: SimulationResult | None = None
-    """The simulated iteration of `plan` (with its intervals), when priced."""
-    trials: tuple[rf.PlanTrial, ...] = ()
-    """``auto``'s trials of its closest-priced plans (`rlinf_reasoning.trials`), if any ran."""
-    live: bool = False
-    """No profile priced the plan before the run: the run prices it from its own first
-    steps and caches what it measured (`rlinf_reasoning.run.choose_plan`)."""
-
-
-class ProfileCosts:
-    """`rlinf.sched.CostModel` of a measured profile; memory the profile did not measure
-    (``memory_source="none"``, e.g. CPU slots sharing host memory) is priced at 0 bytes, so
-    it constrains no placement, instead of failing the simulation."""
-
-    def __init__(self, profile: Profile) -> None:
-        self.fitted = fit_profile(profile)
-
-    def time(self, component: str, *, batch_size: int, num_devices: int) -> float:
-        """Fitted seconds of one call."""
-        return self.fitted.time(component, batch_size=batch_size, num_devices=num_devices)
-
-    def memory(self, component: str, *, batch_size: int, num_devices: int) -> int:
-        """Fitted peak bytes per device, or 0 when the profile did not measure memory."""
-        if component not in self.fitted.memory_curves:
-            return 0
-        return self.fitted.memory(component, batch_size=batch_size, num_devices=num_devices)
-
-    def switch_time(self, component: str) -> float:
-        """Measured offload + onload seconds (0 if never switched)."""
-        return self.fitted.switch_time(component)
 
 
 def cost_model(spec: FlowSpec, profile: Profile, cluster: Cluster) -> CostModel:
@@ -375,49 +322,3 @@ def auto_plan(spec: FlowSpec, profile: Profile | CostModel, cluster: Cluster) ->
     return PlanChoice(plan=best, ranked=ranked,
                       profile=profile if isinstance(profile, Profile) else None,
                       simulation=simulation)
-
-
-def replanner(spec: FlowSpec, choice: PlanChoice, cluster: Cluster, *, threshold: float,
-              patience: int) -> Replanner:
-    """A `rlinf.sched.Replanner` for a run launched with `choice` (priced from a profile):
-    it re-plans with `auto_plan` and prices plans with `predict`, as ``auto`` did."""
-    if choice.profile is None:
-        raise ConfigError("run.replan needs the measured profile the plan was priced with: "
-                          "use it with placement=auto")
-    return Replanner(
-        reasoning_workflow(spec), cluster, choice.plan, ProfileCosts(choice.profile),
-        planner=lambda _wf, cost, cl: _ranked(auto_plan(spec, cost, cl)),
-        price=lambda p, cost: predict(p, spec, cost, cluster)[1],
-        policy=DriftPolicy(threshold=threshold, patience=patience))
-
-
-def _ranked(choice: PlanChoice) -> PlanResult:
-    if choice.ranked is None:  # pragma: no cover - auto_plan always ranks
-        raise ConfigError("auto_plan returned no ranked plans")
-    return choice.ranked
-
-
-def format_plans(result: PlanResult, out: TextIO, *, limit: int = 5) -> None:
-    """Print the ranked plans and the fixed-mode baselines with predicted iteration times."""
-    print("planner: ranked plans (predicted seconds per iteration)", file=out)
-    for i, p in enumerate(result.ranked[:limit], start=1):
-        marker = "*" if i == 1 else " "
-        print(f" {marker}{i}. {p.predicted_time:8.3f} s  {p.mode.value:13s} {p.spec}  "
-              f"micro-batch {dict(p.micro_batch)}", file=out)
-    for name, p in sorted(result.baselines.items()):
-        print(f"    best {name:13s} {p.predicted_time:8.3f} s  {p.spec}", file=out)
-    print(f"    ({result.evaluated} simulations, {result.seconds:.2f} s)", file=out)
-
-
-def describe_plan(p: ExecutionPlan, out: TextIO, *, predicted: bool) -> None:
-    """Print a plan's mode, placement, ranks, micro-batches and (if priced) predicted time."""
-    print(f"plan: {p.mode.value} — {p.spec}", file=out)
-    for comp in p.placement:
-        print(f"  {comp.component:9s} devices {list(comp.devices)}  ranks {comp.num_procs}",
-              file=out)
-    print(f"  granularity (items per message): {dict(p.granularity)}", file=out)
-    for name, cut in p.parallelism.items():
-        print(f"  {name} cut: {format_cut(cut)}", file=out)
-    if predicted:
-        print(f"  predicted iteration time: {p.predicted_time:.3f} s "
-              f"(utilisation {p.utilisation:.0%})", file=out)

@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -36,7 +35,6 @@ __all__ = [
     "Summary",
     "format_fixed",
     "print_summary",
-    "steady_median",
     "write_curve",
     "write_trace",
 ]
@@ -77,8 +75,8 @@ class Summary:
     predicted_iteration_s: float | None
     """The planner's simulated iteration time (null when no profile priced the plan)."""
     measured_iteration_s: float | None
-    """Median measured iteration time of this session's steady iterations (`steady_median`;
-    null without steps)."""
+    """Median measured iteration time of this session's steady iterations on the final plan
+    (`rlinf.workers.training.steady_median`; null without steps)."""
     simulated_switches: int | None = None
     """Context switches per iteration in the simulation that gave the prediction (null when
     not predicted)."""
@@ -116,13 +114,6 @@ class Summary:
     def to_dict(self) -> dict[str, float | int | str | None]:
         """JSON-friendly, with the gain."""
         return {**asdict(self), "gain_points": self.gain_points}
-
-
-def steady_median(values: Sequence[float]) -> float | None:
-    """The median over steady iterations: all but the first (which pays for warm-up and
-    first onloads) when there are several; None for no values."""
-    steady = values[1:] if len(values) > 1 else values
-    return statistics.median(steady) if steady else None
 
 
 def format_fixed(value: float, places: int, *, sign: bool = False) -> str:

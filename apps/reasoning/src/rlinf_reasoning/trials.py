@@ -9,10 +9,11 @@ from typing import TextIO
 
 from rlinf.sched import Cluster, ExecutionPlan
 from rlinf.workers import flow as rf
+from rlinf.workers.training import PlanChoice
 from rlinf_reasoning.config import ReasoningConfig
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.flow import ReasoningFlow
-from rlinf_reasoning.planning import PlanChoice, predict
+from rlinf_reasoning.planning import predict
 from rlinf_reasoning.spec import FlowSpec
 
 __all__ = ["tried_choice"]

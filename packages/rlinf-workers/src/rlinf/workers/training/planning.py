@@ -1,0 +1,306 @@
+"""How a run chooses, prices and changes its plan, without delaying its start.
+
+- `choose_plan`: a fixed placement's plan, or ``auto``'s. With a profile measured before for
+  this workflow, model and cluster (the profile cache), a fixed plan is priced from it and
+  ``auto`` ranks plans from it (and tries those priced close to the best). Without one,
+  nothing is profiled before the run: a fixed plan starts unpriced and ``auto`` starts on
+  its first guess, both marked ``live``.
+- `priced_live`: a ``live`` plan priced from the run's own first iterations
+  (`rlinf.workers.flow.run_profile`), saved in the run folder and the cache, so the next
+  run of the setting is priced before it starts.
+- `live_switch` / `kept_faster`: ``auto`` leaves its first guess for the plan its live costs
+  price faster when the relaunch pays for itself over the iterations left, runs it as long,
+  and goes back when it measured slower.
+- `replanner`: ``run.replan``'s drift watch, re-planning with the task's ranking.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import structlog
+
+from rlinf.sched import (
+    Cluster,
+    DriftPolicy,
+    ExecutionPlan,
+    PlanResult,
+    Profile,
+    ProfileCache,
+    Replanner,
+    fit_profile,
+    format_cut,
+    profile_key,
+    switch_pays,
+)
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.flow.auto import merge_run_profiles
+from rlinf.workers.training.task import PlanChoice, RunSettings, TrainingTask
+
+__all__ = ["LIVE_MIN_GAIN", "LIVE_STEPS", "PLAN_FILE", "PROFILE_FILE", "ProfileCosts",
+           "cache_run_profile", "choose_plan", "describe_plan", "fits", "format_plans",
+           "kept_faster", "live_switch", "priced_live", "profile_cache", "replanner",
+           "resumed_choice", "save_choice"]
+
+_log = structlog.get_logger(__name__)
+
+PROFILE_FILE = "profile.json"
+"""The measured profile the plan was priced with (reused on resume)."""
+PLAN_FILE = "plan.json"
+"""``auto``: the planner's ranked plans."""
+LIVE_STEPS = 3
+"""A plan no profile priced (`PlanChoice.live`) is priced after this many iterations of the
+run (the first a warm-up), or at its last when it is shorter."""
+LIVE_MIN_GAIN = 0.05
+"""``auto`` leaves its first guess for a plan its live costs price at least this much faster
+(relative), and goes back when the first guess measured that much faster."""
+
+
+class ProfileCosts:
+    """`rlinf.sched.CostModel` of a measured profile; memory the profile did not measure
+    (``memory_source="none"``, e.g. CPU slots sharing host memory) is priced at 0 bytes, so
+    it constrains no placement, instead of failing the simulation."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.fitted = fit_profile(profile)
+
+    def time(self, component: str, *, batch_size: int, num_devices: int) -> float:
+        """Fitted seconds of one call."""
+        return self.fitted.time(component, batch_size=batch_size, num_devices=num_devices)
+
+    def memory(self, component: str, *, batch_size: int, num_devices: int) -> int:
+        """Fitted peak bytes per device, or 0 when the profile did not measure memory."""
+        if component not in self.fitted.memory_curves:
+            return 0
+        return self.fitted.memory(component, batch_size=batch_size, num_devices=num_devices)
+
+    def switch_time(self, component: str) -> float:
+        """Measured offload + onload seconds (0 if never switched)."""
+        return self.fitted.switch_time(component)
+
+
+def profile_cache(settings: RunSettings) -> ProfileCache | None:
+    """The run's profile cache (None when off), its folder created or refused at once."""
+    if settings.profile_cache is None:
+        return None
+    cache = ProfileCache(settings.profile_cache)
+    try:  # refuse an unusable folder before the run, not after it
+        cache.directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"run.profile_cache={settings.profile_cache!r}: cannot create that "
+                          f"folder ({exc}); give a writable folder or null") from exc
+    return cache
+
+
+def _cache_key(task: TrainingTask[Any, Any], cluster: Cluster) -> str:
+    return profile_key(workflow=task.workflow(), cluster=cluster,
+                       model=dict(task.profile_identity()))
+
+
+def cache_run_profile(task: TrainingTask[Any, Any], cluster: Cluster,
+                      measured: Profile) -> None:
+    """Add what a run measured of itself to the profile cache (merged with what is there;
+    a cache that cannot be written is logged and skipped: the run has what it needs)."""
+    cache = profile_cache(task.settings)
+    if cache is None:
+        return
+    key = _cache_key(task, cluster)
+    try:
+        cache.save(key, merge_run_profiles(cache.load(key), measured))
+    except OSError as exc:
+        _log.warning("profile_cache_store_failed", directory=str(cache.directory),
+                     error=str(exc))
+
+
+def choose_plan(task: TrainingTask[Any, Any], cluster: Cluster, *, out: TextIO,
+                trials: bool = True, measure: bool = False) -> PlanChoice:
+    """The plan to launch, chosen without delaying the run (module docstring); with
+    `trials`, ``auto`` runs its closest-priced plans for a few steps and keeps the
+    fastest as measured (`TrainingTask.try_plans`). `measure` (a dry run's choice, never a
+    run's): ``auto`` with no cached profile runs the task's probes
+    (`TrainingTask.profile`), caches what they measured and plans from it."""
+    settings = task.settings
+    if not settings.auto and not settings.predict:
+        return PlanChoice(plan=task.fixed_plan(cluster))
+    label = "auto" if settings.auto else "predict"
+    cache = profile_cache(settings)
+    profile = None if cache is None else cache.load(_cache_key(task, cluster))
+    if (profile is None or not profile.measurements) and measure and settings.auto:
+        print("auto: no profile of this workflow, model and cluster is cached: profiling "
+              "(probe runs) ...", file=out, flush=True)
+        started = time.perf_counter()
+        profile = task.profile(cluster)
+        if cache is not None:
+            cache.save(_cache_key(task, cluster), profile)
+        print(f"auto: profiled in {time.perf_counter() - started:.1f} s"
+              + (f" ({cache.path(_cache_key(task, cluster))})" if cache is not None else ""),
+              file=out, flush=True)
+        return _ranked_choice(task, profile, cluster, out=out, trials=trials)
+    if profile is None or not profile.measurements:
+        plan = task.first_guess(cluster) if settings.auto else task.fixed_plan(cluster)
+        why = ("no profile of this workflow, model and cluster is cached" if cache is not None
+               else "run.profile_cache is off")
+        start = "starting collocated (the first guess)" if settings.auto else "starting at once"
+        print(f"{label}: {why}: {start}, priced from the run's own first steps"
+              f"{' and cached for the next run' if cache is not None else ''}",
+              file=out, flush=True)
+        return PlanChoice(plan=plan, live=True)
+    print(f"{label}: priced from the profile measured before for this workflow, model and "
+          f"cluster ({cache.path(_cache_key(task, cluster)) if cache else ''})",
+          file=out, flush=True)
+    if not settings.auto:
+        plan, simulation = task.price(task.fixed_plan(cluster), profile, cluster)
+        return PlanChoice(plan=plan, profile=profile, simulation=simulation)
+    return _ranked_choice(task, profile, cluster, out=out, trials=trials)
+
+
+def _ranked_choice(task: TrainingTask[Any, Any], profile: Profile, cluster: Cluster, *,
+                   out: TextIO, trials: bool) -> PlanChoice:
+    """``auto``'s plan from a measured profile: ranked, printed, and (with `trials`) the
+    fastest of the closest-priced as measured."""
+    choice = task.rank(profile, cluster)
+    if choice.ranked is not None:
+        format_plans(choice.ranked, out)
+    return task.try_plans(choice, cluster, out=out) if trials else choice
+
+
+def save_choice(choice: PlanChoice, run_dir: Path) -> None:
+    """Keep the profile the plan was priced with (a resume prices from it) and the ranks."""
+    if choice.profile is not None:
+        choice.profile.save(run_dir / PROFILE_FILE)
+    if choice.ranked is not None:
+        choice.ranked.save(run_dir / PLAN_FILE)
+
+
+def fits(plan: ExecutionPlan, cluster: Cluster) -> bool:
+    """Whether every device `plan` places a component on exists in `cluster`."""
+    return all(device < cluster.num_devices for comp in plan.placement for device in comp.devices)
+
+
+def resumed_choice(task: TrainingTask[Any, Any], plan: ExecutionPlan,
+                   cluster: Cluster) -> PlanChoice:
+    """The checkpoint's plan, priced again from the run's saved profile if it has one."""
+    path = task.settings.run_dir / PROFILE_FILE
+    if not (task.settings.predict and path.is_file()):
+        return PlanChoice(plan=plan)
+    profile = Profile.load(path)
+    priced, simulation = task.price(plan, profile, cluster)
+    priced = dataclasses.replace(priced, parallelism=plan.parallelism)  # the cut it resumes
+    return PlanChoice(plan=priced, profile=profile, simulation=simulation)
+
+
+def priced_live(task: TrainingTask[Any, Any], choice: PlanChoice, measured: Profile,
+                cluster: Cluster, *, steps: int, out: TextIO) -> PlanChoice:
+    """`choice` priced from what the run measured of itself in its first `steps`: the
+    simulated iteration of its plan, printed, kept in the run folder for a resume, and
+    added to the profile cache."""
+    plan, simulation = task.price(choice.plan, measured, cluster)
+    plan = dataclasses.replace(plan, parallelism=choice.plan.parallelism)  # the cut it runs
+    print(f"predict: {plan.predicted_time:.3f} s per {task.settings.unit} for {plan.spec} "
+          f"(priced from the components this run measured in its first {steps} "
+          f"{task.settings.unit}(s))", file=out, flush=True)
+    priced = dataclasses.replace(choice, plan=plan, profile=measured, simulation=simulation,
+                                 live=False)
+    save_choice(priced, task.settings.run_dir)
+    cache_run_profile(task, cluster, measured)
+    return priced
+
+
+def live_switch(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Cluster, *,
+                steps_left: int, launch_seconds: float, out: TextIO) -> ExecutionPlan | None:
+    """``auto`` on its first guess, priced from its own steps: the plan those costs price
+    fastest (`TrainingTask.rank`), when moving to it pays for a relaunch over the steps left
+    (`rlinf.sched.switch_pays`); None to stay. No planning at all when even a plan of no
+    cost could not save a relaunch over the steps left."""
+    if not task.settings.auto or choice.profile is None:
+        return None
+    current = choice.plan.predicted_time
+    if not switch_pays(current, current * 1e-9, steps_left=steps_left,
+                       switch_s=launch_seconds, min_gain=LIVE_MIN_GAIN):
+        return None  # not even a plan of no cost would pay for a relaunch: no planning
+    best = task.rank(choice.profile, cluster).plan
+    if (best.spec, dict(best.granularity)) == (choice.plan.spec, dict(choice.plan.granularity)):
+        return None
+    if not task.compatible(choice.plan, best):
+        print(f"auto: {best.spec} is priced at {best.predicted_time:.3f} s per "
+              f"{task.settings.unit}, but this run's checkpoint cannot move to it: staying on "
+              f"{choice.plan.spec}", file=out, flush=True)
+        return None
+    pays = switch_pays(current, best.predicted_time, steps_left=steps_left,
+                       switch_s=launch_seconds, min_gain=LIVE_MIN_GAIN)
+    unit = task.settings.unit
+    print(f"auto: {best.spec} is priced at {best.predicted_time:.3f} s per {unit} against "
+          f"{current:.3f} for {choice.plan.spec}: "
+          + (f"trying it for {LIVE_STEPS} {unit}s" if pays else
+             f"not worth a relaunch ({launch_seconds:.1f} s) over the {steps_left} "
+             f"{unit}s left"), file=out, flush=True)
+    return best if pays else None
+
+
+def kept_faster(choice: PlanChoice, tried: tuple[PlanChoice, float], *, measured: float,
+                steps_left: int, launch_seconds: float, unit: str,
+                out: TextIO) -> ExecutionPlan | None:
+    """``auto`` tried `choice` for as many steps as the plan it left ran: that plan again
+    when it measured faster (and going back pays), None to keep `choice`."""
+    previous, previous_s = tried
+    back = switch_pays(measured, previous_s, steps_left=steps_left, switch_s=launch_seconds,
+                       min_gain=LIVE_MIN_GAIN)
+    print(f"auto: {choice.plan.spec} measured {measured:.3f} s per {unit} against "
+          f"{previous_s:.3f} for {previous.plan.spec}: "
+          f"{'going back' if back else 'keeping it'}", file=out, flush=True)
+    return previous.plan if back else None
+
+
+def replanner(task: TrainingTask[Any, Any], choice: PlanChoice,
+              cluster: Cluster) -> Replanner | None:
+    """The run's re-planner (``run.replan``): it re-plans with `TrainingTask.rank` and
+    prices plans with `TrainingTask.price`, as ``auto`` did; None when off, or when no
+    measured profile priced the plan (logged)."""
+    settings = task.settings
+    if not settings.replan:
+        return None
+    if choice.profile is None:
+        _log.warning("replan_disabled", reason="no measured profile to re-fit (set run.predict)")
+        return None
+    return Replanner(
+        task.workflow(), cluster, choice.plan, task.cost_model(choice.profile, cluster),
+        planner=lambda _workflow, cost, cl: _ranked(task.rank(cost, cl)),
+        price=lambda plan, cost: task.price(plan, cost, cluster)[1],
+        policy=DriftPolicy(threshold=settings.replan_threshold,
+                           patience=settings.replan_patience))
+
+
+def _ranked(choice: PlanChoice) -> PlanResult:
+    if choice.ranked is None:  # pragma: no cover - rank always ranks
+        raise ConfigError("the task's rank returned no ranked plans")
+    return choice.ranked
+
+
+def format_plans(result: PlanResult, out: TextIO, *, limit: int = 5) -> None:
+    """Print the ranked plans and the fixed-mode baselines with predicted iteration times."""
+    print("planner: ranked plans (predicted seconds per iteration)", file=out)
+    for i, p in enumerate(result.ranked[:limit], start=1):
+        marker = "*" if i == 1 else " "
+        print(f" {marker}{i}. {p.predicted_time:8.3f} s  {p.mode.value:13s} {p.spec}  "
+              f"micro-batch {dict(p.micro_batch)}", file=out)
+    for name, p in sorted(result.baselines.items()):
+        print(f"    best {name:13s} {p.predicted_time:8.3f} s  {p.spec}", file=out)
+    print(f"    ({result.evaluated} simulations, {result.seconds:.2f} s)", file=out)
+
+
+def describe_plan(p: ExecutionPlan, out: TextIO, *, predicted: bool) -> None:
+    """Print a plan's mode, placement, ranks, message sizes, cuts and (if priced) predicted
+    time."""
+    print(f"plan: {p.mode.value} — {p.spec}", file=out)
+    for comp in p.placement:
+        print(f"  {comp.component:9s} devices {list(comp.devices)}  ranks {comp.num_procs}",
+              file=out)
+    print(f"  granularity (items per message): {dict(p.granularity)}", file=out)
+    for name, cut in p.parallelism.items():
+        print(f"  {name} cut: {format_cut(cut)}", file=out)
+    if predicted:
+        print(f"  predicted iteration time: {p.predicted_time:.3f} s "
+              f"(utilisation {p.utilisation:.0%})", file=out)

@@ -1,0 +1,217 @@
+"""`rlinf.workers.training.train` with a toy task on a real local Ray: the metrics, the
+checkpoints and the summary's outcome of a run; a resume that goes on where it stopped;
+live pricing; ``auto``'s live switch held back by a checkpoint that cannot move; the run
+folder's refusals."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+import pytest
+
+from rlinf.sched import Cluster, CostModel, ExecutionPlan, Profile, SimulationResult, Workflow
+from rlinf.sched import simulate as simulate_plan
+from rlinf.workers.flow import FlowRun, MacroFlow
+from rlinf.workers.telemetry import Span, read_metrics
+from rlinf.workers.training import (
+    PlanChoice,
+    ProfileCosts,
+    ResumeError,
+    RunOutcome,
+    RunSettings,
+    train,
+)
+from rlinf.workers.training import planning as training_planning
+
+from ..flow.test_run import ITEMS, declare
+
+SCORE = "eval/score"
+
+
+@dataclass(frozen=True)
+class ToyStep:
+    metrics: Mapping[str, float]
+    seconds: float
+    spans: Sequence[Span] = ()
+    onloads: int = 0
+
+
+class ToyFlow:
+    """A launched toy flow (source → sink) whose state is the iterations it ran."""
+
+    def __init__(self, run: FlowRun) -> None:
+        self.run = run
+        self.trained = 0
+
+    def step(self, step: int, *, drain: bool = False) -> ToyStep:
+        started = time.time()
+        records = self.run.iteration(step, drain=drain)
+        self.trained += 1
+        return ToyStep({"toy/trained": float(self.trained)},
+                       sum(r.seconds for r in records), onloads=self.run.onloads(since=started))
+
+    def save(self, directory: Path) -> None:
+        (directory / "toy.json").write_text(json.dumps({"trained": self.trained}))
+
+    def load(self, directory: Path) -> None:
+        self.trained = json.loads((directory / "toy.json").read_text())["trained"]
+
+    def close(self, *, kill: bool = False) -> None:
+        self.run.close(kill=kill)
+
+    def __enter__(self) -> ToyFlow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(kill=exc[0] is not None)
+
+
+class ToyTask:
+    """`TrainingTask` of the toy flow: the evaluation scores the iterations trained."""
+
+    resumable_keys = frozenset({"run.steps"})
+
+    def __init__(self, run_dir: Path, *, steps: int, auto: bool = False, **settings: Any) -> None:
+        self.settings = RunSettings(run_dir=run_dir, steps=steps, auto=auto, **settings)
+        self.flow: MacroFlow = declare(sink_kwargs={"delay": 0.005})
+        self.compatible_plans = True
+        self.summaries: list[RunOutcome] = []
+
+    def config(self) -> dict[str, Any]:
+        return {"run.steps": self.settings.steps, "toy.items": ITEMS}
+
+    def default_config(self) -> dict[str, Any]:
+        return {}
+
+    def announce(self, out: TextIO) -> None:
+        print("toy: source -> sink", file=out)
+
+    def ray_options(self) -> dict[str, Any]:
+        return {}
+
+    def cluster(self) -> Cluster:
+        return Cluster.uniform(1, 2, "8GiB", "cpu")
+
+    def workflow(self) -> Workflow:
+        return self.flow.to_sched_workflow()
+
+    def profile_identity(self) -> dict[str, object]:
+        return {"toy": 1}
+
+    def fixed_plan(self, cluster: Cluster) -> ExecutionPlan:
+        return self.flow.fixed_plan("source,sink: 0-1", num_devices=cluster.num_devices)
+
+    def first_guess(self, cluster: Cluster) -> ExecutionPlan:
+        return self.fixed_plan(cluster)
+
+    def price(self, plan: ExecutionPlan, costs: Profile | CostModel,
+              cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
+        cost = ProfileCosts(costs) if isinstance(costs, Profile) else costs
+        result = simulate_plan(self.workflow(), plan.placement, cost, cluster,
+                               micro_batch=plan.micro_batch, record=True)
+        return dataclasses.replace(plan, predicted_time=result.iteration_time), result
+
+    def rank(self, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
+        """Always the disaggregated plan, priced far below anything measured."""
+        other = self.flow.fixed_plan("source: 0, sink: 1", num_devices=cluster.num_devices)
+        return PlanChoice(plan=dataclasses.replace(other, predicted_time=1e-6))
+
+    def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
+        return ProfileCosts(profile)
+
+    def try_plans(self, choice: PlanChoice, cluster: Cluster, *, out: TextIO) -> PlanChoice:
+        return choice
+
+    def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:
+        return self.compatible_plans
+
+    def profile(self, cluster: Cluster) -> Profile:
+        raise AssertionError("a run never profiles before it starts")
+
+    def launch(self, plan: ExecutionPlan, cluster: Cluster) -> ToyFlow:
+        return ToyFlow(FlowRun.launch(self.flow, plan, cluster=cluster, timeout=120))
+
+    def evaluate(self, flow: ToyFlow, step: int, *, final: bool) -> dict[str, float]:
+        return {SCORE: float(flow.trained)}
+
+    def record(self, result: ToyStep, *, counted: int) -> tuple[dict[str, float], int]:
+        return {**result.metrics, "toy/items": float(counted + ITEMS)}, ITEMS
+
+    def checkpointed(self, step: int, path: Path) -> None:
+        pass
+
+    def write_outputs(self, records: Sequence[Mapping[str, float]], spans: Sequence[Span],
+                      last_spans: Sequence[Span], choice: PlanChoice, *, out: TextIO) -> None:
+        pass
+
+    def summarize(self, outcome: RunOutcome) -> RunOutcome:
+        self.summaries.append(outcome)
+        return outcome
+
+    def print_summary(self, summary: RunOutcome, out: TextIO) -> None:
+        print(f"toy: {summary.before[SCORE]} -> {summary.after[SCORE]}", file=out)
+
+
+def test_a_run_evaluates_checkpoints_prices_itself_and_resumes(
+        tmp_path: Path, ray_cluster: None) -> None:
+    run_dir = tmp_path / "run"
+    out = io.StringIO()
+    outcome = train(ToyTask(run_dir, steps=4, checkpoint_every=2), out=out)
+    said = out.getvalue()
+    assert "toy: source -> sink" in said and "plan: collocated" in said
+    assert "predict: run.profile_cache is off: starting at once" in said
+    assert "(priced from the components this run measured in its first 3 step(s))" in said
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert [int(r["step"]) for r in records] == [0, 1, 2, 3, 4]
+    assert records[0][SCORE] == 0.0 and records[-1][SCORE] == 4.0
+    assert [r["toy/items"] for r in records[1:]] == [8.0, 16.0, 24.0, 32.0]
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == [
+        "step-00000002", "step-00000004"]
+    assert (outcome.before, outcome.after) == ({SCORE: 0.0}, {SCORE: 4.0})
+    assert (outcome.steps, outcome.counted, outcome.counted_total) == (4, 32, 32)
+    assert outcome.predicted_iteration_s is not None and outcome.predicted_iteration_s > 0
+    assert outcome.measured_iteration_s is not None and len(outcome.step_seconds) == 4
+    assert json.loads((run_dir / "config.json").read_text())["config"]["toy.items"] == ITEMS
+
+    # a longer run of the same config goes on from the last checkpoint, with its plan
+    out = io.StringIO()
+    resumed = train(ToyTask(run_dir, steps=6, checkpoint_every=2), resume=True, out=out)
+    assert "resuming from step 4" in out.getvalue()
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert [int(r["step"]) for r in records] == [0, 1, 2, 3, 4, 5, 6]
+    assert resumed.before == {SCORE: 0.0} and resumed.after == {SCORE: 6.0}
+    assert (resumed.counted, resumed.counted_total) == (16, 48)
+    assert records[-1]["toy/items"] == 48.0
+
+    # the folder holds a run: neither a fresh start nor a resume with nothing left
+    with pytest.raises(ResumeError, match="already holds a run"):
+        train(ToyTask(run_dir, steps=6), out=io.StringIO())
+    with pytest.raises(ResumeError, match="nothing to do"):
+        train(ToyTask(run_dir, steps=6), resume=True, out=io.StringIO())
+
+
+def test_auto_stays_on_its_plan_when_its_checkpoint_cannot_move(
+        tmp_path: Path, ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(training_planning, "switch_pays", lambda *_, **__: True)
+    task = ToyTask(tmp_path / "run", steps=5, auto=True)
+    task.compatible_plans = False
+    out = io.StringIO()
+    outcome = train(task, out=out)
+    said = out.getvalue()
+    assert "auto: run.profile_cache is off: starting collocated (the first guess)" in said
+    assert "this run's checkpoint cannot move to it: staying on source,sink: 0-1" in said
+    assert "re-plan:" not in said and outcome.choice.plan.spec == "source,sink: 0-1"
+    # where it can move, the same run relaunches on the plan priced faster
+    task = ToyTask(tmp_path / "moved", steps=5, auto=True)
+    out = io.StringIO()
+    outcome = train(task, out=out)
+    assert "re-plan: source,sink: 0-1 -> source: 0, sink: 1" in out.getvalue()
+    assert [int(r["step"]) for r in read_metrics(tmp_path / "moved" / "metrics.jsonl")] \
+        == list(range(6))
