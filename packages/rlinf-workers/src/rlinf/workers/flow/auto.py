@@ -184,11 +184,11 @@ up to 35% slow, falling iteration by iteration (2026-11-28: 0.655, 0.631, 0.537 
 whose run then took 0.52 s), and about one iteration in three 0.3-0.4 s slow at random
 (2026-11-27: 0.71, 0.71, 1.02 s), so a single warm-up and a median of three fitted the
 latency to a slow spell."""
-PROFILE_FORMAT = 3
+PROFILE_FORMAT = 4
 """What a profile records, raised whenever it records something new that the fit reads (2:
 the collocated probes' iterations, `COLLOCATED_ITERATION`; 3: runs' own measurements with
-their timed calls, `run_profile`); part of a cached profile's identity, so a profile cached
-without it is measured again."""
+their timed calls, `run_profile`; 4: a loop's components per loop step); part of a cached
+profile's identity, so a profile cached without it is measured again."""
 COLLOCATED_ITERATION = "collocated_iteration"
 """Profile entries of the collocated probes: measured dataflow seconds of each iteration,
 at its batch size (items) on the probe's device count (`collocated_probes`)."""

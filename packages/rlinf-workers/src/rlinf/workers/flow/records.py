@@ -123,8 +123,12 @@ def iteration_metrics(phases: Sequence[PhaseRecord],
 
 
 def profile_of(records: Sequence[IterationRecord], *,
-               metadata: Mapping[str, Any] | None = None) -> Profile:
-    """Component measurements and switches of `records`, for `rlinf.sched.fit_profile`."""
+               metadata: Mapping[str, Any] | None = None,
+               loop_steps: Mapping[str, int] | None = None) -> Profile:
+    """Component measurements and switches of `records`, for `rlinf.sched.fit_profile`.
+    A component of a loop (`loop_steps`: its loop's steps per iteration) is measured per
+    loop step, as the simulator prices it: its iteration's busy seconds over the steps."""
+    steps = dict(loop_steps or {})
     profiler = Profiler(track_memory=False, metadata=dict(metadata or {}))
     for record in records:
         for phase in record.phases:
@@ -132,7 +136,8 @@ def profile_of(records: Sequence[IterationRecord], *,
                 continue
             profiler.record(Measurement(
                 component=phase.name, batch_size=max(phase.items, 1),
-                num_devices=max(phase.num_devices, 1), seconds=phase.busy_seconds,
+                num_devices=max(phase.num_devices, 1),
+                seconds=phase.busy_seconds / max(steps.get(phase.name, 1), 1),
                 peak_memory_bytes=phase.peak_memory_bytes, memory_source=phase.memory_source,
                 timestamp=0.0))
             for items, devices, seconds in phase.calls:

@@ -410,7 +410,8 @@ class FlowRun:
         """The measurements of every iteration but the first `skip` (warm-up), plus every
         onload/offload, as an `rlinf.sched.Profile` (`rlinf.workers.flow.records`)."""
         return profile_of(self._records[skip:], metadata={
-            "flow": self.flow.name, "placement": self.plan.spec})
+            "flow": self.flow.name, "placement": self.plan.spec},
+            loop_steps=self.flow.loop_steps)
 
     def _channels_of(self, name: str, peer_end: str) -> dict[str, FlowChannel]:
         """`name`'s launched channels keyed by the peer: its inputs (`peer_end` ``"src"``)
