@@ -1,4 +1,5 @@
-"""`run.profile_cache`: which settings a cached profile is keyed by, reuse, a bad folder."""
+"""`run.profile_cache` for the embodied task: which settings a cached profile is keyed by,
+reuse through the runner's planning, a bad folder."""
 
 from __future__ import annotations
 
@@ -9,12 +10,12 @@ from pathlib import Path
 import pytest
 from rlinf_embodied.cli import load_config
 from rlinf_embodied.errors import AppConfigError
-from rlinf_embodied.planning import cluster_for
-from rlinf_embodied.profile_reuse import profile_identity, reusing, usable_cache
-from rlinf_embodied.spec import build_spec
-from rlinf_embodied.workflow import embodied_workflow
+from rlinf_embodied.profile_reuse import profile_identity
+from rlinf_embodied.run import EmbodiedTask
 
 from rlinf.sched import Measurement, Profile
+from rlinf.workers.errors import ConfigError
+from rlinf.workers.training import choose_plan, profile_cache
 
 from .conftest import run_cli
 
@@ -44,48 +45,52 @@ def test_the_key_follows_what_a_component_costs() -> None:
 
 
 def _profile(seconds: float) -> Profile:
-    return Profile(measurements=(Measurement("env", 4, 1, seconds, peak_memory_bytes=1 << 20),))
+    return Profile(measurements=tuple(Measurement(name, size, 1, seconds * size, 1 << 20)
+                                      for name in ("env", "rollout", "actor")
+                                      for size in (1, 2, 4)))
 
 
-def test_a_second_run_of_the_same_config_reuses_the_profile(tmp_path: Path) -> None:
-    calls: list[Sequence[int]] = []
+def test_a_dry_run_profiles_once_and_the_next_plans_from_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
 
-    def measure(sizes: Sequence[int]) -> Profile:
-        calls.append(tuple(sizes))
-        return _profile(0.1 * len(calls))
-
-    def planned_with(*overrides: str) -> tuple[Profile, str]:
+    def planned_with(*overrides: str) -> str:
         cfg = load_config(["placement=auto", f"run.profile_cache={tmp_path}", *overrides])
-        workflow = embodied_workflow(build_spec(cfg))
-        out = io.StringIO()
-        cached = reusing(usable_cache(cfg), cfg, workflow, cluster_for(cfg.placement),
-                         measure, out=out)
-        return cached(SIZES), out.getvalue()
+        task = EmbodiedTask(cfg)
 
-    first, said = planned_with()
-    assert calls == [SIZES] and said == ""
-    again, said = planned_with("run.iterations=5")  # only the run's length differs
-    assert again == first and len(calls) == 1
-    assert said.startswith("auto: reusing the profile measured for this workflow")
-    other, _ = planned_with("env.num_envs=8")  # another cost: measured again
-    assert len(calls) == 2 and other != first
+        def measure(cluster: object) -> Profile:
+            calls.append(1)
+            return _profile(0.01 * len(calls))
+
+        monkeypatch.setattr(task, "profile", measure)
+        out = io.StringIO()
+        choose_plan(task, task.cluster(), out=out, trials=False, measure=True)
+        return out.getvalue()
+
+    said = planned_with()
+    assert calls == [1] and "auto: profiled in" in said and "planner: ranked plans" in said
+    said = planned_with("run.iterations=5")  # only the run's length differs
+    assert len(calls) == 1
+    assert said.startswith("auto: priced from the profile measured before for this workflow")
+    planned_with("env.num_envs=8")  # another cost: measured again
+    assert len(calls) == 2
     assert len(list(tmp_path.glob("*.json"))) == 2
 
 
-def test_without_a_cache_every_run_profiles() -> None:
-    cfg = load_config(["placement=auto"])
-    measure = lambda sizes: _profile(1.0)  # noqa: E731
-    assert usable_cache(cfg) is None
-    assert reusing(None, cfg, embodied_workflow(build_spec(cfg)), cluster_for(cfg.placement),
-                   measure) is measure
+def test_without_a_cache_a_run_starts_on_its_first_guess() -> None:
+    task = EmbodiedTask(load_config(["placement=auto"]))
+    out = io.StringIO()
+    choice = choose_plan(task, task.cluster(), out=out)
+    assert choice.live and choice.plan.spec == "env,rollout,actor: 0"
+    assert "starting collocated (the first guess)" in out.getvalue()
 
 
 def test_a_folder_that_cannot_be_made_is_refused_before_profiling(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     cfg = load_config(["placement=auto", f"run.profile_cache={blocker / 'profiles'}"])
-    with pytest.raises(AppConfigError, match=r"run\.profile_cache"):
-        usable_cache(cfg)
+    with pytest.raises(ConfigError, match=r"run\.profile_cache"):
+        profile_cache(EmbodiedTask(cfg).settings)
     proc = run_cli(["placement=auto", f"run.profile_cache={blocker / 'profiles'}",
                     "--dry-run"], ray_address=None, timeout=120)
     assert proc.returncode == 2, proc.stderr

@@ -16,22 +16,25 @@ from .conftest import TINY, check_outputs, run_cli, summary_of
 
 def test_auto_run_launches_the_planned_placement(tmp_path, ray_address, auto_dry_run):
     cache = auto_dry_run[0]
+    [stored] = cache.glob("*.json")
+    measured = Profile.load(stored)
     run_dir = tmp_path / "run"
     proc = run_cli([*TINY, "placement=auto", "run.video=false", "run.trial_plans=0",
                     f"run.profile_cache={cache}", "--run-dir", str(run_dir)],
                    ray_address=ray_address, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    # The dry run's profile of this very config was reused, not measured again.
-    [stored] = cache.glob("*.json")
-    assert f"auto: reusing the profile measured for this workflow, config and machine " \
-           f"({stored})" in proc.stdout
-    assert Profile.load(run_dir / "profile.json") == Profile.load(stored)
+    # The dry run's profile of this very config was reused, not measured again ...
+    assert f"auto: priced from the profile measured before for this workflow, model and " \
+           f"cluster ({stored})" in proc.stdout
+    assert Profile.load(run_dir / "profile.json") == measured
+    # ... and what the run measured of itself was added to it, for the next run
+    assert len(Profile.load(stored).measurements) > len(measured.measurements)
     check_outputs(run_dir, iterations=2, video=False)
     summary = summary_of(run_dir)
     assert summary["mode"] in {"collocated", "hybrid", "disaggregated"}
     assert summary["trials"] == []  # run.trial_plans=0: the best-priced plan, untried
     assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
-    assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in proc.stdout
+    assert f"predicted iteration time: {summary['predicted_iteration_s']:.3f}" in proc.stdout
     assert "(planner predicted" in proc.stdout  # the summary puts both side by side
     # Context switches of the steady iteration (the second): the lock's onloads equal the
     # simulation's that gave the prediction (the env moves nothing, so the actor stays).
@@ -56,8 +59,9 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address, auto_dry
                       "run.trial_plans=0", "--run-dir", str(run_dir), "--resume"],
                      ray_address=ray_address, timeout=300)
     assert longer.returncode == 0, longer.stderr
-    assert "resumed from" in longer.stdout
-    assert f"the planner predicts {summary['predicted_iteration_s']:.3f}" in longer.stdout
+    assert "resuming from iteration 2" in longer.stdout
+    assert f"predicted iteration time: {summary['predicted_iteration_s']:.3f}" \
+        in longer.stdout
     assert summary_of(run_dir)["mode"] == summary["mode"]
     assert (run_dir / "profile.json").read_bytes() == saved  # no new profile on resume
 
@@ -72,7 +76,7 @@ def test_auto_launches_the_fastest_of_its_trials(tmp_path, ray_address, auto_dry
                     f"run.profile_cache={auto_dry_run[0]}", "--run-dir", str(run_dir)],
                    ray_address=ray_address, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert "auto: reusing the profile" in proc.stdout  # the trials are measured afresh
+    assert "auto: priced from the profile" in proc.stdout  # the trials are measured afresh
     assert "auto: 2 plans priced within 10000% of the best; running each for 2 iterations" \
         in proc.stdout
     summary = summary_of(run_dir)

@@ -11,9 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from rlinf_reasoning._schema import describe
 from rlinf_reasoning.cli import compose_config, help_text, main, parse_args
 from rlinf_reasoning.config import ReasoningConfig
+
+from rlinf.workers.schema import describe
 
 PROBE = """
 import sys
@@ -171,7 +172,9 @@ def test_a_reward_function_that_fails_on_a_real_sample_is_refused_before_launch(
 
 
 def test_a_failed_run_suggests_resume_only_when_a_checkpoint_exists(tmp_path: Path) -> None:
-    from rlinf_reasoning.cli import _how_to_continue
+    from rlinf_reasoning.cli import CLI
+
+    _how_to_continue = CLI.how_to_continue
     from rlinf_reasoning.config import from_omegaconf
 
     from rlinf.workers.telemetry import CheckpointStore

@@ -53,7 +53,7 @@ def test_the_profile_cache_defaults_to_the_environments_folder(
 def test_yaml_lists_every_key() -> None:
     composed = OmegaConf.to_container(compose_config([]))
     assert isinstance(composed, dict)
-    from rlinf_reasoning._schema import describe
+    from rlinf.workers.schema import describe
 
     flat_yaml = config_dict(from_omegaconf(composed, num_devices=2))
     assert set(flat_yaml) == {k.key for k in describe(ReasoningConfig)}

@@ -28,7 +28,6 @@ def _trained_logits(run: Path, ids: torch.Tensor) -> torch.Tensor:
     """The checkpointed policy, rebuilt as the run built it: adapters on the start model."""
     import json
 
-    from rlinf_reasoning._schema import build
     from rlinf_reasoning.config import ReasoningConfig
     from rlinf_reasoning.export import _nested
     from rlinf_reasoning.models import model_factory
@@ -36,6 +35,7 @@ def _trained_logits(run: Path, ids: torch.Tensor) -> torch.Tensor:
 
     from rlinf.workers.actor.lora import apply_lora
     from rlinf.workers.actor.megatron import hf_policy_from_checkpoint
+    from rlinf.workers.schema import build
     from rlinf.workers.telemetry import CheckpointStore
     from rlinf.workers.telemetry.checkpoints import META_FILE
 

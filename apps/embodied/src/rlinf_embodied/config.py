@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlinf.sched import ExecutionMode, Placement, PlacementError, parse_placement
+from rlinf.workers.schema import build
 from rlinf_embodied.errors import AppConfigError, AppMissingExtraError
-from rlinf_embodied.schema import from_mapping
 
 __all__ = [
     "COMPONENTS",
@@ -590,7 +590,7 @@ def from_omegaconf(cfg: Any) -> AppConfig:
     if not isinstance(data, Mapping):
         raise AppConfigError("<root>", data, "a mapping with keys env, policy, algorithm, "
                              "placement, run")
-    app = from_mapping(AppConfig, {str(k): v for k, v in data.items()})
+    app = build(AppConfig, {str(k): v for k, v in data.items()})
     validate(app)
     return app
 

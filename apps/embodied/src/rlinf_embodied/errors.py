@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
+from rlinf.workers.cli.errors import UnknownKeyError, UnquotedValueError
+from rlinf.workers.errors import InvalidConfigError, MissingExtraError
+from rlinf.workers.training import CheckpointMismatchError
 
 __all__ = [
     "AppConfigError",
@@ -19,47 +21,10 @@ __all__ = [
 ]
 
 
-class AppConfigError(ConfigError):
-    """A config key has a wrong type, an out-of-range value or is not a known key."""
-
-    def __init__(self, key: str, value: Any, allowed: str) -> None:
-        super().__init__(f"config key {key!r} = {value!r} is invalid: expected {allowed}")
-        self.key = key
-        self.value = value
-        self.allowed = allowed
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.key, self.value, self.allowed))
-
-
-class UnknownKeyError(ConfigError):
-    """A command-line override names a key the config does not have."""
-
-    def __init__(self, key: str, suggestions: tuple[str, ...]) -> None:
-        guess = f"; did you mean {' or '.join(map(repr, suggestions))}?" if suggestions else ""
-        super().__init__(f"unknown config key {key!r}{guess} (`rlinf-embodied --help` lists "
-                         "every key and config group)")
-        self.key = key
-        self.suggestions = suggestions
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.key, self.suggestions))
-
-
-class UnquotedValueError(ConfigError):
-    """A value with spaces or commas reached Hydra unquoted: split into several arguments by
-    the shell, or read by Hydra as a list of values."""
-
-    def __init__(self, key: str, value: str) -> None:
-        # Outer quotes keep one shell argument; inner ones make Hydra read one string.
-        quoted = f"\"{key}='{value}'\"" if "'" not in value else f"'{key}=\"{value}\"'"
-        super().__init__(f"the value of {key!r} has spaces or commas and must reach Hydra "
-                         f"quoted, as one argument: write {quoted}")
-        self.key = key
-        self.value = value
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.key, self.value))
+AppConfigError = InvalidConfigError
+"""A config key has a wrong type, an out-of-range value or is not a known key (the
+library's `rlinf.workers.errors.InvalidConfigError`, under the name this app's callers
+know)."""
 
 
 class AppMissingExtraError(MissingExtraError):
@@ -80,18 +45,3 @@ class AppMissingExtraError(MissingExtraError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.feature, self.extra, self.module, self.install))
-
-
-class CheckpointMismatchError(WorkersError, ValueError):
-    """`--resume` found a checkpoint written by a run of a different config."""
-
-    def __init__(self, path: str, differences: tuple[str, ...]) -> None:
-        super().__init__(
-            f"checkpoint {path} was written by a different config ({'; '.join(differences)}); "
-            "resume with the same config (only run.iterations may change) or use a new run_dir"
-        )
-        self.path = path
-        self.differences = differences
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.path, self.differences))

@@ -20,10 +20,10 @@ import torch
 
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.policy import ActorCritic, PolicyConfig
+from rlinf.workers.schema import build, nested
 from rlinf.workers.telemetry import CheckpointStore
 from rlinf.workers.telemetry.checkpoints import META_FILE
 from rlinf_embodied.config import AppConfig
-from rlinf_embodied.schema import from_mapping
 
 __all__ = ["EXPORT_FILE", "POLICY_FILE", "POLICY_FORMAT", "export_policy", "load_policy"]
 
@@ -51,7 +51,7 @@ def export_policy(run_dir: Path, out: Path, *, step: int | None = None) -> Path:
                           f"{[s for s, _ in steps]}")
     found, folder = chosen
     meta = json.loads((folder / META_FILE).read_text())
-    cfg = from_mapping(AppConfig, meta["config"])
+    cfg = build(AppConfig, nested(meta["config"]))
     policy = build_spec(cfg).policy
     if not isinstance(policy, PolicyConfig):
         raise ConfigError(f"{run_dir} trained a {cfg.policy.kind} policy; export writes MLP "
@@ -64,7 +64,8 @@ def export_policy(run_dir: Path, out: Path, *, step: int | None = None) -> Path:
     torch.save({"format": POLICY_FORMAT, "policy_config": dataclasses.asdict(policy),
                 "state_dict": model.state_dict()}, path)
     (out / EXPORT_FILE).write_text(json.dumps(
-        {"run_dir": str(run_dir), "step": found, "config": meta["config"]}, indent=2) + "\n")
+        {"run_dir": str(run_dir), "step": found, "config": nested(meta["config"])},
+        indent=2) + "\n")
     return path
 
 

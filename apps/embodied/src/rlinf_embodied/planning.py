@@ -1,21 +1,19 @@
-"""From the config's placement to an `ExecutionPlan`: fixed placements as written, `auto`
-through a short profile and the M2Flow planner.
+"""The embodied workflow's planning hooks: fixed plans, and pricing and ranking plans from
+a profile (the library's runner chooses when: `rlinf.workers.training.planning`).
 
 A fixed placement keeps the env's pipeline stage groups as the env and rollout micro-batch
-(``num_envs / pipeline_stages`` envs per message) and trains on the whole rollout. `auto`
-launches a short-lived profiling flow (collocated), has it measure each component at a few
-batch sizes (`EmbodiedFlow.measure`), fits cost curves (`rlinf.sched.fit_profile`) and
-plans `embodied_workflow(spec)` on the cluster; the best plan is then launched for
-training. A fixed plan is `priced` the same way when a profile is taken (tracing), so its
-predicted Gantt chart can be drawn beside the measured one.
+(``num_envs / pipeline_stages`` envs per message) and trains on the whole rollout. A
+profile (the run's own first iterations, the cache, or a dry run's probes:
+`EmbodiedFlow.measure` at a few batch sizes with the env ↔ policy link's round trips) is
+fitted to cost curves (`rlinf.sched.fit_profile`), the cluster calibrated to what it
+measured (`calibrated`), and plans are priced by the simulator (`price`) or ranked by the
+M2Flow planner (`rank`).
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import structlog
@@ -23,9 +21,7 @@ import structlog
 from rlinf.sched import (
     Cluster,
     CostModel,
-    ExecutionMode,
     ExecutionPlan,
-    FittedCostModel,
     Placement,
     PlannerOptions,
     Profile,
@@ -37,21 +33,21 @@ from rlinf.sched import (
     simulate,
 )
 from rlinf.workers import flow as rf
-from rlinf_embodied.config import AppConfig, PlacementConfig, resolve_placement
+from rlinf.workers.training import PlanChoice
+from rlinf_embodied.config import PlacementConfig, resolve_placement
 
 __all__ = [
-    "PlanChoice",
     "calibrated",
     "calibrated_link",
-    "choose_plan",
     "cluster_for",
     "fitted_turns",
     "fixed_plan",
-    "format_plans",
     "iteration_overhead",
     "link_cluster",
-    "priced",
+    "placement_on",
+    "price",
     "profile_batch_sizes",
+    "rank",
     "simulate_plan",
 ]
 
@@ -66,31 +62,6 @@ TIE_TOLERANCE = 0.02
 """Plans predicted within 2% of the fastest are tied and the one on fewest device slots is
 chosen: profiles taken on a shared CPU box vary by more than that from run to run, and a
 slot that buys nothing measurable adds a contending process (`PlannerOptions`)."""
-
-Measure = Callable[[Sequence[int]], Profile]
-"""Runs a short profiling flow at the given batch sizes and returns its profile."""
-
-
-@dataclass(frozen=True)
-class PlanChoice:
-    """The plan a run uses and how it was chosen."""
-
-    plan: ExecutionPlan
-    """The plan the training flow is launched with."""
-    ranked: tuple[ExecutionPlan, ...]
-    """The planner's ranked plans, best first (auto); just `plan` otherwise."""
-    cost: FittedCostModel | None
-    """Cost curves fitted to the profile, when one was taken."""
-    profile: Profile | None
-    """The measured profile (auto, or a fixed placement with tracing on)."""
-    profile_seconds: float
-    """Wall time of profiling and planning."""
-    simulation: SimulationResult | None = None
-    """The simulated iteration of `plan` that gave its predicted time (intervals and
-    context switches), when a profile priced it."""
-    trials: tuple[rf.PlanTrial, ...] = ()
-    """``auto``'s trials of its closest-priced plans (`rlinf_embodied.trials`), if any ran."""
-
 
 def cluster_for(cfg: PlacementConfig) -> Cluster:
     """The devices placements are validated against: `num_devices` CPU slots of this
@@ -109,8 +80,9 @@ def _on(placement: Placement, cluster: Cluster) -> Placement:
                            num_devices=cluster.num_devices)
 
 
-def _placement_on(cfg: PlacementConfig, workflow: Workflow, cluster: Cluster) -> Placement:
-    # e.g. GPUs discovered: re-validated on the cluster's devices
+def placement_on(cfg: PlacementConfig, workflow: Workflow, cluster: Cluster) -> Placement:
+    """The configured placement on `cluster`'s devices (e.g. GPUs discovered: re-validated
+    there)."""
     return _on(resolve_placement(cfg, components=workflow.names), cluster)
 
 
@@ -133,7 +105,7 @@ def fixed_plan(placement: Placement, workflow: Workflow, *, pipeline_stages: int
                          label or placement.mode.value)
 
 
-def simulate_plan(chosen: ExecutionPlan, workflow: Workflow, cost: FittedCostModel,
+def simulate_plan(chosen: ExecutionPlan, workflow: Workflow, cost: CostModel,
                   cluster: Cluster) -> SimulationResult:
     """One simulated iteration of `chosen`, with every busy interval (for a Gantt chart)."""
     return simulate(workflow, chosen.placement, cost, cluster,
@@ -232,33 +204,6 @@ def calibrated_link(cluster: Cluster, workflow: Workflow, profile: Profile,
     return replace(cluster, intra_node_latency=latency)
 
 
-def choose_plan(cfg: AppConfig, workflow: Workflow, cluster: Cluster, *,
-                measure: Measure | None) -> PlanChoice:
-    """The plan for `cfg`: the fixed placement as written, or for `auto` the best plan of
-    the M2Flow planner over a profile taken by `measure`."""
-    placement = _placement_on(cfg.placement, workflow, cluster)
-    if placement.mode is not ExecutionMode.AUTO:
-        chosen = fixed_plan(placement, workflow, pipeline_stages=cfg.env.pipeline_stages)
-        return PlanChoice(chosen, (chosen,), None, None, 0.0)
-    if measure is None:
-        raise ValueError("placement 'auto' needs a profiling function")
-    started = time.perf_counter()
-    profile = measure(profile_batch_sizes(cfg.env.num_envs, cfg.env.pipeline_stages))
-    cost = fit_profile(profile)
-    overhead = iteration_overhead(profile)
-    cluster = calibrated(cluster, workflow, profile, cost, overhead=overhead)
-    result = plan(workflow, cost, cluster, options=PlannerOptions(tie_tolerance=TIE_TOLERANCE))
-    seconds = time.perf_counter() - started
-    chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster,
-                                          overhead=overhead)
-    _log.info("plan_chosen", spec=chosen.spec, mode=chosen.mode.value,
-              predicted_s=round(chosen.predicted_time, 4), seconds=round(seconds, 2))
-    # Every ranked plan pays the same overhead: shown on all, they compare as they ran.
-    others = tuple(replace(p, predicted_time=p.predicted_time + overhead)
-                   for p in result.ranked[1:])
-    return PlanChoice(chosen, (chosen, *others), cost, profile, seconds, simulation)
-
-
 def iteration_overhead(profile: Profile) -> float:
     """Seconds every iteration pays outside the simulated dataflow, whatever the plan: the
     weight sync and the driver's control round trips (`EmbodiedFlow.measure` records them
@@ -266,7 +211,7 @@ def iteration_overhead(profile: Profile) -> float:
     return rf.overhead_seconds(profile, OVERHEADS)
 
 
-def _with_simulation(plan_: ExecutionPlan, workflow: Workflow, cost: FittedCostModel,
+def _with_simulation(plan_: ExecutionPlan, workflow: Workflow, cost: CostModel,
                      cluster: Cluster, *, overhead: float = 0.0
                      ) -> tuple[ExecutionPlan, SimulationResult]:
     """`plan_` priced by one recorded simulation, and that simulation (the predicted time
@@ -276,26 +221,42 @@ def _with_simulation(plan_: ExecutionPlan, workflow: Workflow, cost: FittedCostM
                    utilisation=result.utilisation), result
 
 
-def priced(choice: PlanChoice, profile: Profile, workflow: Workflow, cluster: Cluster
-           ) -> PlanChoice:
-    """`choice` with cost curves fitted to `profile` and its plan's simulated time (a fixed
-    placement, profiled by a throw-away flow of it so that its predicted Gantt can be
-    drawn)."""
-    cost = fit_profile(profile)
-    overhead = iteration_overhead(profile)
-    linked = calibrated(cluster, workflow, profile, cost, overhead=overhead)
-    plan_, simulation = _with_simulation(choice.plan, workflow, cost, linked, overhead=overhead)
-    return PlanChoice(plan_, (plan_,), cost, profile, choice.profile_seconds, simulation)
+def _costs(workflow: Workflow, costs: Profile | CostModel,
+           cluster: Cluster) -> tuple[CostModel, Cluster, float]:
+    """The cost model, the cluster as the profile measured it (`calibrated`) and the
+    per-iteration overhead of `costs`: a measured profile, or a cost model as is (the
+    re-planner's live one, no overhead)."""
+    if not isinstance(costs, Profile):
+        return costs, cluster, 0.0
+    cost = fit_profile(costs)
+    overhead = iteration_overhead(costs)
+    return cost, calibrated(cluster, workflow, costs, cost, overhead=overhead), overhead
 
 
-def format_plans(choice: PlanChoice) -> str:
-    """The plan (or the planner's ranked plans) as readable lines."""
-    lines = []
-    for i, p in enumerate(choice.ranked):
-        mark = "*" if p == choice.plan else " "
-        predicted = "n/a (no profile)" if math.isnan(p.predicted_time) else (
-            f"{p.predicted_time:.4f} s/iteration, utilisation {p.utilisation:.2f}")
-        micro = ", ".join(f"{k}={v}" for k, v in p.micro_batch.items())
-        lines.append(f"{mark} {i + 1}. [{p.mode.value}] {p.spec} | micro-batch {micro} | "
-                     f"predicted {predicted}")
-    return "\n".join(lines)
+def price(plan_: ExecutionPlan, workflow: Workflow, costs: Profile | CostModel,
+          cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
+    """`plan_` with its simulated iteration time (plus the overhead every iteration pays),
+    and that simulation."""
+    cost, cluster, overhead = _costs(workflow, costs, cluster)
+    return _with_simulation(plan_, workflow, cost, cluster, overhead=overhead)
+
+
+def rank(workflow: Workflow, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
+    """The M2Flow planner's ranked plans of `workflow` on `cluster` priced from `costs`,
+    the fastest chosen; plans within `TIE_TOLERANCE` go to the one on fewest slots."""
+    cost, cluster, overhead = _costs(workflow, costs, cluster)
+    result = plan(workflow, cost, cluster, options=PlannerOptions(tie_tolerance=TIE_TOLERANCE))
+    chosen, simulation = _with_simulation(result.ranked[0], workflow, cost, cluster,
+                                          overhead=overhead)
+    _log.info("plan_chosen", spec=chosen.spec, mode=chosen.mode.value,
+              predicted_s=round(chosen.predicted_time, 4))
+
+    def paid(p: ExecutionPlan) -> ExecutionPlan:
+        # Every plan pays the same overhead: shown on all, they compare as they ran.
+        return replace(p, predicted_time=p.predicted_time + overhead)
+
+    ranked = replace(result, ranked=(chosen, *map(paid, result.ranked[1:])),
+                     baselines={name: paid(p) for name, p in result.baselines.items()})
+    return PlanChoice(plan=chosen, ranked=ranked,
+                      profile=costs if isinstance(costs, Profile) else None,
+                      simulation=simulation)

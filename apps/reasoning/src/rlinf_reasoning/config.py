@@ -9,7 +9,6 @@ in well under a second, before any worker starts.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -22,7 +21,7 @@ from typing import Annotated, Any, Literal
 from rlinf.envs.math.datasets import DataKeys
 from rlinf.envs.math.templates import DEFAULT_SYSTEM_PROMPT
 from rlinf.workers.errors import MissingExtraError
-from rlinf_reasoning._schema import Range, build
+from rlinf.workers.schema import Range, build, flat_dict
 from rlinf_reasoning.errors import DataFileError, InvalidConfigError, MissingEngineError
 
 __all__ = [
@@ -827,20 +826,9 @@ def cluster_size(cfg: ReasoningConfig) -> int:
     return cluster.num_devices
 
 
-def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in data.items():
-        key = f"{prefix}.{k}" if prefix else k
-        if isinstance(v, Mapping):
-            out.update(_flatten(v, key))
-        else:
-            out[key] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
 def config_dict(cfg: ReasoningConfig) -> dict[str, Any]:
     """The config as a flat ``{dotted key: value}`` dict (JSON-friendly)."""
-    return _flatten(dataclasses.asdict(cfg))
+    return flat_dict(cfg)
 
 
 def config_hash(cfg: ReasoningConfig | Mapping[str, Any]) -> str:

@@ -21,10 +21,10 @@ import torch
 
 from rlinf.workers.actor.lora import ADAPTER, apply_lora, is_lora_model
 from rlinf.workers.actor.megatron import hf_policy_from_checkpoint
+from rlinf.workers.schema import build
 from rlinf.workers.telemetry import CheckpointStore
 from rlinf.workers.telemetry.checkpoints import META_FILE
 from rlinf.workers.training import CHECKPOINT_DIR
-from rlinf_reasoning._schema import build
 from rlinf_reasoning.config import ReasoningConfig, config_hash
 from rlinf_reasoning.errors import ExportError
 from rlinf_reasoning.hub import resolve_model_dir

@@ -61,7 +61,6 @@ from rlinf_reasoning.report import (
     write_trace,
 )
 from rlinf_reasoning.spec import FlowSpec, flow_spec
-from rlinf_reasoning.trials import tried_choice
 from rlinf_reasoning.workflow import reasoning_workflow
 
 __all__ = ["HF_EXPORT_DIR", "SAMPLES_FILE", "ReasoningTask", "dry_run", "profile_identity",
@@ -100,7 +99,9 @@ def run_settings(cfg: ReasoningConfig) -> RunSettings:
         auto=cfg.placement.strip().lower() == "auto", predict=run.predict,
         profile_cache=run.profile_cache, replan=run.replan,
         replan_threshold=run.replan_threshold, replan_patience=run.replan_patience,
-        unit="step", progress_desc="train", progress_keys=PROGRESS_KEYS)
+        trial_plans=run.trial_plans, trial_margin=run.trial_margin,
+        trial_steps=run.trial_steps, unit="step", progress_desc="train",
+        progress_keys=PROGRESS_KEYS)
 
 
 class ReasoningTask:
@@ -153,9 +154,6 @@ class ReasoningTask:
 
     def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
         return ProfileCosts(profile)
-
-    def try_plans(self, choice: PlanChoice, cluster: Cluster, *, out: TextIO) -> PlanChoice:
-        return tried_choice(self.cfg, self.spec, cluster, self.source, choice, out=out)
 
     def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:
         """Always: a reasoning checkpoint loads into any placement."""

@@ -126,9 +126,6 @@ class ToyTask:
     def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
         return ProfileCosts(profile)
 
-    def try_plans(self, choice: PlanChoice, cluster: Cluster, *, out: TextIO) -> PlanChoice:
-        return choice
-
     def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:
         return self.compatible_plans
 

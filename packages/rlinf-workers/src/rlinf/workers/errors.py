@@ -15,6 +15,7 @@ __all__ = [
     "ConfigError",
     "DispatchError",
     "GroupClosedError",
+    "InvalidConfigError",
     "MissingExtraError",
     "RewardFunctionError",
     "ShapeError",
@@ -31,6 +32,20 @@ class WorkersError(Exception):
 
 class ConfigError(WorkersError, ValueError):
     """An option or config value is invalid; the message names it and the accepted values."""
+
+
+class InvalidConfigError(ConfigError):
+    """A config key has a wrong type, an out-of-range value or is not a known key; the
+    message names the dotted key, the value and what is allowed."""
+
+    def __init__(self, key: str, value: Any, allowed: str) -> None:
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"config key {key!r} = {value!r} is invalid: expected {allowed}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.value, self.allowed))
 
 
 class ShapeError(WorkersError, ValueError):

@@ -38,12 +38,13 @@ from rlinf.sched import (
 )
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.auto import merge_run_profiles
+from rlinf.workers.flow.trials import fastest, run_trials
 from rlinf.workers.training.task import PlanChoice, RunSettings, TrainingTask
 
 __all__ = ["LIVE_MIN_GAIN", "LIVE_STEPS", "PLAN_FILE", "PROFILE_FILE", "ProfileCosts",
            "cache_run_profile", "choose_plan", "describe_plan", "fits", "format_plans",
            "kept_faster", "live_switch", "priced_live", "profile_cache", "replanner",
-           "resumed_choice", "save_choice"]
+           "resumed_choice", "save_choice", "tried_choice"]
 
 _log = structlog.get_logger(__name__)
 
@@ -119,7 +120,7 @@ def choose_plan(task: TrainingTask[Any, Any], cluster: Cluster, *, out: TextIO,
                 trials: bool = True, measure: bool = False) -> PlanChoice:
     """The plan to launch, chosen without delaying the run (module docstring); with
     `trials`, ``auto`` runs its closest-priced plans for a few steps and keeps the
-    fastest as measured (`TrainingTask.try_plans`). `measure` (a dry run's choice, never a
+    fastest as measured (`tried_choice`). `measure` (a dry run's choice, never a
     run's): ``auto`` with no cached profile runs the task's probes
     (`TrainingTask.profile`), caches what they measured and plans from it."""
     settings = task.settings
@@ -164,7 +165,30 @@ def _ranked_choice(task: TrainingTask[Any, Any], profile: Profile, cluster: Clus
     choice = task.rank(profile, cluster)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
-    return task.try_plans(choice, cluster, out=out) if trials else choice
+    return tried_choice(task, choice, cluster, out=out) if trials else choice
+
+
+def tried_choice(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Cluster, *,
+                 out: TextIO) -> PlanChoice:
+    """``auto``'s trials: the plans priced within ``trial_margin`` of the best each run for
+    ``trial_steps`` iterations in a throw-away flow (closed before the run starts), and
+    `choice` with the fastest as measured, priced by the task (unchanged, untried, when no
+    other plan is priced that close: `rlinf.workers.flow.run_trials`)."""
+    settings = task.settings
+    if choice.ranked is None or choice.profile is None or settings.trial_plans < 2:
+        return choice
+
+    def measure(plan: ExecutionPlan) -> list[float]:
+        with task.launch(plan, cluster) as flow:
+            return [flow.step(step).seconds for step in range(settings.trial_steps)]
+
+    trials = run_trials(choice.ranked.ranked, measure, limit=settings.trial_plans,
+                        margin=settings.trial_margin, steps=settings.trial_steps,
+                        unit=f"{settings.unit}s", out=out)
+    if not trials:
+        return choice
+    plan, simulation = task.price(fastest(trials).plan, choice.profile, cluster)
+    return dataclasses.replace(choice, plan=plan, simulation=simulation, trials=trials)
 
 
 def save_choice(choice: PlanChoice, run_dir: Path) -> None:

@@ -69,6 +69,14 @@ class RunSettings:
     """Relative drift that counts (`rlinf.sched.DriftPolicy`)."""
     replan_patience: int = 3
     """Drifting iterations in a row before a re-plan."""
+    trial_plans: int = 0
+    """``auto`` with a profile: run at most this many of the plans priced within
+    `trial_margin` of the best for `trial_steps` iterations each (throw-away flows) and
+    launch the fastest as measured; 0 or 1: the best-priced plan, untried."""
+    trial_margin: float = 0.10
+    """How close to the best price (relative) a plan must be to be tried."""
+    trial_steps: int = 3
+    """Iterations per trial; the first is a warm-up, the median of the rest counts."""
     unit: str = "step"
     """What one iteration is called in the run's lines."""
     progress_desc: str = "train"
@@ -240,11 +248,6 @@ class TrainingTask(Protocol[FlowT, SummaryT]):
 
     def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
         """The cost model the re-planner starts from."""
-        ...
-
-    def try_plans(self, choice: PlanChoice, cluster: Cluster, *, out: TextIO) -> PlanChoice:
-        """``auto``'s trials of the plans priced close to the best (`choice` unchanged when
-        none runs)."""
         ...
 
     def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:

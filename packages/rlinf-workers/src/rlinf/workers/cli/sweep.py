@@ -1,4 +1,4 @@
-"""Multirun sweeps: ``rlinf-reasoning -m algorithm.lr=1e-4,3e-4 run.seed=0,1`` runs one job per
+"""Multirun sweeps: ``<app> -m algorithm.lr=1e-4,3e-4 run.seed=0,1`` runs one job per
 combination of the swept values, one after another, each in its own numbered folder under the
 run folder (Hydra's basic sweeper's order: the last swept key varies fastest).
 

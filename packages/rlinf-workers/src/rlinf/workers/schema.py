@@ -1,13 +1,16 @@
-"""Frozen dataclasses from plain mappings (OmegaConf containers), checked field by field.
+"""Frozen config dataclasses from plain mappings (an app's OmegaConf containers, a
+checkpoint's JSON), checked field by field, and back.
 
 `build(cls, data)` turns a nested mapping into the dataclass `cls`, rejecting unknown keys,
-values of the wrong type and values outside the `Range` a field is annotated with; every error
-is an `InvalidConfigError` naming the dotted key, the value and what is allowed.
-`describe(cls)` lists every key with its type, default and the one-line docstring written
-under the field (read from the source with `ast`), for ``--help``.
+missing required keys, values of the wrong type and values outside the `Range` a field is
+annotated with; every error is an `rlinf.workers.errors.InvalidConfigError` naming the dotted
+key, the value and what is allowed. `describe(cls)` lists every key with its type, default
+and the one-line docstring written under the field (read from the source with `ast`), for
+``--help``. `to_dict`, `flat_dict` and `nested` go back to plain data.
 
 Supported field types: ``bool``, ``int``, ``float``, ``str``, ``Literal[...]``, ``X | None``,
 ``tuple[T, ...]`` and nested dataclasses, optionally wrapped in ``Annotated[T, Range(...)]``.
+Hydra stays in the apps: this module reads plain mappings only.
 """
 
 from __future__ import annotations
@@ -21,13 +24,14 @@ import math
 import textwrap
 import types
 import typing
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from rlinf_reasoning.errors import InvalidConfigError
+from rlinf.workers.errors import InvalidConfigError
 
-__all__ = ["KeyInfo", "Range", "build", "describe", "field_docs"]
+__all__ = ["KeyInfo", "Range", "build", "describe", "field_docs", "flat_dict", "nested",
+           "to_dict", "type_name"]
 
 T = TypeVar("T")
 
@@ -172,18 +176,22 @@ def _scalar(value: Any, tp: Any, key: str, expected: str) -> Any:
     if tp is bool:
         if isinstance(value, bool):
             return value
+        expected = f"{expected} (true or false)"
     elif tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
     elif tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-            return float(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if math.isfinite(value):
+                return float(value)
+            expected = f"a finite {expected}"
     elif tp is str:
         if isinstance(value, str):
             return value
     else:  # pragma: no cover - a schema error, not a user error
         raise TypeError(f"unsupported config field type {tp!r} for {key}")
-    raise InvalidConfigError(key, value, f"a value of type {expected}")
+    raise InvalidConfigError(key, value, expected if expected.startswith("a finite")
+                             else f"a value of type {expected}")
 
 
 def build(cls: type[T], data: Mapping[str, Any], *, prefix: str = "") -> T:
@@ -205,6 +213,12 @@ def build(cls: type[T], data: Mapping[str, Any], *, prefix: str = "") -> T:
                                  f"a known key; {section} has {', '.join(names)}")
     kwargs = {name: _convert(data[name], hints[name], f"{prefix}.{name}" if prefix else name)
               for name in names if name in data}
+    for f in dataclasses.fields(cls):
+        if f.init and f.name not in data and f.default is dataclasses.MISSING \
+                and f.default_factory is dataclasses.MISSING:
+            key = f"{prefix}.{f.name}" if prefix else f.name
+            raise InvalidConfigError(key, None, f"a value of type {type_name(hints[f.name])}; "
+                                     "it is required")
     try:
         return cls(**kwargs)
     except InvalidConfigError:
@@ -231,4 +245,45 @@ def describe(cls: type, *, prefix: str = "") -> list[KeyInfo]:
         else:
             default = dataclasses.MISSING
         out.append(KeyInfo(key, type_name(hints[f.name]), default, docs.get(f.name, "")))
+    return out
+
+
+def to_dict(obj: Any) -> dict[str, Any]:
+    """Plain (JSON/YAML-ready) data of a config dataclass; tuples become lists."""
+
+    def plain(value: Any) -> Any:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, tuple | list):
+            return [plain(v) for v in value]
+        return value
+
+    result = plain(obj)
+    if not isinstance(result, dict):
+        raise TypeError(f"{obj!r} is not a dataclass instance")
+    return result
+
+
+def flat_dict(obj: Any) -> dict[str, Any]:
+    """`to_dict` as one level of dotted keys (``{"run.seed": 0, ...}``)."""
+
+    def flatten(data: Mapping[str, Any], prefix: str) -> Iterator[tuple[str, Any]]:
+        for key, value in data.items():
+            if isinstance(value, Mapping):
+                yield from flatten(value, f"{prefix}{key}.")
+            else:
+                yield f"{prefix}{key}", value
+
+    return dict(flatten(to_dict(obj), ""))
+
+
+def nested(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """The inverse of `flat_dict`: dotted keys as nested mappings."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
     return out
