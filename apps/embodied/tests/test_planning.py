@@ -159,8 +159,8 @@ def _calibration_case() -> tuple[Workflow, Cluster, AnalyticCostModel, Execution
 
 
 def test_the_link_is_calibrated_to_the_iterations_the_profiling_flow_ran() -> None:
-    """A probe plan simulated at 0.10 s that ran at 0.15 s (0.01 s of it overhead): the
-    latency per message rises until the simulation gives 0.14 s; a collocated plan's price
+    """A probe plan simulated at 0.10 s whose dataflow ran 0.15 s: the latency per message
+    rises until the simulation gives 0.15 s; a collocated plan's price
     does not move, a pipelined plan's rises. Never lowered; no probe, no change."""
     workflow, cluster, cost, collocated = _calibration_case()
     probe = planned_fixed(parse_placement("env, actor: 0, rollout: 1", components=workflow.names,
@@ -172,21 +172,19 @@ def test_the_link_is_calibrated_to_the_iterations_the_profiling_flow_ran() -> No
                             timestamp=0.0)
         return Profile((point,), metadata={"probe_plan": probe.to_dict()})
 
-    calibrated = calibrated_link(cluster, workflow, profile_of(before * 1.5 + 0.01), cost,
-                                 overhead=0.01)
+    calibrated = calibrated_link(cluster, workflow, profile_of(before * 1.5), cost)
     assert calibrated.intra_node_latency > cluster.intra_node_latency
     after = simulate_plan(probe, workflow, cost, calibrated).iteration_time
     assert after == pytest.approx(before * 1.5, rel=1e-3)
     assert simulate_plan(collocated, workflow, cost, calibrated).iteration_time == \
         pytest.approx(simulate_plan(collocated, workflow, cost, cluster).iteration_time)
     # faster than simulated: the fitted link stays; no probe: unchanged
-    assert calibrated_link(cluster, workflow, profile_of(before * 0.5), cost,
-                           overhead=0.0) == cluster
-    assert calibrated_link(cluster, workflow, Profile(()), cost, overhead=0.0) == cluster
+    assert calibrated_link(cluster, workflow, profile_of(before * 0.5), cost) == cluster
+    assert calibrated_link(cluster, workflow, Profile(()), cost) == cluster
 
 
 def test_the_hand_overs_are_fitted_to_the_iterations_of_an_inline_policy() -> None:
-    """A collocated probe simulated at T that ran at T + 0.02 s (+ 0.01 s of overhead): the
+    """A collocated probe simulated at T whose dataflow ran T + 0.02 s: the
     turn latency rises until its two hand-overs per iteration (to the env at the start, to
     the actor after the rollout; none between env and its inline policy) take 0.02 s, so
     the same plan is then priced as it ran; the pipelined probe's link is calibrated after
@@ -202,15 +200,13 @@ def test_the_hand_overs_are_fitted_to_the_iterations_of_an_inline_policy() -> No
                                    memory_source="none", timestamp=0.0) for _ in range(2))
         return Profile(points, metadata={"collocated_probe_plans": {"1": probe.to_dict()}})
 
-    turned = fitted_turns(cluster, workflow, profile_of(before + 0.03), cost, overhead=0.01)
+    turned = fitted_turns(cluster, workflow, profile_of(before + 0.02), cost)
     assert turned.turn_latency == pytest.approx(0.01, rel=1e-3)
     assert simulate_plan(collocated, workflow, cost, turned).iteration_time == pytest.approx(
         before + 0.02, rel=1e-3)
-    assert fitted_turns(cluster, workflow, profile_of(before * 0.5), cost,
-                        overhead=0.0) == cluster
-    assert fitted_turns(cluster, workflow, Profile(()), cost, overhead=0.0) == cluster
-    assert calibrated(cluster, workflow, profile_of(before + 0.03), cost,
-                      overhead=0.01) == turned
+    assert fitted_turns(cluster, workflow, profile_of(before * 0.5), cost) == cluster
+    assert fitted_turns(cluster, workflow, Profile(()), cost) == cluster
+    assert calibrated(cluster, workflow, profile_of(before + 0.02), cost) == turned
 
 
 def test_the_profile_measures_one_env_so_small_groups_are_priced_not_extrapolated() -> None:

@@ -240,9 +240,10 @@ class EmbodiedFlow:
         """Real iterations of this (throw-away) flow: `iterations`, the first a warm-up, then
         more while they have taken under `budget_s` in all, up to `most` (a lone slow
         iteration among two moved a fit by 30%; a LIBERO iteration takes seconds, a MuJoCo
-        one a tenth of one). Each is drained (a synchronous iteration's time, which is what
-        the planner prices); the plan they ran goes in the metadata. With the policy in a
-        process of its own they are ``probe_iteration`` (their median:
+        one a tenth of one). Each is drained (a synchronous iteration, which is what the
+        planner prices) and recorded by its dataflow seconds (what the simulator prices beside
+        the measured weight sync and control); the plan they ran goes in the metadata. With
+        the policy in a process of its own they are ``probe_iteration`` (their median:
         `planning.calibrated_link` prices the link by them); with the policy inline, no
         message crosses between env and policy, and they are ``collocated_iteration``
         entries (`planning.fitted_turns` prices the devices' hand-overs by their median)."""
@@ -250,7 +251,10 @@ class EmbodiedFlow:
         started = time.perf_counter()
         while len(seconds) < iterations or (
                 len(seconds) < most and time.perf_counter() - started < budget_s):
-            seconds.append(self.step(len(seconds) + 1, drain=True).seconds)
+            before = len(self.run.records)
+            self.step(len(seconds) + 1, drain=True)
+            # the dataflow, as the simulator prices it (weight sync and control aside)
+            seconds.append(sum(r.metrics["time/dataflow"] for r in self.run.records[before:]))
         seconds = seconds[1:]
         now, envs = time.time(), self.spec.env.num_envs
         if not self.inline:

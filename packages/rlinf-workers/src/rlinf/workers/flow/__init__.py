@@ -28,6 +28,7 @@ runs it.
 from rlinf.workers.flow.auto import (
     COLLOCATED_ITERATION,
     COLLOCATED_PLANS,
+    CONTROL,
     PROBE_ITERATION,
     PROBE_PLAN,
     PROFILE_FORMAT,
@@ -84,6 +85,7 @@ from rlinf.workers.runtime.ray_session import (
 __all__ = [
     "COLLOCATED_ITERATION",
     "COLLOCATED_PLANS",
+    "CONTROL",
     "PROBE_ITERATION",
     "PROBE_PLAN",
     "PROFILE_FORMAT",

@@ -51,6 +51,7 @@ from rlinf.workers.runtime.ray_session import ensure_ray
 __all__ = [
     "COLLOCATED_ITERATION",
     "COLLOCATED_PLANS",
+    "CONTROL",
     "PROBE_ITERATION",
     "PROBE_PLAN",
     "PROFILE_FORMAT",
@@ -189,6 +190,9 @@ PROFILE_FORMAT = 4
 the collocated probes' iterations, `COLLOCATED_ITERATION`; 3: runs' own measurements with
 their timed calls, `run_profile`; 4: a loop's components per loop step); part of a cached
 profile's identity, so a profile cached without it is measured again."""
+CONTROL = "control"
+"""Profile entries of what an iteration spends besides its dataflow and weight syncs: the
+driver's calls to every component and its waits (`run_profile`)."""
 COLLOCATED_ITERATION = "collocated_iteration"
 """Profile entries of the collocated probes: measured dataflow seconds of each iteration,
 at its batch size (items) on the probe's device count (`collocated_probes`)."""
@@ -322,14 +326,20 @@ def _iterations(component: str, records: Sequence[IterationRecord], sizes: Seque
 
 
 def _overheads(records: Sequence[IterationRecord]) -> Profile:
-    """The weight syncs of `records` as `WEIGHT_SYNC` entries."""
+    """The weight syncs of `records` as `WEIGHT_SYNC` entries, and what each iteration
+    spent besides its dataflow and syncs (the driver's calls and waits) as `CONTROL`."""
     profiler = Profiler(track_memory=False)
+
+    def entry(component: str, seconds: float) -> Measurement:
+        return Measurement(component=component, batch_size=1, num_devices=1, seconds=seconds,
+                           peak_memory_bytes=0, memory_source="none", timestamp=0.0)
+
     for record in records:
-        for phase in record.phases:
-            if not phase.is_component:
-                profiler.record(Measurement(
-                    component=WEIGHT_SYNC, batch_size=1, num_devices=1, seconds=phase.seconds,
-                    peak_memory_bytes=0, memory_source="none", timestamp=0.0))
+        syncs = [phase.seconds for phase in record.phases if not phase.is_component]
+        for seconds in syncs:
+            profiler.record(entry(WEIGHT_SYNC, seconds))
+        dataflow = record.metrics.get("time/dataflow", 0.0)
+        profiler.record(entry(CONTROL, max(0.0, record.seconds - dataflow - sum(syncs))))
     return profiler.profile
 
 
