@@ -365,7 +365,7 @@ def test_auto_dry_run_plans_from_the_cached_profile_and_trains_nothing(
     cache = _copy_cache(auto_first_run[0], tmp_path)
     proc = auto_dry_run_cli(tmp_path / "run", cache, ray_address)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-4000:]
-    assert "  placement: auto" in proc.stdout
+    assert "\nplacement: auto\n" in proc.stdout
     assert "auto: priced from the profile measured before" in proc.stdout
     assert "planner: ranked plans (predicted seconds per iteration)" in proc.stdout
     assert " *1. " in proc.stdout and "predicted iteration time:" in proc.stdout
