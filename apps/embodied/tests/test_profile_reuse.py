@@ -81,7 +81,8 @@ def test_without_a_cache_a_run_starts_on_its_first_guess() -> None:
     task = EmbodiedTask(load_config(["placement=auto"]))
     out = io.StringIO()
     choice = choose_plan(task, task.cluster(), out=out)
-    assert choice.live and choice.plan.spec == "env,rollout,actor: 0"
+    # every component on both devices: one env worker each, its policy inline
+    assert choice.live and choice.plan.spec == "env,rollout,actor: 0-1"
     assert "starting collocated (the first guess)" in out.getvalue()
 
 

@@ -31,6 +31,7 @@ from rlinf.sched import (
     Workflow,
     fit_profile,
 )
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import ensure_ray
 from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.schema import flat_dict
@@ -158,12 +159,30 @@ class EmbodiedTask:
                           self._workflow, pipeline_stages=self.cfg.env.pipeline_stages)
 
     def first_guess(self, cluster: Cluster) -> ExecutionPlan:
-        """Every component in one process on device 0, taking turns: no process start,
-        message or hand-over between processes that a profile would have to justify."""
-        placement = placement_on(PlacementConfig(spec="collocated", num_devices=1),
+        """Every component on every device (on no more devices than the machine has
+        cores), taking turns: one env worker per device with its policy inline, the actor
+        spanning them — no message or hand-over between processes that a profile would have
+        to justify. On one device when the envs do not split that evenly."""
+        cores = sum(node.cpus for node in cluster.nodes)
+        devices = min(cluster.num_devices, cores) if cores > 0 else cluster.num_devices
+        while devices > 1 and not self._splits(devices):
+            devices -= 1
+        placement = placement_on(PlacementConfig(spec="collocated", num_devices=devices),
                                  self._workflow, cluster)
         return fixed_plan(placement, self._workflow,
                           pipeline_stages=self.cfg.env.pipeline_stages)
+
+    def _splits(self, workers: int) -> bool:
+        """Whether `workers` env workers split every stage group evenly."""
+        from rlinf_embodied.spec import env_worker_config
+
+        config = env_worker_config(self.cfg)
+        try:
+            for rank in range(workers):
+                config.shard(rank, workers)
+        except ConfigError:
+            return False
+        return True
 
     def price(self, plan: ExecutionPlan, costs: Profile | CostModel,
               cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
