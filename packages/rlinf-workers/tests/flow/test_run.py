@@ -23,6 +23,7 @@ from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.flow import (
     COLLOCATED_ITERATION,
     COLLOCATED_PLANS,
+    CONTROL,
     PROBE_ITERATION,
     WEIGHT_SYNC,
     ChannelSpec,
@@ -453,11 +454,11 @@ def test_auto_profiles_plans_and_launches_the_best_plan(clean: None) -> None:
         records = [run.step(k) for k in range(2)]
     sizes = {(m.component, m.batch_size, m.num_devices) for m in report.profile.measurements
              if m.memory_source != "none" or m.component != "sink"}
-    # collocated probes on 1 and 2 slots with their weight syncs, then (CPU slots of known
-    # cores) a pipelined one
+    # collocated probes on 1 and 2 slots with their weight syncs and control time, then (CPU
+    # slots of known cores) a pipelined one
     assert sizes == {(c, b, n) for c in ("source", "sink", COLLOCATED_ITERATION)
                      for b in (4, 8) for n in (1, 2)} | \
-        {(WEIGHT_SYNC, 1, 1), (PROBE_ITERATION, 8, 2)}
+        {(WEIGHT_SYNC, 1, 1), (CONTROL, 1, 1), (PROBE_ITERATION, 8, 2)}
     # and the sink's timed calls: each rank's shard of each size, on its one slot
     calls = {(m.batch_size, m.num_devices) for m in report.profile.measurements
              if m.component == "sink" and m.memory_source == "none"}
