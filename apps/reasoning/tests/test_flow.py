@@ -116,7 +116,7 @@ def test_profiling_times_every_role_at_each_batch_size(collocated: dict[str, obj
     flow = declare(SPEC, problems=ProblemGenerator(warmstart_task()).batch)
     profile = rf.profile_flow(flow, Cluster.discover(cpu_slots=1), batch_sizes=[8, 12],
                               repeats=2, timeout=SPEC.timeout)
-    assert set(profile.components) == {*flow_components(SPEC), rf.WEIGHT_SYNC,
+    assert set(profile.components) == {*flow_components(SPEC), rf.WEIGHT_SYNC, rf.CONTROL,
                                        rf.COLLOCATED_ITERATION}
     assert len(profile.of(rf.WEIGHT_SYNC)) == 4 and all(
         m.seconds > 0 for m in profile.of(rf.WEIGHT_SYNC))

@@ -428,8 +428,8 @@ def test_a_multirun_sweep_trains_one_run_per_value_and_tabulates_them(
     assert stable(runs[0][1]) != stable(runs[1][1])  # another seed, another trajectory
     for i in (0, 1):
         summary = json.loads((base / str(i) / "summary.json").read_text())
-        line = (f"  {i}: run.seed={i}: {format_fixed(summary['heldout_before'], 3)} -> "
-                f"{format_fixed(summary['heldout_after'], 3)}")
+        line = (f"  {i}: run.seed={i}: held-out {format_fixed(summary['heldout_before'], 3)}"
+                f" -> {format_fixed(summary['heldout_after'], 3)}")
         assert line in proc.stdout, proc.stdout
 
 
