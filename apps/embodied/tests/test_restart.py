@@ -65,7 +65,7 @@ def test_a_killed_worker_restarts_from_the_checkpoint_and_changes_nothing(tmp_pa
 
 def test_without_restarts_a_killed_worker_ends_the_run_with_the_resume_hint(tmp_path):
     proc = _start(tmp_path / "run")
-    _kill_env_worker_after(proc, tmp_path / "run", 1)
+    _kill_env_worker_after(proc, tmp_path / "run", 3)  # past the checkpoint of iteration 2
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 1, out[-4000:]
-    assert "--resume" in out and "died" in out
+    assert "died" in out and "with --resume" in out, out[-4000:]
