@@ -13,7 +13,6 @@ adapter in PEFT's layout, or with ``--merge`` the model with the adapter merged 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ import torch
 
 from rlinf.workers.actor.lora import ADAPTER, apply_lora, is_lora_model
 from rlinf.workers.actor.megatron import hf_policy_from_checkpoint
-from rlinf.workers.schema import build
+from rlinf.workers.schema import build, nested
 from rlinf.workers.telemetry import CheckpointStore
 from rlinf.workers.telemetry.checkpoints import META_FILE
 from rlinf.workers.training import CHECKPOINT_DIR
@@ -35,18 +34,6 @@ __all__ = ["EXPORT_FILE", "export_checkpoint"]
 
 EXPORT_FILE = "rlinf_export.json"
 """Written beside the model: which run and step it came from."""
-
-def _nested(flat: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"a.b.c": v}`` → ``{"a": {"b": {"c": v}}}`` (the config sections of `config_dict`)."""
-    out: dict[str, Any] = {}
-    for key, value in flat.items():
-        *heads, last = key.split(".")
-        node = out
-        for head in heads:
-            node = node.setdefault(head, {})
-        node[last] = value
-    return out
-
 
 def _checkpoint(run_dir: Path, step: int | None) -> tuple[int, Path, dict[str, Any]]:
     store_root = run_dir / CHECKPOINT_DIR
@@ -74,7 +61,7 @@ def export_checkpoint(run_dir: Path, out: Path, *, step: int | None = None,
         raise ExportError(f"{out} is not empty and holds no earlier export ({EXPORT_FILE}): "
                           "pass a new or empty --out folder, so nothing in it is overwritten")
     found_step, folder, meta = _checkpoint(run_dir, step)
-    cfg = build(ReasoningConfig, _nested(meta["config"]))
+    cfg = build(ReasoningConfig, nested(meta["config"]))
     spec = flow_spec(cfg)
     model, tokenizer = model_factory(spec)()
     policy = hf_policy_from_checkpoint(folder / "actor")
