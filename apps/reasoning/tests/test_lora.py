@@ -29,13 +29,13 @@ def _trained_logits(run: Path, ids: torch.Tensor) -> torch.Tensor:
     import json
 
     from rlinf_reasoning.config import ReasoningConfig
-    from rlinf_reasoning.export import _nested
     from rlinf_reasoning.models import model_factory
     from rlinf_reasoning.spec import flow_spec
 
     from rlinf.workers.actor.lora import apply_lora
     from rlinf.workers.actor.megatron import hf_policy_from_checkpoint
     from rlinf.workers.schema import build
+    from rlinf.workers.schema import nested as _nested
     from rlinf.workers.telemetry import CheckpointStore
     from rlinf.workers.telemetry.checkpoints import META_FILE
 
