@@ -24,8 +24,8 @@ per trajectory (this process and its reaped children: the sandbox's processes).
 
 Then the planned placement: the whole GRPO flow with the tool loop (rollout with tools,
 reward, inference, actor) is profiled as ``rlinf-reasoning placement=auto`` profiles it,
-the planner picks a plan (`rlinf_reasoning.planning.auto_plan`), the flow is launched on it
-and ``--steps`` iterations are timed after a warm-up: ``max_prediction_error`` is
+the planner picks a plan (`rlinf_reasoning.pricing.ReasoningPricing.rank`), the flow is
+launched on it and ``--steps`` iterations are timed after a warm-up: ``max_prediction_error`` is
 |predicted - measured| / measured of the median iteration (``--skip-flow`` leaves it out).
 
 The last line is one JSON object: ``speedup_vs_sequential_loop`` (rlinf's trajectories/s
@@ -195,7 +195,7 @@ class RlinfLoop:
         self.work = work
 
     def run(self, seed: int) -> tuple[int, int, int]:
-        from rlinf.workers.reward import RewardWorker
+        from rlinf.workers.reward import RewardScorer
         from rlinf.workers.rollout import RolloutBatch, SamplingConfig
 
         tok = self.work.tokenizer
@@ -204,7 +204,7 @@ class RlinfLoop:
             max_new_tokens=self.work.args.new_tokens, seed=seed))
         batch = RolloutBatch.from_samples(samples, answers=self.work.answers, group_size=1,
                                           pad_token_id=int(tok.pad_token_id))
-        _, stats = RewardWorker(tok).compute_rewards(batch)
+        _, stats = RewardScorer(tok).compute_rewards(batch)
         return (sum(s.tool_calls for s in samples), sum(s.tool_errors for s in samples),
                 round(stats.accuracy * batch.num_rows))
 
@@ -238,7 +238,7 @@ def planned_flow(args: argparse.Namespace) -> dict[str, object]:
     from rlinf_reasoning.cli import compose_config
     from rlinf_reasoning.config import from_omegaconf
     from rlinf_reasoning.flow import ReasoningFlow
-    from rlinf_reasoning.planning import auto_plan, profile_spec
+    from rlinf_reasoning.pricing import ReasoningPricing, profile_spec
     from rlinf_reasoning.spec import flow_spec
 
     from rlinf.envs.math import GeneratorConfig, ProblemGenerator
@@ -260,7 +260,7 @@ def planned_flow(args: argparse.Namespace) -> dict[str, object]:
         profile = profile_spec(spec, cluster, batch_sizes=sorted({rows // 2, rows}),
                                problems=generator.batch,
                                granularity_groups=cfg.rollout.groups_per_micro_batch)
-        choice = auto_plan(spec, profile, cluster)
+        choice = ReasoningPricing(spec).rank(profile, cluster)
         plan = choice.plan
         wait_for_idle_cores(0.15, 30)
         seconds: list[float] = []

@@ -99,7 +99,7 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 import numpy as np
 import torch
 from rlinf_embodied.flow import EmbodiedFlow
-from rlinf_embodied.planning import link_cluster
+from rlinf_embodied.pricing import LINK
 from rlinf_embodied.workflow import EmbodiedSpec, embodied_workflow, fixed_plan
 from sb3_ppo import Sb3Setting, VecKind, run_sb3
 from sb3_ppo import train_until as sb3_train_until
@@ -113,6 +113,7 @@ from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWor
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig
 from rlinf.workers.models.policy import PolicyConfig
 from rlinf.workers.runtime import HostAllocator, WorkerContext, allocator_env
+from rlinf.workers.training.pricing import link_cluster
 
 CONTEXT = WorkerContext(role="bench", rank=0, world_size=1)
 WIDTHS = (32, 64, 128, 192, 256, 384, 512, 768, 1024)
@@ -673,7 +674,8 @@ def run_cpu(args: argparse.Namespace, *, cores: int, peers: list[Peer]) -> dict[
             profile = flow.measure(batch_sizes=[num_envs // 4, num_envs // 2, num_envs],
                                    repeats=repeats, data_parallel=2)
         cost = fit_profile(profile)
-        cluster = link_cluster(cluster, embodied_workflow(spec), profile)
+        cluster = link_cluster(cluster, embodied_workflow(spec), profile, component=LINK,
+                               edge="env->rollout")
         link = [m.seconds for m in profile.measurements if m.component == "link"]
         print(f"# profile: link round trip of a stage group {np.median(link) * 1e3:.2f} ms; "
               f"fitted env/rollout/actor curves from {len(profile.measurements)} points",

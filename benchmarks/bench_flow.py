@@ -64,7 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flow_summary import FIXED_MODES, FlowRun, format_table, summarize
 from quiet import wait_for_idle_cores
 
-from rlinf.workers.flow import local_ray_instance
+from rlinf.workers.runtime.ray_session import local_ray_instance
 
 MODES = (*FIXED_MODES, "auto")
 

@@ -121,7 +121,7 @@ def _batch(setting: Setting) -> Any:
 
 
 def _actor(name: str, setting: Setting) -> Any:
-    from rlinf.workers.actor import ActorConfig, ActorWorker
+    from rlinf.workers.actor import ActorConfig, PolicyTrainer
     from rlinf.workers.actor.megatron import MegatronActor, MegatronConfig
 
     model = _model(setting)
@@ -129,7 +129,7 @@ def _actor(name: str, setting: Setting) -> Any:
     config = ActorConfig(parallelism=parallelism, lr=1e-5,  # type: ignore[arg-type]
                          micro_batch_size=setting.micro_batch)
     if not name.startswith("megatron"):
-        return ActorWorker(model, config=config)
+        return PolicyTrainer(model, config=config)
     cut = {"megatron-tp": MegatronConfig(tensor_parallel=setting.ranks),
            "megatron-tp-sp": MegatronConfig(tensor_parallel=setting.ranks,
                                             sequence_parallel=True),

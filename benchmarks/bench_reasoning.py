@@ -59,7 +59,7 @@ every rlinf run the flow is then profiled (`rlinf.workers.flow.profile_flow`: pr
 collocated on one and on all devices, at half and all of the batch, as ``rlinf-reasoning``
 profiles before a run), the profile fitted (`rlinf.sched.fit_profile`) and the same fixed
 placement priced by the planner's simulator (`rlinf.sched.simulate`, through
-`rlinf_reasoning.planning.predict`, exactly as ``rlinf-reasoning`` prices a run): the
+`rlinf_reasoning.pricing.ReasoningPricing.price`, exactly as ``rlinf-reasoning`` prices a run): the
 predicted seconds per iteration stand beside the measured ones.
 
 The last line is one JSON object: ``speedup_vs_trl`` (best rlinf run, any engine, over the
@@ -233,7 +233,7 @@ def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, i
     from rlinf.sched import parse_placement
     from rlinf.workers.actor import ActorConfig
     from rlinf.workers.reward import RewardConfig
-    from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
+    from rlinf.workers.rollout import RolloutGeneratorConfig, SamplingConfig
 
     recompute = settings.recomputes(engine)
     parsed = parse_placement(mode.placement_for(recompute),
@@ -249,7 +249,7 @@ def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, i
                    "max_num_seqs": per_call * settings.group_size}
     spec = FlowSpec(
         model_config=settings.model, model_seed=settings.seed,
-        rollout=RolloutWorkerConfig(
+        rollout=RolloutGeneratorConfig(
             group_size=settings.group_size, groups_per_micro_batch=per_call,
             sampling=SamplingConfig(max_new_tokens=settings.max_new_tokens,
                                     temperature=settings.temperature),
@@ -309,7 +309,7 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
 def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
     """The planner's predicted seconds per iteration of `mode` with `engine`, from a profile
     taken as ``rlinf-reasoning`` takes it."""
-    from rlinf_reasoning.planning import predict, profile_spec
+    from rlinf_reasoning.pricing import ReasoningPricing, profile_spec
     from rlinf_reasoning.workflow import fixed_plan
 
     from rlinf.sched import Cluster
@@ -321,7 +321,7 @@ def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
     sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
     profile = profile_spec(spec, cluster, batch_sizes=sizes, problems=ProblemGenerator().batch,
                            granularity_groups=per_call)
-    priced, _ = predict(plan, spec, profile, cluster)
+    priced, _ = ReasoningPricing(spec).price(plan, profile, cluster)
     return float(priced.predicted_time)
 
 

@@ -33,7 +33,7 @@ from rlinf.workers.actor import ActorConfig
 from rlinf.workers.models import TinyLMConfig, build_tiny_model
 from rlinf.workers.reasoning import ActorRole, InferenceRole, RewardRole, RoleSetup, RolloutRole
 from rlinf.workers.reward import RewardConfig
-from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
+from rlinf.workers.rollout import RolloutGeneratorConfig, SamplingConfig
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def declare(cfg: Config) -> rf.MacroFlow:
     setup = RoleSetup(model_factory=functools.partial(build_tiny_model, cfg.model, seed=cfg.seed),
                       seed=cfg.seed, lock_timeout=cfg.timeout, io_timeout=cfg.timeout)
     problems = ProblemGenerator(GeneratorConfig.for_level(1, seed=cfg.seed)).batch
-    rollout = RolloutWorkerConfig(group_size=cfg.group_size, groups_per_micro_batch=2,
+    rollout = RolloutGeneratorConfig(group_size=cfg.group_size, groups_per_micro_batch=2,
                                   sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens))
     temperature = cfg.actor.temperature
 

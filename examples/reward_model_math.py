@@ -28,7 +28,7 @@ from rlinf.workers import flow as rf
 from rlinf.workers import reasoning as rr
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.models import TinyLMConfig, build_tiny_model
-from rlinf.workers.rollout import RolloutBatch, RolloutWorkerConfig, SamplingConfig
+from rlinf.workers.rollout import RolloutBatch, RolloutGeneratorConfig, SamplingConfig
 from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime import WorkerContext
 
@@ -100,7 +100,7 @@ def declare(cfg: Config) -> rf.MacroFlow:  # four components, three channels, a 
     setup = rr.RoleSetup(
         model_factory=functools.partial(build_tiny_model, cfg.model, seed=cfg.seed),
         seed=cfg.seed, lock_timeout=cfg.timeout, io_timeout=cfg.timeout)
-    rollout = RolloutWorkerConfig(group_size=cfg.group_size, groups_per_micro_batch=2,
+    rollout = RolloutGeneratorConfig(group_size=cfg.group_size, groups_per_micro_batch=2,
                                   sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens))
 
     def part(name: str, worker: type[Any], entry: str, **kwargs: Any) -> rf.ComponentSpec:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.workers.flow import local_ray_instance
+from rlinf.workers.runtime.ray_session import local_ray_instance
 
 BASE_ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
             "TOKENIZERS_PARALLELISM": "false"}
@@ -95,6 +95,6 @@ def check_outputs(run_dir: Path, *, iterations: int, video: bool = True) -> list
         with Image.open(run_dir / "eval.gif") as gif:
             assert gif.format == "GIF" and gif.n_frames >= 2
     summary = summary_of(run_dir)
-    assert summary["iterations"] == iterations
+    assert summary["steps"] == iterations
     assert summary["eval_return_after"] == evals[-1]["eval_return"]
     return records

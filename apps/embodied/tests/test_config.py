@@ -58,32 +58,33 @@ def test_round_trip_through_plain_data():
 
 
 @pytest.mark.parametrize(("override", "key", "allowed"), [
-    ("run.iterations=0", "run.iterations", "an integer >= 1"),
+    ("run.iterations=0", "run.iterations", "a value >= 1"),
     ("run.iterations=2.5", "run.iterations", "a value of type int"),
     ("algorithm.lr=fast", "algorithm.lr", "a value of type float"),
-    ("algorithm.lr=-1", "algorithm.lr", "a number > 0"),
+    ("algorithm.lr=-1", "algorithm.lr", "a value > 0"),
     ("algorithm.gamma=1.5", "algorithm.gamma", "[0, 1]"),
     ("algorithm.name=sac", "algorithm.name", "one of 'ppo', 'grpo'"),
     ("env.id=InvertedPendulum-v5", "env.id", "'<backend>:<task>'"),
     ("env.id=gym:NoSuchEnv-v0", "env.id", "a registered gymnasium id"),
     ("env.pipeline_stages=3", "env.pipeline_stages", "a divisor of env.num_envs=16"),
-    ("env.threads=0", "env.threads", "an integer >= 1"),
+    ("env.threads=0", "env.threads", "a value >= 1"),
     ("run.eval_max_steps=0", "run.eval_max_steps", ">= 1"),
     ("policy.kind=cnn", "env.obs", "'pixels' for policy.kind='cnn'"),
     ("policy.hidden_sizes=[]", "policy.hidden_sizes", "non-empty"),
     ("run.video=maybe", "run.video", "true or false"),
     ("algorithm.num_minibatches=100000", "algorithm.num_minibatches", "at most the 2048"),
     ("placement.num_devices=0", "placement.num_devices", ">= 1"),
-    ("algorithm.policy_lag=2", "algorithm.policy_lag", "0 (synchronous) or 1"),
-    ("algorithm.max_importance_weight=0", "algorithm.max_importance_weight", "a number > 0"),
+    ("algorithm.policy_lag=2", "algorithm.policy_lag", "one of 0, 1"),
+    ("algorithm.max_importance_weight=0", "algorithm.max_importance_weight",
+     "a value > 0"),
     ("placement.spec=everywhere", "placement.spec", "a valid placement"),
     ("policy.vla.pretrained=/no/such/folder", "policy.vla.pretrained", "the local folder"),
     ("policy.vla.prompt=act", "policy.vla.prompt", "containing {instruction}"),
-    ("policy.vla.camera=-1", "policy.vla.camera", "an integer >= 0"),
-    ("run.trial_plans=-1", "run.trial_plans", "an integer >= 0 (0 or 1: no trials)"),
-    ("run.trial_margin=-0.1", "run.trial_margin", "a number >= 0"),
+    ("policy.vla.camera=-1", "policy.vla.camera", "a value >= 0"),
+    ("run.trial_plans=-1", "run.trial_plans", "a value >= 0"),
+    ("run.trial_margin=-0.1", "run.trial_margin", "a value >= 0"),
     ("run.trial_margin=inf", "run.trial_margin", "a finite float"),
-    ("run.trial_steps=1", "run.trial_steps", "an integer >= 2"),
+    ("run.trial_steps=1", "run.trial_steps", "a value >= 2"),
     ("run.loggers=[tensorboard]", "run.loggers", "a list holding jsonl"),
     ("run.loggers=[jsonl,jsonl]", "run.loggers", "each once"),
     ("run.loggers=[jsonl,comet]", "run.loggers[1]", "one of"),
@@ -125,7 +126,7 @@ def test_evaluation_must_outlast_the_episode_limit():
 def test_unknown_key_in_a_mapping_is_rejected():
     data = to_dict(load_config([]))
     data["run"]["iteratoins"] = 5
-    with pytest.raises(AppConfigError, match=r"'run\.iteratoins'.*section 'run' has iterations"):
+    with pytest.raises(AppConfigError, match=r"'run\.iteratoins'.*did you mean 'iterations'"):
         from_omegaconf(data)
     with pytest.raises(ConfigError, match=r"'run\.iteratoins'; did you mean 'run\.iterations'"):
         load_config(["run.iteratoins=5"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import yaml
-from rlinf_embodied.planning import TIE_TOLERANCE
+from rlinf_embodied.pricing import TIE_TOLERANCE
 
 from .conftest import run_cli
 

@@ -13,15 +13,8 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlinf_embodied.planning import (
-    calibrated,
-    calibrated_link,
-    fitted_turns,
-    iteration_overhead,
-    link_cluster,
-    simulate_plan,
-)
-from rlinf_embodied.planning import fixed_plan as planned_fixed
+from rlinf_embodied.pricing import EmbodiedPricing, profile_batch_sizes
+from rlinf_embodied.pricing import fixed_plan as planned_fixed
 from rlinf_embodied.workflow import EmbodiedSpec, embodied_workflow, stages_of
 
 from rlinf.sched import (
@@ -38,7 +31,18 @@ from rlinf.sched import (
 from rlinf.sched.granularity import check_micro_batches
 from rlinf.workers.embodied.actor import EmbodiedActorConfig
 from rlinf.workers.env import EnvWorkerConfig
+from rlinf.workers.flow.auto import overhead_seconds
 from rlinf.workers.models.policy import PolicyConfig
+from rlinf.workers.training.pricing import calibrated_link, fitted_turns, link_cluster
+
+LINK = {"component": "link", "edge": "env->rollout"}
+"""Where `EmbodiedFlow.measure` records the env ↔ policy link's round trips."""
+
+
+def seconds(plan_: ExecutionPlan, workflow: Workflow, cost: AnalyticCostModel,
+            cluster: Cluster) -> float:
+    """The simulated iteration of `plan_` as the embodied flow runs it."""
+    return EmbodiedPricing(workflow).simulation(plan_, cost, cluster).iteration_time
 
 
 def spec_of(num_envs: int, steps: int) -> EmbodiedSpec:
@@ -113,14 +117,14 @@ def test_link_round_trips_fit_a_latency_per_message_and_a_bandwidth() -> None:
     # 1 ms per round trip at any size plus 1 µs per env: latency 0.5 ms, 1 µs per echo
     link = [Measurement("link", s, 1, 1e-3 + 1e-6 * s, 0, memory_source="none", timestamp=0.0)
             for s in (4, 16)]
-    fitted = link_cluster(cluster, workflow, Profile(tuple(link)))
+    fitted = link_cluster(cluster, workflow, Profile(tuple(link)), **LINK)
     assert fitted.intra_node_latency == pytest.approx(5e-4)
     assert fitted.intra_node_bandwidth == pytest.approx(echoed / 1e-6)
     # one size: all of the round trip is latency; no link measured: the cluster as it was
-    single = link_cluster(cluster, workflow, Profile(tuple(link[:1])))
+    single = link_cluster(cluster, workflow, Profile(tuple(link[:1])), **LINK)
     assert single.intra_node_latency == pytest.approx((1e-3 + 4e-6) / 2)
     assert single.intra_node_bandwidth == cluster.intra_node_bandwidth
-    assert link_cluster(cluster, workflow, Profile(())) == cluster
+    assert link_cluster(cluster, workflow, Profile(()), **LINK) == cluster
     # priced with the link, a plan that pipelines env and policy apart pays its messages:
     # a stage group's chain crosses the link twice a step, the other group's compute hides
     # the rest, so at least 2 latencies per step after the first are exposed
@@ -130,8 +134,8 @@ def test_link_round_trips_fit_a_latency_per_message_and_a_bandwidth() -> None:
     apart = planned_fixed(parse_placement("env: 0, rollout: 1, actor: 0-1",
                                           components=workflow.names, num_devices=2),
                           workflow, pipeline_stages=2)
-    free = simulate_plan(apart, workflow, cost, cluster).iteration_time
-    paid = simulate_plan(apart, workflow, cost, fitted).iteration_time
+    free = seconds(apart, workflow, cost, cluster)
+    paid = seconds(apart, workflow, cost, fitted)
     assert paid - free >= (8 - 1) * 2 * 5e-4 * 0.95
 
 
@@ -141,8 +145,8 @@ def test_the_iteration_overhead_is_the_measured_weight_sync_and_control() -> Non
 
     profile = Profile((point("weight_sync", 0.004), point("weight_sync", 0.006),
                        point("control", 0.01), point("env", 1.0)))
-    assert iteration_overhead(profile) == pytest.approx(0.005 + 0.01)
-    assert iteration_overhead(Profile(())) == 0.0
+    assert overhead_seconds(profile, EmbodiedPricing.overheads) == pytest.approx(0.005 + 0.01)
+    assert overhead_seconds(Profile(()), EmbodiedPricing.overheads) == 0.0
 
 
 def _calibration_case() -> tuple[Workflow, Cluster, AnalyticCostModel, ExecutionPlan]:
@@ -165,7 +169,7 @@ def test_the_link_is_calibrated_to_the_iterations_the_profiling_flow_ran() -> No
     workflow, cluster, cost, collocated = _calibration_case()
     probe = planned_fixed(parse_placement("env, actor: 0, rollout: 1", components=workflow.names,
                                           num_devices=2), workflow, pipeline_stages=2)
-    before = simulate_plan(probe, workflow, cost, cluster).iteration_time
+    before = seconds(probe, workflow, cost, cluster)
 
     def profile_of(seconds: float) -> Profile:
         point = Measurement("probe_iteration", 16, 1, seconds, 0, memory_source="none",
@@ -174,10 +178,10 @@ def test_the_link_is_calibrated_to_the_iterations_the_profiling_flow_ran() -> No
 
     calibrated = calibrated_link(cluster, workflow, profile_of(before * 1.5), cost)
     assert calibrated.intra_node_latency > cluster.intra_node_latency
-    after = simulate_plan(probe, workflow, cost, calibrated).iteration_time
+    after = seconds(probe, workflow, cost, calibrated)
     assert after == pytest.approx(before * 1.5, rel=1e-3)
-    assert simulate_plan(collocated, workflow, cost, calibrated).iteration_time == \
-        pytest.approx(simulate_plan(collocated, workflow, cost, cluster).iteration_time)
+    assert seconds(collocated, workflow, cost, calibrated) == \
+        pytest.approx(seconds(collocated, workflow, cost, cluster))
     # faster than simulated: the fitted link stays; no probe: unchanged
     assert calibrated_link(cluster, workflow, profile_of(before * 0.5), cost) == cluster
     assert calibrated_link(cluster, workflow, Profile(()), cost) == cluster
@@ -193,7 +197,7 @@ def test_the_hand_overs_are_fitted_to_the_iterations_of_an_inline_policy() -> No
     # The probe ran on one device; the same plan on the cluster's two is what is priced.
     probe = planned_fixed(parse_placement("collocated", components=workflow.names,
                                           num_devices=1), workflow, pipeline_stages=2)
-    before = simulate_plan(collocated, workflow, cost, cluster).iteration_time
+    before = seconds(collocated, workflow, cost, cluster)
 
     def profile_of(seconds: float) -> Profile:
         points = tuple(Measurement("collocated_iteration", 16, 1, seconds, 0,
@@ -202,16 +206,13 @@ def test_the_hand_overs_are_fitted_to_the_iterations_of_an_inline_policy() -> No
 
     turned = fitted_turns(cluster, workflow, profile_of(before + 0.02), cost)
     assert turned.turn_latency == pytest.approx(0.01, rel=1e-3)
-    assert simulate_plan(collocated, workflow, cost, turned).iteration_time == pytest.approx(
+    assert seconds(collocated, workflow, cost, turned) == pytest.approx(
         before + 0.02, rel=1e-3)
     assert fitted_turns(cluster, workflow, profile_of(before * 0.5), cost) == cluster
     assert fitted_turns(cluster, workflow, Profile(()), cost) == cluster
-    assert calibrated(cluster, workflow, profile_of(before + 0.02), cost) == turned
 
 
 def test_the_profile_measures_one_env_so_small_groups_are_priced_not_extrapolated() -> None:
-    from rlinf_embodied.planning import profile_batch_sizes
-
     assert profile_batch_sizes(32, 2) == (1, 16, 32)
     assert profile_batch_sizes(8, 1) == (1, 8)
     assert profile_batch_sizes(1, 1) == (1,)

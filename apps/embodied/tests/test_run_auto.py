@@ -35,7 +35,7 @@ def test_auto_run_launches_the_planned_placement(tmp_path, ray_address, auto_dry
     assert summary["trials"] == []  # run.trial_plans=0: the best-priced plan, untried
     assert summary["predicted_iteration_s"] > 0 and summary["measured_iteration_s"] > 0
     assert f"predicted iteration time: {summary['predicted_iteration_s']:.3f}" in proc.stdout
-    assert "(planner predicted" in proc.stdout  # the summary puts both side by side
+    assert "s median (predicted " in proc.stdout  # the summary puts both side by side
     # Context switches of the steady iteration (the second): the lock's onloads equal the
     # simulation's that gave the prediction (the env moves nothing, so the actor stays).
     assert isinstance(summary["simulated_switches"], int)

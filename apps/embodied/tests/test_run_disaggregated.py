@@ -34,7 +34,7 @@ def test_a_policy_lag_run_trains_each_rollout_beside_the_next(tmp_path, ray_addr
     assert all("importance_weight" in r and r["behaviour_kl"] == r["behaviour_kl"]
                for r in trained.values())
     summary = summary_of(run_dir)
-    assert summary["policy_lag"] == 1 and summary["iterations"] == 3
+    assert summary["policy_lag"] == 1 and summary["steps"] == 3
     assert summary["placement"] == "env,rollout: 0, actor: 1"
     assert "policy_lag=1" in proc.stdout
     assert (run_dir / "checkpoints").is_dir()

@@ -25,10 +25,10 @@ def test_target_reached(ret, success, t_ret, t_success, expected):
 def _summary(**changes: object) -> RunSummary:
     fields: dict[str, object] = dict(
         task="gym:InvertedDoublePendulum-v5", algorithm="ppo", mode="hybrid",
-        placement="env: 0, rollout: 1, actor: 0-1", iterations=70, eval_return_before=85.5,
+        placement="env: 0, rollout: 1, actor: 0-1", steps=70, eval_return_before=85.5,
         eval_return_after=9325.2, success_before=None, success_after=None,
         target_return=5000.0, target_success_rate=None, target_reached=True,
-        wall_seconds=182.3, env_steps=143360, env_steps_per_s=786.4,
+        wall_seconds=182.3, total_seconds=190.0, env_steps=143360, env_steps_per_s=786.4,
         measured_iteration_s=2.122, predicted_iteration_s=1.5, run_dir="/tmp/r")
     fields.update(changes)
     return RunSummary(**fields)  # type: ignore[arg-type]
@@ -40,7 +40,8 @@ def test_format_shows_before_after_threshold_and_mode():
     assert "threshold           return >= 5000: REACHED" in text
     assert "success rate        n/a -> n/a" in text
     assert "143360 (786 steps/s)" in text
-    assert "2.122 s median (planner predicted 1.500 s)" in text
+    assert "2.122 s median (predicted 1.500 s)" in text
+    assert "iterations          70 in 182.3 s of training" in text
     assert "mode                hybrid: env: 0, rollout: 1, actor: 0-1" in text
     assert "context switches    n/a per iteration by the device lock (n/a simulated)" in text
     switches = _summary(lock_switches_per_iteration=2.0, simulated_switches=0).format()
@@ -53,5 +54,5 @@ def test_format_shows_before_after_threshold_and_mode():
 
 def test_save_round_trips(tmp_path):
     summary = _summary()
-    path = summary.save(tmp_path / "summary.json")
+    path = summary.save(tmp_path)
     assert RunSummary(**json.loads(path.read_text())) == summary

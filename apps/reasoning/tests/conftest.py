@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rlinf.workers.flow import local_ray_instance
+from rlinf.workers.runtime.ray_session import local_ray_instance
 
 
 @pytest.fixture(scope="session", autouse=True)

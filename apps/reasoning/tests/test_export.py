@@ -23,7 +23,7 @@ from rlinf.workers.training import CHECKPOINT_DIR
 def _run_with_checkpoints(run_dir: Path, steps: tuple[int, ...]) -> dict[int, nn.Module]:
     """A run folder as `rlinf-reasoning` leaves it: the default config's model, trained
     (here: perturbed) and checkpointed after each of `steps`, as the actor's rank 0 writes
-    it (policy and optimizer of `ActorWorker._modules()`)."""
+    it (policy and optimizer of `PolicyTrainer._modules()`)."""
     cfg = ReasoningConfig()
     model, _ = model_factory(flow_spec(cfg))()
     store = CheckpointStore(run_dir / CHECKPOINT_DIR, keep=len(steps))

@@ -30,15 +30,16 @@ from rlinf.sched import Cluster, Component, ExecutionMode, Placement, parse_plac
 from rlinf.workers import flow as rf
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.errors import ConfigError, WorkerDiedError
+from rlinf.workers.flow.auto import COLLOCATED_ITERATION, CONTROL, WEIGHT_SYNC, collocated_probes
 from rlinf.workers.reasoning import ProblemBatches
-from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
+from rlinf.workers.rollout import RolloutGeneratorConfig, SamplingConfig
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 SPEC = FlowSpec(
     model_dir=WARMSTART_DIR,
-    rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2,
+    rollout=RolloutGeneratorConfig(group_size=4, groups_per_micro_batch=2,
                                 sampling=SamplingConfig(max_new_tokens=4)),
     actor=ActorConfig(parallelism="none", lr=1e-3, micro_batch_size=8),
     prompts_per_step=4, seed=3, sync_check=True, timeout=120.0)
@@ -116,13 +117,13 @@ def test_profiling_times_every_role_at_each_batch_size(collocated: dict[str, obj
     flow = declare(SPEC, problems=ProblemGenerator(warmstart_task()).batch)
     profile = rf.profile_flow(flow, Cluster.discover(cpu_slots=1), batch_sizes=[8, 12],
                               repeats=2, timeout=SPEC.timeout)
-    assert set(profile.components) == {*flow_components(SPEC), rf.WEIGHT_SYNC, rf.CONTROL,
-                                       rf.COLLOCATED_ITERATION}
-    assert len(profile.of(rf.WEIGHT_SYNC)) == 4 and all(
-        m.seconds > 0 for m in profile.of(rf.WEIGHT_SYNC))
+    assert set(profile.components) == {*flow_components(SPEC), WEIGHT_SYNC, CONTROL,
+                                       COLLOCATED_ITERATION}
+    assert len(profile.of(WEIGHT_SYNC)) == 4 and all(
+        m.seconds > 0 for m in profile.of(WEIGHT_SYNC))
     # each measured iteration, whole, for the turn latency's fit
-    assert sorted(m.batch_size for m in profile.of(rf.COLLOCATED_ITERATION)) == [8, 8, 12, 12]
-    assert [(p.batch_size, p.plan.mode) for p in rf.collocated_probes(profile)] == [
+    assert sorted(m.batch_size for m in profile.of(COLLOCATED_ITERATION)) == [8, 8, 12, 12]
+    assert [(p.batch_size, p.plan.mode) for p in collocated_probes(profile)] == [
         (8, ExecutionMode.COLLOCATED), (12, ExecutionMode.COLLOCATED)]
     for role in flow_components(SPEC):
         phases = [m for m in profile.of(role) if m.memory_source != "none"]
@@ -207,7 +208,7 @@ def test_bad_placements_and_specs_say_what_to_fix() -> None:
         plan = fixed_plan(SPEC, COLLOCATED, num_devices=1)
         ReasoningFlow.launch(SPEC, type(plan)(bad, {}, {}, 0.0, 0.0), problems=batches)
     with pytest.raises(ConfigError, match="temperature"):
-        FlowSpec(rollout=RolloutWorkerConfig(sampling=SamplingConfig(temperature=0.7)))
+        FlowSpec(rollout=RolloutGeneratorConfig(sampling=SamplingConfig(temperature=0.7)))
     with pytest.raises(ConfigError, match="engine"):
         FlowSpec(engine="tgi")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="not in-process"):
@@ -287,7 +288,7 @@ def test_profiling_a_vllm_flow_exports_the_model_for_the_engine(ray_local: None)
     import glob
     import tempfile
 
-    from rlinf_reasoning.planning import profile_spec
+    from rlinf_reasoning.pricing import profile_spec
 
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")

@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rlinf_reasoning.planning import auto_plan, calibrated, predict, trainer_cost
+from rlinf_reasoning.pricing import ReasoningPricing, trainer_cost
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import declare, fixed_plan, reasoning_workflow
 
@@ -31,9 +31,10 @@ from rlinf.sched import (
 )
 from rlinf.sched.granularity import check_micro_batches
 from rlinf.workers.actor.megatron import MegatronConfig
-from rlinf.workers.flow import PROBE_ITERATION, WEIGHT_SYNC, FlowChannel
+from rlinf.workers.flow import FlowChannel
+from rlinf.workers.flow.auto import PROBE_ITERATION, WEIGHT_SYNC
 from rlinf.workers.models import TinyLMConfig
-from rlinf.workers.rollout import RolloutWorkerConfig
+from rlinf.workers.rollout import RolloutGeneratorConfig
 from rlinf.workers.training import ProfileCosts
 
 GIB = 2**30
@@ -60,7 +61,7 @@ def assert_runs_as_planned(spec: FlowSpec, chosen: ExecutionPlan) -> None:
 @st.composite
 def cases(draw: st.DrawFn) -> tuple[FlowSpec, AnalyticCostModel, Cluster]:
     group = draw(st.integers(2, 8))
-    spec = FlowSpec(rollout=RolloutWorkerConfig(
+    spec = FlowSpec(rollout=RolloutGeneratorConfig(
                         group_size=group, groups_per_micro_batch=draw(st.integers(1, 4))),
                     prompts_per_step=draw(st.integers(1, 24)),
                     recompute_logprobs=draw(st.booleans()),
@@ -95,7 +96,7 @@ def test_every_plan_of_auto_moves_whole_groups(
 def test_few_prompts_keep_actor_ranks_fed() -> None:
     # 3 prompts of 8 responses on 8 devices: 24 items could feed 8 ranks one response each,
     # but a rank trains whole groups, so no role gets more than 3 devices.
-    spec = FlowSpec(rollout=RolloutWorkerConfig(group_size=8, groups_per_micro_batch=1),
+    spec = FlowSpec(rollout=RolloutGeneratorConfig(group_size=8, groups_per_micro_batch=1),
                     prompts_per_step=3)
     cost = AnalyticCostModel({n: AnalyticCost(fixed=0.1, per_item=0.1, replicated=GIB)
                               for n in ("rollout", "reward", "inference", "actor")})
@@ -119,7 +120,7 @@ def _profile(*, actor: AnalyticCost | None = None, devices: tuple[int, ...] = (1
 
 def test_predictions_fit_the_message_latency_to_the_pipelined_probe_and_add_the_weight_sync(
 ) -> None:
-    spec = FlowSpec(rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),
+    spec = FlowSpec(rollout=RolloutGeneratorConfig(group_size=4, groups_per_micro_batch=2),
                     prompts_per_step=8)
     base = _profile()
     box = Cluster.uniform(1, 2, "8GiB", "cpu", cpus_per_node=2)
@@ -127,50 +128,50 @@ def test_predictions_fit_the_message_latency_to_the_pipelined_probe_and_add_the_
                        granularity_groups=2)
     # What the probe "measured": its simulation where every message costs 10 ms.
     hops = dataclasses.replace(box, message_latency=0.01)
-    measured = predict(probe, spec, ProfileCosts(base), hops)[0].predicted_time
-    assert measured > predict(probe, spec, ProfileCosts(base), box)[0].predicted_time
+    measured = ReasoningPricing(spec).price(probe, ProfileCosts(base), hops)[0].predicted_time
+    assert measured > ReasoningPricing(spec).price(probe, ProfileCosts(base), box)[0].predicted_time
     profile = base.merge(Profile(
         (Measurement(PROBE_ITERATION, 32, 2, measured, 0, "none"),
          Measurement(WEIGHT_SYNC, 1, 1, 0.05, 0, "none")),
         metadata={"probe_plan": probe.to_dict()}))
     # List scheduling is not monotone in the latency: another latency may give the same time.
-    fitted = calibrated(box, profile, spec)
+    fitted = ReasoningPricing(spec).calibrated(box, profile)
     assert fitted.message_latency == pytest.approx(0.01, rel=0.3)
-    assert predict(probe, spec, profile, box)[0].predicted_time == pytest.approx(
+    assert ReasoningPricing(spec).price(probe, profile, box)[0].predicted_time == pytest.approx(
         measured + 0.05, rel=1e-3)
     # any plan is priced on the calibrated cluster, plus the weight sync
     together = fixed_plan(spec, "rollout,reward,inference,actor: 0-1", num_devices=2,
                           granularity_groups=2)
-    assert predict(together, spec, profile, box)[0].predicted_time == pytest.approx(
-        predict(together, spec, ProfileCosts(base), fitted)[0].predicted_time + 0.05)
+    assert ReasoningPricing(spec).price(together, profile, box)[0].predicted_time == pytest.approx(
+        ReasoningPricing(spec).price(together, ProfileCosts(base), fitted)[0].predicted_time + 0.05)
     # without a pipelined probe (a cached profile from before, a GPU cluster) nothing changes
-    assert calibrated(box, base, spec) == box
+    assert ReasoningPricing(spec).calibrated(box, base) == box
 
 
 def test_a_streaming_actor_pays_its_fixed_part_once_per_iteration() -> None:
     # Hybrid: the actor trains each 8-row micro-batch as it arrives and steps once, so
     # its 4 pieces together cost one whole-batch call: 1 s fixed + 32 x 0.01 s, not 4 s fixed.
-    spec = FlowSpec(rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),
+    spec = FlowSpec(rollout=RolloutGeneratorConfig(group_size=4, groups_per_micro_batch=2),
                     prompts_per_step=8)
     spec = dataclasses.replace(spec, actor=dataclasses.replace(spec.actor, micro_batch_size=8))
     profile = _profile(actor=AnalyticCost(fixed=1.0, per_item=0.01))
     box = Cluster.uniform(1, 2, "8GiB", "cpu", cpus_per_node=2)
     hybrid = fixed_plan(spec, "rollout: 0, reward,inference,actor: 1", num_devices=2,
                         granularity_groups=2)
-    _, simulation = predict(hybrid, spec, profile, box)
+    _, simulation = ReasoningPricing(spec).price(hybrid, profile, box)
     assert simulation.busy_seconds["actor"] == pytest.approx(1.0 + 32 * 0.01, rel=1e-6)
     actor_calls = [i for i in simulation.intervals if i.component == "actor"]
     assert len(actor_calls) == 4
     # Collocated, the actor trains the whole batch in one call: the same price.
     together = fixed_plan(spec, "rollout,reward,inference,actor: 0", num_devices=2,
                           granularity_groups=2)
-    _, simulation = predict(together, spec, profile, box)
+    _, simulation = ReasoningPricing(spec).price(together, profile, box)
     assert simulation.busy_seconds["actor"] == pytest.approx(1.0 + 32 * 0.01, rel=1e-6)
 
 
 def _cut_choosing_spec() -> FlowSpec:
     return FlowSpec(model_config=TinyLMConfig(), megatron=MegatronConfig(), choose_cut=True,
-                    rollout=RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2),
+                    rollout=RolloutGeneratorConfig(group_size=4, groups_per_micro_batch=2),
                     prompts_per_step=8)
 
 
@@ -186,7 +187,7 @@ def test_auto_chooses_the_actors_cut_under_the_device_memory() -> None:
     spec = _cut_choosing_spec()
     profile = _measured(spec)
     roomy = Cluster.uniform(1, 4, "8GiB", "cpu", cpus_per_node=4)
-    chosen = auto_plan(spec, profile, roomy).plan
+    chosen = ReasoningPricing(spec).rank(profile, roomy).plan
     cut = chosen.parallelism["actor"]
     assert (cut["tensor"], cut["pipeline"]) == (1, 1)
     assert cut["data"] == len(chosen.placement.components["actor"].devices)
@@ -197,7 +198,7 @@ def test_auto_chooses_the_actors_cut_under_the_device_memory() -> None:
     split = trainer.memory_of(ParallelCut(2, 1, 1, sequence_parallel=True), batch)
     assert split < replica
     tight = Cluster.uniform(1, 4, int((split + replica) / 2), "cpu", cpus_per_node=4)
-    choice = auto_plan(spec, profile, tight)
+    choice = ReasoningPricing(spec).rank(profile, tight)
     for candidate in (*choice.ranked.ranked, *choice.ranked.baselines.values()):
         cut = candidate.parallelism["actor"]
         assert cut["tensor"] * cut["pipeline"] >= 2, candidate.spec

@@ -14,6 +14,7 @@ import pytest
 from rlinf_reasoning import cli
 from rlinf_reasoning import run as run_module
 from rlinf_reasoning.config import from_omegaconf
+from rlinf_reasoning.pricing import ReasoningPricing
 from rlinf_reasoning.workflow import fixed_plan
 
 from rlinf.sched import Replan
@@ -116,11 +117,11 @@ def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_me
     actor has more ranks than the hybrid checkpoint it resumes from."""
     hybrid = "rollout: 0, reward,inference,actor: 1"
 
-    def prefer_hybrid(spec: Any, profile: Any, cluster: Any) -> Any:
-        plan = fixed_plan(spec, hybrid, num_devices=2, granularity_groups=2)
+    def prefer_hybrid(pricing: Any, profile: Any, cluster: Any) -> Any:
+        plan = fixed_plan(pricing.spec, hybrid, num_devices=2, granularity_groups=2)
         return PlanChoice(plan=dataclasses.replace(plan, predicted_time=1e-3))
 
-    monkeypatch.setattr(run_module, "auto_plan", prefer_hybrid)
+    monkeypatch.setattr(ReasoningPricing, "rank", prefer_hybrid)
     monkeypatch.setattr(training_planning, "switch_pays",
                         lambda current, candidate, **_: candidate < current)
     if going_back is not None:
@@ -162,7 +163,7 @@ def test_auto_plans_live_only_when_a_switch_could_pay_for_its_relaunch(
     """3 steps left at 0.1 s each save at most 0.3 s: a 5 s relaunch never pays, so the
     planner (seconds on many slots) is not run at all."""
     planned: list[int] = []
-    monkeypatch.setattr(run_module, "auto_plan", lambda *a: planned.append(1))
+    monkeypatch.setattr(ReasoningPricing, "rank", lambda *a: planned.append(1))
     cfg = from_omegaconf(cli.compose_config(["placement=auto", "cluster.cpu_slots=2"]))
     task = run_module.ReasoningTask(cfg)
     plan = dataclasses.replace(fixed_plan(task.spec, "rollout: 0, reward,"

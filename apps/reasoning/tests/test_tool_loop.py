@@ -13,9 +13,9 @@ from rlinf_reasoning.warmstart import TOOLS_WARMSTART_DIR, load_warmstart
 
 from rlinf.envs.math import GeneratorConfig, ProblemGenerator, format_prompt
 from rlinf.envs.tools import SandboxLimits, ToolCall
-from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.actor import ActorConfig, PolicyTrainer
 from rlinf.workers.models import response_log_probs_and_entropy
-from rlinf.workers.reward import RewardWorker
+from rlinf.workers.reward import RewardScorer
 from rlinf.workers.rollout import HFRolloutEngine, RolloutBatch, SamplingConfig
 from rlinf.workers.rollout.tool_loop import ToolLoop, ToolLoopConfig
 
@@ -63,16 +63,16 @@ def test_calls_are_answered_between_turns_and_recorded() -> None:
 def test_the_reward_reads_the_final_turn_not_the_tools_answer() -> None:
     loop, tokenizer = _loop(max_turns=2)
     batch = _batch(loop, tokenizer)
-    texts = RewardWorker(tokenizer).decode(batch)  # type: ignore[arg-type]
+    texts = RewardScorer(tokenizer).decode(batch)  # type: ignore[arg-type]
     for text, tool_calls in zip(texts, batch.tool_calls.tolist(), strict=True):  # type: ignore[union-attr]
         assert ("<result>" not in text and "<calculator>" not in text) or not tool_calls
     loop.shutdown()
 
 
-def _actor(model: torch.nn.Module, **overrides: object) -> ActorWorker:
+def _actor(model: torch.nn.Module, **overrides: object) -> PolicyTrainer:
     config = ActorConfig(parallelism="none", micro_batch_size=64, padding_free=False,
                          **overrides)  # type: ignore[arg-type]
-    return ActorWorker(model, config=config)
+    return PolicyTrainer(model, config=config)
 
 
 def test_trainer_log_probs_equal_the_rollouts_on_the_models_own_tokens() -> None:

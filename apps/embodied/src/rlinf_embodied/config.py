@@ -10,14 +10,13 @@ workflow's components and the number of devices. Every failure is an `AppConfigE
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlinf.sched import ExecutionMode, Placement, PlacementError, parse_placement
-from rlinf.workers.schema import build
+from rlinf.workers.schema import Range, build_composed
+from rlinf.workers.training.section import RunSection
 from rlinf_embodied.errors import AppConfigError, AppMissingExtraError
 
 __all__ = [
@@ -34,6 +33,11 @@ __all__ = [
     "resolve_placement",
     "split_env_id",
 ]
+
+Positive = Annotated[int, Range(1)]
+NonNegative = Annotated[int, Range(0)]
+PositiveFloat = Annotated[float, Range(0, lo_open=True)]
+Probability = Annotated[float, Range(0, 1)]
 
 COMPONENTS = ("env", "rollout", "actor")
 """Components of the embodied workflow, in the order placements name them."""
@@ -59,15 +63,15 @@ class EnvConfig:
     id: str = "gym:InvertedPendulum-v5"
     """Task as backend:name: gym:<gymnasium id> (MuJoCo), maniskill:<ManiSkill3 task> or
     libero:<suite>/<task id> (e.g. libero:libero_spatial/0; obs=pixels)."""
-    num_envs: int = 8
+    num_envs: Positive = 8
     """Simulators stepped in parallel (all pipeline stages together)."""
     pipeline_stages: int = 2
     """Stage groups the envs are split into; one group steps while the policy serves another."""
-    max_episode_steps: int | None = None
+    max_episode_steps: Positive | None = None
     """Override of the task's time limit (null: the task's own)."""
     obs: Literal["state", "pixels"] = "state"
     """Observation the policy sees: the state vector or a rendered camera image."""
-    image_size: int = 32
+    image_size: Annotated[int, Range(8, 512)] = 32
     """Side in pixels of square camera images (obs=pixels) and of evaluation video frames."""
     instruction: str = ""
     """Language instruction given to a VLA policy (empty: the task's own, LIBERO's, else the
@@ -87,7 +91,7 @@ class EnvConfig:
     """ManiSkill3 only: the robot's controller (null: the task's default), e.g.
     pd_joint_delta_pos (PickCube's default, 8-d joint deltas) or pd_ee_delta_pos (4-d
     end-effector xyz deltas and the gripper, an easier action space for pick and place)."""
-    threads: int = 1
+    threads: Positive = 1
     """Threads stepping the physics of batched MuJoCo tasks (gym v5 HalfCheetah, Hopper,
     Walker2d, Ant, InvertedDoublePendulum, InvertedPendulum) in each env process; state
     observations without GRPO blocks only (pixels and same-start envs step in a loop). Not
@@ -98,18 +102,9 @@ class EnvConfig:
         if backend not in BACKENDS or not task:
             raise AppConfigError("env.id", self.id, f"'<backend>:<task>' with backend one of "
                                  f"{list(BACKENDS)}, e.g. 'gym:InvertedPendulum-v5'")
-        if self.num_envs < 1:
-            raise AppConfigError("env.num_envs", self.num_envs, "an integer >= 1")
         if not 1 <= self.pipeline_stages <= self.num_envs or self.num_envs % self.pipeline_stages:
             raise AppConfigError("env.pipeline_stages", self.pipeline_stages,
                                  f"a divisor of env.num_envs={self.num_envs}")
-        if self.max_episode_steps is not None and self.max_episode_steps < 1:
-            raise AppConfigError("env.max_episode_steps", self.max_episode_steps,
-                                 "an integer >= 1 or null")
-        if not 8 <= self.image_size <= 512:
-            raise AppConfigError("env.image_size", self.image_size, "an integer in [8, 512]")
-        if self.threads < 1:
-            raise AppConfigError("env.threads", self.threads, "an integer >= 1")
         if not 1 <= self.processes <= self.num_envs:
             raise AppConfigError("env.processes", self.processes,
                                  f"an integer in [1, env.num_envs={self.num_envs}]")
@@ -128,23 +123,23 @@ class VLASettings:
     """The OpenVLA-style policy (policy.kind=vla): a tiny one built from these sizes, or a
     pretrained Hugging Face checkpoint from a local folder (`pretrained`)."""
 
-    hidden_size: int = 64
+    hidden_size: Positive = 64
     """Width of the decoder."""
-    num_layers: int = 2
+    num_layers: Positive = 2
     """Decoder layers."""
-    num_heads: int = 4
+    num_heads: Positive = 4
     """Attention heads."""
-    num_bins: int = 32
+    num_bins: Positive = 32
     """Uniform action bins over [-1, 1] per action dimension."""
-    patch_size: int = 8
+    patch_size: Positive = 8
     """Side of the square image patches; must divide env.image_size."""
-    max_instruction_tokens: int = 32
+    max_instruction_tokens: Positive = 32
     """Instruction tokens (left-padded or truncated)."""
     pretrained: str = ""
     """Local folder of a Hugging Face image-text-to-text checkpoint with its processor (empty:
     the tiny VLA). Sizes above other than num_bins are then unused; set num_bins=255 for
     OpenVLA's action tokens."""
-    camera: int = 0
+    camera: NonNegative = 0
     """Pretrained: which stacked camera the model sees (0: the agent view, 1: LIBERO's wrist)."""
     prompt: str = "In: What action should the robot take to {instruction}?\nOut:"
     """Pretrained: prompt template with {instruction} (OpenVLA's by default)."""
@@ -154,11 +149,6 @@ class VLASettings:
     """Pretrained: allow the checkpoint's own Python code."""
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_layers", "num_heads", "num_bins", "patch_size",
-                     "max_instruction_tokens"):
-            value = getattr(self, name)
-            if value < 1:
-                raise AppConfigError(f"policy.vla.{name}", value, "an integer >= 1")
         if self.hidden_size % self.num_heads:
             raise AppConfigError("policy.vla.num_heads", self.num_heads,
                                  f"a divisor of policy.vla.hidden_size={self.hidden_size}")
@@ -170,8 +160,6 @@ class VLASettings:
         if "{instruction}" not in self.prompt:
             raise AppConfigError("policy.vla.prompt", self.prompt,
                                  "a template containing {instruction}")
-        if self.camera < 0:
-            raise AppConfigError("policy.vla.camera", self.camera, "an integer >= 0")
 
 
 @dataclass(frozen=True)
@@ -204,64 +192,39 @@ class AlgorithmConfig:
 
     name: Literal["ppo", "grpo"] = "ppo"
     """ppo: clipped surrogate with a critic and GAE; grpo: critic-free, same-start groups."""
-    lr: float = 3e-4
+    lr: PositiveFloat = 3e-4
     """Adam learning rate."""
-    gamma: float = 0.99
+    gamma: Probability = 0.99
     """Discount factor."""
-    gae_lambda: float = 0.95
+    gae_lambda: Probability = 0.95
     """GAE lambda (ppo)."""
-    clip_ratio: float = 0.2
+    clip_ratio: PositiveFloat = 0.2
     """Probability-ratio clip of the surrogate."""
-    value_clip: float | None = None
+    value_clip: PositiveFloat | None = None
     """Clip range of the value loss around the rollout values (null: plain squared error)."""
-    value_coef: float = 0.5
+    value_coef: Annotated[float, Range(0)] = 0.5
     """Weight of the value loss (ppo)."""
-    entropy_coef: float = 0.0
+    entropy_coef: Annotated[float, Range(0)] = 0.0
     """Weight of the entropy bonus."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: PositiveFloat = 0.5
     """Gradient-norm clip."""
-    epochs: int = 10
+    epochs: Positive = 10
     """Passes over each rollout."""
-    num_minibatches: int = 8
+    num_minibatches: Positive = 8
     """Minibatches per pass."""
     normalize_advantages: bool = True
     """Whiten advantages per minibatch (ppo)."""
-    grpo_group_size: int = 4
+    grpo_group_size: Positive = 4
     """Envs per GRPO group, all starting each episode from one state; divides env.num_envs."""
-    policy_lag: int = 0
+    policy_lag: Literal[0, 1] = 0
     """0: each rollout acts with the weights of the update before it. 1: the rollout of
     iteration k runs beside the update on iteration k-1's data (a speed-up where the actor
     has devices of its own, e.g. placement.spec='env,rollout: 0, actor: 1'), acting with
     weights one update old; the update corrects for it (decoupled PPO: clipped around the
     actor's own policy, samples weighed by the truncated policy ratio). Checkpoints and the
     last iteration train alone, so nothing is left in flight."""
-    max_importance_weight: float = 2.0
+    max_importance_weight: PositiveFloat = 2.0
     """Truncation of the policy ratio that weighs samples under policy_lag=1."""
-
-    def __post_init__(self) -> None:
-        positive = {"lr": self.lr, "max_grad_norm": self.max_grad_norm,
-                    "clip_ratio": self.clip_ratio,
-                    "max_importance_weight": self.max_importance_weight}
-        for name, value in positive.items():
-            if not value > 0:
-                raise AppConfigError(f"algorithm.{name}", value, "a number > 0")
-        for name in ("gamma", "gae_lambda"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise AppConfigError(f"algorithm.{name}", value, "a number in [0, 1]")
-        for name in ("value_coef", "entropy_coef"):
-            value = getattr(self, name)
-            if value < 0:
-                raise AppConfigError(f"algorithm.{name}", value, "a number >= 0")
-        if self.value_clip is not None and self.value_clip <= 0:
-            raise AppConfigError("algorithm.value_clip", self.value_clip, "a number > 0 or null")
-        for name in ("epochs", "num_minibatches", "grpo_group_size"):
-            value = getattr(self, name)
-            if value < 1:
-                raise AppConfigError(f"algorithm.{name}", value, "an integer >= 1")
-        if self.policy_lag not in (0, 1):
-            raise AppConfigError("algorithm.policy_lag", self.policy_lag,
-                                 "0 (synchronous) or 1 (rollout beside the update)")
 
 
 @dataclass(frozen=True)
@@ -271,45 +234,37 @@ class PlacementConfig:
     spec: str = "collocated"
     """collocated, hybrid, disaggregated, auto (the planner decides after profiling), or an
     explicit spec such as 'env: 0, rollout: 1, actor: 0-1' over components env, rollout, actor."""
-    num_devices: int = 1
+    num_devices: Positive = 1
     """Devices to place on (without a GPU each is a CPU slot)."""
 
     def __post_init__(self) -> None:
-        if self.num_devices < 1:
-            raise AppConfigError("placement.num_devices", self.num_devices, "an integer >= 1")
         if not self.spec.strip():
             raise AppConfigError("placement.spec", self.spec,
                                  f"one of {list(_NAMED_PLACEMENTS)} or an explicit spec")
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(RunSection):
     """Length, outputs and evaluation of the run."""
 
-    iterations: int = 60
-    """Training iterations (rollout, update, weight sync)."""
-    rollout_steps: int = 64
-    """Env steps per env per iteration."""
-    seed: int = 0
-    """Seeds envs, weights, sampling and shuffling."""
     run_dir: str = "runs/embodied"
-    """Where metrics, checkpoints, plots, trace and video go (--run-dir overrides)."""
-    checkpoint_every: int = 10
-    """Save a checkpoint every this many iterations (and after the last); 0: only the last."""
-    eval_every: int = 0
-    """Evaluate every this many iterations (besides before and after training); 0: never."""
-    eval_episodes: int = 8
+    eval_every: Annotated[int, Range(0)] = 0
+    trial_plans: Annotated[int, Range(0)] = 3
+    profile_cache: str | None = None
+    iterations: Annotated[int, Range(1)] = 60
+    """Training iterations (rollout, update, weight sync)."""
+    rollout_steps: Annotated[int, Range(1)] = 64
+    """Env steps per env per iteration."""
+    eval_episodes: Annotated[int, Range(1)] = 8
     """Episodes per evaluation (deterministic policy, fresh env seeds)."""
-    eval_max_steps: int = 1000
+    eval_max_steps: Annotated[int, Range(1)] = 1000
     """Steps an evaluation may take; every evaluation episode must end by then (time limit)."""
     target_return: float | None = None
     """Evaluation mean return the trained policy must reach (the task's threshold), or null."""
-    target_success_rate: float | None = None
+    target_success_rate: Annotated[float, Range(0, 1)] | None = None
     """Evaluation success rate the trained policy must reach (tasks with success), or null."""
     video: bool = True
     """Record one evaluation episode of the trained policy as run_dir/eval.gif."""
-    trace: bool = False
-    """Write a Chrome trace of every worker's spans (and the planner's predicted Gantt)."""
     device: Literal["cpu", "cuda"] = "cpu"
     """Where the policy and actor run; simulators always run on the CPU."""
     host_allocator: Literal["jemalloc", "system"] = "jemalloc"
@@ -317,62 +272,6 @@ class RunConfig:
     iteration reuses its host memory instead of faulting it in again, which VMs that hand
     freed memory back to their host make ~100x dearer) or system (the C library's).
     Ignored where LD_PRELOAD or MALLOC_CONF is set."""
-    keep_checkpoints: int = 2
-    """Checkpoints kept on disk (older ones are pruned)."""
-    loggers: tuple[Literal["jsonl", "tensorboard", "wandb", "mlflow"], ...] = (
-        "jsonl", "tensorboard")
-    """Where metrics go: jsonl (metrics.jsonl, the run's record: always on), tensorboard,
-    wandb (offline into run_dir/wandb without a wandb login; the rlinf-workers extra wandb)
-    and mlflow (a local file store in run_dir/mlruns unless MLFLOW_TRACKING_URI; extra
-    mlflow)."""
-    max_restarts: int = 0
-    """When a worker dies (killed, out of memory, its node lost), tear down what is left,
-    relaunch from the last checkpoint (from the start before the first one) and go on — at
-    most this many times; each restart is recorded in the metrics (``run/restarts``) and the
-    summary. 0: the run stops and says to --resume."""
-    trial_plans: int = 3
-    """placement=auto: run at most this many of the plans priced within run.trial_margin
-    of the best for run.trial_steps iterations each (throw-away flows, like the profile's)
-    and launch the fastest as measured; 0 or 1: launch the best-priced plan untried."""
-    trial_margin: float = 0.10
-    """placement=auto: how close to the best price (relative) a plan must be to be tried."""
-    trial_steps: int = 3
-    """placement=auto: iterations per trial; the first is a warm-up, the median of the rest
-    is the trial's time."""
-    profile_cache: str | None = None
-    """placement=auto: a folder where profiles are kept per workflow, config and machine; a
-    run whose profile is there is planned from it instead of profiling again (null: always
-    profile)."""
-
-    def __post_init__(self) -> None:
-        for name in ("iterations", "rollout_steps", "eval_episodes", "keep_checkpoints"):
-            value = getattr(self, name)
-            if value < 1:
-                raise AppConfigError(f"run.{name}", value, "an integer >= 1")
-        for name in ("checkpoint_every", "eval_every", "max_restarts"):
-            value = getattr(self, name)
-            if value < 0:
-                raise AppConfigError(f"run.{name}", value, "an integer >= 0 (0: never)")
-        if self.eval_max_steps < 1:
-            raise AppConfigError("run.eval_max_steps", self.eval_max_steps, "an integer >= 1")
-        if self.trial_plans < 0:
-            raise AppConfigError("run.trial_plans", self.trial_plans,
-                                 "an integer >= 0 (0 or 1: no trials)")
-        if not 0 <= self.trial_margin < math.inf:
-            raise AppConfigError("run.trial_margin", self.trial_margin,
-                                 "a number >= 0 (0.1: plans priced within 10% of the best)")
-        if self.trial_steps < 2:
-            raise AppConfigError("run.trial_steps", self.trial_steps,
-                                 "an integer >= 2 (one warm-up, then the timed iterations)")
-        if self.target_success_rate is not None and not 0 <= self.target_success_rate <= 1:
-            raise AppConfigError("run.target_success_rate", self.target_success_rate,
-                                 "a number in [0, 1] or null")
-        if not self.run_dir:
-            raise AppConfigError("run.run_dir", self.run_dir, "a non-empty path")
-        if self.profile_cache is not None and not self.profile_cache.strip():
-            # an empty path would keep profiles in whatever folder the run starts from
-            raise AppConfigError("run.profile_cache", self.profile_cache,
-                                 "a folder path, or null for no cache")
 
 
 @dataclass(frozen=True)
@@ -552,23 +451,11 @@ def _check_env_workers(cfg: AppConfig) -> None:
                              ) from exc
 
 
-def _check_loggers(run: RunConfig) -> None:
-    from rlinf.workers.errors import ConfigError as WorkersConfigError
-    from rlinf.workers.telemetry.run_files import check_loggers
-
-    try:
-        check_loggers(run.loggers)
-    except WorkersConfigError as exc:
-        raise AppConfigError("run.loggers", list(run.loggers),
-                             "a list holding jsonl and any of tensorboard, wandb, mlflow, "
-                             "each once") from exc
-
-
 def validate(cfg: AppConfig) -> None:
     """The checks of `from_omegaconf` that look at the installation (extras, env ids, GPU)."""
     _check_env(cfg.env)
     _check_env_workers(cfg)
-    _check_loggers(cfg.run)
+    cfg.run.check_loggers()
     if cfg.run.device == "cuda":
         import torch
 
@@ -584,13 +471,7 @@ def from_omegaconf(cfg: Any) -> AppConfig:
             unknown env id.
         AppMissingExtraError: the env's backend is not installed (names the app extra).
     """
-    from omegaconf import DictConfig, OmegaConf
-
-    data = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
-    if not isinstance(data, Mapping):
-        raise AppConfigError("<root>", data, "a mapping with keys env, policy, algorithm, "
-                             "placement, run")
-    app = build(AppConfig, {str(k): v for k, v in data.items()})
+    app = build_composed(AppConfig, cfg)
     validate(app)
     return app
 

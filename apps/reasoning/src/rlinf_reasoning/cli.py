@@ -50,7 +50,8 @@ CONF_DIR = Path(__file__).resolve().parent / "conf"
 
 def _sweep_result(run_dir: Path) -> str | None:
     """A finished job's held-out accuracy before -> after, from its summary."""
-    from rlinf_reasoning.report import SUMMARY_FILE, format_fixed
+    from rlinf.workers.training.report import SUMMARY_FILE
+    from rlinf_reasoning.report import format_fixed
 
     path = run_dir / SUMMARY_FILE
     if not path.is_file():

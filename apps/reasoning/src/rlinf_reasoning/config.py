@@ -21,7 +21,8 @@ from typing import Annotated, Any, Literal
 from rlinf.envs.math.datasets import DataKeys
 from rlinf.envs.math.templates import DEFAULT_SYSTEM_PROMPT
 from rlinf.workers.errors import MissingExtraError
-from rlinf.workers.schema import Range, build, flat_dict
+from rlinf.workers.schema import Range, build_composed, flat_dict
+from rlinf.workers.training.section import RunSection
 from rlinf_reasoning.errors import DataFileError, InvalidConfigError, MissingEngineError
 
 __all__ = [
@@ -451,34 +452,18 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True)
-class RunConfig:
+class RunConfig(RunSection):
     """Length, seed, outputs."""
 
+    run_dir: str = "runs/reasoning"
     steps: Positive = 40
     """Training steps (one batch of prompts each)."""
-    seed: int = 0
-    """Seed of sampling, initialisation and (unless data.seed) the problems."""
-    run_dir: str = "runs/reasoning"
-    """Folder for metrics, checkpoints, plots and traces."""
-    checkpoint_every: NonNegative = 10
-    """Save a checkpoint every this many steps and at the end (0: only at the end)."""
-    keep_checkpoints: Positive = 2
-    """Checkpoints kept in run_dir/checkpoints (older ones are pruned)."""
     export_hf: bool = False
     """Also write every checkpoint as a Hugging Face folder (``hf/step-N`` in the run folder:
     safetensors, config, tokenizer), as ``rlinf-reasoning export`` does."""
-    eval_every: NonNegative = 10
-    """Held-out greedy accuracy every this many steps (0: only before and after)."""
     eval_samples: NonNegative = 4
     """Held-out responses (prompt, response, answer, reward) each evaluation adds to
     ``samples.jsonl`` in the run folder (0: none)."""
-    trace: bool = False
-    """Write a Chrome trace of the real timeline next to the planner's predicted one."""
-    loggers: tuple[Literal["jsonl", "tensorboard", "wandb", "mlflow"], ...] = (
-        "jsonl", "tensorboard")
-    """Where metrics go: jsonl (metrics.jsonl, the run's record: always on), tensorboard,
-    wandb (offline into run_dir/wandb without a wandb login; extra wandb) and mlflow (a
-    local file store in run_dir/mlruns unless MLFLOW_TRACKING_URI; extra mlflow)."""
     weight_sync: Literal["auto", "shm", "cuda_ipc", "nccl"] = "auto"
     """Transport of actor → rollout weight updates (auto: from the placement; nccl means
     gloo on CPU; cuda_ipc needs CUDA and actor and rollout on the same devices)."""
@@ -491,22 +476,6 @@ class RunConfig:
     profile_batches: tuple[Positive, ...] = (8, 16)
     """Prompts per call of the profiling probes (benchmarks and `rlinf-plan` workflows; the
     run itself never probes)."""
-    profile_cache: str | None = "~/.cache/rlinf/profiles"
-    """A folder of profiles shared by runs and sweep jobs (default: $RLINF_PROFILE_CACHE if
-    set), keyed by workflow, model, settings, cluster and host CPU: every run adds what it
-    measured of itself, and a later run of the same setting is priced (and placement=auto
-    planned) before it starts; without one, auto starts collocated (null: no cache, every run
-    prices itself from its first steps)."""
-    trial_plans: NonNegative = 0
-    """placement=auto with a cached profile: run at most this many of the plans priced within
-    run.trial_margin of the best for run.trial_steps steps each (throw-away runs before the
-    real one, so they delay its first step) and launch the fastest as measured; 0 or 1:
-    launch the best-priced plan untried."""
-    trial_margin: Annotated[float, Range(0)] = 0.10
-    """placement=auto: how close (relative) to the best price a plan must be to be tried."""
-    trial_steps: Annotated[int, Range(2)] = 3
-    """placement=auto: steps per trial; the first is a warm-up, the median of the rest
-    counts."""
     replan: bool = False
     """placement=auto: re-plan during the run when measured steps drift from the prediction
     (rlinf.sched.Replanner); a better plan is launched at a step boundary from a checkpoint."""
@@ -514,11 +483,6 @@ class RunConfig:
     """run.replan: relative deviation of a step's seconds from the prediction that counts."""
     replan_patience: Positive = 3
     """run.replan: consecutive drifting steps before re-planning."""
-    max_restarts: NonNegative = 0
-    """When a worker dies (killed, out of memory, its node lost), tear down what is left,
-    relaunch the workers from the last checkpoint (from the start before the first one) and
-    go on — at most this many times; every restart is recorded in the metrics
-    (``run/restarts``) and in the summary. 0: the run stops and says to --resume."""
 
 
 @dataclass(frozen=True)
@@ -651,20 +615,6 @@ def _check_paths(cfg: ReasoningConfig) -> None:
         _check_problems(cfg.data)
 
 
-def _check_loggers(cfg: RunConfig) -> None:
-    """jsonl kept, no logger twice, and each one's package installed (found, not imported)."""
-    from rlinf.workers.errors import ConfigError as WorkersConfigError
-    from rlinf.workers.telemetry.run_files import check_loggers
-
-    try:
-        check_loggers(cfg.loggers)
-    except WorkersConfigError as exc:
-        raise InvalidConfigError("run.loggers", list(cfg.loggers),
-                                 "a list holding jsonl (metrics.jsonl is the run's record: "
-                                 "resume and the summary read it) and any of tensorboard, "
-                                 "wandb, mlflow, each once") from exc
-
-
 def _check_reward(cfg: ReasoningConfig) -> None:
     """Import the reward functions now: a typo, or a function of no known shape, is refused
     before any worker starts."""
@@ -745,22 +695,9 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
         DataFileError: a problem file has a bad line (named with its number).
         MissingEngineError: `rollout.engine` is not installed (names the extra).
     """
-    from omegaconf import DictConfig, OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    if isinstance(cfg, DictConfig):
-        try:
-            data = OmegaConf.to_container(cfg, resolve=True)
-        except OmegaConfBaseException as exc:
-            key = getattr(exc, "full_key", None) or "?"
-            raise InvalidConfigError(str(key), None, f"a resolvable value ({exc})") from exc
-    else:
-        data = cfg
-    if not isinstance(data, Mapping):
-        raise InvalidConfigError("<root>", data, "a mapping of config sections")
-    config = build(ReasoningConfig, {str(k): v for k, v in data.items()})
+    config = build_composed(ReasoningConfig, cfg)
     _check_paths(config)
-    _check_loggers(config.run)
+    config.run.check_loggers()
     _check_reward(config)
     _check_tools(config.tools)
     from rlinf.sched import ExecutionMode

@@ -114,7 +114,7 @@ def tool_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
                   max_turns: int = 2, batch_size: int = 256) -> ToolAccuracy:
     """`ToolAccuracy` of `model` on `problems`, greedy, through `ToolLoop` with the
     calculator in the tag format; each final turn is read as the reward reads it."""
-    from rlinf.workers.reward import RewardWorker
+    from rlinf.workers.reward import RewardScorer
     from rlinf.workers.rollout import HFRolloutEngine, RolloutBatch, SamplingConfig
     from rlinf.workers.rollout.tool_loop import ToolLoop, ToolLoopConfig
 
@@ -123,7 +123,7 @@ def tool_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     engine = HFRolloutEngine(model, eos_token_id=int(tokenizer.eos_token_id),
                              pad_token_id=int(tokenizer.pad_token_id), offload_policy="host")
     loop = ToolLoop.build(engine, tokenizer, ToolLoopConfig(max_turns=max_turns))
-    reader = RewardWorker(tokenizer)
+    reader = RewardScorer(tokenizer)
     greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
     correct = calls = errors = 0.0
     try:

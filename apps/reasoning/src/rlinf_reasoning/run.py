@@ -11,6 +11,7 @@ restarts.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -20,20 +21,13 @@ from typing import Any, TextIO
 
 import structlog
 
-from rlinf.sched import (
-    Cluster,
-    CostModel,
-    ExecutionPlan,
-    Profile,
-    SimulationResult,
-    Workflow,
-)
-from rlinf.workers.flow import PROFILE_FORMAT, ensure_ray
+from rlinf.sched import Cluster, ExecutionPlan, Profile
+from rlinf.workers.flow import ensure_ray
+from rlinf.workers.flow.auto import PROFILE_FORMAT
 from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.telemetry import Span
 from rlinf.workers.training import (
     PlanChoice,
-    ProfileCosts,
     RunOutcome,
     RunSettings,
     choose_plan,
@@ -45,23 +39,9 @@ from rlinf_reasoning.config import LENGTH_KEYS, ReasoningConfig, config_dict
 from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.export import export_checkpoint
 from rlinf_reasoning.flow import ReasoningFlow, StepResult
-from rlinf_reasoning.planning import (
-    auto_plan,
-    first_guess,
-    planned_fixed,
-    predict,
-    profile_flow,
-)
-from rlinf_reasoning.report import (
-    HELDOUT_KEY,
-    Summary,
-    print_summary,
-    write_curve,
-    write_summary,
-    write_trace,
-)
+from rlinf_reasoning.pricing import ReasoningPricing, first_guess, planned_fixed, profile_flow
+from rlinf_reasoning.report import HELDOUT_KEY, Summary, write_curve, write_trace
 from rlinf_reasoning.spec import FlowSpec, flow_spec
-from rlinf_reasoning.workflow import reasoning_workflow
 
 __all__ = ["HF_EXPORT_DIR", "SAMPLES_FILE", "ReasoningTask", "dry_run", "profile_identity",
            "train"]
@@ -91,16 +71,10 @@ def profile_identity(cfg: ReasoningConfig) -> dict[str, object]:
 def run_settings(cfg: ReasoningConfig) -> RunSettings:
     """The runner's settings of `cfg`'s ``run`` section and placement."""
     run = cfg.run
-    return RunSettings(
-        run_dir=Path(run.run_dir).expanduser(), steps=run.steps,
-        checkpoint_every=run.checkpoint_every, eval_every=run.eval_every,
-        keep_checkpoints=run.keep_checkpoints, max_restarts=run.max_restarts,
-        loggers=tuple(run.loggers), trace=run.trace,
-        auto=cfg.placement.strip().lower() == "auto", predict=run.predict,
-        profile_cache=run.profile_cache, replan=run.replan,
-        replan_threshold=run.replan_threshold, replan_patience=run.replan_patience,
-        trial_plans=run.trial_plans, trial_margin=run.trial_margin,
-        trial_steps=run.trial_steps, unit="step", progress_desc="train",
+    return run.settings(
+        steps=run.steps, auto=cfg.placement.strip().lower() == "auto", predict=run.predict,
+        replan=run.replan, replan_threshold=run.replan_threshold,
+        replan_patience=run.replan_patience, unit="step", progress_desc="train",
         progress_keys=PROGRESS_KEYS)
 
 
@@ -133,8 +107,9 @@ class ReasoningTask:
         return Cluster.discover(use_ray=True, cpu_slots=self.cfg.cluster.cpu_slots)
 
     # -- planning -----------------------------------------------------------------------------
-    def workflow(self) -> Workflow:
-        return reasoning_workflow(self.spec)
+    @functools.cached_property
+    def pricing(self) -> ReasoningPricing:
+        return ReasoningPricing(self.spec)
 
     def profile_identity(self) -> dict[str, object]:
         return profile_identity(self.cfg)
@@ -144,16 +119,6 @@ class ReasoningTask:
 
     def first_guess(self, cluster: Cluster) -> ExecutionPlan:
         return first_guess(self.cfg, self.spec, cluster)
-
-    def price(self, plan: ExecutionPlan, costs: Profile | CostModel,
-              cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
-        return predict(plan, self.spec, costs, cluster)
-
-    def rank(self, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
-        return auto_plan(self.spec, costs, cluster)
-
-    def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
-        return ProfileCosts(profile)
 
     def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:
         """Always: a reasoning checkpoint loads into any placement."""
@@ -194,26 +159,19 @@ class ReasoningTask:
             write_trace(self.settings.run_dir, spans, last_spans, choice.simulation)
 
     def summarize(self, outcome: RunOutcome) -> Summary:
-        choice, plan = outcome.choice, outcome.choice.plan
         busy = sum(outcome.step_seconds)
         summary = Summary(
+            **Summary.of_run(outcome, self.settings.run_dir),
             heldout_before=outcome.before.get(HELDOUT_KEY, math.nan),
-            heldout_after=outcome.after.get(HELDOUT_KEY, math.nan), steps=outcome.steps,
-            wall_seconds=outcome.wall_seconds, total_seconds=outcome.total_seconds,
+            heldout_after=outcome.after.get(HELDOUT_KEY, math.nan),
             samples=outcome.counted, samples_per_s=outcome.counted / busy if busy else 0.0,
-            mode=plan.mode.value, placement=plan.spec,
-            predicted_iteration_s=plan.predicted_time if choice.simulation else None,
-            measured_iteration_s=outcome.measured_iteration_s,
-            simulated_switches=choice.simulation.switches if choice.simulation else None,
-            lock_switches_per_iteration=outcome.lock_switches_per_iteration,
-            restarts=outcome.restarts, parallelism=plan.parallelism,
-            trials=tuple(trial.to_dict() for trial in choice.trials),
+            parallelism=outcome.choice.plan.parallelism,
             tools_before=_tools(outcome.before), tools_after=_tools(outcome.after))
-        write_summary(summary, self.settings.run_dir)
+        summary.save(self.settings.run_dir)
         return summary
 
     def print_summary(self, summary: Summary, out: TextIO) -> None:
-        print_summary(summary, out)
+        print(summary.format(), file=out)
         _log.info("run_done", **summary.to_dict())
 
 

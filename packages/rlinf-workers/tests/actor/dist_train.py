@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from rank_launch import join
 
-from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.actor import ActorConfig, PolicyTrainer
 from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
 from rlinf.workers.rollout import RolloutBatch, RolloutSample
 
@@ -49,7 +49,7 @@ def config(mode: str) -> ActorConfig:
                        algorithm=algorithm or "grpo")  # type: ignore[arg-type]
 
 
-def _full(actor: ActorWorker) -> dict[str, torch.Tensor]:
+def _full(actor: PolicyTrainer) -> dict[str, torch.Tensor]:
     return {name: t.clone() for bucket in actor.state_dict_for_rollout(bucket_bytes=1 << 30)
             for name, t in bucket}
 
@@ -61,7 +61,7 @@ def main() -> None:
     shard = batch.select(slice(rank * rows, (rank + 1) * rows))
     for parallelism in modes:
         model = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer())
-        actor = ActorWorker(model, config=config(parallelism))
+        actor = PolicyTrainer(model, config=config(parallelism))
         for _ in range(2):
             actor.train(shard)
         synced = {name: t.clone()
@@ -73,7 +73,7 @@ def main() -> None:
         actor.train(shard)
         continued = _full(actor)
         fresh = build_tiny_causal_lm(CONFIG, seed=5, tokenizer=build_char_tokenizer())
-        resumed = ActorWorker(fresh, config=config(parallelism))
+        resumed = PolicyTrainer(fresh, config=config(parallelism))
         resumed.load_checkpoint(f"{out}/{parallelism}-ckpt")
         resumed.train(shard)
         torch.save({"params": synced, "continued": continued, "resumed": _full(resumed)},

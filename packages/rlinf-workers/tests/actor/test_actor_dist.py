@@ -14,7 +14,7 @@ sys.path.insert(0, str(HERE))
 from dist_train import CONFIG, config, make_batch  # noqa: E402
 from rank_launch import launch  # noqa: E402
 
-from rlinf.workers.actor import ActorWorker  # noqa: E402
+from rlinf.workers.actor import PolicyTrainer  # noqa: E402
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 
 
@@ -24,7 +24,7 @@ def _launch(modes: list[str], out: Path) -> dict[str, list[dict[str, Any]]]:
 
 def _single_process_params(mode: str = "none") -> dict[str, torch.Tensor]:
     model = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer())
-    actor = ActorWorker(model, config=config(mode))
+    actor = PolicyTrainer(model, config=config(mode))
     for _ in range(2):
         actor.train(make_batch())
     return {k: v.clone() for k, v in actor.model.state_dict().items()}

@@ -13,7 +13,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from dist_train import CONFIG, make_batch
 
-from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.actor import ActorConfig, PolicyTrainer
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm
 from rlinf.workers.rollout import RolloutBatch
@@ -23,7 +23,7 @@ def _model() -> torch.nn.Module:
     return build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer())
 
 
-def _stepped_gradients(actor: ActorWorker) -> list[list[torch.Tensor]]:
+def _stepped_gradients(actor: PolicyTrainer) -> list[list[torch.Tensor]]:
     """Make `actor.optimizer.step` record each parameter group's gradients first."""
     seen: list[list[torch.Tensor]] = []
     step = actor.optimizer.step
@@ -47,7 +47,7 @@ def _norm(grads: list[torch.Tensor]) -> float:
 def test_the_critic_steps_at_its_own_learning_rate() -> None:
     # Adam's first step moves a parameter by lr * g / (|g| + eps) = lr * sign(g): the value
     # head's bias by the critic's 0.1, every policy weight by at most the policy's 0.001.
-    actor = ActorWorker(_model(), config=ActorConfig(
+    actor = PolicyTrainer(_model(), config=ActorConfig(
         algorithm="ppo", lr=1e-3, critic_lr=0.1, parallelism="none", max_grad_norm=None,
         critic_max_grad_norm=None))
     assert [g["lr"] for g in actor.optimizer.param_groups] == [1e-3, 0.1]
@@ -69,7 +69,7 @@ def test_critic_gradients_never_shrink_the_policy_step() -> None:
     batch = make_batch()
     stepped, metrics, params = [], [], []
     for value_coef in (0.5, 1e4):
-        actor = ActorWorker(_model(), config=ActorConfig(
+        actor = PolicyTrainer(_model(), config=ActorConfig(
             algorithm="ppo", lr=1e-2, parallelism="none", value_coef=value_coef,
             max_grad_norm=1.0, critic_max_grad_norm=0.5))
         stepped.append(_stepped_gradients(actor))
@@ -89,11 +89,11 @@ def test_critic_gradients_never_shrink_the_policy_step() -> None:
 def test_a_checkpoint_restores_both_parameter_groups(tmp_path: Path) -> None:
     batch = make_batch()
     config = ActorConfig(algorithm="ppo", lr=1e-2, critic_lr=3e-2, parallelism="none")
-    actor = ActorWorker(_model(), config=config)
+    actor = PolicyTrainer(_model(), config=config)
     actor.train(batch)
     actor.save_checkpoint(str(tmp_path))
     actor.train(batch)
-    resumed = ActorWorker(_model(), config=config)
+    resumed = PolicyTrainer(_model(), config=config)
     resumed.load_checkpoint(str(tmp_path))
     resumed.train(batch)
     for mine, theirs in zip(resumed.optimizer.param_groups, actor.optimizer.param_groups,
@@ -122,7 +122,7 @@ def test_ppo_token_rewards_lose_coef_times_kl_before_gae() -> None:
     # make_batch: row r has 2 + r % 3 response tokens; row 1 (3 tokens) is rewarded 1.
     # k1 = 0.5 per token, coef 0.1: every token's reward loses 0.05. The critic's head
     # starts at 0, so with gamma = lam = 1 each return is the sum of the rewards after it.
-    actor = ActorWorker(_model(), config=_kl_config(
+    actor = PolicyTrainer(_model(), config=_kl_config(
         algorithm="ppo", gamma=1.0, lam=1.0, whiten_advantages=False))
     batch = _with_kl(make_batch(), 0.5)
     penalty, metrics = actor._reward_kl(batch)
@@ -138,7 +138,7 @@ def test_grpo_sums_the_penalty_into_each_response_reward() -> None:
     # Group 0: rows of 2, 3, 4, 2 tokens, rewards [0, 1, 0, 0]; penalties 0.05 per token
     # sum to [0.1, 0.15, 0.2, 0.1]: rewards [-0.1, 0.85, -0.2, -0.1], mean 0.1125, and
     # without the std (Dr. GRPO) advantages [-0.2125, 0.7375, -0.3125, -0.2125].
-    actor = ActorWorker(_model(), config=_kl_config(grpo_normalize_std=False))
+    actor = PolicyTrainer(_model(), config=_kl_config(grpo_normalize_std=False))
     batch = _with_kl(make_batch(), 0.5)
     penalty, _ = actor._reward_kl(batch)
     data = actor._prepare(batch, reward_penalty=penalty)
@@ -150,9 +150,9 @@ def test_grpo_sums_the_penalty_into_each_response_reward() -> None:
 
 def test_a_fixed_coefficient_stays_and_an_adaptive_one_moves_each_step() -> None:
     batch = _with_kl(make_batch(), 0.5)
-    fixed = ActorWorker(_model(), config=_kl_config())
+    fixed = PolicyTrainer(_model(), config=_kl_config())
     assert [fixed.train(batch)["reward_kl_coef"] for _ in range(2)] == [0.1, 0.1]
-    adaptive = ActorWorker(_model(), config=_kl_config(kl_ctrl="adaptive", target_kl=0.1,
+    adaptive = PolicyTrainer(_model(), config=_kl_config(kl_ctrl="adaptive", target_kl=0.1,
                                                        kl_horizon=80))
     first = adaptive.train(batch)
     # kl 0.5 against 0.1: error 4 clipped to 0.2; 8 responses: x (1 + 0.2 * 8 / 80) = 1.02
@@ -169,7 +169,7 @@ def test_a_fixed_coefficient_stays_and_an_adaptive_one_moves_each_step() -> None
 def test_the_adaptive_coefficient_survives_checkpoints_and_snapshots(tmp_path: Path) -> None:
     batch = _with_kl(make_batch(), 0.5)
     config = _kl_config(kl_ctrl="adaptive", kl_horizon=80)
-    actor = ActorWorker(_model(), config=config)
+    actor = PolicyTrainer(_model(), config=config)
     actor.train(batch)
     actor.save_checkpoint(str(tmp_path))
     snapshot = actor.snapshot()
@@ -178,14 +178,14 @@ def test_the_adaptive_coefficient_survives_checkpoints_and_snapshots(tmp_path: P
     assert actor.kl_controller.value == pytest.approx(0.102 * 1.02)
     actor.restore(snapshot)
     assert actor.kl_controller.value == pytest.approx(0.102)
-    resumed = ActorWorker(_model(), config=config)
+    resumed = PolicyTrainer(_model(), config=config)
     resumed.load_checkpoint(str(tmp_path))
     assert resumed.kl_controller is not None
     assert resumed.kl_controller.value == pytest.approx(0.102)
 
 
 def test_kl_in_reward_needs_a_reference() -> None:
-    actor = ActorWorker(_model(), config=_kl_config())
+    actor = PolicyTrainer(_model(), config=_kl_config())
     with pytest.raises(ConfigError, match="ref_log_probs"):
         actor.train(make_batch())
 

@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from dist_train import CONFIG, make_batch
 
-from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.actor import ActorConfig, PolicyTrainer
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models import (
     build_char_tokenizer,
@@ -33,7 +33,7 @@ def _seq_log_probs(model, batch) -> torch.Tensor:
             response_ids=batch.response_ids, response_mask=batch.response_mask).sum(-1)
 
 
-def _params(actor: ActorWorker) -> dict[str, torch.Tensor]:
+def _params(actor: PolicyTrainer) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in actor.model.state_dict().items()}
 
 
@@ -45,7 +45,7 @@ def test_a_step_raises_the_log_prob_of_the_rewarded_sample(algorithm):
     batch = batch.replace(rewards=rewards)
     model = _model()
     before = _seq_log_probs(model, batch)
-    actor = ActorWorker(model, config=ActorConfig(algorithm=algorithm, lr=5e-3,
+    actor = PolicyTrainer(model, config=ActorConfig(algorithm=algorithm, lr=5e-3,
                                                   parallelism="none", micro_batch_size=3))
     metrics = actor.train(batch)
     delta = _seq_log_probs(actor.model, batch) - before
@@ -57,7 +57,7 @@ def test_a_step_raises_the_log_prob_of_the_rewarded_sample(algorithm):
         assert metrics["value_loss"] > 0
 
 
-def _train_recording_gradient(actor: ActorWorker, batch) -> dict[str, torch.Tensor]:
+def _train_recording_gradient(actor: PolicyTrainer, batch) -> dict[str, torch.Tensor]:
     """Train one step; returns the accumulated gradient the optimizer stepped with."""
     seen: dict[str, torch.Tensor] = {}
     step = actor.optimizer.step
@@ -80,7 +80,7 @@ def test_micro_batch_accumulation_equals_one_big_batch(aggregation):
     batch = make_batch()
     grads, params = [], []
     for micro in (1, 3, 8):
-        actor = ActorWorker(_model(), config=ActorConfig(
+        actor = PolicyTrainer(_model(), config=ActorConfig(
             lr=1e-2, parallelism="none", micro_batch_size=micro, aggregation=aggregation,
             max_grad_norm=None))
         grads.append(_train_recording_gradient(actor, batch))
@@ -116,7 +116,7 @@ def test_padding_free_training_steps_with_the_padded_gradient(algorithm):
                      batch.response_mask) is not None
     grads, params = [], []
     for padding_free in (False, True):
-        actor = ActorWorker(_model(), config=ActorConfig(
+        actor = PolicyTrainer(_model(), config=ActorConfig(
             algorithm=algorithm, lr=1e-2, parallelism="none", micro_batch_size=8,
             max_grad_norm=None, padding_free=padding_free))
         grads.append(_train_recording_gradient(actor, batch))
@@ -135,7 +135,7 @@ def test_bf16_autocast_trains_fp32_weights_with_gradients_close_to_fp32(algorith
     batch = make_batch()
     grads, dtypes = {}, {}
     for precision in ("fp32", "bf16"):
-        actor = ActorWorker(_model(), config=ActorConfig(
+        actor = PolicyTrainer(_model(), config=ActorConfig(
             algorithm=algorithm, lr=1e-2, parallelism="none", micro_batch_size=3,
             max_grad_norm=None, precision=precision))
         grads[precision] = _train_recording_gradient(actor, batch)
@@ -160,7 +160,7 @@ def test_auto_attention_trains_short_bf16_batches_with_eager_attention(algorithm
     for choice in ("auto", "model"):
         model = build_tiny_causal_lm(dataclasses.replace(CONFIG, attn_implementation="sdpa"),
                                      seed=0, tokenizer=build_char_tokenizer())
-        actor = ActorWorker(model, config=ActorConfig(
+        actor = PolicyTrainer(model, config=ActorConfig(
             algorithm=algorithm, lr=1e-2, parallelism="none", micro_batch_size=3,
             max_grad_norm=None, precision="bf16", attention=choice))
         seen: set[str] = set()
@@ -184,7 +184,7 @@ def test_an_unknown_attention_kernel_is_refused():
 
 def test_micro_batches_group_similar_lengths_and_cut_padding():
     batch = make_batch()
-    actor = ActorWorker(_model(), config=ActorConfig(parallelism="none", micro_batch_size=3))
+    actor = PolicyTrainer(_model(), config=ActorConfig(parallelism="none", micro_batch_size=3))
     data = actor._prepare(batch)
     lengths = batch.response_mask.sum(-1)
     micros = actor._micro_batches(data, torch.arange(batch.num_rows))
@@ -201,14 +201,14 @@ def test_micro_batches_group_similar_lengths_and_cut_padding():
 
 def test_ppo_critic_fits_the_returns_over_steps():
     batch = make_batch()
-    actor = ActorWorker(_model(), config=ActorConfig(
+    actor = PolicyTrainer(_model(), config=ActorConfig(
         algorithm="ppo", lr=3e-3, parallelism="none", micro_batch_size=4, value_clip=None))
     losses = [actor.train(batch)["value_loss"] for _ in range(4)]
     assert losses[-1] < losses[0]
 
 
 def test_mini_batches_and_epochs_count_optimizer_steps():
-    actor = ActorWorker(_model(), config=ActorConfig(
+    actor = PolicyTrainer(_model(), config=ActorConfig(
         parallelism="none", mini_batch_size=4, epochs=2, micro_batch_size=2))
     actor.train(make_batch())
     assert actor.global_step == 4
@@ -217,7 +217,7 @@ def test_mini_batches_and_epochs_count_optimizer_steps():
 def test_kl_term_needs_reference_and_is_zero_against_itself():
     batch = make_batch()
     config = ActorConfig(parallelism="none", kl_coef=0.1)
-    actor = ActorWorker(_model(), config=config)
+    actor = PolicyTrainer(_model(), config=config)
     with pytest.raises(ConfigError, match="ref_log_probs"):
         actor.train(batch)
     with torch.no_grad():
@@ -241,22 +241,22 @@ def test_rollout_correction_weighs_each_token_by_the_capped_engine_mismatch():
     for steps in ({"epochs": 2}, {"mini_batch_size": 4}):
         several = dataclasses.replace(capped, **steps)  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match="recompute"):
-            ActorWorker(_model(), config=several).train(batch)
+            PolicyTrainer(_model(), config=several).train(batch)
     plain = _train_recording_gradient(
-        ActorWorker(_model(), config=ActorConfig(parallelism="none", max_grad_norm=None)),
+        PolicyTrainer(_model(), config=ActorConfig(parallelism="none", max_grad_norm=None)),
         batch.replace(old_log_probs=old))
     # the engine agrees with the trainer: every weight is 1, nothing changes
-    agreeing = _train_recording_gradient(ActorWorker(_model(), config=capped),
+    agreeing = _train_recording_gradient(PolicyTrainer(_model(), config=capped),
                                          batch.replace(old_log_probs=old,
                                                        rollout_log_probs=old.clone()))
     # the engine under-sampled every token 3x: each weight is capped at 2, the loss doubles
-    under = _train_recording_gradient(ActorWorker(_model(), config=capped),
+    under = _train_recording_gradient(PolicyTrainer(_model(), config=capped),
                                       batch.replace(old_log_probs=old,
                                                     rollout_log_probs=old - math.log(3.0)))
     # one step per batch: without a recompute, pi_old is the training forward's own
-    fused_agreeing = _train_recording_gradient(ActorWorker(_model(), config=capped),
+    fused_agreeing = _train_recording_gradient(PolicyTrainer(_model(), config=capped),
                                                batch.replace(rollout_log_probs=old.clone()))
-    fused_under = _train_recording_gradient(ActorWorker(_model(), config=capped),
+    fused_under = _train_recording_gradient(PolicyTrainer(_model(), config=capped),
                                             batch.replace(rollout_log_probs=old - math.log(3.0)))
     assert plain
     for name, grad in plain.items():
@@ -269,7 +269,7 @@ def test_rollout_correction_weighs_each_token_by_the_capped_engine_mismatch():
 
 
 def test_rollout_buckets_cover_the_state_dict_within_the_size_bound():
-    actor = ActorWorker(_model(), config=ActorConfig(parallelism="none"))
+    actor = PolicyTrainer(_model(), config=ActorConfig(parallelism="none"))
     state = actor.model.state_dict()
     bound = 40_000
     buckets = list(actor.state_dict_for_rollout(bucket_bytes=bound))
@@ -288,7 +288,7 @@ def test_rollout_buckets_cover_the_state_dict_within_the_size_bound():
 def test_checkpoint_resume_continues_exactly(tmp_path, algorithm):
     batch = make_batch()
     config = ActorConfig(algorithm=algorithm, lr=1e-2, parallelism="none")
-    actor = ActorWorker(_model(), config=config)
+    actor = PolicyTrainer(_model(), config=config)
     actor.train(batch)
     actor.save_checkpoint(str(tmp_path))
     expected_noise = torch.rand(3)
@@ -296,7 +296,7 @@ def test_checkpoint_resume_continues_exactly(tmp_path, algorithm):
     expected = _params(actor)
 
     other = build_tiny_causal_lm(CONFIG, seed=123, tokenizer=build_char_tokenizer())
-    resumed = ActorWorker(other, config=config)
+    resumed = PolicyTrainer(other, config=config)
     torch.rand(5)  # disturb the RNG: loading must restore it
     resumed.load_checkpoint(str(tmp_path))
     assert resumed.global_step == 1
@@ -310,7 +310,7 @@ def test_checkpoint_resume_continues_exactly(tmp_path, algorithm):
 
 def test_cpu_offload_keeps_training_state():
     batch = make_batch()
-    actor = ActorWorker(_model(), config=ActorConfig(parallelism="none"))
+    actor = PolicyTrainer(_model(), config=ActorConfig(parallelism="none"))
     actor.train(batch)
     before = _params(actor)
     actor.offload()
@@ -323,7 +323,7 @@ def test_cpu_offload_keeps_training_state():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_offload_moves_params_and_optimizer_state_to_host_and_back():
     batch = make_batch()
-    actor = ActorWorker(_model(), config=ActorConfig(parallelism="none"), device="cuda")
+    actor = PolicyTrainer(_model(), config=ActorConfig(parallelism="none"), device="cuda")
     actor.train(batch)
     used = torch.cuda.memory_allocated()
     actor.offload()
@@ -352,7 +352,7 @@ def test_a_rank_the_checkpoint_has_no_file_for_reads_a_replicas(tmp_path, monkey
     plan with more actor devices) restores rank 0's complete state on the new ranks."""
     from rlinf.workers.actor import checkpoint as ckpt
 
-    trained = ActorWorker(_model(), config=ActorConfig(lr=5e-3, parallelism="none",
+    trained = PolicyTrainer(_model(), config=ActorConfig(lr=5e-3, parallelism="none",
                                                        micro_batch_size=4))
     rewards = torch.zeros(8)
     rewards[2] = 1.0
@@ -362,7 +362,7 @@ def test_a_rank_the_checkpoint_has_no_file_for_reads_a_replicas(tmp_path, monkey
     monkeypatch.setattr(ckpt, "_rank", lambda: 1)  # as rank 1 of a larger group
     with pytest.raises(ConfigError, match="no checkpoint for rank 1"):
         ckpt.read_rank_file(tmp_path)
-    fresh = ActorWorker(_model(), config=ActorConfig(lr=5e-3, parallelism="none",
+    fresh = PolicyTrainer(_model(), config=ActorConfig(lr=5e-3, parallelism="none",
                                                      micro_batch_size=4))
     fresh.load_checkpoint(str(tmp_path))
     assert fresh.global_step == trained.global_step == 1

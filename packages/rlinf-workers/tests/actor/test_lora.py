@@ -16,7 +16,7 @@ from dist_train import CONFIG, make_batch
 
 pytest.importorskip("peft", reason="the lora extra")
 
-from rlinf.workers.actor import ActorConfig, ActorWorker, LoraConfig, LoraMerger
+from rlinf.workers.actor import ActorConfig, LoraConfig, LoraMerger, PolicyTrainer
 from rlinf.workers.actor.lora import (
     adapter_named_tensors,
     merged_named_tensors,
@@ -32,13 +32,13 @@ def _model() -> torch.nn.Module:
     return build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer())
 
 
-def _actor(lora: LoraConfig = LORA, **options: object) -> ActorWorker:
+def _actor(lora: LoraConfig = LORA, **options: object) -> PolicyTrainer:
     config = ActorConfig(lr=5e-2, parallelism="none", micro_batch_size=4, lora=lora,
                          **options)  # type: ignore[arg-type]
-    return ActorWorker(_model(), config=config)
+    return PolicyTrainer(_model(), config=config)
 
 
-def _trained(actor: ActorWorker) -> dict[str, float]:
+def _trained(actor: PolicyTrainer) -> dict[str, float]:
     rewards = torch.zeros(8)
     rewards[2] = 1.0
     return actor.train(make_batch().replace(rewards=rewards))

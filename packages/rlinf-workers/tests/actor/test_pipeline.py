@@ -8,15 +8,15 @@ import copy
 import torch
 
 from rlinf.envs.math import ProblemGenerator
-from rlinf.workers.actor import ActorConfig, ActorWorker
-from rlinf.workers.inference import InferenceConfig, InferenceWorker
+from rlinf.workers.actor import ActorConfig, PolicyTrainer
+from rlinf.workers.inference import InferenceConfig, LogProbEngine
 from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
-from rlinf.workers.reward import RewardConfig, RewardWorker
+from rlinf.workers.reward import RewardConfig, RewardScorer
 from rlinf.workers.rollout import (
     HFRolloutEngine,
     RolloutBatch,
-    RolloutWorker,
-    RolloutWorkerConfig,
+    RolloutEngine,
+    RolloutGeneratorConfig,
     SamplingConfig,
 )
 from rlinf.workers.weight_sync import sync_in_process
@@ -27,19 +27,19 @@ CONFIG = TinyLMConfig(hidden_size=64, intermediate_size=128, attn_implementation
 def test_one_grpo_iteration_streams_trains_and_syncs():
     tokenizer = build_char_tokenizer()
     policy = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=tokenizer)
-    rollout = RolloutWorker(
+    rollout = RolloutEngine(
         HFRolloutEngine(copy.deepcopy(policy), eos_token_id=tokenizer.eos_token_id,
                         pad_token_id=tokenizer.pad_token_id),
-        tokenizer, config=RolloutWorkerConfig(
+        tokenizer, config=RolloutGeneratorConfig(
             group_size=4, groups_per_micro_batch=2,
             sampling=SamplingConfig(max_new_tokens=4, temperature=1.0, seed=0)))
     # An untrained model never answers right; the format penalty (no number at all) gives
     # its groups reward variance, hence non-zero GRPO advantages.
-    reward = RewardWorker(tokenizer, config=RewardConfig(format_penalty=1.0))
-    old_policy = InferenceWorker(copy.deepcopy(policy))
-    reference = InferenceWorker(copy.deepcopy(policy),
+    reward = RewardScorer(tokenizer, config=RewardConfig(format_penalty=1.0))
+    old_policy = LogProbEngine(copy.deepcopy(policy))
+    reference = LogProbEngine(copy.deepcopy(policy),
                                 config=InferenceConfig(role="reference"))
-    actor = ActorWorker(policy, config=ActorConfig(parallelism="none", kl_coef=0.01,
+    actor = PolicyTrainer(policy, config=ActorConfig(parallelism="none", kl_coef=0.01,
                                                    micro_batch_size=4, lr=1e-3))
 
     ready: list[RolloutBatch] = []

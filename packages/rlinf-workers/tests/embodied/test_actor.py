@@ -4,17 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from rlinf.workers.embodied import (
-    EmbodiedActorConfig,
-    EmbodiedActorWorker,
-    run_collocated,
-)
+from rlinf.workers.embodied import EmbodiedActorConfig, EmbodiedActorWorker
 from rlinf.workers.embodied.actor import first_episode_mask
 from rlinf.workers.env import Trajectory
 from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models import PolicyConfig
 
 from .conftest import CONTEXT, make_policy
+from .reference import run_collocated
 
 POLICY = PolicyConfig(obs_shape=(4,), action_dim=1)
 

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from rlinf.comm import Channel, Endpoint, TCPStore, new_token
-from rlinf.workers.embodied import run_collocated
 from rlinf.workers.env import Trajectory
 
 from .conftest import make_policy
+from .reference import run_collocated
 
 
 @pytest.fixture

@@ -26,7 +26,6 @@ from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.errors import WorkerDiedError
 from rlinf.workers.flow import (
     ChannelSpec,
-    ChannelTransport,
     ComponentSpec,
     FlowChannel,
     FlowRun,
@@ -34,6 +33,7 @@ from rlinf.workers.flow import (
     MacroFlow,
     StepContext,
 )
+from rlinf.workers.flow.channels import ChannelTransport
 from rlinf.workers.models import PolicyConfig
 
 from ..leaks import eventually

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from rlinf.workers.embodied import EmbodiedActorConfig, EmbodiedActorWorker, run_collocated
+from rlinf.workers.embodied import EmbodiedActorConfig, EmbodiedActorWorker
 from rlinf.workers.embodied.mlp_ppo import STAT_NAMES, MlpPPOKernel, PPOCoefficients
 from rlinf.workers.embodied.ppo_step import ppo_terms
 from rlinf.workers.env import Trajectory
@@ -17,6 +17,7 @@ from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.policy import PolicyConfig, build_actor_critic
 
 from .conftest import CONTEXT, make_policy
+from .reference import run_collocated
 
 CONFIG = PolicyConfig(obs_shape=(5,), action_dim=2, hidden_sizes=(16, 16))
 

@@ -9,10 +9,10 @@ import torch
 
 from rlinf.comm import Batch, Endpoint, TCPStore, new_token
 from rlinf.sched import parse_placement
-from rlinf.workers.embodied import EmbodiedActorConfig, PolicyRolloutConfig, run_collocated
+from rlinf.workers.embodied import EmbodiedActorConfig, PolicyRolloutConfig
 from rlinf.workers.embodied.profiling import synthetic_trajectory
 from rlinf.workers.embodied.roles import (
-    ActorRole,
+    EmbodiedActorRole,
     EnvRole,
     build_rollout_policy,
     episode_means,
@@ -21,12 +21,14 @@ from rlinf.workers.embodied.roles import (
 )
 from rlinf.workers.env import EnvWorkerConfig, Trajectory
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, PeerChannel, PeerTimeoutError, StepContext
+from rlinf.workers.flow import FlowChannel, PeerTimeoutError, StepContext
+from rlinf.workers.flow.peer import PeerChannel
 from rlinf.workers.models import PolicyConfig
 from rlinf.workers.runtime import WorkerContext
 from rlinf.workers.telemetry import TraceRecorder
 
 from .conftest import make_policy
+from .reference import run_collocated
 
 POLICY = PolicyConfig(obs_shape=(4,), action_dim=1, hidden_sizes=(16, 16))
 
@@ -140,13 +142,13 @@ def _trajectory(seed: int) -> Trajectory:
 
 def test_actor_role_state_resumes_bit_for_bit_with_global_rngs():
     config = EmbodiedActorConfig(policy=POLICY, epochs=2, num_minibatches=4, seed=1)
-    first = ActorRole(context("actor", (0, 1)), config=config, trace=True)
+    first = EmbodiedActorRole(context("actor", (0, 1)), config=config, trace=True)
     report = first.train(_trajectory(0))
     assert [s.name for s in report.spans] == ["train"] and report.seconds > 0
     saved = first.state()
     first.train(_trajectory(1))
     draw = torch.rand(3)
-    second = ActorRole(context("actor", (0, 1)), config=config)
+    second = EmbodiedActorRole(context("actor", (0, 1)), config=config)
     torch.manual_seed(123)  # disturb the global generator: load_state must restore it
     second.load_state(saved)
     second.train(_trajectory(1))
@@ -157,7 +159,7 @@ def test_actor_role_state_resumes_bit_for_bit_with_global_rngs():
 
 def test_roles_run_one_torch_thread_per_device():
     # one process over two devices (ComponentSpec.one_process): its context has both
-    actor = ActorRole(context("actor", (0, 1)), config=EmbodiedActorConfig(policy=POLICY))
+    actor = EmbodiedActorRole(context("actor", (0, 1)), config=EmbodiedActorConfig(policy=POLICY))
     assert actor.devices == (0, 1) and actor.num_threads == 2
     with actor.turn("train"):  # no device lock configured: a turn only sets threads
         assert torch.get_num_threads() == 2

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from rlinf.workers.embodied import run_collocated
 from rlinf.workers.env import Trajectory
 from rlinf.workers.errors import ConfigError
 
+from ..embodied.reference import run_collocated
 from .conftest import make_policy
 
 

@@ -13,7 +13,7 @@ from rlinf.sched import (
     Profile,
     parse_placement,
 )
-from rlinf.workers.flow import (
+from rlinf.workers.flow.auto import (
     COLLOCATED_ITERATION,
     COLLOCATED_PLANS,
     PROBE_ITERATION,

@@ -14,15 +14,13 @@ from rlinf.workers.flow import (
     ChannelSpec,
     ComponentSpec,
     FlowChannel,
-    FlowCycleError,
     FlowDeclarationError,
     MacroFlow,
     StepContext,
-    UnknownComponentError,
     WeightSyncSpec,
-    WeightSyncTargetError,
 )
 from rlinf.workers.flow.channels import paired_ranks
+from rlinf.workers.flow.errors import FlowCycleError, UnknownComponentError, WeightSyncTargetError
 from rlinf.workers.flow.records import IterationRecord, PhaseRecord, profile_of
 from rlinf.workers.runtime import Worker
 
@@ -243,7 +241,7 @@ def test_profiling_runs_on_device_counts_every_component_allows() -> None:
     """A trainer cut in pairs of devices is profiled on 2 and on the largest even count,
     never on 1; a cluster on which no count fits every component is refused."""
     from rlinf.sched import Cluster
-    from rlinf.workers.flow import profile_device_counts
+    from rlinf.workers.flow.auto import profile_device_counts
 
     def flow(multiple: int) -> MacroFlow:
         trainer = ComponentSpec(Component("sink", batch=8, micro_batch_multiple=UNIT,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlinf.workers.errors import WorkerDiedError
-from rlinf.workers.flow import with_restarts
+from rlinf.workers.flow.restarts import with_restarts
 from rlinf.workers.telemetry import CheckpointStore
 
 

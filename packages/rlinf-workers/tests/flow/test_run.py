@@ -21,11 +21,6 @@ from rlinf.comm import live_segments, orphaned_segments
 from rlinf.sched import Cluster, Component, Edge, Loop
 from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.flow import (
-    COLLOCATED_ITERATION,
-    COLLOCATED_PLANS,
-    CONTROL,
-    PROBE_ITERATION,
-    WEIGHT_SYNC,
     ChannelSpec,
     ComponentSpec,
     FlowClosedError,
@@ -34,6 +29,13 @@ from rlinf.workers.flow import (
     MacroFlow,
     WeightSyncSpec,
     launch_auto,
+)
+from rlinf.workers.flow.auto import (
+    COLLOCATED_ITERATION,
+    COLLOCATED_PLANS,
+    CONTROL,
+    PROBE_ITERATION,
+    WEIGHT_SYNC,
     merge_run_profiles,
     run_profile,
 )

@@ -10,7 +10,7 @@ import pytest
 
 from rlinf.sched import ExecutionPlan, parse_placement
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import (
+from rlinf.workers.flow.trials import (
     PlanTrial,
     fastest,
     format_trials,

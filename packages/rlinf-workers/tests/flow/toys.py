@@ -17,7 +17,8 @@ import numpy as np
 import ray
 
 from rlinf.comm import Batch
-from rlinf.workers.flow import FlowChannel, FlowWorker, Sharding, StepContext, rank_key
+from rlinf.workers.flow import FlowChannel, FlowWorker, Sharding, StepContext
+from rlinf.workers.flow.channels import rank_key
 from rlinf.workers.runtime import WorkerContext
 
 # Test modules are not importable in Ray's worker processes: ship these classes by value.

@@ -4,12 +4,12 @@ import pytest
 import torch
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.inference import InferenceConfig, InferenceWorker
+from rlinf.workers.inference import InferenceConfig, LogProbEngine
 from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm
 from rlinf.workers.rollout import (
     HFRolloutEngine,
-    RolloutWorker,
-    RolloutWorkerConfig,
+    RolloutEngine,
+    RolloutGeneratorConfig,
     SamplingConfig,
 )
 
@@ -17,16 +17,16 @@ from rlinf.workers.rollout import (
 def _rollout(model, tokenizer, problems, temperature: float = 1.0):
     engine = HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
                              pad_token_id=tokenizer.pad_token_id)
-    config = RolloutWorkerConfig(group_size=3, groups_per_micro_batch=2, sampling=SamplingConfig(
+    config = RolloutGeneratorConfig(group_size=3, groups_per_micro_batch=2, sampling=SamplingConfig(
         max_new_tokens=6, temperature=temperature, seed=1))
-    return RolloutWorker(engine, tokenizer, config=config).generate_batch(problems[:4])
+    return RolloutEngine(engine, tokenizer, config=config).generate_batch(problems[:4])
 
 
 @pytest.mark.parametrize("micro_batch_size", [1, 5, 64])
 def test_actor_role_reproduces_the_rollout_log_probs(model, tokenizer, problems,
                                                      micro_batch_size):
     batch = _rollout(model, tokenizer, problems, temperature=0.9)
-    worker = InferenceWorker(model, config=InferenceConfig(
+    worker = LogProbEngine(model, config=InferenceConfig(
         micro_batch_size=micro_batch_size, temperature=0.9))
     annotated = worker.annotate(batch)
     assert annotated.old_log_probs is not None and annotated.ref_log_probs is None
@@ -37,7 +37,7 @@ def test_actor_role_reproduces_the_rollout_log_probs(model, tokenizer, problems,
 
 def test_bf16_scores_near_fp32_and_bad_precision_is_refused(model, tokenizer, problems):
     batch = _rollout(model, tokenizer, problems, temperature=0.9)
-    worker = InferenceWorker(model, config=InferenceConfig(temperature=0.9, precision="bf16"))
+    worker = LogProbEngine(model, config=InferenceConfig(temperature=0.9, precision="bf16"))
     scored = worker.compute_log_probs(batch)
     assert scored.dtype == torch.float32
     torch.testing.assert_close(scored, batch.rollout_log_probs, atol=0.1, rtol=0)
@@ -51,7 +51,7 @@ def test_reference_role_scores_under_its_own_model(model, tokenizer, problems):
     reference = build_tiny_causal_lm(TinyLMConfig(hidden_size=64, intermediate_size=128,
                                                   attn_implementation="eager"),
                                      seed=9, tokenizer=tokenizer)
-    worker = InferenceWorker(reference, config=InferenceConfig(role="reference"))
+    worker = LogProbEngine(reference, config=InferenceConfig(role="reference"))
     annotated = worker.annotate(batch)
     assert annotated.ref_log_probs is not None and annotated.old_log_probs is None
     valid = batch.response_mask.bool()
@@ -64,7 +64,7 @@ def test_reference_role_scores_under_its_own_model(model, tokenizer, problems):
 
 def test_offload_onload_round_trip_and_config_errors(model, tokenizer, problems):
     batch = _rollout(model, tokenizer, problems)
-    worker = InferenceWorker(model)
+    worker = LogProbEngine(model)
     before = worker.compute_log_probs(batch)
     worker.offload()
     worker.onload()

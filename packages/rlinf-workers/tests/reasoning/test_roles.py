@@ -21,7 +21,8 @@ from rlinf.envs.math import MathProblem, ProblemGenerator
 from rlinf.sched import parse_placement
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, Sharding, StepContext, rank_key
+from rlinf.workers.flow import FlowChannel, Sharding, StepContext
+from rlinf.workers.flow.channels import rank_key
 from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
 from rlinf.workers.reasoning import (
     ActorRole,
@@ -36,14 +37,14 @@ from rlinf.workers.reward import RewardConfig
 from rlinf.workers.rollout import (
     HFRolloutEngine,
     RolloutBatch,
-    RolloutWorkerConfig,
+    RolloutGeneratorConfig,
     SamplingConfig,
 )
 from rlinf.workers.runtime import WorkerContext
 
 CONFIG = TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
                       intermediate_size=128, attn_implementation="eager")
-ROLLOUT = RolloutWorkerConfig(group_size=4, groups_per_micro_batch=2,
+ROLLOUT = RolloutGeneratorConfig(group_size=4, groups_per_micro_batch=2,
                               sampling=SamplingConfig(max_new_tokens=4))
 ROLES = ("rollout", "reward", "inference", "actor")
 
@@ -268,7 +269,7 @@ def record_steps(optimizer: torch.optim.Optimizer, out: list[torch.Tensor]) -> N
 def test_streamed_training_steps_like_training_on_the_whole_shard(
         wiring: Wiring, problems: list[MathProblem]) -> None:
     """Micro-batch gradients accumulated as groups arrive, one step at the end, give the
-    update of `ActorWorker.train` on the collected shard (up to float summation order)."""
+    update of `PolicyTrainer.train` on the collected shard (up to float summation order)."""
     apart = step_ctx(2, 5, "rollout: 0, reward,inference,actor: 1")  # the actor streams
     to_reward = wiring.channel("rollout", "reward")
     to_actor = wiring.channel("reward", "actor", groups_per_message=2, sharding="contiguous")

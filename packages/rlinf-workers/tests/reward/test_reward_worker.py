@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from rlinf.workers.errors import ConfigError, RewardFunctionError
-from rlinf.workers.reward import RewardConfig, RewardWorker, load_reward_terms
+from rlinf.workers.reward import RewardConfig, RewardScorer, load_reward_terms
 from rlinf.workers.rollout import RolloutBatch, RolloutSample
 
 
@@ -24,7 +24,7 @@ def _batch(tokenizer, responses: list[str], answers: list[str], group_size: int,
 
 def test_rewards_accuracy_and_group_pass_rate(tokenizer):
     batch = _batch(tokenizer, ["2", "3", "19", "x"], ["2", "2", "20", "20"], group_size=2)
-    scored, stats = RewardWorker(tokenizer).compute_rewards(batch)
+    scored, stats = RewardScorer(tokenizer).compute_rewards(batch)
     assert scored.rewards is not None
     assert scored.rewards.tolist() == [1.0, 0.0, 0.0, 0.0]
     assert stats.accuracy == pytest.approx(0.25)
@@ -35,11 +35,11 @@ def test_rewards_accuracy_and_group_pass_rate(tokenizer):
 
 def test_decode_drops_padding_and_special_tokens(tokenizer):
     batch = _batch(tokenizer, ["12", "7"], ["12", "7"], group_size=1)
-    assert RewardWorker(tokenizer).decode(batch) == ["12", "7"]
+    assert RewardScorer(tokenizer).decode(batch) == ["12", "7"]
 
 
 def test_format_penalty_applies_when_no_answer_is_found(tokenizer):
-    worker = RewardWorker(tokenizer, config=RewardConfig(format_penalty=0.5))
+    worker = RewardScorer(tokenizer, config=RewardConfig(format_penalty=0.5))
     rewards = worker.score_texts(["no number here", "the answer is 4"], ["4", "4"])
     assert torch.equal(rewards, torch.tensor([-0.5, 1.0]))
     with pytest.raises(ConfigError):
@@ -60,20 +60,20 @@ def test_the_verifier_starts_up_with_the_worker_not_in_the_first_step(
 
     warmed: list[str] = []
     monkeypatch.setattr(worker_module, "warm_up_verifier", warmed.append)
-    RewardWorker(tokenizer, config=RewardConfig(verifier="math_verify"))
+    RewardScorer(tokenizer, config=RewardConfig(verifier="math_verify"))
     assert warmed == ["math_verify"]
-    RewardWorker(tokenizer, config=RewardConfig(functions=(f"{user_rewards}:exact_match",)))
+    RewardScorer(tokenizer, config=RewardConfig(functions=(f"{user_rewards}:exact_match",)))
     assert warmed == ["math_verify"]  # a user's function: math-verify is not ours to start
 
 
 def test_a_user_reward_function_scores_by_name(tokenizer, user_rewards):
     batch = _batch(tokenizer, ["2", "3", "19", "x"], ["2", "2", "19", "20"], group_size=2)
-    worker = RewardWorker(tokenizer,
+    worker = RewardScorer(tokenizer,
                           config=RewardConfig(functions=(f"{user_rewards}:exact_match",)))
     scored, stats = worker.compute_rewards(batch)
     assert scored.rewards.tolist() == [1.0, -0.5, 1.0, -0.5]
     assert stats.accuracy == pytest.approx(0.5)
-    nested = RewardWorker(tokenizer,
+    nested = RewardScorer(tokenizer,
                           config=RewardConfig(functions=(f"{user_rewards}:Scorers.length",)))
     assert nested.compute_rewards(batch)[0].rewards.tolist() == [1.0, 1.0, 2.0, 1.0]
 
@@ -82,11 +82,11 @@ def test_a_failing_reward_function_is_reported_with_its_sample(tokenizer, user_r
     from rlinf.workers.errors import RewardFunctionError
 
     batch = _batch(tokenizer, ["2", "seven"], ["2", "7"], group_size=2)
-    worker = RewardWorker(tokenizer, config=RewardConfig(functions=(f"{user_rewards}:broken",)))
+    worker = RewardScorer(tokenizer, config=RewardConfig(functions=(f"{user_rewards}:broken",)))
     with pytest.raises(RewardFunctionError, match=r"user_rewards:broken.*ValueError.*"
                                                   r"sample 1: response 'seven', answer '7'"):
         worker.compute_rewards(batch)
-    odd = RewardWorker(tokenizer, config=RewardConfig(functions=(f"{user_rewards}:not_a_number",)))
+    odd = RewardScorer(tokenizer, config=RewardConfig(functions=(f"{user_rewards}:not_a_number",)))
     with pytest.raises(RewardFunctionError, match="returned 'high', not a finite number"):
         odd.compute_rewards(batch)
 
@@ -99,20 +99,20 @@ def test_a_failing_reward_function_is_reported_with_its_sample(tokenizer, user_r
 ])
 def test_bad_reward_function_names_say_what_is_wrong(tokenizer, user_rewards, spec, message):
     with pytest.raises(ConfigError, match=message):
-        RewardWorker(tokenizer, config=RewardConfig(functions=(spec,)))
+        RewardScorer(tokenizer, config=RewardConfig(functions=(spec,)))
 
 
 def test_the_verifier_decides_what_is_equal_beyond_numbers(tokenizer):
     pytest.importorskip("math_verify", reason="rlinf-envs[math]")
     responses, answers = ["\\boxed{\\frac{x}{2}}"], ["x/2"]
     boxed = ("boxed",)
-    symbolic = RewardWorker(tokenizer, config=RewardConfig(strategies=boxed,
+    symbolic = RewardScorer(tokenizer, config=RewardConfig(strategies=boxed,
                                                            verifier="math_verify"))
-    literal = RewardWorker(tokenizer, config=RewardConfig(strategies=boxed, verifier="builtin"))
+    literal = RewardScorer(tokenizer, config=RewardConfig(strategies=boxed, verifier="builtin"))
     assert symbolic.score_texts(responses, answers).tolist() == [1.0]
     assert literal.score_texts(responses, answers).tolist() == [0.0]
     # the strategies' order: the boxed answer, not the last number
-    both = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed", "last_number")))
+    both = RewardScorer(tokenizer, config=RewardConfig(strategies=("boxed", "last_number")))
     assert both.score_texts(["\\boxed{7} since 3+4 and 8"], ["7"]).tolist() == [1.0]
 
 
@@ -126,8 +126,8 @@ def test_verifier_limits_are_checked():
 def test_the_numeric_tolerance_is_an_option(tokenizer):
     pytest.importorskip("math_verify", reason="rlinf-envs[math]")
     responses, answers = ["\\boxed{0.8660254}"], ["\\frac{\\sqrt3}{2}"]
-    exact = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed",)))
-    loose = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed",),
+    exact = RewardScorer(tokenizer, config=RewardConfig(strategies=("boxed",)))
+    loose = RewardScorer(tokenizer, config=RewardConfig(strategies=("boxed",),
                                                         verify_rel_tol=1e-6))
     assert exact.score_texts(responses, answers).tolist() == [0.0]
     assert loose.score_texts(responses, answers).tolist() == [1.0]
@@ -140,7 +140,7 @@ def test_a_verification_past_its_limit_scores_zero_and_is_counted(tokenizer):
     # `(9^{9})^{9^{9}}` keeps math-verify busy for minutes, holding the GIL.
     batch = _batch(tokenizer, ["\\boxed{(9^{9})^{9^{9}}}", "\\boxed{\\sqrt{4}}"], ["3", "2"],
                    group_size=2)
-    worker = RewardWorker(tokenizer, config=RewardConfig(strategies=("boxed",),
+    worker = RewardScorer(tokenizer, config=RewardConfig(strategies=("boxed",),
                                                          verify_timeout=1.0))
     results = []
     thread = threading.Thread(target=lambda: results.append(worker.compute_rewards(batch)),
@@ -152,7 +152,7 @@ def test_a_verification_past_its_limit_scores_zero_and_is_counted(tokenizer):
     assert scored.rewards.tolist() == [0.0, 1.0]
     assert stats.verify_timeouts == 1
     assert stats.accuracy == pytest.approx(0.5)
-    _, plain = RewardWorker(tokenizer).compute_rewards(_batch(tokenizer, ["2"], ["2"],
+    _, plain = RewardScorer(tokenizer).compute_rewards(_batch(tokenizer, ["2"], ["2"],
                                                               group_size=1))
     assert plain.verify_timeouts == 0
 
@@ -160,7 +160,7 @@ def test_a_verification_past_its_limit_scores_zero_and_is_counted(tokenizer):
 def test_a_trl_batch_function_reads_dataset_columns(tokenizer, user_rewards):
     batch = _batch(tokenizer, ["2", "3", "19", "19"], ["2", "2", "19", "19"], group_size=2,
                    prompts=("1+1", "9+10"), columns=({"level": 1}, {"level": 3}))
-    worker = RewardWorker(tokenizer, config=RewardConfig(
+    worker = RewardScorer(tokenizer, config=RewardConfig(
         functions=(f"{user_rewards}:level_bonus",)))
     assert worker.terms[0].shape == "batch"
     scored, stats = worker.compute_rewards(batch)
@@ -170,7 +170,7 @@ def test_a_trl_batch_function_reads_dataset_columns(tokenizer, user_rewards):
 
 def test_chat_prompts_get_completions_as_assistant_messages(tokenizer, user_rewards):
     chat = [{"role": "user", "content": "1+1"}]
-    worker = RewardWorker(tokenizer, config=RewardConfig(
+    worker = RewardScorer(tokenizer, config=RewardConfig(
         functions=(f"{user_rewards}:chat_length",)))
     as_chat = _batch(tokenizer, ["22", "3"], ["2", "2"], group_size=2, prompts=(chat,),
                      columns=({},))
@@ -184,7 +184,7 @@ def test_a_verl_compute_score_is_used_unchanged(tokenizer, user_rewards):
     columns = ({"data_source": "openai/gsm8k", "extra_info": {"index": 5}},)
     batch = _batch(tokenizer, ["72", "70"], ["72", "72"], group_size=2, prompts=("q",),
                    columns=columns)
-    worker = RewardWorker(tokenizer, config=RewardConfig(
+    worker = RewardScorer(tokenizer, config=RewardConfig(
         functions=(f"{user_rewards}:compute_score",)))
     assert worker.terms[0].shape == "verl"
     assert worker.compute_rewards(batch)[0].rewards.tolist() == pytest.approx([1.05, 0.05])
@@ -198,7 +198,7 @@ def test_a_verl_compute_score_is_used_unchanged(tokenizer, user_rewards):
 def test_weighted_functions_sum_and_each_is_reported(tokenizer, user_rewards):
     batch = _batch(tokenizer, ["2", "3", "19", "x"], ["2", "2", "19", "20"], group_size=2,
                    prompts=("1+1", "9+10"), columns=({"level": 1}, {"level": 3}))
-    worker = RewardWorker(tokenizer, config=RewardConfig(
+    worker = RewardScorer(tokenizer, config=RewardConfig(
         functions=("math", f"{user_rewards}:level_bonus"), weights=(1.0, 0.5)))
     scored, stats = worker.compute_rewards(batch)
     # math: 1 0 1 0; level_bonus: 1 0 3 0
@@ -215,7 +215,7 @@ def test_a_batch_function_returning_the_wrong_count_is_named(tokenizer, user_rew
                                                              functions, weights, message):
     batch = _batch(tokenizer, ["2", "3"], ["2", "2"], group_size=2, prompts=("q",),
                    columns=({},))
-    worker = RewardWorker(tokenizer, config=RewardConfig(functions=functions, weights=weights))
+    worker = RewardScorer(tokenizer, config=RewardConfig(functions=functions, weights=weights))
     with pytest.raises(RewardFunctionError, match=message):
         worker.compute_rewards(batch)
 
@@ -229,7 +229,7 @@ def test_a_batch_function_returning_the_wrong_count_is_named(tokenizer, user_rew
 def test_bad_reward_setups_say_what_is_wrong(tokenizer, user_rewards, functions, weights,
                                              message):
     with pytest.raises(ConfigError, match=message):
-        RewardWorker(tokenizer, config=RewardConfig(functions=functions, weights=weights))
+        RewardScorer(tokenizer, config=RewardConfig(functions=functions, weights=weights))
 
 
 def test_names_shared_by_two_functions_are_told_apart(user_rewards):

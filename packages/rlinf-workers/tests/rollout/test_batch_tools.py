@@ -8,7 +8,7 @@ import torch
 
 from rlinf.workers.errors import ConfigError, ShapeError
 from rlinf.workers.models import build_char_tokenizer
-from rlinf.workers.reward import RewardWorker
+from rlinf.workers.reward import RewardScorer
 from rlinf.workers.rollout import RolloutBatch, RolloutSample
 
 
@@ -68,8 +68,8 @@ def test_multi_turn_fields_come_together():
 
 def test_the_reward_scores_the_final_turn():
     tokenizer = build_char_tokenizer()
-    rewards, _ = RewardWorker(tokenizer).compute_rewards(_batch(tokenizer))
+    rewards, _ = RewardScorer(tokenizer).compute_rewards(_batch(tokenizer))
     # Row 0 answered 2 after the tool said 2; row 1 answered 90 after the tool said 9: the
     # tool's "9" must not earn the reward.
     assert rewards.rewards.tolist() == [1.0, 0.0]
-    assert RewardWorker(tokenizer).decode(_batch(tokenizer)) == ["2", "90"]
+    assert RewardScorer(tokenizer).decode(_batch(tokenizer)) == ["2", "90"]

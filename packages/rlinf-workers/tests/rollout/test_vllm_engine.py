@@ -19,15 +19,15 @@ import pytest
 import torch
 
 from rlinf.envs.math import ProblemGenerator
-from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.actor import ActorConfig, PolicyTrainer
 from rlinf.workers.errors import ConfigError, MissingExtraError
 from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm, response_log_probs
 from rlinf.workers.rollout import (
     HFRolloutEngine,
     RolloutBatch,
+    RolloutEngine,
     RolloutError,
-    RolloutWorker,
-    RolloutWorkerConfig,
+    RolloutGeneratorConfig,
     SamplingConfig,
     VllmRolloutEngine,
 )
@@ -144,7 +144,7 @@ def test_rollout_worker_streams_groups_in_problem_order(served, tokenizer):
             self.items.append((item, weight))
 
     problems = ProblemGenerator().generate(3)
-    worker = RolloutWorker(engine, tokenizer, config=RolloutWorkerConfig(
+    worker = RolloutEngine(engine, tokenizer, config=RolloutGeneratorConfig(
         group_size=4, groups_per_micro_batch=2,
         sampling=SamplingConfig(max_new_tokens=8, temperature=1.0, seed=1)))
     sink = Sink()
@@ -169,7 +169,7 @@ def test_weight_sync_from_the_actor_over_shared_memory(served, tokenizer):
                                                               temperature=0.0))
     # One large GRPO step on vLLM's own samples, so the weights move visibly.
     trained = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=tokenizer)
-    actor = ActorWorker(trained, config=ActorConfig(lr=2e-2, micro_batch_size=4,
+    actor = PolicyTrainer(trained, config=ActorConfig(lr=2e-2, micro_batch_size=4,
                                                     parallelism="none"))
     samples = engine.generate([p for p in prompts for _ in range(4)],
                               sampling=SamplingConfig(max_new_tokens=8, seed=2))

@@ -13,8 +13,8 @@ from rlinf.workers.rollout import (
     GroupSink,
     HFRolloutEngine,
     RolloutBatch,
-    RolloutWorker,
-    RolloutWorkerConfig,
+    RolloutEngine,
+    RolloutGeneratorConfig,
     SamplingConfig,
 )
 
@@ -50,11 +50,11 @@ class WeightedSink:
         self.items.append((item, weight))
 
 
-def _worker(model, tokenizer, **config: Any) -> tuple[RolloutWorker, RecordingEngine]:
+def _worker(model, tokenizer, **config: Any) -> tuple[RolloutEngine, RecordingEngine]:
     engine = RecordingEngine(HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
                                              pad_token_id=tokenizer.pad_token_id))
-    cfg = RolloutWorkerConfig(sampling=SamplingConfig(max_new_tokens=5, seed=0), **config)
-    return RolloutWorker(engine, tokenizer, config=cfg), engine
+    cfg = RolloutGeneratorConfig(sampling=SamplingConfig(max_new_tokens=5, seed=0), **config)
+    return RolloutEngine(engine, tokenizer, config=cfg), engine
 
 
 def test_groups_stream_out_after_each_micro_batch(model, tokenizer, problems):
@@ -131,7 +131,7 @@ def test_worker_offload_and_onload_reach_the_engine(model, tokenizer, problems):
 
 def test_bad_config_and_sink_are_rejected(model, tokenizer, problems):
     with pytest.raises(ConfigError):
-        RolloutWorkerConfig(group_size=0)
+        RolloutGeneratorConfig(group_size=0)
     worker, _ = _worker(model, tokenizer)
     with pytest.raises(ConfigError, match="sink"):
         worker.rollout(problems[:1], sink=42)  # type: ignore[arg-type]

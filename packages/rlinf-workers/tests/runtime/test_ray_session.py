@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from rlinf.workers.errors import ClusterLostError, WorkerDiedError
-from rlinf.workers.flow import with_restarts
+from rlinf.workers.flow.restarts import with_restarts
 from rlinf.workers.runtime import ray_session
 from rlinf.workers.runtime.ray_session import (
     ClusterWatch,

@@ -16,13 +16,12 @@ from typing import Any, TextIO
 
 import pytest
 
-from rlinf.sched import Cluster, CostModel, ExecutionPlan, Profile, SimulationResult, Workflow
-from rlinf.sched import simulate as simulate_plan
+from rlinf.sched import Cluster, CostModel, ExecutionPlan, Profile
 from rlinf.workers.flow import FlowRun, MacroFlow
 from rlinf.workers.telemetry import Span, read_metrics
 from rlinf.workers.training import (
     PlanChoice,
-    ProfileCosts,
+    Pricing,
     ResumeError,
     RunOutcome,
     RunSettings,
@@ -73,6 +72,19 @@ class ToyFlow:
         self.close(kill=exc[0] is not None)
 
 
+class ToyPricing(Pricing):
+    """The library's pricing, but ranking always chooses the disaggregated plan, priced far
+    below anything measured."""
+
+    def __init__(self, flow: MacroFlow) -> None:
+        super().__init__(flow.to_sched_workflow())
+        self.flow = flow
+
+    def rank(self, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
+        other = self.flow.fixed_plan("source: 0, sink: 1", num_devices=cluster.num_devices)
+        return PlanChoice(plan=dataclasses.replace(other, predicted_time=1e-6))
+
+
 class ToyTask:
     """`TrainingTask` of the toy flow: the evaluation scores the iterations trained."""
 
@@ -81,6 +93,7 @@ class ToyTask:
     def __init__(self, run_dir: Path, *, steps: int, auto: bool = False, **settings: Any) -> None:
         self.settings = RunSettings(run_dir=run_dir, steps=steps, auto=auto, **settings)
         self.flow: MacroFlow = declare(sink_kwargs={"delay": 0.005})
+        self.pricing = ToyPricing(self.flow)
         self.compatible_plans = True
         self.summaries: list[RunOutcome] = []
 
@@ -99,9 +112,6 @@ class ToyTask:
     def cluster(self) -> Cluster:
         return Cluster.uniform(1, 2, "8GiB", "cpu")
 
-    def workflow(self) -> Workflow:
-        return self.flow.to_sched_workflow()
-
     def profile_identity(self) -> dict[str, object]:
         return {"toy": 1}
 
@@ -110,21 +120,6 @@ class ToyTask:
 
     def first_guess(self, cluster: Cluster) -> ExecutionPlan:
         return self.fixed_plan(cluster)
-
-    def price(self, plan: ExecutionPlan, costs: Profile | CostModel,
-              cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
-        cost = ProfileCosts(costs) if isinstance(costs, Profile) else costs
-        result = simulate_plan(self.workflow(), plan.placement, cost, cluster,
-                               micro_batch=plan.micro_batch, record=True)
-        return dataclasses.replace(plan, predicted_time=result.iteration_time), result
-
-    def rank(self, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
-        """Always the disaggregated plan, priced far below anything measured."""
-        other = self.flow.fixed_plan("source: 0, sink: 1", num_devices=cluster.num_devices)
-        return PlanChoice(plan=dataclasses.replace(other, predicted_time=1e-6))
-
-    def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
-        return ProfileCosts(profile)
 
     def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:
         return self.compatible_plans

@@ -13,7 +13,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
 from receiver import CONFIG, log_probs_of  # noqa: E402
 
-from rlinf.workers.actor import ActorConfig, ActorWorker  # noqa: E402
+from rlinf.workers.actor import ActorConfig, PolicyTrainer  # noqa: E402
 from rlinf.workers.errors import ConfigError  # noqa: E402
 from rlinf.workers.models import build_char_tokenizer, build_tiny_causal_lm  # noqa: E402
 from rlinf.workers.rollout import HFRolloutEngine, RolloutBatch, RolloutSample  # noqa: E402
@@ -31,7 +31,7 @@ from rlinf.workers.weight_sync import (  # noqa: E402
 BUCKET = 24_000
 
 
-def _trained_actor() -> ActorWorker:
+def _trained_actor() -> PolicyTrainer:
     """An actor one GRPO step away from its initialisation (so synced weights are new)."""
     model = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=build_char_tokenizer())
     gen = torch.Generator().manual_seed(0)
@@ -39,7 +39,7 @@ def _trained_actor() -> ActorWorker:
         torch.randint(4, 90, (4,), generator=gen).tolist()), log_probs=(-4.0,) * 4,
         finish_reason="length") for _ in range(4)]
     batch = RolloutBatch.from_samples(samples, answers=["0"] * 4, group_size=4, pad_token_id=0)
-    actor = ActorWorker(model, config=ActorConfig(parallelism="none", lr=1e-2))
+    actor = PolicyTrainer(model, config=ActorConfig(parallelism="none", lr=1e-2))
     actor.train(batch.replace(rewards=torch.tensor([1.0, 0.0, 0.0, 0.0])))
     return actor
 

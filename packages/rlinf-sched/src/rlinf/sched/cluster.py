@@ -187,7 +187,7 @@ class Cluster:
     """Seconds a device set stays idle each time a component starts a call on it after
     another component's call, or starts the iteration's first call on it: the device lock's
     release and grant, the new holder's wake-up and taking its input, the driver's dispatch.
-    A measured quantity (`rlinf.workers.flow.calibrated_cluster` fits it to the collocated
+    A measured quantity (`rlinf.workers.flow.auto.calibrated_cluster` fits it to the collocated
     probes, where components take turns on every device)."""
     _node_of: tuple[int, ...] = field(init=False, repr=False, compare=False, hash=False)
 

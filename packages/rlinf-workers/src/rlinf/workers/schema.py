@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import inspect
 import itertools
 import math
+import sys
 import textwrap
 import types
 import typing
@@ -30,8 +32,8 @@ from typing import Any, TypeVar
 
 from rlinf.workers.errors import InvalidConfigError
 
-__all__ = ["KeyInfo", "Range", "build", "describe", "field_docs", "flat_dict", "nested",
-           "to_dict", "type_name"]
+__all__ = ["KeyInfo", "Range", "build", "build_composed", "describe", "field_docs",
+           "flat_dict", "nested", "to_dict", "type_name"]
 
 T = TypeVar("T")
 
@@ -84,7 +86,16 @@ class KeyInfo:
 
 @functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """Field name → the string literal written right under it in the class body."""
+    """Field name → the string literal written right under it in the class body, or in the
+    nearest base class that documents it (a subclass may declare a field again to change
+    its default only)."""
+    docs: dict[str, str] = {}
+    for base in reversed(cls.__mro__[:-1]):
+        docs.update(_own_field_docs(base))
+    return docs
+
+
+def _own_field_docs(cls: type) -> dict[str, str]:
     try:
         source = textwrap.dedent(inspect.getsource(cls))
     except (OSError, TypeError):
@@ -194,6 +205,26 @@ def _scalar(value: Any, tp: Any, key: str, expected: str) -> Any:
                              else f"a value of type {expected}")
 
 
+def build_composed(cls: type[T], cfg: Any) -> T:
+    """`build` of a composed Hydra/OmegaConf config (interpolations resolved) or a plain
+    nested mapping; an unresolvable interpolation or a root that is no mapping is an
+    `InvalidConfigError`."""
+    data = cfg
+    omegaconf = sys.modules.get("omegaconf")  # a DictConfig comes from an imported omegaconf
+    if omegaconf is not None and isinstance(cfg, omegaconf.DictConfig):
+        from omegaconf.errors import OmegaConfBaseException
+
+        try:
+            data = omegaconf.OmegaConf.to_container(cfg, resolve=True)
+        except OmegaConfBaseException as exc:
+            key = getattr(exc, "full_key", None) or "?"
+            raise InvalidConfigError(str(key), None, f"a resolvable value ({exc})") from exc
+    if not isinstance(data, Mapping):
+        names = ", ".join(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        raise InvalidConfigError("<root>", data, f"a mapping of the sections {names}")
+    return build(cls, {str(k): v for k, v in data.items()})
+
+
 def build(cls: type[T], data: Mapping[str, Any], *, prefix: str = "") -> T:
     """`cls` from `data`; InvalidConfigError for unknown keys, wrong types, bad ranges.
 
@@ -209,8 +240,10 @@ def build(cls: type[T], data: Mapping[str, Any], *, prefix: str = "") -> T:
     if unknown:
         where = f"{prefix}.{unknown[0]}" if prefix else str(unknown[0])
         section = f"section {prefix!r}" if prefix else "the top level"
+        close = difflib.get_close_matches(str(unknown[0]), names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise InvalidConfigError(where, data[unknown[0]],
-                                 f"a known key; {section} has {', '.join(names)}")
+                                 f"a known key{hint}; {section} has {', '.join(names)}")
     kwargs = {name: _convert(data[name], hints[name], f"{prefix}.{name}" if prefix else name)
               for name in names if name in data}
     for f in dataclasses.fields(cls):

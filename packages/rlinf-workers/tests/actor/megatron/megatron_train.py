@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dist_train import CONFIG, config, make_batch
 from rank_launch import join
 
-from rlinf.workers.actor import ActorWorker
+from rlinf.workers.actor import PolicyTrainer
 from rlinf.workers.actor.megatron import (
     DistributedAdamW,
     MegatronActor,
@@ -67,9 +67,9 @@ def gathered(actor: MegatronActor, *, bucket_bytes: int = 1 << 30) -> dict[str, 
             for name, t in bucket}
 
 
-def capture_gradients(actor: ActorWorker) -> dict[str, torch.Tensor]:
+def capture_gradients(actor: PolicyTrainer) -> dict[str, torch.Tensor]:
     """This rank's gradients as its first optimizer step sees them (clipped), by name (an
-    `ActorWorker`'s policy, or a `MegatronActor`'s stage); filled when that step runs."""
+    `PolicyTrainer`'s policy, or a `MegatronActor`'s stage); filled when that step runs."""
     captured: dict[str, torch.Tensor] = {}
     step = actor.optimizer.step
 
@@ -85,7 +85,7 @@ def capture_gradients(actor: ActorWorker) -> dict[str, torch.Tensor]:
     return captured
 
 
-def _pieces_of_gradients(actor: ActorWorker) -> dict[str, torch.Tensor]:
+def _pieces_of_gradients(actor: PolicyTrainer) -> dict[str, torch.Tensor]:
     """A distributed optimizer's gradients of the policy by parameter name: this rank's
     range, zeros elsewhere (the data-parallel ranks' captures add up to the whole gradient;
     the critic's parameters follow the policy's in the optimizer)."""

@@ -22,7 +22,7 @@ from dist_train import config, make_batch  # noqa: E402
 from megatron_train import algorithm, build_model, capture_gradients  # noqa: E402
 from rank_launch import launch  # noqa: E402
 
-from rlinf.workers.actor import ActorWorker  # noqa: E402
+from rlinf.workers.actor import PolicyTrainer  # noqa: E402
 from rlinf.workers.models import response_log_probs  # noqa: E402
 
 MODES = ["tp2-pp1", "tp1-pp2", "tp1-pp1", "tp2-pp1-untied", "tp1-pp2-untied", "tp2-pp1-sp",
@@ -52,7 +52,7 @@ def _reference(tied: bool, mode: str = "") -> tuple[
                                        prompt_mask=batch.prompt_mask,
                                        response_ids=batch.response_ids,
                                        response_mask=batch.response_mask)
-    actor = ActorWorker(model, config=config(algorithm(mode)))
+    actor = PolicyTrainer(model, config=config(algorithm(mode)))
     grads = capture_gradients(actor)
     metrics = [actor.train(batch) for _ in range(2)]
     values = actor.response_values(batch) if actor.critic is not None else None

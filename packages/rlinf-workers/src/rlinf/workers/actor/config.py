@@ -195,7 +195,7 @@ class ActorConfig:
 
     def can_stream(self, *, distributed: bool) -> bool:
         """Whether gradients can accumulate micro-batch by micro-batch as data arrives, with
-        one optimizer step at the end (`ActorWorker.accumulate`): GRPO (advantages are per
+        one optimizer step at the end (`PolicyTrainer.accumulate`): GRPO (advantages are per
         group), one epoch, one step per batch, no KL in the reward (its controller measures
         the whole batch) and no sharded (FSDP2) gradients."""
         return (self.algorithm == "grpo" and self.epochs == 1 and self.mini_batch_size is None

@@ -1,4 +1,4 @@
-"""`ActorWorker`: trains the policy (and PPO's critic) on scored rollout batches.
+"""`PolicyTrainer`: trains the policy (and PPO's critic) on scored rollout batches.
 
 One `train` call = ``epochs`` passes over the batch; each pass splits it into mini-batches
 (one optimizer step each) and each mini-batch into micro-batches whose gradients
@@ -67,7 +67,7 @@ from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import empty_device_cache, move_module, move_optimizer_state
 from rlinf.workers.weight_sync.buckets import Bucket, iter_buckets
 
-__all__ = ["ActorWorker", "kl_controller_for"]
+__all__ = ["PolicyTrainer", "kl_controller_for"]
 
 _log = structlog.get_logger(__name__)
 
@@ -95,7 +95,7 @@ def optimizer_groups(config: ActorConfig, policy: list[nn.Parameter],
     return groups
 
 
-class ActorWorker:
+class PolicyTrainer:
     """Policy trainer (see the module docstring)."""
 
     def __init__(
@@ -679,7 +679,7 @@ class ActorWorker:
 
 
 _PROMPT_ALIGNED = ("prompt_ids", "prompt_mask")
-"""`ActorWorker._prepare` tensors laid out like the left-padded prompts; every other
+"""`PolicyTrainer._prepare` tensors laid out like the left-padded prompts; every other
 two-dimensional one is laid out like the right-padded responses."""
 
 

@@ -63,12 +63,14 @@ __all__ = [
     "collocated_probes",
     "fit_latency",
     "fit_turn_latency",
+    "iteration_overhead",
     "launch_auto",
     "merge_run_profiles",
     "overhead_seconds",
     "pipeline_probe",
     "pipeline_probe_spec",
     "plan_flow",
+    "probe_iterations",
     "profile_device_counts",
     "profile_flow",
     "run_profile",
@@ -341,6 +343,53 @@ def _overheads(records: Sequence[IterationRecord]) -> Profile:
         dataflow = record.metrics.get("time/dataflow", 0.0)
         profiler.record(entry(CONTROL, max(0.0, record.seconds - dataflow - sum(syncs))))
     return profiler.profile
+
+
+def probe_iterations(run: FlowRun, *, items: int, iterations: int, collocated: bool,
+                     budget_s: float = 3.0, most: int = 9) -> Profile:
+    """Real iterations of a throw-away `run` as profile entries: `iterations`, the first a
+    warm-up, then more while they have taken under `budget_s` in all, up to `most` (one
+    slow iteration among two moves a fit; a simulator's iteration may take seconds, another
+    a tenth of one). Each is drained (a synchronous iteration, as the planner prices it) and
+    recorded by its dataflow seconds (weight sync and control aside), with the plan in the
+    metadata: `COLLOCATED_ITERATION` entries where no message crosses between processes
+    (`collocated`: their median prices the devices' hand-overs), else the median as the
+    `PROBE_ITERATION` (it prices the messages between processes)."""
+    seconds: list[float] = []
+    started = time.perf_counter()
+    while len(seconds) < iterations or (
+            len(seconds) < most and time.perf_counter() - started < budget_s):
+        records = run.iteration(len(seconds) + 1, drain=True)
+        seconds.append(sum(r.metrics["time/dataflow"] for r in records))
+    seconds, now = seconds[1:], time.time()
+    if not collocated:
+        return Profile((Measurement(PROBE_ITERATION, items, 1, statistics.median(seconds), 0,
+                                    memory_source="none", timestamp=now),),
+                       metadata={PROBE_PLAN: run.plan.to_dict()})
+    devices = run.plan.placement.num_devices
+    return Profile(tuple(Measurement(COLLOCATED_ITERATION, items, devices, s, 0,
+                                     memory_source="none", timestamp=now) for s in seconds),
+                   metadata={COLLOCATED_PLANS: {str(devices): run.plan.to_dict()}})
+
+
+def iteration_overhead(run: FlowRun, *, repeats: int, timeout: float) -> Profile:
+    """What every iteration of `run` pays besides the dataflow the simulator models:
+    `WEIGHT_SYNC` (the runtime's sync, unchanged weights) and `CONTROL` (the driver's round
+    trips to every role: an iteration's entry calls and the device-lock count), medians of
+    `repeats` each."""
+    syncs = [run.sync_weights() for _ in range(max(repeats, 1))]
+    trips = []
+    for _ in range(max(repeats, 1)):
+        started = time.perf_counter()
+        futures = [g.call_async("worker_info") for g in run.groups.values()]
+        for future in futures:
+            future.rank_results(timeout=timeout)
+        trips.append(time.perf_counter() - started)
+    now = time.time()
+    return Profile((Measurement(WEIGHT_SYNC, 1, 1, statistics.median(syncs), 0,
+                                memory_source="none", timestamp=now),
+                    Measurement(CONTROL, 1, 1, 2 * statistics.median(trips), 0,
+                                memory_source="none", timestamp=now)))
 
 
 def run_profile(run: FlowRun, *, skip: int = 1) -> Profile:

@@ -25,7 +25,7 @@ __all__ = ["ChannelTransport", "FlowChannel", "Sharding", "paired_ranks", "rank_
 ChannelTransport = Literal["channel", "p2p"]
 """How an edge's messages travel: an `rlinf.comm.Channel` owned by the consumer's rank 0
 (any rank counts, keys per consumer rank), or ``p2p`` messages straight between the two
-ends' endpoints (`rlinf.workers.flow.PeerChannel`, for latency-bound exchanges such as an
+ends' endpoints (`rlinf.workers.flow.peer.PeerChannel`, for latency-bound exchanges such as an
 env ↔ policy loop; where both ends have several ranks, one end's count divides the
 other's and ranks pair as `paired_ranks` says)."""
 

@@ -1,6 +1,6 @@
 """Weight sync halves of flow components: a trainer sends buckets, generators receive them.
 
-The runtime (`rlinf.workers.flow.WeightSync`) picks the transport from where the ranks run
+The runtime (`rlinf.workers.flow.weights.WeightSync`) picks the transport from where the ranks run
 (`rlinf.workers.weight_sync.choose_transport`) and drives the two halves:
 
 - ``inprocess`` (a receiver sharing the trainer's process): every trainer rank leaves its

@@ -1,4 +1,4 @@
-"""`InferenceWorker`: per-token log-probs of generated responses under a given model.
+"""`LogProbEngine`: per-token log-probs of generated responses under a given model.
 
 Two roles in the reasoning flow: the *actor* role recomputes the generating policy's
 log-probs (``old_log_probs``, the denominator of the PPO ratio; recomputing them instead of
@@ -30,7 +30,7 @@ from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.offload import empty_device_cache, move_module
 from rlinf.workers.rollout.types import NamedTensors
 
-__all__ = ["InferenceConfig", "InferenceRole", "InferenceWorker"]
+__all__ = ["InferenceConfig", "InferenceRole", "LogProbEngine"]
 
 InferenceRole = Literal["actor", "reference"]
 
@@ -65,7 +65,7 @@ class InferenceConfig:
         check_attention(self.attention)
 
 
-class InferenceWorker:
+class LogProbEngine:
     """Scores responses under `model` (see the module docstring)."""
 
     def __init__(

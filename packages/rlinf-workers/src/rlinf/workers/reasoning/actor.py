@@ -19,7 +19,7 @@ from typing import ClassVar
 
 import torch
 
-from rlinf.workers.actor import ActorConfig, ActorWorker
+from rlinf.workers.actor import ActorConfig, PolicyTrainer
 from rlinf.workers.actor.megatron.layout import MegatronConfig
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, Sharding, StepContext
@@ -45,14 +45,14 @@ class ActorRole(WeightSenderRole):
                  bucket_bytes: int = 64 << 20, stream: bool = True,
                  megatron: MegatronConfig | None = None) -> None:
         """With `megatron` the trainer is a `MegatronActor` cut by its tensor and pipeline
-        degrees (the actor's ranks are their multiple); otherwise an `ActorWorker` wrapped
+        degrees (the actor's ranks are their multiple); otherwise an `PolicyTrainer` wrapped
         per ``config.parallelism``."""
         super().__init__(context, setup=setup)
         self.config = config
         self.megatron = megatron
         self.bucket_bytes = bucket_bytes
         self.stream = stream
-        self._actor: ActorWorker | None = None
+        self._actor: PolicyTrainer | None = None
         self._pad_id = 0
 
     def build(self) -> None:
@@ -66,11 +66,11 @@ class ActorRole(WeightSenderRole):
             self._actor = MegatronActor(model, config=self.config, megatron=self.megatron,
                                         device=self.device, seed=self.setup.seed)
         else:
-            self._actor = ActorWorker(model, config=self.config, device=self.device)
+            self._actor = PolicyTrainer(model, config=self.config, device=self.device)
         self.offload()  # components start offloaded: the first turn onloads
 
     @property
-    def actor(self) -> ActorWorker:
+    def actor(self) -> PolicyTrainer:
         """The trainer; ConfigError before `build`."""
         if self._actor is None:
             raise ConfigError("ActorRole.build() must run before the actor is used")
@@ -82,7 +82,7 @@ class ActorRole(WeightSenderRole):
         """Flow entry (`rlinf.workers.flow`): train on this rank's contiguous shard of
         iteration ``ctx.step``, in group-index order.
 
-        It streams where it can (`stream`, `ActorWorker.can_stream`) and no device of the
+        It streams where it can (`stream`, `PolicyTrainer.can_stream`) and no device of the
         actor is shared with a source component (the rollout holds a shared device for its
         whole generation, so there is nothing to overlap): the gradients of each micro-batch
         (``micro_batch_size`` rows of consecutive groups, at least one group) are computed as

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 import torch
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, FlowWorker, StepContext, rank_key
+from rlinf.workers.flow import FlowChannel, FlowWorker, StepContext
+from rlinf.workers.flow.channels import rank_key
 from rlinf.workers.reasoning.groups import unpack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.rollout.batch import RolloutBatch

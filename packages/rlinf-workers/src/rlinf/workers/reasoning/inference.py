@@ -11,7 +11,7 @@ import torch
 from rlinf.comm import Channel
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, StepContext
-from rlinf.workers.inference import InferenceConfig, InferenceWorker
+from rlinf.workers.inference import InferenceConfig, LogProbEngine
 from rlinf.workers.models.attention import AttentionChoice
 from rlinf.workers.reasoning.groups import pack_group
 from rlinf.workers.reasoning.setup import RoleSetup
@@ -42,9 +42,9 @@ class InferenceRole(WeightReceiverRole):
         base = InferenceConfig(micro_batch_size=micro_batch_size, temperature=temperature,
                                precision=setup.precision, attention=attention,
                                padding_free=padding_free)
-        self.policy = InferenceWorker(copy.deepcopy(model) if reference else model,
+        self.policy = LogProbEngine(copy.deepcopy(model) if reference else model,
                                       config=base, device=self.device) if recompute else None
-        self.reference = InferenceWorker(
+        self.reference = LogProbEngine(
             model, config=dataclasses.replace(base, role="reference"),
             device=self.device) if reference else None
         self.offload()  # components start offloaded: the first turn onloads

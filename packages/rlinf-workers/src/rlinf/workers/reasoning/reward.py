@@ -10,7 +10,7 @@ from rlinf.workers.flow import FlowChannel, StepContext
 from rlinf.workers.reasoning.base import ReasoningRole
 from rlinf.workers.reasoning.groups import pack_group
 from rlinf.workers.reasoning.setup import RoleSetup
-from rlinf.workers.reward import RewardConfig, RewardWorker
+from rlinf.workers.reward import RewardConfig, RewardScorer
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.runtime import WorkerContext
 
@@ -18,13 +18,13 @@ __all__ = ["RewardRole"]
 
 
 class RewardRole(ReasoningRole):
-    """Reward rank: rule-based rewards (`rlinf.workers.reward.RewardWorker`) per group."""
+    """Reward rank: rule-based rewards (`rlinf.workers.reward.RewardScorer`) per group."""
 
     def __init__(self, context: WorkerContext, *, setup: RoleSetup,
                  config: RewardConfig | None = None) -> None:
         """`config` None: the math verifier with its defaults."""
         super().__init__(context, setup=setup)
-        self.worker = RewardWorker(setup.tokenizer(), config=config or RewardConfig())
+        self.worker = RewardScorer(setup.tokenizer(), config=config or RewardConfig())
 
     def reward_step(self, ctx: StepContext, *, input_channel: FlowChannel,
                     output_channel: FlowChannel) -> dict[str, float]:

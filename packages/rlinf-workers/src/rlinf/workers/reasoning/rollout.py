@@ -19,8 +19,8 @@ from rlinf.workers.rollout import (
     HFRolloutEngine,
     RolloutBatch,
     RolloutEngine,
-    RolloutWorker,
-    RolloutWorkerConfig,
+    RolloutGenerator,
+    RolloutGeneratorConfig,
     SamplingConfig,
 )
 from rlinf.workers.rollout.offload import state_bytes
@@ -94,7 +94,7 @@ class RolloutRole(WeightReceiverRole):
     """Rollout rank: its share of an iteration's micro-batches, groups streamed to reward."""
 
     def __init__(
-        self, context: WorkerContext, *, setup: RoleSetup, config: RolloutWorkerConfig,
+        self, context: WorkerContext, *, setup: RoleSetup, config: RolloutGeneratorConfig,
         engine: EngineName = "hf", model_path: str | None = None,
         engine_options: Mapping[str, Any] | None = None,
         problems: ProblemSource | None = None, tools: ToolLoopConfig | None = None,
@@ -108,7 +108,7 @@ class RolloutRole(WeightReceiverRole):
         if tools is not None:
             # Multi-turn: every generation (training, evaluation, probes) may call tools.
             built = ToolLoop.build(built, tokenizer, tools)
-        self.worker = RolloutWorker(built, tokenizer, config=config)
+        self.worker = RolloutGenerator(built, tokenizer, config=config)
         self.config = config
 
     # -- generation ------------------------------------------------------------------------
@@ -182,7 +182,7 @@ class RolloutRole(WeightReceiverRole):
             return None
         greedy = SamplingConfig(max_new_tokens=max_new_tokens, temperature=0.0)
         single = dataclasses.replace(self.config, group_size=1)
-        worker = RolloutWorker(self.worker.engine, self.worker.tokenizer, config=single)
+        worker = RolloutGenerator(self.worker.engine, self.worker.tokenizer, config=single)
         with self.turn("evaluate", problems=len(problems)):
             return worker.generate_batch(problems, sampling=greedy)
 

@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import BucketLayout, WeightReceiver, WeightSender
+from rlinf.workers.flow import WeightReceiver, WeightSender
+from rlinf.workers.flow.weight_roles import BucketLayout
 from rlinf.workers.reasoning.base import ReasoningRole
 from rlinf.workers.weight_sync import WeightTarget
 

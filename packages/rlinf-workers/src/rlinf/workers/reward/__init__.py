@@ -11,11 +11,21 @@ from rlinf.workers.reward.functions import (
 )
 from rlinf.workers.reward.worker import (
     RewardConfig,
+    RewardScorer,
     RewardStats,
-    RewardWorker,
     call_reward_function,
 )
 
-__all__ = ["BUILTIN_MATH", "RewardConfig", "RewardSample", "RewardShape", "RewardStats",
-           "RewardTerm", "RewardWorker", "call_reward_function", "load_reward_function",
-           "load_reward_terms", "reward_shape"]
+__all__ = [
+    "BUILTIN_MATH",
+    "RewardConfig",
+    "RewardSample",
+    "RewardScorer",
+    "RewardShape",
+    "RewardStats",
+    "RewardTerm",
+    "call_reward_function",
+    "load_reward_function",
+    "load_reward_terms",
+    "reward_shape",
+]

@@ -1,4 +1,4 @@
-"""`RewardWorker`: a run's reward functions on decoded responses, weighted and summed.
+"""`RewardScorer`: a run's reward functions on decoded responses, weighted and summed.
 
 The functions (`RewardConfig.functions`) are the built-in math verifier
 (`rlinf.envs.math.grade`: answer extraction, exact numbers, math-verify with a time limit)
@@ -30,7 +30,7 @@ from rlinf.workers.reward.functions import (
 )
 from rlinf.workers.rollout.batch import RolloutBatch
 
-__all__ = ["RewardConfig", "RewardStats", "RewardWorker", "call_reward_function"]
+__all__ = ["RewardConfig", "RewardScorer", "RewardStats", "call_reward_function"]
 
 
 def call_reward_function(term: RewardTerm, sample: RewardSample) -> float:
@@ -86,7 +86,7 @@ class RewardConfig:
     @property
     def reads_problems(self) -> bool:
         """Whether a function of one's own is configured (they may read prompts and dataset
-        columns, which the rollout then carries: `RolloutWorkerConfig.problem_columns`)."""
+        columns, which the rollout then carries: `RolloutGeneratorConfig.problem_columns`)."""
         return any(spec != BUILTIN_MATH for spec in self.functions)
 
 
@@ -126,7 +126,7 @@ class _MathVerifier:
         return graded.reward
 
 
-class RewardWorker:
+class RewardScorer:
     """Decodes responses and scores them with the run's reward functions."""
 
     def __init__(

@@ -26,13 +26,13 @@ if TYPE_CHECKING:
     from rlinf.workers.rollout.hf_engine import HFRolloutEngine
     from rlinf.workers.rollout.worker import (
         GroupSink,
+        RolloutGenerator,
+        RolloutGeneratorConfig,
         RolloutStats,
-        RolloutWorker,
-        RolloutWorkerConfig,
     )
 
 _LAZY = {"HFRolloutEngine": "hf_engine", "GroupSink": "worker", "RolloutStats": "worker",
-         "RolloutWorker": "worker", "RolloutWorkerConfig": "worker"}
+         "RolloutGenerator": "worker", "RolloutGeneratorConfig": "worker"}
 
 
 def __getattr__(name: str) -> Any:
@@ -47,10 +47,10 @@ __all__ = [
     "RolloutBatch",
     "RolloutEngine",
     "RolloutError",
+    "RolloutGenerator",
+    "RolloutGeneratorConfig",
     "RolloutSample",
     "RolloutStats",
-    "RolloutWorker",
-    "RolloutWorkerConfig",
     "SamplingConfig",
     "SglangRolloutEngine",
     "VllmRolloutEngine",

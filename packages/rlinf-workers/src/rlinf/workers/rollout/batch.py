@@ -81,7 +81,7 @@ class RolloutBatch:
     """``[B, R]`` log-probs under the reference model, for the KL term (inference worker)."""
     prompts: tuple[Any, ...] = ()
     """Each group's prompt as its dataset has it (text, or chat messages), when the rollout
-    carries problems to the reward (`RolloutWorkerConfig.problem_columns`); else empty."""
+    carries problems to the reward (`RolloutGeneratorConfig.problem_columns`); else empty."""
     columns: tuple[Mapping[str, Any], ...] = ()
     """Each group's dataset columns (`rlinf.envs.math.MathProblem.dataset_columns`), beside
     `prompts`."""

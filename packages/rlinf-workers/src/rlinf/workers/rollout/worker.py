@@ -1,4 +1,4 @@
-"""`RolloutWorker`: math problems in, groups of sampled responses streamed out.
+"""`RolloutGenerator`: math problems in, groups of sampled responses streamed out.
 
 Elastic pipelining: the problems are generated in micro-batches of
 ``groups_per_micro_batch`` prompts (each repeated ``group_size`` times) and every group is
@@ -23,7 +23,8 @@ from rlinf.workers.errors import ConfigError
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.rollout.types import NamedTensors, RolloutEngine, SamplingConfig
 
-__all__ = ["GroupSink", "RolloutStats", "RolloutWorker", "RolloutWorkerConfig", "encode_prompt"]
+__all__ = ["GroupSink", "RolloutGenerator", "RolloutGeneratorConfig", "RolloutStats",
+           "encode_prompt"]
 
 _log = structlog.get_logger(__name__)
 
@@ -43,7 +44,7 @@ carry); a plain callable receives the `RolloutBatch` itself (in-process pipeline
 
 
 @dataclass(frozen=True)
-class RolloutWorkerConfig:
+class RolloutGeneratorConfig:
     """What the rollout worker generates per problem."""
 
     group_size: int = 4
@@ -71,7 +72,7 @@ class RolloutWorkerConfig:
 
 @dataclass(frozen=True)
 class RolloutStats:
-    """Summary of one `RolloutWorker.rollout` call."""
+    """Summary of one `RolloutGenerator.rollout` call."""
 
     groups: int
     """Groups emitted."""
@@ -86,7 +87,7 @@ class RolloutStats:
 def encode_prompt(problem: MathProblem, tokenizer: PreTrainedTokenizerBase, *,
                   template: TemplateName, system_prompt: str | None = DEFAULT_SYSTEM_PROMPT
                   ) -> list[int]:
-    """Token ids of `problem` under `template` (`RolloutWorker.encode_prompt`): what the
+    """Token ids of `problem` under `template` (`RolloutGenerator.encode_prompt`): what the
     model sees; decoded, what a run prints as its first prompt. A problem whose prompt came
     as chat messages (veRL's layout) goes through the tokenizer's chat template whatever
     `template` says, when the tokenizer has one."""
@@ -100,12 +101,13 @@ def encode_prompt(problem: MathProblem, tokenizer: PreTrainedTokenizerBase, *,
     return list(tokenizer(text, add_special_tokens=True)["input_ids"])
 
 
-class RolloutWorker:
+class RolloutGenerator:
     """Generates grouped responses with a `RolloutEngine` (see the module docstring)."""
 
     def __init__(
         self, engine: RolloutEngine, tokenizer: PreTrainedTokenizerBase, *,
-        config: RolloutWorkerConfig = RolloutWorkerConfig(),  # frozen: a shared default is safe
+        # frozen: a shared default is safe
+        config: RolloutGeneratorConfig = RolloutGeneratorConfig(),
     ) -> None:
         if tokenizer.pad_token_id is None:
             raise ConfigError("the tokenizer needs a pad token (prompts are left-padded)")

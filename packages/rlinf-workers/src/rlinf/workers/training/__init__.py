@@ -28,12 +28,12 @@ if TYPE_CHECKING:
     from rlinf.workers.training.planning import (
         PLAN_FILE,
         PROFILE_FILE,
-        ProfileCosts,
         choose_plan,
         describe_plan,
         format_plans,
         profile_cache,
     )
+    from rlinf.workers.training.pricing import Pricing, ProfileCosts
     from rlinf.workers.training.runner import train
     from rlinf.workers.training.task import (
         PlanChoice,
@@ -56,7 +56,8 @@ _LAZY = {
     "find_resume_point": "folder",
     "PLAN_FILE": "planning",
     "PROFILE_FILE": "planning",
-    "ProfileCosts": "planning",
+    "Pricing": "pricing",
+    "ProfileCosts": "pricing",
     "choose_plan": "planning",
     "describe_plan": "planning",
     "format_plans": "planning",
@@ -83,6 +84,7 @@ __all__ = [
     "PROFILE_FILE",
     "CheckpointMismatchError",
     "PlanChoice",
+    "Pricing",
     "ProfileCosts",
     "ResumeError",
     "ResumePoint",

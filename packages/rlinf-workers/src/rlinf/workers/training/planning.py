@@ -6,7 +6,7 @@
   nothing is profiled before the run: a fixed plan starts unpriced and ``auto`` starts on
   its first guess, both marked ``live``.
 - `priced_live`: a ``live`` plan priced from the run's own first iterations
-  (`rlinf.workers.flow.run_profile`), saved in the run folder and the cache, so the next
+  (`rlinf.workers.flow.auto.run_profile`), saved in the run folder and the cache, so the next
   run of the setting is priced before it starts.
 - `live_switch` / `kept_faster`: ``auto`` leaves its first guess for the plan its live costs
   price faster when the relaunch pays for itself over the iterations left, runs it as long,
@@ -31,7 +31,6 @@ from rlinf.sched import (
     Profile,
     ProfileCache,
     Replanner,
-    fit_profile,
     format_cut,
     profile_key,
     switch_pays,
@@ -41,7 +40,7 @@ from rlinf.workers.flow.auto import merge_run_profiles
 from rlinf.workers.flow.trials import fastest, run_trials
 from rlinf.workers.training.task import PlanChoice, RunSettings, TrainingTask
 
-__all__ = ["LIVE_MIN_GAIN", "LIVE_STEPS", "PLAN_FILE", "PROFILE_FILE", "ProfileCosts",
+__all__ = ["LIVE_MIN_GAIN", "LIVE_STEPS", "PLAN_FILE", "PROFILE_FILE",
            "cache_run_profile", "choose_plan", "describe_plan", "fits", "format_plans",
            "kept_faster", "live_switch", "priced_live", "profile_cache", "replanner",
            "resumed_choice", "save_choice", "tried_choice"]
@@ -60,29 +59,6 @@ LIVE_MIN_GAIN = 0.05
 (relative), and goes back when the first guess measured that much faster."""
 
 
-class ProfileCosts:
-    """`rlinf.sched.CostModel` of a measured profile; memory the profile did not measure
-    (``memory_source="none"``, e.g. CPU slots sharing host memory) is priced at 0 bytes, so
-    it constrains no placement, instead of failing the simulation."""
-
-    def __init__(self, profile: Profile) -> None:
-        self.fitted = fit_profile(profile)
-
-    def time(self, component: str, *, batch_size: int, num_devices: int) -> float:
-        """Fitted seconds of one call."""
-        return self.fitted.time(component, batch_size=batch_size, num_devices=num_devices)
-
-    def memory(self, component: str, *, batch_size: int, num_devices: int) -> int:
-        """Fitted peak bytes per device, or 0 when the profile did not measure memory."""
-        if component not in self.fitted.memory_curves:
-            return 0
-        return self.fitted.memory(component, batch_size=batch_size, num_devices=num_devices)
-
-    def switch_time(self, component: str) -> float:
-        """Measured offload + onload seconds (0 if never switched)."""
-        return self.fitted.switch_time(component)
-
-
 def profile_cache(settings: RunSettings) -> ProfileCache | None:
     """The run's profile cache (None when off), its folder created or refused at once."""
     if settings.profile_cache is None:
@@ -97,7 +73,7 @@ def profile_cache(settings: RunSettings) -> ProfileCache | None:
 
 
 def _cache_key(task: TrainingTask[Any, Any], cluster: Cluster) -> str:
-    return profile_key(workflow=task.workflow(), cluster=cluster,
+    return profile_key(workflow=task.pricing.workflow, cluster=cluster,
                        model=dict(task.profile_identity()))
 
 
@@ -153,7 +129,7 @@ def choose_plan(task: TrainingTask[Any, Any], cluster: Cluster, *, out: TextIO,
           f"cluster ({cache.path(_cache_key(task, cluster)) if cache else ''})",
           file=out, flush=True)
     if not settings.auto:
-        plan, simulation = task.price(task.fixed_plan(cluster), profile, cluster)
+        plan, simulation = task.pricing.price(task.fixed_plan(cluster), profile, cluster)
         return PlanChoice(plan=plan, profile=profile, simulation=simulation)
     return _ranked_choice(task, profile, cluster, out=out, trials=trials)
 
@@ -162,7 +138,7 @@ def _ranked_choice(task: TrainingTask[Any, Any], profile: Profile, cluster: Clus
                    out: TextIO, trials: bool) -> PlanChoice:
     """``auto``'s plan from a measured profile: ranked, printed, and (with `trials`) the
     fastest of the closest-priced as measured."""
-    choice = task.rank(profile, cluster)
+    choice = task.pricing.rank(profile, cluster)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
     return tried_choice(task, choice, cluster, out=out) if trials else choice
@@ -173,7 +149,7 @@ def tried_choice(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Clus
     """``auto``'s trials: the plans priced within ``trial_margin`` of the best each run for
     ``trial_steps`` iterations in a throw-away flow (closed before the run starts), and
     `choice` with the fastest as measured, priced by the task (unchanged, untried, when no
-    other plan is priced that close: `rlinf.workers.flow.run_trials`)."""
+    other plan is priced that close: `rlinf.workers.flow.trials.run_trials`)."""
     settings = task.settings
     if choice.ranked is None or choice.profile is None or settings.trial_plans < 2:
         return choice
@@ -187,7 +163,7 @@ def tried_choice(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Clus
                         unit=f"{settings.unit}s", out=out)
     if not trials:
         return choice
-    plan, simulation = task.price(fastest(trials).plan, choice.profile, cluster)
+    plan, simulation = task.pricing.price(fastest(trials).plan, choice.profile, cluster)
     return dataclasses.replace(choice, plan=plan, simulation=simulation, trials=trials)
 
 
@@ -211,7 +187,7 @@ def resumed_choice(task: TrainingTask[Any, Any], plan: ExecutionPlan,
     if not (task.settings.predict and path.is_file()):
         return PlanChoice(plan=plan)
     profile = Profile.load(path)
-    priced, simulation = task.price(plan, profile, cluster)
+    priced, simulation = task.pricing.price(plan, profile, cluster)
     priced = dataclasses.replace(priced, parallelism=plan.parallelism)  # the cut it resumes
     return PlanChoice(plan=priced, profile=profile, simulation=simulation)
 
@@ -221,7 +197,7 @@ def priced_live(task: TrainingTask[Any, Any], choice: PlanChoice, measured: Prof
     """`choice` priced from what the run measured of itself in its first `steps`: the
     simulated iteration of its plan, printed, kept in the run folder for a resume, and
     added to the profile cache."""
-    plan, simulation = task.price(choice.plan, measured, cluster)
+    plan, simulation = task.pricing.price(choice.plan, measured, cluster)
     plan = dataclasses.replace(plan, parallelism=choice.plan.parallelism)  # the cut it runs
     print(f"predict: {plan.predicted_time:.3f} s per {task.settings.unit} for {plan.spec} "
           f"(priced from the components this run measured in its first {steps} "
@@ -245,7 +221,7 @@ def live_switch(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Clust
     if not switch_pays(current, current * 1e-9, steps_left=steps_left,
                        switch_s=launch_seconds, min_gain=LIVE_MIN_GAIN):
         return None  # not even a plan of no cost would pay for a relaunch: no planning
-    best = task.rank(choice.profile, cluster).plan
+    best = task.pricing.rank(choice.profile, cluster).plan
     if (best.spec, dict(best.granularity)) == (choice.plan.spec, dict(choice.plan.granularity)):
         return None
     if not task.compatible(choice.plan, best):
@@ -289,10 +265,11 @@ def replanner(task: TrainingTask[Any, Any], choice: PlanChoice,
     if choice.profile is None:
         _log.warning("replan_disabled", reason="no measured profile to re-fit (set run.predict)")
         return None
+    pricing = task.pricing
     return Replanner(
-        task.workflow(), cluster, choice.plan, task.cost_model(choice.profile, cluster),
-        planner=lambda _workflow, cost, cl: _ranked(task.rank(cost, cl)),
-        price=lambda plan, cost: task.price(plan, cost, cluster)[1],
+        pricing.workflow, cluster, choice.plan, pricing.cost_model(choice.profile, cluster),
+        planner=lambda _workflow, cost, cl: _ranked(pricing.rank(cost, cl)),
+        price=lambda plan, cost: pricing.price(plan, cost, cluster)[1],
         policy=DriftPolicy(threshold=settings.replan_threshold,
                            patience=settings.replan_patience))
 

@@ -214,7 +214,7 @@ class _Session:
             raise
         simulation = None
         if choice.profile is not None:
-            plan, simulation = self.task.price(plan, choice.profile, self.cluster)
+            plan, simulation = self.task.pricing.price(plan, choice.profile, self.cluster)
         return launched, dataclasses.replace(choice, plan=plan, simulation=simulation)
 
 

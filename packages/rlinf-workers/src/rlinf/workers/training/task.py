@@ -17,20 +17,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, TypeVar
 
 from rlinf.sched import (
     Cluster,
-    CostModel,
     ExecutionPlan,
     PlanResult,
     Profile,
     SimulationResult,
-    Workflow,
 )
 from rlinf.workers.flow.run import FlowRun
 from rlinf.workers.flow.trials import PlanTrial
 from rlinf.workers.telemetry import Span
+
+if TYPE_CHECKING:
+    from rlinf.workers.training.pricing import Pricing
 
 __all__ = ["PlanChoice", "RunOutcome", "RunSettings", "StepOutcome", "TrainingFlow",
            "TrainingTask", "steady_median"]
@@ -221,8 +222,10 @@ class TrainingTask(Protocol[FlowT, SummaryT]):
         ...
 
     # -- planning -----------------------------------------------------------------------------
-    def workflow(self) -> Workflow:
-        """What the planner prices (the profile cache's key includes it)."""
+    @property
+    def pricing(self) -> Pricing:
+        """How the task's plans are priced and ranked as its flow runs them (its workflow
+        is what the planner prices; the profile cache's key includes it)."""
         ...
 
     def profile_identity(self) -> Mapping[str, object]:
@@ -235,19 +238,6 @@ class TrainingTask(Protocol[FlowT, SummaryT]):
 
     def first_guess(self, cluster: Cluster) -> ExecutionPlan:
         """``auto``'s plan when no profile prices any."""
-        ...
-
-    def price(self, plan: ExecutionPlan, costs: Profile | CostModel,
-              cluster: Cluster) -> tuple[ExecutionPlan, SimulationResult]:
-        """`plan` with its predicted iteration, simulated as the flow runs it."""
-        ...
-
-    def rank(self, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
-        """The planner's ranked plans, the fastest chosen (``ranked`` set)."""
-        ...
-
-    def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
-        """The cost model the re-planner starts from."""
         ...
 
     def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:

@@ -1,7 +1,7 @@
 """`MegatronActor`: the actor's GRPO and PPO training on a megatron-core GPT cut by tensor,
 pipeline and data parallelism.
 
-It is an `ActorWorker` (the same batches, advantages, micro-batches, loss terms,
+It is an `PolicyTrainer` (the same batches, advantages, micro-batches, loss terms,
 aggregation, metrics and checkpoints); only the model and what crosses ranks differ:
 
 - each micro-batch runs through the pipeline stages (`pipeline.run_stages`); the last
@@ -48,7 +48,7 @@ from rlinf.workers.actor.megatron.layout import MegatronConfig, ModelShape
 from rlinf.workers.actor.megatron.model import build_stage, initialize_parallel
 from rlinf.workers.actor.megatron.pipeline import StageInput, run_stages
 from rlinf.workers.actor.megatron.vocab_parallel import vocab_parallel_log_probs_and_entropy
-from rlinf.workers.actor.worker import ActorWorker, kl_controller_for, optimizer_groups
+from rlinf.workers.actor.worker import PolicyTrainer, kl_controller_for, optimizer_groups
 from rlinf.workers.algorithms import LossAggregation
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models import compute_precision
@@ -79,7 +79,7 @@ def _init_adam_state(optimizer: torch.optim.Optimizer) -> None:
                                                        memory_format=torch.preserve_format)
 
 
-class MegatronActor(ActorWorker):
+class MegatronActor(PolicyTrainer):
     """GRPO and PPO trainer on megatron-core (see the module docstring)."""
 
     def __init__(self, model: nn.Module, *, config: ActorConfig | None = None,
@@ -123,7 +123,7 @@ class MegatronActor(ActorWorker):
         critic = [] if self.critic is None else list(self.critic.parameters())
         return list(self.policy.parameters()) + critic
 
-    # -- what ActorWorker's training loop calls --------------------------------------------
+    # -- what PolicyTrainer's training loop calls --------------------------------------------
 
     @property
     def can_stream(self) -> bool:

@@ -5,18 +5,22 @@
   processes) or with the policy inline where the plan co-places them (they take turns),
   then puts the trajectory into the trainer's channel.
 - `PolicyRole` serves rollout inference (MLP/CNN or the tiny VLA).
-- `ActorRole` trains (PPO/GRPO), checkpoints with every RNG and sends weights through the
+- `EmbodiedActorRole` trains (PPO/GRPO), checkpoints with every RNG and sends weights through the
   runtime's weight sync (`rlinf.workers.flow.WeightSender`; the policy roles receive).
 
-Every role is a `rlinf.workers.flow.FlowWorker` (`RoleBase`): it sets torch's threads to its
+Every role is a `rlinf.workers.flow.FlowWorker` (`EmbodiedRole`): it sets torch's threads to its
 device count, records spans, and holds its devices through the device lock in each `turn`
 when the flow has one (roles placed together take turns).
 """
 
-from rlinf.workers.embodied.roles.actor_role import ActorRole, TrainReport, receive_trajectory
+from rlinf.workers.embodied.roles.actor_role import (
+    EmbodiedActorRole,
+    TrainReport,
+    receive_trajectory,
+)
 from rlinf.workers.embodied.roles.base import (
+    EmbodiedRole,
     PolicyTarget,
-    RoleBase,
     Weights,
     weights_from_wire,
     weights_to_wire,
@@ -38,12 +42,12 @@ from rlinf.workers.embodied.roles.policy_role import (
 )
 
 __all__ = [
-    "ActorRole",
+    "EmbodiedActorRole",
+    "EmbodiedRole",
     "EnvDescription",
     "EnvRole",
     "PolicyRole",
     "PolicyTarget",
-    "RoleBase",
     "RolloutPolicy",
     "RolloutReport",
     "TrainReport",

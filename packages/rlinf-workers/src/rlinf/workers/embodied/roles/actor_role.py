@@ -1,4 +1,4 @@
-"""`ActorRole`: PPO/GRPO training as a flow component: the trajectory comes in over a
+"""`EmbodiedActorRole`: PPO/GRPO training as a flow component: the trajectory comes in over a
 channel, the updated weights go out through the runtime's weight sync (the driver passes
 neither), and checkpoints keep every RNG."""
 
@@ -16,15 +16,16 @@ import torch
 
 from rlinf.comm import Channel
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
-from rlinf.workers.embodied.roles.base import RoleBase, Weights, weights_to_wire
+from rlinf.workers.embodied.roles.base import EmbodiedRole, Weights, weights_to_wire
 from rlinf.workers.env.trajectory import Trajectory
-from rlinf.workers.flow import FlowChannel, StepContext, WeightSender, rank_key
+from rlinf.workers.flow import FlowChannel, StepContext, WeightSender
+from rlinf.workers.flow.channels import rank_key
 from rlinf.workers.rollout.offload import state_bytes
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span
 from rlinf.workers.weight_sync import Bucket
 
-__all__ = ["ActorRole", "TrainReport", "receive_trajectory"]
+__all__ = ["EmbodiedActorRole", "TrainReport", "receive_trajectory"]
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ def receive_trajectory(channel: Channel, *, step: int, env_ranks: int,
     return Trajectory.concat(parts)
 
 
-class ActorRole(RoleBase, WeightSender):
+class EmbodiedActorRole(EmbodiedRole, WeightSender):
     """Owns the trainable policy (an `EmbodiedActorWorker`) in its own process."""
 
     def __init__(self, context: WorkerContext, *, config: EmbodiedActorConfig,

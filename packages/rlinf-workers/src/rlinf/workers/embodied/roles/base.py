@@ -15,7 +15,7 @@ from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.runtime.threads import set_cpu_threads
 from rlinf.workers.weight_sync import Bucket
 
-__all__ = ["PolicyTarget", "RoleBase", "Weights", "weights_from_wire", "weights_to_wire"]
+__all__ = ["EmbodiedRole", "PolicyTarget", "Weights", "weights_from_wire", "weights_to_wire"]
 
 Weights = Mapping[str, "np.ndarray | torch.Tensor"]
 """Parameters as they travel to the driver: numpy arrays (Ray's object store hands them
@@ -40,7 +40,7 @@ class _LoadsWeights(Protocol):
 
 class PolicyTarget:
     """A rollout policy as a weight-sync target (`rlinf.workers.weight_sync.WeightTarget`):
-    each bucket is a complete state dict (`ActorRole.buckets` sends one bucket)."""
+    each bucket is a complete state dict (`EmbodiedActorRole.buckets` sends one bucket)."""
 
     def __init__(self, policy: _LoadsWeights) -> None:
         self._policy = policy
@@ -50,7 +50,7 @@ class PolicyTarget:
         self._policy.set_weights(dict(named_tensors))
 
 
-class RoleBase(FlowWorker):
+class EmbodiedRole(FlowWorker):
     """A `rlinf.workers.flow.FlowWorker` that computes on its placement's devices.
 
     Torch runs with one intra-op thread per device of the rank (``num_threads`` overrides):

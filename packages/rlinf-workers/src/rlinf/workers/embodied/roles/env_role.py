@@ -30,7 +30,7 @@ import numpy as np
 
 from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats
-from rlinf.workers.embodied.roles.base import PolicyTarget, RoleBase
+from rlinf.workers.embodied.roles.base import EmbodiedRole, PolicyTarget
 from rlinf.workers.embodied.roles.policy_role import (
     PING,
     RolloutPolicy,
@@ -44,7 +44,8 @@ from rlinf.workers.env.link import ActionSource, LinkTimeoutError, ObsSink, Scop
 from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.env.worker import EnvRollout, EnvWorker
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowChannel, StepContext, WeightReceiver, rank_key
+from rlinf.workers.flow import FlowChannel, StepContext, WeightReceiver
+from rlinf.workers.flow.channels import rank_key
 from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.telemetry import Span, TraceRecorder
 from rlinf.workers.weight_sync import WeightTarget
@@ -177,7 +178,7 @@ class _InlineLink:
         return pending.popleft()
 
 
-class EnvRole(RoleBase, WeightReceiver):
+class EnvRole(EmbodiedRole, WeightReceiver):
     """Simulators of one rank (module docstring); ``policy=`` serves the policy inline."""
 
     def __init__(self, context: WorkerContext, *, config: EnvWorkerConfig,

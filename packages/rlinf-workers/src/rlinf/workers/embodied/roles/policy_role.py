@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from rlinf.comm import Batch
-from rlinf.workers.embodied.roles.base import PolicyTarget, RoleBase
+from rlinf.workers.embodied.roles.base import EmbodiedRole, PolicyTarget
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
 from rlinf.workers.env.group_threads import GroupThreads
@@ -125,7 +125,7 @@ def _answer(policy: RolloutPolicy, links: Sequence[tuple[ActionSource, ObsSink]]
     trace.add("infer", start, end, stage=stage, step=step)
 
 
-class PolicyRole(RoleBase, WeightReceiver):
+class PolicyRole(EmbodiedRole, WeightReceiver):
     """Rollout inference in its own process: the policy side of an env ↔ policy loop.
     `concurrent_stages`: the env role steps its stage groups concurrently (its envs live in
     worker processes: `EnvWorker.concurrent_groups`), so each stage is served as its
