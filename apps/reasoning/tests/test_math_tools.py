@@ -19,7 +19,7 @@ def test_a_tool_loop_run_trains_and_reports_tool_use(tmp_path: Path, ray_address
                    "run.steps=2", "run.predict=false",
                    "data.prompts_per_step=16", "data.heldout_size=32",
                    ray_address=ray_address)
-    assert "tool calls per answer:" in proc.stdout
+    assert "tool calls          " in proc.stdout and " per answer, error rate " in proc.stdout
     records = read_jsonl(run / "metrics.jsonl")
     steps = [r for r in records if "rollout/tool_calls_per_response" in r]
     assert len(steps) == 2
