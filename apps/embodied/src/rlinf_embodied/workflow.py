@@ -137,21 +137,18 @@ def _components(spec: EmbodiedSpec) -> tuple[tuple[Component, ...], tuple[Edge, 
     micro-batch; `EnvWorkerConfig.shard`) and policy processes that each serve whole env
     workers (`devices_divide`); the actor's one process uses one thread per device. The
     env's micro-batch is a stage group, so it divides ``num_envs``; the policy serves the
-    same stage groups; the actor trains once on the whole rollout. Isolated as the runtime
-    launches them (`rlinf.workers.flow.MacroFlow.isolated`): the actor spans its devices with
-    one process, and over p2p links env and policy each keep an endpoint of their own, so
-    none of them shares a process with another component (the policy may still run inside
-    the env, inlined)."""
+    same stage groups; the actor trains once on the whole rollout. Which of them share a
+    process the runtime decides per placement (`rlinf.workers.flow.MacroFlow.isolated_under`):
+    on one device env, its inline policy and the actor run in one process; an actor spanning
+    several devices, and env and policy over a p2p link, have processes of their own."""
     n = spec.env.num_envs
     obs = _obs_bytes(spec)
-    p2p = spec.link_transport == "p2p"
     return ((Component("env", kind="env", resource="cpu", batch=n, micro_batch_divides=True,
-                       split_evenly=True, isolated=p2p),
+                       split_evenly=True),
              Component("rollout", kind="rollout", resource="cpu", batch=n,
-                       same_micro_batch_as="env", split_evenly=True, devices_divide="env",
-                       isolated=p2p),
+                       same_micro_batch_as="env", split_evenly=True, devices_divide="env"),
              Component("actor", kind="actor", resource="cpu", batch=spec.samples_per_iteration,
-                       whole_batch=True, isolated=True)),
+                       whole_batch=True)),
             (Edge("env", "rollout", bytes_per_item=2 * obs + 16),  # obs, final obs, index
              Edge("rollout", "env", bytes_per_item=16, feedback=True),
              Edge("env", "actor", bytes_per_item=obs + 32)))

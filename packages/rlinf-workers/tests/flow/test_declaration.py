@@ -254,3 +254,30 @@ def test_profiling_runs_on_device_counts_every_component_allows() -> None:
     assert profile_device_counts(flow(2), Cluster.uniform(1, 2, int(8e9))) == [2]
     with pytest.raises(ConfigError, match=r"no device count in 1\.\.3"):
         profile_device_counts(flow(4), Cluster.uniform(1, 3, int(8e9)))
+
+
+def test_components_on_one_device_group_share_a_process_unless_the_placement_parts_them(
+) -> None:
+    """On one device env, its inline policy and a one-process trainer run in one process; a
+    trainer spanning devices has its own (its process is no device's), and so do the ends
+    of a p2p link between two processes (an endpoint is named after its component)."""
+    env = ComponentSpec(Component("env", resource="cpu", batch=8, micro_batch_multiple=UNIT),
+                        LoopEnv, entry="rollout")
+    policy = ComponentSpec(Component("policy", batch=8, micro_batch_multiple=UNIT), LoopPolicy,
+                           entry="serve", inline_with="env", inline_kwargs={"inline_offset": 1})
+    actor = ComponentSpec(Component("actor", batch=8, micro_batch_multiple=UNIT), Sink,
+                          entry="consume", one_process=True)
+    flow = MacroFlow(
+        (env, policy, actor),
+        (ChannelSpec(Edge("env", "policy"), transport="p2p"),
+         ChannelSpec(Edge("policy", "env", feedback=True), transport="p2p"),
+         ChannelSpec(Edge("env", "actor"))),
+        loops=(Loop(("env", "policy"), steps=5),))
+
+    def sets(spec: str) -> tuple[tuple[str, ...], ...]:
+        return flow.process_sets(flow.fixed_plan(spec, num_devices=2).placement)
+
+    assert sets("env,policy,actor: 0") == (("env", "actor"),)
+    assert sets("env,policy: 0-1, actor: 0-1") == (("env",), ("actor",))
+    assert set(sets("env,actor: 0, policy: 1")) == {("env",), ("policy",), ("actor",)}
+    assert flow.isolated == frozenset()  # nothing is apart under every placement

@@ -415,26 +415,34 @@ class MacroFlow:
 
     @property
     def isolated(self) -> frozenset[str]:
-        """Components that run in worker processes of their own: those whose
-        `rlinf.sched.Component.isolated` says so, those that span their devices with one
-        process (`ComponentSpec.one_process`), those with a p2p edge (a rank's endpoint is
-        named after its component), and every distributed component after the first (a
-        process has one torch.distributed default group). Any other components placed on
-        the same devices with as many processes share one process per rank
-        (`process_sets`)."""
+        """Components that run in worker processes of their own under any placement: those
+        whose `rlinf.sched.Component.isolated` says so and every distributed component after
+        the first (a process has one torch.distributed default group). `isolated_under` adds
+        what a placement decides."""
         distributed = [spec.name for spec in self.components if spec.distributed]
-        p2p = {end for c in self.channels if c.transport == "p2p"
-               for end in (c.edge.src, c.edge.dst)}
         return frozenset(spec.name for spec in self.components
-                         if spec.component.isolated or spec.one_process or spec.name in p2p
-                         or spec.name in distributed[1:])
+                         if spec.component.isolated or spec.name in distributed[1:])
+
+    def isolated_under(self, placement: Placement) -> frozenset[str]:
+        """`isolated`, plus under `placement` the components that span several devices with
+        one process (`ComponentSpec.one_process`: its process is not any device's) and the
+        ends of a p2p edge between two processes (a rank's endpoint is named after its
+        component; an edge to a component inlined into its peer sends nothing). Any other
+        components placed on the same devices with as many processes share one process per
+        rank (`process_sets`)."""
+        inlined = set(self.inlined(placement))
+        p2p = {end for c in self.channels if c.transport == "p2p"
+               and not {c.edge.src, c.edge.dst} & inlined for end in (c.edge.src, c.edge.dst)}
+        spanning = {spec.name for spec in self.components if spec.one_process
+                    and len(placement.devices_of(spec.name)) > 1}
+        return self.isolated | p2p | spanning
 
     def process_sets(self, placement: Placement) -> tuple[tuple[str, ...], ...]:
         """The launched components each set of worker processes serves under `placement`
-        (`rlinf.sched.process_sets` with `isolated`; a component inlined into its host is
-        served by the host and not listed)."""
+        (`rlinf.sched.process_sets` with `isolated_under`; a component inlined into its host
+        is served by the host and not listed)."""
         inlined = self.inlined(placement)
-        sets = process_sets(placement, isolated=self.isolated)
+        sets = process_sets(placement, isolated=self.isolated_under(placement))
         return tuple(members for members in (tuple(n for n in s if n not in inlined)
                                              for s in sets) if members)
 
