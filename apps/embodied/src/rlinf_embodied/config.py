@@ -31,7 +31,6 @@ __all__ = [
     "from_omegaconf",
     "ray_options",
     "resolve_placement",
-    "split_env_id",
 ]
 
 Positive = Annotated[int, Range(1)]
@@ -116,6 +115,17 @@ class EnvConfig:
             if self.control_mode not in MANISKILL_CONTROL_MODES:
                 raise AppConfigError("env.control_mode", self.control_mode,
                                      f"one of {list(MANISKILL_CONTROL_MODES)} or null")
+
+
+    @property
+    def backend(self) -> str:
+        """The simulator backend of `id` (``gym`` of ``gym:InvertedPendulum-v5``)."""
+        return self.id.partition(":")[0]
+
+    @property
+    def task(self) -> str:
+        """The task of `id` (``InvertedPendulum-v5`` of ``gym:InvertedPendulum-v5``)."""
+        return self.id.partition(":")[2]
 
 
 @dataclass(frozen=True)
@@ -318,15 +328,9 @@ class AppConfig:
                                  f"a divisor of env.num_envs={env.num_envs}")
 
 
-def split_env_id(env_id: str) -> tuple[str, str]:
-    """``"gym:InvertedPendulum-v5"`` → ``("gym", "InvertedPendulum-v5")``."""
-    backend, _, task = env_id.partition(":")
-    return backend, task
-
-
 def _check_env(cfg: EnvConfig) -> None:
     """The backend's packages are installed and know the task (no simulator is built)."""
-    backend, task = split_env_id(cfg.id)
+    backend, task = cfg.backend, cfg.task
     if backend == "libero":
         _check_libero(cfg, task)
         return

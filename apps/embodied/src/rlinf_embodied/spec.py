@@ -20,7 +20,7 @@ from rlinf.workers.embodied.vla_policy import VLAPolicyConfig
 from rlinf.workers.env.config import EnvWorkerConfig
 from rlinf.workers.models.policy import PolicyConfig as NetworkConfig
 from rlinf.workers.runtime import HostAllocator
-from rlinf_embodied.config import AppConfig, EnvConfig, split_env_id
+from rlinf_embodied.config import AppConfig, EnvConfig
 from rlinf_embodied.errors import AppConfigError
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ __all__ = [
 def env_worker_config(cfg: AppConfig) -> EnvWorkerConfig:
     """The env workers' config: task, env count, stage groups, GRPO same-start blocks."""
     env = cfg.env
-    backend, task = split_env_id(env.id)
+    backend, task = env.backend, env.task
     grpo = cfg.algorithm.name == "grpo"
     return EnvWorkerConfig(
         env_name=task, num_envs=env.num_envs, pipeline_stages=env.pipeline_stages,
@@ -116,7 +116,7 @@ def policy_config(cfg: AppConfig, obs_space: gym.Space[Any], action_space: gym.S
             image_shape=image_shape, action_dim=action_dim, num_bins=v.num_bins,
             patch_size=v.patch_size, max_instruction_tokens=v.max_instruction_tokens,
             hidden_size=v.hidden_size, num_layers=v.num_layers, num_heads=v.num_heads)
-    _, task = split_env_id(cfg.env.id)
+    task = cfg.env.task
     return VLAPolicyConfig(vla=network, action_low=tuple(low.tolist()),
                            action_high=tuple(high.tolist()),
                            instruction=instruction or cfg.env.instruction or task)
@@ -152,6 +152,6 @@ def resets_every_iteration(cfg: AppConfig) -> bool:
     """Whether every iteration starts from fresh seeded resets: GRPO compares each env's
     first episode of a rollout, and the simulator state of ManiSkill3, LIBERO and envs in
     other processes cannot be checkpointed (a resumed run must not depend on it)."""
-    backend, _ = split_env_id(cfg.env.id)
+    backend = cfg.env.backend
     return (cfg.algorithm.name == "grpo" or backend in ("maniskill", "libero")
             or cfg.env.processes > 1)
