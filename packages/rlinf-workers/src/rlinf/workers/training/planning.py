@@ -212,7 +212,7 @@ def priced_live(task: TrainingTask[Any, Any], choice: PlanChoice, measured: Prof
 def live_switch(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Cluster, *,
                 steps_left: int, launch_seconds: float, out: TextIO) -> ExecutionPlan | None:
     """``auto`` on its first guess, priced from its own steps: the plan those costs price
-    fastest (`TrainingTask.rank`), when moving to it pays for a relaunch over the steps left
+    fastest (`Pricing.rank`), when moving to it pays for a relaunch over the steps left
     (`rlinf.sched.switch_pays`); None to stay. No planning at all when even a plan of no
     cost could not save a relaunch over the steps left."""
     if not task.settings.auto or choice.profile is None:
@@ -256,8 +256,8 @@ def kept_faster(choice: PlanChoice, tried: tuple[PlanChoice, float], *, measured
 
 def replanner(task: TrainingTask[Any, Any], choice: PlanChoice,
               cluster: Cluster) -> Replanner | None:
-    """The run's re-planner (``run.replan``): it re-plans with `TrainingTask.rank` and
-    prices plans with `TrainingTask.price`, as ``auto`` did; None when off, or when no
+    """The run's re-planner (``run.replan``): it re-plans with `Pricing.rank` and
+    prices plans with `Pricing.price`, as ``auto`` did; None when off, or when no
     measured profile priced the plan (logged)."""
     settings = task.settings
     if not settings.replan:
