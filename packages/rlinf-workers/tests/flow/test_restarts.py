@@ -26,8 +26,9 @@ def test_a_session_is_rerun_resumed_after_each_death_and_told_the_restarts(
 
     def session(resume: bool, restarts: tuple[str, ...]) -> str:
         calls.append((resume, restarts))
-        if len(calls) <= 2:
-            raise WorkerDiedError("actor", len(calls) - 1, method="run_entry")
+        if len(calls) <= 2:  # the second death: a process the actor shares with the env
+            raise WorkerDiedError("actor", len(calls) - 1, method="run_entry",
+                                  shared_with=("env",) if len(calls) == 2 else ())
         return "done"
 
     out = io.StringIO()
@@ -36,7 +37,7 @@ def test_a_session_is_rerun_resumed_after_each_death_and_told_the_restarts(
     assert result == "done"
     assert [resume for resume, _ in calls] == [False, True, True]
     assert calls[-1][1] == ("actor rank 0 died; went on from step 4",
-                            "actor rank 1 died; went on from step 4")
+                            "actor+env rank 1 died; went on from step 4")
     assert "restart 2 of 2 from step 4" in out.getvalue()
 
 

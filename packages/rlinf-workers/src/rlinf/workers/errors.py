@@ -74,7 +74,7 @@ class WorkerDiedError(WorkersError, RuntimeError):
 
     def __init__(
         self, role: str, rank: int, *, node: str | None = None, method: str | None = None,
-        detail: str = "",
+        detail: str = "", shared_with: tuple[str, ...] = (),
     ) -> None:
         call = f" while running {method!r}" if method else ""
         super().__init__(
@@ -87,10 +87,20 @@ class WorkerDiedError(WorkersError, RuntimeError):
         self.node = node
         self.method = method
         self.detail = detail
+        self.shared_with = tuple(shared_with)
+        """The other components served by the process that died (any of them may have
+        caused it)."""
+
+    @property
+    def process(self) -> str:
+        """The components of the process that died, ``+``-joined in name order (``env`` for a
+        process of its own, ``actor+env`` for one that two components share)."""
+        return "+".join(sorted((self.role, *self.shared_with)))
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), (self.role, self.rank), {
-            "node": self.node, "method": self.method, "detail": self.detail}))
+            "node": self.node, "method": self.method, "detail": self.detail,
+            "shared_with": self.shared_with}))
 
 
 class ClusterLostError(WorkersError, RuntimeError):

@@ -34,7 +34,8 @@ def with_restarts(session: Callable[[bool, tuple[str, ...]], T], *, resume: bool
                   unit: str = "step") -> T:
     """``session(resume, restarts)`` until it returns, restarting it after each worker
     death at most `max_restarts` times (module docstring). A restart is described as
-    ``"<role> rank <r> died; went on from <unit> <k>"``, k the last checkpoint's step."""
+    ``"<components> rank <r> died; went on from <unit> <k>"``, k the last checkpoint's step
+    (the components of the process that died, `WorkerDiedError.process`)."""
     restarts: list[str] = []
     while True:
         try:
@@ -47,7 +48,7 @@ def with_restarts(session: Callable[[bool, tuple[str, ...]], T], *, resume: bool
                 raise
             latest = checkpoints.latest()
             step = latest[0] if latest is not None else 0
-            restarts.append(f"{exc.role} rank {exc.rank} died; went on from {unit} {step}")
+            restarts.append(f"{exc.process} rank {exc.rank} died; went on from {unit} {step}")
             print(f"worker died ({exc}); restart {len(restarts)} of {max_restarts} from "
                   f"{unit} {step}", file=out, flush=True)
             _log.warning("run_restart", restart=len(restarts), step=step, role=exc.role,

@@ -74,9 +74,11 @@ def _translate(
             # The message ends with the constructor's traceback; its last line says why.
             lines = [line.strip() for line in text.splitlines() if line.strip()]
             return WorkerDiedError(role, rank, node=node, method="__init__",
-                                   detail=f"its constructor raised {lines[-1] if lines else ''}")
+                                   detail=f"its constructor raised {lines[-1] if lines else ''}",
+                                   shared_with=shared_with)
         detail = " ".join(text.split())[:_DETAIL_CHARS]
-        return WorkerDiedError(role, rank, node=node, method=method, detail=detail)
+        return WorkerDiedError(role, rank, node=node, method=method, detail=detail,
+                               shared_with=shared_with)
     if isinstance(exc, ray_errors.RayTaskError):
         cause = getattr(exc, "cause", None)
         if isinstance(cause, BaseException):
