@@ -8,6 +8,7 @@ from collections import deque
 
 from rlinf.comm import Batch
 from rlinf.workers.embodied.rollout import PolicyRolloutWorker
+from rlinf.workers.env.link import LinkTimeoutError
 from rlinf.workers.env.worker import EnvRollout, EnvWorker
 
 
@@ -25,7 +26,11 @@ class InlinePolicyLink:
             self._replies.setdefault(key, deque()).append(self._policy.infer(item))
 
     def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
-        return self._replies[key].popleft()
+        pending = self._replies.get(key)
+        if not pending:
+            # Single-threaded: nothing else can produce it, so waiting would never end.
+            raise LinkTimeoutError(f"no reply pending under key {key!r}; a get without a put")
+        return pending.popleft()
 
 
 def run_collocated(env: EnvWorker, policy: PolicyRolloutWorker, *, num_steps: int) -> EnvRollout:

@@ -19,13 +19,13 @@ import pytest
 
 from rlinf.comm import Batch
 from rlinf.envs.embodied import sharded_vector_env
-from rlinf.workers.embodied import InlinePolicyLink
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig, KeyedQueue, Trajectory
 from rlinf.workers.env import worker as worker_module
 from rlinf.workers.env.group_threads import GroupThreads
 from rlinf.workers.env.link import LinkTimeoutError
 from rlinf.workers.telemetry import TraceRecorder
 
+from ..embodied.reference import InlinePolicyLink
 from .conftest import CONTEXT, make_policy
 
 HERE = Path(__file__).parent

@@ -9,11 +9,11 @@ import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")  # before anything imports mujoco
 
-from rlinf.workers.embodied import InlinePolicyLink
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.env import Trajectory
 from rlinf.workers.models import PolicyConfig
 
+from ..embodied.reference import InlinePolicyLink
 from .conftest import CONTEXT
 
 

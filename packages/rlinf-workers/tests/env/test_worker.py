@@ -3,10 +3,10 @@ import pytest
 
 from rlinf.comm import Batch
 from rlinf.sched import Onloadable
-from rlinf.workers.embodied import InlinePolicyLink
 from rlinf.workers.env import EnvWorkerConfig, Trajectory
 from rlinf.workers.errors import ConfigError, ShapeError
 
+from ..embodied.reference import InlinePolicyLink
 from .conftest import make_policy
 
 
