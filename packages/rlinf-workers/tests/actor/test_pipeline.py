@@ -15,7 +15,7 @@ from rlinf.workers.reward import RewardConfig, RewardScorer
 from rlinf.workers.rollout import (
     HFRolloutEngine,
     RolloutBatch,
-    RolloutEngine,
+    RolloutGenerator,
     RolloutGeneratorConfig,
     SamplingConfig,
 )
@@ -27,7 +27,7 @@ CONFIG = TinyLMConfig(hidden_size=64, intermediate_size=128, attn_implementation
 def test_one_grpo_iteration_streams_trains_and_syncs():
     tokenizer = build_char_tokenizer()
     policy = build_tiny_causal_lm(CONFIG, seed=0, tokenizer=tokenizer)
-    rollout = RolloutEngine(
+    rollout = RolloutGenerator(
         HFRolloutEngine(copy.deepcopy(policy), eos_token_id=tokenizer.eos_token_id,
                         pad_token_id=tokenizer.pad_token_id),
         tokenizer, config=RolloutGeneratorConfig(

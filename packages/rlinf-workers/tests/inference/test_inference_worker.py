@@ -8,7 +8,7 @@ from rlinf.workers.inference import InferenceConfig, LogProbEngine
 from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm
 from rlinf.workers.rollout import (
     HFRolloutEngine,
-    RolloutEngine,
+    RolloutGenerator,
     RolloutGeneratorConfig,
     SamplingConfig,
 )
@@ -19,7 +19,7 @@ def _rollout(model, tokenizer, problems, temperature: float = 1.0):
                              pad_token_id=tokenizer.pad_token_id)
     config = RolloutGeneratorConfig(group_size=3, groups_per_micro_batch=2, sampling=SamplingConfig(
         max_new_tokens=6, temperature=temperature, seed=1))
-    return RolloutEngine(engine, tokenizer, config=config).generate_batch(problems[:4])
+    return RolloutGenerator(engine, tokenizer, config=config).generate_batch(problems[:4])
 
 
 @pytest.mark.parametrize("micro_batch_size", [1, 5, 64])

@@ -25,8 +25,8 @@ from rlinf.workers.models import TinyLMConfig, build_tiny_causal_lm, response_lo
 from rlinf.workers.rollout import (
     HFRolloutEngine,
     RolloutBatch,
-    RolloutEngine,
     RolloutError,
+    RolloutGenerator,
     RolloutGeneratorConfig,
     SamplingConfig,
     VllmRolloutEngine,
@@ -144,7 +144,7 @@ def test_rollout_worker_streams_groups_in_problem_order(served, tokenizer):
             self.items.append((item, weight))
 
     problems = ProblemGenerator().generate(3)
-    worker = RolloutEngine(engine, tokenizer, config=RolloutGeneratorConfig(
+    worker = RolloutGenerator(engine, tokenizer, config=RolloutGeneratorConfig(
         group_size=4, groups_per_micro_batch=2,
         sampling=SamplingConfig(max_new_tokens=8, temperature=1.0, seed=1)))
     sink = Sink()

@@ -13,7 +13,7 @@ from rlinf.workers.rollout import (
     GroupSink,
     HFRolloutEngine,
     RolloutBatch,
-    RolloutEngine,
+    RolloutGenerator,
     RolloutGeneratorConfig,
     SamplingConfig,
 )
@@ -50,11 +50,11 @@ class WeightedSink:
         self.items.append((item, weight))
 
 
-def _worker(model, tokenizer, **config: Any) -> tuple[RolloutEngine, RecordingEngine]:
+def _worker(model, tokenizer, **config: Any) -> tuple[RolloutGenerator, RecordingEngine]:
     engine = RecordingEngine(HFRolloutEngine(model, eos_token_id=tokenizer.eos_token_id,
                                              pad_token_id=tokenizer.pad_token_id))
     cfg = RolloutGeneratorConfig(sampling=SamplingConfig(max_new_tokens=5, seed=0), **config)
-    return RolloutEngine(engine, tokenizer, config=cfg), engine
+    return RolloutGenerator(engine, tokenizer, config=cfg), engine
 
 
 def test_groups_stream_out_after_each_micro_batch(model, tokenizer, problems):
