@@ -55,6 +55,7 @@ class ReasoningPricing(Pricing):
     def __init__(self, spec: FlowSpec) -> None:
         super().__init__(reasoning_workflow(spec))
         self.spec = spec
+        self._workflows: dict[int, Workflow] = {1: self.workflow}
 
     def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
         measured = ProfileCosts(profile)
@@ -68,8 +69,9 @@ class ReasoningPricing(Pricing):
 
     def workflow_for(self, plan_: ExecutionPlan) -> Workflow:
         ranks = plan_.placement.components["rollout"].num_procs
-        return self.workflow if ranks == 1 else reasoning_workflow(self.spec,
-                                                                   rollout_ranks=ranks)
+        if ranks not in self._workflows:  # a declaration per rank count, not per simulation
+            self._workflows[ranks] = reasoning_workflow(self.spec, rollout_ranks=ranks)
+        return self._workflows[ranks]
 
     def micro_batches(self, plan_: ExecutionPlan) -> dict[str, int]:
         micro = dict(plan_.micro_batch)

@@ -97,9 +97,12 @@ class Pricing:
         """`cluster` fitted to the probes' iterations in `profile`, each probe simulated as
         the flow runs it at the batch it ran (`rlinf.workers.flow.auto.calibrated_cluster`)."""
         cost = ProfileCosts(profile)
+        scaled: dict[int, Pricing] = {}  # one per probe size: the fits bisect many times
 
         def simulated(probe: ExecutionPlan, size: int, candidate: Cluster) -> float:
-            return self.at_batch(size).simulation(probe, cost, candidate).iteration_time
+            if size not in scaled:
+                scaled[size] = self.at_batch(size)
+            return scaled[size].simulation(probe, cost, candidate).iteration_time
 
         return rf.calibrated_cluster(cluster, profile, simulated)
 
