@@ -13,11 +13,10 @@ cluster's hardware (per node: device count, kind, backend, NVLink, cores, and GP
 whole GiB; not host names, addresses or the memory Ray happens to report free, which
 change between sessions of the same machine), the CPU of the host that computes the key
 (model name and the vector extensions matmuls use: a VM moved to a host without AVX-512
-BF16 kept its core count, and its bf16 training steps ran 8-30x slower than fp32,
-2026-11-28) and whatever describes the model and the code that runs it (the caller's
-mapping: sizes, dtype, engine, versions). Anything
-that changes what a component costs belongs in that mapping. A cached file that cannot be
-read is measured again and replaced, never trusted.
+BF16 keeps its core count, but its bf16 training steps run far slower than fp32) and
+whatever describes the model and the code that runs it (the caller's mapping: sizes, dtype,
+engine, versions). Anything that changes what a component costs belongs in that mapping. A
+cached file that cannot be read is measured again and replaced, never trusted.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@ A trainer that streams (gradients of each micro-batch as soon as its samples arr
 optimizer step after the last) does the same work as one call on the whole batch; only
 its start moves earlier. A curve fitted to whole-batch calls (the profile's) prices a
 small call with the whole call's fixed part (the optimizer step, the call's set-up), so
-charging it once per piece overprices the stream by that part times the pieces (on the
-2-core CPU box, 2026-12-02: a 64-row piece priced 3.98 s by the fit against 1.6 s, its
-share of the 512-row call; the hybrid plan predicted 35 s against 16 s measured).
-`StreamedCosts` prices each piece at its share of the whole-batch call instead.
+charging it once per piece overprices the stream by that part times the pieces (a small
+piece priced by the fit costs well over its share of the whole call, and a plan that
+streams is priced far above what it runs). `StreamedCosts` prices each piece at its share
+of the whole-batch call instead.
 """
 
 from __future__ import annotations

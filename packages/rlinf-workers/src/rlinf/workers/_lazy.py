@@ -3,10 +3,9 @@
 `rlinf.workers.models` and `rlinf.workers.rollout` gather names from submodules that need
 transformers' model classes. Every Ray actor process of a flow imports `rlinf.workers.flow`,
 which reaches both packages; an embodied run's env, policy and trainer processes never use
-them, and importing them eagerly cost each of those processes about 6 s of CPU at every
-launch on the 2-core dev machine (`import rlinf.workers.flow`: 10.4-13.2 s before, 4.3-6.8 s
-after, 2026-11-29). `rlinf.workers.reasoning` imports each role's module on first use, so a
-role's process loads its own module only.
+them, and importing them eagerly cost each of those processes seconds of CPU at every
+launch, which on a small machine slows every flow's start. `rlinf.workers.reasoning`
+imports each role's module on first use, so a role's process loads its own module only.
 """
 
 from __future__ import annotations

@@ -3,12 +3,12 @@
 `measure_components` times each component in one process, so a cost curve fitted to it
 alone assumes that `k` env workers (or policy ranks) step a batch `k` times faster. They do
 not: they share the machine's cores, memory bandwidth and caches with each other and with
-the driver, and on our 2-core box a plan with two env workers ran about 30% slower than
-priced (bench-flow, 2026-11-27). `measure_parallel` starts `workers` fresh processes that
-each build the share ``size / workers`` of every profiled batch size, wait until all are
-ready, then time the same calls at the same moment; the slowest process's median is the
-point ``(size, workers)``. With those points `rlinf.sched.fit_profile` separates the part
-of a call that scales with devices from the part that does not.
+the driver, so on a small box a plan with several env workers runs slower than priced.
+`measure_parallel` starts `workers` fresh processes that each build the share
+``size / workers`` of every profiled batch size, wait until all are ready, then time the
+same calls at the same moment; the slowest process's median is the point
+``(size, workers)``. With those points `rlinf.sched.fit_profile` separates the part of a call
+that scales with devices from the part that does not.
 
 A child is ``python -m rlinf.workers.embodied.parallel_profiling``: it reads its job
 (pickled) on stdin, prints ``ready``, waits for ``go`` and prints its timings as JSON.

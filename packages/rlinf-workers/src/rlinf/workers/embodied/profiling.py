@@ -13,8 +13,8 @@ optimizer are untouched):
 
 Each point is the median of `repeats` timed calls after a warm-up (env and actor points at
 least `MIN_REPEATS`). The actor's updates on the different thread counts are interleaved
-(1, 2, 1, 2, ...), so a slow spell of the shared machine hits every count alike. One call
-per point, as before 2026-11-27, let the planner price a plan at 0.063 s that ran 0.322 s.
+(1, 2, 1, 2, ...), so a slow spell of the shared machine hits every count alike (one call
+per point let a single spell set a whole cost curve).
 `rlinf.sched.fit_profile` turns the `Profile` into cost curves.
 """
 

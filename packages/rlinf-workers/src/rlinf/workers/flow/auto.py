@@ -182,11 +182,9 @@ def _runs_collocated(flow: MacroFlow, devices: int) -> bool:
 _PROBE_WARMUPS = 2
 _PROBE_ITERATIONS = 5
 """Discarded and measured iterations of the pipelined probe; `calibrated_cluster` fits the
-median of the measured ones. On this 2-core box the first iterations of a fresh launch ran
-up to 35% slow, falling iteration by iteration (2026-11-28: 0.655, 0.631, 0.537 s for a plan
-whose run then took 0.52 s), and about one iteration in three 0.3-0.4 s slow at random
-(2026-11-27: 0.71, 0.71, 1.02 s), so a single warm-up and a median of three fitted the
-latency to a slow spell."""
+median of the measured ones. On a small box the first iterations of a fresh launch run
+slow, falling iteration by iteration, and now and then one runs slow at random, so a single
+warm-up and a median of three fitted the latency to a slow spell."""
 PROFILE_FORMAT = 4
 """What a profile records, raised whenever it records something new that the fit reads (2:
 the collocated probes' iterations, `COLLOCATED_ITERATION`; 3: runs' own measurements with
@@ -494,8 +492,8 @@ def fit_turn_latency(cluster: Cluster, profile: Profile,
             probe.plan, probe.batch_size, dataclasses.replace(cluster, turn_latency=turn)))
 
     # One fit per probe and size, and their median: a probe point whose iterations mostly
-    # stalled (seen 2026-11-28: 1.01 s measured where its components computed 0.60 s, the
-    # other three points 0.035-0.045 s over theirs) moves a sum, not the median.
+    # stalled (measured far above what its components computed, while the other points sat
+    # just over theirs) moves a sum, not the median.
     fits = [fitted(probe) for probe in probes]
     turn = max(cluster.turn_latency, statistics.median(fits))
     if turn == cluster.turn_latency:

@@ -339,8 +339,8 @@ class FlowRun:
             with keep_interrupts():
                 return self._step(contexts, step)
         except BaseException as exc:
-            # A second Ctrl-C must not cut the teardown short (CI, 2026-12-02: one during
-            # `cluster_reachable` left the flow running); the first one is raised below.
+            # A second Ctrl-C must not cut the teardown short (one during `cluster_reachable`
+            # would leave the flow running); the first one is raised below.
             with hold_interrupts(reraise=not isinstance(exc, KeyboardInterrupt)):
                 # A worker death may be the whole cluster's (ray stop): then say so, and
                 # skip the calls to it, each of which would wait a minute for an answer.

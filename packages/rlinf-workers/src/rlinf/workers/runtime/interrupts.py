@@ -1,7 +1,7 @@
 """Ctrl-C that the driver never loses.
 
 A SIGINT normally surfaces as `KeyboardInterrupt` at the next Python bytecode of the main
-thread. Twice in full test-suite runs (2026-11-26) one arrived during a flow step and
+thread. In full test-suite runs one has arrived during a flow step and
 vanished: the step and the run went on, although no handler of ours catches it; the call
 that swallowed it was not found. While a flow step (`rlinf.workers.flow.FlowRun.step`) or a
 group call (`GroupFuture.rank_results`: evaluation, checkpoints, weight fetches) waits,
