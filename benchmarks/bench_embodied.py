@@ -99,7 +99,6 @@ os.environ.setdefault("RAY_worker_niceness", "0")
 import numpy as np
 import torch
 from rlinf_embodied.flow import EmbodiedFlow
-from rlinf_embodied.pricing import LINK
 from rlinf_embodied.workflow import EmbodiedSpec, embodied_workflow, fixed_plan
 from sb3_ppo import Sb3Setting, VecKind, run_sb3
 from sb3_ppo import train_until as sb3_train_until
@@ -110,6 +109,7 @@ from rlinf.comm import Batch
 from rlinf.sched import Cluster, ExecutionPlan, fit_profile, plan, simulate
 from rlinf.workers.embodied.actor import EmbodiedActorConfig
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
+from rlinf.workers.embodied.run_profile import LINK
 from rlinf.workers.env import EnvWorker, EnvWorkerConfig
 from rlinf.workers.models.policy import PolicyConfig
 from rlinf.workers.runtime import HostAllocator, WorkerContext, allocator_env

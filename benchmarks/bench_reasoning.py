@@ -102,6 +102,7 @@ from reasoning_trl import TrlJob, TrlSetup, run_trl
 
 from rlinf.envs.math import MathProblem, ProblemGenerator
 from rlinf.workers.models import TinyLMConfig
+from rlinf.workers.models.sources import ModelSource
 from rlinf.workers.runtime import HostAllocator, allocator_env
 
 if TYPE_CHECKING:
@@ -248,7 +249,7 @@ def _flow_spec(settings: Settings, mode: Mode, engine: str) -> tuple[FlowSpec, i
         options = {"max_model_len": 128 + settings.max_new_tokens,
                    "max_num_seqs": per_call * settings.group_size}
     spec = FlowSpec(
-        model_config=settings.model, model_seed=settings.seed,
+        model=ModelSource(config=settings.model, seed=settings.seed),
         rollout=RolloutGeneratorConfig(
             group_size=settings.group_size, groups_per_micro_batch=per_call,
             sampling=SamplingConfig(max_new_tokens=settings.max_new_tokens,

@@ -442,14 +442,16 @@ def test_reasoning_flow_step_with_rollout_and_actor_on_different_nodes(two_nodes
     from rlinf.envs.math import ProblemGenerator
     from rlinf.workers.actor import ActorConfig
     from rlinf.workers.models import TinyLMConfig
+    from rlinf.workers.models.sources import ModelSource
     from rlinf.workers.rollout import RolloutGeneratorConfig, SamplingConfig
 
     two_nodes.add_node(num_cpus=1, resources={NODE_RESOURCES[2]: 1})
     two_nodes.wait_for_nodes()
     _wait_for_cpus(3)
     spec = FlowSpec(
-        model_config=TinyLMConfig(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
-                                  intermediate_size=128, attn_implementation="eager"),
+        model=ModelSource(config=TinyLMConfig(
+            hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128,
+            attn_implementation="eager")),
         rollout=RolloutGeneratorConfig(group_size=2, groups_per_micro_batch=2,
                                     sampling=SamplingConfig(max_new_tokens=8, temperature=1.0),
                                     template="short"),

@@ -34,12 +34,12 @@ from pathlib import Path
 
 import structlog
 import torch
-from rlinf_reasoning.evaluate import accuracy, generate, rewards
 from rlinf_reasoning.warmstart import WARMSTART_DIR, load_warmstart, warmstart_task
 
 from rlinf.envs.math import ProblemGenerator, format_prompt
 from rlinf.workers.algorithms import grpo_advantages, ppo_policy_loss
 from rlinf.workers.models import response_log_probs, response_mask_from_eos
+from rlinf.workers.reasoning.accuracy import accuracy, generate, rewards
 
 log = structlog.get_logger("check_rl_headroom")
 

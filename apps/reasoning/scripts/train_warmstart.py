@@ -50,7 +50,6 @@ from pathlib import Path
 
 import structlog
 import torch
-from rlinf_reasoning.evaluate import accuracy, tool_accuracy, tool_target
 from rlinf_reasoning.warmstart import (
     METADATA_FILE,
     TOOLS_WARMSTART_DIR,
@@ -63,6 +62,7 @@ from transformers import PreTrainedTokenizerBase
 from rlinf.envs import ConfigError
 from rlinf.envs.math import GeneratorConfig, MathProblem, ProblemGenerator, format_prompt
 from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
+from rlinf.workers.reasoning.accuracy import accuracy, tool_accuracy, tool_target
 
 log = structlog.get_logger("train_warmstart")
 

@@ -8,9 +8,8 @@ import pytest
 import torch
 from rlinf_reasoning.banner import describe_loaded
 from rlinf_reasoning.config import ReasoningConfig, from_omegaconf
-from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.data import problem_source
 from rlinf_reasoning.errors import InvalidConfigError
-from rlinf_reasoning.models import model_factory
 from rlinf_reasoning.spec import flow_spec
 
 from rlinf.envs.math import MathProblem, save_jsonl
@@ -24,8 +23,8 @@ def _cfg(**sections: dict[str, object]) -> ReasoningConfig:
 def test_default_run_names_the_warm_start_and_generated_problems() -> None:
     cfg = _cfg()
     spec = flow_spec(cfg)
-    loaded = describe_loaded(cfg, spec, ProblemSource(cfg))
-    model, tokenizer = model_factory(spec)()
+    loaded = describe_loaded(cfg, spec, problem_source(cfg))
+    model, tokenizer = spec.model.model_factory()()
     assert loaded.parameters == sum(p.numel() for p in model.parameters())
     assert loaded.train_problems is None and loaded.heldout_problems == cfg.data.heldout_size
     model_line, tokenizer_line, data_line, prompt_line = loaded.lines()
@@ -33,7 +32,7 @@ def test_default_run_names_the_warm_start_and_generated_problems() -> None:
     assert f"vocabulary {len(tokenizer)}" in tokenizer_line
     assert data_line == (f"data: generated level {cfg.data.level} — generated on the fly, "
                          f"{cfg.data.heldout_size} held-out")
-    first = ProblemSource(cfg)(1, 1)[0]  # the short template: the compact form, one "="
+    first = problem_source(cfg)(1, 1)[0]  # the short template: the compact form, one "="
     assert prompt_line == f"first prompt: {first.metadata['compact']!r}"
 
 
@@ -47,7 +46,7 @@ def test_the_first_prompt_is_printed_as_the_chat_template_renders_it(tmp_path: P
     for system, shown in (("Be brief.", "<system>Bebrief.<user>"), (None, "'<user>")):
         cfg = _cfg(model={"dir": str(tmp_path / "model")},
                    data={"template": "chat", "system_prompt": system})
-        source = ProblemSource(cfg)
+        source = problem_source(cfg)
         line = describe_loaded(cfg, flow_spec(cfg), source).lines()[3]
         question = source(1, 1)[0].question.strip().replace(" ", "")
         assert line.startswith("first prompt: ") and shown in line
@@ -62,7 +61,7 @@ def test_a_hugging_face_folder_is_counted_without_reading_its_weights(tmp_path: 
     save_jsonl(problems, tmp_path / "problems.jsonl")
     cfg = _cfg(model={"dir": str(tmp_path / "model")},
                data={"path": str(tmp_path / "problems.jsonl"), "heldout_size": 50})
-    source = ProblemSource(cfg)
+    source = problem_source(cfg)
     loaded = describe_loaded(cfg, flow_spec(cfg), source)
     assert loaded.parameters == sum(p.numel() for p in model.parameters())
     assert loaded.stored_dtype == "bfloat16"
@@ -75,7 +74,7 @@ def test_a_hugging_face_folder_is_counted_without_reading_its_weights(tmp_path: 
 def test_chat_template_without_one_in_the_tokenizer_is_refused_before_launch() -> None:
     cfg = _cfg(data={"template": "chat"})
     with pytest.raises(InvalidConfigError, match=r"data\.template.*no chat template"):
-        describe_loaded(cfg, flow_spec(cfg), ProblemSource(cfg))
+        describe_loaded(cfg, flow_spec(cfg), problem_source(cfg))
 
 
 def _cache_with(tmp_path: Path, repo_id: str) -> Path:
@@ -96,10 +95,10 @@ def test_a_hub_id_resolves_from_the_local_cache(tmp_path: Path,
     monkeypatch.setenv("HF_HUB_CACHE", str(_cache_with(tmp_path, "acme/tiny-math")))
     cfg = _cfg(model={"dir": "acme/tiny-math"})
     spec = flow_spec(cfg)
-    assert spec.model_dir.parts[-2:-1] == ("snapshots",)
-    assert (spec.model_dir / "config.json").is_file()
-    loaded = describe_loaded(cfg, spec, ProblemSource(cfg))
-    assert loaded.model == str(spec.model_dir) and loaded.parameters > 0
+    assert spec.model.dir is not None and spec.model.dir.parts[-2:-1] == ("snapshots",)
+    assert (spec.model.dir / "config.json").is_file()
+    loaded = describe_loaded(cfg, spec, problem_source(cfg))
+    assert loaded.model == str(spec.model.dir) and loaded.parameters > 0
 
 
 def test_a_hub_id_not_in_the_cache_says_how_to_download_it(

@@ -11,7 +11,6 @@ import torch
 from rlinf_reasoning.cli import main
 from rlinf_reasoning.config import ReasoningConfig, config_dict, config_hash
 from rlinf_reasoning.export import EXPORT_FILE, export_checkpoint
-from rlinf_reasoning.models import model_factory
 from rlinf_reasoning.spec import flow_spec
 from torch import nn
 
@@ -25,7 +24,7 @@ def _run_with_checkpoints(run_dir: Path, steps: tuple[int, ...]) -> dict[int, nn
     (here: perturbed) and checkpointed after each of `steps`, as the actor's rank 0 writes
     it (policy and optimizer of `PolicyTrainer._modules()`)."""
     cfg = ReasoningConfig()
-    model, _ = model_factory(flow_spec(cfg))()
+    model, _ = flow_spec(cfg).model.model_factory()()
     store = CheckpointStore(run_dir / CHECKPOINT_DIR, keep=len(steps))
     saved = {}
     gen = torch.Generator().manual_seed(0)
@@ -56,7 +55,7 @@ def test_export_loads_in_transformers_to_the_same_log_probs(tmp_path: Path) -> N
     assert json.loads((out / EXPORT_FILE).read_text())["step"] == 10
     exported = AutoModelForCausalLM.from_pretrained(out).eval()
     tokenizer = AutoTokenizer.from_pretrained(out)
-    reference, _ = model_factory(flow_spec(ReasoningConfig()))()
+    reference, _ = flow_spec(ReasoningConfig()).model.model_factory()()
     reference.load_state_dict(saved[10])
     ids = torch.tensor([tokenizer.encode("12+7=19")])
     with torch.no_grad():

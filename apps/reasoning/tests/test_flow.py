@@ -31,6 +31,7 @@ from rlinf.workers import flow as rf
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.errors import ConfigError, WorkerDiedError
 from rlinf.workers.flow.auto import COLLOCATED_ITERATION, CONTROL, WEIGHT_SYNC, collocated_probes
+from rlinf.workers.models.sources import ModelSource
 from rlinf.workers.reasoning import ProblemBatches
 from rlinf.workers.rollout import RolloutGeneratorConfig, SamplingConfig
 
@@ -38,7 +39,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 SPEC = FlowSpec(
-    model_dir=WARMSTART_DIR,
+    model=ModelSource(WARMSTART_DIR),
     rollout=RolloutGeneratorConfig(group_size=4, groups_per_micro_batch=2,
                                 sampling=SamplingConfig(max_new_tokens=4)),
     actor=ActorConfig(parallelism="none", lr=1e-3, micro_batch_size=8),
@@ -257,7 +258,7 @@ def test_workflow_is_the_macro_flow_the_planner_sees() -> None:
         ("rollout", "reward"), ("reward", "inference"), ("inference", "actor")]
     lean = FlowSpec(recompute_logprobs=False)
     assert reasoning_workflow(lean).names == ("rollout", "reward", "actor")
-    assert Path(SPEC.model_dir) == WARMSTART_DIR
+    assert SPEC.model.dir == WARMSTART_DIR
 
 
 @pytest.mark.vllm

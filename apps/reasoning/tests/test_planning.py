@@ -34,6 +34,7 @@ from rlinf.workers.actor.megatron import MegatronConfig
 from rlinf.workers.flow import FlowChannel
 from rlinf.workers.flow.auto import PROBE_ITERATION, WEIGHT_SYNC
 from rlinf.workers.models import TinyLMConfig
+from rlinf.workers.models.sources import ModelSource
 from rlinf.workers.rollout import RolloutGeneratorConfig
 from rlinf.workers.training import ProfileCosts
 
@@ -170,7 +171,8 @@ def test_a_streaming_actor_pays_its_fixed_part_once_per_iteration() -> None:
 
 
 def _cut_choosing_spec() -> FlowSpec:
-    return FlowSpec(model_config=TinyLMConfig(), megatron=MegatronConfig(), choose_cut=True,
+    return FlowSpec(model=ModelSource(config=TinyLMConfig()), megatron=MegatronConfig(),
+                    choose_cut=True,
                     rollout=RolloutGeneratorConfig(group_size=4, groups_per_micro_batch=2),
                     prompts_per_step=8)
 

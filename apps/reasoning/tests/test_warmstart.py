@@ -16,10 +16,10 @@ from types import ModuleType
 
 import torch
 from rlinf_reasoning import WARMSTART_DIR, load_warmstart
-from rlinf_reasoning.evaluate import accuracy, generate
 from rlinf_reasoning.warmstart import read_metadata, warmstart_task
 
 from rlinf.envs.math import ProblemGenerator, split_of
+from rlinf.workers.reasoning.accuracy import accuracy, generate
 
 ACCURACY_BAND = (0.15, 0.60)
 """Held-out greedy accuracy the shipped checkpoint must lie in (documented in the README)."""
@@ -132,8 +132,9 @@ def test_headroom_script_runs_with_a_tiny_budget() -> None:
 
 
 def test_the_tool_calling_warm_start_calls_the_calculator_and_has_room_to_improve() -> None:
-    from rlinf_reasoning.evaluate import tool_accuracy
     from rlinf_reasoning.warmstart import TOOLS_WARMSTART_DIR
+
+    from rlinf.workers.reasoning.accuracy import tool_accuracy
 
     total = sum(p.stat().st_size for p in TOOLS_WARMSTART_DIR.iterdir() if p.is_file())
     assert 0 < total <= MAX_CHECKPOINT_BYTES

@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlinf.workers.cli import EXIT_CONFIG, AppCLI
-from rlinf.workers.errors import ConfigError, MissingExtraError
+from rlinf.workers.cli import AppCLI, ExportCommand
 from rlinf.workers.schema import to_dict
 from rlinf_embodied.config import AppConfig, from_omegaconf, ray_options
 
@@ -59,26 +58,15 @@ def _sweep_result(run_dir: Path) -> str | None:
             f"{summary['eval_return_after']:.1f}")
 
 
-def export_main(argv: Sequence[str]) -> int:
-    """``rlinf-embodied export RUN_DIR [--step N] --out DIR``; returns the exit status."""
-    parser = argparse.ArgumentParser(
-        prog="rlinf-embodied export",
-        description="Write a run's trained policy as policy.pt (its network's shape and "
-                    "weights); rlinf_embodied.export.load_policy(DIR) rebuilds it.")
-    parser.add_argument("run_dir", type=Path, help="the run folder (its --run-dir)")
-    parser.add_argument("--step", type=int, default=None,
-                        help="the checkpoint's step (default: the latest)")
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write")
-    args = parser.parse_args(list(argv))
+def _export(run_dir: Path, out: Path, *, step: int | None) -> Path:
     from rlinf_embodied.export import export_policy
 
-    try:
-        path = export_policy(args.run_dir, args.out, step=args.step)
-    except (ConfigError, MissingExtraError) as exc:
-        print(f"rlinf-embodied export: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    print(f"exported to {path}")
-    return 0
+    return export_policy(run_dir, out, step=step)
+
+
+EXPORT = ExportCommand(
+    "Write a run's trained policy as policy.pt (its network's shape and weights); "
+    "rlinf_embodied.export.load_policy(DIR) rebuilds it.", _export)
 
 
 CLI: AppCLI[AppConfig] = AppCLI(
@@ -90,7 +78,7 @@ CLI: AppCLI[AppConfig] = AppCLI(
     # files leave out while a misspelt key is still rejected
     structured_defaults=lambda: (BASE_CONFIG, to_dict(AppConfig())),
     sweep_result=_sweep_result, add_flags=_add_flags, after_train=_after_train,
-    export=export_main)
+    export=EXPORT)
 """``rlinf-embodied``'s command line (`rlinf.workers.cli.AppCLI`)."""
 
 

@@ -12,7 +12,6 @@ weights are a pretrained model's, saved with the processor by its own library.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +20,7 @@ import torch
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.models.policy import ActorCritic, PolicyConfig
 from rlinf.workers.schema import build, nested
-from rlinf.workers.telemetry import CheckpointStore
-from rlinf.workers.telemetry.checkpoints import META_FILE
+from rlinf.workers.training.folder import EXPORT_FILE, checkpoint_for_export, write_export_record
 from rlinf_embodied.config import AppConfig
 
 __all__ = ["EXPORT_FILE", "POLICY_FILE", "POLICY_FORMAT", "export_policy", "load_policy"]
@@ -30,9 +28,6 @@ __all__ = ["EXPORT_FILE", "POLICY_FILE", "POLICY_FORMAT", "export_policy", "load
 POLICY_FILE = "policy.pt"
 """The exported network: ``{"format", "policy_config", "state_dict"}``."""
 POLICY_FORMAT = "rlinf-embodied-policy/1"
-EXPORT_FILE = "rlinf_export.json"
-"""Written beside it: which run and step it came from, and the run's config."""
-CHECKPOINT_DIR = "checkpoints"
 
 
 def export_policy(run_dir: Path, out: Path, *, step: int | None = None) -> Path:
@@ -40,17 +35,7 @@ def export_policy(run_dir: Path, out: Path, *, step: int | None = None) -> Path:
     returns the policy file. ConfigError saying what is missing otherwise."""
     from rlinf_embodied.spec import build_spec
 
-    store_root = Path(run_dir) / CHECKPOINT_DIR
-    steps = CheckpointStore(store_root).steps() if store_root.is_dir() else []
-    if not steps:
-        raise ConfigError(f"{run_dir} holds no checkpoint ({CHECKPOINT_DIR}/step-*): pass the "
-                          "--run-dir of a run that saved one")
-    chosen = steps[-1] if step is None else next((s for s in steps if s[0] == step), None)
-    if chosen is None:
-        raise ConfigError(f"{store_root} has no checkpoint of step {step}; it has steps "
-                          f"{[s for s, _ in steps]}")
-    found, folder = chosen
-    meta = json.loads((folder / META_FILE).read_text())
+    found, folder, meta = checkpoint_for_export(run_dir, step)
     cfg = build(AppConfig, nested(meta["config"]))
     policy = build_spec(cfg).policy
     if not isinstance(policy, PolicyConfig):
@@ -63,9 +48,7 @@ def export_policy(run_dir: Path, out: Path, *, step: int | None = None) -> Path:
     path = out / POLICY_FILE
     torch.save({"format": POLICY_FORMAT, "policy_config": dataclasses.asdict(policy),
                 "state_dict": model.state_dict()}, path)
-    (out / EXPORT_FILE).write_text(json.dumps(
-        {"run_dir": str(run_dir), "step": found, "config": nested(meta["config"])},
-        indent=2) + "\n")
+    write_export_record(out, run_dir=run_dir, step=found, config=nested(meta["config"]))
     return path
 
 

@@ -26,30 +26,25 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 import torch
 
-from rlinf.sched import Cluster, ExecutionPlan, Measurement, Profile
-from rlinf.workers.embodied.parallel_profiling import measure_parallel
-from rlinf.workers.embodied.profiling import measure_components
+from rlinf.sched import Cluster, ExecutionPlan, Profile
 from rlinf.workers.embodied.roles import (
     EnvDescription,
     episode_means,
     pool_rollout_metrics,
     weights_from_wire,
 )
+from rlinf.workers.embodied.run_profile import profile_run
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import FlowClosedError, FlowRun
-from rlinf.workers.flow.auto import iteration_overhead
-from rlinf.workers.flow.auto import probe_iterations as probe_iterations_of
-from rlinf.workers.runtime import RANK_ZERO, WorkerGroup
+from rlinf.workers.flow import FlowRun
+from rlinf.workers.flow.launched import LaunchedFlow
 from rlinf.workers.telemetry import Span
 from rlinf_embodied.checkpoint import load_flow, save_flow
 from rlinf_embodied.evaluation import EvalResult, evaluate
-from rlinf_embodied.pricing import LINK
 from rlinf_embodied.workflow import (
     COMPONENTS,
     EmbodiedSpec,
@@ -88,16 +83,15 @@ class EmbodiedStepResult:
     """Onloads the device lock ran during the iteration, over every worker process."""
 
 
-class EmbodiedFlow:
+class EmbodiedFlow(LaunchedFlow):
     """The launched flow of one run (module docstring); build with `launch`."""
 
     def __init__(self, spec: EmbodiedSpec, run: FlowRun, *, description: EnvDescription,
                  stages: int, trace: bool) -> None:
+        super().__init__(run, trace=trace)
         self.spec = spec
-        self.run = run
         self.description = description
         self.stages = stages
-        self.trace = trace
         self._rollout_config, self._actor_config = policy_configs(spec, description)
 
     @classmethod
@@ -127,21 +121,9 @@ class EmbodiedFlow:
         return cls(spec, run, description=description, stages=stages, trace=trace)
 
     @property
-    def plan(self) -> ExecutionPlan:
-        """The launched plan."""
-        return self.run.plan
-
-    @property
     def inline(self) -> bool:
         """Whether env and policy share one process (the plan co-places them)."""
         return "rollout" in self.run.inlined
-
-    def group(self, name: str) -> WorkerGroup:
-        """The worker group of component `name` (refused once the flow is closed)."""
-        if self.run.closed:
-            raise FlowClosedError("this EmbodiedFlow is closed (after close() or a failed "
-                                  "step); launch a new one")
-        return self.run.group_of(name)
 
     def step(self, step: int, *, drain: bool = False) -> EmbodiedStepResult:
         """One iteration: rollout → actor training → weight sync (module docstring). With a
@@ -166,8 +148,7 @@ class EmbodiedFlow:
             "env_wait_seconds": env["wait_seconds"], "iteration_seconds": seconds}
         return EmbodiedStepResult(
             step=step, metrics=metrics, seconds=seconds, env_steps=int(env["env_steps"]),
-            spans=tuple(self.run.drain_spans()) if self.trace else (),
-            onloads=self.run.onloads(since=wall_start))
+            spans=tuple(self.drain_spans()), onloads=self.onloads(since=wall_start))
 
     def get_weights(self) -> dict[str, torch.Tensor]:
         """The actor's current parameters (CPU copies)."""
@@ -195,55 +176,11 @@ class EmbodiedFlow:
 
     def measure(self, *, batch_sizes: Sequence[int], repeats: int = 5,
                 probe_iterations: int = 0, data_parallel: int = 1) -> Profile:
-        """Per-component profile for `auto`: env steps of stage groups of each size, policy
-        inference of micro-batches of each size, actor updates of ``size × rollout_steps``
-        samples on 1 and 2 threads (on fresh copies in the driver, so training state is
-        untouched); the iteration overhead (`rlinf.workers.flow.auto.iteration_overhead`);
-        and, with a policy process, the link's round trips between the real processes
-        (`pricing.link_cluster` fits them). A throw-away flow (``auto``'s probe) also runs
-        `probe_iterations` real iterations (`rlinf.workers.flow.auto.probe_iterations`: with
-        the policy inline they price the hand-overs, else the messages). With
-        `data_parallel` > 1, env and policy are also timed on that many processes at once
-        (`measure_parallel`: what splitting them over devices really buys)."""
-        profile = measure_components(
-            env=replace(self.spec.env, pipeline_stages=1), rollout=self._rollout_config,
-            actor=self._actor_config, rollout_steps=self.spec.rollout_steps,
-            batch_sizes=batch_sizes, repeats=repeats)
-        extra = list(iteration_overhead(self.run, repeats=repeats,
-                                        timeout=self.spec.link_timeout).measurements)
-        if data_parallel > 1:
-            extra += measure_parallel(env=replace(self.spec.env, pipeline_stages=1),
-                                      rollout=self._rollout_config, batch_sizes=batch_sizes,
-                                      workers=data_parallel, repeats=repeats)
-        if not self.inline:
-            to_policy, to_env = self.run.channels["env->rollout"], self.run.channels["rollout->env"]
-            for size in sorted(set(batch_sizes)):
-                count = 10 * repeats
-                pong = self.group("rollout").call_async(
-                    "echo", count=count, input_channel=to_policy, output_channel=to_env,
-                    spec=RANK_ZERO)
-                rtt = self.group("env").call("ping", count=count, batch_size=size,
-                                              output_channel=to_policy, input_channel=to_env,
-                                              timeout=self.spec.link_timeout)[0]
-                pong.rank_results(timeout=self.spec.link_timeout)
-                extra.append(Measurement(LINK, size, 1, float(rtt), 0, memory_source="none",
-                                         timestamp=time.time()))
-        probed = probe_iterations_of(self.run, items=self.spec.env.num_envs,
-                                     iterations=probe_iterations, collocated=self.inline) \
-            if probe_iterations > 1 else Profile()
-        return Profile((*profile.measurements, *extra, *probed.measurements),
-                       profile.switches, {**profile.metadata, **probed.metadata})
-
-    # -- teardown --------------------------------------------------------------------------
-
-    def close(self, *, kill: bool = False) -> None:
-        """Stop every worker (dead ones included) and the device lock; idempotent. `kill`:
-        without shutdown hooks (after a failure: ranks may be stuck, the cluster gone)."""
-        self.run.close(kill=kill)
-
-    def __enter__(self) -> EmbodiedFlow:
-        return self
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close(kill=exc is not None)
+        """Per-component profile for `auto` (`rlinf.workers.embodied.run_profile`): the
+        components at each batch size, the link's round trips with a policy process, and on
+        a throw-away flow (``auto``'s probe) `probe_iterations` real iterations."""
+        return profile_run(self.run, env=self.spec.env, rollout=self._rollout_config,
+                           actor=self._actor_config, rollout_steps=self.spec.rollout_steps,
+                           batch_sizes=batch_sizes, repeats=repeats,
+                           iterations=probe_iterations, data_parallel=data_parallel,
+                           timeout=self.spec.link_timeout)

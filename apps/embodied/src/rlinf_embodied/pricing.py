@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from rlinf.sched import Cluster, CostModel, ExecutionPlan, Placement, Profile, Workflow, fit_profile
+from rlinf.workers.embodied.run_profile import LINK
 from rlinf.workers.flow.auto import CONTROL, WEIGHT_SYNC
 from rlinf.workers.training import Pricing
 from rlinf.workers.training.pricing import calibrated_link, fitted_turns, link_cluster, on_cluster
@@ -27,8 +28,6 @@ TIE_TOLERANCE = 0.02
 """Plans predicted within 2% of the fastest are tied and the one on fewest device slots is
 chosen: profiles taken on a shared CPU box vary by more than that from run to run, and a
 slot that buys nothing measurable adds a contending process (`PlannerOptions`)."""
-LINK = "link"
-"""Profile entries of the env ↔ policy link's round trips (`EmbodiedFlow.measure`)."""
 
 
 class EmbodiedPricing(Pricing):

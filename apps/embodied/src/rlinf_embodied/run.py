@@ -24,25 +24,15 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from rlinf.sched import Cluster, ExecutionPlan, Profile
 from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow import ensure_ray
 from rlinf.workers.flow.auto import probe_iterations
-from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.schema import flat_dict
-from rlinf.workers.telemetry import (
-    Span,
-    plot_learning_curve,
-    plot_timeline,
-    predicted_spans,
-    write_chrome_trace,
-    write_video,
-)
+from rlinf.workers.telemetry import Span, plot_learning_curve, write_run_trace, write_video
 from rlinf.workers.training import (
     PlanChoice,
     RunOutcome,
     RunSettings,
-    choose_plan,
-    describe_plan,
 )
+from rlinf.workers.training import dry_run as run_dry
 from rlinf.workers.training import train as run_training
 from rlinf_embodied.config import AppConfig, PlacementConfig, ray_options, resolve_placement
 from rlinf_embodied.pricing import (
@@ -75,8 +65,6 @@ env ↔ policy link (`rlinf.workers.training.pricing.calibrated_link`) and the d
 (`rlinf.workers.training.pricing.fitted_turns`) as they ran there."""
 CURVE_FILE = "learning_curve.png"
 VIDEO_FILE = "eval.gif"
-TRACE_FILE = "trace.json"
-TIMELINE_FILE = "timeline.png"
 PROGRESS_KEYS = ("episode_return", "success_rate", "env_steps_per_s", "eval_return")
 
 
@@ -248,13 +236,9 @@ class EmbodiedTask:
                 and len(final.frames):
             write_video(final.frames, run_dir / VIDEO_FILE, fps=30)
         if cfg.run.trace and spans:
-            origin = min((s.start for s in last_spans), default=0.0)
-            predicted = (predicted_spans(choice.simulation, origin=origin)
-                         if choice.simulation is not None else [])
-            write_chrome_trace(run_dir / TRACE_FILE, spans, predicted=predicted)
-            plot_timeline(run_dir / TIMELINE_FILE, last_spans, predicted)
-            print(f"trace: {run_dir / TRACE_FILE} (chrome://tracing or ui.perfetto.dev), "
-                  f"timeline: {run_dir / TIMELINE_FILE}", file=out)
+            trace, timeline = write_run_trace(run_dir, spans, last_spans, choice.simulation)
+            print(f"trace: {trace} (chrome://tracing or ui.perfetto.dev), timeline: {timeline}",
+                  file=out)
 
     def summarize(self, outcome: RunOutcome) -> RunSummary:
         run, before, after = self.cfg.run, outcome.before, outcome.after
@@ -291,20 +275,6 @@ def train(cfg: AppConfig, *, resume: bool = False, stream: TextIO | None = None,
 
 
 def dry_run(cfg: AppConfig, *, out: TextIO = sys.stdout) -> PlanChoice:
-    """Print the plan the run would use; for `auto`, the planner's ranked plans from the
-    cached profile, or from probe runs that measure one (and cache it) when none is
-    cached. Never trains."""
-    task = EmbodiedTask(cfg)
-    if not task.settings.auto:
-        choice = PlanChoice(plan=task.fixed_plan(task.cluster()))
-        describe_plan(choice.plan, out, predicted=False)
-        print("  (predicted iteration time: priced from the run's first iterations)", file=out)
-        return choice
-    owns_ray = ensure_ray(**task.ray_options())
-    try:
-        choice = choose_plan(task, task.cluster(), out=out, trials=False, measure=True)
-    finally:
-        if owns_ray:
-            stop_ray()
-    describe_plan(choice.plan, out, predicted=choice.simulation is not None)
-    return choice
+    """Print the plan the run would use (`rlinf.workers.training.dry_run`); for `auto`,
+    from probe runs that measure a profile (and cache it) when none is cached."""
+    return run_dry(EmbodiedTask(cfg), out=out, measure=True)

@@ -8,24 +8,20 @@ before any worker starts, as is a reward function of one's own (``reward.functio
 fails on a real sample: each is called once with a held-out problem's prompt and columns
 and its reference answer as the response.
 
-A Hugging Face folder's model is counted on the meta device, so no weights are read here;
-a warm start's is counted from its weights file, without building it (nor importing
-transformers' modeling code, ~4 CPU-s); a tiny model from config is built.
+The model is counted by `rlinf.workers.models.sources.ModelSource.facts`, which reads no
+Hugging Face weights and builds no warm start.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from rlinf.workers.reasoning.problems import SeededProblems
 from rlinf.workers.rollout.worker import encode_prompt
 from rlinf_reasoning.config import ReasoningConfig
-from rlinf_reasoning.data import ProblemSource
 from rlinf_reasoning.errors import InvalidConfigError
-from rlinf_reasoning.models import hf_model_on_meta, load_tokenizer_dir, model_factory
 from rlinf_reasoning.spec import FlowSpec
-from rlinf_reasoning.warmstart import METADATA_FILE, stored_parameters
 
 __all__ = ["Loaded", "describe_loaded"]
 
@@ -69,25 +65,10 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def _dtype_name(dtype: object) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource) -> Loaded:
+def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: SeededProblems) -> Loaded:
     """Count what `spec` and `source` will train on (module docstring)."""
-    folder = Path(spec.model_dir)
-    if spec.model_config is not None:
-        model, tokenizer = model_factory(spec)()
-        parameters = sum(p.numel() for p in model.parameters())
-        stored, where = _dtype_name(next(model.parameters()).dtype), "tiny model from config"
-    elif (folder / METADATA_FILE).is_file():
-        (parameters, stored), tokenizer = stored_parameters(folder), load_tokenizer_dir(
-            str(folder))
-        where = f"warm start {folder}"
-    else:
-        model, tokenizer, stored = hf_model_on_meta(folder)
-        parameters = sum(p.numel() for p in model.parameters())
-        where = str(folder)
+    facts = spec.model.facts()
+    tokenizer = facts.tokenizer
     if cfg.data.template == "chat" and not getattr(tokenizer, "chat_template", None):
         raise InvalidConfigError(
             "data.template", "chat",
@@ -100,8 +81,8 @@ def describe_loaded(cfg: ReasoningConfig, spec: FlowSpec, source: ProblemSource)
                                        if cfg.data.heldout_path else ""))
     first = encode_prompt(source(1, 1)[0], tokenizer, template=spec.rollout.template,
                           system_prompt=spec.rollout.system_prompt)
-    return Loaded(model=where, parameters=parameters,
-                  stored_dtype=stored, precision=cfg.model.precision,
+    return Loaded(model=facts.where, parameters=facts.parameters,
+                  stored_dtype=facts.stored_dtype, precision=cfg.model.precision,
                   tokenizer=f"{type(tokenizer).__name__} (vocabulary {len(tokenizer)})",
                   train_problems=source.train_size, heldout_problems=len(source.heldout),
                   data=data, first_prompt=str(tokenizer.decode(first)))
@@ -122,7 +103,7 @@ def _try_tool_format(spec: FlowSpec, tokenizer: Any) -> None:
                                  f"a format this model's tokenizer can write ({exc})") from exc
 
 
-def _try_reward_function(cfg: ReasoningConfig, source: ProblemSource) -> None:
+def _try_reward_function(cfg: ReasoningConfig, source: SeededProblems) -> None:
     """Call each of the user's reward functions once on a real sample (a held-out problem
     with its prompt and columns, its reference answer as the response); one config error
     naming the function and the sample when it raises or returns no finite number."""

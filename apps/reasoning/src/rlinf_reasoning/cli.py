@@ -38,8 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rlinf.workers.cli import EXIT_CONFIG, AppCLI
-from rlinf.workers.errors import ConfigError
+from rlinf.workers.cli import AppCLI, ExportCommand
 from rlinf_reasoning.config import ReasoningConfig, from_omegaconf
 
 __all__ = ["CLI", "CONF_DIR", "compose_config", "help_text", "main", "parse_args"]
@@ -62,30 +61,17 @@ def _sweep_result(run_dir: Path) -> str | None:
             f"({format_fixed(summary['gain_points'], 1, sign=True)} points)")
 
 
-def export_main(argv: Sequence[str]) -> int:
-    """``rlinf-reasoning export RUN_DIR [--step N] --out DIR [--merge]``; returns the exit
-    status."""
-    parser = argparse.ArgumentParser(
-        prog="rlinf-reasoning export",
-        description="Write a run's checkpoint as a Hugging Face folder (safetensors, config, "
-                    "tokenizer) that transformers, vLLM and SGLang load.")
-    parser.add_argument("run_dir", type=Path, help="the run folder (its --run-dir)")
-    parser.add_argument("--step", type=int, default=None,
-                        help="the checkpoint's step (default: the latest)")
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write")
-    parser.add_argument("--merge", action="store_true",
-                        help="a LoRA run: write the model with the adapter merged in "
-                             "(default: the adapter in PEFT's layout)")
-    args = parser.parse_args(list(argv))
+def _export(run_dir: Path, out: Path, *, step: int | None, merge: bool) -> Path:
     from rlinf_reasoning.export import export_checkpoint
 
-    try:
-        out = export_checkpoint(args.run_dir, args.out, step=args.step, merge=args.merge)
-    except ConfigError as exc:
-        print(f"rlinf-reasoning export: config error: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    print(f"exported to {out}")
-    return 0
+    return export_checkpoint(run_dir, out, step=step, merge=merge)
+
+
+EXPORT = ExportCommand(
+    "Write a run's checkpoint as a Hugging Face folder (safetensors, config, tokenizer) that "
+    "transformers, vLLM and SGLang load.", _export,
+    flags={"merge": "a LoRA run: write the model with the adapter merged in (default: the "
+                    "adapter in PEFT's layout)"})
 
 
 CLI: AppCLI[ReasoningConfig] = AppCLI(
@@ -95,7 +81,7 @@ CLI: AppCLI[ReasoningConfig] = AppCLI(
     log_level_of=lambda cfg: cfg.run.log_level,
     renamed={"run.tensorboard": "run.loggers, a list: e.g. run.loggers=[jsonl] for no "
                                 "TensorBoard, run.loggers=[jsonl,tensorboard,wandb]"},
-    sweep_result=_sweep_result, export=export_main)
+    sweep_result=_sweep_result, export=EXPORT)
 """``rlinf-reasoning``'s command line (`rlinf.workers.cli.AppCLI`)."""
 
 

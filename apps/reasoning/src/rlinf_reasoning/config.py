@@ -587,7 +587,7 @@ _MODEL_FILES = ("config.json", "warmstart.json")
 
 def _check_paths(cfg: ReasoningConfig) -> None:
     if cfg.model.dir is not None:
-        from rlinf_reasoning.hub import resolve_model_dir
+        from rlinf.workers.hub import resolve_model_dir
 
         folder = resolve_model_dir(cfg.model.dir)
         if not folder.is_dir():

@@ -1,44 +1,22 @@
-"""Training batches and the held-out set, as pure functions of (seed, step).
+"""The run's problems (`problem_source`): training batches and the held-out set as pure
+functions of (seed, step) (`rlinf.workers.reasoning.problems.SeededProblems`).
 
-`ProblemSource.batch(position)` returns the problems of the `position`-th training batch
-(0-based; step k trains on position k - 1). The same seed always gives the same batch at the
-same position, however the batches before it were drawn, so a resumed run reads exactly the
-problems the uninterrupted run would have read. The source is also the rollout's
-`rlinf.workers.reasoning.ProblemSource` (``source(step, groups)``): the flow hands it to the
-rollout ranks, which draw their prompts themselves, so no prompt passes through the driver.
-
-- Generated problems (`data.path` null): the `rlinf.envs.math.ProblemGenerator` train stream
-  of `GeneratorConfig.for_level(level, seed=...)`, cut into consecutive batches; the held-out
-  set is the first `heldout_size` distinct problems of its held-out stream (disjoint from
-  training by construction).
-- A file or datasets folder (`data.path`, `read_problems`): problems are split by a hash of
-  the question (10% held out), unless `data.heldout_path` names the held-out problems or
-  the folder has a test split; training batches walk a fresh seeded permutation of the
-  training problems each epoch.
+- Generated problems (`data.path` null): `GeneratorConfig.for_level(level, seed=...)`.
+- A file or datasets folder (`data.path`, `read_problems`): held out apart when
+  `data.heldout_path` names the held-out problems or the folder has a test split, else
+  split by a hash of the question.
 """
 
 from __future__ import annotations
 
-import itertools
-import random
-from collections.abc import Iterator
 from pathlib import Path
 
-from rlinf.envs.math import (
-    GeneratorConfig,
-    MathProblem,
-    ProblemGenerator,
-    dataset_splits,
-    load_problems,
-    split_of,
-)
+from rlinf.envs.math import GeneratorConfig, MathProblem, dataset_splits, load_problems
+from rlinf.workers.reasoning.problems import SeededProblems
 from rlinf_reasoning.config import DataConfig, ReasoningConfig
 from rlinf_reasoning.errors import InvalidConfigError
 
-__all__ = ["HELDOUT_FRACTION", "ProblemSource", "read_problems"]
-
-HELDOUT_FRACTION = 0.1
-"""Share of a dataset file held out (by question hash) when no held-out file is given."""
+__all__ = ["problem_source", "read_problems"]
 
 
 def read_problems(cfg: DataConfig) -> tuple[list[MathProblem], list[MathProblem] | None]:
@@ -57,95 +35,20 @@ def read_problems(cfg: DataConfig) -> tuple[list[MathProblem], list[MathProblem]
     return problems, None
 
 
-class ProblemSource:
-    """Batches of training problems and the held-out set of one run (module docstring)."""
-
-    def __init__(self, cfg: ReasoningConfig) -> None:
-        self._per_step = cfg.data.prompts_per_step
-        self._heldout_size = cfg.data.heldout_size
-        self._seed = cfg.data_seed
-        self._generator: ProblemGenerator | None = None
-        self._train: list[MathProblem] = []
-        self._heldout: list[MathProblem]
-        self._stream: Iterator[MathProblem] | None = None
-        self._stream_pos = 0
-        self._order: list[int] = []
-        self._order_epoch = -1
-        if cfg.data.path is None:
-            task = GeneratorConfig.for_level(cfg.data.level, seed=self._seed)
-            self._generator = ProblemGenerator(task)
-            self._heldout = self._generator.generate(self._heldout_size, split="heldout",
-                                                     unique=True)
-            return
-        problems, heldout = read_problems(cfg.data)
-        if heldout is not None:
-            self._train = problems
-            self._heldout = heldout
-        else:
-            held = [p for p in problems
-                    if split_of(p.question, heldout_fraction=HELDOUT_FRACTION) == "heldout"]
-            self._train = [p for p in problems
-                           if split_of(p.question, heldout_fraction=HELDOUT_FRACTION) == "train"]
-            self._heldout = held
-        self._heldout = self._heldout[:self._heldout_size]
-        if not self._train:
-            raise InvalidConfigError("data.path", cfg.data.path,
-                                     "a file with at least one training problem")
-        if not self._heldout:
-            raise InvalidConfigError("data.heldout_path" if cfg.data.heldout_path else "data.path",
-                                     cfg.data.heldout_path or cfg.data.path,
-                                     "a file with at least one held-out problem")
-
-    def __call__(self, step: int, groups: int) -> list[MathProblem]:
-        """The `groups` problems of iteration `step` (1-based; step 0, a warm-up, reads the
-        first batch): `batch(step - 1)` when `groups` is the configured batch, otherwise
-        `groups` consecutive problems from where that batch starts (profiling sizes)."""
-        position = max(step - 1, 0)
-        if groups == self._per_step:
-            return self.batch(position)
-        if groups < 1:
-            raise ValueError(f"groups must be >= 1, got {groups}")
-        out: list[MathProblem] = []
-        while len(out) < groups:
-            out.extend(self.batch(position))
-            position += 1
-        return out[:groups]
-
-    def __getstate__(self) -> dict[str, object]:
-        # The generator stream cannot be pickled (the source travels to the rollout ranks);
-        # it is a cache that `batch` rebuilds.
-        return {**self.__dict__, "_stream": None, "_stream_pos": 0}
-
-    @property
-    def train_size(self) -> int | None:
-        """Training problems read from files (None: generated on the fly)."""
-        return None if self._generator is not None else len(self._train)
-
-    @property
-    def heldout(self) -> list[MathProblem]:
-        """The held-out problems greedy accuracy is measured on."""
-        return list(self._heldout)
-
-    def batch(self, position: int) -> list[MathProblem]:
-        """The problems of training batch `position` (0-based), a pure function of it."""
-        if position < 0:
-            raise ValueError(f"batch position must be >= 0, got {position}")
-        start = position * self._per_step
-        if self._generator is None:
-            return [self._train_item(i) for i in range(start, start + self._per_step)]
-        if self._stream is None or self._stream_pos > start:
-            self._stream = self._generator.stream(split="train")
-            self._stream_pos = 0
-        skipped = start - self._stream_pos
-        batch = list(itertools.islice(self._stream, skipped, skipped + self._per_step))
-        self._stream_pos = start + self._per_step
-        return batch
-
-    def _train_item(self, index: int) -> MathProblem:
-        size = len(self._train)
-        epoch, offset = divmod(index, size)
-        if self._order_epoch != epoch:
-            self._order = list(range(size))
-            random.Random(f"rlinf-reasoning:{self._seed}:{epoch}").shuffle(self._order)
-            self._order_epoch = epoch
-        return self._train[self._order[offset]]
+def problem_source(cfg: ReasoningConfig) -> SeededProblems:
+    """The problems of the run `cfg` configures (module docstring)."""
+    data, seed = cfg.data, cfg.data_seed
+    if data.path is None:
+        return SeededProblems.generated(GeneratorConfig.for_level(data.level, seed=seed),
+                                        per_step=data.prompts_per_step,
+                                        heldout_size=data.heldout_size)
+    source = SeededProblems.from_problems(*read_problems(data), per_step=data.prompts_per_step,
+                                          seed=seed, heldout_size=data.heldout_size)
+    if not source.train_size:
+        raise InvalidConfigError("data.path", data.path,
+                                 "a file with at least one training problem")
+    if not source.heldout:
+        raise InvalidConfigError("data.heldout_path" if data.heldout_path else "data.path",
+                                 data.heldout_path or data.path,
+                                 "a file with at least one held-out problem")
+    return source

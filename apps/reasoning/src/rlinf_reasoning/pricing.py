@@ -29,10 +29,9 @@ from rlinf.sched import (
 from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.reasoning import ProblemSource as ProblemStream
+from rlinf.workers.reasoning.problems import SeededProblems
 from rlinf.workers.training import Pricing, ProfileCosts
 from rlinf_reasoning.config import ReasoningConfig, component_names
-from rlinf_reasoning.data import ProblemSource
-from rlinf_reasoning.models import export_for_engine, policy_structure
 from rlinf_reasoning.placement import resolve_placement
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import (
@@ -125,7 +124,7 @@ def trainer_cost(spec: FlowSpec, measured: CostModel, cluster: Cluster) -> Train
     communication weigh as they do here)."""
     from rlinf.workers.actor.megatron import ModelShape
 
-    model = policy_structure(spec)
+    model = spec.model.structure()
     shape = ModelShape.from_hf(getattr(model, "config", None))
     parameters = float(sum(p.numel() for p in model.parameters()))
     batch = spec.prompts_per_step * spec.rollout.group_size
@@ -172,7 +171,7 @@ def first_guess(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster) -> Execu
 
 
 def profile_flow(spec: FlowSpec, cfg: ReasoningConfig, cluster: Cluster,
-                 source: ProblemSource) -> Profile:
+                 source: SeededProblems) -> Profile:
     """`profile_spec` at each `run.profile_batches` size, with the pipelined probe unless
     the placement is collocated (nothing it calibrates touches that price)."""
     sizes = sorted({prompts * cfg.rollout.group_size for prompts in cfg.run.profile_batches})
@@ -192,7 +191,7 @@ def profile_spec(spec: FlowSpec, cluster: Cluster, *, batch_sizes: Sequence[int]
     throw-away probe runs (`rlinf.workers.flow.profile_flow`). A vLLM or SGLang rollout
     loads the model from a Hugging Face folder, exported for the probes (and removed after
     them) when the model is not in one already."""
-    path, exported = export_for_engine(spec)
+    path, exported = spec.model.engine_folder(spec.engine)
     try:
         flow = declare(spec, problems=problems, granularity_groups=granularity_groups,
                        engine_model_path=path)

@@ -1,9 +1,7 @@
 """What a run leaves behind besides metrics and checkpoints: plots, traces, the summary.
 
 - ``learning_curve.png``: training reward and held-out greedy accuracy per step;
-- ``trace.json`` (Chrome trace, open in chrome://tracing or Perfetto): the measured timeline
-  of every worker rank and, beside it, the planner's simulated iteration;
-  ``timeline.png``: the last measured iteration above the predicted one;
+- ``trace.json`` and ``timeline.png`` (`rlinf.workers.telemetry.write_run_trace`);
 - ``summary.json`` and the printed summary (`rlinf.workers.training.report.RunReport`):
   held-out greedy accuracy before → after with the gain in points, samples/s, and the run's
   own rows.
@@ -17,29 +15,12 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 
-from rlinf.sched import SimulationResult
-from rlinf.workers.telemetry import (
-    Span,
-    plot_learning_curve,
-    plot_timeline,
-    predicted_spans,
-    write_chrome_trace,
-)
+from rlinf.workers.telemetry import plot_learning_curve
 from rlinf.workers.training.report import RunReport
 
-__all__ = [
-    "CURVE_FILE",
-    "TIMELINE_FILE",
-    "TRACE_FILE",
-    "Summary",
-    "format_fixed",
-    "write_curve",
-    "write_trace",
-]
+__all__ = ["CURVE_FILE", "Summary", "format_fixed", "write_curve"]
 
 CURVE_FILE = "learning_curve.png"
-TRACE_FILE = "trace.json"
-TIMELINE_FILE = "timeline.png"
 
 HELDOUT_KEY = "heldout/accuracy"
 """Metric name of the held-out greedy accuracy."""
@@ -117,14 +98,3 @@ def write_curve(records: Sequence[Mapping[str, float]], run_dir: Path) -> Path:
     ys = [k for k in (TRAIN_KEY, HELDOUT_KEY) if any(k in r for r in records)]
     return plot_learning_curve(records, ys=ys, path=run_dir / CURVE_FILE,
                                title="rlinf-reasoning")
-
-
-def write_trace(run_dir: Path, spans: Sequence[Span], last_step: Sequence[Span],
-                simulation: SimulationResult | None) -> tuple[Path, Path]:
-    """``trace.json`` (all measured spans + the predicted iteration, aligned with the last
-    measured one) and ``timeline.png`` (last measured iteration above the prediction)."""
-    origin = min((s.start for s in last_step), default=0.0)
-    predicted = predicted_spans(simulation, origin=origin) if simulation is not None else []
-    trace = write_chrome_trace(run_dir / TRACE_FILE, spans, predicted=predicted)
-    timeline = plot_timeline(run_dir / TIMELINE_FILE, last_step, predicted)
-    return trace, timeline

@@ -22,25 +22,22 @@ from typing import Any, TextIO
 import structlog
 
 from rlinf.sched import Cluster, ExecutionPlan, Profile
-from rlinf.workers.flow import ensure_ray
 from rlinf.workers.flow.auto import PROFILE_FORMAT
-from rlinf.workers.runtime.ray_session import stop_ray
-from rlinf.workers.telemetry import Span
+from rlinf.workers.telemetry import Span, write_run_trace
 from rlinf.workers.training import (
     PlanChoice,
     RunOutcome,
     RunSettings,
-    choose_plan,
-    describe_plan,
 )
+from rlinf.workers.training import dry_run as run_dry
 from rlinf.workers.training import train as run_training
 from rlinf_reasoning.banner import describe_loaded
 from rlinf_reasoning.config import LENGTH_KEYS, ReasoningConfig, config_dict
-from rlinf_reasoning.data import ProblemSource
+from rlinf_reasoning.data import problem_source
 from rlinf_reasoning.export import export_checkpoint
 from rlinf_reasoning.flow import ReasoningFlow, StepResult
 from rlinf_reasoning.pricing import ReasoningPricing, first_guess, planned_fixed, profile_flow
-from rlinf_reasoning.report import HELDOUT_KEY, Summary, write_curve, write_trace
+from rlinf_reasoning.report import HELDOUT_KEY, Summary, write_curve
 from rlinf_reasoning.spec import FlowSpec, flow_spec
 
 __all__ = ["HF_EXPORT_DIR", "SAMPLES_FILE", "ReasoningTask", "dry_run", "profile_identity",
@@ -87,7 +84,7 @@ class ReasoningTask:
         self.cfg = cfg
         self.settings = run_settings(cfg)
         self.spec: FlowSpec = flow_spec(cfg)
-        self.source = ProblemSource(cfg)
+        self.source = problem_source(cfg)
 
     # -- configuration --------------------------------------------------------------------------
     def config(self) -> dict[str, Any]:
@@ -156,7 +153,7 @@ class ReasoningTask:
                       last_spans: Sequence[Span], choice: PlanChoice, *, out: TextIO) -> None:
         write_curve(records, self.settings.run_dir)
         if self.cfg.run.trace and spans:
-            write_trace(self.settings.run_dir, spans, last_spans, choice.simulation)
+            write_run_trace(self.settings.run_dir, spans, last_spans, choice.simulation)
 
     def summarize(self, outcome: RunOutcome) -> Summary:
         busy = sum(outcome.step_seconds)
@@ -190,23 +187,6 @@ def train(cfg: ReasoningConfig, *, resume: bool = False, overrides: Sequence[str
 
 
 def dry_run(cfg: ReasoningConfig, *, out: TextIO = sys.stdout) -> PlanChoice:
-    """Print the plan the run would launch; for ``auto``, the ranked plans when a cached
-    profile prices them, else what the run would start with. Fixed placements start
-    nothing; ``auto`` starts Ray to see the cluster, and never trains."""
-    task = ReasoningTask(cfg)
-    if not task.settings.auto:
-        from rlinf_reasoning.config import cluster_size
-
-        choice = PlanChoice(plan=planned_fixed(cfg, task.spec, cluster_size(cfg)))
-        describe_plan(choice.plan, out, predicted=False)
-        print("  (predicted iteration time: profiled when the run starts)", file=out)
-        return choice
-    owns_ray = ensure_ray()
-    try:
-        # A dry run trains nothing, not even throw-away trials.
-        choice = choose_plan(task, task.cluster(), out=out, trials=False)
-    finally:
-        if owns_ray:
-            stop_ray()
-    describe_plan(choice.plan, out, predicted=True)
-    return choice
+    """Print the plan the run would launch (`rlinf.workers.training.dry_run`)."""
+    offline = Cluster.discover(use_ray=False, cpu_slots=cfg.cluster.cpu_slots)
+    return run_dry(ReasoningTask(cfg), out=out, offline=offline)

@@ -28,7 +28,6 @@ from rlinf.workers.reasoning import (
     RoleSetup,
     RolloutRole,
 )
-from rlinf_reasoning.models import model_factory, tokenizer_factory
 from rlinf_reasoning.spec import FlowSpec
 
 __all__ = [
@@ -60,7 +59,8 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
     `rollout_ranks` shapes the rollout's completion curve the planner prices."""
     group, response = spec.rollout.group_size, spec.response_tokens
     items = spec.prompts_per_step * group
-    setup = RoleSetup(model_factory=model_factory(spec), tokenizer_factory=tokenizer_factory(spec),
+    setup = RoleSetup(model_factory=spec.model.model_factory(),
+                      tokenizer_factory=spec.model.tokenizer_factory(),
                       seed=spec.seed, device=spec.device,
                       precision=spec.actor.precision, trace=trace,
                       lock_timeout=spec.timeout, io_timeout=spec.timeout,

@@ -85,3 +85,29 @@ def test_the_folder_guards(tmp_path: Path) -> None:
     store.save(5, lambda d: None, meta={"config": CONFIG})
     with pytest.raises(ResumeError, match="unreadable meta"):
         check(steps=6, resume=True)
+
+
+def test_an_export_finds_the_latest_or_the_named_step_and_says_what_is_missing(
+        tmp_path: Path) -> None:
+    from rlinf.workers.errors import ConfigError
+    from rlinf.workers.training.folder import (
+        EXPORT_FILE,
+        checkpoint_for_export,
+        write_export_record,
+    )
+
+    with pytest.raises(ConfigError, match="holds no complete checkpoint"):
+        checkpoint_for_export(tmp_path, None)
+    store = CheckpointStore(tmp_path / "checkpoints")
+    _save(store, 2, CONFIG)
+    latest = _save(store, 4, CONFIG)
+    step, folder, meta = checkpoint_for_export(tmp_path, None)
+    assert (step, folder, meta["config"]) == (4, latest, CONFIG)
+    assert checkpoint_for_export(tmp_path, 2)[0] == 2
+    with pytest.raises(ConfigError, match=r"no checkpoint of step 3; it has steps \[2, 4\]"):
+        checkpoint_for_export(tmp_path, 3)
+    write_export_record(tmp_path, run_dir=Path("runs/a"), step=4, config_hash="abc")
+    import json
+
+    assert json.loads((tmp_path / EXPORT_FILE).read_text()) == {
+        "run_dir": "runs/a", "step": 4, "config_hash": "abc"}

@@ -34,6 +34,7 @@ from typing import Any, Generic, TextIO, TypeVar
 from rlinf.envs.errors import DatasetError
 from rlinf.sched.errors import SchedError
 from rlinf.workers.cli.errors import NotAnOverrideError, UnknownKeyError, UnquotedValueError
+from rlinf.workers.cli.export import ExportCommand
 from rlinf.workers.cli.sweep import SweepJob, sweep_jobs
 from rlinf.workers.errors import ConfigError, MissingExtraError, WorkersError
 from rlinf.workers.schema import describe, to_dict
@@ -112,8 +113,8 @@ class AppCLI(Generic[C]):
     """Flags of the app's own (shown in the help after the shared ones)."""
     after_train: Callable[[Any, argparse.Namespace], int] | None = None
     """The exit status of a finished run from its summary and the flags (0 by default)."""
-    export: Callable[[Sequence[str]], int] | None = None
-    """``<prog> export ...``'s entry point, or None."""
+    export: ExportCommand | None = None
+    """``<prog> export ...``, or None."""
 
     # -- the command line ----------------------------------------------------------------------
     def parser(self) -> argparse.ArgumentParser:
@@ -284,7 +285,7 @@ class AppCLI(Generic[C]):
         """The entry point; returns the exit status."""
         argv = list(sys.argv[1:] if argv is None else argv)
         if argv[:1] == ["export"] and self.export is not None:
-            return self.export(argv[1:])
+            return self.export.main(self.prog, argv[1:])
         args, overrides = self.parse_args(argv)
         if args.help:
             print(self.help_text())

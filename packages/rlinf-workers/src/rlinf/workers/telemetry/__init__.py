@@ -11,8 +11,8 @@ missing one raises `MissingExtraError` naming the extra.
   elsewhere.
 - `plot_learning_curve`, `plot_timeline`: PNGs of metric records and of measured vs
   predicted timelines.
-- `Span`, `TraceRecorder`, `write_chrome_trace`, `predicted_spans`: Chrome-trace timelines
-  from workers, side by side with the planner's simulated iteration.
+- `Span`, `TraceRecorder`, `write_chrome_trace`, `predicted_spans`, `write_run_trace`:
+  Chrome-trace timelines from workers, side by side with the planner's simulated iteration.
 - `write_video`: GIF (Pillow) or MP4 (imageio-ffmpeg) from uint8 frames.
 - `configure_logging`: structlog + stdlib, console or JSON lines, once per process.
 - `CheckpointStore`: atomic step directories with a LATEST pointer and pruning.
@@ -32,7 +32,13 @@ from rlinf.workers.telemetry.run_files import (
     metrics_writer,
     write_run_config,
 )
-from rlinf.workers.telemetry.trace import Span, TraceRecorder, predicted_spans, write_chrome_trace
+from rlinf.workers.telemetry.trace import (
+    Span,
+    TraceRecorder,
+    predicted_spans,
+    write_chrome_trace,
+    write_run_trace,
+)
 from rlinf.workers.telemetry.trackers import TRACKERS, open_tracker
 from rlinf.workers.telemetry.video import write_video
 
@@ -55,5 +61,6 @@ __all__ = [
     "read_metrics",
     "write_chrome_trace",
     "write_run_config",
+    "write_run_trace",
     "write_video",
 ]

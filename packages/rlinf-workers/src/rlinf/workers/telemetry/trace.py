@@ -23,7 +23,13 @@ from rlinf.workers.errors import ConfigError
 if TYPE_CHECKING:
     from rlinf.sched import SimulationResult
 
-__all__ = ["Span", "TraceRecorder", "predicted_spans", "write_chrome_trace"]
+__all__ = ["TIMELINE_FILE", "TRACE_FILE", "Span", "TraceRecorder", "predicted_spans",
+           "write_chrome_trace", "write_run_trace"]
+
+TRACE_FILE = "trace.json"
+"""A run's Chrome trace in its run folder (`write_run_trace`)."""
+TIMELINE_FILE = "timeline.png"
+"""A run's last measured iteration above the predicted one (`write_run_trace`)."""
 
 MEASURED_PID = 1
 """Chrome-trace process id of measured spans."""
@@ -165,3 +171,16 @@ def write_chrome_trace(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, default=str), encoding="utf-8")
     return path
+
+
+def write_run_trace(run_dir: Path, spans: Sequence[Span], last_step: Sequence[Span],
+                    simulation: SimulationResult | None) -> tuple[Path, Path]:
+    """A run's `TRACE_FILE` (every measured span, and the planner's simulated iteration
+    aligned with the last measured one) and `TIMELINE_FILE` (that last iteration above
+    the prediction) in `run_dir`."""
+    from rlinf.workers.telemetry.plots import plot_timeline
+
+    origin = min((s.start for s in last_step), default=0.0)
+    predicted = predicted_spans(simulation, origin=origin) if simulation is not None else []
+    trace = write_chrome_trace(run_dir / TRACE_FILE, spans, predicted=predicted)
+    return trace, plot_timeline(run_dir / TIMELINE_FILE, last_step, predicted)

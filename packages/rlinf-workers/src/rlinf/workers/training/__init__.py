@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         PROFILE_FILE,
         choose_plan,
         describe_plan,
+        dry_run,
         format_plans,
         profile_cache,
     )
@@ -60,6 +61,7 @@ _LAZY = {
     "ProfileCosts": "pricing",
     "choose_plan": "planning",
     "describe_plan": "planning",
+    "dry_run": "planning",
     "format_plans": "planning",
     "profile_cache": "planning",
     "train": "runner",
@@ -97,6 +99,7 @@ __all__ = [
     "checkpoint_meta",
     "choose_plan",
     "describe_plan",
+    "dry_run",
     "find_resume_point",
     "format_plans",
     "profile_cache",

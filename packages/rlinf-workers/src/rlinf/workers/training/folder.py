@@ -9,22 +9,28 @@ planning again), the training seconds and what the iterations produced so far.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlinf.sched import ExecutionPlan
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.telemetry import CheckpointStore
+from rlinf.workers.telemetry.checkpoints import META_FILE
 from rlinf.workers.training.errors import CheckpointMismatchError, ResumeError
 
-__all__ = ["CHECKPOINT_DIR", "METRICS_FILE", "ResumePoint", "check_run_folder",
-           "checkpoint_meta", "config_differences", "find_resume_point"]
+__all__ = ["CHECKPOINT_DIR", "EXPORT_FILE", "METRICS_FILE", "ResumePoint", "check_run_folder",
+           "checkpoint_for_export", "checkpoint_meta", "config_differences",
+           "find_resume_point", "write_export_record"]
 
 CHECKPOINT_DIR = "checkpoints"
 """Folder of the checkpoints inside the run folder."""
 METRICS_FILE = "metrics.jsonl"
 """The metrics of every iteration, one JSON object per line."""
+EXPORT_FILE = "rlinf_export.json"
+"""Written beside an exported model: which run and step it came from."""
 
 
 @dataclass(frozen=True)
@@ -121,3 +127,24 @@ def check_run_folder(run_dir: Path, store: CheckpointStore, *, config: Mapping[s
                           f"{length_key}={steps}: nothing to do; raise {length_key} to train "
                           "longer")
     return point
+
+
+def checkpoint_for_export(run_dir: Path, step: int | None) -> tuple[int, Path, dict[str, Any]]:
+    """The step, folder and meta of `run_dir`'s checkpoint at `step` (None: the latest), for
+    an app's ``export``; a `ConfigError` says what is missing."""
+    root = Path(run_dir) / CHECKPOINT_DIR
+    steps = CheckpointStore(root).steps() if root.is_dir() else []
+    if not steps:
+        raise ConfigError(f"{run_dir} holds no complete checkpoint ({CHECKPOINT_DIR}/step-*): "
+                          "pass the --run-dir of a run that saved one (run.checkpoint_every)")
+    chosen = steps[-1] if step is None else next((s for s in steps if s[0] == step), None)
+    if chosen is None:
+        raise ConfigError(f"{root} has no checkpoint of step {step}; it has steps "
+                          f"{[s for s, _ in steps]}")
+    return chosen[0], chosen[1], json.loads((chosen[1] / META_FILE).read_text("utf-8"))
+
+
+def write_export_record(out: Path, *, run_dir: Path, step: int, **extra: Any) -> None:
+    """`EXPORT_FILE` in `out`: the run and step an export came from, and `extra`."""
+    (out / EXPORT_FILE).write_text(json.dumps(
+        {"run_dir": str(run_dir), "step": step, **extra}, indent=2) + "\n")

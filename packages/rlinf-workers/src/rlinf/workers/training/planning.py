@@ -305,3 +305,27 @@ def describe_plan(p: ExecutionPlan, out: TextIO, *, predicted: bool) -> None:
     if predicted:
         print(f"  predicted iteration time: {p.predicted_time:.3f} s "
               f"(utilisation {p.utilisation:.0%})", file=out)
+
+
+def dry_run(task: TrainingTask[Any, Any], *, out: TextIO, offline: Cluster | None = None,
+            measure: bool = False) -> PlanChoice:
+    """Print the plan a run of `task` would launch, and train nothing. A fixed placement is
+    laid out on `offline` (a cluster discovered without Ray; None: `task.cluster()`) and
+    starts nothing; ``auto`` starts Ray to see the cluster and prints the ranked plans
+    when a cached profile prices them (with `measure`, from probe runs when none is
+    cached), else what the run would start with."""
+    if not task.settings.auto:
+        choice = PlanChoice(plan=task.fixed_plan(offline or task.cluster()))
+        describe_plan(choice.plan, out, predicted=False)
+        print("  (predicted iteration time: priced from the run's first steps)", file=out)
+        return choice
+    from rlinf.workers.runtime.ray_session import ensure_ray, stop_ray
+
+    owns_ray = ensure_ray(**task.ray_options())
+    try:
+        choice = choose_plan(task, task.cluster(), out=out, trials=False, measure=measure)
+    finally:
+        if owns_ray:
+            stop_ray()
+    describe_plan(choice.plan, out, predicted=choice.simulation is not None)
+    return choice

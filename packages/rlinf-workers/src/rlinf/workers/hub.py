@@ -1,4 +1,4 @@
-"""`model.dir` as a local folder or a Hugging Face Hub id (``org/name``), resolved from the
+"""A model named as a local folder or a Hugging Face Hub id (``org/name``), resolved from the
 local Hugging Face cache (``HF_HUB_CACHE``, else huggingface_hub's default under
 ``HF_HOME``). Nothing is downloaded here: runs must not depend on the network, and a
 missing model is reported with the command that fetches it.
@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from rlinf_reasoning.errors import InvalidConfigError
+from rlinf.workers.errors import InvalidConfigError
 
 __all__ = ["is_hub_id", "resolve_model_dir"]
 
@@ -22,8 +22,9 @@ def is_hub_id(value: str) -> bool:
     return bool(_HUB_ID.match(value)) and not Path(value).expanduser().exists()
 
 
-def resolve_model_dir(value: str) -> Path:
-    """The folder `value` names: itself, or the cached snapshot of the Hub id `value`."""
+def resolve_model_dir(value: str, *, key: str = "model.dir") -> Path:
+    """The folder `value` names: itself, or the cached snapshot of the Hub id `value` (an
+    error names the config `key` it came from)."""
     folder = Path(value).expanduser()
     if not is_hub_id(value):
         return folder
@@ -36,7 +37,7 @@ def resolve_model_dir(value: str) -> Path:
     except (LocalEntryNotFoundError, FileNotFoundError) as exc:
         where = cache or "the default Hugging Face cache"
         raise InvalidConfigError(
-            "model.dir", value,
+            key, value,
             f"a local folder, or a Hub id already in {where}; {value!r} is not there "
             f"(runs never download): fetch it with `hf download {value}` (or "
             f"`huggingface-cli download {value}`) and run again") from exc

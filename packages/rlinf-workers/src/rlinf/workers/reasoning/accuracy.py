@@ -1,7 +1,7 @@
 """Accuracy of a causal LM on math problems under the short template ("12+7=" → "19").
 
-Shared by the warm-start script, the RL headroom check and the tests, so all of them
-measure accuracy the same way: prompts left-padded, `generate` until EOS or
+Shared by the reasoning app's warm-start script, its RL headroom check and its tests, so all
+of them measure accuracy the same way: prompts left-padded, `generate` until EOS or
 `max_new_tokens`, the last number of the response scored against the reference answer.
 `tool_accuracy` measures a model that calls the calculator (the tag format): the last
 number of its final turn, after the tool's answer, is scored.
