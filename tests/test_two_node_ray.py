@@ -627,7 +627,7 @@ def test_embodied_run_that_loses_a_node_restarts_on_the_node_left_and_finishes(
     summary = train(cfg, stream=sys.stdout)
     killer.join(timeout=60)
     assert removed.is_set(), "the run finished before the node could be removed"
-    assert summary.iterations == 20
+    assert summary.steps == 20
     (restart,) = summary.restarts
     assert "died; went on from iteration 2" in restart, restart
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
