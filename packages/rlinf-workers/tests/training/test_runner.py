@@ -207,3 +207,23 @@ def test_auto_stays_on_its_plan_when_its_checkpoint_cannot_move(
     assert "re-plan: source,sink: 0-1 -> source: 0, sink: 1" in out.getvalue()
     assert [int(r["step"]) for r in read_metrics(tmp_path / "moved" / "metrics.jsonl")] \
         == list(range(6))
+
+
+def test_a_long_enough_run_is_priced_again_past_its_warm_up_and_caches_only_that(
+        tmp_path: Path, ray_cluster: None) -> None:
+    from rlinf.workers.flow.auto import COLLOCATED_ITERATION
+
+    cache = tmp_path / "profiles"
+    task = ToyTask(tmp_path / "run", steps=8, profile_cache=str(cache))
+    out = io.StringIO()
+    outcome = train(task, out=out)
+    said = out.getvalue()
+    assert "(priced from the components this run measured in its first 3 step(s))" in said
+    assert "(priced from the components this run measured again in steps 4-6, past its " \
+        "warm-up)" in said
+    assert outcome.predicted_iteration_s is not None and outcome.predicted_iteration_s > 0
+    # The cache holds the iterations of steps 4-8, not the warm-up's first three.
+    path, = cache.glob("*.json")
+    iterations = [m for m in Profile.load(path).measurements
+                  if m.component == COLLOCATED_ITERATION]
+    assert len(iterations) == 5

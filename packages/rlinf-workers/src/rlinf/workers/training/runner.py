@@ -239,6 +239,10 @@ class _Loop:
         plan's measured seconds per iteration, until the new one has run as long."""
         self.cached = 1
         """The flow's records the profile cache has (its first, a warm-up, never)."""
+        self.reprice_at: int | None = None
+        """The iteration after which a plan priced from its first iterations is priced again
+        from the ones after them: the first few still warm up (allocator, caches) and run
+        slower than the steady state, which the prediction is for."""
 
     def run(self) -> Any:
         session, task, settings = self.session, self.task, self.settings
@@ -305,7 +309,7 @@ class _Loop:
                     self.flow, self.choice = session._relaunch(self.flow, self.choice, target,
                                                                path)
                     relaunched.append(self.flow)
-                    self.plan_from, self.cached = step, 1
+                    self.plan_from, self.cached, self.reprice_at = step, 1, None
                 if decision is not None and settings.trace:
                     self.spans.append(_replan_span(decision, decided,
                                                    time.time() if switch else decided))
@@ -335,14 +339,29 @@ class _Loop:
         if self.choice.live and (step - self.plan_from == LIVE_STEPS or step == settings.steps):
             records = self.flow.run.records
             measured = run_profile(self.flow.run, skip=1 if len(records) > 1 else 0)
+            # Priced again past the warm-up where the run is long enough: the profile cache
+            # then keeps the later iterations only.
+            again = step - self.plan_from == LIVE_STEPS and \
+                self.plan_from + 2 * LIVE_STEPS < settings.steps
             self.choice = priced_live(self.task, self.choice, measured, session.cluster,
-                                      steps=len(records), out=session.out)
-            self.cached = max(self.cached, len(records))
+                                      steps=len(records), out=session.out, cache=False)
             live = None if target is not None else live_switch(
                 self.task, self.choice, session.cluster, steps_left=steps_left,
                 launch_seconds=session.launch_seconds, out=session.out)
             if live is not None:
                 target, self.tried = live, (self.choice, steady_median(on_plan) or seconds)
+            if again and target is None:
+                self.reprice_at, self.cached = self.plan_from + 2 * LIVE_STEPS, LIVE_STEPS
+            else:
+                cache_run_profile(self.task, session.cluster, measured)
+                self.cached = max(self.cached, len(records))
+        elif self.reprice_at is not None and step == self.reprice_at:
+            records = self.flow.run.records
+            self.choice = priced_live(self.task, self.choice,
+                                      run_profile(self.flow.run, skip=LIVE_STEPS),
+                                      session.cluster, steps=len(records), since=LIVE_STEPS + 1,
+                                      out=session.out)
+            self.cached, self.reprice_at = len(records), None
         elif self.tried is not None and step - self.plan_from == LIVE_STEPS:
             target = kept_faster(self.choice, self.tried,
                                  measured=steady_median(on_plan) or seconds,
