@@ -40,3 +40,11 @@ def test_partly_overlapping_device_sets_are_refused() -> None:
                               components=NAMES, num_devices=3)
     with pytest.raises(PlacementError, match=r"rollout \(0-1\) and actor \(1-2\) only partly"):
         check_nesting(partial)
+
+
+def test_a_spec_names_its_highest_device_a_mode_none() -> None:
+    from rlinf.sched.layouts import devices_named
+
+    assert devices_named("rollout: 0, reward,inference,actor: 5-6", NAMES) == 7
+    assert devices_named("hybrid", NAMES) == devices_named("auto", NAMES) == 0
+    assert devices_named("rollout 0", NAMES) == 0  # placement checks say what is wrong

@@ -239,3 +239,14 @@ def test_constructors_refuse_fractional_and_non_finite_values() -> None:
         Workflow((Component("a"), Component("b")), (Edge("a", "b", bytes_per_item=NAN),))
     with pytest.raises(WorkflowError, match="expected components and steps >= 1"):
         Workflow((Component("a"),), loops=(Loop(("a",), 1.5),))  # type: ignore[arg-type]
+
+
+def test_a_staircase_completion_finishes_items_in_equal_batches() -> None:
+    from rlinf.sched import staircase_completion
+
+    two = Component("rollout", streaming=True, completion=staircase_completion(2))
+    assert two.time_fraction(0.25) == pytest.approx(0.5)
+    assert two.time_fraction(0.5) == pytest.approx(0.5)
+    assert two.time_fraction(0.75) == pytest.approx(1.0)
+    one = Component("rollout", streaming=True, completion=staircase_completion(1))
+    assert one.time_fraction(0.1) == pytest.approx(1.0)  # all at the end

@@ -278,10 +278,9 @@ class RunConfig(RunSection):
     device: Literal["cpu", "cuda"] = "cpu"
     """Where the policy and actor run; simulators always run on the CPU."""
     host_allocator: Literal["jemalloc", "system"] = "jemalloc"
-    """malloc of the worker processes: jemalloc (Ray's, keeping the pages it frees, so each
-    iteration reuses its host memory instead of faulting it in again, which VMs that hand
-    freed memory back to their host make ~100x dearer) or system (the C library's).
-    Ignored where LD_PRELOAD or MALLOC_CONF is set."""
+    """malloc of the worker processes: jemalloc (Ray's: keeps the pages it frees, so an
+    iteration reuses its memory instead of faulting it in again) or system (the C
+    library's). Ignored where LD_PRELOAD or MALLOC_CONF is set."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ step) and needs no env state.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +41,7 @@ from rlinf.workers.embodied.roles import (
 from rlinf.workers.embodied.run_profile import profile_run
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowRun
-from rlinf.workers.flow.launched import LaunchedFlow
-from rlinf.workers.telemetry import Span
+from rlinf.workers.flow.launched import IterationResult, LaunchedFlow
 from rlinf_embodied.checkpoint import load_flow, save_flow
 from rlinf_embodied.evaluation import EvalResult, evaluate
 from rlinf_embodied.workflow import (
@@ -64,23 +63,14 @@ _CPU_PER_RANK = 0.25
 side by side on a small Ray cluster; the processes share the cores as the OS schedules."""
 
 
-@dataclass(frozen=True)
-class EmbodiedStepResult:
-    """One iteration's outcome."""
+@dataclass(frozen=True, kw_only=True)
+class EmbodiedStepResult(IterationResult):
+    """One iteration's outcome: episode_return/episode_length/success_rate (when episodes
+    ended), env_steps_per_s, loss terms and per-component seconds; spans per env_step/infer
+    of each stage group, train and weight sync."""
 
-    step: int
-    """The iteration number the caller passed."""
-    metrics: Mapping[str, float]
-    """episode_return/episode_length/success_rate (when episodes ended), env_steps_per_s,
-    loss terms, and per-component seconds."""
-    seconds: float
-    """Wall time of the iteration (rollout, update and weight sync)."""
     env_steps: int
     """Env steps taken."""
-    spans: Sequence[Span] = ()
-    """One track per worker: env_step/infer per stage group and step, train, weight sync."""
-    onloads: int = 0
-    """Onloads the device lock ran during the iteration, over every worker process."""
 
 
 class EmbodiedFlow(LaunchedFlow):

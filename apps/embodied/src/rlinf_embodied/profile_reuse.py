@@ -7,11 +7,10 @@ plans, so the next `auto` run of a config on the same machine plans at once.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from importlib import metadata
 from typing import Any
 
-from rlinf.workers.flow.auto import PROFILE_FORMAT
 from rlinf.workers.schema import to_dict
+from rlinf.workers.training.planning import profile_identity as identity_of
 from rlinf_embodied.config import AppConfig
 
 __all__ = ["APP_PROFILE_FORMAT", "COST_RUN_KEYS", "profile_identity"]
@@ -33,16 +32,10 @@ _VERSIONED = ("torch", "mujoco", "gymnasium", "mani_skill", "libero-pro-benchmar
 
 
 def profile_identity(cfg: AppConfig, batch_sizes: Sequence[int]) -> dict[str, Any]:
-    """What the profile of `cfg` depends on besides the workflow and the cluster: the config
-    without the run keys outside `COST_RUN_KEYS`, the profiled batch sizes and the versions
-    of the code that runs the components."""
+    """What the profile of `cfg` depends on besides the workflow and the cluster
+    (`rlinf.workers.training.profile_identity`): the config without the run keys outside
+    `COST_RUN_KEYS`, and the profiled batch sizes."""
     document = to_dict(cfg)
     document["run"] = {k: v for k, v in document["run"].items() if k in COST_RUN_KEYS}
-    versions = {}
-    for name in _VERSIONED:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return {"config": document, "batch_sizes": list(batch_sizes), "versions": versions,
-            "profile_format": PROFILE_FORMAT, "app_profile_format": APP_PROFILE_FORMAT}
+    return identity_of(document, distributions=_VERSIONED, batch_sizes=list(batch_sizes),
+                       app_profile_format=APP_PROFILE_FORMAT)

@@ -31,6 +31,7 @@ from rlinf.workers.training import (
     PlanChoice,
     RunOutcome,
     RunSettings,
+    collocated_devices,
 )
 from rlinf.workers.training import dry_run as run_dry
 from rlinf.workers.training import train as run_training
@@ -129,12 +130,10 @@ class EmbodiedTask:
                           self._workflow, pipeline_stages=self.cfg.env.pipeline_stages)
 
     def first_guess(self, cluster: Cluster) -> ExecutionPlan:
-        """Every component on every device (on no more devices than the machine has
-        cores), taking turns: one env worker per device with its policy inline, the actor
-        spanning them — no message or hand-over between processes that a profile would have
-        to justify. On one device when the envs do not split that evenly."""
-        cores = sum(node.cpus for node in cluster.nodes)
-        devices = min(cluster.num_devices, cores) if cores > 0 else cluster.num_devices
+        """Every component collocated (`rlinf.workers.training.collocated_devices`): one env
+        worker per device with its policy inline, the actor spanning them; on fewer devices
+        while the envs do not split evenly over them."""
+        devices = collocated_devices(cluster)
         while devices > 1 and not self._splits(devices):
             devices -= 1
         placement = placement_on(PlacementConfig(spec="collocated", num_devices=devices),

@@ -243,17 +243,12 @@ class AlgorithmConfig:
     rollout_correction_cap: Annotated[float, Range(0, lo_open=True)] | None = None
     """Truncated importance sampling against the rollout engine (vLLM, SGLang): each token's
     loss times ``min(pi_old / pi_rollout, cap)``, as veRL's ``tis_imp_ratio_cap`` (2 in its
-    examples) and TRL's token_truncate mode. pi_old comes from recompute_logprobs, from the
-    actor's own pass with policy_lag=1, or, with one optimizer step per batch (epochs=1,
-    no mini_batch_size, no lag), from the training forward itself, which needs no extra
-    pass (null: off)."""
+    examples); pi_old as the actor's ``ActorConfig.rollout_correction_cap`` says (null:
+    off)."""
     policy_lag: Annotated[int, Range(0, 1)] = 0
     """0: each step generates with the weights of the update before it. 1: step k's rollout
-    runs beside the update on step k-1's responses (one-step off-policy, as veRL's one-step
-    async recipe): faster where the actor has devices of its own. The actor recomputes the
-    old log-probs itself before updating and rollout_correction_cap, required then,
-    truncates each token's weight against the stale policy that sampled it. Checkpoint
-    steps and the last train their own responses before saving; not with run.replan."""
+    runs beside the update on step k-1's responses (veRL's one-step async recipe), with
+    rollout_correction_cap required; checkpoint steps and the last drain first."""
 
 
 @dataclass(frozen=True)
@@ -291,22 +286,17 @@ class ActorSection:
     """megatron: the data-parallel replicas split AdamW's state (Megatron's distributed
     optimizer; the same update with 1/dp of the moments' memory per device)."""
     attention: Literal["auto", "model", "eager", "sdpa"] = "auto"
-    """ddp and fsdp2: the attention kernel the actor trains with, and the inference role
-    recomputes the old log-probs with (so the first ratio on a batch is exactly 1). model:
-    the model's own; auto: eager in bf16 on CPU (transformers' default fused kernel is
-    20-25% slower to differentiate there at up to 128 tokens; model is faster past ~256),
-    else the model's own. The rollout keeps the model's."""
+    """ddp and fsdp2: the attention kernel the actor trains with and the inference role
+    recomputes old log-probs with (the first ratio on a batch is exactly 1). model: the
+    model's own; auto: eager in bf16 on CPU (the fused kernel is slower to differentiate
+    there on short sequences), else the model's own."""
     padding_free: bool = True
     """ddp and fsdp2: train on each micro-batch's real tokens only, packed end to end (veRL's
-    use_remove_padding; the same loss up to float noise, without computing the padding of
-    short prompts and early-stopped responses). A model that does not honour packed
-    sequences trains padded, with a warning. megatron trains padded."""
+    use_remove_padding; a model that ignores packed sequences trains padded, warned)."""
     cut: Literal["fixed", "auto"] = "fixed"
     """megatron with placement=auto: fixed trains on the degrees above; auto lets the planner
-    choose tensor, pipeline and data parallelism (with sequence parallelism and the
-    distributed optimizer where they apply) per plan, under the device memory, pricing
-    each cut from the data-parallel profile (`rlinf.sched.CutPricedCosts`). The profile is
-    measured data-parallel, so one device must hold a replica."""
+    choose the cut per plan under the device memory, priced from the data-parallel profile
+    (`rlinf.sched.CutPricedCosts`: one device must hold a replica)."""
 
     lora: LoraSection = field(default_factory=LoraSection)
     """LoRA adapters (actor.lora.rank > 0) with backend ddp."""
@@ -444,11 +434,9 @@ class ClusterConfig:
     device: Literal["cpu", "cuda"] = "cpu"
     """Where models run."""
     host_allocator: Literal["jemalloc", "system"] = "jemalloc"
-    """malloc of the worker processes: jemalloc (Ray's, keeping the pages it frees, so each
-    iteration reuses its host memory instead of faulting it in again: ~1.35x faster CPU
-    steps on the bench VM, which hands freed memory back to its host) or system (the C
-    library's).
-    Ignored where LD_PRELOAD or MALLOC_CONF is set."""
+    """malloc of the worker processes: jemalloc (Ray's: keeps the pages it frees, so an
+    iteration reuses its memory instead of faulting it in again) or system (the C
+    library's). Ignored where LD_PRELOAD or MALLOC_CONF is set."""
 
 
 @dataclass(frozen=True)
@@ -581,25 +569,11 @@ def component_names(cfg: ReasoningConfig) -> tuple[str, ...]:
     return ("rollout", "reward", "actor")
 
 
-_MODEL_FILES = ("config.json", "warmstart.json")
-"""A model folder holds one of these: a Hugging Face model, or a warm start (warmstart.py)."""
-
-
 def _check_paths(cfg: ReasoningConfig) -> None:
     if cfg.model.dir is not None:
         from rlinf.workers.hub import resolve_model_dir
 
-        folder = resolve_model_dir(cfg.model.dir)
-        if not folder.is_dir():
-            raise InvalidConfigError("model.dir", cfg.model.dir,
-                                     "an existing folder with an HF-format model and tokenizer, "
-                                     "or a Hugging Face Hub id (org/name) in the local cache")
-        if not any((folder / name).is_file() for name in _MODEL_FILES):
-            # The roles would fail only after Ray started, one worker at a time.
-            raise InvalidConfigError(
-                "model.dir", cfg.model.dir,
-                "a folder with config.json (a Hugging Face model and tokenizer) or "
-                f"warmstart.json (a warm start); {folder} has neither")
+        resolve_model_dir(cfg.model.dir)
     for key, value in (("data.path", cfg.data.path), ("data.heldout_path", cfg.data.heldout_path)):
         if value is None:
             continue
@@ -615,43 +589,40 @@ def _check_paths(cfg: ReasoningConfig) -> None:
         _check_problems(cfg.data)
 
 
-def _check_reward(cfg: ReasoningConfig) -> None:
-    """Import the reward functions now: a typo, or a function of no known shape, is refused
-    before any worker starts."""
+def check_reward(cfg: ReasoningConfig, sample: Any = None, *,
+                 allowed: str = "an importable 'module:function' of a known shape") -> None:
+    """Import the user's reward functions now (`rlinf.workers.reward.check_reward_function`;
+    with a real `sample`, also call each on it): a typo, a function of no known shape or
+    one that fails on the sample is refused before any worker starts."""
     if cfg.reward.chosen == ("math",):
         return
     from rlinf.workers.errors import ConfigError as WorkersConfigError
-    from rlinf.workers.reward import BUILTIN_MATH, load_reward_function, reward_shape
+    from rlinf.workers.errors import RewardFunctionError
+    from rlinf.workers.reward import BUILTIN_MATH, check_reward_function
 
     key = "reward.function" if cfg.reward.function is not None else "reward.functions"
     for spec in cfg.reward.chosen:
-        if spec == BUILTIN_MATH:
-            continue
         try:
-            reward_shape(load_reward_function(spec), spec)
-        except WorkersConfigError as exc:
-            raise InvalidConfigError(key, spec, f"an importable 'module:function' of a known "
-                                     f"shape ({exc})") from exc
+            if spec != BUILTIN_MATH:
+                check_reward_function(spec, sample)
+        except (WorkersConfigError, RewardFunctionError) as exc:
+            raise InvalidConfigError(key, spec, f"{allowed} ({exc})") from exc
 
 
 def _check_tools(cfg: ToolsSection) -> None:
-    """Build the tools now: an unknown name or a user's tool that does not import is
-    refused before any worker starts."""
+    """Build the tools now (`ToolLoopConfig.registry`): an unknown name, a user's tool that
+    does not import or a name given twice is refused before any worker starts."""
     if not cfg.enabled:
         return
     from rlinf.envs.errors import ConfigError as EnvsConfigError
     from rlinf.workers.errors import ConfigError as WorkersConfigError
     from rlinf.workers.rollout.tool_loop import ToolLoopConfig
 
-    for name in cfg.names:
-        try:
-            ToolLoopConfig(tools=(name,)).registry()
-        except (EnvsConfigError, WorkersConfigError) as exc:
-            raise InvalidConfigError("tools.names", name,
-                                     f"calculator, python or an importable module:function "
-                                     f"({exc})") from exc
-    if len(set(cfg.names)) != len(cfg.names):
-        raise InvalidConfigError("tools.names", list(cfg.names), "each tool named once")
+    try:
+        ToolLoopConfig(tools=cfg.names).registry()
+    except (EnvsConfigError, WorkersConfigError) as exc:
+        raise InvalidConfigError("tools.names", list(cfg.names), "calculator, python or "
+                                 f"importable module:function names, each once ({exc})") from exc
 
 
 def _check_problems(cfg: DataConfig) -> None:
@@ -698,14 +669,16 @@ def from_omegaconf(cfg: Any, *, num_devices: int | None = None) -> ReasoningConf
     config = build_composed(ReasoningConfig, cfg)
     _check_paths(config)
     config.run.check_loggers()
-    _check_reward(config)
+    check_reward(config)
     _check_tools(config.tools)
     from rlinf.sched import ExecutionMode
     from rlinf_reasoning.placement import resolve_placement
 
     devices = num_devices if num_devices is not None else cluster_size(config)
     if num_devices is None and os.environ.get("RAY_ADDRESS"):
-        devices = max(devices, _devices_named(config))
+        from rlinf.sched.layouts import devices_named
+
+        devices = max(devices, devices_named(config.placement, component_names(config)))
     placement = resolve_placement(config.placement, component_names(config), devices)
     if config.run.weight_sync == "cuda_ipc" and placement.mode is not ExecutionMode.AUTO and \
             placement.devices_of("actor") != placement.devices_of("rollout"):
@@ -734,22 +707,6 @@ def _check_actor(cfg: ActorSection, placement: Any, *, auto: bool) -> None:
             "actor.tensor_parallel", cfg.tensor_parallel,
             f"a cut whose tensor_parallel x pipeline_parallel ({cfg.model_parallel}) divides "
             f"the actor's {devices} device(s) in placement {placement.to_spec()!r}")
-
-
-def _devices_named(cfg: ReasoningConfig) -> int:
-    """Devices an explicit placement spec names (0 for a mode): joining a Ray cluster
-    (``RAY_ADDRESS``), a spec may name devices of other nodes, which the run counts when it
-    discovers the cluster (and refuses there if the cluster lacks them)."""
-    from rlinf.sched import PlacementError, parse_placement
-
-    if cfg.placement.strip().lower() in ("collocated", "hybrid", "disaggregated", "auto"):
-        return 0
-    try:
-        parsed = parse_placement(cfg.placement, components=component_names(cfg),
-                                 num_devices=1 << 16)
-    except PlacementError:
-        return 0  # resolve_placement says what is wrong with it
-    return 1 + max((d for part in parsed for d in part.devices), default=-1)
 
 
 def cluster_size(cfg: ReasoningConfig) -> int:

@@ -14,17 +14,15 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import structlog
 
 from rlinf.envs.math import MathProblem
 from rlinf.sched import Cluster, ExecutionPlan
 from rlinf.workers import flow as rf
-from rlinf.workers.errors import ConfigError
-from rlinf.workers.flow.launched import LaunchedFlow
+from rlinf.workers.flow.launched import IterationResult, LaunchedFlow
 from rlinf.workers.reasoning import ProblemSource, draw_seed
 from rlinf.workers.reasoning.metrics import (
     Evaluation,
@@ -34,7 +32,6 @@ from rlinf.workers.reasoning.metrics import (
 )
 from rlinf.workers.rollout import SamplingConfig
 from rlinf.workers.runtime import RANK_ZERO
-from rlinf.workers.telemetry import Span
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import declare
 
@@ -43,26 +40,15 @@ __all__ = ["Evaluation", "ReasoningFlow", "StepResult"]
 _log = structlog.get_logger(__name__)
 
 
-@dataclass(frozen=True)
-class StepResult:
-    """What one iteration did."""
+@dataclass(frozen=True, kw_only=True)
+class StepResult(IterationResult):
+    """What one iteration did: reward, accuracy, losses, KL, entropy, clip fraction, grad
+    norm, response length, throughput and per-component seconds (`ReasoningFlow.step`)."""
 
-    step: int
-    """The iteration's index."""
-    metrics: Mapping[str, float]
-    """Reward, accuracy, losses, KL, entropy, clip fraction, grad norm, response length,
-    throughput and per-component seconds (see `ReasoningFlow.step`)."""
-    seconds: float
-    """Wall time from the rollout's start to the synced weights."""
     samples: int
     """Generated responses."""
     tokens: int
     """Generated response tokens."""
-    spans: Sequence[Span] = ()
-    """One track per worker rank, one span per stage and micro-batch (empty without trace)."""
-    onloads: int = 0
-    """Onloads the device lock ran during the iteration, summed over every worker process
-    (its context switches; 0 without a lock)."""
 
 
 class ReasoningFlow(LaunchedFlow):
@@ -146,22 +132,3 @@ class ReasoningFlow(LaunchedFlow):
         return greedy_evaluation(self.groups["rollout"], self.groups["reward"], problems,
                                  max_new_tokens=self.spec.rollout.sampling.max_new_tokens,
                                  samples=samples, timeout=self.spec.timeout)
-
-    def save(self, directory: Path) -> None:
-        """Model, optimizer (+ critic), RNG and step of every actor rank under `directory`.
-
-        Rollout, reward and inference keep no state of their own: their weights come from
-        the actor and their random draws from ``(seed, step, index)``."""
-        self._check_open()
-        self.groups["actor"].call("save", str(Path(directory) / "actor"),
-                                  timeout=self.spec.timeout)
-
-    def load(self, directory: Path) -> None:
-        """Restore `save`'s state, then sync the restored weights to rollout and inference."""
-        self._check_open()
-        folder = Path(directory) / "actor"
-        if not folder.is_dir():
-            raise ConfigError(f"no flow checkpoint in {directory} (expected {folder}); save "
-                              "one with ReasoningFlow.save")
-        self.groups["actor"].call("load", str(folder), timeout=self.spec.timeout)
-        self.sync_weights()

@@ -13,13 +13,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-import structlog
-
 from rlinf.sched import (
     Cluster,
     CostModel,
     CutPricedCosts,
-    ExecutionMode,
     ExecutionPlan,
     Profile,
     StreamedCosts,
@@ -29,9 +26,7 @@ from rlinf.sched import (
 from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.reasoning import ProblemSource as ProblemStream
-from rlinf.workers.reasoning.problems import SeededProblems
 from rlinf.workers.training import Pricing, ProfileCosts
-from rlinf_reasoning.config import ReasoningConfig, component_names
 from rlinf_reasoning.placement import resolve_placement
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import (
@@ -42,11 +37,7 @@ from rlinf_reasoning.workflow import (
     streams_actor,
 )
 
-__all__ = ["ReasoningPricing", "first_guess", "planned_fixed", "profile_flow", "profile_spec",
-           "trainer_cost"]
-
-_log = structlog.get_logger(__name__)
-
+__all__ = ["ReasoningPricing", "profile_spec", "trainer_cost"]
 
 class ReasoningPricing(Pricing):
     """Plans of `spec`'s flow priced as `ReasoningFlow` runs them (module docstring)."""
@@ -118,85 +109,24 @@ class ReasoningPricing(Pricing):
 
 
 def trainer_cost(spec: FlowSpec, measured: CostModel, cluster: Cluster) -> TrainerCost:
-    """The actor as a `rlinf.sched.TrainerCost`: the policy's shape, the step's tokens, the
-    cluster's links and smallest device memory, and a compute rate that reproduces the
-    measured step of the whole batch on one device (so the model's compute and
-    communication weigh as they do here)."""
-    from rlinf.workers.actor.megatron import ModelShape
+    """The actor as a `rlinf.sched.TrainerCost` (`rlinf.workers.actor.megatron.layout.
+    trainer_cost`), at the tokens of a typical prompt and the longest response."""
+    from rlinf.workers.actor.megatron.layout import trainer_cost as cost_of
 
-    model = spec.model.structure()
-    shape = ModelShape.from_hf(getattr(model, "config", None))
-    parameters = float(sum(p.numel() for p in model.parameters()))
-    batch = spec.prompts_per_step * spec.rollout.group_size
-    tokens = TYPICAL_PROMPT_TOKENS + spec.rollout.sampling.max_new_tokens
-    one_device = measured.time("actor", batch_size=batch, num_devices=1)
-    flops = 6 * parameters * tokens * batch / max(one_device, 1e-9)
-    return TrainerCost(
-        parameters=parameters, layers=shape.num_layers, hidden=shape.hidden_size,
-        heads=shape.num_heads, kv_heads=shape.num_kv_heads, vocab=shape.vocab_size,
-        tokens_per_item=tokens, micro_batch=spec.actor.micro_batch_size, device_flops=flops,
-        efficiency=1.0, bandwidth=cluster.intra_node_bandwidth,
-        latency=max(cluster.intra_node_latency, cluster.message_latency, 1e-9),
-        device_memory=float(min(d.memory_bytes for d in cluster.devices)),
-        activation_bytes=2.0 if spec.actor.precision == "bf16" else 4.0)
-
-
-def planned_fixed(cfg: ReasoningConfig, spec: FlowSpec, num_devices: int) -> ExecutionPlan:
-    """The plan of a fixed placement (not ``auto``), unpriced (predicted_time 0)."""
-    placement = resolve_placement(cfg.placement, component_names(cfg), num_devices)
-    return fixed_plan(spec, placement.to_spec(), num_devices=num_devices,
-                      granularity_groups=cfg.rollout.groups_per_micro_batch)
-
-
-def first_guess(cfg: ReasoningConfig, spec: FlowSpec, cluster: Cluster) -> ExecutionPlan:
-    """``auto``'s plan when no profile prices any: every component on every device, one
-    process per device, taking turns in it — no process start, hand-over or message
-    between processes that a profile would have to justify. On CPU slots, on no more
-    slots than the nodes have cores (more would run a process per slot on shared cores)."""
-    devices = cluster.num_devices
-    cores = sum(node.cpus for node in cluster.nodes)
-    if not cluster.has_gpus and cores > 0:
-        devices = max(1, min(devices, cores))
-    placement = resolve_placement("collocated", component_names(cfg), devices)
-    plan_ = fixed_plan(spec, placement.to_spec(), num_devices=cluster.num_devices,
-                       granularity_groups=cfg.rollout.groups_per_micro_batch)
-    if not spec.choose_cut:
-        return plan_
-    # actor.cut=auto with nothing measured: the data-parallel cut (every device a replica),
-    # the one a profile is measured with, until a profile prices the others.
-    devices = len(plan_.placement.devices_of("actor"))
-    cut = {"tensor": 1, "pipeline": 1, "data": devices, "sequence_parallel": 0,
-           "distributed_optimizer": 0}
-    return dataclasses.replace(plan_, parallelism={**plan_.parallelism, "actor": cut})
-
-
-def profile_flow(spec: FlowSpec, cfg: ReasoningConfig, cluster: Cluster,
-                 source: SeededProblems) -> Profile:
-    """`profile_spec` at each `run.profile_batches` size, with the pipelined probe unless
-    the placement is collocated (nothing it calibrates touches that price)."""
-    sizes = sorted({prompts * cfg.rollout.group_size for prompts in cfg.run.profile_batches})
-    collocated = cfg.placement.strip().lower() != "auto" and \
-        planned_fixed(cfg, spec, cluster.num_devices).mode is ExecutionMode.COLLOCATED
-    profile = profile_spec(spec, cluster, batch_sizes=sizes, problems=source,
-                           granularity_groups=cfg.rollout.groups_per_micro_batch,
-                           pipeline_probe=not collocated)
-    _log.info("profiled", sizes=sizes, measurements=len(profile.measurements))
-    return profile
+    return cost_of(spec.model.structure(), measured, cluster,
+                   batch=spec.prompts_per_step * spec.rollout.group_size,
+                   tokens_per_item=TYPICAL_PROMPT_TOKENS + spec.rollout.sampling.max_new_tokens,
+                   micro_batch=spec.actor.micro_batch_size, bf16=spec.actor.precision == "bf16")
 
 
 def profile_spec(spec: FlowSpec, cluster: Cluster, *, batch_sizes: Sequence[int],
                  problems: ProblemStream, granularity_groups: int,
                  pipeline_probe: bool = True) -> Profile:
     """Every component timed at `batch_sizes` on 1 and on all of `cluster`'s devices by
-    throw-away probe runs (`rlinf.workers.flow.profile_flow`). A vLLM or SGLang rollout
-    loads the model from a Hugging Face folder, exported for the probes (and removed after
-    them) when the model is not in one already."""
-    path, exported = spec.model.engine_folder(spec.engine)
-    try:
+    throw-away probe runs (`rlinf.workers.flow.profile_flow`; a vLLM or SGLang rollout
+    loads a Hugging Face folder, exported for the probes when the model is in none)."""
+    with spec.model.served(spec.engine) as path:
         flow = declare(spec, problems=problems, granularity_groups=granularity_groups,
                        engine_model_path=path)
         return rf.profile_flow(flow, cluster, batch_sizes=batch_sizes, timeout=spec.timeout,
                                pipeline_probe=pipeline_probe)
-    finally:
-        if exported is not None:
-            exported.cleanup()

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rlinf.workers.telemetry import plot_learning_curve
-from rlinf.workers.training.report import RunReport
+from rlinf.workers.training.report import RunReport, format_fixed
 
 __all__ = ["CURVE_FILE", "Summary", "format_fixed", "write_curve"]
 
@@ -79,18 +78,6 @@ class Summary(RunReport):
             rows += [("tool calls", f"{pair('calls_per_answer')} per answer, error rate "
                                     f"{pair('error_rate')}")]
         return [*rows, ("samples", f"{self.samples} ({self.samples_per_s:.1f} samples/s)")]
-
-
-def format_fixed(value: float, places: int, *, sign: bool = False) -> str:
-    """`value` with `places` decimals, halves rounded up, the same way everywhere a run prints
-    accuracies and gains: the binary noise of a float (0.3925 computed as 0.39249998, a gain
-    of 19.749999999999996 points) is dropped first, so a halfway value never rounds one way
-    in one run and the other way in the next."""
-    exact = Decimal(repr(round(value, 9)))
-    text = str(exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))
-    if text.startswith("-") and not Decimal(text):
-        text = text[1:]  # no "-0.000"
-    return f"+{text}" if sign and not text.startswith("-") else text
 
 
 def write_curve(records: Sequence[Mapping[str, float]], run_dir: Path) -> Path:

@@ -11,6 +11,7 @@ restarts.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -21,24 +22,27 @@ from typing import Any, TextIO
 
 import structlog
 
-from rlinf.sched import Cluster, ExecutionPlan, Profile
-from rlinf.workers.flow.auto import PROFILE_FORMAT
+from rlinf.sched import Cluster, ExecutionMode, ExecutionPlan, Profile
 from rlinf.workers.telemetry import Span, write_run_trace
 from rlinf.workers.training import (
     PlanChoice,
     RunOutcome,
     RunSettings,
+    collocated_devices,
 )
 from rlinf.workers.training import dry_run as run_dry
+from rlinf.workers.training import profile_identity as identity_of
 from rlinf.workers.training import train as run_training
 from rlinf_reasoning.banner import describe_loaded
-from rlinf_reasoning.config import LENGTH_KEYS, ReasoningConfig, config_dict
+from rlinf_reasoning.config import LENGTH_KEYS, ReasoningConfig, component_names, config_dict
 from rlinf_reasoning.data import problem_source
 from rlinf_reasoning.export import export_checkpoint
 from rlinf_reasoning.flow import ReasoningFlow, StepResult
-from rlinf_reasoning.pricing import ReasoningPricing, first_guess, planned_fixed, profile_flow
+from rlinf_reasoning.placement import resolve_placement
+from rlinf_reasoning.pricing import ReasoningPricing, profile_spec
 from rlinf_reasoning.report import HELDOUT_KEY, Summary, write_curve
 from rlinf_reasoning.spec import FlowSpec, flow_spec
+from rlinf_reasoning.workflow import fixed_plan
 
 __all__ = ["HF_EXPORT_DIR", "SAMPLES_FILE", "ReasoningTask", "dry_run", "profile_identity",
            "train"]
@@ -54,15 +58,11 @@ TOOL_EVAL_PREFIX = "eval/tool_"
 
 
 def profile_identity(cfg: ReasoningConfig) -> dict[str, object]:
-    """What a component's cost depends on besides the workflow and the cluster: every
-    setting but the run's (its length, seed, outputs: jobs of a sweep over seeds share one
-    profile), and the versions of the code that runs it."""
-    import torch
-    import transformers
-
+    """What a component's cost depends on besides the workflow and the cluster
+    (`rlinf.workers.training.profile_identity`): every setting but the run's (jobs of a
+    sweep over seeds share one profile)."""
     flat = {k: v for k, v in config_dict(cfg).items() if not k.startswith("run.")}
-    return {**flat, "torch": torch.__version__, "transformers": transformers.__version__,
-            "profile_format": PROFILE_FORMAT}
+    return identity_of(flat, distributions=("torch", "transformers"))
 
 
 def run_settings(cfg: ReasoningConfig) -> RunSettings:
@@ -111,18 +111,39 @@ class ReasoningTask:
     def profile_identity(self) -> dict[str, object]:
         return profile_identity(self.cfg)
 
-    def fixed_plan(self, cluster: Cluster) -> ExecutionPlan:
-        return planned_fixed(self.cfg, self.spec, cluster.num_devices)
+    def fixed_plan(self, cluster: Cluster, placement: str | None = None) -> ExecutionPlan:
+        """The unpriced plan of the configured placement (or `placement`) on `cluster`."""
+        placed = resolve_placement(placement or self.cfg.placement, component_names(self.cfg),
+                                   cluster.num_devices)
+        return fixed_plan(self.spec, placed.to_spec(), num_devices=cluster.num_devices,
+                          granularity_groups=self.cfg.rollout.groups_per_micro_batch)
 
     def first_guess(self, cluster: Cluster) -> ExecutionPlan:
-        return first_guess(self.cfg, self.spec, cluster)
+        """Every component collocated (`rlinf.workers.training.collocated_devices`); with
+        ``actor.cut=auto`` the data-parallel cut, the one a profile is measured with."""
+        devices = collocated_devices(cluster)
+        plan = self.fixed_plan(cluster, f"{','.join(component_names(self.cfg))}: 0"
+                                        + (f"-{devices - 1}" if devices > 1 else ""))
+        if not self.spec.choose_cut:
+            return plan
+        cut = {"tensor": 1, "pipeline": 1, "data": devices, "sequence_parallel": 0,
+               "distributed_optimizer": 0}
+        return dataclasses.replace(plan, parallelism={**plan.parallelism, "actor": cut})
 
     def compatible(self, current: ExecutionPlan, candidate: ExecutionPlan) -> bool:
         """Always: a reasoning checkpoint loads into any placement."""
         return True
 
     def profile(self, cluster: Cluster) -> Profile:
-        return profile_flow(self.spec, self.cfg, cluster, self.source)
+        """`profile_spec` at each `run.profile_batches` size, with the pipelined probe unless
+        the placement is collocated (nothing it calibrates touches that price)."""
+        cfg = self.cfg
+        sizes = sorted({prompts * cfg.rollout.group_size for prompts in cfg.run.profile_batches})
+        collocated = cfg.placement.strip().lower() != "auto" and \
+            self.fixed_plan(cluster).mode is ExecutionMode.COLLOCATED
+        return profile_spec(self.spec, cluster, batch_sizes=sizes, problems=self.source,
+                            granularity_groups=cfg.rollout.groups_per_micro_batch,
+                            pipeline_probe=not collocated)
 
     # -- the run ------------------------------------------------------------------------------
     def launch(self, plan: ExecutionPlan, cluster: Cluster) -> ReasoningFlow:

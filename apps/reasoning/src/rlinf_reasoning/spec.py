@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from rlinf.envs.tools import SandboxLimits
 from rlinf.workers.actor import ActorConfig, LoraConfig
 from rlinf.workers.actor.megatron import MegatronConfig
@@ -49,22 +51,14 @@ def flow_spec(cfg: ReasoningConfig) -> FlowSpec:
     sampling = SamplingConfig(max_new_tokens=cfg.rollout.max_new_tokens,
                               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                               top_k=cfg.rollout.top_k)
+    # The algorithm section's keys are ActorConfig's where they share a name.
+    shared = {f.name for f in dataclasses.fields(ActorConfig)}
     actor = ActorConfig(
+        **{f.name: getattr(algo, f.name) for f in dataclasses.fields(algo) if f.name in shared},
         algorithm=algo.name, parallelism="fsdp2" if cfg.actor.backend == "fsdp2" else "ddp",
-        lr=algo.lr, weight_decay=algo.weight_decay,
-        max_grad_norm=algo.max_grad_norm, mini_batch_size=algo.mini_batch_size,
-        micro_batch_size=algo.micro_batch_size, epochs=algo.epochs, clip_ratio=algo.clip_ratio,
-        clip_ratio_high=algo.clip_ratio_high, dual_clip=algo.clip_ratio_c,
-        aggregation=algo.aggregation, kl_coef=algo.kl_coef, kl_estimator=algo.kl_estimator,
-        kl_in_reward=algo.kl_in_reward, kl_ctrl=algo.kl_ctrl, target_kl=algo.target_kl,
-        kl_horizon=algo.kl_horizon, entropy_coef=algo.entropy_coef,
-        temperature=sampling.logprob_temperature, grpo_normalize_std=algo.grpo_normalize_std,
-        gamma=algo.gamma, lam=algo.lam, value_coef=algo.value_coef, value_clip=algo.value_clip,
-        critic_lr=algo.critic_lr, critic_max_grad_norm=algo.critic_max_grad_norm,
-        whiten_advantages=algo.whiten_advantages,
-        rollout_correction_cap=algo.rollout_correction_cap, precision=model.precision,
-        attention=cfg.actor.attention, padding_free=cfg.actor.padding_free,
-        policy_lag=algo.policy_lag, lora=lora_config(cfg))
+        dual_clip=algo.clip_ratio_c, temperature=sampling.logprob_temperature,
+        precision=model.precision, attention=cfg.actor.attention,
+        padding_free=cfg.actor.padding_free, lora=lora_config(cfg))
     tiny = TinyLMConfig(hidden_size=model.hidden_size, num_layers=model.num_layers,
                         num_heads=model.num_heads, num_kv_heads=model.num_kv_heads,
                         intermediate_size=model.intermediate_size) if model.from_scratch else None

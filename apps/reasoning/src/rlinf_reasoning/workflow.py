@@ -18,7 +18,14 @@ import dataclasses
 import itertools
 import math
 
-from rlinf.sched import Component, Edge, ExecutionPlan, Placement, Workflow
+from rlinf.sched import (
+    Component,
+    Edge,
+    ExecutionPlan,
+    Placement,
+    Workflow,
+    staircase_completion,
+)
 from rlinf.workers import flow as rf
 from rlinf.workers.reasoning import (
     ActorRole,
@@ -118,16 +125,10 @@ def reasoning_workflow(spec: FlowSpec, *, rollout_ranks: int = 1) -> Workflow:
 
 def rollout_completion(prompts: int, ranks: int, groups_per_micro_batch: int
                        ) -> tuple[tuple[float, float], ...]:
-    """(item fraction, time fraction) points of a rollout whose ranks each generate their
-    share of `prompts` in micro-batches of `groups_per_micro_batch` prompts: a staircase,
-    every micro-batch's groups leaving together when it ends (`rlinf.sched.Component`)."""
+    """The completion of a rollout whose ranks each generate their share of `prompts` in
+    micro-batches of `groups_per_micro_batch` prompts (`rlinf.sched.staircase_completion`)."""
     share = math.ceil(prompts / max(1, ranks))
-    steps = max(1, math.ceil(share / groups_per_micro_batch))
-    jump = 1e-6  # items of micro-batch i ramp up over this sliver, i.e. at once
-    points: list[tuple[float, float]] = []
-    for i in range(1, steps + 1):
-        points += [((i - 1) / steps + jump, i / steps), (i / steps, i / steps)]
-    return tuple(points)
+    return staircase_completion(max(1, math.ceil(share / groups_per_micro_batch)))
 
 
 def streams_actor(spec: FlowSpec, placement: Placement) -> bool:

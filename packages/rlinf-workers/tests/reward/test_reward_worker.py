@@ -237,3 +237,14 @@ def test_names_shared_by_two_functions_are_told_apart(user_rewards):
                                "math"), (), builtin=lambda r, a: 0.0)
     assert [t.name for t in terms] == ["exact_match", "length", "math"]
     assert [t.shape for t in terms] == ["sample", "sample", "sample"]
+
+
+def test_a_reward_function_is_checked_before_launch_by_name_and_on_a_real_sample(user_rewards):
+    from rlinf.workers.reward import RewardSample, check_reward_function
+
+    check_reward_function(f"{user_rewards}:exact_match", RewardSample("7", "7", "3+4=", {}))
+    check_reward_function(f"{user_rewards}:broken")  # imports, of a known shape
+    with pytest.raises(RewardFunctionError, match=r"user_rewards:broken.*ValueError"):
+        check_reward_function(f"{user_rewards}:broken", RewardSample("seven", "7", "3+4=", {}))
+    with pytest.raises(ConfigError, match="has no 'missing'"):
+        check_reward_function(f"{user_rewards}:missing")

@@ -62,7 +62,14 @@ from rlinf.sched.residency import Admission, Residency
 from rlinf.sched.simulator import Interval, SimulationResult, simulate
 from rlinf.sched.streamed_costs import StreamedCosts
 from rlinf.sched.version import __version__
-from rlinf.sched.workflow import Component, Edge, Loop, Workflow, WorkflowError
+from rlinf.sched.workflow import (
+    Component,
+    Edge,
+    Loop,
+    Workflow,
+    WorkflowError,
+    staircase_completion,
+)
 
 if TYPE_CHECKING:
     from rlinf.sched.device_lock import (
@@ -164,5 +171,6 @@ __all__ = [
     "process_sets",
     "profile_key",
     "simulate",
+    "staircase_completion",
     "switch_pays",
 ]

@@ -19,9 +19,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from rlinf.sched.errors import PlacementError
-from rlinf.sched.placement import ComponentPlacement, Placement, derive_mode, format_devices
+from rlinf.sched.placement import (
+    ComponentPlacement,
+    Placement,
+    derive_mode,
+    format_devices,
+    parse_placement,
+)
 
-__all__ = ["check_nesting", "disaggregated_layout", "hybrid_layout"]
+__all__ = ["check_nesting", "devices_named", "disaggregated_layout", "hybrid_layout"]
 
 
 def disaggregated_layout(components: Sequence[str], num_devices: int, *,
@@ -70,3 +76,16 @@ def check_nesting(placement: Placement) -> None:
                     f"nested (hybrid); {a.component} ({format_devices(a.devices)}) and "
                     f"{b.component} ({format_devices(b.devices)}) only partly overlap on "
                     f"device(s) {format_devices(sa & sb)}")
+
+
+def devices_named(spec: str, components: Sequence[str]) -> int:
+    """Devices an explicit placement `spec` names (its highest index + 1; 0 for a mode or a
+    spec that does not parse): a run joining a Ray cluster counts them before it discovers
+    the cluster, whose other nodes may hold them."""
+    if spec.strip().lower() in ("collocated", "hybrid", "disaggregated", "auto"):
+        return 0
+    try:
+        parsed = parse_placement(spec, components=components, num_devices=1 << 16)
+    except PlacementError:
+        return 0
+    return 1 + max((d for part in parsed for d in part.devices), default=-1)

@@ -45,11 +45,22 @@ from typing import Any
 from rlinf.sched._files import load_mapping, read_bool, read_int, read_number
 from rlinf.sched.errors import PlanningError
 
-__all__ = ["Component", "Edge", "Loop", "Workflow", "WorkflowError"]
+__all__ = ["Component", "Edge", "Loop", "Workflow", "WorkflowError", "staircase_completion"]
 
 
 class WorkflowError(PlanningError):
     """A workflow description is malformed (unknown names, cycles without a loop, bad values)."""
+
+
+def staircase_completion(steps: int) -> tuple[tuple[float, float], ...]:
+    """The `Component.completion` of a streaming call that finishes its items in `steps`
+    equal batches, each leaving together when it ends (e.g. a rollout generating its
+    share in micro-batches): ``steps`` jumps, not a ramp."""
+    jump = 1e-6  # batch i's items ramp up over this sliver, i.e. at once
+    points: list[tuple[float, float]] = []
+    for i in range(1, max(1, steps) + 1):
+        points += [((i - 1) / steps + jump, i / steps), (i / steps, i / steps)]
+    return tuple(points)
 
 
 @dataclass(frozen=True)

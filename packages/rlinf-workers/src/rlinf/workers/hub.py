@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rlinf.workers.errors import InvalidConfigError
 
-__all__ = ["is_hub_id", "resolve_model_dir"]
+__all__ = ["MODEL_FILES", "is_hub_id", "resolve_model_dir"]
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -22,9 +22,28 @@ def is_hub_id(value: str) -> bool:
     return bool(_HUB_ID.match(value)) and not Path(value).expanduser().exists()
 
 
+MODEL_FILES = ("config.json", "warmstart.json")
+"""A model folder holds one of these: a Hugging Face model, or a warm start
+(`rlinf.workers.models.warmstart`)."""
+
+
 def resolve_model_dir(value: str, *, key: str = "model.dir") -> Path:
-    """The folder `value` names: itself, or the cached snapshot of the Hub id `value` (an
-    error names the config `key` it came from)."""
+    """The model folder `value` names: itself, or the cached snapshot of the Hub id `value`;
+    an `InvalidConfigError` naming the config `key` when it is missing or holds no model
+    (checked now: the roles would each fail only after Ray started)."""
+    folder = _folder(value, key)
+    if not folder.is_dir():
+        raise InvalidConfigError(key, value, "an existing folder with an HF-format model and "
+                                 "tokenizer, or a Hugging Face Hub id (org/name) in the local "
+                                 "cache")
+    if not any((folder / name).is_file() for name in MODEL_FILES):
+        raise InvalidConfigError(key, value, "a folder with config.json (a Hugging Face model "
+                                 f"and tokenizer) or warmstart.json (a warm start); {folder} "
+                                 "has neither")
+    return folder
+
+
+def _folder(value: str, key: str) -> Path:
     folder = Path(value).expanduser()
     if not is_hub_id(value):
         return folder

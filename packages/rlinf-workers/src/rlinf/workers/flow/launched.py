@@ -1,8 +1,10 @@
-"""`LaunchedFlow`: a task's handle on the `FlowRun` it launched.
+"""`LaunchedFlow`: a task's handle on the `FlowRun` it launched, and `IterationResult`, what
+its iterations return.
 
 An app wraps its run to add what only its task knows (an iteration's metrics, evaluation,
 checkpoints). What every such handle needs is here: the plan, the worker groups (refused
-once the run is closed, with what to do instead), spans and onloads, and a close that also
+once the run is closed, with what to do instead), the trainers' checkpoints, spans and
+onloads, and a close that also
 removes what the launch made beside the run (a model folder exported for the engine), on
 errors too when used as a context manager.
 """
@@ -10,17 +12,38 @@ errors too when used as a context manager.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 
 from rlinf.sched import ExecutionPlan
+from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.errors import FlowClosedError
 from rlinf.workers.flow.run import FlowRun
 from rlinf.workers.runtime import WorkerGroup
 from rlinf.workers.telemetry import Span
 
-__all__ = ["LaunchedFlow"]
+__all__ = ["IterationResult", "LaunchedFlow"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IterationResult:
+    """What one iteration of a launched flow did, as the runner reads it; a task's
+    subclass adds what its iterations count (samples, env steps)."""
+
+    step: int
+    """The iteration's index."""
+    metrics: Mapping[str, float]
+    """The task's metrics of the iteration, per-component seconds included."""
+    seconds: float
+    """Wall time of the iteration, weight sync included."""
+    spans: Sequence[Span] = ()
+    """One track per worker rank (empty without trace)."""
+    onloads: int = 0
+    """Onloads the device lock ran during the iteration, over every worker process (its
+    context switches; 0 without a lock)."""
 
 
 class LaunchedFlow:
@@ -47,6 +70,25 @@ class LaunchedFlow:
         """The worker group of component `name`, refused once the flow is closed."""
         self._check_open()
         return self.run.group_of(name)
+
+    def save(self, directory: Path) -> None:
+        """Each trainer's state (every weight-sync sender's ``save``: model, optimizer, RNG
+        and step of each rank) under ``directory/<trainer>``. A flow whose other components
+        keep state of their own (simulators, sampling streams) saves them too."""
+        self._check_open()
+        for name in self.run.flow.trainers:
+            self.group(name).call("save", str(Path(directory) / name), timeout=self.run.timeout)
+
+    def load(self, directory: Path) -> None:
+        """Restore `save`'s state, then sync the restored weights to their receivers."""
+        self._check_open()
+        for name in self.run.flow.trainers:
+            folder = Path(directory) / name
+            if not folder.is_dir():
+                raise ConfigError(f"no flow checkpoint in {directory} (expected {folder}); "
+                                  f"save one with {type(self).__name__}.save")
+            self.group(name).call("load", str(folder), timeout=self.run.timeout)
+        self.sync_weights()
 
     def sync_weights(self) -> float:
         """Sync the trainer's weights into their receivers now; seconds taken."""

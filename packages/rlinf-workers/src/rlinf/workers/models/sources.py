@@ -10,8 +10,10 @@ transformers' modeling code out: a role that only needs the tokenizer
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,6 +157,16 @@ class ModelSource:
             stored = str(next(model.parameters()).dtype).removeprefix("torch.")
             where = "tiny model from config"
         return SourceFacts(where, sum(p.numel() for p in model.parameters()), stored, tokenizer)
+
+    @contextlib.contextmanager
+    def served(self, engine: str) -> Iterator[str | None]:
+        """`engine_folder` for the length of a ``with`` block (probe runs, say)."""
+        path, exported = self.engine_folder(engine)
+        try:
+            yield path
+        finally:
+            if exported is not None:
+                exported.cleanup()
 
     def engine_folder(self, engine: str
                       ) -> tuple[str | None, tempfile.TemporaryDirectory[str] | None]:

@@ -14,6 +14,7 @@ from rlinf.workers.reward.worker import (
     RewardScorer,
     RewardStats,
     call_reward_function,
+    check_reward_function,
 )
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "RewardStats",
     "RewardTerm",
     "call_reward_function",
+    "check_reward_function",
     "load_reward_function",
     "load_reward_terms",
     "reward_shape",

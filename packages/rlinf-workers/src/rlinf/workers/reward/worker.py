@@ -30,13 +30,24 @@ from rlinf.workers.reward.functions import (
 )
 from rlinf.workers.rollout.batch import RolloutBatch
 
-__all__ = ["RewardConfig", "RewardScorer", "RewardStats", "call_reward_function"]
+__all__ = ["RewardConfig", "RewardScorer", "RewardStats", "call_reward_function",
+           "check_reward_function"]
 
 
 def call_reward_function(term: RewardTerm, sample: RewardSample) -> float:
     """`term` on one sample: its finite score, or a `RewardFunctionError` naming it and
     quoting the sample (what the app runs before launch)."""
     return term.score([sample])[0]
+
+
+def check_reward_function(spec: str, sample: RewardSample | None = None) -> None:
+    """Import the user's reward function `spec` and check its shape (a `ConfigError` for a
+    typo or a function of no known shape) and, given a real `sample`, call it once on it (a
+    `RewardFunctionError` naming it and the sample when it raises or returns no finite
+    number): what a run checks before any worker starts."""
+    term, = load_reward_terms((spec,), (), builtin=lambda response, answer: 0.0)
+    if sample is not None:
+        call_reward_function(term, sample)
 
 
 @dataclass(frozen=True)

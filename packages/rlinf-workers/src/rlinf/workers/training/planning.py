@@ -7,7 +7,9 @@
   its first guess, both marked ``live``.
 - `priced_live`: a ``live`` plan priced from the run's own first iterations
   (`rlinf.workers.flow.auto.run_profile`), saved in the run folder and the cache, so the next
-  run of the setting is priced before it starts.
+  run of the setting is priced before it starts. A run long enough is priced again from the
+  iterations after those (the first still warm up and run slower than the steady state the
+  prediction is for), and the cache keeps those.
 - `live_switch` / `kept_faster`: ``auto`` leaves its first guess for the plan its live costs
   price faster when the relaunch pays for itself over the iterations left, runs it as long,
   and goes back when it measured slower.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -57,6 +60,27 @@ run (the first a warm-up), or at its last when it is shorter."""
 LIVE_MIN_GAIN = 0.05
 """``auto`` leaves its first guess for a plan its live costs price at least this much faster
 (relative), and goes back when the first guess measured that much faster."""
+
+
+def profile_identity(config: Mapping[str, Any], *, distributions: Sequence[str],
+                     **extra: Any) -> dict[str, Any]:
+    """What a task's profile depends on besides the workflow and the cluster (its
+    `TrainingTask.profile_identity`): the settings that change what a component costs
+    (`config`, not the run's length or outputs, so runs that differ only there share a
+    profile), the installed versions of `distributions` that run the components, the
+    runtime's `PROFILE_FORMAT` and the task's `extra` (e.g. its own probes' format)."""
+    from importlib import metadata
+
+    from rlinf.workers.flow.auto import PROFILE_FORMAT
+
+    versions = {}
+    for name in distributions:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return {"config": dict(config), "versions": versions, "profile_format": PROFILE_FORMAT,
+            **extra}
 
 
 def profile_cache(settings: RunSettings) -> ProfileCache | None:
@@ -193,19 +217,23 @@ def resumed_choice(task: TrainingTask[Any, Any], plan: ExecutionPlan,
 
 
 def priced_live(task: TrainingTask[Any, Any], choice: PlanChoice, measured: Profile,
-                cluster: Cluster, *, steps: int, out: TextIO) -> PlanChoice:
-    """`choice` priced from what the run measured of itself in its first `steps`: the
-    simulated iteration of its plan, printed, kept in the run folder for a resume, and
-    added to the profile cache."""
+                cluster: Cluster, *, steps: int, out: TextIO, since: int = 1,
+                cache: bool = True) -> PlanChoice:
+    """`choice` priced from what the run measured of itself in its steps `since`..`steps`
+    (1: its first `steps`): the simulated iteration of its plan, printed, kept in the run
+    folder for a resume and, with `cache`, added to the profile cache."""
     plan, simulation = task.pricing.price(choice.plan, measured, cluster)
     plan = dataclasses.replace(plan, parallelism=choice.plan.parallelism)  # the cut it runs
-    print(f"predict: {plan.predicted_time:.3f} s per {task.settings.unit} for {plan.spec} "
-          f"(priced from the components this run measured in its first {steps} "
-          f"{task.settings.unit}(s))", file=out, flush=True)
+    unit = task.settings.unit
+    which = (f"in its first {steps} {unit}(s)" if since <= 1 else
+             f"again in {unit}s {since}-{steps}, past its warm-up")
+    print(f"predict: {plan.predicted_time:.3f} s per {unit} for {plan.spec} (priced from the "
+          f"components this run measured {which})", file=out, flush=True)
     priced = dataclasses.replace(choice, plan=plan, profile=measured, simulation=simulation,
                                  live=False)
     save_choice(priced, task.settings.run_dir)
-    cache_run_profile(task, cluster, measured)
+    if cache:
+        cache_run_profile(task, cluster, measured)
     return priced
 
 
@@ -329,3 +357,14 @@ def dry_run(task: TrainingTask[Any, Any], *, out: TextIO, offline: Cluster | Non
             stop_ray()
     describe_plan(choice.plan, out, predicted=choice.simulation is not None)
     return choice
+
+
+def collocated_devices(cluster: Cluster) -> int:
+    """Devices ``auto``'s first guess collocates every component on, taking turns (no
+    process start, hand-over or message a profile would have to justify): all of them;
+    on CPU slots no more than the nodes have cores (more would run a process per slot on
+    shared cores)."""
+    cores = sum(node.cpus for node in cluster.nodes)
+    if cluster.has_gpus or cores <= 0:
+        return cluster.num_devices
+    return max(1, min(cluster.num_devices, cores))

@@ -13,13 +13,14 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from rlinf.workers.training.task import RunOutcome
 
-__all__ = ["SUMMARY_FILE", "RunReport", "shown"]
+__all__ = ["SUMMARY_FILE", "RunReport", "format_fixed", "shown"]
 
 SUMMARY_FILE = "summary.json"
 """The summary in the run folder."""
@@ -128,3 +129,15 @@ class RunReport:
         path = run_dir / SUMMARY_FILE
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
         return path
+
+
+def format_fixed(value: float, places: int, *, sign: bool = False) -> str:
+    """`value` with `places` decimals, halves rounded up, the same way everywhere a run prints
+    accuracies and gains: the binary noise of a float (0.3925 computed as 0.39249998, a gain
+    of 19.749999999999996 points) is dropped first, so a halfway value never rounds one way
+    in one run and the other way in the next."""
+    exact = Decimal(repr(round(value, 9)))
+    text = str(exact.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))
+    if text.startswith("-") and not Decimal(text):
+        text = text[1:]  # no "-0.000"
+    return f"+{text}" if sign and not text.startswith("-") else text

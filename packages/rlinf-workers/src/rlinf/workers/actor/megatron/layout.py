@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rlinf.sched import Cluster, CostModel, TrainerCost
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["MegatronConfig", "ModelShape"]
+__all__ = ["MegatronConfig", "ModelShape", "trainer_cost"]
 
 _FAMILIES = ("qwen2", "llama")
 
@@ -131,3 +132,23 @@ class ModelShape:
         megatron-core splits them)."""
         per = self.num_layers // pipeline_parallel
         return range(stage * per, (stage + 1) * per)
+
+
+def trainer_cost(model: Any, measured: CostModel, cluster: Cluster, *, batch: int,
+                 tokens_per_item: int, micro_batch: int, bf16: bool) -> TrainerCost:
+    """`model`'s trainer as a `rlinf.sched.TrainerCost` for pricing its cuts: its shape, the
+    step's tokens, the cluster's links and smallest device memory, and a compute rate that
+    reproduces the `measured` step of the whole `batch` on one device (so the model's
+    compute and communication weigh as they do on this cluster)."""
+    shape = ModelShape.from_hf(getattr(model, "config", None))
+    parameters = float(sum(p.numel() for p in model.parameters()))
+    one_device = measured.time("actor", batch_size=batch, num_devices=1)
+    return TrainerCost(
+        parameters=parameters, layers=shape.num_layers, hidden=shape.hidden_size,
+        heads=shape.num_heads, kv_heads=shape.num_kv_heads, vocab=shape.vocab_size,
+        tokens_per_item=tokens_per_item, micro_batch=micro_batch,
+        device_flops=6 * parameters * tokens_per_item * batch / max(one_device, 1e-9),
+        efficiency=1.0, bandwidth=cluster.intra_node_bandwidth,
+        latency=max(cluster.intra_node_latency, cluster.message_latency, 1e-9),
+        device_memory=float(min(d.memory_bytes for d in cluster.devices)),
+        activation_bytes=2.0 if bf16 else 4.0)
