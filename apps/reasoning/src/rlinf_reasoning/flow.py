@@ -3,11 +3,11 @@ the library's flow runtime, plus what only this task adds.
 
 `rlinf.workers.flow.FlowRun` launches the components where the plan puts them, wires one
 channel per edge (owned by its consumer), runs each iteration as timed phases with the
-device lock, syncs weights and tears everything down. The rollout draws its own prompts from
-the run's problem source, so the driver passes control only. What this module adds is the
-task's view of an iteration (reward, accuracy, response length, throughput — pooled over
-ranks from the sums each rank returns), held-out evaluation, checkpoints of the actor, and
-a probe that checks the weight sync by comparing log-probs.
+device lock, syncs weights and tears everything down; `LaunchedFlow` adds the actor's
+checkpoints. The rollout draws its own prompts from the run's problem source, so the driver
+passes control only. What this module adds is the task's view of an iteration, held-out
+evaluation and the weight-sync check (`rlinf.workers.reasoning.metrics`: pooled over ranks
+from the sums each rank returns).
 """
 
 from __future__ import annotations
