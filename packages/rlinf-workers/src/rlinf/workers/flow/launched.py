@@ -4,9 +4,8 @@ its iterations return.
 An app wraps its run to add what only its task knows (an iteration's metrics, evaluation,
 checkpoints). What every such handle needs is here: the plan, the worker groups (refused
 once the run is closed, with what to do instead), the trainers' checkpoints, spans and
-onloads, and a close that also
-removes what the launch made beside the run (a model folder exported for the engine), on
-errors too when used as a context manager.
+onloads, and a close that also removes what the launch made beside the run (a model folder
+exported for the engine), on errors too when used as a context manager.
 """
 
 from __future__ import annotations
