@@ -122,8 +122,8 @@ class ReasoningTask:
         """Every component collocated (`rlinf.workers.training.collocated_devices`); with
         ``actor.cut=auto`` the data-parallel cut, the one a profile is measured with."""
         devices = collocated_devices(cluster)
-        plan = self.fixed_plan(cluster, f"{','.join(component_names(self.cfg))}: 0"
-                                        + (f"-{devices - 1}" if devices > 1 else ""))
+        placed = resolve_placement("collocated", component_names(self.cfg), devices)
+        plan = self.fixed_plan(cluster, placed.to_spec())
         if not self.spec.choose_cut:
             return plan
         cut = {"tensor": 1, "pipeline": 1, "data": devices, "sequence_parallel": 0,
