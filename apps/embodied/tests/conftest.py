@@ -1,9 +1,9 @@
 """Fixtures of the app's end-to-end tests: the real CLI in a subprocess, tiny budgets.
 
-Starting Ray costs ~10 s on the shared 2-core machine, so CLI runs connect (``RAY_ADDRESS``)
-to one local Ray instance per test session. It is owned by a helper process, not by the
-pytest process, so tests that `ray.init` in-process (test_flow.py) are unaffected; closing
-the helper's stdin shuts that instance down.
+CLI runs start no Ray: their workers are processes of this machine. With
+``RLINF_TEST_RAY=1`` they connect (``RAY_ADDRESS``) to one local Ray instance per test
+session instead, owned by a helper process (closing its stdin shuts it down), so tests that
+`ray.init` in-process (test_flow.py) are unaffected.
 """
 
 from __future__ import annotations
@@ -31,7 +31,12 @@ TINY = ("run.iterations=2", "run.rollout_steps=16", "env.num_envs=4", "env.pipel
 
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
-    """The GCS address of a Ray instance that lives as long as the test session."""
+    """The Ray instance the CLI runs connect to: none (``""``), so each run's workers are
+    processes of this machine, as a user's run on one machine; with ``RLINF_TEST_RAY=1``
+    the GCS address of one Ray instance that lives as long as the test session."""
+    if os.environ.get("RLINF_TEST_RAY") != "1":
+        yield ""
+        return
     with local_ray_instance(env=BASE_ENV, shutdown_timeout=60) as address:
         yield address
 

@@ -24,7 +24,7 @@ ARGS = [*(a for a in TINY if not a.startswith(("run.iterations=", "run.checkpoin
 
 
 def _start(run_dir: Path, *extra: str) -> subprocess.Popen[str]:
-    """The CLI with a Ray instance of its own (its workers are its descendants)."""
+    """The CLI on one machine (its workers are its descendants)."""
     return subprocess.Popen([sys.executable, "-m", "rlinf_embodied.cli", *ARGS, *extra,
                              "--run-dir", str(run_dir)], env={**BASE_ENV, "RAY_ADDRESS": ""},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -40,8 +40,8 @@ def _kill_env_worker_after(proc: subprocess.Popen[str], run_dir: Path, step: int
                                  for r in read_metrics(path)):
             for child in psutil.Process(proc.pid).children(recursive=True):
                 with contextlib.suppress(psutil.Error):
-                    if " ".join(child.cmdline()).startswith(("ray::EnvRole",
-                                                             "ray::SharedProcess")):
+                    if child.name() in ("EnvRole", "SharedProcess") or " ".join(
+                            child.cmdline()).startswith(("ray::EnvRole", "ray::SharedProcess")):
                         child.send_signal(signal.SIGKILL)
                         return
         time.sleep(0.05)

@@ -1,16 +1,15 @@
-"""A Ray instance shared by the CLI runs of the app's tests.
+"""Fixtures of the app's tests: the profile cache, and Ray where a test asks for it.
 
-Starting and stopping Ray costs ~7 s of a CLI run on the shared 2-core machine, so runs whose
-tests do not depend on owning Ray connect (``RAY_ADDRESS``) to one local instance per test
-session. It is owned by a helper process, not by the pytest process, so tests that
-`ray.init` in-process (test_flow.py) are unaffected; closing the helper's stdin shuts it
-down. Tests that kill a run's process tree or stop Ray under it start their own.
+CLI runs start no Ray: their workers are processes of this machine, as a user's run on one
+machine. With ``RLINF_TEST_RAY=1`` the runs that take `ray_address` connect
+(``RAY_ADDRESS``) to one local Ray instance per test session instead, owned by a helper
+process (closing its stdin shuts it down), so tests that `ray.init` in-process
+(test_flow.py) are unaffected. Tests that stop Ray under a run start their own.
 `ray_local` is Ray in the pytest process, per module, for tests that launch flows
 in-process (`ReasoningFlow.launch`).
 
-The instance declares 8 CPUs on a 2-core machine, as a user's ``ray start --num-cpus=8``
-would: ``placement=auto`` runs on it too, and check that discovery counts the machine's
-cores rather than Ray's CPUs (it did not: the profile probed 8 slots and never finished).
+That instance declares 8 CPUs on a 2-core machine, as a user's ``ray start --num-cpus=8``
+would, to check that discovery counts the machine's cores rather than Ray's CPUs.
 """
 
 from __future__ import annotations
@@ -42,7 +41,12 @@ def profile_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def ray_address() -> Iterator[str]:
-    """The GCS address of a Ray instance that lives as long as the test session."""
+    """The Ray instance the CLI runs connect to: none (``""``), so each run's workers are
+    processes of this machine, as a user's run on one machine; with ``RLINF_TEST_RAY=1``
+    the GCS address of one Ray instance that lives as long as the test session."""
+    if os.environ.get("RLINF_TEST_RAY") != "1":
+        yield ""
+        return
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     with local_ray_instance(env=env, shutdown_timeout=60) as address:
         yield address

@@ -49,12 +49,14 @@ the same devices share."""
 
 
 def _workers(pid: int) -> list[psutil.Process]:
-    """The Ray worker processes of the run `pid` started (its descendants running a role)."""
+    """The worker processes of the run `pid` started (its descendants running a role: Ray
+    titles them ``ray::<class>``, a local rank is named ``<class>``)."""
     found = []
     for child in psutil.Process(pid).children(recursive=True):
         with contextlib.suppress(psutil.Error):
             title = " ".join(child.cmdline())
-            if title.startswith("ray::") and any(role in title for role in ROLES):
+            if child.name() in ROLES or (title.startswith("ray::")
+                                         and any(role in title for role in ROLES)):
                 found.append(child)
     return found
 

@@ -87,17 +87,16 @@ class EmbodiedFlow(LaunchedFlow):
     @classmethod
     def launch(cls, spec: EmbodiedSpec, plan: ExecutionPlan, *, cluster: Cluster | None = None,
                trace: bool = False) -> EmbodiedFlow:
-        """Start the workers where `plan.placement` says (Ray must be initialised)."""
+        """Start the workers where `plan.placement` says (on Ray when it is initialised,
+        else as processes of this machine)."""
         import ray
 
-        if not ray.is_initialized():
-            raise ConfigError("Ray is not initialised: call ray.init(...) before "
-                              "EmbodiedFlow.launch")
         missing = [c for c in COMPONENTS if c not in plan.placement.components]
         if missing:
             raise ConfigError(f"plan {plan.spec!r} does not place {missing}: expected env, "
                               "rollout and actor (see embodied_workflow)")
-        if spec.device == "cuda" and ray.cluster_resources().get("GPU", 0.0) < 1.0:
+        if (spec.device == "cuda" and ray.is_initialized()
+                and ray.cluster_resources().get("GPU", 0.0) < 1.0):
             raise ConfigError(f"device='cuda' but the Ray cluster has "
                               f"{ray.cluster_resources().get('GPU', 0.0):g} GPUs: start Ray on "
                               "a machine with a GPU (ray.init detects it) or use device='cpu'")

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlinf.workers.cli import AppCLI, ExportCommand
+from rlinf.workers.reasoning import RANK_MODULES
 from rlinf_reasoning.config import ReasoningConfig, from_omegaconf
 
 __all__ = ["CLI", "CONF_DIR", "compose_config", "help_text", "main", "parse_args"]
@@ -78,7 +79,7 @@ CLI: AppCLI[ReasoningConfig] = AppCLI(
     prog="rlinf-reasoning", usage="\n\n".join((__doc__ or "").strip().split("\n\n")[:2]),
     conf_dir=CONF_DIR, schema=ReasoningConfig, load=from_omegaconf,
     run_dir_of=lambda cfg: Path(cfg.run.run_dir), train_module="rlinf_reasoning.run",
-    log_level_of=lambda cfg: cfg.run.log_level,
+    log_level_of=lambda cfg: cfg.run.log_level, rank_modules=RANK_MODULES,
     renamed={"run.tensorboard": "run.loggers, a list: e.g. run.loggers=[jsonl] for no "
                                 "TensorBoard, run.loggers=[jsonl,tensorboard,wandb]"},
     sweep_result=_sweep_result, export=EXPORT)

@@ -94,6 +94,10 @@ class AppCLI(Generic[C]):
     ``dry_run(cfg, out=)`` run a config; imported while Ray starts."""
     ray_options: Callable[[C], Mapping[str, Any]] = lambda _cfg: {}
     """`rlinf.workers.flow.ensure_ray`'s options for a run of a config."""
+    rank_modules: tuple[str, ...] = ()
+    """What the run's worker processes import (their roles, the model code): on one
+    machine a server imports them once, while the driver imports its own, and forks every
+    worker process from it (`rlinf.workers.runtime.local`)."""
     log_level_of: Callable[[C], str] = lambda _cfg: "warning"
     """The log level a config asks for (``--log-level`` wins)."""
     unit: str = "step"
@@ -329,7 +333,8 @@ class AppCLI(Generic[C]):
         from rlinf.workers.runtime.ray_session import import_while_ray_starts
 
         try:
-            run, started = import_while_ray_starts(self.train_module, **self.ray_options(cfg))
+            run, started = import_while_ray_starts(self.train_module, preload=self.rank_modules,
+                                                   **self.ray_options(cfg))
             summary = run.train(cfg, resume=args.resume, overrides=overrides,
                                 ray_started=started)
         except (ConfigError, MissingExtraError, DatasetError) as exc:

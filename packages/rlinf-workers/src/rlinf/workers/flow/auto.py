@@ -46,7 +46,7 @@ from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.declaration import MacroFlow
 from rlinf.workers.flow.records import IterationRecord
 from rlinf.workers.flow.run import FlowRun
-from rlinf.workers.runtime.ray_session import ensure_ray
+from rlinf.workers.runtime.backend import start_runtime
 
 __all__ = [
     "COLLOCATED_ITERATION",
@@ -523,10 +523,11 @@ def launch_auto(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int]
                 device_counts: Sequence[int] | None = None,
                 options: PlannerOptions | None = None,
                 timeout: float = 600.0) -> tuple[FlowRun, AutoReport]:
-    """Profile, fit, plan, and launch the best plan (see the module docstring). Ray is
-    started once if needed and stopped when the returned run closes."""
+    """Profile, fit, plan, and launch the best plan (see the module docstring). The
+    backend (`rlinf.workers.runtime.backend`) is started once if needed; a Ray started
+    here is stopped when the returned run closes."""
     started = time.perf_counter()
-    owns_ray = ensure_ray()
+    owns_ray = start_runtime(sorted({spec.worker.__module__ for spec in flow.components}))
     try:
         profile = profile_flow(flow, cluster, batch_sizes=batch_sizes,
                                device_counts=device_counts, timeout=timeout)

@@ -66,6 +66,8 @@ from rlinf.workers.flow.records import IterationRecord, PhaseRecord, iteration_m
 from rlinf.workers.flow.weights import WeightSync, weight_transport
 from rlinf.workers.flow.worker import EntryReport
 from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup, count_onloads
+from rlinf.workers.runtime import refs as call_refs
+from rlinf.workers.runtime.backend import start_runtime
 from rlinf.workers.runtime.interrupts import (
     WAIT_SLICE_S,
     check_interrupted,
@@ -76,7 +78,6 @@ from rlinf.workers.runtime.ray_session import (
     ClusterWatch,
     cluster_address,
     cluster_reachable,
-    ensure_ray,
     stop_ray,
 )
 from rlinf.workers.runtime.shared import SharedMember
@@ -137,7 +138,7 @@ class FlowRun:
         _check_peer_ends(flow, placement)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
-        started = ensure_ray()
+        started = start_runtime(sorted({spec.worker.__module__ for spec in flow.components}))
         owns_ray = started if stop_ray is None else stop_ray
         inlined = flow.inlined(placement)
         run_id = uuid.uuid4().hex[:8]
@@ -461,13 +462,14 @@ class FlowRun:
             if remaining <= 0:
                 late = sorted({owner[ref] for ref in pending})
                 futures[late[0]].rank_results(timeout=0.0)  # raises WorkerTimeoutError
-            ready, pending = ray.wait(pending, num_returns=1, timeout=min(WAIT_SLICE_S, remaining))
+            ready, pending = call_refs.wait(pending, num_returns=1,
+                                            timeout=min(WAIT_SLICE_S, remaining))
             check_interrupted()
             watch.check()
             for ref in ready:
                 name = owner[ref]
                 try:
-                    ray.get(ref, timeout=0)
+                    call_refs.get(ref, timeout=0)
                 except Exception:
                     raise self._failure(futures, name, pending, owner) from None
                 left[name] -= 1
@@ -491,8 +493,8 @@ class FlowRun:
                     return died
             if time.monotonic() >= deadline:
                 break
-            ready, pending = ray.wait(pending, num_returns=1,
-                                      timeout=min(WAIT_SLICE_S, deadline - time.monotonic()))
+            ready, pending = call_refs.wait(
+                pending, num_returns=1, timeout=min(WAIT_SLICE_S, deadline - time.monotonic()))
             for ref in ready:
                 other = _error_of(futures[owner[ref]])
                 if isinstance(other, WorkerDiedError):
@@ -716,8 +718,10 @@ def _cpus_per_rank(placement: Placement, *, process_sets: Iterable[tuple[str, ..
     ranks = sum(placement.components[members[0]].num_procs for members in process_sets)
     if cluster is not None and cluster.nodes and all(n.ray_node_id for n in cluster.nodes):
         total = float(sum(n.cpus for n in cluster.nodes))
-    else:
+    elif ray.is_initialized():
         total = float(ray.cluster_resources().get("CPU", 0.0))
+    else:  # local processes: a share is bookkeeping only, nothing is reserved
+        return 1.0
     share = min(1.0, int(100 * total / ranks) / 100)
     if share < 0.01:
         raise ConfigError(f"the Ray cluster has {total:g} CPUs for {ranks} worker ranks; start "
@@ -754,7 +758,8 @@ def _await_exit(groups: Iterable[WorkerGroup], *, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     with contextlib.suppress(Exception):
         while refs and (left := deadline - time.monotonic()) > 0:
-            _, refs = ray.wait(refs, num_returns=len(refs), timeout=min(WAIT_SLICE_S, left))
+            _, refs = call_refs.wait(refs, num_returns=len(refs),
+                                     timeout=min(WAIT_SLICE_S, left))
             if refs and not cluster_reachable(timeout=0.5):
                 return
 

@@ -10,6 +10,8 @@ reasoning app and ``examples/ppo_critic_math.py`` declare flows of them.
 
 Names are imported from their module on first use (`rlinf.workers._lazy`): each role's Ray
 process imports only its own module (a reward process never loads the actor's trainer).
+On one machine, `RANK_MODULES` are imported once by the server every worker process is
+forked from (`rlinf.workers.runtime.local`), so no process imports them again.
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ if TYPE_CHECKING:
     from rlinf.workers.reasoning.setup import ModelFactory, RoleSetup, TokenizerFactory, draw_seed
     from rlinf.workers.reasoning.sync import BucketLayout, WeightReceiverRole, WeightSenderRole
 
+RANK_MODULES: tuple[str, ...] = (
+    "rlinf.workers.models.causal_lm", "rlinf.workers.reasoning.rollout",
+    "rlinf.workers.reasoning.reward", "rlinf.workers.reasoning.inference",
+    "rlinf.workers.reasoning.actor",
+)
+"""What the roles' worker processes import: the model code and every role."""
+
 _LAZY = {
     "ActorRole": "actor", "ReasoningRole": "base", "MicroBatches": "groups",
     "pack_group": "groups", "unpack_group": "groups", "InferenceRole": "inference",
@@ -50,6 +59,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "RANK_MODULES",
     "ActorRole",
     "BucketLayout",
     "EngineName",

@@ -1,4 +1,7 @@
-"""`WorkerGroup`: launch N ranks of a `Worker` as Ray actors and fan method calls out to them.
+"""`WorkerGroup`: launch N ranks of a `Worker` and fan method calls out to them.
+
+The ranks are Ray actors when this process is connected to Ray (``ray.init``), else
+processes of this machine (`rlinf.workers.runtime.local`: no Ray started at all).
 
 Every wait has a deadline. A rank that dies (crash, ``os._exit``, SIGKILL, OOM killer)
 turns the pending call into `WorkerDiedError` naming role, rank and node as soon as Ray
@@ -15,7 +18,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +38,7 @@ from rlinf.workers.errors import (
     WorkersError,
     WorkerTimeoutError,
 )
+from rlinf.workers.runtime import refs as call_refs
 from rlinf.workers.runtime.allocator import DEFAULT_ALLOCATOR, HostAllocator, allocator_env
 from rlinf.workers.runtime.context import WorkerContext, WorkerInfo, rank_devices
 from rlinf.workers.runtime.dispatch import (
@@ -46,6 +50,13 @@ from rlinf.workers.runtime.dispatch import (
     split_arguments,
 )
 from rlinf.workers.runtime.interrupts import WAIT_SLICE_S, check_interrupted, keep_interrupts
+from rlinf.workers.runtime.local import (
+    LocalActor,
+    LocalActorDied,
+    LocalCallError,
+    gpu_env,
+    start_server,
+)
 from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
 from rlinf.workers.runtime.ray_session import ClusterWatch, raylet_addresses, unreachable
 from rlinf.workers.runtime.shared import SharedMember, SharedProcess, member_died, members_of
@@ -56,6 +67,10 @@ __all__ = ["GroupFuture", "WorkerGroup", "count_onloads"]
 _log = structlog.get_logger(__name__)
 _DETAIL_CHARS = 400
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_AT_EXEC = frozenset({"LD_PRELOAD", "MALLOC_CONF"})
+"""Environment variables read only when a process execs (a local rank is forked from a
+server that has them). ``PYTHONPATH`` is not passed on: a forked rank has the driver's
+``sys.path`` already."""
 
 
 def _translate(
@@ -65,7 +80,10 @@ def _translate(
     """Turn Ray's error for one rank's call into ours (other errors pass through); a death
     of a process that `role` shares with others names them (any of them may have caused
     it)."""
-    if isinstance(exc, ray_errors.RayActorError | ray_errors.WorkerCrashedError
+    if isinstance(exc, LocalCallError):
+        return WorkerCallError(role, rank, method=method, node=node, cause=exc.cause,
+                               detail=f"{type(exc.cause).__name__}: {exc.cause}")
+    if isinstance(exc, ray_errors.RayActorError | LocalActorDied | ray_errors.WorkerCrashedError
                   | ray_errors.OutOfMemoryError):
         text = _ANSI.sub("", str(exc))
         if shared_with:
@@ -143,7 +161,7 @@ class GroupFuture:
         """True when every rank has finished (successfully or not); never blocks."""
         if self._results is not None:
             return True
-        ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        ready, _ = call_refs.wait(self._refs, num_returns=len(self._refs), timeout=0)
         return len(ready) == len(self._refs)
 
     def rank_results(self, timeout: float | None = None) -> list[Any]:
@@ -167,7 +185,7 @@ class GroupFuture:
                 remaining = deadline - time.monotonic()
                 ready: list[ray.ObjectRef] = []
                 if remaining > 0:  # in slices: a swallowed Ctrl-C is raised again in time
-                    ready, _ = ray.wait(list(pending), num_returns=1,
+                    ready, _ = call_refs.wait(list(pending), num_returns=1,
                                         timeout=min(WAIT_SLICE_S, remaining))
                     check_interrupted()
                     watch.check()
@@ -187,7 +205,7 @@ class GroupFuture:
         collective's connection closed), and their errors would hide the cause."""
         if self._results is not None:
             return None
-        ready, _ = ray.wait(self._refs, num_returns=len(self._refs), timeout=0)
+        ready, _ = call_refs.wait(self._refs, num_returns=len(self._refs), timeout=0)
         unfinished = [r for i, r in enumerate(self._ranks) if self._refs[i] not in ready]
         lost = unreachable({self._raylets[r] for r in unfinished if r in self._raylets})
         for rank in unfinished:
@@ -205,7 +223,7 @@ class GroupFuture:
             index = pending.pop(ref)
             rank = self._ranks[index]
             try:
-                results[index] = ray.get(ref, timeout=max(remaining, 0.0))
+                results[index] = call_refs.get(ref, timeout=max(remaining, 0.0))
             except Exception as exc:
                 raise _translate(exc, role=self._role, rank=rank, method=self._method,
                                  node=self._nodes.get(rank),
@@ -276,7 +294,8 @@ class WorkerGroup:
         keeps it co-resident with components it fits beside (None: each worker's own
         `Worker.resident_memory_bytes`). `span_devices`: one rank whose context holds every
         device of `placement` (a process computing on all of them, e.g. with one thread per
-        CPU slot), on the node of the first. Requires ``ray.init()`` first.
+        CPU slot), on the node of the first. Without ``ray.init()`` the ranks are local
+        processes (`rlinf.workers.runtime.local`).
         """
         if not issubclass(worker_cls, Worker):
             raise ConfigError(f"{worker_cls!r} is not a subclass of rlinf.workers Worker")
@@ -285,15 +304,12 @@ class WorkerGroup:
                           cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
                           span_devices=span_devices)
         name = f"{ranks.role}-{uuid.uuid4().hex[:8]}"
-        remote_cls = ray.remote(worker_cls)
-        actors: list[Any] = [remote_cls.options(**ranks.actor_options(
-            name, rank, cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
-            env=_worker_env(allocator, env_vars))).remote(
-                ranks.context(name, rank, log_level=log_level,
-                              device_lock_address=device_lock_address,
-                              device_lock_token=device_lock_token, memory_bytes=memory_bytes),
-                **dict(init_kwargs or {}))
-            for rank in range(ranks.world)]
+        start = ranks.starter(worker_cls, cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
+                              env=_worker_env(allocator, env_vars))
+        actors: list[Any] = [start(name, rank, ranks.context(
+            name, rank, log_level=log_level, device_lock_address=device_lock_address,
+            device_lock_token=device_lock_token, memory_bytes=memory_bytes),
+            **dict(init_kwargs or {})) for rank in range(ranks.world)]
         group = cls(role=ranks.role, name=name, worker_cls=worker_cls, actors=actors,
                     call_timeout=call_timeout)
         group._started(launch_timeout)
@@ -333,12 +349,11 @@ class WorkerGroup:
         name = f"{ranks.role}-{uuid.uuid4().hex[:8]}"
         # Threads: a member waiting on a channel must not hold up the member feeding it;
         # `SharedProcess.call_member` keeps each member's calls one at a time.
-        remote_cls = ray.remote(SharedProcess)
-        actors: list[Any] = [remote_cls.options(**ranks.actor_options(
-            name, rank, cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
-            env=_worker_env(allocator, env_vars)), max_concurrency=4 * len(members) + 4).remote(
-                ranks.context(name, rank, log_level=log_level))
-            for rank in range(ranks.world)]
+        start = ranks.starter(SharedProcess, cpus=num_cpus_per_rank, gpus=num_gpus_per_rank,
+                              env=_worker_env(allocator, env_vars),
+                              max_concurrency=4 * len(members) + 4)
+        actors: list[Any] = [start(name, rank, ranks.context(name, rank, log_level=log_level))
+                             for rank in range(ranks.world)]
         host = cls(role=ranks.role, name=name, worker_cls=SharedProcess, actors=actors,
                    call_timeout=call_timeout)
         host._started(launch_timeout)
@@ -379,7 +394,10 @@ class WorkerGroup:
             self.kill()
             raise
         self._infos = tuple(infos)
-        raylets = raylet_addresses({info.node_id for info in infos})
+        if not any(isinstance(actor, LocalActor) for actor in self._actors):
+            raylets = raylet_addresses({info.node_id for info in infos})
+        else:
+            raylets = {}
         self._raylets = {info.rank: raylets[info.node_id] for info in infos
                          if info.node_id in raylets}
 
@@ -483,6 +501,9 @@ class WorkerGroup:
             self._closed = True
             return
         for actor in self._actors:
+            if isinstance(actor, LocalActor):
+                actor.kill()
+                continue
             try:
                 ray.kill(actor, no_restart=True)
             except (ValueError, ray_errors.RayError):  # already gone
@@ -551,13 +572,13 @@ class _Ranks:
     placement: ComponentPlacement | None
     span_devices: bool
     node_ids: tuple[str, ...] | None
+    on_ray: bool
+    """Ranks are Ray actors (this process is connected to Ray), else local processes."""
 
     @classmethod
     def of(cls, role: str | None, *, num_ranks: int | None,
            placement: ComponentPlacement | None, cluster: Cluster | None, cpus: float,
            gpus: float, span_devices: bool) -> _Ranks:
-        if not ray.is_initialized():
-            raise ConfigError("Ray is not initialised: call ray.init(...) before launching")
         if not role:
             raise ConfigError("a group needs a role: pass role= or a placement")
         if placement is not None and not span_devices and num_ranks not in (
@@ -570,10 +591,12 @@ class _Ranks:
             else num_ranks
         if world is None or world < 1:
             raise ConfigError(f"need num_ranks >= 1 or a placement, got num_ranks={num_ranks}")
-        node_ids = _pinned_nodes(role, placement, cluster, cpus=cpus, gpus=gpus)
+        on_ray = ray.is_initialized()
+        node_ids = (_pinned_nodes(role, placement, cluster, cpus=cpus, gpus=gpus) if on_ray
+                    else None)
         if node_ids is not None and span_devices:
             node_ids = node_ids[:1]
-        return cls(role, world, placement, span_devices, node_ids)
+        return cls(role, world, placement, span_devices, node_ids, on_ray)
 
     def context(self, name: str, rank: int, *, log_level: str | None, role: str | None = None,
                 device_lock_address: str | None = None, device_lock_token: bytes | None = None,
@@ -589,6 +612,37 @@ class _Ranks:
             group_name=name, log_level=log_level,
             device_lock_address=device_lock_address, device_lock_token=device_lock_token,
             memory_bytes=memory_bytes, device_memory=device_memory)
+
+    def starter(self, cls: type, *, cpus: float, gpus: float, env: Mapping[str, str],
+                max_concurrency: int | None = None) -> Callable[..., Any]:
+        """``start(name, rank, *args, **kwargs)``: rank `rank` of `cls` built with the
+        arguments, as a Ray actor reserving `cpus` and `gpus`, or as a local process seeing
+        the rank's GPUs when `gpus` > 0 (`cpus` then reserves nothing: the plan's slots
+        already divide the machine)."""
+        if self.on_ray:
+            remote_cls: Any = ray.remote(cls)
+            extra = {} if max_concurrency is None else {"max_concurrency": max_concurrency}
+
+            def on_ray(name: str, rank: int, *args: Any, **kwargs: Any) -> Any:
+                options = self.actor_options(name, rank, cpus=cpus, gpus=gpus, env=env)
+                return remote_cls.options(**options, **extra).remote(*args, **kwargs)
+            return on_ray
+        # What takes effect only when a process execs goes to the fork server, which every
+        # rank is forked from; the rest is set in the rank.
+        at_exec = {key: value for key, value in env.items() if key in _AT_EXEC}
+        start_server(env=at_exec)
+
+        def local(name: str, rank: int, *args: Any, **kwargs: Any) -> Any:
+            rank_env = {key: value for key, value in env.items()
+                        if key not in _AT_EXEC and key != "PYTHONPATH"}
+            if gpus > 0:
+                devices = (self.placement.devices if self.span_devices and self.placement
+                           else rank_devices(self.placement, rank) if self.placement
+                           else (rank,))
+                rank_env.update(gpu_env(tuple(devices)))
+            return LocalActor(cls, args, kwargs, name=f"{name}-{rank}", env=rank_env,
+                              max_concurrency=max_concurrency or 1)
+        return local
 
     def actor_options(self, name: str, rank: int, *, cpus: float, gpus: float,
                       env: Mapping[str, str]) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import ray
 import structlog
 
 from rlinf.workers.errors import ClusterLostError
+from rlinf.workers.runtime.backend import start_runtime
 
 __all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray",
            "import_while_ray_starts", "local_ray_instance", "raylet_addresses", "stop_ray",
@@ -79,10 +80,13 @@ def ensure_ray(**options: Any) -> bool:
     return True
 
 
-def import_while_ray_starts(module: str, **options: Any) -> tuple[ModuleType, bool]:
-    """Import `module` on a thread while this thread runs ``ensure_ray(**options)``: a
-    driver's imports (torch, the roles: seconds of CPU) overlap Ray's start, which mostly
-    waits for the processes it spawns. Returns the module and whether Ray was started here
+def import_while_ray_starts(module: str, *, preload: Iterable[str] = (), **options: Any
+                            ) -> tuple[ModuleType, bool]:
+    """Import `module` on a thread while this thread starts the run's backend
+    (`rlinf.workers.runtime.backend.start_runtime`: Ray with `options`, or the local fork
+    server, which imports `preload` for the worker processes): a driver's imports (torch,
+    the roles: seconds of CPU) overlap Ray's start, which mostly waits for the processes it
+    spawns, or the server's imports. Returns the module and whether Ray was started here
     (the caller then owns it: `stop_ray` at its end). The import's error is raised here,
     after stopping a Ray started for it."""
     failed: list[BaseException] = []
@@ -96,7 +100,7 @@ def import_while_ray_starts(module: str, **options: Any) -> tuple[ModuleType, bo
     loader = threading.Thread(target=load, name="rlinf-import", daemon=True)
     loader.start()
     try:
-        started = ensure_ray(**options)
+        started = start_runtime(preload, **options)
     finally:
         loader.join()
     if failed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -161,21 +162,21 @@ class Worker:
 
     def worker_info(self) -> WorkerInfo:
         """Where this rank runs; the group asks once at launch (it doubles as readiness)."""
-        import ray
-
-        runtime = ray.get_runtime_context()
+        ray = _connected_ray()
+        if ray is None:  # a local rank (`rlinf.workers.runtime.local`)
+            return WorkerInfo(rank=self.rank, node_ip="127.0.0.1", node_id="local",
+                              pid=os.getpid())
         return WorkerInfo(
             rank=self.rank,
             node_ip=ray.util.get_node_ip_address(),
-            node_id=runtime.get_node_id(),
+            node_id=ray.get_runtime_context().get_node_id(),
             pid=os.getpid(),
         )
 
     def open_rendezvous(self, *, timeout_s: float = 300.0) -> tuple[str, int]:
         """Rank 0: start the torch.distributed store; returns its ``(address, port)``."""
-        import ray
-
-        host = ray.util.get_node_ip_address()
+        ray = _connected_ray()
+        host = ray.util.get_node_ip_address() if ray is not None else "127.0.0.1"
         self._rendezvous_store = open_rendezvous_store(
             host, world_size=self.world_size, timeout_s=timeout_s
         )
@@ -210,3 +211,10 @@ class Worker:
 
 def _nothing() -> None:
     """The onload/offload of a worker that keeps no state on its devices."""
+
+
+def _connected_ray() -> Any:
+    """The `ray` module when this process is a Ray worker (or driver), else None (never
+    imports Ray: a local rank has no use for it)."""
+    ray = sys.modules.get("ray")
+    return ray if ray is not None and ray.is_initialized() else None

@@ -339,7 +339,7 @@ def dry_run(task: TrainingTask[Any, Any], *, out: TextIO, offline: Cluster | Non
             measure: bool = False) -> PlanChoice:
     """Print the plan a run of `task` would launch, and train nothing. A fixed placement is
     laid out on `offline` (a cluster discovered without Ray; None: `task.cluster()`) and
-    starts nothing; ``auto`` starts Ray to see the cluster and prints the ranked plans
+    starts nothing; ``auto`` starts the backend (Ray to see a cluster) and prints the ranked plans
     when a cached profile prices them (with `measure`, from probe runs when none is
     cached), else what the run would start with."""
     if not task.settings.auto:
@@ -347,9 +347,10 @@ def dry_run(task: TrainingTask[Any, Any], *, out: TextIO, offline: Cluster | Non
         describe_plan(choice.plan, out, predicted=False)
         print("  (predicted iteration time: priced from the run's first steps)", file=out)
         return choice
-    from rlinf.workers.runtime.ray_session import ensure_ray, stop_ray
+    from rlinf.workers.runtime.backend import start_runtime
+    from rlinf.workers.runtime.ray_session import stop_ray
 
-    owns_ray = ensure_ray(**task.ray_options())
+    owns_ray = start_runtime(**task.ray_options())
     try:
         choice = choose_plan(task, task.cluster(), out=out, trials=False, measure=measure)
     finally:

@@ -1,6 +1,7 @@
 """`train`: one training run of any app, top to bottom.
 
-    run folder (start, or the checkpoint to resume) → config.json → Ray → the cluster
+    run folder (start, or the checkpoint to resume) → config.json → backend (Ray or local
+    processes) → the cluster
     → plan (`rlinf.workers.training.planning.choose_plan`, or the checkpoint's) → launch
     → evaluation of the starting policy → for each iteration: flow.step → metrics
     (JSONL + loggers) → progress → evaluation every ``eval_every`` → checkpoint every
@@ -35,7 +36,8 @@ import structlog
 from rlinf.sched import Cluster, ExecutionPlan, Replan, Replanner
 from rlinf.workers.flow.auto import run_profile
 from rlinf.workers.flow.restarts import with_restarts
-from rlinf.workers.runtime.ray_session import ensure_ray, stop_ray
+from rlinf.workers.runtime.backend import start_runtime
+from rlinf.workers.runtime.ray_session import stop_ray
 from rlinf.workers.telemetry import (
     CheckpointStore,
     ProgressDisplay,
@@ -137,7 +139,7 @@ class _Session:
             write_run_config(settings.run_dir, config, overrides)
             if not restarts:  # a restart loads the same things again
                 task.announce(out)
-            owns_ray = ensure_ray(**task.ray_options()) or owns_ray
+            owns_ray = start_runtime(**task.ray_options()) or owns_ray
             session = cls(task=task, cluster=task.cluster(), store=store, point=point,
                           overrides=overrides, started=started, out=out, restarts=restarts)
             choice = session._choose()

@@ -1,0 +1,407 @@
+"""Ranks as processes of this machine, without Ray: the single-node backend of `WorkerGroup`.
+
+A run on one machine needs none of Ray's services (a control store, a raylet, an object
+store, a process per idle worker), yet starting them took seconds and several CPU-seconds
+before anything trained, and each Ray worker imported torch and the roles again. Here
+every rank is a process forked from one server (multiprocessing's ``forkserver``) that
+imported torch, the flow runtime and the run's roles once (`start_server`, called early by
+the CLI so the import overlaps the driver's own), so a rank starts in milliseconds with
+those modules loaded. The server is forked only after its single-threaded imports, so no
+thread pool is inherited half-held.
+
+A `LocalActor` mirrors the part of a Ray actor handle that `WorkerGroup` uses:
+``actor.method.remote(*args)`` returns a `LocalRef` (a future), `kill` kills the process.
+The instance is built in the process's main thread before any call runs; calls run in
+order on the main thread (``max_concurrency=1``, as Ray runs a plain actor) or on a pool
+of that many threads (a shared process, whose members wait on each other's channels).
+Arguments and results travel pickled (cloudpickle, as Ray's) over a pipe; the data of a
+flow goes over its channels, not here. A method that raises resolves its ref with
+`LocalCallError` carrying the exception; a process that dies (crash, ``os._exit``,
+SIGKILL, its constructor raising) resolves every pending ref with `LocalActorDied`, whose
+detail is the exit status and the last lines of the process's log. A rank's stdout and
+stderr go to a log file (`LOG_DIR`) as Ray's go to its session's logs; a rank ignores
+SIGINT (the driver owns Ctrl-C and kills its ranks) and exits when the driver's end of
+its pipe closes, so no rank outlives its driver.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures as cf
+import contextlib
+import itertools
+import multiprocessing
+import multiprocessing.connection
+import os
+import queue
+import signal
+import sys
+import tempfile
+import threading
+import traceback
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import structlog
+
+__all__ = ["LOG_DIR", "PRELOAD", "LocalActor", "LocalActorDied", "LocalCallError", "LocalRef",
+           "gpu_env", "start_server"]
+
+_log = structlog.get_logger(__name__)
+
+PRELOAD: tuple[str, ...] = ("rlinf.workers.flow.worker",)
+"""What the fork server imports before it forks a rank (torch, the flow runtime), with the
+modules its starter adds (the roles, the model code)."""
+
+LOG_DIR = Path(tempfile.gettempdir()) / f"rlinf-logs-{os.getuid()}"
+"""Where each rank's stdout and stderr go, one file per rank (its group name and rank)."""
+
+_TAIL_LINES = 6
+_LIVE: weakref.WeakSet[LocalActor] = weakref.WeakSet()
+"""Ranks not killed yet: killed when the driver exits, as Ray's die with their driver
+(multiprocessing would otherwise wait at exit for ranks that wait for the driver)."""
+_server_lock = threading.Lock()
+_server_modules: list[tuple[str, ...]] = []
+"""What the fork server of this process preloads, once it was started (one entry)."""
+
+
+def _context() -> Any:
+    return multiprocessing.get_context("forkserver")
+
+
+def start_server(modules: Iterable[str] = (), *, env: Mapping[str, str] | None = None) -> bool:
+    """Start the fork server in the background, importing `PRELOAD` and `modules` before
+    it forks any rank, with `env` added to its environment (what every rank inherits and
+    must have at exec, e.g. ``LD_PRELOAD`` of an allocator). Returns whether it started
+    here; later calls (and later `modules`) change nothing: a server is started once per
+    process. Never waits for the imports: the first rank does."""
+    from multiprocessing import forkserver
+
+    with _server_lock:
+        if _server_modules:
+            return False
+        wanted = tuple(dict.fromkeys([*PRELOAD, *modules]))
+        _server_modules.append(wanted)
+        ctx = _context()
+        ctx.set_forkserver_preload(list(wanted))
+        saved = {key: os.environ.get(key) for key in (env or {})}
+        os.environ.update(env or {})
+        try:  # the server execs with this environment; ranks inherit it
+            forkserver.ensure_running()
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+        _log.debug("local_fork_server_started", preload=list(wanted))
+        return True
+
+
+def gpu_env(devices: Sequence[int]) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` for a rank that computes on the GPUs `devices` (indices of
+    this machine's GPUs as this process sees them, so a driver's own
+    ``CUDA_VISIBLE_DEVICES`` is honoured), as Ray sets it for a rank that reserves GPUs."""
+    seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [part.strip() for part in seen.split(",")] if seen else None
+    chosen = [names[d] if names is not None and d < len(names) else str(d) for d in devices]
+    return {"CUDA_VISIBLE_DEVICES": ",".join(chosen)}
+
+
+class LocalCallError(Exception):
+    """A rank's method raised `cause` (its traceback text in `remote_traceback`)."""
+
+    def __init__(self, cause: BaseException, remote_traceback: str) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.cause = cause
+        self.remote_traceback = remote_traceback
+
+
+class LocalActorDied(Exception):
+    """A rank's process is gone; `actor_init_failed` when its constructor raised."""
+
+    def __init__(self, detail: str, *, actor_init_failed: bool = False) -> None:
+        super().__init__(detail)
+        self.actor_init_failed = actor_init_failed
+
+
+class LocalRef:
+    """The pending result of one call on a `LocalActor` (hashable, like a Ray object ref)."""
+
+    __slots__ = ("future",)
+
+    def __init__(self) -> None:
+        self.future: cf.Future[Any] = cf.Future()
+
+    def __repr__(self) -> str:
+        return f"LocalRef(done={self.future.done()})"
+
+
+class _Method:
+    __slots__ = ("_actor", "_name")
+
+    def __init__(self, actor: LocalActor, name: str) -> None:
+        self._actor, self._name = actor, name
+
+    def remote(self, *args: Any, **kwargs: Any) -> LocalRef:
+        return self._actor.submit(self._name, args, kwargs)
+
+
+class LocalActor:
+    """One rank: a forked process holding ``cls(*args, **kwargs)``, called by method name."""
+
+    def __init__(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any], *,
+                 name: str, env: Mapping[str, str] | None = None,
+                 max_concurrency: int = 1) -> None:
+        start_server()
+        ctx = _context()
+        self.name = name
+        self.log_path = LOG_DIR / f"{name}.log"
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        mine, theirs = ctx.Pipe(duplex=True)
+        self._conn = mine
+        self._process = ctx.Process(target=_serve, args=(theirs, str(self.log_path)),
+                                    name=f"rlinf:{name}", daemon=False)
+        _start_without_main(self._process)
+        theirs.close()
+        self._send_lock = threading.Lock()
+        self._pending: dict[int, LocalRef] = {}
+        self._pending_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._dead: LocalActorDied | None = None
+        # The driver's import path first (it may have grown since the server started:
+        # a test folder, a user's module), then what needs it to unpickle.
+        self._conn.send_bytes(cloudpickle.dumps((list(sys.path), cloudpickle.dumps(
+            (cls, tuple(args), dict(kwargs), dict(env or {}), max(int(max_concurrency), 1))))))
+        self._reader = threading.Thread(target=self._read, name=f"rlinf-local-{name}",
+                                        daemon=True)
+        self._reader.start()
+        _LIVE.add(self)
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def __getattr__(self, name: str) -> _Method:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return _Method(self, name)
+
+    def submit(self, method: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> LocalRef:
+        """Start `method` in the rank; the ref resolves with its result or error."""
+        ref = LocalRef()
+        with self._pending_lock:
+            if self._dead is not None:
+                ref.future.set_exception(self._dead)
+                return ref
+            call_id = next(self._ids)
+            self._pending[call_id] = ref
+        try:
+            data = cloudpickle.dumps((call_id, method, tuple(args), dict(kwargs)))
+            with self._send_lock:
+                self._conn.send_bytes(data)
+        except (OSError, ValueError) as exc:  # the pipe is gone: the reader says why
+            _log.debug("local_call_unsent", actor=self.name, method=method, error=str(exc))
+        except Exception:  # arguments that do not pickle fail this call only
+            with self._pending_lock:
+                self._pending.pop(call_id, None)
+            raise
+        return ref
+
+    def kill(self) -> None:
+        """Kill the process now (SIGKILL, no cleanup hooks); idempotent."""
+        _LIVE.discard(self)
+        with contextlib.suppress(Exception):
+            self._process.kill()
+        with contextlib.suppress(Exception):
+            self._process.join(timeout=5.0)
+        with contextlib.suppress(Exception):
+            self._conn.close()
+
+    def alive(self) -> bool:
+        return self._process.is_alive()
+
+    def _read(self) -> None:
+        init_failed: str | None = None
+        while True:
+            try:
+                message = cloudpickle.loads(self._conn.recv_bytes())
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "init_failed":
+                init_failed = message[1]
+                continue
+            ref = self._take(message[1])
+            if ref is None:
+                continue
+            if kind == "ok":
+                try:
+                    ref.future.set_result(cloudpickle.loads(message[2]))
+                except Exception as exc:
+                    ref.future.set_exception(LocalCallError(RuntimeError(
+                        f"its result does not unpickle in the driver: {exc!r}"), ""))
+                continue
+            pickled, remote_traceback, summary = message[2:]
+            cause: BaseException = RuntimeError(summary)
+            if pickled is not None:
+                with contextlib.suppress(Exception):
+                    cause = cloudpickle.loads(pickled)
+            ref.future.set_exception(LocalCallError(cause, remote_traceback))
+        self._process.join(timeout=2.0)
+        died = LocalActorDied(
+            f"its constructor raised {init_failed}" if init_failed is not None
+            else self._death_detail(), actor_init_failed=init_failed is not None)
+        with self._pending_lock:
+            self._dead = died
+            pending, self._pending = list(self._pending.values()), {}
+        for ref in pending:
+            ref.future.set_exception(died)
+
+    def _take(self, call_id: int) -> LocalRef | None:
+        with self._pending_lock:
+            return self._pending.pop(call_id, None)
+
+    def _death_detail(self) -> str:
+        code = self._process.exitcode
+        if code is None:
+            status = "stopped answering (its pipe closed)"
+        elif code < 0:
+            status = f"was killed by {signal.Signals(-code).name}"
+        else:
+            status = f"exited with code {code}"
+        tail = ""
+        with contextlib.suppress(OSError):
+            lines = [line for line in self.log_path.read_text(errors="replace").splitlines()
+                     if line.strip()]
+            if lines:
+                tail = "; its log ends: " + " | ".join(lines[-_TAIL_LINES:])
+        return f"the process (pid {self._process.pid}) {status}; log {self.log_path}{tail}"
+
+
+_start_lock = threading.Lock()
+
+
+def _start_without_main(process: Any) -> None:
+    """Start `process` without re-importing the driver's ``__main__`` in it, which
+    multiprocessing does for every child it does not fork from the parent itself: the
+    rank's code is this module's, and a ``python -m app.cli`` main would be imported
+    again in every rank (a script read from stdin could not be)."""
+    from multiprocessing import spawn
+
+    with _start_lock:
+        original = spawn.get_preparation_data
+
+        def without_main(name: str) -> dict[str, Any]:
+            data = dict(original(name))
+            data.pop("init_main_from_name", None)
+            data.pop("init_main_from_path", None)
+            return data
+
+        spawn.get_preparation_data = without_main
+        try:
+            process.start()
+        finally:
+            spawn.get_preparation_data = original
+
+
+def _serve(conn: multiprocessing.connection.Connection, log_path: str) -> None:
+    """A rank's process: build the instance, then run calls until the driver's pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+    try:
+        path, payload = cloudpickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):
+        os._exit(0)
+    sys.path[:] = list(dict.fromkeys([*path, *sys.path]))
+    send_lock = threading.Lock()
+
+    def send(message: tuple[Any, ...]) -> None:
+        data = cloudpickle.dumps(message)
+        with send_lock:
+            conn.send_bytes(data)
+
+    try:
+        cls, args, kwargs, env, concurrency = cloudpickle.loads(payload)
+    except BaseException as exc:  # a class or argument this process cannot import
+        traceback.print_exc()
+        send(("init_failed", f"{type(exc).__name__}: {exc}"))
+        _exit(1)
+    os.environ.update(env)
+    _name_process(cls.__name__)
+    try:
+        instance = cls(*args, **kwargs)
+    except BaseException as exc:
+        traceback.print_exc()
+        send(("init_failed", f"{type(exc).__name__}: {exc}"))
+        _exit(1)
+    calls: queue.SimpleQueue[tuple[int, str, tuple[Any, ...], dict[str, Any]] | None] = (
+        queue.SimpleQueue())
+
+    def read() -> None:
+        while True:
+            try:
+                calls.put(cloudpickle.loads(conn.recv_bytes()))
+            except (EOFError, OSError):
+                calls.put(None)
+                return
+
+    def run(call_id: int, method: str, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        # Results and errors travel pickled on their own, so that one the driver cannot
+        # unpickle fails its call only, named, instead of the whole message stream.
+        try:
+            result = getattr(instance, method)(*a, **kw)
+        except BaseException as exc:
+            try:
+                pickled: bytes | None = cloudpickle.dumps(exc)
+            except Exception:
+                pickled = None
+            send(("err", call_id, pickled, traceback.format_exc(),
+                  f"{type(exc).__name__}: {exc}"))
+            return
+        try:
+            send(("ok", call_id, cloudpickle.dumps(result)))
+        except Exception as exc:
+            send(("err", call_id, None, traceback.format_exc(),
+                  f"its result ({type(result).__name__}) does not pickle: {exc}"))
+
+    threading.Thread(target=read, name="rlinf-local-reader", daemon=True).start()
+    pool = cf.ThreadPoolExecutor(concurrency) if concurrency > 1 else None
+    while (call := calls.get()) is not None:
+        if pool is None:
+            run(*call)
+        else:
+            pool.submit(run, *call)
+    _exit(0)
+
+
+@atexit.register
+def _kill_left_ranks() -> None:
+    for actor in list(_LIVE):
+        actor.kill()
+
+
+def _name_process(name: str) -> None:
+    """Name this process after the class it serves (``ps -o comm``, `psutil.Process.name`:
+    15 characters), as Ray titles its workers, so a user can tell the ranks apart."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        pr_set_name = 15
+        libc.prctl(pr_set_name, name.encode()[:15], 0, 0, 0)
+
+
+def _exit(code: int) -> None:
+    """Leave at once (as Ray's kill does): threads may be blocked on channels forever."""
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,200 @@
+"""The local backend: a `WorkerGroup` launched without Ray runs its ranks as processes
+forked from one server, with Ray's semantics for results, errors and deaths."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import psutil
+import pytest
+
+from rlinf.sched.placement import parse_placement
+from rlinf.workers.errors import ConfigError, WorkerCallError, WorkerDiedError
+from rlinf.workers.runtime import RANK_ZERO, WorkerGroup
+from rlinf.workers.runtime.backend import BACKEND_ENV, wants_ray
+from rlinf.workers.runtime.context import WorkerContext
+from rlinf.workers.runtime.local import LocalActor, gpu_env
+from rlinf.workers.runtime.shared import SharedMember
+from rlinf.workers.runtime.worker import Worker
+
+
+class Echo(Worker):
+    def __init__(self, context: WorkerContext, *, scale: int = 1) -> None:
+        super().__init__(context)
+        self.scale = scale
+
+    def where(self) -> tuple[int, int, str | None]:
+        return self.rank, os.getpid(), os.environ.get("RLINF_TEST_MARK")
+
+    def times(self, x: int) -> int:
+        return x * self.scale * (self.rank + 1)
+
+    def fail(self) -> None:
+        raise KeyError("no such key in rank")
+
+    def die(self) -> None:
+        os._exit(7)
+
+    def unpicklable(self) -> object:
+        return threading.Lock()
+
+
+class Broken(Worker):
+    def __init__(self, context: WorkerContext) -> None:
+        super().__init__(context)
+        raise ValueError("bad model path /nowhere")
+
+
+class Gate(Worker):
+    """Two members of one process: `wait` blocks until the other member `open`s."""
+
+    event = threading.Event()
+
+    def wait(self) -> bool:
+        return Gate.event.wait(timeout=20.0)
+
+    def open(self) -> int:
+        Gate.event.set()
+        return os.getpid()
+
+
+@pytest.fixture(autouse=True)
+def no_ray() -> None:
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("this process is connected to Ray: groups would run on it")
+
+
+def _gone(pids: list[int]) -> bool:
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        if not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_group_without_ray_runs_its_ranks_as_local_processes() -> None:
+    import ray
+
+    group = WorkerGroup.launch(Echo, role="echo", num_ranks=2, init_kwargs={"scale": 3},
+                               env_vars={"RLINF_TEST_MARK": "set"}, launch_timeout=60)
+    try:
+        where = group.call("where")
+        assert [w[0] for w in where] == [0, 1]
+        pids = [w[1] for w in where]
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+        assert [w[2] for w in where] == ["set", "set"]
+        assert group.call("times", 5) == [15, 30]
+        assert group.call("times", 2, spec=RANK_ZERO) == 6
+        assert not ray.is_initialized()
+    finally:
+        group.kill()
+    assert _gone(pids)
+
+
+def test_a_raising_method_fails_the_call_with_its_exception_and_the_rank_lives_on() -> None:
+    group = WorkerGroup.launch(Echo, role="echo", num_ranks=1, launch_timeout=60)
+    try:
+        with pytest.raises(WorkerCallError, match="no such key in rank") as caught:
+            group.call("fail")
+        assert isinstance(caught.value.cause, KeyError)
+        with pytest.raises(WorkerCallError, match="does not pickle"):
+            group.call("unpicklable")
+        assert group.call("times", 1) == [1]
+    finally:
+        group.kill()
+
+
+def test_a_rank_that_exits_is_a_worker_died_error_with_its_exit_status() -> None:
+    group = WorkerGroup.launch(Echo, role="echo", num_ranks=2, launch_timeout=60)
+    try:
+        with pytest.raises(WorkerDiedError, match="exited with code 7") as caught:
+            group.call("die", spec=RANK_ZERO, timeout=30)
+        assert caught.value.role == "echo" and caught.value.rank == 0
+        with pytest.raises(WorkerDiedError):  # the dead rank answers no later call
+            group.call("times", 1, timeout=30)
+    finally:
+        group.kill()
+
+
+def test_a_constructor_that_raises_is_named_with_its_message() -> None:
+    with pytest.raises(WorkerDiedError, match="bad model path /nowhere") as caught:
+        WorkerGroup.launch(Broken, role="broken", num_ranks=1, launch_timeout=60)
+    assert caught.value.method == "__init__"
+
+
+def test_members_of_a_shared_process_run_side_by_side_in_one_process() -> None:
+    placement = parse_placement("a,b: 0", components=["a", "b"], num_devices=1).components["a"]
+    groups = WorkerGroup.launch_shared(
+        [SharedMember(Gate, "a", {}), SharedMember(Gate, "b", {})], placement=placement,
+        launch_timeout=60)
+    try:
+        waiting = groups["a"].call_async("wait")
+        opener = groups["b"].call("open", timeout=30)
+        assert waiting.result(timeout=30) == [True]
+        assert groups["a"].infos[0].pid == opener[0]
+    finally:
+        groups["a"].kill()
+
+
+def test_killing_an_actor_leaves_no_process_and_fails_its_pending_calls() -> None:
+    actor = LocalActor(dict, (), {}, name="test-kill-0")
+    from rlinf.workers.runtime import refs
+
+    assert refs.get(actor.get.remote("x"), timeout=60) is None
+    pid = actor.pid
+    assert pid is not None
+    actor.kill()
+    assert _gone([pid])
+    with pytest.raises(Exception, match="killed by SIGKILL|pipe closed"):
+        refs.get(actor.get.remote("x"), timeout=30)
+
+
+def test_the_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    assert not wants_ray({})
+    assert wants_ray({"address": "10.0.0.1:6379"})
+    monkeypatch.setenv(BACKEND_ENV, "ray")
+    assert wants_ray({})
+    monkeypatch.setenv(BACKEND_ENV, "local")
+    with pytest.raises(ConfigError, match="unset RAY_ADDRESS"):
+        wants_ray({"address": "10.0.0.1:6379"})
+    monkeypatch.setenv(BACKEND_ENV, "kubernetes")
+    with pytest.raises(ConfigError, match="one of"):
+        wants_ray({})
+
+
+def test_gpu_env_names_the_devices_through_the_drivers_own_visibility(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_env((0, 2)) == {"CUDA_VISIBLE_DEVICES": "0,2"}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    assert gpu_env((1,)) == {"CUDA_VISIBLE_DEVICES": "5"}
+
+
+def test_a_rank_is_named_after_the_class_it_serves() -> None:
+    group = WorkerGroup.launch(Echo, role="echo", num_ranks=1, launch_timeout=60)
+    try:
+        assert psutil.Process(group.infos[0].pid).name() == "Echo"
+    finally:
+        group.kill()
+
+
+def test_a_driver_that_exits_without_killing_its_ranks_takes_them_along() -> None:
+    import subprocess
+    import sys
+
+    script = ("from rlinf.workers.runtime.local import LocalActor\n"
+              "from rlinf.workers.runtime import refs\n"
+              "a = LocalActor(dict, (), {}, name='test-exit-0')\n"
+              "refs.get(a.get.remote('x'), timeout=60)\n"
+              "print(a.pid, flush=True)\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert _gone([int(proc.stdout.split()[-1])])
