@@ -4,7 +4,7 @@ Launch: ``tox -e bench-startup`` (or ``RAY_AUTH_MODE=disabled RAY_USAGE_STATS_EN
 .venv/bin/python benchmarks/bench_startup.py [--rounds 3] [--steps 2] [--prompts 64]
 [--group-size 8] [--num-envs 16]``). Takes a few minutes on 2 cores.
 
-Contenders, each a cold process (its own Python, Ray, models) run to its end, interleaved
+Contenders, each a cold process (its own Python, workers, models) run to its end, interleaved
 round by round (A B C D E, A B C D E, ...), on the same workload:
 
 - ``rlinf reasoning``: ``rlinf-reasoning`` as a user first runs it (its default placement,
@@ -18,8 +18,9 @@ round by round (A B C D E, A B C D E, ...), on the same workload:
 
 For each run: the time to the first finished training step (from the process's start to the
 line the program prints after it: rlinf's progress line, the peers' step line), the wall
-time of the whole run, the CPU-seconds of every process it started (its process tree, Ray's
-processes and workers included, polled every 50 ms: a process's last 50 ms can be missed),
+time of the whole run, the CPU-seconds of every process it started (its process tree, its
+workers included, and Ray's processes where it starts Ray; polled every 50 ms: a process's
+last 50 ms can be missed),
 the CPU-seconds spent by the time of that first step, and how many processes it started.
 Medians over rounds; the load average at the start and the end.
 
@@ -120,8 +121,8 @@ class _Tree:
 
 
 def _kind(proc: psutil.Process, *, root: bool) -> str:
-    """A process's kind for the breakdown: the driver, a Ray actor by its class, or the
-    program a Ray service runs."""
+    """A process's kind for the breakdown: the driver, a worker by its class (a Ray actor's
+    ``ray::`` title, a local rank's process name), or the program a service runs."""
     if root:
         return "driver"
     try:
@@ -253,10 +254,10 @@ def contenders(args: argparse.Namespace, scratch: Path) -> list[Contender]:
 
 
 def _env(cache: Path) -> dict[str, str]:
-    """A cold run's environment: its own (empty) profile cache and its own Ray."""
+    """A cold run's environment: its own (empty) profile cache, no Ray cluster to join."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
            "TOKENIZERS_PARALLELISM": "false", "RLINF_PROFILE_CACHE": str(cache)}
-    env.pop("RAY_ADDRESS", None)  # each rlinf run starts its own Ray, as a user's does
+    env.pop("RAY_ADDRESS", None)  # each rlinf run starts its own workers, as a user's does
     return env
 
 

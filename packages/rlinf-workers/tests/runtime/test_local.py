@@ -151,7 +151,7 @@ def test_killing_an_actor_leaves_no_process_and_fails_its_pending_calls() -> Non
     assert pid is not None
     actor.kill()
     assert _gone([pid])
-    with pytest.raises(Exception, match="killed by SIGKILL|pipe closed"):
+    with pytest.raises(Exception, match=r"killed by SIGKILL|pipe closed"):
         refs.get(actor.get.remote("x"), timeout=30)
 
 
@@ -198,3 +198,43 @@ def test_a_driver_that_exits_without_killing_its_ranks_takes_them_along() -> Non
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60, check=True)
     assert _gone([int(proc.stdout.split()[-1])])
+
+
+class Parent(Worker):
+    """Starts a child process of its own (as an env's subprocess would)."""
+
+    def start_child(self) -> int:
+        import subprocess
+        import sys
+
+        self.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        return self.child.pid
+
+
+def test_what_a_rank_started_dies_with_it() -> None:
+    group = WorkerGroup.launch(Parent, role="parent", num_ranks=1, launch_timeout=60)
+    child = group.call("start_child", spec=RANK_ZERO)
+    group.kill()
+    assert _gone([child])
+
+
+def test_a_driver_killed_outright_takes_its_ranks_and_their_children_along() -> None:
+    import signal
+    import subprocess
+    import sys
+
+    here = os.path.dirname(__file__)
+    script = ("import sys, time\n"
+              f"sys.path.insert(0, {here!r})\n"
+              "from test_local import Parent\n"
+              "from rlinf.workers.runtime import RANK_ZERO, WorkerGroup\n"
+              "g = WorkerGroup.launch(Parent, role='p', num_ranks=1, launch_timeout=60)\n"
+              "print('pids', g.infos[0].pid, g.call('start_child', spec=RANK_ZERO), flush=True)\n"
+              "time.sleep(600)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = next(line for line in proc.stdout if line.startswith("pids "))
+    pids = [int(p) for p in line.split()[1:]]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert _gone(pids)

@@ -377,10 +377,10 @@ class AppCLI(Generic[C]):
         print(f"multirun: {len(jobs)} jobs in {base}", flush=True)
         statuses: list[int] = []
         owns_ray = False
-        if not args.dry_run:  # one local Ray for every job: each would start and stop its own
-            from rlinf.workers.flow import ensure_ray
+        if not args.dry_run:  # one backend for every job: each would start and stop its own
+            from rlinf.workers.runtime.backend import start_runtime
 
-            owns_ray = ensure_ray(**self.ray_options(configs[0]))
+            owns_ray = start_runtime(self.rank_modules, **self.ray_options(configs[0]))
         try:
             for job, cfg in zip(jobs, configs, strict=True):
                 print(f"multirun job {job.index} of {len(jobs)}: {' '.join(job.swept)} "

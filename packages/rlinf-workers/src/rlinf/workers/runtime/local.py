@@ -21,7 +21,9 @@ SIGKILL, its constructor raising) resolves every pending ref with `LocalActorDie
 detail is the exit status and the last lines of the process's log. A rank's stdout and
 stderr go to a log file (`LOG_DIR`) as Ray's go to its session's logs; a rank ignores
 SIGINT (the driver owns Ctrl-C and kills its ranks) and exits when the driver's end of
-its pipe closes, so no rank outlives its driver.
+its pipe closes, so no rank outlives its driver. Each rank leads a process group of its
+own, killed whole (a kill, a death, the driver gone): what a rank started (an env's
+subprocess, a pool's worker) goes with it, as Ray kills a worker's children.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import traceback
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import cloudpickle
 import structlog
@@ -168,6 +170,7 @@ class LocalActor:
         _start_without_main(self._process)
         theirs.close()
         self._send_lock = threading.Lock()
+        self._wait_lock = threading.Lock()
         self._pending: dict[int, LocalRef] = {}
         self._pending_lock = threading.Lock()
         self._ids = itertools.count()
@@ -214,12 +217,26 @@ class LocalActor:
     def kill(self) -> None:
         """Kill the process now (SIGKILL, no cleanup hooks); idempotent."""
         _LIVE.discard(self)
+        self._kill_group()
         with contextlib.suppress(Exception):
             self._process.kill()
-        with contextlib.suppress(Exception):
-            self._process.join(timeout=5.0)
+        self._join(5.0)
         with contextlib.suppress(Exception):
             self._conn.close()
+
+    def _kill_group(self) -> None:
+        """SIGKILL the rank's process group: the rank and every process it started (an
+        env's subprocess, a pool's worker), which would otherwise outlive it, as Ray kills
+        a worker's children with it."""
+        if self._process.pid is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self._process.pid, signal.SIGKILL)
+
+    def _join(self, timeout: float) -> None:
+        # One thread at a time: the exit status is read once from the fork server's pipe,
+        # and a second reader would take its end for a status of 255.
+        with self._wait_lock, contextlib.suppress(Exception):
+            self._process.join(timeout=timeout)
 
     def alive(self) -> bool:
         return self._process.is_alive()
@@ -251,7 +268,8 @@ class LocalActor:
                 with contextlib.suppress(Exception):
                     cause = cloudpickle.loads(pickled)
             ref.future.set_exception(LocalCallError(cause, remote_traceback))
-        self._process.join(timeout=2.0)
+        self._join(2.0)
+        self._kill_group()  # what the rank started dies with it
         died = LocalActorDied(
             f"its constructor raised {init_failed}" if init_failed is not None
             else self._death_detail(), actor_init_failed=init_failed is not None)
@@ -266,7 +284,8 @@ class LocalActor:
             return self._pending.pop(call_id, None)
 
     def _death_detail(self) -> str:
-        code = self._process.exitcode
+        with self._wait_lock:
+            code = self._process.exitcode
         if code is None:
             status = "stopped answering (its pipe closed)"
         elif code < 0:
@@ -311,6 +330,8 @@ def _start_without_main(process: Any) -> None:
 def _serve(conn: multiprocessing.connection.Connection, log_path: str) -> None:
     """A rank's process: build the instance, then run calls until the driver's pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(OSError):  # a group of its own: killed with what it starts
+        os.setpgid(0, 0)
     with contextlib.suppress(OSError):
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(log, 1)
@@ -349,9 +370,8 @@ def _serve(conn: multiprocessing.connection.Connection, log_path: str) -> None:
         while True:
             try:
                 calls.put(cloudpickle.loads(conn.recv_bytes()))
-            except (EOFError, OSError):
-                calls.put(None)
-                return
+            except (EOFError, OSError):  # the driver is gone: so are this rank and its own,
+                _exit(0, group=True)     # whatever the main thread is blocked in
 
     def run(call_id: int, method: str, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
         # Results and errors travel pickled on their own, so that one the driver cannot
@@ -399,9 +419,13 @@ def _name_process(name: str) -> None:
         libc.prctl(pr_set_name, name.encode()[:15], 0, 0, 0)
 
 
-def _exit(code: int) -> None:
-    """Leave at once (as Ray's kill does): threads may be blocked on channels forever."""
+def _exit(code: int, *, group: bool = False) -> NoReturn:
+    """Leave at once (as Ray's kill does): threads may be blocked on channels forever;
+    `group`: with every process this rank started."""
     with contextlib.suppress(Exception):
         sys.stdout.flush()
         sys.stderr.flush()
+    if group:
+        with contextlib.suppress(OSError):
+            os.killpg(0, signal.SIGKILL)
     os._exit(code)
