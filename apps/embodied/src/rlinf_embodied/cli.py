@@ -74,7 +74,8 @@ CLI: AppCLI[AppConfig] = AppCLI(
     conf_dir=CONF_DIR, schema=AppConfig, load=from_omegaconf,
     run_dir_of=lambda cfg: Path(cfg.run.run_dir), train_module="rlinf_embodied.run",
     ray_options=ray_options, unit="iteration", version_base="1.3",
-    rank_modules=("rlinf.workers.embodied.roles", "rlinf.envs", "gymnasium", "mujoco"),
+    rank_modules=("rlinf.workers.embodied.roles", "rlinf.envs", "gymnasium"),  # not mujoco:
+    # it picks its GL backend when imported, which an env that renders chooses first
     # every key with its dataclass default, so that `key=value` works for keys the YAML
     # files leave out while a misspelt key is still rejected
     structured_defaults=lambda: (BASE_CONFIG, to_dict(AppConfig())),
