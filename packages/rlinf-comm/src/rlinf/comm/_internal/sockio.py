@@ -31,12 +31,16 @@ class Deadline:
 
 
 def wait_fd(sock: socket.socket, events: int, deadline: Deadline, what: str) -> None:
-    """Block until `sock` is ready for `events` or raise CommTimeoutError."""
+    """Block until `sock` is ready for `events` or raise CommTimeoutError; `PeerDiedError`
+    when another thread closed `sock` meanwhile (its descriptor is then -1)."""
     remaining = deadline.remaining()
     if remaining <= 0:
         raise CommTimeoutError(f"{what} did not complete within {deadline.timeout:g} s")
     poller = select.poll()
-    poller.register(sock, events)
+    try:
+        poller.register(sock, events)
+    except ValueError as exc:  # closed under us: a local close, not a bad argument
+        raise PeerDiedError(f"{what}: the connection was closed locally") from exc
     if not poller.poll(max(1, int(remaining * 1000 + 0.999))):
         raise CommTimeoutError(f"{what} did not complete within {deadline.timeout:g} s")
 
