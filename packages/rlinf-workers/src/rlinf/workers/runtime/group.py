@@ -77,7 +77,8 @@ def _translate(
     exc: BaseException, *, role: str, rank: int, method: str, node: str | None,
     shared_with: tuple[str, ...] = (),
 ) -> BaseException:
-    """Turn Ray's error for one rank's call into ours (other errors pass through); a death
+    """Turn the backend's error for one rank's call (Ray's, or a local rank's) into ours
+    (other errors pass through); a death
     of a process that `role` shares with others names them (any of them may have caused
     it)."""
     if isinstance(exc, LocalCallError):
@@ -186,7 +187,7 @@ class GroupFuture:
                 ready: list[ray.ObjectRef] = []
                 if remaining > 0:  # in slices: a swallowed Ctrl-C is raised again in time
                     ready, _ = call_refs.wait(list(pending), num_returns=1,
-                                        timeout=min(WAIT_SLICE_S, remaining))
+                                              timeout=min(WAIT_SLICE_S, remaining))
                     check_interrupted()
                     watch.check()
                 if ready:

@@ -238,9 +238,6 @@ class LocalActor:
         with self._wait_lock, contextlib.suppress(Exception):
             self._process.join(timeout=timeout)
 
-    def alive(self) -> bool:
-        return self._process.is_alive()
-
     def _read(self) -> None:
         init_failed: str | None = None
         while True:
