@@ -252,10 +252,14 @@ class RpcPeer:
             self._direct -= 1
             self._last_direct = time.monotonic()
 
-    def _try_read_available(self, done: Callable[[], bool], limit: int = 64) -> bool:
-        """Read and dispatch the frames that have arrived (up to `limit`, and only until
-        `done()`) unless another thread is reading this connection; False once the
-        connection is gone."""
+    def _try_read_available(self, limit: int = 64) -> bool:
+        """Read and dispatch the frames that have arrived (up to `limit`) unless another
+        thread is reading this connection; False once the connection is gone.
+
+        It drains rather than stopping at the frame its caller waits for: a streaming
+        producer is usually a few frames ahead, and the gets after this one then find their
+        items queued instead of each paying a poll and a wait of its own.
+        """
         if not self._read_lock.acquire(blocking=False):
             return not self.closed  # the other reader dispatches what came
         try:
@@ -267,8 +271,6 @@ class RpcPeer:
                     return True
                 if not read:
                     return False
-                if done():
-                    return True
             return True
         finally:
             self._read_lock.release()
@@ -466,7 +468,7 @@ class RpcServer:
                 for fd, _ in poller.poll(int(min(left, 0.05) * 1000) + 1):
                     if fd == wake_fd:
                         _drain(fd)
-                    elif not peers[fd]._try_read_available(done):
+                    elif not peers[fd]._try_read_available():
                         poller.unregister(fd)  # gone: its reader handled the close
         finally:
             for peer in peers.values():
