@@ -1,7 +1,10 @@
-"""Shared fixtures: one local Ray instance for every test that needs one.
+"""Shared fixtures: the runtime the tests' worker groups run on, and tiny models.
 
-Starting Ray costs ~2 s and ~400 MB, each actor 115-300 MB more: tests share this session
-fixture (`ray_cluster`) and give ranks fractional CPUs so several small groups fit.
+`cluster` runs groups as the user's run on one machine does: ranks forked from one local
+server, no Ray (`rlinf.workers.runtime.local`). With ``RLINF_TEST_RAY=1`` they run on one
+local Ray instance shared by the session instead (starting Ray costs ~2 s and ~400 MB, each
+actor 115-300 MB more; ranks get fractional CPUs so several small groups fit). Tests of
+Ray itself start their own.
 """
 
 from __future__ import annotations
@@ -21,13 +24,42 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+ON_RAY = os.environ.get("RLINF_TEST_RAY") == "1"
+"""Whether `cluster` runs the tests' groups on a shared Ray instance (else: local ranks)."""
+
+
 @pytest.fixture(scope="session")
-def ray_cluster() -> Iterator[None]:
+def cluster() -> Iterator[str]:
+    """The backend the tests' groups run on: "local", or "ray" with ``RLINF_TEST_RAY=1``."""
     import ray
 
     from rlinf.workers.runtime.ray_session import stop_ray
 
+    if not ON_RAY:
+        # A test of Ray that left it connected would move every later group onto it.
+        assert not ray.is_initialized(), "a test left this process connected to Ray"
+        yield "local"
+        return
     if ray.is_initialized():
+        yield "ray"
+        return
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    try:
+        yield "ray"
+    finally:
+        stop_ray()  # ray.shutdown() without its second on the monitor
+
+
+@pytest.fixture
+def ray_instance(cluster: str) -> Iterator[None]:
+    """Ray for a test of Ray's own behaviour (its nodes, its control store): the shared
+    instance with ``RLINF_TEST_RAY=1``, else one of its own, stopped after it."""
+    import ray
+
+    from rlinf.workers.runtime.ray_session import stop_ray
+
+    if cluster == "ray":
         yield
         return
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
@@ -35,7 +67,7 @@ def ray_cluster() -> Iterator[None]:
     try:
         yield
     finally:
-        stop_ray()  # ray.shutdown() without its second on the monitor
+        stop_ray()
 
 
 # -- tiny LLM fixtures shared by the actor, inference, reward, rollout and weight-sync tests --

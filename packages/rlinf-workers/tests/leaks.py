@@ -1,4 +1,4 @@
-"""Ray's asynchronous cleanup, given a deadline, for the tests that launch processes (their
+"""What the tests that launch processes check is gone afterwards, given a deadline (their
 shared-memory check is `rlinf.comm.orphaned_segments`)."""
 
 from __future__ import annotations
@@ -6,14 +6,36 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["eventually"]
+__all__ = ["eventually", "live_ranks"]
 
 
 def eventually(check: Callable[[], bool], *, timeout: float = 30.0) -> bool:
-    """Ray frees a killed actor's name and CPUs asynchronously: give it a deadline."""
+    """Ray frees a killed actor's name and CPUs asynchronously, and a killed local rank is
+    reaped a moment later: give it a deadline."""
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
     return True
+
+
+def live_ranks() -> list[str]:
+    """The ranks of this process's groups still alive, whichever backend runs them: Ray's
+    named actors, or the processes forked for them (their names are their classes)."""
+    import ray
+
+    if ray.is_initialized():
+        return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    import psutil
+
+    left = []
+    for child in psutil.Process().children():
+        try:
+            if "forkserver" not in " ".join(child.cmdline()):
+                continue
+            left += [f"{p.name()}[{p.pid}]" for p in child.children(recursive=True)
+                     if p.status() != psutil.STATUS_ZOMBIE]
+        except psutil.Error:  # it went meanwhile
+            continue
+    return left

@@ -123,14 +123,14 @@ def run_once(flow: MacroFlow, placement: str, *, devices: int, stages: int
 
 
 @pytest.fixture
-def clean(ray_cluster: None) -> Iterator[None]:
+def clean(cluster: str) -> Iterator[None]:
     before = live_segments()
     yield
     assert eventually(lambda: not orphaned_segments(before)), orphaned_segments(before)
 
 
 @pytest.fixture(scope="module")
-def one_worker(ray_cluster: None) -> dict[str, float]:
+def one_worker(cluster: str) -> dict[str, float]:
     """What the trainer receives from one env worker with its policy inline (no loop
     transport: the reference of every split)."""
     reference = run_once(declare(steps=60, stages=4), "env, rollout, trainer: 0", devices=1,

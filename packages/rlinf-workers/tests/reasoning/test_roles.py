@@ -1,6 +1,6 @@
 """Each reasoning role on its own, built in this process (no Ray actors), wired by channels.
 
-The channels live on a `RayStore` of the shared local Ray instance; the roles' flow entries
+The channels live on a `TCPStore` this process serves, as a run's do; the roles' flow entries
 (`rollout_step`, `reward_step`, `inference_step`, `train_step`) and weight export/receive
 run exactly as they do inside a `rlinf.workers.flow.FlowRun`.
 """
@@ -16,13 +16,13 @@ import pytest
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from rlinf.comm import Channel, Endpoint, RayStore, new_token
+from rlinf.comm import TOKEN_ENV, Channel, Endpoint, TCPStore, new_token, token_env_value
 from rlinf.envs.math import MathProblem, ProblemGenerator
 from rlinf.sched import parse_placement
 from rlinf.workers.actor import ActorConfig
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow import FlowChannel, Sharding, StepContext
-from rlinf.workers.flow.channels import rank_key
+from rlinf.workers.flow.channels import rank_key, store_name
 from rlinf.workers.models import TinyLMConfig, build_char_tokenizer, build_tiny_causal_lm
 from rlinf.workers.reasoning import (
     ActorRole,
@@ -59,8 +59,9 @@ class Wiring:
 
     def __init__(self) -> None:
         self.token = new_token()
-        self.store_name = f"rlinf-test-{uuid.uuid4().hex[:8]}"
-        store = RayStore(self.store_name)
+        store = TCPStore.serve(token=self.token)
+        # The roles open the store by its address, with the run's token from the env.
+        self.store_name = store_name(f"rlinf-test-{uuid.uuid4().hex[:8]}", store.address)
         self.endpoint = Endpoint(store=store, token=self.token).make_current()
         self.store = store
         self.channels: dict[str, Channel] = {}
@@ -81,11 +82,14 @@ class Wiring:
     def close(self) -> None:
         for channel in self.channels.values():
             channel.disconnect()
+        self.endpoint.close()
+        self.store.close()
 
 
 @pytest.fixture
-def wiring(ray_cluster: None) -> Iterator[Wiring]:
+def wiring(monkeypatch: pytest.MonkeyPatch) -> Iterator[Wiring]:
     wires = Wiring()
+    monkeypatch.setenv(TOKEN_ENV, token_env_value(wires.token))
     try:
         yield wires
     finally:

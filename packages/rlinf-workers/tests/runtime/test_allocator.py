@@ -88,7 +88,7 @@ class MapsWorker(Worker):
 
 @needs_jemalloc
 @pytest.mark.parametrize("kind", ["jemalloc", "system"])
-def test_launched_workers_run_on_the_chosen_allocator(ray_cluster: None, kind: str) -> None:
+def test_launched_workers_run_on_the_chosen_allocator(cluster: str, kind: str) -> None:
     if os.environ.get("LD_PRELOAD") or os.environ.get("MALLOC_CONF"):
         pytest.skip("the test process already chose an allocator for every Ray worker")
     group = WorkerGroup.launch(MapsWorker, role="maps", num_ranks=1, num_cpus_per_rank=0.25,

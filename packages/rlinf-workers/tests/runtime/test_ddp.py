@@ -72,7 +72,7 @@ def _batch() -> dict[str, Any]:
 
 
 @pytest.mark.timeout(300)
-def test_ddp_grpo_step_keeps_replicas_identical(ray_cluster: None) -> None:
+def test_ddp_grpo_step_keeps_replicas_identical(cluster: str) -> None:
     group = WorkerGroup.launch(GRPOTrainer, role="actor", num_ranks=2, num_cpus_per_rank=0.25,
                                init_kwargs={"seed": 0}, call_timeout=180)
     try:

@@ -41,7 +41,7 @@ class Component(Worker):
         return [record.direction for record in self.profile().switches]
 
 
-def test_collocated_groups_take_turns(ray_cluster: None) -> None:
+def test_collocated_groups_take_turns(cluster: str) -> None:
     token = os.urandom(16)
     with DeviceLockServer(token=token, num_devices=1) as server:
         host, port = server.address
@@ -67,7 +67,7 @@ def test_collocated_groups_take_turns(ray_cluster: None) -> None:
             actor.shutdown()
 
 
-def test_hold_without_a_lock_server_says_how_to_fix(ray_cluster: None) -> None:
+def test_hold_without_a_lock_server_says_how_to_fix(cluster: str) -> None:
     group = WorkerGroup.launch(Component, role="lonely", num_ranks=1, num_cpus_per_rank=0.25)
     try:
         with pytest.raises(WorkerCallError, match="device_lock_address") as info:
@@ -85,7 +85,7 @@ class Stateless(Worker):
             pass
 
 
-def test_groups_that_fit_on_the_device_stay_resident(ray_cluster: None) -> None:
+def test_groups_that_fit_on_the_device_stay_resident(cluster: str) -> None:
     # the plan's memory per component (40 + 50 of 100 bytes) fits: after the first onloads
     # nothing moves, and a stateless group between them evicts nobody.
     token = os.urandom(16)
@@ -115,7 +115,7 @@ def test_groups_that_fit_on_the_device_stay_resident(ray_cluster: None) -> None:
                 group.shutdown()
 
 
-def test_groups_that_do_not_fit_switch_at_every_turn(ray_cluster: None) -> None:
+def test_groups_that_do_not_fit_switch_at_every_turn(cluster: str) -> None:
     token = os.urandom(16)
     with DeviceLockServer(token=token, num_devices=1, device_memory=100) as server:
         host, port = server.address

@@ -94,7 +94,7 @@ class BrokenWorker(Worker):
 
 
 @pytest.fixture(scope="module")
-def echo(ray_cluster: None) -> Iterator[WorkerGroup]:
+def echo(cluster: str) -> Iterator[WorkerGroup]:
     group = WorkerGroup.launch(
         EchoWorker, placement=ComponentPlacement("echo", (2, 5)), num_cpus_per_rank=CPUS,
         init_kwargs={"offset": 3}, call_timeout=60,
@@ -162,7 +162,7 @@ def test_profiles_come_back(echo: WorkerGroup) -> None:
     assert [m.batch_size for m in merged.of("echo")] == [8, 8]
 
 
-def test_dead_ranks_raise_worker_died(ray_cluster: None) -> None:
+def test_dead_ranks_raise_worker_died(cluster: str) -> None:
     group = WorkerGroup.launch(EchoWorker, role="victim", num_ranks=2, num_cpus_per_rank=CPUS,
                                call_timeout=60)
     try:
@@ -181,7 +181,7 @@ def test_dead_ranks_raise_worker_died(ray_cluster: None) -> None:
         group.call("whoami")
 
 
-def test_timeout_names_the_stuck_ranks(ray_cluster: None) -> None:
+def test_timeout_names_the_stuck_ranks(cluster: str) -> None:
     group = WorkerGroup.launch(EchoWorker, role="stuck", num_ranks=1, num_cpus_per_rank=CPUS)
     try:
         future = group.call_async("block", 120.0)
@@ -193,7 +193,7 @@ def test_timeout_names_the_stuck_ranks(ray_cluster: None) -> None:
 
 
 def test_a_call_ends_soon_after_the_cluster_stops_answering(
-        ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        ray_instance: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the GCS gone, Ray never tells the driver that a rank died, and Ray aborts the
     driver a minute later: the wait itself notices (here the recorded GCS address is made to
     point at a closed port while a rank is stuck)."""
@@ -213,7 +213,7 @@ def test_a_call_ends_soon_after_the_cluster_stops_answering(
 
 
 def test_a_rank_on_a_lost_node_is_named_dead_before_ray_says_so(
-        ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        ray_instance: None, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray reports the death of a rank on a lost node only once it declares the node dead;
     the future asks about the nodes of its unfinished ranks (here rank 1's is made lost)."""
     from rlinf.workers.runtime import group as group_module
@@ -240,7 +240,7 @@ def test_a_rank_on_a_lost_node_is_named_dead_before_ray_says_so(
         group.kill()
 
 
-def test_constructor_failure_fails_launch(ray_cluster: None) -> None:
+def test_constructor_failure_fails_launch(cluster: str) -> None:
     with pytest.raises(WorkerDiedError, match="'broken' rank 0") as info:
         WorkerGroup.launch(BrokenWorker, role="broken", num_ranks=1, num_cpus_per_rank=CPUS,
                            launch_timeout=60)

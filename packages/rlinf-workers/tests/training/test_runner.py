@@ -152,7 +152,7 @@ class ToyTask:
 
 
 def test_a_run_evaluates_checkpoints_prices_itself_and_resumes(
-        tmp_path: Path, ray_cluster: None) -> None:
+        tmp_path: Path, cluster: str) -> None:
     run_dir = tmp_path / "run"
     out = io.StringIO()
     outcome = train(ToyTask(run_dir, steps=4, checkpoint_every=2), out=out)
@@ -190,7 +190,7 @@ def test_a_run_evaluates_checkpoints_prices_itself_and_resumes(
 
 
 def test_auto_stays_on_its_plan_when_its_checkpoint_cannot_move(
-        tmp_path: Path, ray_cluster: None, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(training_planning, "switch_pays", lambda *_, **__: True)
     task = ToyTask(tmp_path / "run", steps=5, auto=True)
     task.compatible_plans = False
@@ -210,7 +210,7 @@ def test_auto_stays_on_its_plan_when_its_checkpoint_cannot_move(
 
 
 def test_a_long_enough_run_is_priced_again_past_its_warm_up_and_caches_only_that(
-        tmp_path: Path, ray_cluster: None) -> None:
+        tmp_path: Path, cluster: str) -> None:
     from rlinf.workers.flow.auto import COLLOCATED_ITERATION
 
     cache = tmp_path / "profiles"

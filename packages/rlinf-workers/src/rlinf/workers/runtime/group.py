@@ -51,6 +51,7 @@ from rlinf.workers.runtime.dispatch import (
 )
 from rlinf.workers.runtime.interrupts import WAIT_SLICE_S, check_interrupted, keep_interrupts
 from rlinf.workers.runtime.local import (
+    AT_EXEC,
     LocalActor,
     LocalActorDied,
     LocalCallError,
@@ -67,10 +68,6 @@ __all__ = ["GroupFuture", "WorkerGroup", "count_onloads"]
 _log = structlog.get_logger(__name__)
 _DETAIL_CHARS = 400
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_AT_EXEC = frozenset({"LD_PRELOAD", "MALLOC_CONF"})
-"""Environment variables read only when a process execs (a local rank is forked from a
-server that has them). ``PYTHONPATH`` is not passed on: a forked rank has the driver's
-``sys.path`` already."""
 
 
 def _translate(
@@ -629,13 +626,12 @@ class _Ranks:
                 return remote_cls.options(**options, **extra).remote(*args, **kwargs)
             return on_ray
         # What takes effect only when a process execs goes to the fork server, which every
-        # rank is forked from; the rest is set in the rank.
-        at_exec = {key: value for key, value in env.items() if key in _AT_EXEC}
-        start_server(env=at_exec)
+        # rank is forked from (the first group's choice; a rank that wants other values is
+        # started fresh). ``PYTHONPATH`` is not passed on: a rank has the driver's sys.path.
+        start_server(env={key: value for key, value in env.items() if key in AT_EXEC})
 
         def local(name: str, rank: int, *args: Any, **kwargs: Any) -> Any:
-            rank_env = {key: value for key, value in env.items()
-                        if key not in _AT_EXEC and key != "PYTHONPATH"}
+            rank_env = {key: value for key, value in env.items() if key != "PYTHONPATH"}
             if gpus > 0:
                 devices = (self.placement.devices if self.span_devices and self.placement
                            else rank_devices(self.placement, rank) if self.placement

@@ -24,6 +24,12 @@ SIGINT (the driver owns Ctrl-C and kills its ranks) and exits when the driver's 
 its pipe closes, so no rank outlives its driver. Each rank leads a process group of its
 own, killed whole (a kill, a death, the driver gone): what a rank started (an env's
 subprocess, a pool's worker) goes with it, as Ray kills a worker's children.
+
+What a process reads only when it execs (`AT_EXEC`: the allocator's ``LD_PRELOAD`` and
+``MALLOC_CONF``) is the server's, set when it started, and every rank forked from it has
+the same. A rank that asks for other values (a group launched with another allocator) is
+started fresh instead (multiprocessing's ``spawn`` with those values), at the cost of
+importing what it needs itself.
 """
 
 from __future__ import annotations
@@ -42,15 +48,15 @@ import tempfile
 import threading
 import traceback
 import weakref
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import cloudpickle
 import structlog
 
-__all__ = ["LOG_DIR", "PRELOAD", "LocalActor", "LocalActorDied", "LocalCallError", "LocalRef",
-           "gpu_env", "start_server"]
+__all__ = ["AT_EXEC", "LOG_DIR", "PRELOAD", "LocalActor", "LocalActorDied", "LocalCallError",
+           "LocalRef", "gpu_env", "start_server"]
 
 _log = structlog.get_logger(__name__)
 
@@ -68,10 +74,18 @@ _LIVE: weakref.WeakSet[LocalActor] = weakref.WeakSet()
 _server_lock = threading.Lock()
 _server_modules: list[tuple[str, ...]] = []
 """What the fork server of this process preloads, once it was started (one entry)."""
+AT_EXEC = frozenset({"LD_PRELOAD", "MALLOC_CONF"})
+"""Environment variables a process reads only when it execs: a forked rank has the server's."""
+_server_exec_env: dict[str, str] = {}
+"""The `AT_EXEC` variables the fork server was started with (beside the driver's own)."""
 
 
 def _context() -> Any:
     return multiprocessing.get_context("forkserver")
+
+
+def _exec_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {key: value for key, value in env.items() if key in AT_EXEC}
 
 
 def start_server(modules: Iterable[str] = (), *, env: Mapping[str, str] | None = None) -> bool:
@@ -87,18 +101,11 @@ def start_server(modules: Iterable[str] = (), *, env: Mapping[str, str] | None =
             return False
         wanted = tuple(dict.fromkeys([*PRELOAD, *modules]))
         _server_modules.append(wanted)
+        _server_exec_env.update(_exec_env(env or {}))
         ctx = _context()
         ctx.set_forkserver_preload(list(wanted))
-        saved = {key: os.environ.get(key) for key in (env or {})}
-        os.environ.update(env or {})
-        try:  # the server execs with this environment; ranks inherit it
+        with _environ(env or {}):  # the server execs with it; ranks inherit it
             forkserver.ensure_running()
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
         _log.debug("local_fork_server_started", preload=list(wanted))
         return True
 
@@ -153,13 +160,20 @@ class _Method:
 
 
 class LocalActor:
-    """One rank: a forked process holding ``cls(*args, **kwargs)``, called by method name."""
+    """One rank: a forked process holding ``cls(*args, **kwargs)``, called by method name.
+
+    `env` is set in the rank before `cls` is built; its `AT_EXEC` variables, when they
+    differ from the fork server's, make the rank a fresh process started with them.
+    """
 
     def __init__(self, cls: type, args: Sequence[Any], kwargs: Mapping[str, Any], *,
                  name: str, env: Mapping[str, str] | None = None,
                  max_concurrency: int = 1) -> None:
         start_server()
-        ctx = _context()
+        at_exec = _exec_env(env or {})
+        fresh = at_exec != _server_exec_env
+        ctx = multiprocessing.get_context("spawn") if fresh else _context()
+        env = {key: value for key, value in (env or {}).items() if key not in AT_EXEC}
         self.name = name
         self.log_path = LOG_DIR / f"{name}.log"
         LOG_DIR.mkdir(parents=True, exist_ok=True)
@@ -167,7 +181,10 @@ class LocalActor:
         self._conn = mine
         self._process = ctx.Process(target=_serve, args=(theirs, str(self.log_path)),
                                     name=f"rlinf:{name}", daemon=False)
-        _start_without_main(self._process)
+        _start_without_main(self._process, exec_env=at_exec if fresh else None)
+        if fresh:
+            _log.debug("local_rank_spawned", actor=name, exec_env=at_exec,
+                       server_exec_env=dict(_server_exec_env))
         theirs.close()
         self._send_lock = threading.Lock()
         self._wait_lock = threading.Lock()
@@ -301,14 +318,15 @@ class LocalActor:
 _start_lock = threading.Lock()
 
 
-def _start_without_main(process: Any) -> None:
+def _start_without_main(process: Any, *, exec_env: Mapping[str, str] | None = None) -> None:
     """Start `process` without re-importing the driver's ``__main__`` in it, which
     multiprocessing does for every child it does not fork from the parent itself: the
     rank's code is this module's, and a ``python -m app.cli`` main would be imported
-    again in every rank (a script read from stdin could not be)."""
+    again in every rank (a script read from stdin could not be). A spawned process execs
+    with `exec_env` in its environment."""
     from multiprocessing import spawn
 
-    with _start_lock:
+    with _start_lock, _environ(exec_env or {}):
         original = spawn.get_preparation_data
 
         def without_main(name: str) -> dict[str, Any]:
@@ -322,6 +340,21 @@ def _start_without_main(process: Any) -> None:
             process.start()
         finally:
             spawn.get_preparation_data = original
+
+
+@contextlib.contextmanager
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    """`values` in this process's environment for the block (what a child execs with)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _serve(conn: multiprocessing.connection.Connection, log_path: str) -> None:
