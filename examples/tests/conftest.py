@@ -1,5 +1,8 @@
-"""What the examples' tests share: a local Ray instance per module, and the check that a
-program left nothing behind (no Ray actor, every CPU free again, no shared-memory segment)."""
+"""What the examples' tests share: the backend their runs use, and the check that a program
+left nothing behind (no rank, no reserved CPU, no shared-memory segment).
+
+The examples run as a user's program on one machine does, its ranks local processes without
+Ray; with ``RLINF_TEST_RAY=1`` a module's runs share a local Ray instance instead."""
 
 from __future__ import annotations
 
@@ -19,13 +22,17 @@ T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
-def ray_local() -> Iterator[None]:
-    """A 2-CPU Ray instance for the module's runs."""
+def backend() -> Iterator[str]:
+    """Where the module's runs put their ranks: "local", or with ``RLINF_TEST_RAY=1`` a
+    2-CPU Ray instance ("ray")."""
     import ray
 
+    if os.environ.get("RLINF_TEST_RAY") != "1":
+        yield "local"
+        return
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        yield
+        yield "ray"
     finally:
         ray.shutdown()
 
@@ -40,16 +47,36 @@ def eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
     return True
 
 
+def live_ranks() -> list[str]:
+    """Ranks still alive: Ray's named actors, or the processes the local backend's fork
+    server forked (and what they started)."""
+    import psutil
+    import ray
+
+    if ray.is_initialized():
+        return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
+    left = []
+    for child in psutil.Process().children():
+        try:
+            if "forkserver" in " ".join(child.cmdline()):
+                left += [f"{p.name()}[{p.pid}]" for p in child.children(recursive=True)
+                         if p.status() != psutil.STATUS_ZOMBIE]
+        except psutil.Error:  # it went meanwhile
+            continue
+    return left
+
+
 def leaving_nothing(program: Callable[[], T]) -> T:
-    """`program()`'s result, after checking it left no named actor, no reserved CPU (Ray
-    returns a dead actor's CPUs a moment after it reports the death) and no orphaned
-    shared-memory segment."""
+    """`program()`'s result, after checking it left no rank, no reserved CPU (Ray returns a
+    dead actor's CPUs a moment after it reports the death) and no orphaned shared-memory
+    segment."""
     import ray
 
     before = live_segments()
     result = program()
-    assert ray.util.list_named_actors(all_namespaces=True) == []
-    assert eventually(lambda: ray.available_resources().get("CPU")
-                      == ray.cluster_resources().get("CPU"))
+    assert eventually(lambda: live_ranks() == []), live_ranks()
+    if ray.is_initialized():
+        assert eventually(lambda: ray.available_resources().get("CPU")
+                          == ray.cluster_resources().get("CPU"))
     assert eventually(lambda: not orphaned_segments(before)), orphaned_segments(before)
     return result

@@ -50,7 +50,7 @@ process serves every component placed on the same devices."""
 
 
 @pytest.mark.parametrize("mode", list(FIXED))
-def test_every_fixed_placement_trains_and_leaves_nothing(ray_local: None, mode: str) -> None:
+def test_every_fixed_placement_trains_and_leaves_nothing(backend: str, mode: str) -> None:
     placement, slots = FIXED[mode]
     summary = run_example(example.Config(placement=placement, cpu_slots=slots, timeout=120))
     assert summary["mode"] == mode
@@ -71,7 +71,7 @@ def test_the_placement_changes_the_schedule_not_what_is_learned() -> None:
         assert other["parameter_norm"] == pytest.approx(first["parameter_norm"], rel=1e-6)
 
 
-def test_auto_profiles_plans_launches_and_reports_its_prediction(ray_local: None) -> None:
+def test_auto_profiles_plans_launches_and_reports_its_prediction(backend: str) -> None:
     summary = run_example(example.Config(placement="auto", cpu_slots=2, profile_sizes=(4, 8),
                                          profile_devices=(1, 2), timeout=120))
     assert summary["mode"] in ("collocated", "hybrid", "disaggregated")

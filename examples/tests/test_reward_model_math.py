@@ -36,7 +36,7 @@ def run_example(cfg: example.Config) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("mode", list(FIXED))
-def test_every_fixed_placement_runs_the_users_component(ray_local: None, mode: str) -> None:
+def test_every_fixed_placement_runs_the_users_component(backend: str, mode: str) -> None:
     placement, slots = FIXED[mode]
     summary = run_example(example.Config(placement=placement, cpu_slots=slots, timeout=120))
     assert summary["mode"] == mode
@@ -53,7 +53,7 @@ def test_the_placement_changes_the_schedule_not_what_is_learned() -> None:
             assert other[key] == pytest.approx(first[key], rel=1e-4, abs=1e-6), key
 
 
-def test_the_judges_score_reaches_the_policy(ray_local: None) -> None:
+def test_the_judges_score_reaches_the_policy(backend: str) -> None:
     if "collocated" not in RESULTS:
         pytest.skip("needs the collocated run")
     unjudged = run_example(example.Config(placement=FIXED["collocated"][0], cpu_slots=2,
@@ -64,7 +64,7 @@ def test_the_judges_score_reaches_the_policy(ray_local: None) -> None:
                                                              rel=1e-6, abs=1e-9)
 
 
-def test_auto_profiles_plans_and_launches_the_users_component(ray_local: None) -> None:
+def test_auto_profiles_plans_and_launches_the_users_component(backend: str) -> None:
     summary = run_example(example.Config(placement="auto", cpu_slots=2, timeout=120))
     assert summary["mode"] in ("collocated", "hybrid", "disaggregated")
     assert "judge" in summary["placement"]
