@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -198,6 +199,31 @@ def test_a_driver_that_exits_without_killing_its_ranks_takes_them_along() -> Non
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=60, check=True)
     assert _gone([int(proc.stdout.split()[-1])])
+
+
+def test_a_driver_that_exits_while_the_server_imports_frees_its_output_at_once(
+        tmp_path: Path) -> None:
+    """A config error ends the driver seconds before the server's imports would finish: the
+    server goes with it, so a reader of the driver's output (a pipe) is not held up."""
+    import subprocess
+    import sys
+
+    (tmp_path / "slow_import.py").write_text(
+        f"import os, time\nopen({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+        "time.sleep(60)\n")
+    # Run from `tmp_path`: the server (``python -c``) imports from its working directory.
+    script = ("import time\n"
+              "from rlinf.workers.runtime.local import start_server\n"
+              "start_server(['slow_import'])\n"
+              f"while not __import__('os').path.exists({str(tmp_path / 'pid')!r}):\n"
+              "    time.sleep(0.05)\n"
+              "print('bye', flush=True)\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True, cwd=tmp_path)
+    assert proc.stdout.splitlines()[-1] == "bye"
+    assert time.monotonic() - started < 45  # the server's import alone takes 60 s
+    assert _gone([int((tmp_path / "pid").read_text())])
 
 
 class Parent(Worker):

@@ -436,6 +436,25 @@ def _serve(conn: multiprocessing.connection.Connection, log_path: str) -> None:
 def _kill_left_ranks() -> None:
     for actor in list(_LIVE):
         actor.kill()
+    _stop_server()
+
+
+def _stop_server() -> None:
+    """The fork server goes with the driver at once, even mid-import. Left to notice the
+    driver's exit itself, it first finishes its imports (seconds, for nobody), holding the
+    driver's stdout and stderr open meanwhile: a reader of their pipe (``| tee``, a test's
+    subprocess) waited that long after a config error had ended the driver."""
+    from multiprocessing import forkserver
+
+    if not _server_modules:  # not started by this process (or this is the server itself)
+        return
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.waitpid(pid, 0)
 
 
 def _name_process(name: str) -> None:
