@@ -1,7 +1,8 @@
-"""The embodied macro flow on Ray: placements agree, resume is exact, VLA trains, deaths surface.
+"""The embodied macro flow: placements agree, resume is exact, VLA trains, deaths surface.
 
-One `ray.init(num_cpus=2)` for the module; flows are shared where a test does not spoil them
-(each launch starts three worker processes, seconds each on the shared 2-core machine).
+The flows' workers are local processes, as a run's on one machine (``RLINF_TEST_RAY=1``: one
+`ray.init(num_cpus=2)` for the module); flows are shared where a test does not spoil them
+(each launch starts worker processes, seconds each on the shared 2-core machine).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ def ray_cluster() -> Iterator[None]:
 
     from rlinf.workers.runtime.ray_session import stop_ray
 
+    if os.environ.get("RLINF_TEST_RAY") != "1":
+        yield
+        return
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         yield

@@ -95,11 +95,18 @@ class EmbodiedFlow(LaunchedFlow):
         if missing:
             raise ConfigError(f"plan {plan.spec!r} does not place {missing}: expected env, "
                               "rollout and actor (see embodied_workflow)")
-        if (spec.device == "cuda" and ray.is_initialized()
-                and ray.cluster_resources().get("GPU", 0.0) < 1.0):
-            raise ConfigError(f"device='cuda' but the Ray cluster has "
-                              f"{ray.cluster_resources().get('GPU', 0.0):g} GPUs: start Ray on "
-                              "a machine with a GPU (ray.init detects it) or use device='cpu'")
+        if spec.device == "cuda" and ray.is_initialized():
+            if ray.cluster_resources().get("GPU", 0.0) < 1.0:
+                raise ConfigError(f"device='cuda' but the Ray cluster has "
+                                  f"{ray.cluster_resources().get('GPU', 0.0):g} GPUs: start Ray "
+                                  "on a machine with a GPU (ray.init detects it) or use "
+                                  "device='cpu'")
+        elif spec.device == "cuda":
+            machine = Cluster.discover(use_ray=False)
+            if not any(d.is_gpu for d in machine.devices):
+                raise ConfigError("device='cuda' but this machine has 0 GPUs (nvidia-ml-py "
+                                  "sees none): run on a machine with a GPU and its driver, "
+                                  "or use device='cpu'")
         stages = stages_of(spec, plan)
         description = describe(spec)
         rollout, actor = policy_configs(spec, description)

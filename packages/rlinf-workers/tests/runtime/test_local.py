@@ -127,6 +127,7 @@ def test_a_constructor_that_raises_is_named_with_its_message() -> None:
     with pytest.raises(WorkerDiedError, match="bad model path /nowhere") as caught:
         WorkerGroup.launch(Broken, role="broken", num_ranks=1, launch_timeout=60)
     assert caught.value.method == "__init__"
+    assert str(caught.value).count("its constructor raised") == 1
 
 
 def test_members_of_a_shared_process_run_side_by_side_in_one_process() -> None:

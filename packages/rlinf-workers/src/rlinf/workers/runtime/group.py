@@ -89,8 +89,9 @@ def _translate(
         if getattr(exc, "actor_init_failed", False):
             # The message ends with the constructor's traceback; its last line says why.
             lines = [line.strip() for line in text.splitlines() if line.strip()]
+            why = (lines[-1] if lines else "").removeprefix("its constructor raised ")
             return WorkerDiedError(role, rank, node=node, method="__init__",
-                                   detail=f"its constructor raised {lines[-1] if lines else ''}",
+                                   detail=f"its constructor raised {why}",
                                    shared_with=shared_with)
         detail = " ".join(text.split())[:_DETAIL_CHARS]
         return WorkerDiedError(role, rank, node=node, method=method, detail=detail,
