@@ -20,9 +20,11 @@ The runs share one profile cache (``RLINF_PROFILE_CACHE``), empty when the bench
 each run adds what it measured of itself, and a run of a setting that ran before is priced
 (and ``auto`` planned) from it, as a user's runs are.
 
-Every CLI connects (``RAY_ADDRESS``) to one Ray instance the benchmark starts, so no run pays
-for starting Ray; Ray's workers run at nice 0 like the drivers (``RAY_worker_niceness``), so a
-profile taken in a driver and the workers it predicts see the same share of a loaded machine.
+Each CLI runs as a user's run on one machine does: its workers are local processes, no Ray
+(``--ray``: every CLI connects, ``RAY_ADDRESS``, to one Ray instance the benchmark starts, so
+no run pays for starting Ray; Ray's workers then run at nice 0 like the drivers,
+``RAY_worker_niceness``, so a profile taken in a driver and the workers it predicts see the
+same share of a loaded machine).
 Before each run the benchmark waits (``--settle``, at most 30 s) until one second of the
 machine's CPU is at most 15% busy: the previous run's processes (Ray workers exiting, a driver
 writing its outputs) would otherwise overlap the next run's profile, which prices its plan.
@@ -48,6 +50,7 @@ built-in settings run), ``--modes`` the modes, ``--steps`` and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -151,10 +154,11 @@ def _env() -> dict[str, str]:
             "TOKENIZERS_PARALLELISM": "false", "RAY_worker_niceness": "0"}
 
 
-def ray_instance() -> AbstractContextManager[str]:
-    """A local Ray instance owned by a helper process for the benchmark's lifetime; yields
-    its GCS address."""
-    return local_ray_instance(env=_env())
+def runtime(use_ray: bool) -> AbstractContextManager[str]:
+    """Where the runs' workers go for the benchmark's lifetime: with `use_ray` a local Ray
+    instance owned by a helper process (yields its GCS address), else local processes of
+    each run (yields "")."""
+    return local_ray_instance(env=_env()) if use_ray else contextlib.nullcontext("")
 
 
 def command(setting: Setting, mode: str, *, steps: int, iterations: int,
@@ -174,15 +178,19 @@ def command(setting: Setting, mode: str, *, steps: int, iterations: int,
 def run_once(setting: Setting, mode: str, *, steps: int, iterations: int, ray_address: str,
              workdir: Path, timeout: float, common: Sequence[str] | None = None,
              auto_slots: int = AUTO_SLOTS) -> tuple[FlowRun, float]:
-    """One CLI run; its row (an ``error`` when it gave no summary) and its wall seconds."""
+    """One CLI run (on the Ray instance at `ray_address`; "": its own local processes); its
+    row (an ``error`` when it gave no summary) and its wall seconds."""
     run_dir = Path(tempfile.mkdtemp(prefix=f"{setting.app}-{setting.name}-{mode}-",
                                     dir=workdir))
     cmd = command(setting, mode, steps=steps, iterations=iterations, run_dir=run_dir,
                   common=common, auto_slots=auto_slots)
     started = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                              env={**_env(), "RAY_ADDRESS": ray_address}, check=False)
+        env = {**_env(), "RAY_ADDRESS": ray_address}
+        if not ray_address:
+            del env["RAY_ADDRESS"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env,
+                              check=False)
     except subprocess.TimeoutExpired:
         return (FlowRun(setting.app, setting.name, mode, error=f"timed out after {timeout:g} s"),
                 time.perf_counter() - started)
@@ -241,6 +249,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "machine's CPU at most 15%% busy (0: do not wait)")
     parser.add_argument("--timeout", type=float, default=900.0,
                         help="seconds one run may take before it counts as failed")
+    parser.add_argument("--ray", action="store_true",
+                        help="run every CLI on one shared Ray instance (default: each run's "
+                             "workers are local processes, as a run on one machine)")
     parser.add_argument("--keep-runs", type=Path, default=None, metavar="DIR",
                         help="keep every run's folder (metrics.jsonl, summary.json, trace) "
                              "under DIR instead of a temporary folder removed at the end")
@@ -282,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.keep_runs is not None:
         args.keep_runs.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-flow-") as scratch, \
-            ray_instance() as address:
+            runtime(args.ray) as address:
         workdir = str(args.keep_runs or scratch)
         # One profile cache for the benchmark's runs, empty at its start (never the user's):
         # each run adds what it measured and prices itself from what the runs before cached.

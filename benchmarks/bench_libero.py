@@ -48,7 +48,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_flow import Setting, ray_instance, run_once
+from bench_flow import Setting, run_once, runtime
 from flow_summary import FlowRun, format_table
 from process_cpu import tree_cpu_seconds
 
@@ -187,7 +187,7 @@ def app_part(args: argparse.Namespace) -> list[FlowRun]:
                      for p in args.app_processes if p > 1]
     runs: list[FlowRun] = []
     workdir = Path(tempfile.mkdtemp(prefix="bench-libero-"))
-    with ray_instance() as address:
+    with runtime(use_ray=True) as address:
         for round_index in range(args.rounds):
             for setting in settings:
                 k = round_index % len(args.modes)

@@ -46,7 +46,7 @@ def test_own_settings_replace_the_built_in_ones_unless_named(
     def stop(*_args: object, **_kwargs: object) -> None:
         raise Stop
 
-    monkeypatch.setattr(bench_flow, "ray_instance", stop)
+    monkeypatch.setattr(bench_flow, "runtime", stop)
     for argv, expected in (
             (["--setting", "embodied", "env.num_envs=8"], ["embodied/own0"]),
             (["--setting", "embodied", "env.num_envs=8", "--settings", "ip-e8-s128"],
