@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +24,20 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # when it starts with SIGINT ignored (a suite run as a shell's background job, `cmd &`).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Ship the tests' own modules (their workers, toys and helpers) to local ranks by value,
+    as each registers itself with Ray's cloudpickle: under pytest's importlib mode they are
+    named after their path (``packages.rlinf-workers.tests...``), which a rank imports only
+    while the checkout's root is on its path (``python -m pytest``, not ``pytest``)."""
+    import cloudpickle
+
+    here = Path(__file__).resolve().parent
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if path and Path(path).resolve().is_relative_to(here):
+            cloudpickle.register_pickle_by_value(module)
 
 
 ON_RAY = os.environ.get("RLINF_TEST_RAY") == "1"

@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import ClassVar
 
 import psutil
 import pytest
@@ -49,15 +50,16 @@ class Broken(Worker):
 
 
 class Gate(Worker):
-    """Two members of one process: `wait` blocks until the other member `open`s."""
+    """Two members of one process: `wait` blocks until the other member `open`s (they meet
+    in the class, made in the rank: an event does not pickle)."""
 
-    event = threading.Event()
+    events: ClassVar[dict[str, threading.Event]] = {}
 
     def wait(self) -> bool:
-        return Gate.event.wait(timeout=20.0)
+        return Gate.events.setdefault("gate", threading.Event()).wait(timeout=20.0)
 
     def open(self) -> int:
-        Gate.event.set()
+        Gate.events.setdefault("gate", threading.Event()).set()
         return os.getpid()
 
 
@@ -109,6 +111,15 @@ def test_a_raising_method_fails_the_call_with_its_exception_and_the_rank_lives_o
         assert group.call("times", 1) == [1]
     finally:
         group.kill()
+
+
+def test_constructor_arguments_that_do_not_pickle_fail_the_launch_and_start_nothing() -> None:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    with pytest.raises(TypeError, match="pickle"):
+        WorkerGroup.launch(Echo, role="echo", num_ranks=1, init_kwargs={"scale": threading.Lock()},
+                           launch_timeout=60)
+    assert _gone([p.pid for p in psutil.Process().children(recursive=True)
+                  if p.pid not in before and "forkserver" not in " ".join(p.cmdline())])
 
 
 def test_a_rank_that_exits_is_a_worker_died_error_with_its_exit_status() -> None:

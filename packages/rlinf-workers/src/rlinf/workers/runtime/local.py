@@ -177,29 +177,31 @@ class LocalActor:
         self.name = name
         self.log_path = LOG_DIR / f"{name}.log"
         LOG_DIR.mkdir(parents=True, exist_ok=True)
-        mine, theirs = ctx.Pipe(duplex=True)
-        self._conn = mine
-        self._process = ctx.Process(target=_serve, args=(theirs, str(self.log_path)),
-                                    name=f"rlinf:{name}", daemon=False)
-        _start_without_main(self._process, exec_env=at_exec if fresh else None)
-        if fresh:
-            _log.debug("local_rank_spawned", actor=name, exec_env=at_exec,
-                       server_exec_env=dict(_server_exec_env))
-        theirs.close()
+        # Pickled before the process starts: arguments that do not pickle fail the launch
+        # and leave no process behind. The driver's import path first (it may have grown
+        # since the server started: a test folder, a user's module), then what needs it.
+        constructor = cloudpickle.dumps((list(sys.path), cloudpickle.dumps(
+            (cls, tuple(args), dict(kwargs), dict(env), max(int(max_concurrency), 1)))))
         self._send_lock = threading.Lock()
         self._wait_lock = threading.Lock()
         self._pending: dict[int, LocalRef] = {}
         self._pending_lock = threading.Lock()
         self._ids = itertools.count()
         self._dead: LocalActorDied | None = None
-        # The driver's import path first (it may have grown since the server started:
-        # a test folder, a user's module), then what needs it to unpickle.
-        self._conn.send_bytes(cloudpickle.dumps((list(sys.path), cloudpickle.dumps(
-            (cls, tuple(args), dict(kwargs), dict(env or {}), max(int(max_concurrency), 1))))))
+        mine, theirs = ctx.Pipe(duplex=True)
+        self._conn = mine
+        self._process = ctx.Process(target=_serve, args=(theirs, str(self.log_path)),
+                                    name=f"rlinf:{name}", daemon=False)
+        _start_without_main(self._process, exec_env=at_exec if fresh else None)
+        _LIVE.add(self)  # from now on killed at exit, whatever fails below
+        if fresh:
+            _log.debug("local_rank_spawned", actor=name, exec_env=at_exec,
+                       server_exec_env=dict(_server_exec_env))
+        theirs.close()
+        self._conn.send_bytes(constructor)
         self._reader = threading.Thread(target=self._read, name=f"rlinf-local-{name}",
                                         daemon=True)
         self._reader.start()
-        _LIVE.add(self)
 
     @property
     def pid(self) -> int | None:
