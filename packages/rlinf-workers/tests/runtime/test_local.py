@@ -42,6 +42,10 @@ class Echo(Worker):
     def unpicklable(self) -> object:
         return threading.Lock()
 
+    def nap(self, seconds: float) -> int:
+        time.sleep(seconds)
+        return self.rank
+
 
 class Broken(Worker):
     def __init__(self, context: WorkerContext) -> None:
@@ -120,6 +124,25 @@ def test_constructor_arguments_that_do_not_pickle_fail_the_launch_and_start_noth
                            launch_timeout=60)
     assert _gone([p.pid for p in psutil.Process().children(recursive=True)
                   if p.pid not in before and "forkserver" not in " ".join(p.cmdline())])
+
+
+def test_a_call_outlasting_a_ray_cluster_this_process_left_is_not_cluster_lost(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A driver that used a Ray cluster earlier (a test, a notebook) and left it runs local
+    groups: their calls do not watch that cluster, gone or not."""
+    import socket
+
+    from rlinf.workers.runtime import ray_session
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{probe.getsockname()[1]}"
+    monkeypatch.setattr(ray_session, "_last", ray_session._Connection(address=closed))
+    group = WorkerGroup.launch(Echo, role="echo", num_ranks=1, launch_timeout=60)
+    try:
+        assert group.call("nap", 5.0, timeout=60) == [0]  # past the watch's 3 s of grace
+    finally:
+        group.kill()
 
 
 def test_a_rank_that_exits_is_a_worker_died_error_with_its_exit_status() -> None:

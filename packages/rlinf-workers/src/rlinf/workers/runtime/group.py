@@ -55,6 +55,7 @@ from rlinf.workers.runtime.local import (
     LocalActor,
     LocalActorDied,
     LocalCallError,
+    LocalRef,
     gpu_env,
     start_server,
 )
@@ -178,7 +179,9 @@ class GroupFuture:
         results: list[Any] = [None] * len(self._refs)
         # A rank's death reaches this process through the GCS: with the cluster gone
         # (ray stop) its call would never end, and Ray would abort the process in a minute.
-        watch = ClusterWatch()
+        # Local ranks report their own deaths: no cluster to watch.
+        on_ray = not isinstance(self._refs[0], LocalRef) if self._refs else False
+        watch = ClusterWatch() if on_ray else None
         with keep_interrupts():
             while pending:
                 remaining = deadline - time.monotonic()
@@ -187,7 +190,8 @@ class GroupFuture:
                     ready, _ = call_refs.wait(list(pending), num_returns=1,
                                               timeout=min(WAIT_SLICE_S, remaining))
                     check_interrupted()
-                    watch.check()
+                    if watch is not None:
+                        watch.check()
                 if ready:
                     self._collect(ready, pending, results, remaining)
                 elif time.monotonic() >= deadline:
