@@ -71,7 +71,6 @@ def declare(cfg: Config) -> rf.MacroFlow:
     items = cfg.prompts * cfg.group_size
     setup = RoleSetup(model_factory=functools.partial(build_tiny_model, cfg.model, seed=cfg.seed),
                       seed=cfg.seed, lock_timeout=cfg.timeout, io_timeout=cfg.timeout)
-    problems = ProblemGenerator(GeneratorConfig.for_level(1, seed=cfg.seed)).batch
     rollout = RolloutGeneratorConfig(group_size=cfg.group_size, groups_per_micro_batch=2,
                                   sampling=SamplingConfig(max_new_tokens=cfg.max_new_tokens))
     temperature = cfg.actor.temperature
@@ -84,7 +83,7 @@ def declare(cfg: Config) -> rf.MacroFlow:
                                 worker, entry=entry, init_kwargs={"setup": setup, **kwargs})
 
     components = (
-        part("rollout", RolloutRole, "rollout_step", config=rollout, problems=problems),
+        part("rollout", RolloutRole, "rollout_step", config=rollout),
         part("reward", RewardRole, "reward_step", resource="cpu",
              config=RewardConfig(format_penalty=0.5)),  # -0.5 without a number: a signal
         part("inference", InferenceRole, "inference_step", temperature=temperature),
@@ -106,13 +105,17 @@ def main(cfg: Config) -> dict[str, Any]:
     """Launch, train `cfg.iterations` iterations, close; returns (and prints) a summary."""
     flow = declare(cfg)
     cluster = Cluster.discover(cpu_slots=cfg.cpu_slots)
-    report = None
+    report = None  # what this run feeds the flow: the rollout's prompts
+    inputs = {"rollout": {"problems": ProblemGenerator(GeneratorConfig.for_level(
+        1, seed=cfg.seed)).batch}}
     if cfg.placement == "auto":
         run, report = rf.launch_auto(flow, cluster, batch_sizes=cfg.profile_sizes,
-                                     device_counts=cfg.profile_devices, timeout=cfg.timeout)
+                                     device_counts=cfg.profile_devices, timeout=cfg.timeout,
+                                     inputs=inputs)
     else:
         plan = flow.fixed_plan(cfg.placement, num_devices=cluster.num_devices)
-        run = rf.FlowRun.launch(flow, plan, cluster=cluster, timeout=cfg.timeout)
+        run = rf.FlowRun.launch(flow, plan, cluster=cluster, timeout=cfg.timeout,
+                                inputs=inputs)
     with run:
         before = run.groups["actor"].call("parameter_norm")[0]
         records = [run.step(k) for k in range(cfg.iterations)]

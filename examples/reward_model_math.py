@@ -109,9 +109,7 @@ def declare(cfg: Config) -> rf.MacroFlow:  # four components, three channels, a 
                                           streaming=name == "rollout"),
                                 worker, entry=entry, init_kwargs={"setup": setup, **kwargs})
 
-    problems = ProblemGenerator(GeneratorConfig.for_level(1, seed=cfg.seed)).batch
-    components = (part("rollout", rr.RolloutRole, "rollout_step", config=rollout,
-                       problems=problems),
+    components = (part("rollout", rr.RolloutRole, "rollout_step", config=rollout),
                   part("reward", rr.RewardRole, "reward_step"),
                   part("judge", Judge, "judge_step", weight=cfg.judge_weight),  # ours
                   replace(part("actor", rr.ActorRole, "train_step", config=cfg.actor),
@@ -125,20 +123,22 @@ def declare(cfg: Config) -> rf.MacroFlow:  # four components, three channels, a 
 
 def main(cfg: Config) -> dict[str, Any]:  # launch, train, close; a summary
     flow, cluster = declare(cfg), Cluster.discover(cpu_slots=cfg.cpu_slots)
+    problems = ProblemGenerator(GeneratorConfig.for_level(1, seed=cfg.seed)).batch
+    inputs = {"rollout": {"problems": problems}}  # what this run feeds the flow's rollout
     if cfg.placement == "auto":
-        run, report = rf.launch_auto(flow, cluster, batch_sizes=(8, 16), timeout=cfg.timeout)
+        run, report = rf.launch_auto(flow, cluster, batch_sizes=(8, 16), timeout=cfg.timeout,
+                                     inputs=inputs)
     else:
         run, report = rf.FlowRun.launch(flow, flow.fixed_plan(
             cfg.placement, num_devices=cluster.num_devices), cluster=cluster,
-            timeout=cfg.timeout), None
+            timeout=cfg.timeout, inputs=inputs), None
     with run:
         records = [run.step(k) for k in range(cfg.iterations)]
     keys = ("reward/mean_reward", "judge/mean_score", "actor/policy_loss")
     summary: dict[str, Any] = {"placement": run.plan.spec, "mode": run.plan.mode.value,
                                "lock_holds": [r.lock_holds for r in records],
                                **{k: [r.metrics[k] for r in records] for k in keys}}
-    if report is not None:  # auto: what the planner predicted against what ran
-        summary.update(report.compare(records[1:] or records))
+    summary.update(report.compare(records[1:] or records) if report else {})  # auto: predicted
     print(json.dumps(summary))
     return summary
 

@@ -22,6 +22,7 @@ from rlinf_reasoning.workflow import (
     flow_components,
     reasoning_workflow,
     rollout_completion,
+    run_inputs,
     streams_actor,
 )
 
@@ -115,9 +116,10 @@ def test_collocated_step_trains_and_syncs_exactly(collocated: dict[str, object])
 def test_profiling_times_every_role_at_each_batch_size(collocated: dict[str, object]) -> None:
     """The runtime's probe runs (closed before anything else launches) time every component
     at each size, twice here, with its peak memory, and each iteration's weight sync."""
-    flow = declare(SPEC, problems=ProblemGenerator(warmstart_task()).batch)
+    flow = declare(SPEC)
     profile = rf.profile_flow(flow, Cluster.discover(cpu_slots=1), batch_sizes=[8, 12],
-                              repeats=2, timeout=SPEC.timeout)
+                              repeats=2, timeout=SPEC.timeout,
+                              inputs=run_inputs(ProblemGenerator(warmstart_task()).batch))
     assert set(profile.components) == {*flow_components(SPEC), WEIGHT_SYNC, CONTROL,
                                        COLLOCATED_ITERATION}
     assert len(profile.of(WEIGHT_SYNC)) == 4 and all(

@@ -88,32 +88,19 @@ class EmbodiedFlow(LaunchedFlow):
     def launch(cls, spec: EmbodiedSpec, plan: ExecutionPlan, *, cluster: Cluster | None = None,
                trace: bool = False) -> EmbodiedFlow:
         """Start the workers where `plan.placement` says (on Ray when it is initialised,
-        else as processes of this machine)."""
-        import ray
-
+        else as processes of this machine); with ``device='cuda'`` and no GPU there the
+        launch refuses before anything starts."""
         missing = [c for c in COMPONENTS if c not in plan.placement.components]
         if missing:
             raise ConfigError(f"plan {plan.spec!r} does not place {missing}: expected env, "
                               "rollout and actor (see embodied_workflow)")
-        if spec.device == "cuda" and ray.is_initialized():
-            if ray.cluster_resources().get("GPU", 0.0) < 1.0:
-                raise ConfigError(f"device='cuda' but the Ray cluster has "
-                                  f"{ray.cluster_resources().get('GPU', 0.0):g} GPUs: start Ray "
-                                  "on a machine with a GPU (ray.init detects it) or use "
-                                  "device='cpu'")
-        elif spec.device == "cuda":
-            machine = Cluster.discover(use_ray=False)
-            if not any(d.is_gpu for d in machine.devices):
-                raise ConfigError("device='cuda' but this machine has 0 GPUs (nvidia-ml-py "
-                                  "sees none): run on a machine with a GPU and its driver, "
-                                  "or use device='cpu'")
         stages = stages_of(spec, plan)
         description = describe(spec)
         rollout, actor = policy_configs(spec, description)
-        flow = declare(spec, stages=stages, rollout=rollout, actor=actor, trace=trace)
+        flow = declare(spec, stages=stages, rollout=rollout, actor=actor)
         run = FlowRun.launch(flow, plan, cluster=cluster, log_level="WARNING", stop_ray=False,
-                             timeout=spec.rollout_timeout,
-                             cpus_per_rank=_CPU_PER_RANK)
+                             timeout=spec.rollout_timeout, cpus_per_rank=_CPU_PER_RANK,
+                             trace=trace)
         return cls(spec, run, description=description, stages=stages, trace=trace)
 
     @property

@@ -168,13 +168,13 @@ def embodied_workflow(spec: EmbodiedSpec) -> Workflow:
 
 
 def declare(spec: EmbodiedSpec, *, stages: int, rollout: PolicyRolloutConfig | VLARolloutConfig,
-            actor: EmbodiedActorConfig, trace: bool = False) -> MacroFlow:
+            actor: EmbodiedActorConfig) -> MacroFlow:
     """The `MacroFlow` the runtime launches, its env split into `stages` stage groups (the
     plan's env micro-batch: `stages_of`), with the policy and actor configs shaped for the
     task (`policy_configs`)."""
     components, edges = _components(spec)
     env, policy, trainer = components
-    common = {"trace": trace, "num_threads": spec.torch_threads, "io_timeout": spec.link_timeout}
+    common = {"num_threads": spec.torch_threads, "io_timeout": spec.link_timeout}
     gpus = 0.5 if spec.device == "cuda" else None  # policy and actor share the one GPU
     env_config = replace(spec.env, pipeline_stages=stages)
     loop = spec.link_transport

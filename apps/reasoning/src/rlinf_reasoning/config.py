@@ -720,9 +720,8 @@ def cluster_size(cfg: ReasoningConfig) -> int:
     return cluster.num_devices
 
 
-def config_dict(cfg: ReasoningConfig) -> dict[str, Any]:
-    """The config as a flat ``{dotted key: value}`` dict (JSON-friendly)."""
-    return flat_dict(cfg)
+config_dict = flat_dict
+"""The config as a flat ``{dotted key: value}`` dict (JSON-friendly)."""
 
 
 def config_hash(cfg: ReasoningConfig | Mapping[str, Any]) -> str:

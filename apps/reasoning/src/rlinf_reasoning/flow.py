@@ -33,7 +33,7 @@ from rlinf.workers.reasoning.metrics import (
 from rlinf.workers.rollout import SamplingConfig
 from rlinf.workers.runtime import RANK_ZERO
 from rlinf_reasoning.spec import FlowSpec
-from rlinf_reasoning.workflow import declare
+from rlinf_reasoning.workflow import declare, run_inputs
 
 __all__ = ["Evaluation", "ReasoningFlow", "StepResult"]
 
@@ -68,9 +68,10 @@ class ReasoningFlow(LaunchedFlow):
         the actor's Megatron cut (``actor.cut=auto``) runs that cut (`FlowSpec.for_plan`)."""
         spec = spec.for_plan(plan)
         path, exported = spec.model.engine_folder(spec.engine)
-        flow = declare(spec, problems=problems, trace=trace, engine_model_path=path)
         try:
-            run = rf.FlowRun.launch(flow, plan, cluster=cluster, timeout=spec.timeout)
+            run = rf.FlowRun.launch(declare(spec), plan, cluster=cluster, timeout=spec.timeout,
+                                    inputs=run_inputs(problems, engine_model_path=path),
+                                    trace=trace)
         except BaseException:
             if exported is not None:
                 exported.cleanup()

@@ -34,6 +34,7 @@ from rlinf_reasoning.workflow import (
     declare,
     fixed_plan,
     reasoning_workflow,
+    run_inputs,
     streams_actor,
 )
 
@@ -126,7 +127,7 @@ def profile_spec(spec: FlowSpec, cluster: Cluster, *, batch_sizes: Sequence[int]
     throw-away probe runs (`rlinf.workers.flow.profile_flow`; a vLLM or SGLang rollout
     loads a Hugging Face folder, exported for the probes when the model is in none)."""
     with spec.model.served(spec.engine) as path:
-        flow = declare(spec, problems=problems, granularity_groups=granularity_groups,
-                       engine_model_path=path)
+        flow = declare(spec, granularity_groups=granularity_groups)
         return rf.profile_flow(flow, cluster, batch_sizes=batch_sizes, timeout=spec.timeout,
+                               inputs=run_inputs(problems, engine_model_path=path),
                                pipeline_probe=pipeline_probe)

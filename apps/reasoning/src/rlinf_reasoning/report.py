@@ -21,10 +21,8 @@ __all__ = ["CURVE_FILE", "Summary", "format_fixed", "write_curve"]
 
 CURVE_FILE = "learning_curve.png"
 
-HELDOUT_KEY = "heldout/accuracy"
-"""Metric name of the held-out greedy accuracy."""
-TRAIN_KEY = "reward/accuracy"
-"""Metric name of the training rollouts' accuracy."""
+HELDOUT_KEY = "heldout/accuracy"  # the metric of the held-out greedy accuracy
+TRAIN_KEY = "reward/accuracy"  # the metric of the training rollouts' accuracy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,9 +41,8 @@ class Summary(RunReport):
     samples_per_s: float = 0.0
     """Responses per second of this session's step time."""
     parallelism: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    """The trainer cuts the plan chose (``actor.cut=auto``: ``{"actor": {"tensor",
-    "pipeline", "data", "sequence_parallel", "distributed_optimizer"}}``); empty when the
-    plan chose none."""
+    """The trainer cuts the plan chose (``actor.cut=auto``: ``{"actor": {"tensor", "pipeline",
+    "data", "sequence_parallel", "distributed_optimizer"}}``); empty when it chose none."""
     tools_before: Mapping[str, float] = field(default_factory=dict)
     """With tools: held-out ``calls_per_answer`` and ``error_rate`` of the starting model
     (empty on a resumed run: its first session measured them)."""

@@ -44,6 +44,7 @@ __all__ = [
     "flow_components",
     "reasoning_workflow",
     "rollout_completion",
+    "run_inputs",
     "streams_actor",
 ]
 
@@ -58,18 +59,17 @@ def flow_components(spec: FlowSpec) -> tuple[str, ...]:
     return ("rollout", "reward", *middle, "actor")
 
 
-def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ranks: int = 1,
-            granularity_groups: int = 1, trace: bool = False,
-            engine_model_path: str | None = None) -> rf.MacroFlow:
-    """The flow of `spec`: the rollout draws each iteration's prompts from `problems` (in its
-    own process), and fixed plans carry `granularity_groups` groups per message.
-    `rollout_ranks` shapes the rollout's completion curve the planner prices."""
+def declare(spec: FlowSpec, *, rollout_ranks: int = 1, granularity_groups: int = 1
+            ) -> rf.MacroFlow:
+    """The flow of `spec`; fixed plans carry `granularity_groups` groups per message, and
+    `rollout_ranks` shapes the rollout's completion curve the planner prices. What a run
+    feeds it goes to the launch (`run_inputs`)."""
     group, response = spec.rollout.group_size, spec.response_tokens
     items = spec.prompts_per_step * group
     setup = RoleSetup(model_factory=spec.model.model_factory(),
                       tokenizer_factory=spec.model.tokenizer_factory(),
                       seed=spec.seed, device=spec.device,
-                      precision=spec.actor.precision, trace=trace,
+                      precision=spec.actor.precision,
                       lock_timeout=spec.timeout, io_timeout=spec.timeout,
                       lora_adapters=spec.actor.lora if spec.lora_sync_adapters else None)
     tokens = 8 * (2 * TYPICAL_PROMPT_TOKENS + 3 * response) + 4 * response  # ids, masks, log-probs
@@ -91,8 +91,7 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
 
     components = [
         part("rollout", RolloutRole, "rollout_step", config=spec.rollout, engine=spec.engine,
-             model_path=engine_model_path, engine_options=dict(spec.engine_options),
-             problems=problems, tools=spec.tools),
+             engine_options=dict(spec.engine_options), tools=spec.tools),
         part("reward", RewardRole, "reward_step", resource="cpu", config=spec.reward),
     ]
     if spec.uses_inference:
@@ -116,6 +115,13 @@ def declare(spec: FlowSpec, *, problems: ProblemSource | None = None, rollout_ra
                         global_batch=items, device=spec.device,
                         name=f"{spec.actor.algorithm}-math", policy_lag=spec.actor.policy_lag,
                         host_allocator=spec.host_allocator)
+
+
+def run_inputs(problems: ProblemSource, *, engine_model_path: str | None = None
+               ) -> dict[str, dict[str, object]]:
+    """What a run feeds the flow at launch: the rollout's prompt source (drawn from in its
+    process) and the folder an engine such as vLLM loads."""
+    return {"rollout": {"problems": problems, "model_path": engine_model_path}}
 
 
 def reasoning_workflow(spec: FlowSpec, *, rollout_ranks: int = 1) -> Workflow:

@@ -273,13 +273,12 @@ def test_with_a_policy_lag_the_trainer_trains_the_previous_iteration_beside_the_
     """policy_lag=1: step k produces iteration k while the trainer trains on k-1's data
     (waiting in its channel); its weights reach the source one iteration later than without
     a lag; `drain` trains the last iteration alone."""
-    flow = dataclasses.replace(declare(sink_kwargs={"delay": 1.0, "trace": True},
-                                       source_kwargs={"delay": 0.25, "trace": True}),
-                               policy_lag=1)
+    flow = dataclasses.replace(declare(sink_kwargs={"delay": 1.0},
+                                       source_kwargs={"delay": 0.25}), policy_lag=1)
     lagged = flow.to_sched_workflow()
     assert [e.lagged for e in lagged.edges] == [True]  # the planner sees the lag too
     with FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
-                        timeout=120) as run:
+                        timeout=120, trace=True) as run:
         assert run.pending_step is None
         records = [run.step(k) for k in range(3)]
         assert run.pending_step == 2
@@ -439,6 +438,40 @@ def test_a_plan_that_does_not_fit_the_flow_is_refused_before_launch(clean: None)
     with pytest.raises(FlowDeclarationError, match=r"forces 'cuda_ipc', but \['source'\]"):
         FlowRun.launch(ipc, ipc.fixed_plan("source: 0, sink: 1", num_devices=2))
     assert our_actors() == []  # refused before any rank starts
+
+
+def test_a_runs_inputs_reach_their_components_over_the_declared_arguments(
+        clean: None) -> None:
+    """The declaration stays one value; what a run feeds it goes to the launch."""
+    flow = declare()
+    plan = flow.fixed_plan("source: 0, sink: 1", num_devices=2)
+    with pytest.raises(WorkerDiedError, match="refuses to start"):
+        FlowRun.launch(flow, plan, timeout=120, inputs={"source": {"fail_init": True}})
+    assert eventually(lambda: our_actors() == [])
+    with FlowRun.launch(flow, plan, timeout=120, inputs={"sink": {"delay": 0.0}}) as run:
+        assert run.step(0).metrics["sink/sum"] == sum(range(ITEMS // UNIT))
+        assert run.drain_spans() == []  # no trace asked for
+
+
+def test_inputs_for_a_component_not_launched_are_refused_before_launch(clean: None) -> None:
+    flow = declare()
+    with pytest.raises(FlowDeclarationError, match=r"\['judge'\], which the flow does not"):
+        FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
+                       inputs={"judge": {"weight": 1.0}})
+    loop = declare_loop()  # co-placed with env, the policy is served inside env's process
+    with pytest.raises(FlowDeclarationError, match=r"inside \['env'\]'s process"):
+        FlowRun.launch(loop, loop.fixed_plan("env,policy: 0, actor: 1", num_devices=2),
+                       inputs={"policy": {"offset": 1}})
+    assert our_actors() == []
+
+
+@pytest.mark.skipif(Cluster.discover(use_ray=False).has_gpus,
+                    reason="checks the error on a machine without GPUs")
+def test_a_cuda_flow_without_a_gpu_is_refused_before_anything_starts(clean: None) -> None:
+    flow = dataclasses.replace(declare(), device="cuda")
+    with pytest.raises(ConfigError, match=r"computes on CUDA, but .* has 0 GPUs"):
+        FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2))
+    assert our_actors() == []
 
 
 def test_loop_components_on_partly_shared_devices_are_refused_before_launch(

@@ -67,7 +67,7 @@ class Wiring:
         self.channels: dict[str, Channel] = {}
 
     def setup(self) -> RoleSetup:
-        return RoleSetup(model_factory=tiny_model, seed=7, trace=True, io_timeout=60.0)
+        return RoleSetup(model_factory=tiny_model, seed=7, io_timeout=60.0)
 
     def channel(self, src: str, dst: str, *, ranks: int = 1, groups_per_message: int = 1,
                 sharding: Sharding = "round_robin") -> FlowChannel:
@@ -102,7 +102,7 @@ def problems() -> list[MathProblem]:
 
 
 def ctx(role: str, rank: int = 0, world: int = 1) -> WorkerContext:
-    return WorkerContext(role=role, rank=rank, world_size=world, devices=(rank,))
+    return WorkerContext(role=role, rank=rank, world_size=world, devices=(rank,), trace=True)
 
 
 def step_ctx(step: int, groups: int, placement: str = "rollout,reward,inference,actor: 0",

@@ -23,8 +23,9 @@ import dataclasses
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -114,13 +115,14 @@ class AutoReport:
 
 def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
                  device_counts: Sequence[int] | None = None, repeats: int = 5,
-                 timeout: float = 600.0, pipeline_probe: bool = True) -> Profile:
+                 timeout: float = 600.0, pipeline_probe: bool = True,
+                 inputs: Mapping[str, Mapping[str, Any]] | None = None) -> Profile:
     """Measure every component of `flow` `repeats` times at each of `batch_sizes` (global
     batch, items; the sizes interleaved, so a slow spell of a shared machine hits each
     once; the fit takes each point's median) on each of `device_counts` devices (default:
     1 and every device of `cluster`), and with `pipeline_probe` run the pipelined probe
     where it measures something (`pipeline_probe_spec`; a caller pricing only collocated
-    plans can skip it)."""
+    plans can skip it). `inputs` go to every probe's launch (`FlowRun.launch`)."""
     if repeats < 1:
         raise ConfigError(f"repeats must be >= 1, got {repeats}")
     sizes = sorted(set(batch_sizes))
@@ -140,7 +142,8 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
     plans: dict[str, dict[str, object]] = {}
     for n in counts:
         probe = flow.fixed_plan(f"{names}: 0-{n - 1}", num_devices=cluster.num_devices)
-        with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
+        with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout,
+                            inputs=inputs) as run:
             # One discarded step at every size: connections and first kernels, and an engine
             # such as vLLM prepares each new batch shape on its first call (~2 s on CPU, which
             # a single warm-up at the smallest size left in the largest size's measurement).
@@ -155,7 +158,8 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
     profile = profile.merge(Profile(metadata={COLLOCATED_PLANS: plans}))
     split = pipeline_probe_spec(flow, cluster) if pipeline_probe else None
     if split is not None:
-        profile = profile.merge(_pipeline_probe(flow, cluster, split, max(sizes), timeout))
+        profile = profile.merge(_pipeline_probe(flow, cluster, split, max(sizes), timeout,
+                                                inputs=inputs))
     return profile
 
 
@@ -299,11 +303,12 @@ def pipeline_probe_spec(flow: MacroFlow, cluster: Cluster) -> str | None:
 
 
 def _pipeline_probe(flow: MacroFlow, cluster: Cluster, spec: str, size: int,
-                    timeout: float) -> Profile:
+                    timeout: float, *, inputs: Mapping[str, Mapping[str, Any]] | None = None
+                    ) -> Profile:
     """`_PROBE_WARMUPS` discarded and `_PROBE_ITERATIONS` measured iterations at `size` of
     the pipelined probe `spec`."""
     probe = flow.fixed_plan(spec, num_devices=cluster.num_devices)
-    with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout) as run:
+    with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout, inputs=inputs) as run:
         for i in range(_PROBE_WARMUPS + _PROBE_ITERATIONS):
             run.step(i, global_batch=size)
         measured = run.records[_PROBE_WARMUPS:]
@@ -521,22 +526,25 @@ def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
 
 def launch_auto(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
                 device_counts: Sequence[int] | None = None,
-                options: PlannerOptions | None = None,
-                timeout: float = 600.0) -> tuple[FlowRun, AutoReport]:
-    """Profile, fit, plan, and launch the best plan (see the module docstring). The
+                options: PlannerOptions | None = None, timeout: float = 600.0,
+                inputs: Mapping[str, Mapping[str, Any]] | None = None,
+                trace: bool = False) -> tuple[FlowRun, AutoReport]:
+    """Profile, fit, plan, and launch the best plan (see the module docstring); `inputs`
+    go to the probes and the run, `trace` to the run (`FlowRun.launch`). The
     backend (`rlinf.workers.runtime.backend`) is started once if needed; a Ray started
     here is stopped when the returned run closes."""
     started = time.perf_counter()
     owns_ray = start_runtime(sorted({spec.worker.__module__ for spec in flow.components}))
     try:
         profile = profile_flow(flow, cluster, batch_sizes=batch_sizes,
-                               device_counts=device_counts, timeout=timeout)
+                               device_counts=device_counts, timeout=timeout, inputs=inputs)
         seconds = time.perf_counter() - started
         ranked = plan_flow(flow, profile, cluster, options=options)
         best = ranked.best
         _log.info("flow_planned", flow=flow.name, plan=best.spec, mode=best.mode.value,
                   predicted_s=best.predicted_time, profile_s=seconds)
-        run = FlowRun.launch(flow, best, cluster=cluster, timeout=timeout, stop_ray=owns_ray)
+        run = FlowRun.launch(flow, best, cluster=cluster, timeout=timeout, stop_ray=owns_ray,
+                             inputs=inputs, trace=trace)
     except BaseException:
         if owns_ray:
             from rlinf.workers.runtime.ray_session import stop_ray

@@ -1,7 +1,10 @@
 """`FlowRun`: a declared `MacroFlow` launched on an `ExecutionPlan`, run iteration by
 iteration, and torn down.
 
-`FlowRun.launch(flow, plan)`:
+`FlowRun.launch(flow, plan, inputs=..., trace=...)`: the declaration is a value; what one
+run feeds it (a data source, a model folder) goes in as ``inputs`` — per component,
+constructor arguments merged over the declared ones — and ``trace`` asks every rank to
+record spans. Then:
 
 1. one `WorkerGroup` per component on the plan's placement (devices × processes per device
    ranks, launched side by side; each rank reserves an equal share of the Ray cluster's
@@ -124,8 +127,13 @@ class FlowRun:
     @classmethod
     def launch(cls, flow: MacroFlow, plan: ExecutionPlan, *, cluster: Cluster | None = None,
                timeout: float = 600.0, log_level: str = "WARNING",
-               stop_ray: bool | None = None, cpus_per_rank: float | None = None) -> FlowRun:
-        """Start `flow` where `plan` places it (see the module docstring). Ray is started if
+               stop_ray: bool | None = None, cpus_per_rank: float | None = None,
+               inputs: Mapping[str, Mapping[str, Any]] | None = None,
+               trace: bool = False) -> FlowRun:
+        """Start `flow` where `plan` places it (see the module docstring). `inputs`: this
+        run's constructor arguments per component, over the declared ``init_kwargs`` (a
+        component served inside its host takes none: its host builds it). `trace`: every
+        rank records trace spans (`drain_spans`). Ray is started if
         this process has not initialised it, and stopped at `close` if this launch started
         it (`stop_ray` decides otherwise). `cluster` (from `rlinf.sched.Cluster.discover()`
         on the live Ray cluster) pins each rank to its device's node. `timeout` bounds every
@@ -136,11 +144,13 @@ class FlowRun:
         placement = _checked_placement(flow, plan.placement)
         _check_policy_lag(flow, placement)
         _check_peer_ends(flow, placement)
+        inlined = flow.inlined(placement)
+        run_inputs = _checked_inputs(flow, inputs, inlined=inlined)
+        _check_gpus(flow)
         if timeout <= 0:
             raise ConfigError(f"timeout must be > 0, got {timeout}")
         started = start_runtime(sorted({spec.worker.__module__ for spec in flow.components}))
         owns_ray = started if stop_ray is None else stop_ray
-        inlined = flow.inlined(placement)
         run_id = uuid.uuid4().hex[:8]
         token = new_token()
         groups: dict[str, WorkerGroup] = {}
@@ -155,7 +165,8 @@ class FlowRun:
                 "env_vars": {"RLINF_COMM_TOKEN": token.hex(), **_driver_path()},
                 "allocator": flow.host_allocator,
                 "log_level": log_level,
-                "launch_timeout": timeout, "call_timeout": timeout, "cluster": cluster}
+                "launch_timeout": timeout, "call_timeout": timeout, "cluster": cluster,
+                "trace": trace}
             locked = _lock_takers(placement, inlined=inlined)
             in_process = _in_process_takers(flow, placement, locked)
             lock_options: dict[str, dict[str, Any]] = {}
@@ -178,7 +189,8 @@ class FlowRun:
                                       if d in memory), default=None)}
                 for name in in_process})
             _launch_groups(flow, placement, options, inlined=inlined, into=groups,
-                           cpus_per_rank=cpus_per_rank, lock_options=lock_options)
+                           cpus_per_rank=cpus_per_rank, lock_options=lock_options,
+                           inputs=run_inputs)
             channels = {c.key: FlowChannel(
                 src=c.edge.src, dst=c.edge.dst, name=f"{run_id}/{c.key}", store=store,
                 consumer_ranks=groups[c.edge.dst].world_size,
@@ -585,13 +597,15 @@ def _in_process_takers(flow: MacroFlow, placement: Placement, locked: frozenset[
 def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, Any], *,
                    inlined: Mapping[str, str], into: dict[str, WorkerGroup],
                    cpus_per_rank: float | None = None,
-                   lock_options: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                   lock_options: Mapping[str, Mapping[str, Any]] | None = None,
+                   inputs: Mapping[str, Mapping[str, Any]] | None = None) -> None:
     """Launch the processes of every component not `inlined`, one set of processes per
     `MacroFlow.process_sets` entry (components on the same devices share them), the sets
     side by side (each waits seconds for its processes; a host gets its guests'
     ``inline_kwargs``); every group that started lands in `into`, also when another failed
     or Ctrl-C came, so the caller can kill them all. A component in `lock_options` also gets
-    its device lock's address and token."""
+    its device lock's address and token, and one in `inputs` those constructor arguments
+    over its declared ones."""
     sets = flow.process_sets(placement)
     cpus = (cpus_per_rank if cpus_per_rank is not None
             else _cpus_per_rank(placement, process_sets=sets, cluster=options.get("cluster")))
@@ -602,6 +616,7 @@ def _launch_groups(flow: MacroFlow, placement: Placement, options: Mapping[str, 
         for guest, host in inlined.items():
             if host == spec.name:
                 merged.update(flow.component(guest).inline_kwargs)
+        merged.update((inputs or {}).get(spec.name, {}))
         return merged
 
     def launch(members: tuple[str, ...]) -> dict[str, WorkerGroup]:
@@ -653,6 +668,40 @@ def _check_peer_ends(flow: MacroFlow, placement: Placement) -> None:
                 f"one count divides the other, but the plan gives them {counts} ranks: place "
                 "them on device counts that divide, or declare the edge with "
                 "transport='channel'")
+
+
+def _check_gpus(flow: MacroFlow) -> None:
+    """A flow that computes on CUDA is refused before anything starts where there is no GPU
+    (a rank would die building its model, after the others started)."""
+    if flow.device != "cuda" and not any(spec.num_gpus for spec in flow.components):
+        return
+    if ray.is_initialized():
+        gpus, where = ray.cluster_resources().get("GPU", 0.0), "the Ray cluster has"
+    else:
+        gpus = sum(d.is_gpu for d in Cluster.discover(use_ray=False).devices)
+        where = "this machine has"
+    if gpus < 1:
+        raise ConfigError(f"flow {flow.name!r} computes on CUDA, but {where} {gpus:g} GPUs "
+                          "(nvidia-ml-py or Ray sees none): run on a machine with a GPU and its "
+                          "driver (Ray started there detects it), or use device='cpu'")
+
+
+def _checked_inputs(flow: MacroFlow, inputs: Mapping[str, Mapping[str, Any]] | None, *,
+                    inlined: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """`inputs` as plain dicts, each naming a launched component (checked before anything
+    starts)."""
+    checked = {name: dict(kwargs) for name, kwargs in (inputs or {}).items()}
+    unknown = sorted(set(checked) - set(flow.names))
+    if unknown:
+        raise FlowDeclarationError(f"inputs name {unknown}, which the flow does not declare "
+                                   f"(its components: {list(flow.names)})")
+    served = sorted(name for name in checked if name in inlined and checked[name])
+    if served:
+        raise FlowDeclarationError(
+            f"inputs go to {served}, but the plan serves them inside "
+            f"{sorted({inlined[n] for n in served})}'s process, which builds them from their "
+            "declared inline_kwargs: give the input to the host, or place them apart")
+    return checked
 
 
 def _check_policy_lag(flow: MacroFlow, placement: Placement) -> None:

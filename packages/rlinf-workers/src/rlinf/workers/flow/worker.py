@@ -14,7 +14,8 @@ What a component needs from the runtime, written once:
   time (per component, when the rank also serves an inlined one), peak memory and
   device-lock use, and returns them with the entry's metrics as an `EntryReport` (the
   runtime's profile of the iteration).
-- a `TraceRecorder` on track ``"{role}/{rank}"``.
+- a `TraceRecorder` on track ``"{role}/{rank}"``, recording when the launch asked for a trace
+  (`WorkerContext.trace`) or the constructor's ``trace`` says so.
 
 Rule that keeps shared devices deadlock-free: a component never waits on a channel while
 holding its devices; it takes an input first, then the devices.
@@ -96,7 +97,8 @@ class FlowWorker(Worker):
         if lock_timeout <= 0 or io_timeout <= 0:
             raise ConfigError(f"lock_timeout and io_timeout must be > 0, got {lock_timeout} "
                               f"and {io_timeout}")
-        self.trace = TraceRecorder(f"{context.role}/{context.rank}", enabled=trace)
+        self.trace = TraceRecorder(f"{context.role}/{context.rank}",
+                                   enabled=trace or context.trace)
         self.lock_timeout = lock_timeout
         self.io_timeout = io_timeout
         self._handles: dict[str, Channel | PeerChannel] = {}

@@ -34,8 +34,7 @@ class ReasoningRole(FlowWorker):
     """Base of the reasoning roles (see the module docstring)."""
 
     def __init__(self, context: WorkerContext, *, setup: RoleSetup) -> None:
-        super().__init__(context, trace=setup.trace, lock_timeout=setup.lock_timeout,
-                         io_timeout=setup.io_timeout)
+        super().__init__(context, lock_timeout=setup.lock_timeout, io_timeout=setup.io_timeout)
         self.setup = setup
         if setup.device == "cpu":
             set_cpu_threads(max(len(context.devices), 1))

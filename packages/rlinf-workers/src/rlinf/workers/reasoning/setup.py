@@ -44,8 +44,6 @@ class RoleSetup:
     precision: Precision = "fp32"
     """Forward precision of rollout and inference ("bf16": autocast; vLLM and SGLang serve
     bfloat16 weights); the flow sets it to the actor's."""
-    trace: bool = False
-    """Record one span per stage and micro-batch (`rlinf.workers.telemetry.TraceRecorder`)."""
     lock_timeout: float = 600.0
     """Seconds a role waits for its devices (collocated roles take turns)."""
     io_timeout: float = 600.0

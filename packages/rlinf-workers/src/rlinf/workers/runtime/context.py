@@ -40,6 +40,9 @@ class WorkerContext:
     device_memory: int | None = None
     """Bytes of memory of each of this rank's devices, which an in-process device lock
     (``local:``) fits residents into; None: unknown (one component resident at a time)."""
+    trace: bool = False
+    """Record trace spans (the launch's ``trace`` option; `rlinf.workers.flow.FlowWorker`
+    keeps them on track ``"{role}/{rank}"``)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.rank < self.world_size:

@@ -278,6 +278,7 @@ class WorkerGroup:
         launch_timeout: float = 120.0,
         call_timeout: float = 600.0,
         span_devices: bool = False,
+        trace: bool = False,
     ) -> WorkerGroup:
         """Start the ranks and wait (at most `launch_timeout`) until each is constructed.
 
@@ -297,7 +298,8 @@ class WorkerGroup:
         keeps it co-resident with components it fits beside (None: each worker's own
         `Worker.resident_memory_bytes`). `span_devices`: one rank whose context holds every
         device of `placement` (a process computing on all of them, e.g. with one thread per
-        CPU slot), on the node of the first. Without ``ray.init()`` the ranks are local
+        CPU slot), on the node of the first. `trace`: each rank's context asks it to record
+        trace spans (`WorkerContext.trace`). Without ``ray.init()`` the ranks are local
         processes (`rlinf.workers.runtime.local`).
         """
         if not issubclass(worker_cls, Worker):
@@ -311,7 +313,7 @@ class WorkerGroup:
                               env=_worker_env(allocator, env_vars))
         actors: list[Any] = [start(name, rank, ranks.context(
             name, rank, log_level=log_level, device_lock_address=device_lock_address,
-            device_lock_token=device_lock_token, memory_bytes=memory_bytes),
+            device_lock_token=device_lock_token, memory_bytes=memory_bytes, trace=trace),
             **dict(init_kwargs or {})) for rank in range(ranks.world)]
         group = cls(role=ranks.role, name=name, worker_cls=worker_cls, actors=actors,
                     call_timeout=call_timeout)
@@ -336,6 +338,7 @@ class WorkerGroup:
         launch_timeout: float = 120.0,
         call_timeout: float = 600.0,
         span_devices: bool = False,
+        trace: bool = False,
     ) -> dict[str, WorkerGroup]:
         """Start one process per rank of `placement` that serves every member
         (`rlinf.workers.runtime.shared`) and return a group per member, by role; each member
@@ -372,7 +375,7 @@ class WorkerGroup:
                                       device_lock_address=member.device_lock_address,
                                       device_lock_token=member.device_lock_token,
                                       memory_bytes=member.memory_bytes,
-                                      device_memory=member.device_memory)
+                                      device_memory=member.device_memory, trace=trace)
                         for rank in range(ranks.world)]
             try:
                 host.call_async("add_member", [member.worker_cls] * ranks.world, contexts,
@@ -603,8 +606,8 @@ class _Ranks:
 
     def context(self, name: str, rank: int, *, log_level: str | None, role: str | None = None,
                 device_lock_address: str | None = None, device_lock_token: bytes | None = None,
-                memory_bytes: int | None = None,
-                device_memory: int | None = None) -> WorkerContext:
+                memory_bytes: int | None = None, device_memory: int | None = None,
+                trace: bool = False) -> WorkerContext:
         placement = self.placement
         return WorkerContext(
             role=role or self.role, rank=rank,
@@ -614,7 +617,7 @@ class _Ranks:
                      else (rank,)),
             group_name=name, log_level=log_level,
             device_lock_address=device_lock_address, device_lock_token=device_lock_token,
-            memory_bytes=memory_bytes, device_memory=device_memory)
+            memory_bytes=memory_bytes, device_memory=device_memory, trace=trace)
 
     def starter(self, cls: type, *, cpus: float, gpus: float, env: Mapping[str, str],
                 max_concurrency: int | None = None) -> Callable[..., Any]:
