@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from rlinf.sched import Cluster, CostModel, ExecutionPlan, Placement, Profile, Workflow, fit_profile
+from rlinf.sched import Cluster, CostModel, ExecutionPlan, Placement, Profile, Workflow
 from rlinf.workers.embodied.run_profile import LINK
 from rlinf.workers.flow.auto import CONTROL, WEIGHT_SYNC
 from rlinf.workers.training import Pricing
@@ -37,10 +37,10 @@ class EmbodiedPricing(Pricing):
     tie_tolerance = TIE_TOLERANCE
 
     def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
-        return fit_profile(profile)
+        return self.fitted(profile).fitted
 
     def calibrated(self, cluster: Cluster, profile: Profile) -> Cluster:
-        cost = fit_profile(profile)
+        cost = self.fitted(profile).fitted
         linked = link_cluster(cluster, self.workflow, profile, component=LINK,
                               edge="env->rollout")
         turned = fitted_turns(linked, self.workflow, profile, cost)

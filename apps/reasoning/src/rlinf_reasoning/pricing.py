@@ -26,7 +26,7 @@ from rlinf.sched import (
 from rlinf.workers import flow as rf
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.reasoning import ProblemSource as ProblemStream
-from rlinf.workers.training import Pricing, ProfileCosts
+from rlinf.workers.training import Pricing
 from rlinf_reasoning.placement import resolve_placement
 from rlinf_reasoning.spec import FlowSpec
 from rlinf_reasoning.workflow import (
@@ -49,7 +49,7 @@ class ReasoningPricing(Pricing):
         self._workflows: dict[int, Workflow] = {1: self.workflow}
 
     def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
-        measured = ProfileCosts(profile)
+        measured = self.fitted(profile)
         if not self.spec.choose_cut:
             return measured
         return CutPricedCosts(measured, trainer_cost(self.spec, measured, cluster))

@@ -121,3 +121,24 @@ def test_a_plan_that_does_not_fit_as_run_is_dropped_and_none_fitting_is_an_error
     heavy.everywhere = True
     with pytest.raises(PlanningError, match="none of the planner's"):
         heavy.rank(COSTS, BOX)
+
+
+def test_ranking_fits_the_profile_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Calibration and pricing share one fit of the profile (each fit is a least-squares
+    fit per component, device count and curve)."""
+    from rlinf.workers.training import pricing as pricing_module
+
+    fits: list[Profile] = []
+    real = pricing_module.fit_profile
+
+    def counted(profile: Profile):  # type: ignore[no-untyped-def]
+        fits.append(profile)
+        return real(profile)
+
+    monkeypatch.setattr(pricing_module, "fit_profile", counted)
+    profile = measured(weight_sync=0.1)
+    pricing = Pricing(FLOW.to_sched_workflow())
+    pricing.rank(profile, BOX)
+    assert fits == [profile]
+    pricing.rank(measured(weight_sync=0.2), BOX)  # another profile: fitted anew
+    assert len(fits) == 2

@@ -10,9 +10,10 @@ trajectory is the same as with a fixed placement. The probes also record their w
 syncs, their own iterations and, on CPU slots, a pipelined probe's iterations
 (`pipeline_probe_spec`), to which `calibrated_cluster` fits the cluster's turn latency
 (collocated probes: components take turns on every device) and message latency (the
-pipelined probe: hops between processes, cores shared side by side). `plan_flow` fits the
-profile (`rlinf.sched.fit_profile`), calibrates the cluster, and asks the M2Flow planner
-(`rlinf.sched.plan`) for ranked plans of `MacroFlow.to_sched_workflow()`; `launch_auto`
+pipelined probe: hops between processes, cores shared side by side). `plan_flow` prices
+``MacroFlow.to_sched_workflow()``'s plans as the apps do (`rlinf.workers.training.Pricing`:
+the profile fitted, the cluster calibrated, the M2Flow planner's ranked plans priced again
+as the flow runs them); `launch_auto`
 launches the best one and returns an `AutoReport` whose `predicted_seconds` the caller
 compares with the measured iterations (`AutoReport.compare`).
 """
@@ -39,9 +40,6 @@ from rlinf.sched import (
     PlanResult,
     Profile,
     Profiler,
-    fit_profile,
-    plan,
-    simulate,
 )
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.declaration import MacroFlow
@@ -509,19 +507,16 @@ def fit_turn_latency(cluster: Cluster, profile: Profile,
 
 def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
               options: PlannerOptions | None = None) -> PlanResult:
-    """Ranked plans of `flow` on `cluster` (its message latency calibrated to the pipelined
-    probe, `calibrated_cluster`), priced by cost curves fitted to `profile`."""
-    workflow = flow.to_sched_workflow()
-    cost = fit_profile(profile)
+    """Ranked plans of `flow` on `cluster`, the best first, priced as the apps price theirs
+    (`rlinf.workers.training.Pricing`: costs fitted to `profile`, the cluster calibrated to
+    its probes, every iteration's weight sync on top)."""
+    # The training layer sits above the flow runtime: imported when planning.
+    from rlinf.workers.training.pricing import Pricing
 
-    def simulated(probe: ExecutionPlan, size: int, candidate: Cluster) -> float:
-        at_size = dataclasses.replace(workflow, global_batch=size)
-        micro = {name: min(items, size) for name, items in probe.micro_batch.items()}
-        return simulate(at_size, probe.placement, cost, candidate,
-                        micro_batch=micro).iteration_time
-
-    return plan(workflow, cost, calibrated_cluster(cluster, profile, simulated),
-                options=options)
+    choice = Pricing(flow.to_sched_workflow()).rank(profile, cluster, options=options)
+    if choice.ranked is None:  # rank always ranks; a guard for the type
+        raise ConfigError(f"no plan of {flow.name!r} was ranked")
+    return choice.ranked
 
 
 def launch_auto(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],

@@ -83,11 +83,19 @@ class Pricing:
 
     def __init__(self, workflow: Workflow) -> None:
         self.workflow = workflow
+        self._fit: tuple[Profile, ProfileCosts] | None = None
+
+    def fitted(self, profile: Profile) -> ProfileCosts:
+        """`profile`'s fitted costs, fitted once per profile: calibration and pricing share
+        them (a fit runs a least-squares fit per component, device count and curve)."""
+        if self._fit is None or self._fit[0] is not profile:
+            self._fit = (profile, ProfileCosts(profile))
+        return self._fit[1]
 
     # -- hooks --------------------------------------------------------------------------------
     def cost_model(self, profile: Profile, cluster: Cluster) -> CostModel:
         """The cost model of a measured profile."""
-        return ProfileCosts(profile)
+        return self.fitted(profile)
 
     def at_batch(self, items: int) -> Pricing:
         """This pricing for iterations of `items` items (a probe ran other batch sizes)."""
@@ -96,7 +104,7 @@ class Pricing:
     def calibrated(self, cluster: Cluster, profile: Profile) -> Cluster:
         """`cluster` fitted to the probes' iterations in `profile`, each probe simulated as
         the flow runs it at the batch it ran (`rlinf.workers.flow.auto.calibrated_cluster`)."""
-        cost = ProfileCosts(profile)
+        cost = self.fitted(profile)
         scaled: dict[int, Pricing] = {}  # one per probe size: the fits bisect many times
 
         def simulated(probe: ExecutionPlan, size: int, candidate: Cluster) -> float:
@@ -161,13 +169,15 @@ class Pricing:
                                      utilisation=result.utilisation)
         return self.finished(priced, cost, self.micro_batches(plan_)), result
 
-    def rank(self, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
+    def rank(self, costs: Profile | CostModel, cluster: Cluster, *,
+             options: PlannerOptions | None = None) -> PlanChoice:
         """The planner's ranked plans, its baselines and `candidates`, each priced as the
         flow runs it (`price`; a plan that does not fit the devices' memory so is dropped);
-        the fastest is chosen, ties (`tie_tolerance`) going to the planner's order."""
+        the fastest is chosen, ties (`tie_tolerance`) going to the planner's order.
+        `options` go to the planner (default: this pricing's `tie_tolerance`)."""
         cost, calibrated, overhead = self.costs(costs, cluster)
         result = plan(self.workflow, cost, calibrated,
-                      options=PlannerOptions(tie_tolerance=self.tie_tolerance))
+                      options=options or PlannerOptions(tie_tolerance=self.tie_tolerance))
         ordered: dict[tuple[object, ...], ExecutionPlan] = {}
         for candidate in (*result.ranked, *result.baselines.values(),
                           *self.candidates(cluster)):
