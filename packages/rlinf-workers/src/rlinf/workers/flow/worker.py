@@ -14,6 +14,7 @@ What a component needs from the runtime, written once:
   time (per component, when the rank also serves an inlined one), peak memory and
   device-lock use, and returns them with the entry's metrics as an `EntryReport` (the
   runtime's profile of the iteration).
+- torch's and BLAS's CPU threads per rank (``num_threads``), kept at every turn;
 - a `TraceRecorder` on track ``"{role}/{rank}"``, recording when the launch asked for a trace
   (`WorkerContext.trace`) or the constructor's ``trace`` says so.
 
@@ -38,6 +39,7 @@ from rlinf.workers.flow.channels import FlowChannel, Sharding, parse_store
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.peer import PeerChannel, endpoint_name
 from rlinf.workers.runtime import Worker, WorkerContext
+from rlinf.workers.runtime.threads import set_cpu_threads
 from rlinf.workers.telemetry import Span, TraceRecorder
 
 __all__ = ["EntryReport", "FlowWorker", "entry_parameters"]
@@ -92,11 +94,21 @@ class FlowWorker(Worker):
     """How this component's ranks split the units of its input channel (`Sharding`)."""
 
     def __init__(self, context: WorkerContext, *, trace: bool = False,
-                 lock_timeout: float = 600.0, io_timeout: float = 600.0) -> None:
+                 lock_timeout: float = 600.0, io_timeout: float = 600.0,
+                 num_threads: int | None = None) -> None:
+        """`num_threads`: torch's and BLAS's CPU threads for this rank's compute (one per CPU
+        slot is the rule: more oversubscribe the cores), set now and again at every `turn`
+        (OpenMP's count is per calling thread, and Ray may call on another thread than the
+        constructor's); None leaves the process's default."""
         super().__init__(context)
         if lock_timeout <= 0 or io_timeout <= 0:
             raise ConfigError(f"lock_timeout and io_timeout must be > 0, got {lock_timeout} "
                               f"and {io_timeout}")
+        if num_threads is not None and num_threads < 1:
+            raise ConfigError(f"num_threads must be >= 1 or None, got {num_threads}")
+        self.num_threads = num_threads
+        if num_threads is not None:
+            set_cpu_threads(num_threads)
         self.trace = TraceRecorder(f"{context.role}/{context.rank}",
                                    enabled=trace or context.trace)
         self.lock_timeout = lock_timeout
@@ -118,6 +130,8 @@ class FlowWorker(Worker):
         """Hold this rank's devices (if the run has a device lock) for one span of work, done
         for `component` (default: this worker's own; an inlined component's name when this
         rank serves it, so each is profiled apart)."""
+        if self.num_threads is not None:
+            set_cpu_threads(self.num_threads, rescan=False)
         locked = self.context.device_lock_address is not None
         hold = (self.hold_devices(timeout=self.lock_timeout) if locked
                 else contextlib.nullcontext())

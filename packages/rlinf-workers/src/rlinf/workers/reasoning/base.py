@@ -4,7 +4,8 @@ A `rlinf.workers.flow.FlowWorker` (device turns through the run's device lock, c
 busy time, trace spans, the flow runtime's entry call) plus what the reasoning roles add:
 
 - `RoleSetup` (model factory, seed, device, precision, timeouts);
-- torch threads = the rank's device count on CPU (a CPU slot is one core);
+- torch threads = the rank's device count on CPU (a CPU slot is one core; `FlowWorker`
+  keeps them at every turn);
 - `receive_shard`: this rank's groups of an iteration from a `FlowChannel`, a message at a
   time.
 
@@ -25,7 +26,6 @@ from rlinf.workers.reasoning.groups import unpack_group
 from rlinf.workers.reasoning.setup import RoleSetup
 from rlinf.workers.rollout.batch import RolloutBatch
 from rlinf.workers.runtime import WorkerContext
-from rlinf.workers.runtime.threads import set_cpu_threads
 
 __all__ = ["ReasoningRole"]
 
@@ -34,10 +34,10 @@ class ReasoningRole(FlowWorker):
     """Base of the reasoning roles (see the module docstring)."""
 
     def __init__(self, context: WorkerContext, *, setup: RoleSetup) -> None:
-        super().__init__(context, lock_timeout=setup.lock_timeout, io_timeout=setup.io_timeout)
+        super().__init__(context, lock_timeout=setup.lock_timeout, io_timeout=setup.io_timeout,
+                         num_threads=(max(len(context.devices), 1) if setup.device == "cpu"
+                                      else None))
         self.setup = setup
-        if setup.device == "cpu":
-            set_cpu_threads(max(len(context.devices), 1))
         self.device = self._torch_device()
 
     def _torch_device(self) -> torch.device:

@@ -8,22 +8,16 @@
 - `EmbodiedActorRole` trains (PPO/GRPO), checkpoints with every RNG and sends weights through the
   runtime's weight sync (`rlinf.workers.flow.WeightSender`; the policy roles receive).
 
-Every role is a `rlinf.workers.flow.FlowWorker` (`EmbodiedRole`): it sets torch's threads to its
-device count, records spans, and holds its devices through the device lock in each `turn`
-when the flow has one (roles placed together take turns).
+Every role is a `rlinf.workers.flow.FlowWorker` computing on one CPU thread per device of
+its rank (``num_threads`` overrides): it records spans and holds its devices through the
+device lock in each `turn` when the flow has one (roles placed together take turns).
+Weights travel as `weights.py` says.
 """
 
 from rlinf.workers.embodied.roles.actor_role import (
     EmbodiedActorRole,
     TrainReport,
     receive_trajectory,
-)
-from rlinf.workers.embodied.roles.base import (
-    EmbodiedRole,
-    PolicyTarget,
-    Weights,
-    weights_from_wire,
-    weights_to_wire,
 )
 from rlinf.workers.embodied.roles.env_role import (
     EnvDescription,
@@ -40,10 +34,15 @@ from rlinf.workers.embodied.roles.policy_role import (
     build_rollout_policy,
     serve_stages,
 )
+from rlinf.workers.embodied.roles.weights import (
+    PolicyTarget,
+    Weights,
+    weights_from_wire,
+    weights_to_wire,
+)
 
 __all__ = [
     "EmbodiedActorRole",
-    "EmbodiedRole",
     "EnvDescription",
     "EnvRole",
     "PolicyRole",

@@ -16,7 +16,7 @@ import torch
 
 from rlinf.comm import Channel
 from rlinf.workers.embodied.actor import EmbodiedActorConfig, EmbodiedActorWorker
-from rlinf.workers.embodied.roles.base import EmbodiedRole, Weights, weights_to_wire
+from rlinf.workers.embodied.roles.weights import Weights, weights_to_wire
 from rlinf.workers.env.trajectory import Trajectory
 from rlinf.workers.flow import FlowChannel, StepContext, WeightSender
 from rlinf.workers.flow.channels import rank_key
@@ -50,13 +50,14 @@ def receive_trajectory(channel: Channel, *, step: int, env_ranks: int,
     return Trajectory.concat(parts)
 
 
-class EmbodiedActorRole(EmbodiedRole, WeightSender):
+class EmbodiedActorRole(WeightSender):
     """Owns the trainable policy (an `EmbodiedActorWorker`) in its own process."""
 
     def __init__(self, context: WorkerContext, *, config: EmbodiedActorConfig,
                  trace: bool = False, num_threads: int | None = None,
                  io_timeout: float = 600.0) -> None:
-        super().__init__(context, trace=trace, num_threads=num_threads, io_timeout=io_timeout)
+        super().__init__(context, trace=trace, io_timeout=io_timeout,
+                         num_threads=num_threads or max(1, len(context.devices)))
         self.actor = EmbodiedActorWorker(context, config=config)
 
     def train_step(self, ctx: StepContext, *, input_channel: FlowChannel) -> dict[str, float]:

@@ -30,13 +30,13 @@ import numpy as np
 
 from rlinf.comm import Batch
 from rlinf.envs.embodied import EpisodeStats
-from rlinf.workers.embodied.roles.base import EmbodiedRole, PolicyTarget
 from rlinf.workers.embodied.roles.policy_role import (
     PING,
     RolloutPolicy,
     build_rollout_policy,
     env_scope,
 )
+from rlinf.workers.embodied.roles.weights import PolicyTarget
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig
 from rlinf.workers.env.config import EnvWorkerConfig
@@ -178,14 +178,15 @@ class _InlineLink:
         return pending.popleft()
 
 
-class EnvRole(EmbodiedRole, WeightReceiver):
+class EnvRole(WeightReceiver):
     """Simulators of one rank (module docstring); ``policy=`` serves the policy inline."""
 
     def __init__(self, context: WorkerContext, *, config: EnvWorkerConfig,
                  policy: PolicyRolloutConfig | VLARolloutConfig | None = None,
                  reset_every_iteration: bool = False, trace: bool = False,
                  num_threads: int | None = None, io_timeout: float = 600.0) -> None:
-        super().__init__(context, trace=trace, num_threads=num_threads, io_timeout=io_timeout)
+        super().__init__(context, trace=trace, io_timeout=io_timeout,
+                         num_threads=num_threads or max(1, len(context.devices)))
         self.run_envs = config
         """Every env of the run (this rank simulates its share, ``self.env.config``)."""
         self.env = EnvWorker(context, config=config.shard(context.rank, context.world_size))
@@ -198,6 +199,13 @@ class EnvRole(EmbodiedRole, WeightReceiver):
         they are), so the device lock never evicts a co-placed actor for it — as the
         simulator prices it (an unknown size would evict the actor every turn)."""
         return 0
+
+    def onload(self) -> None:
+        """Nothing to move (simulators and an inline policy stay in host memory); having
+        the hooks, the env takes part in its devices' switches as the simulator prices it."""
+
+    def offload(self) -> None:
+        """Nothing to free (see `onload`)."""
 
     def describe(self) -> EnvDescription:
         """Spaces and instruction of the task."""

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from rlinf.comm import Batch
-from rlinf.workers.embodied.roles.base import EmbodiedRole, PolicyTarget
+from rlinf.workers.embodied.roles.weights import PolicyTarget
 from rlinf.workers.embodied.rollout import PolicyRolloutConfig, PolicyRolloutWorker
 from rlinf.workers.embodied.vla_policy import VLARolloutConfig, VLARolloutWorker
 from rlinf.workers.env.group_threads import GroupThreads
@@ -125,7 +125,7 @@ def _answer(policy: RolloutPolicy, links: Sequence[tuple[ActionSource, ObsSink]]
     trace.add("infer", start, end, stage=stage, step=step)
 
 
-class PolicyRole(EmbodiedRole, WeightReceiver):
+class PolicyRole(WeightReceiver):
     """Rollout inference in its own process: the policy side of an env ↔ policy loop.
     `concurrent_stages`: the env role steps its stage groups concurrently (its envs live in
     worker processes: `EnvWorker.concurrent_groups`), so each stage is served as its
@@ -134,7 +134,8 @@ class PolicyRole(EmbodiedRole, WeightReceiver):
     def __init__(self, context: WorkerContext, *, config: PolicyRolloutConfig | VLARolloutConfig,
                  trace: bool = False, num_threads: int | None = None,
                  io_timeout: float = 600.0, concurrent_stages: bool = False) -> None:
-        super().__init__(context, trace=trace, num_threads=num_threads, io_timeout=io_timeout)
+        super().__init__(context, trace=trace, io_timeout=io_timeout,
+                         num_threads=num_threads or max(1, len(context.devices)))
         self.policy = build_rollout_policy(context, config)
         self.concurrent_stages = concurrent_stages
 
