@@ -92,10 +92,9 @@ def declare(cfg: Config) -> rf.MacroFlow:
         dataclasses.replace(part("actor", ActorRole, "train_step", config=cfg.actor),
                             setup="build", distributed=True),
     )
-    per_response = 16 * (32 + cfg.max_new_tokens)  # ids, masks, log-probs of one response
-    channels = tuple(rf.ChannelSpec(Edge(a.name, b.name, bytes_per_item=per_response),
-                                    granularity=cfg.group_size)  # a group per message
-                     for a, b in itertools.pairwise(components))
+    # A message's bytes need no estimate: profiling measures what each channel carries.
+    channels = tuple(rf.ChannelSpec(Edge(a.name, b.name), granularity=cfg.group_size)
+                     for a, b in itertools.pairwise(components))  # a group per message
     return rf.MacroFlow(components, channels,
                         weight_syncs=(rf.WeightSyncSpec("actor", ("inference", "rollout")),),
                         global_batch=items, name="ppo-critic-math")

@@ -114,7 +114,7 @@ def declare(cfg: Config) -> rf.MacroFlow:  # four components, three channels, a 
                   part("judge", Judge, "judge_step", weight=cfg.judge_weight),  # ours
                   replace(part("actor", rr.ActorRole, "train_step", config=cfg.actor),
                           setup="build", distributed=True))
-    channels = tuple(rf.ChannelSpec(Edge(a.name, b.name, bytes_per_item=16 * 40),
+    channels = tuple(rf.ChannelSpec(Edge(a.name, b.name),  # its bytes: measured by profiling
                                     granularity=cfg.group_size)  # a group per message
                      for a, b in itertools.pairwise(components))
     return rf.MacroFlow(components, channels, global_batch=items, name="reward-model-math",

@@ -40,11 +40,10 @@ class EmbodiedPricing(Pricing):
         return self.fitted(profile).fitted
 
     def calibrated(self, cluster: Cluster, profile: Profile) -> Cluster:
-        cost = self.fitted(profile).fitted
-        linked = link_cluster(cluster, self.workflow, profile, component=LINK,
-                              edge="env->rollout")
-        turned = fitted_turns(linked, self.workflow, profile, cost)
-        return calibrated_link(turned, self.workflow, profile, cost)
+        cost, workflow = self.fitted(profile).fitted, self.priced_workflow(self.workflow)
+        linked = link_cluster(cluster, workflow, profile, component=LINK, edge="env->rollout")
+        turned = fitted_turns(linked, workflow, profile, cost)
+        return calibrated_link(turned, workflow, profile, cost)
 
 
 def cluster_for(cfg: PlacementConfig) -> Cluster:

@@ -93,6 +93,21 @@ def test_fifo_per_key_weights_and_state(store: TCPStore, endpoint: Endpoint) -> 
         assert not channel.empty()
 
 
+def test_a_handle_counts_the_weight_and_bytes_it_put(store: TCPStore, endpoint: Endpoint) -> None:
+    """Small items on credit, a large one through shared memory, several at once: each
+    counts its weight and array bytes (a flow measures its edges' bytes per item so)."""
+    with Channel.create("c", store=store, maxsize=8) as owner:
+        here = Channel.connect("c", store=store)
+        assert here.sent == (0.0, 0)
+        here.put({"x": np.zeros(4, np.int64)}, weight=2)
+        here.put({"x": np.zeros(1 << 20, np.uint8), "y": np.zeros(3, np.float32)}, weight=1)
+        here.put_many([{"x": np.zeros(2, np.int16)}] * 3, weights=[1, 1, 1])
+        assert here.sent == (6.0, 32 + (1 << 20) + 12 + 3 * 4)
+        assert owner.sent == (0.0, 0)  # a handle counts its own puts only
+        owner.get_batch(target_weight=6, timeout=10)
+        here.disconnect()
+
+
 def test_back_pressure_put_times_out_when_full(store: TCPStore, endpoint: Endpoint) -> None:
     with Channel.create("c", store=store, maxsize=2) as channel:
         channel.put({"x": np.zeros(4)})

@@ -39,6 +39,7 @@ from rlinf.workers.flow.auto import (
     merge_run_profiles,
     run_profile,
 )
+from rlinf.workers.flow.records import EDGE_BYTES
 
 from ..leaks import eventually, live_ranks
 from .toys import (
@@ -438,6 +439,27 @@ def test_a_plan_that_does_not_fit_the_flow_is_refused_before_launch(clean: None)
     with pytest.raises(FlowDeclarationError, match=r"forces 'cuda_ipc', but \['source'\]"):
         FlowRun.launch(ipc, ipc.fixed_plan("source: 0, sink: 1", num_devices=2))
     assert our_actors() == []  # refused before any rank starts
+
+
+def test_each_edges_bytes_per_item_is_measured_on_its_channel(clean: None) -> None:
+    """What the runtime measures, a declaration need not estimate: the profile carries the
+    bytes per item each channel carried (int64 units: 8 bytes an item), p2p edges too."""
+    flow = declare(relay=True)
+    placement = "source: 0, relay,sink: 1"
+    with FlowRun.launch(flow, flow.fixed_plan(placement, num_devices=2), timeout=120) as run:
+        first, second = run.step(0), run.step(1)
+        profile = run.profile()
+    assert first.phase("source").sent == {"source->relay": (float(ITEMS), 8 * ITEMS)}
+    assert second.phase("relay").sent == {"relay->sink": (float(ITEMS), 8 * ITEMS)}
+    assert first.phase("sink").sent == {}  # no output
+    assert profile.metadata[EDGE_BYTES] == {"source->relay": 8.0, "relay->sink": 8.0}
+    # A loop's p2p edges: a message of every env's int64 observation (or action) per step.
+    loop = declare_loop("p2p")
+    with FlowRun.launch(loop, loop.fixed_plan("env: 0, policy: 1, actor: 0", num_devices=2),
+                        timeout=120) as run:
+        run.step(0)
+        measured = run.profile().metadata[EDGE_BYTES]
+    assert measured["env->policy"] == measured["policy->env"] == 8.0
 
 
 def test_a_runs_inputs_reach_their_components_over_the_declared_arguments(

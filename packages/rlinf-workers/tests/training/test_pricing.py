@@ -20,6 +20,7 @@ from rlinf.sched import (
     plan,
 )
 from rlinf.workers.flow.auto import WEIGHT_SYNC
+from rlinf.workers.flow.records import EDGE_BYTES
 from rlinf.workers.training import Pricing
 
 from ..flow.test_run import ITEMS, declare
@@ -142,3 +143,17 @@ def test_ranking_fits_the_profile_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fits == [profile]
     pricing.rank(measured(weight_sync=0.2), BOX)  # another profile: fitted anew
     assert len(fits) == 2
+
+
+def test_an_edges_measured_bytes_per_item_replace_the_declared_estimate() -> None:
+    """Plans are priced with what the channels carried (`EDGE_BYTES` in the profile), not
+    with the declaration's estimate: a heavy edge makes the split plan pay its transfer."""
+    apart = plan_of("source: 0, sink: 1")
+    declared, _ = Pricing(FLOW.to_sched_workflow()).price(apart, measured(), BOX)
+    heavy = dataclasses.replace(measured(), metadata={EDGE_BYTES: {"source->sink": 1e8}})
+    pricing = Pricing(FLOW.to_sched_workflow())
+    priced, _ = pricing.price(apart, heavy, BOX)
+    assert pricing.edge_bytes == {"source->sink": 1e8}
+    assert [e.bytes_per_item for e in pricing.priced_workflow(pricing.workflow).edges] == [1e8]
+    transfer = ITEMS * 1e8 / BOX.intra_node_bandwidth
+    assert priced.predicted_time == pytest.approx(declared.predicted_time + transfer, rel=0.1)

@@ -84,6 +84,9 @@ class Channel:
         self.name = name
         self.endpoint = endpoint
         self._server = server
+        self._sent_weight = 0.0
+        self._sent_bytes = 0
+        self._sent_lock = threading.Lock()
         self._store: Store | None = None  # the creator's handle unregisters the name
         # xids put through this handle and not yet released by their consumer
         self._outstanding: set[int] = set()
@@ -202,7 +205,20 @@ class Channel:
         descriptor, buffers = parts
         wire_item = {"w": w, "p": {"t": layout.INLINE, "d": descriptor}, "nb": len(buffers)}
         self._send_on_credit(key, [wire_item], buffers, [], limit)
+        self._count_sent(w, sum(b.nbytes for b in buffers))
         return True
+
+    def _count_sent(self, weight: float, nbytes: int) -> None:
+        with self._sent_lock:
+            self._sent_weight += weight
+            self._sent_bytes += nbytes
+
+    @property
+    def sent(self) -> tuple[float, int]:
+        """``(weight, bytes)``: the total weight and array bytes of the items this handle
+        has put (what a message costs to move, per unit of weight)."""
+        with self._sent_lock:
+            return self._sent_weight, self._sent_bytes
 
     def put_many(
         self,
@@ -356,6 +372,7 @@ class Channel:
         packed together, see `Endpoint.export_payloads`).
         """
         batches = [Batch.of(item) for item in items]
+        self._count_sent(sum(weights), sum(b.nbytes for b in batches))
         limit = self.endpoint.config.eager_bytes
         wire_items: list[Header] = []
         buffers: list[Any] = []

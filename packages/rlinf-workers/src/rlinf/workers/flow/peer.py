@@ -164,6 +164,7 @@ class PeerChannel:
         """Whether the next put may still open a ring (until one is open or ruled out)."""
         self._put_lock = threading.Lock()
         """Puts from several threads go into the ring (or the endpoint) one at a time."""
+        self._sent: tuple[float, int] = (0.0, 0)
 
     @staticmethod
     def mailbox() -> _Filed:
@@ -173,9 +174,15 @@ class PeerChannel:
 
     def put(self, item: Batch, *, key: str | None = None, weight: float = 1,
             timeout: float | None = None) -> None:
-        """Send `item` under `key` (`weight` is accepted for channel compatibility)."""
+        """Send `item` under `key`; `weight` counts toward `sent`, as on a channel."""
         with self._put_lock:
             self._put(item, key, self._timeout if timeout is None else timeout)
+            self._sent = (self._sent[0] + weight, self._sent[1] + item.nbytes)
+
+    @property
+    def sent(self) -> tuple[float, int]:
+        """``(weight, bytes)`` of the items sent so far (`rlinf.comm.Channel.sent`)."""
+        return self._sent
 
     def _put(self, item: Batch, key: str | None, limit: float) -> None:
         payload = _encode(item, key) if self._ring is not None or self._try_ring else None

@@ -7,7 +7,9 @@ inside device turns (its compute time), the items it processed on how many devic
 peak memory and its use of the device lock. `profile_of` turns records into an
 `rlinf.sched.Profile` — one `Measurement` per component and iteration, one per call its
 ranks timed (`PhaseRecord.calls`), plus every onload/offload — which
-`rlinf.sched.fit_profile` fits and the planner prices.
+`rlinf.sched.fit_profile` fits and the planner prices — and, in its metadata, the bytes
+per item each channel carried (`edge_bytes_per_item`), which pricing puts in place of the
+declaration's estimates.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlinf.sched import Measurement, Profile, Profiler
+from rlinf.sched import Measurement, Profile, Profiler, Workflow
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["IterationRecord", "PhaseRecord", "profile_of"]
+__all__ = ["EDGE_BYTES", "IterationRecord", "PhaseRecord", "edge_bytes_per_item", "profile_of"]
+
+EDGE_BYTES = "edge_bytes_per_item"
+"""Profile metadata: ``{edge: bytes per item}`` measured on the channels (`profile_of`)."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,8 @@ class PhaseRecord:
     """``(items, devices, seconds)`` of each call a rank timed on its own devices
     (`FlowWorker.timed_call`: a rollout micro-batch, a message scored), over all ranks: the
     profile's points at the sizes the component really computes."""
+    sent: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    """``{edge: (weight, bytes)}`` put into each output channel over all ranks."""
 
     @property
     def seconds(self) -> float:
@@ -148,3 +155,28 @@ def profile_of(records: Sequence[IterationRecord], *,
             for direction, seconds in phase.switches:
                 profiler.record_switch(phase.name, direction, seconds)
     return profiler.profile
+
+
+def edge_bytes_per_item(records: Sequence[IterationRecord], workflow: Workflow
+                        ) -> dict[str, float]:
+    """``{edge: bytes per item}`` of the array bytes `records`' components put into their
+    channels, per item as the simulator counts an edge's items (`Workflow.edge_items`: the
+    consumer's items of that iteration unless the edge fixes them; per step inside a loop).
+    Edges that carried nothing measurable are left out."""
+    edges = {e.key: e for e in workflow.edges}
+    totals: dict[str, list[float]] = {}
+    for record in records:
+        items = {p.name: p.items for p in record.phases if p.is_component}
+        for phase in record.phases:
+            for key, (_weight, nbytes) in phase.sent.items():
+                edge = edges.get(key)
+                if edge is None:
+                    continue
+                loop = workflow.loop_of(edge.src)
+                steps = (workflow.loops[loop].steps
+                         if loop is not None and loop == workflow.loop_of(edge.dst) else 1)
+                count = edge.items if edge.items is not None else items.get(edge.dst, 0)
+                total = totals.setdefault(key, [0.0, 0.0])
+                total[0] += count * steps
+                total[1] += nbytes
+    return {key: nbytes / count for key, (count, nbytes) in totals.items() if count > 0}

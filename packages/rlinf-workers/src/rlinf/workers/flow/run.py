@@ -50,7 +50,7 @@ import os
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
@@ -65,7 +65,14 @@ from rlinf.workers.flow.channels import FlowChannel, store_name
 from rlinf.workers.flow.context import StepContext
 from rlinf.workers.flow.declaration import ComponentSpec, MacroFlow
 from rlinf.workers.flow.errors import FlowClosedError, FlowDeclarationError
-from rlinf.workers.flow.records import IterationRecord, PhaseRecord, iteration_metrics, profile_of
+from rlinf.workers.flow.records import (
+    EDGE_BYTES,
+    IterationRecord,
+    PhaseRecord,
+    edge_bytes_per_item,
+    iteration_metrics,
+    profile_of,
+)
 from rlinf.workers.flow.weights import WeightSync, weight_transport
 from rlinf.workers.flow.worker import EntryReport
 from rlinf.workers.runtime import RANK_ZERO, GroupFuture, WorkerGroup, count_onloads
@@ -421,10 +428,13 @@ class FlowRun:
 
     def profile(self, *, skip: int = 0) -> Profile:
         """The measurements of every iteration but the first `skip` (warm-up), plus every
-        onload/offload, as an `rlinf.sched.Profile` (`rlinf.workers.flow.records`)."""
-        return profile_of(self._records[skip:], metadata={
-            "flow": self.flow.name, "placement": self.plan.spec},
-            loop_steps=self.flow.loop_steps)
+        onload/offload, as an `rlinf.sched.Profile` (`rlinf.workers.flow.records`), with
+        each channel's measured bytes per item in its metadata (`EDGE_BYTES`)."""
+        records = self._records[skip:]
+        sent = edge_bytes_per_item(records, self.flow.to_sched_workflow())
+        return profile_of(records, metadata={
+            "flow": self.flow.name, "placement": self.plan.spec,
+            **({EDGE_BYTES: sent} if sent else {})}, loop_steps=self.flow.loop_steps)
 
     def _channels_of(self, name: str, peer_end: str) -> dict[str, FlowChannel]:
         """`name`'s launched channels keyed by the peer: its inputs (`peer_end` ``"src"``)
@@ -449,7 +459,8 @@ class FlowRun:
             switches=() if hosted else tuple(s for r in reports for s in r.switches),
             calls=tuple((items, devices, seconds) for r in reports
                         for component, items, devices, seconds in r.calls
-                        if component == spec.name))
+                        if component == spec.name),
+            sent={} if hosted else _summed_sent(reports))
 
     # -- waiting -----------------------------------------------------------------------------
 
@@ -552,6 +563,16 @@ class FlowRun:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.close(kill=exc is not None)
+
+
+def _summed_sent(reports: Sequence[EntryReport]) -> dict[str, tuple[float, int]]:
+    """``{edge: (weight, bytes)}`` over every rank's report."""
+    out: dict[str, tuple[float, int]] = {}
+    for report in reports:
+        for edge, (weight, nbytes) in report.sent.items():
+            before = out.get(edge, (0.0, 0))
+            out[edge] = (before[0] + weight, before[1] + nbytes)
+    return out
 
 
 def _error_of(future: GroupFuture) -> BaseException:

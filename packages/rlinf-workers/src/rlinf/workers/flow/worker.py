@@ -85,6 +85,10 @@ class EntryReport:
     calls: tuple[tuple[str, int, int, float], ...] = ()
     """``(component, items, devices, seconds)`` of each call the entry timed
     (`FlowWorker.timed_call`)."""
+    sent: Mapping[str, tuple[float, int]] = field(default_factory=dict)
+    """``{edge: (weight, bytes)}``: what the call put into each output channel (items by
+    their weight, array bytes), from which the profile measures each edge's bytes per
+    item."""
 
 
 class FlowWorker(Worker):
@@ -289,6 +293,8 @@ class FlowWorker(Worker):
                                   f"flow gives it {sorted(given)}: take {plural}= instead")
             elif given:
                 channels[single] = next(iter(given.values()))
+        outs = list(dict(outputs or {}).values())
+        sent_before = {c.edge: self._sent_on(c) for c in outs}
         probe = Profiler(metadata={"role": self.role, "rank": self.rank})
         busy, holds = self._busy, self._holds
         self._busy_by.clear()
@@ -298,6 +304,10 @@ class FlowWorker(Worker):
                            num_devices=max(1, len(self.devices))):
             metrics = method(ctx, **channels)
         wall = time.perf_counter() - t0
+        sent: dict[str, tuple[float, int]] = {}
+        for c in outs:
+            (weight, nbytes), (weight_before, bytes_before) = self._sent_on(c), sent_before[c.edge]
+            sent[c.edge] = (weight - weight_before, nbytes - bytes_before)
         peak = probe.profile.measurements[-1]
         events = self._device_lock.switch_events if self._device_lock is not None else ()
         return EntryReport(
@@ -306,8 +316,15 @@ class FlowWorker(Worker):
             calls=tuple(self._calls),
             wall_seconds=wall, started=started,
             peak_memory_bytes=peak.peak_memory_bytes, memory_source=peak.memory_source,
-            lock_holds=self._holds - holds,
+            lock_holds=self._holds - holds, sent=sent,
             switches=tuple((e.direction, e.seconds) for e in events if e.started >= started))
+
+    def _sent_on(self, channel: FlowChannel) -> tuple[float, int]:
+        """``(weight, bytes)`` this rank has put into `channel` so far (over every peer of
+        a p2p edge)."""
+        handles = [h for key, h in self._handles.items()
+                   if key == channel.name or key.startswith(f"{channel.name}#")]
+        return (sum(h.sent[0] for h in handles), sum(h.sent[1] for h in handles))
 
     def shutdown(self) -> None:
         """Drop channel handles (clients first, then the channels this rank owns)."""

@@ -16,7 +16,7 @@ or a calibration of its own (`calibrated`: the link and turn fits below compose 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import structlog
@@ -37,10 +37,11 @@ from rlinf.sched import (
     simulate,
 )
 from rlinf.workers.flow import auto as rf
+from rlinf.workers.flow.records import EDGE_BYTES
 from rlinf.workers.training.task import PlanChoice
 
 __all__ = ["Pricing", "ProfileCosts", "calibrated_link", "fitted_turns", "link_cluster",
-           "on_cluster", "synchronous"]
+           "measured_edges", "on_cluster", "synchronous"]
 
 _log = structlog.get_logger(__name__)
 
@@ -73,7 +74,8 @@ class Pricing:
 
     The defaults price a plan as the planner pictures it: its own micro-batches, the
     declared workflow, costs fitted to the profile, the cluster calibrated by the probes'
-    iterations (`rlinf.workers.flow.auto.calibrated_cluster`). Subclasses override the hooks."""
+    iterations (`rlinf.workers.flow.auto.calibrated_cluster`), each edge's bytes per item as
+    the profile's channels measured them. Subclasses override the hooks."""
 
     overheads: tuple[str, ...] = (rf.WEIGHT_SYNC,)
     """Profile components every iteration pays beside the simulated dataflow."""
@@ -84,6 +86,9 @@ class Pricing:
     def __init__(self, workflow: Workflow) -> None:
         self.workflow = workflow
         self._fit: tuple[Profile, ProfileCosts] | None = None
+        self.edge_bytes: Mapping[str, float] = {}
+        """Bytes per item each edge carried in the last priced profile (`measured_edges`),
+        priced in place of the declaration's estimates (`priced_workflow`)."""
 
     def fitted(self, profile: Profile) -> ProfileCosts:
         """`profile`'s fitted costs, fitted once per profile: calibration and pricing share
@@ -110,6 +115,7 @@ class Pricing:
         def simulated(probe: ExecutionPlan, size: int, candidate: Cluster) -> float:
             if size not in scaled:
                 scaled[size] = self.at_batch(size)
+                scaled[size].edge_bytes = self.edge_bytes
             return scaled[size].simulation(probe, cost, candidate).iteration_time
 
         return rf.calibrated_cluster(cluster, profile, simulated)
@@ -137,11 +143,20 @@ class Pricing:
         launch them)."""
         return ()
 
+    def priced_workflow(self, workflow: Workflow) -> Workflow:
+        """`workflow` with each edge's bytes per item as measured (`edge_bytes`), where
+        measured: what the runtime measures, the declaration need not estimate."""
+        if not self.edge_bytes:
+            return workflow
+        return dataclasses.replace(workflow, edges=tuple(
+            dataclasses.replace(e, bytes_per_item=self.edge_bytes[e.key])
+            if e.key in self.edge_bytes else e for e in workflow.edges))
+
     # -- pricing ------------------------------------------------------------------------------
     def simulation(self, plan_: ExecutionPlan, cost: CostModel,
                    cluster: Cluster) -> SimulationResult:
         """One recorded simulated iteration of `plan_` as the flow runs it."""
-        return simulate(self.workflow_for(plan_), plan_.placement,
+        return simulate(self.priced_workflow(self.workflow_for(plan_)), plan_.placement,
                         self.simulated_costs(plan_, cost), cluster,
                         micro_batch=self.micro_batches(plan_), record=True)
 
@@ -152,6 +167,7 @@ class Pricing:
         the re-planner: no overhead)."""
         if not isinstance(costs, Profile):
             return costs, cluster, 0.0
+        self.edge_bytes = measured_edges(costs) or self.edge_bytes
         calibrated = self.calibrated(cluster, costs)
         return (self.cost_model(costs, calibrated), calibrated,
                 rf.overhead_seconds(costs, self.overheads))
@@ -176,7 +192,7 @@ class Pricing:
         the fastest is chosen, ties (`tie_tolerance`) going to the planner's order.
         `options` go to the planner (default: this pricing's `tie_tolerance`)."""
         cost, calibrated, overhead = self.costs(costs, cluster)
-        result = plan(self.workflow, cost, calibrated,
+        result = plan(self.priced_workflow(self.workflow), cost, calibrated,
                       options=options or PlannerOptions(tie_tolerance=self.tie_tolerance))
         ordered: dict[tuple[object, ...], ExecutionPlan] = {}
         for candidate in (*result.ranked, *result.baselines.values(),
@@ -222,6 +238,13 @@ class _AtBatch(Pricing):
 
 
 # -- calibrations a pricing composes ---------------------------------------------------------
+def measured_edges(profile: Profile) -> dict[str, float]:
+    """``{edge: bytes per item}`` the profile's runs measured on their channels
+    (`rlinf.workers.flow.records.edge_bytes_per_item`); empty where none was measured."""
+    measured = profile.metadata.get(EDGE_BYTES) or {}
+    return {str(edge): float(nbytes) for edge, nbytes in dict(measured).items()}
+
+
 def on_cluster(placement: Placement, cluster: Cluster) -> Placement:
     """`placement` (a probe's, on the devices it ran on) on `cluster`'s devices: the same
     components on the same device indices, the rest of the cluster unused."""
