@@ -103,8 +103,9 @@ def test_a_group_call_raises_a_ctrl_c_that_its_wait_swallowed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     # An evaluation or checkpoint call (GroupFuture.rank_results) waits outside any flow
     # step: the first ray.wait swallows the Ctrl-C, the next slice raises it again.
+    import ray
+
     from rlinf.workers.runtime import RANK_ZERO, GroupFuture
-    from rlinf.workers.runtime import group as group_module
 
     waits: list[float] = []
 
@@ -115,7 +116,7 @@ def test_a_group_call_raises_a_ctrl_c_that_its_wait_swallowed(
             _swallow_a_ctrl_c()
         return [], refs
 
-    monkeypatch.setattr(group_module.ray, "wait", swallowing_wait)
+    monkeypatch.setattr(ray, "wait", swallowing_wait)
     future = GroupFuture(role="actor", method="save_checkpoint", ranks=(0,),
                          refs=[object()], spec=RANK_ZERO, nodes={}, default_timeout=60.0)
     started = time.monotonic()

@@ -297,6 +297,12 @@ class AppCLI(Generic[C]):
         from rlinf.workers.telemetry import configure_logging
 
         configure_logging(level=args.log_level or "warning")
+        if not args.dry_run:
+            # The ranks' imports start now, beside the config's composition and the
+            # driver's own imports: a run's first step waits on them otherwise.
+            from rlinf.workers.runtime.backend import start_local_early
+
+            start_local_early(self.rank_modules)
         if args.multirun:
             return self._multirun(args, overrides)
         try:

@@ -53,9 +53,8 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ray
 import structlog
 
 from rlinf.comm import TCPStore, new_token
@@ -84,6 +83,7 @@ from rlinf.workers.runtime.interrupts import (
     hold_interrupts,
     keep_interrupts,
 )
+from rlinf.workers.runtime.lazy_ray import connected
 from rlinf.workers.runtime.ray_session import (
     ClusterWatch,
     cluster_address,
@@ -92,6 +92,11 @@ from rlinf.workers.runtime.ray_session import (
 )
 from rlinf.workers.runtime.shared import SharedMember
 from rlinf.workers.runtime.worker import LOCAL_LOCK
+
+if TYPE_CHECKING:
+    import ray
+else:  # imported on use: a run of local ranks never needs it
+    from rlinf.workers.runtime.lazy_ray import ray
 from rlinf.workers.telemetry import Span
 
 __all__ = ["FlowRun"]
@@ -696,7 +701,7 @@ def _check_gpus(flow: MacroFlow) -> None:
     (a rank would die building its model, after the others started)."""
     if flow.device != "cuda" and not any(spec.num_gpus for spec in flow.components):
         return
-    if ray.is_initialized():
+    if connected():
         gpus, where = ray.cluster_resources().get("GPU", 0.0), "the Ray cluster has"
     else:
         gpus = sum(d.is_gpu for d in Cluster.discover(use_ray=False).devices)
@@ -788,7 +793,7 @@ def _cpus_per_rank(placement: Placement, *, process_sets: Iterable[tuple[str, ..
     ranks = sum(placement.components[members[0]].num_procs for members in process_sets)
     if cluster is not None and cluster.nodes and all(n.ray_node_id for n in cluster.nodes):
         total = float(sum(n.cpus for n in cluster.nodes))
-    elif ray.is_initialized():
+    elif connected():
         total = float(ray.cluster_resources().get("CPU", 0.0))
     else:  # local processes: a share is bookkeeping only, nothing is reserved
         return 1.0
@@ -856,7 +861,7 @@ def _driver_path() -> dict[str, str]:
 
 def _node_address() -> str:
     """This node's address in the Ray cluster (loopback without Ray)."""
-    if ray.is_initialized():
+    if connected():
         with contextlib.suppress(Exception):
             return str(ray.util.get_node_ip_address())
     return "127.0.0.1"

@@ -63,12 +63,14 @@ DEFAULT_ALLOCATOR = HostAllocator()
 
 
 def ray_jemalloc() -> Path | None:
-    """Ray's bundled ``libjemalloc.so`` (its Linux wheels ship one), or None."""
-    try:
-        import ray
-    except ImportError:
+    """Ray's bundled ``libjemalloc.so`` (its Linux wheels ship one), or None. Found
+    without importing Ray (a third of a CPU-second)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("ray")
+    if spec is None or spec.origin is None:
         return None
-    library = Path(ray.__file__).parent / "core" / "libjemalloc.so"
+    library = Path(spec.origin).parent / "core" / "libjemalloc.so"
     return library if library.is_file() else None
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from rlinf.workers.errors import ConfigError
 
-__all__ = ["BACKEND_ENV", "start_runtime", "wants_ray"]
+__all__ = ["BACKEND_ENV", "start_local_early", "start_runtime", "wants_ray"]
 
 BACKEND_ENV = "RLINF_BACKEND"
 """``auto`` (default), ``ray`` or ``local``."""
@@ -26,9 +26,12 @@ _CHOICES = ("auto", "ray", "local")
 
 def wants_ray(options: Mapping[str, Any] | None = None) -> bool:
     """Whether a run with `ensure_ray`'s `options` runs its ranks on Ray (see the module
-    docstring); a bad `BACKEND_ENV` or a cluster address with ``local`` is a `ConfigError`."""
-    import ray
+    docstring); a bad `BACKEND_ENV` or a cluster address with ``local`` is a `ConfigError`.
+    Never imports Ray (a third of a second): a process that has not imported it is not
+    connected to it."""
+    from rlinf.workers.runtime.lazy_ray import connected as ray_connected
 
+    connected = ray_connected()
     choice = os.environ.get(BACKEND_ENV, "auto").strip().lower() or "auto"
     if choice not in _CHOICES:
         raise ConfigError(f"{BACKEND_ENV}={choice!r}: use one of {list(_CHOICES)} (auto: "
@@ -39,8 +42,25 @@ def wants_ray(options: Mapping[str, Any] | None = None) -> bool:
             raise ConfigError(f"{BACKEND_ENV}=local runs on this machine only, but a Ray "
                               f"cluster is named ({address!r}): unset RAY_ADDRESS or use "
                               f"{BACKEND_ENV}=ray")
-        return ray.is_initialized()
-    return choice == "ray" or bool(address) or ray.is_initialized()
+        return connected
+    return choice == "ray" or bool(address) or connected
+
+
+def start_local_early(preload: Iterable[str] = ()) -> bool:
+    """Start the local fork server now, importing `preload` (torch, the roles: seconds of
+    CPU) beside whatever this process does next (composing its config, its own imports),
+    when nothing asks for Ray yet (`wants_ray` without options: an ``address`` a config
+    names later still gets Ray, and this server then idles until exit, when it is
+    stopped). Returns whether it started here."""
+    try:
+        if wants_ray():
+            return False
+    except ConfigError:
+        return False  # said again, as the run's own error, when the run starts its backend
+    from rlinf.workers.runtime.allocator import DEFAULT_ALLOCATOR, allocator_env
+    from rlinf.workers.runtime.local import start_server
+
+    return start_server(preload, env=allocator_env(DEFAULT_ALLOCATOR))
 
 
 def start_runtime(preload: Iterable[str] = (), **options: Any) -> bool:

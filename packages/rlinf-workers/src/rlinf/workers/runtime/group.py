@@ -20,12 +20,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ray
 import structlog
-from ray import exceptions as ray_errors
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rlinf.sched.cluster import Cluster
 from rlinf.sched.placement import ComponentPlacement
@@ -50,6 +47,7 @@ from rlinf.workers.runtime.dispatch import (
     split_arguments,
 )
 from rlinf.workers.runtime.interrupts import WAIT_SLICE_S, check_interrupted, keep_interrupts
+from rlinf.workers.runtime.lazy_ray import connected, imported
 from rlinf.workers.runtime.local import (
     AT_EXEC,
     LocalActor,
@@ -63,6 +61,11 @@ from rlinf.workers.runtime.nodes import check_node_capacity, rank_node_ids
 from rlinf.workers.runtime.ray_session import ClusterWatch, raylet_addresses, unreachable
 from rlinf.workers.runtime.shared import SharedMember, SharedProcess, member_died, members_of
 from rlinf.workers.runtime.worker import Worker
+
+if TYPE_CHECKING:
+    import ray
+else:  # a run of local ranks never imports Ray
+    from rlinf.workers.runtime.lazy_ray import ray
 
 __all__ = ["GroupFuture", "WorkerGroup", "count_onloads"]
 
@@ -82,8 +85,10 @@ def _translate(
     if isinstance(exc, LocalCallError):
         return WorkerCallError(role, rank, method=method, node=node, cause=exc.cause,
                                detail=f"{type(exc.cause).__name__}: {exc.cause}")
-    if isinstance(exc, ray_errors.RayActorError | LocalActorDied | ray_errors.WorkerCrashedError
-                  | ray_errors.OutOfMemoryError):
+    ray_errors = imported("ray.exceptions")  # an error of Ray's only where Ray is imported
+    if isinstance(exc, LocalActorDied) or (ray_errors is not None and isinstance(
+            exc, ray_errors.RayActorError | ray_errors.WorkerCrashedError
+            | ray_errors.OutOfMemoryError)):
         text = _ANSI.sub("", str(exc))
         if shared_with:
             text = f"its process, shared with {list(shared_with)}, died: {text}"
@@ -97,7 +102,7 @@ def _translate(
         detail = " ".join(text.split())[:_DETAIL_CHARS]
         return WorkerDiedError(role, rank, node=node, method=method, detail=detail,
                                shared_with=shared_with)
-    if isinstance(exc, ray_errors.RayTaskError):
+    if ray_errors is not None and isinstance(exc, ray_errors.RayTaskError):
         cause = getattr(exc, "cause", None)
         if isinstance(cause, BaseException):
             detail = f"{type(cause).__name__}: {cause}"
@@ -512,7 +517,7 @@ class WorkerGroup:
                 continue
             try:
                 ray.kill(actor, no_restart=True)
-            except (ValueError, ray_errors.RayError):  # already gone
+            except (ValueError, ray.exceptions.RayError):  # already gone
                 continue
         if not self._closed:
             _log.info("worker_group_killed", role=self._role, group=self._name)
@@ -597,7 +602,7 @@ class _Ranks:
             else num_ranks
         if world is None or world < 1:
             raise ConfigError(f"need num_ranks >= 1 or a placement, got num_ranks={num_ranks}")
-        on_ray = ray.is_initialized()
+        on_ray = connected()
         node_ids = (_pinned_nodes(role, placement, cluster, cpus=cpus, gpus=gpus) if on_ray
                     else None)
         if node_ids is not None and span_devices:
@@ -658,6 +663,8 @@ class _Ranks:
         if env:
             options["runtime_env"] = {"env_vars": dict(env)}
         if self.node_ids is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
                 node_id=self.node_ids[rank], soft=False)
         return options

@@ -21,13 +21,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import ray
 import structlog
 
 from rlinf.workers.errors import ClusterLostError
 from rlinf.workers.runtime.backend import start_runtime
+
+if TYPE_CHECKING:
+    import ray
+else:  # imported on use: a run of local ranks never needs it
+    from rlinf.workers.runtime.lazy_ray import ray
 
 __all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray",
            "import_while_ray_starts", "local_ray_instance", "raylet_addresses", "stop_ray",
