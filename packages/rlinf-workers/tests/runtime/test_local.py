@@ -206,6 +206,41 @@ def test_the_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
         wants_ray({})
 
 
+def _in_a_fresh_process(script: str, **env: str) -> str:
+    import subprocess
+    import sys
+
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("RAY_ADDRESS", BACKEND_ENV)} | env
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True, env=environ).stdout.split()[-1]
+
+
+def test_the_fork_server_starts_early_only_where_the_ranks_will_be_local() -> None:
+    """A CLI starts its ranks' imports before composing its config (`start_local_early`),
+    unless something asks for Ray already; asking never imports Ray."""
+    script = ("import sys\n"
+              "from rlinf.workers.runtime.backend import start_local_early\n"
+              "print(f\"{start_local_early(['json'])},{'ray' in sys.modules}\")\n")
+    assert _in_a_fresh_process(script) == "True,False"
+    assert _in_a_fresh_process(script, RLINF_BACKEND="ray") == "False,False"
+    assert _in_a_fresh_process(script, RAY_ADDRESS="10.0.0.1:6379") == "False,False"
+    # a bad choice is the run's own error later, said once: nothing starts here
+    assert _in_a_fresh_process(script, RLINF_BACKEND="kubernetes") == "False,False"
+
+
+def test_a_run_of_local_ranks_never_imports_ray() -> None:
+    """Ray's import costs the driver and the fork server a third of a CPU-second each."""
+    script = ("import sys\n"
+              "from rlinf.workers.runtime import RANK_ZERO, WorkerGroup\n"
+              "from rlinf.workers.runtime.worker import Worker\n"
+              "group = WorkerGroup.launch(Worker, role='w', num_ranks=2, launch_timeout=60)\n"
+              "group.call('resident_memory_bytes', spec=RANK_ZERO)\n"
+              "group.shutdown()\n"
+              "print('ray' in sys.modules)\n")
+    assert _in_a_fresh_process(script) == "False"
+
+
 def test_gpu_env_names_the_devices_through_the_drivers_own_visibility(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
