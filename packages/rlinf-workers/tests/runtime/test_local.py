@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import psutil
 import pytest
@@ -35,6 +35,9 @@ class Echo(Worker):
 
     def fail(self) -> None:
         raise KeyError("no such key in rank")
+
+    def say(self, text: str) -> None:
+        print(text, flush=True)
 
     def die(self) -> None:
         os._exit(7)
@@ -191,6 +194,19 @@ def test_killing_an_actor_leaves_no_process_and_fails_its_pending_calls() -> Non
         refs.get(actor.get.remote("x"), timeout=30)
 
 
+def test_a_rank_that_wrote_nothing_leaves_no_log_and_one_that_did_keeps_it() -> None:
+    quiet = WorkerGroup.launch(Echo, role="quiet", num_ranks=2, launch_timeout=60)
+    talker = WorkerGroup.launch(Echo, role="talker", num_ranks=1, launch_timeout=60)
+    logs = [actor.log_path for actor in (*quiet.actors, *talker.actors)]
+    assert all(path.exists() for path in logs)
+    talker.call("say", "a line worth keeping", spec=RANK_ZERO)
+    quiet.shutdown()
+    talker.kill()
+    assert eventually_true(lambda: not logs[0].exists() and not logs[1].exists())
+    assert "a line worth keeping" in logs[2].read_text()
+    logs[2].unlink()
+
+
 def test_the_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(BACKEND_ENV, raising=False)
@@ -204,6 +220,15 @@ def test_the_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(BACKEND_ENV, "kubernetes")
     with pytest.raises(ConfigError, match="one of"):
         wants_ray({})
+
+
+def eventually_true(check: Any, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _in_a_fresh_process(script: str, **env: str) -> str:

@@ -65,7 +65,8 @@ PRELOAD: tuple[str, ...] = ("rlinf.workers.flow.worker",)
 modules its starter adds (the roles, the model code)."""
 
 LOG_DIR = Path(tempfile.gettempdir()) / f"rlinf-logs-{os.getuid()}"
-"""Where each rank's stdout and stderr go, one file per rank (its group name and rank)."""
+"""Where each rank's stdout and stderr go, one file per rank (its group name and rank); a
+rank that wrote nothing leaves none once it has ended."""
 
 _TAIL_LINES = 6
 _LIVE: weakref.WeakSet[LocalActor] = weakref.WeakSet()
@@ -242,6 +243,18 @@ class LocalActor:
         self._join(5.0)
         with contextlib.suppress(Exception):
             self._conn.close()
+        self._drop_empty_log()
+
+    def _drop_empty_log(self) -> None:
+        """Remove the rank's log once it has ended, if it wrote nothing: runs would
+        otherwise leave a file per rank behind for good. A log with something in it stays
+        (a warning, the traceback of a death)."""
+        with self._wait_lock:
+            if self._process.exitcode is None:
+                return
+        with contextlib.suppress(OSError):
+            if self.log_path.stat().st_size == 0:
+                self.log_path.unlink()
 
     def _kill_group(self) -> None:
         """SIGKILL the rank's process group: the rank and every process it started (an
@@ -294,6 +307,7 @@ class LocalActor:
             pending, self._pending = list(self._pending.values()), {}
         for ref in pending:
             ref.future.set_exception(died)
+        self._drop_empty_log()
 
     def _take(self, call_id: int) -> LocalRef | None:
         with self._pending_lock:
@@ -308,13 +322,14 @@ class LocalActor:
             status = f"was killed by {signal.Signals(-code).name}"
         else:
             status = f"exited with code {code}"
-        tail = ""
+        log = "; it wrote nothing to its log"  # (so the empty log is removed)
         with contextlib.suppress(OSError):
             lines = [line for line in self.log_path.read_text(errors="replace").splitlines()
                      if line.strip()]
             if lines:
-                tail = "; its log ends: " + " | ".join(lines[-_TAIL_LINES:])
-        return f"the process (pid {self._process.pid}) {status}; log {self.log_path}{tail}"
+                log = (f"; log {self.log_path}, which ends: "
+                       + " | ".join(lines[-_TAIL_LINES:]))
+        return f"the process (pid {self._process.pid}) {status}{log}"
 
 
 _start_lock = threading.Lock()
