@@ -48,22 +48,14 @@ def eventually(check: Callable[[], bool], timeout: float = 30.0) -> bool:
 
 
 def live_ranks() -> list[str]:
-    """Ranks still alive: Ray's named actors, or the processes the local backend's fork
-    server forked (and what they started)."""
-    import psutil
-    import ray
+    """Ranks still alive: Ray's named actors, or the local backend's processes (the fork
+    server's, and what they started: `rlinf.workers.runtime.local.live_ranks`)."""
+    from rlinf.workers.runtime import local
+    from rlinf.workers.runtime.lazy_ray import connected, ray
 
-    if ray.is_initialized():
+    if connected():
         return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
-    left = []
-    for child in psutil.Process().children():
-        try:
-            if "forkserver" in " ".join(child.cmdline()):
-                left += [f"{p.name()}[{p.pid}]" for p in child.children(recursive=True)
-                         if p.status() != psutil.STATUS_ZOMBIE]
-        except psutil.Error:  # it went meanwhile
-            continue
-    return left
+    return local.live_ranks()
 
 
 def leaving_nothing(program: Callable[[], T]) -> T:

@@ -22,20 +22,10 @@ def eventually(check: Callable[[], bool], *, timeout: float = 30.0) -> bool:
 
 def live_ranks() -> list[str]:
     """The ranks of this process's groups still alive, whichever backend runs them: Ray's
-    named actors, or the processes forked for them (their names are their classes)."""
-    import ray
+    named actors, or the local backend's processes (`rlinf.workers.runtime.local.live_ranks`)."""
+    from rlinf.workers.runtime import local
+    from rlinf.workers.runtime.lazy_ray import connected, ray
 
-    if ray.is_initialized():
+    if connected():
         return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)]
-    import psutil
-
-    left = []
-    for child in psutil.Process().children():
-        try:
-            if "forkserver" not in " ".join(child.cmdline()):
-                continue
-            left += [f"{p.name()}[{p.pid}]" for p in child.children(recursive=True)
-                     if p.status() != psutil.STATUS_ZOMBIE]
-        except psutil.Error:  # it went meanwhile
-            continue
-    return left
+    return local.live_ranks()

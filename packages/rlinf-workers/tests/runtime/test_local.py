@@ -207,6 +207,19 @@ def test_a_rank_that_wrote_nothing_leaves_no_log_and_one_that_did_keeps_it() -> 
     logs[2].unlink()
 
 
+def test_live_ranks_lists_the_ranks_and_what_they_started_until_they_are_gone() -> None:
+    from rlinf.workers.runtime.local import live_ranks
+
+    before = set(live_ranks())
+    group = WorkerGroup.launch(Parent, role="parent", num_ranks=1, launch_timeout=60)
+    child = group.call("start_child", spec=RANK_ZERO)
+    started = set(live_ranks()) - before
+    assert any(name.startswith("Parent[") for name in started), started
+    assert any(name.endswith(f"[{child}]") for name in started), started
+    group.kill()
+    assert eventually_true(lambda: not set(live_ranks()) - before)
+
+
 def test_the_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.delenv(BACKEND_ENV, raising=False)

@@ -56,7 +56,7 @@ import cloudpickle
 import structlog
 
 __all__ = ["AT_EXEC", "LOG_DIR", "PRELOAD", "LocalActor", "LocalActorDied", "LocalCallError",
-           "LocalRef", "gpu_env", "start_server"]
+           "LocalRef", "gpu_env", "live_ranks", "start_server"]
 
 _log = structlog.get_logger(__name__)
 
@@ -454,6 +454,38 @@ def _kill_left_ranks() -> None:
     for actor in list(_LIVE):
         actor.kill()
     _stop_server()
+
+
+def live_ranks() -> list[str]:
+    """``name[pid]`` of every process this driver's local backend started that is still
+    alive: its ranks (registered until killed) and, where psutil is installed, whatever
+    the fork server forked and those started in turn (an env's subprocess): what a test
+    checks is gone after a run. Zombies (ended, not yet reaped) do not count."""
+    left = {f"{actor.name}[{actor.pid}]": None for actor in list(_LIVE)
+            if actor.pid is not None and _running(actor.pid)}
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if server is not None and _server_modules:
+        try:
+            import psutil
+        except ImportError:
+            return list(left)
+        with contextlib.suppress(psutil.Error):
+            for process in psutil.Process(server).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if process.status() != psutil.STATUS_ZOMBIE:
+                        left[f"{process.name()}[{process.pid}]"] = None
+    return list(left)
+
+
+def _running(pid: int) -> bool:
+    """Whether process `pid` exists and is no zombie (Linux: its ``/proc`` state)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _stop_server() -> None:
