@@ -197,7 +197,7 @@ def test_killing_an_actor_leaves_no_process_and_fails_its_pending_calls() -> Non
 def test_a_rank_that_wrote_nothing_leaves_no_log_and_one_that_did_keeps_it() -> None:
     quiet = WorkerGroup.launch(Echo, role="quiet", num_ranks=2, launch_timeout=60)
     talker = WorkerGroup.launch(Echo, role="talker", num_ranks=1, launch_timeout=60)
-    logs = [actor.log_path for actor in (*quiet.actors, *talker.actors)]
+    logs: list[Path] = [actor.log_path for actor in (*quiet.actors, *talker.actors)]
     assert all(path.exists() for path in logs)
     talker.call("say", "a line worth keeping", spec=RANK_ZERO)
     quiet.shutdown()
