@@ -262,6 +262,8 @@ def test_auto_tries_the_closest_priced_plans_and_launches_the_fastest_measured(
     # the run's length is not in the key
     assert "auto: priced from the profile measured before" in proc.stdout
     assert "planner: ranked plans" in proc.stdout and " *1. " in proc.stdout
+    # the search is announced before it runs (it can take a while on many slots)
+    assert proc.stdout.index("auto: planning on") < proc.stdout.index("planner: ranked plans")
     assert "auto: 2 plans priced within 10000% of the best; running each for 2 steps" \
         in proc.stdout
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())

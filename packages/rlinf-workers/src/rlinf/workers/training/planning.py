@@ -162,6 +162,9 @@ def _ranked_choice(task: TrainingTask[Any, Any], profile: Profile, cluster: Clus
                    out: TextIO, trials: bool) -> PlanChoice:
     """``auto``'s plan from a measured profile: ranked, printed, and (with `trials`) the
     fastest of the closest-priced as measured."""
+    # The search can take a while on a cluster of many slots: say so before it starts.
+    print(f"auto: planning on {cluster.num_devices} device(s) (the planner's search, each "
+          "plan priced as the flow runs it) ...", file=out, flush=True)
     choice = task.pricing.rank(profile, cluster)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
