@@ -63,8 +63,8 @@ DEFAULT_ALLOCATOR = HostAllocator()
 
 
 def ray_jemalloc() -> Path | None:
-    """Ray's bundled ``libjemalloc.so`` (its Linux wheels ship one), or None. Found
-    without importing Ray (a third of a CPU-second)."""
+    """Ray's bundled ``libjemalloc.so`` (its Linux wheels ship one), or None. Found by
+    the package's path, without importing Ray (a local run never needs it)."""
     import importlib.util
 
     spec = importlib.util.find_spec("ray")

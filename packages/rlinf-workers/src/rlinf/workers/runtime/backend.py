@@ -27,8 +27,7 @@ _CHOICES = ("auto", "ray", "local")
 def wants_ray(options: Mapping[str, Any] | None = None) -> bool:
     """Whether a run with `ensure_ray`'s `options` runs its ranks on Ray (see the module
     docstring); a bad `BACKEND_ENV` or a cluster address with ``local`` is a `ConfigError`.
-    Never imports Ray (a third of a second): a process that has not imported it is not
-    connected to it."""
+    Never imports Ray: a process that has not imported it is not connected to it."""
     from rlinf.workers.runtime.lazy_ray import connected as ray_connected
 
     connected = ray_connected()

@@ -1,7 +1,7 @@
 """Ray, imported where it is first used: a run on one machine never touches it, and its
-import costs every process that imports the runtime about a third of a CPU-second (the
-driver, the fork server every local rank comes from). A process that has not imported Ray
-is not connected to it (`connected`), so asking never imports it."""
+import is a cost every process that imports the runtime would pay (the driver, the fork
+server every local rank comes from). A process that has not imported Ray is not connected
+to it (`connected`), so asking never imports it."""
 
 from __future__ import annotations
 
