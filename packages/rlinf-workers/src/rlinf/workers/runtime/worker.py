@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar
 
@@ -22,6 +21,7 @@ from rlinf.workers.runtime.distributed import (
     join_process_group,
     open_rendezvous_store,
 )
+from rlinf.workers.runtime.lazy_ray import connected, imported
 from rlinf.workers.runtime.logs import configure_worker_logging
 
 __all__ = ["LOCAL_LOCK", "Worker"]
@@ -216,5 +216,4 @@ def _nothing() -> None:
 def _connected_ray() -> Any:
     """The `ray` module when this process is a Ray worker (or driver), else None (never
     imports Ray: a local rank has no use for it)."""
-    ray = sys.modules.get("ray")
-    return ray if ray is not None and ray.is_initialized() else None
+    return imported() if connected() else None
