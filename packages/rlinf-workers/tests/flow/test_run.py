@@ -480,6 +480,9 @@ def test_inputs_for_a_component_not_launched_are_refused_before_launch(clean: No
     with pytest.raises(FlowDeclarationError, match=r"\['judge'\], which the flow does not"):
         FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
                        inputs={"judge": {"weight": 1.0}})
+    with pytest.raises(FlowDeclarationError, match=r"inputs for \['sink'\] are not mappings"):
+        FlowRun.launch(flow, flow.fixed_plan("source: 0, sink: 1", num_devices=2),
+                       inputs={"sink": [("delay", 0.0)]})
     loop = declare_loop()  # co-placed with env, the policy is served inside env's process
     with pytest.raises(FlowDeclarationError, match=r"inside \['env'\]'s process"):
         FlowRun.launch(loop, loop.fixed_plan("env,policy: 0, actor: 1", num_devices=2),

@@ -716,6 +716,12 @@ def _checked_inputs(flow: MacroFlow, inputs: Mapping[str, Mapping[str, Any]] | N
                     inlined: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """`inputs` as plain dicts, each naming a launched component (checked before anything
     starts)."""
+    loose = sorted(str(name) for name, kwargs in (inputs or {}).items()
+                   if not isinstance(kwargs, Mapping))
+    if loose:
+        raise FlowDeclarationError(
+            f"inputs for {loose} are not mappings of constructor arguments: give each "
+            "component a dict, e.g. inputs={'rollout': {'problems': source}}")
     checked = {name: dict(kwargs) for name, kwargs in (inputs or {}).items()}
     unknown = sorted(set(checked) - set(flow.names))
     if unknown:
