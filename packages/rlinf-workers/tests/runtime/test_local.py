@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import psutil
 import pytest
@@ -20,6 +20,9 @@ from rlinf.workers.runtime.context import WorkerContext
 from rlinf.workers.runtime.local import LocalActor, gpu_env
 from rlinf.workers.runtime.shared import SharedMember
 from rlinf.workers.runtime.worker import Worker
+
+from ..leaks import eventually
+from .parent_worker import Parent
 
 
 class Echo(Worker):
@@ -202,7 +205,7 @@ def test_a_rank_that_wrote_nothing_leaves_no_log_and_one_that_did_keeps_it() -> 
     talker.call("say", "a line worth keeping", spec=RANK_ZERO)
     quiet.shutdown()
     talker.kill()
-    assert eventually_true(lambda: not logs[0].exists() and not logs[1].exists())
+    assert eventually(lambda: not logs[0].exists() and not logs[1].exists())
     assert "a line worth keeping" in logs[2].read_text()
     logs[2].unlink()
 
@@ -217,7 +220,7 @@ def test_live_ranks_lists_the_ranks_and_what_they_started_until_they_are_gone() 
     assert any(name.startswith("Parent[") for name in started), started
     assert any(name.endswith(f"[{child}]") for name in started), started
     group.kill()
-    assert eventually_true(lambda: not set(live_ranks()) - before)
+    assert eventually(lambda: not set(live_ranks()) - before)
 
 
 def test_the_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,15 +236,6 @@ def test_the_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(BACKEND_ENV, "kubernetes")
     with pytest.raises(ConfigError, match="one of"):
         wants_ray({})
-
-
-def eventually_true(check: Any, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def _in_a_fresh_process(script: str, **env: str) -> str:
@@ -268,7 +262,7 @@ def test_the_fork_server_starts_early_only_where_the_ranks_will_be_local() -> No
 
 
 def test_a_run_of_local_ranks_never_imports_ray() -> None:
-    """Ray's import costs the driver and the fork server a third of a CPU-second each."""
+    """Neither the driver nor the fork server pays for Ray's import."""
     script = ("import sys\n"
               "from rlinf.workers.runtime import RANK_ZERO, WorkerGroup\n"
               "from rlinf.workers.runtime.worker import Worker\n"
@@ -334,17 +328,6 @@ def test_a_driver_that_exits_while_the_server_imports_frees_its_output_at_once(
     assert _gone([int((tmp_path / "pid").read_text())])
 
 
-class Parent(Worker):
-    """Starts a child process of its own (as an env's subprocess would)."""
-
-    def start_child(self) -> int:
-        import subprocess
-        import sys
-
-        self.child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-        return self.child.pid
-
-
 def test_what_a_rank_started_dies_with_it() -> None:
     group = WorkerGroup.launch(Parent, role="parent", num_ranks=1, launch_timeout=60)
     child = group.call("start_child", spec=RANK_ZERO)
@@ -360,7 +343,7 @@ def test_a_driver_killed_outright_takes_its_ranks_and_their_children_along() -> 
     here = os.path.dirname(__file__)
     script = ("import sys, time\n"
               f"sys.path.insert(0, {here!r})\n"
-              "from test_local import Parent\n"
+              "from parent_worker import Parent\n"
               "from rlinf.workers.runtime import RANK_ZERO, WorkerGroup\n"
               "g = WorkerGroup.launch(Parent, role='p', num_ranks=1, launch_timeout=60)\n"
               "print('pids', g.infos[0].pid, g.call('start_child', spec=RANK_ZERO), flush=True)\n"
