@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,9 +19,11 @@ from rlinf.sched.planner import (
     Evaluator,
     PlannerOptions,
     branch_and_bound,
+    exhaustive_candidates,
     exhaustive_search,
     plan,
 )
+from rlinf.sched.planner.progress import PlanProgress
 from rlinf.sched.simulator import simulate
 from rlinf.sched.workflow import Component, Edge, Loop, Workflow
 
@@ -96,6 +100,84 @@ def test_pruned_exhaustive_equals_unpruned(
     assert pruned == pytest.approx(full, rel=1e-9)
 
 
+@st.composite
+def shared_core_workloads(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, Cluster]:
+    """`workloads` on CPU slots that share their node's cores (fewer cores than slots, or a
+    background), where the search's bound counts each node's cores."""
+    wf, cost, cl = draw(workloads())
+    per_node = cl.num_devices // len(cl.nodes)
+    box = Cluster.uniform(len(cl.nodes), per_node, MEM, "cpu",
+                          cpus_per_node=draw(st.integers(1, per_node)),
+                          intra_node_bandwidth=1e10, inter_node_bandwidth=1e9)
+    return wf, cost, dataclasses.replace(
+        box, cpu_background=draw(st.sampled_from([0.0, 0.5])),
+        turn_latency=draw(st.sampled_from([0.0, 0.05])))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shared_core_workloads())
+def test_pruned_exhaustive_equals_unpruned_on_shared_cores(
+    case: tuple[Workflow, AnalyticCostModel, Cluster],
+) -> None:
+    wf, cost, cl = case
+    full = _times(wf, cost, cl, prune=False, keep=3)
+    pruned = _times(wf, cost, cl, prune=True, keep=3)
+    assert pruned == pytest.approx(full, rel=1e-9)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(shared_core_workloads(), st.integers(0, 2**16))
+def test_bounds_never_exceed_a_simulation_on_shared_cores(
+    case: tuple[Workflow, AnalyticCostModel, Cluster], seed: int,
+) -> None:
+    wf, cost, cl = case
+    ev = Evaluator(wf, cost, cl, max_chunks=4)
+    try:
+        candidates = exhaustive_candidates(ev)
+    except PlanningError:
+        return
+    pick = random.Random(seed)
+    for cand in pick.sample(candidates, min(20, len(candidates))):
+        for sizes in itertools.islice(itertools.product(*ev.options(cand)), 6):
+            t = ev.time(cand, sizes)
+            assert ev.sized_bound(cand, sizes) <= t
+            assert ev.lower_bound(cand) <= t
+
+
+def test_shared_cores_bound_the_iteration_by_their_total_work() -> None:
+    # Two components of 1 s each, alone on a slot apiece of a 1-core box: the core does 2 s
+    # of work whatever the placement, though no slot holds more than 1 s of it.
+    wf = Workflow((Component("a"), Component("b")), (), global_batch=1)
+    cost = AnalyticCostModel({n: AnalyticCost(per_item=1.0) for n in "ab"})
+    ev = Evaluator(wf, cost, Cluster.uniform(1, 2, MEM, "cpu", cpus_per_node=1), max_chunks=1)
+    apart = ((0, 1), (1, 2))
+    assert ev.core_shares(0, 1) == ((0, 1.0),)
+    assert ev.lower_bound(apart) == pytest.approx(2.0, rel=1e-5)
+    assert ev.time(apart, (1, 1)) == pytest.approx(2.0)
+    # With a core per slot nothing is shared: the bound is the busiest slot.
+    roomy = Evaluator(wf, cost, Cluster.uniform(1, 2, MEM, "cpu", cpus_per_node=2),
+                      max_chunks=1)
+    assert roomy.core_shares(0, 1) == ()
+    assert roomy.lower_bound(apart) == pytest.approx(1.0)
+
+
+def test_translations_of_a_leaf_reuse_its_micro_batch_search() -> None:
+    wf = Workflow((Component("a"), Component("b")), (Edge("a", "b", bytes_per_item=1e9),),
+                  global_batch=8)
+    cost = AnalyticCostModel({n: AnalyticCost(per_item=1.0, replicated=60, switch=1.0)
+                              for n in "ab"})
+    ev = Evaluator(wf, cost, Cluster.uniform(1, 6, MEM, "H100"), max_chunks=4)
+    left = ev.best(((0, 2), (2, 4)), exhaustive=True)
+    runs = ev.simulations
+    right = ev.best(((2, 4), (4, 6)), exhaustive=True)
+    assert left is not None and right is not None
+    assert ev.simulations == runs
+    assert (right.time, dict(right.micro_batch)) == (left.time, dict(left.micro_batch))
+    assert right.candidate == ((2, 4), (4, 6))
+    # A search under a lower threshold answers from it too; a higher one searches again.
+    assert ev.best(((1, 3), (3, 5)), exhaustive=True, below=left.time / 2) is not None
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads())
 def test_planner_finds_the_step_one_optimum(
@@ -148,6 +230,36 @@ def test_budget_stops_the_search_and_says_so() -> None:
     assert branch_and_bound(ev, keep=1).complete
     with pytest.raises(PlanningError, match="max_candidates"):
         exhaustive_search(wf, cost, cl, max_chunks=4, max_candidates=1)
+
+
+def test_a_spent_deadline_stops_the_exact_pass_with_the_search_plans() -> None:
+    wf = Workflow((Component("a"), Component("b")), (Edge("a", "b"),), global_batch=8)
+    cost = AnalyticCostModel({n: AnalyticCost(per_item=1.0, switch=1.0, replicated=60)
+                              for n in "ab"})
+    cl = Cluster.uniform(1, 6, MEM, "H100")
+    ev = Evaluator(wf, cost, cl, max_chunks=4)
+    stopped = branch_and_bound(ev, keep=1, deadline=0.0)
+    assert not stopped.complete and stopped.leaves == 0 and stopped.top == []
+    full = plan(wf, cost, cl, options=PlannerOptions(max_chunks=4))
+    quick = plan(wf, cost, cl, options=PlannerOptions(max_chunks=4, exact_seconds=0.0))
+    search_only = plan(wf, cost, cl, options=PlannerOptions(max_chunks=4, exact_limit=0))
+    assert quick.best.predicted_time == search_only.best.predicted_time
+    assert quick.best.predicted_time >= full.best.predicted_time
+    assert set(quick.baselines) == set(full.baselines)
+
+
+def test_progress_is_reported_during_a_long_search() -> None:
+    wf = Workflow((Component("a"), Component("b"), Component("c")),
+                  (Edge("a", "b"), Edge("b", "c")), global_batch=8)
+    cost = AnalyticCostModel({n: AnalyticCost(per_item=1.0, switch=0.5, replicated=30)
+                              for n in "abc"})
+    seen: list[PlanProgress] = []
+    result = plan(wf, cost, Cluster.uniform(1, 4, MEM, "H100"),
+                  options=PlannerOptions(max_chunks=4, progress_every=0.0), progress=seen.append)
+    assert [p.simulations for p in seen] == list(range(1, result.evaluated + 1))
+    assert {p.phase for p in seen} == {"search", "exact"}
+    assert seen[-1].best == pytest.approx(result.best.predicted_time)
+    assert all(a.best >= b.best for a, b in itertools.pairwise(seen))
 
 
 def test_candidates_with_one_signature_share_a_simulation() -> None:

@@ -38,7 +38,13 @@ from rlinf.sched.placement import (
     format_devices,
     parse_placement,
 )
-from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
+from rlinf.sched.planner import (
+    PlannerOptions,
+    PlanProgress,
+    ProgressCallback,
+    exhaustive_search,
+    plan,
+)
 from rlinf.sched.processes import process_of, process_sets
 from rlinf.sched.profile_cache import ProfileCache, profile_key
 from rlinf.sched.profiler import (
@@ -138,6 +144,7 @@ __all__ = [
     "ParallelCut",
     "Placement",
     "PlacementError",
+    "PlanProgress",
     "PlanResult",
     "PlannerOptions",
     "PlanningError",
@@ -145,6 +152,7 @@ __all__ = [
     "ProfileCache",
     "ProfileError",
     "Profiler",
+    "ProgressCallback",
     "Replan",
     "Replanner",
     "Residency",

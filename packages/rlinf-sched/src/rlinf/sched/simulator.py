@@ -614,19 +614,28 @@ def _run_shared(
     running: list[_Call] = []
     active = list(range(len(tasks)))
     now = 0.0
+    def ready_times() -> dict[int, float | None]:
+        """When each active task whose step may run has its next call's inputs."""
+        out: dict[int, float | None] = {}
+        for ti in active:
+            name, step = tasks[ti]
+            if done_steps[name] >= step:
+                out[ti] = ready_time(name, step, len(ends.get((name, step), ())))
+        return out
+
     while active:
-        # Start every call that can start now.
+        # Start every call that can start now. Starting a call changes no task's inputs,
+        # except a stream's first mark: the ready times are taken again after one.
+        readiness = ready_times()
+        in_flight = {(c.name, c.step) for c in running}
         while True:
-            in_flight = {(c.name, c.step) for c in running}
             candidates: list[tuple[float, float, int]] = []  # (delay, switch, task)
-            for ti in active:
+            for ti, ready in readiness.items():
+                if ready is None or ready > now + _EPS:
+                    continue
                 name, step = tasks[ti]
                 prep = prepared[name]
-                if done_steps[name] < step or (name, step) in in_flight or \
-                        any(a in busy_atoms for a in prep.atoms):
-                    continue
-                ready = ready_time(name, step, len(ends.get((name, step), ())))
-                if ready is None or ready > now + _EPS:
+                if (name, step) in in_flight or any(a in busy_atoms for a in prep.atoms):
                     continue
                 switching = any(name not in residency[a] for a in prep.switching_atoms)
                 sw = cost.switch_time(name) if switching else 0.0
@@ -649,10 +658,12 @@ def _run_shared(
             work = prep.durations[j]
             running.append(_Call(ti, name, step, now, now + delay, work, work))
             busy_atoms.update(prep.atoms)
+            in_flight.add((name, step))
             for a in prep.atoms:
                 holder[a] = name
             if prep.comp.streaming:
                 marks[(name, step)] = [(now + delay, 0.0)]
+                readiness = ready_times()
         # Rates of the calls computing now; the next event.
         computing: dict[int, int] = {}
         for c in running:
@@ -670,12 +681,8 @@ def _run_shared(
                 if fraction > c.done + _EPS:
                     upcoming.append(now + (fraction - c.done) * c.work / c.rate)
                     break
-        for ti in active:
-            name, step = tasks[ti]
-            if done_steps[name] >= step:
-                ready = ready_time(name, step, len(ends.get((name, step), ())))
-                if ready is not None and ready > now + _EPS:
-                    upcoming.append(ready)
+        upcoming.extend(ready for ready in readiness.values()
+                        if ready is not None and ready > now + _EPS)
         if not upcoming:  # pragma: no cover - _schedule is a topological order
             raise PlanningError("the workflow's dependencies could not be scheduled")
         later = min(upcoming)

@@ -10,6 +10,7 @@ only micro-batch sizes the runtime runs (`rlinf.sched.granularity`).
 from rlinf.sched.planner.branch import FIXED_MODES, BranchResult, branch_and_bound
 from rlinf.sched.planner.exhaustive import exhaustive_candidates, exhaustive_search
 from rlinf.sched.planner.orders import device_orders
+from rlinf.sched.planner.progress import PlanProgress, ProgressCallback
 from rlinf.sched.planner.search import SPAN, BlockLayout, PlannerOptions, block_layouts, plan
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored, chunk_choices
 
@@ -20,7 +21,9 @@ __all__ = [
     "BranchResult",
     "Candidate",
     "Evaluator",
+    "PlanProgress",
     "PlannerOptions",
+    "ProgressCallback",
     "Scored",
     "block_layouts",
     "branch_and_bound",

@@ -4,8 +4,9 @@ Components are placed one at a time (largest least work first), each on every al
 contiguous range of the evaluator's device order in steps of `unit` devices (allowed: its
 device constraints, at least one unit of its batch per device, and its memory fits the
 range's least device memory alone, `Evaluator.fits_alone`). A partial placement's
-bound is its busiest component or device counting compute only (`Evaluator.lower_bound`
-restricted to the components placed so far); placing more components only adds load, so a
+bound is its busiest component, device or shared node's cores (`Evaluator.core_shares`),
+counting compute only (`Evaluator.lower_bound` restricted to the components placed so far);
+placing more components only adds load, so a
 subtree whose bound reaches the `keep`-th best time found cannot contain a better plan and is
 cut. Children are visited in bound order, so good plans come early. At a leaf every runnable
 micro-batch combination (`Evaluator.options`) is tried, except those whose own bound
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from rlinf.sched.errors import PlanningError
-from rlinf.sched.planner.space import BOUND_SLACK, Candidate, Evaluator, Scored
+from rlinf.sched.planner.space import BOUND_SLACK, CORE_SLACK, Candidate, Evaluator, Scored
 
 __all__ = ["FIXED_MODES", "BranchResult", "branch_and_bound", "fixed_mode"]
 
@@ -88,6 +90,7 @@ def branch_and_bound(
     mode: str | None = None,
     seeds: Iterable[Scored] = (),
     max_leaves: int | None = None,
+    deadline: float | None = None,
 ) -> BranchResult:
     """The best `keep` range placements with their best micro-batches (module docstring).
 
@@ -98,6 +101,8 @@ def branch_and_bound(
             only tighten the threshold sooner.
         max_leaves: stop after scoring this many placements (`BranchResult.complete` is then
             False); None for no limit.
+        deadline: stop once `time.perf_counter` reaches it (`BranchResult.complete` is
+            then False); None for no limit.
     """
     n = ev.cluster.num_devices
     comps = ev.workflow.components
@@ -126,14 +131,17 @@ def branch_and_bound(
     result = BranchResult()
     load = [0.0] * n
     used = [0] * n
+    cores: dict[int, float] = {}  # per shared node: its cores' summed load (`core_shares`)
     placed: list[tuple[int, int]] = [(0, 0)] * len(comps)
     shave = 1 - BOUND_SLACK
+    core_shave = 1 - CORE_SLACK
 
     def leaf() -> bool:
         cand: Candidate = tuple(placed)
         if mode is not None and fixed_mode(ev, cand) != mode:
             return True
-        if max_leaves is not None and result.leaves >= max_leaves:
+        if (max_leaves is not None and result.leaves >= max_leaves) or (
+                deadline is not None and time.perf_counter() >= deadline):
             result.complete = False
             return False
         result.leaves += 1
@@ -151,19 +159,27 @@ def branch_and_bound(
         for work, s, e in choices[i]:
             if mode == "disaggregated" and any(used[s:e]):
                 continue
-            children.append((max(bound, work, max(load[s:e]) + work), work, s, e))
+            shares = ev.core_shares(s, e)
+            node_bound = max((cores.get(node, 0.0) + work * share for node, share in shares),
+                             default=0.0) * core_shave
+            children.append((max(bound, work, max(load[s:e]) + work, node_bound),
+                             work, s, e, shares))
         children.sort()
-        for child_bound, work, s, e in children:
+        for child_bound, work, s, e, shares in children:
             if child_bound * shave >= top.threshold():
                 break
             placed[i] = (s, e)
             for d in range(s, e):
                 load[d] += work
                 used[d] += 1
+            for node, share in shares:
+                cores[node] = cores.get(node, 0.0) + work * share
             go_on = visit(depth + 1, child_bound)
             for d in range(s, e):
                 load[d] -= work
                 used[d] -= 1
+            for node, share in shares:
+                cores[node] -= work * share
             if not go_on:
                 return False
         return True

@@ -4,7 +4,8 @@ Every cluster is planned by a search that scales to thousands of devices (below)
 clusters (at most `PlannerOptions.exact_devices` devices) exact branch and bound over every
 range per component and every micro-batch combination follows, seeded with the search's
 plans (`rlinf.sched.planner.branch`), for the plans and for each fixed-mode baseline; if it
-scores more than `exact_limit` placements it stops and keeps the best found so far.
+scores more than `exact_limit` placements, or runs past `exact_seconds`, it stops and keeps
+the best found so far.
 
 Ranges are taken over each device order of `rlinf.sched.planner.orders` in turn (on a mixed
 cluster, orders that group equal devices, so a component may get ``0-1,6-7``; on a
@@ -45,6 +46,7 @@ from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.model_parallel import annotate_cuts
 from rlinf.sched.planner.branch import FIXED_MODES, branch_and_bound, fixed_mode
 from rlinf.sched.planner.orders import device_orders
+from rlinf.sched.planner.progress import PROGRESS_EVERY_S, ProgressCallback, Ticker
 from rlinf.sched.planner.space import Candidate, Evaluator, Scored
 from rlinf.sched.workflow import Workflow
 
@@ -75,6 +77,11 @@ class PlannerOptions:
     exact_limit: int = 3000
     """Most placements branch and bound scores (per search) before it stops and keeps the
     best found so far; 0 turns it off."""
+    exact_seconds: float | None = None
+    """Seconds the exact pass may take in all, after which it stops and keeps the best found
+    so far (the plan's log then says ``exact=False``); None: only `exact_limit` bounds it.
+    A caller sets it from what the plan is worth: a short run on shared CPU slots cannot
+    spend what a long run on GPUs can."""
     min_step: int | None = None
     """Finest block-size step in devices; None means ``max(1, N // 256)``."""
     idle_devices: bool = True
@@ -82,6 +89,8 @@ class PlannerOptions:
     reorder_devices: bool = True
     """Also search device orders that group equal devices (`rlinf.sched.planner.orders`), so
     a component may get a non-contiguous set on a mixed cluster; no cost on a uniform one."""
+    progress_every: float = PROGRESS_EVERY_S
+    """Seconds between two calls of `plan`'s `progress`."""
     tie_tolerance: float = 0.0
     """Plans predicted within this fraction of the fastest count as equally fast, and among
     them the one occupying fewest device slots ranks first. 0 (the default) ranks by
@@ -179,15 +188,18 @@ def plan(
     cluster: Cluster,
     *,
     options: PlannerOptions | None = None,
+    progress: ProgressCallback | None = None,
 ) -> PlanResult:
-    """Choose how to run `workflow` on `cluster` (see the module docstring).
+    """Choose how to run `workflow` on `cluster` (see the module docstring); `progress` is
+    called every few seconds of a long search (`rlinf.sched.planner.progress`).
 
     Raises:
         PlanningError: no placement fits (memory, divisibility constraints).
     """
     opts = options or PlannerOptions()
     started = time.perf_counter()
-    first = Evaluator(workflow, cost, cluster, max_chunks=opts.max_chunks)
+    first = Evaluator(workflow, cost, cluster, max_chunks=opts.max_chunks,
+                      ticker=Ticker(progress, every=opts.progress_every))
     evaluators = [first.reordered(order)
                   for order in device_orders(cluster, reorder=opts.reorder_devices)]
     n = cluster.num_devices
@@ -200,11 +212,15 @@ def plan(
     exact = False
     if n <= opts.exact_devices and opts.exact_limit > 0:
         exact = True
+        first.ticker.phase = "exact"
+        deadline = (None if opts.exact_seconds is None
+                    else time.perf_counter() + opts.exact_seconds)
         for k, ev in enumerate(evaluators):
             # Collocated is one candidate, the same in every order: searched once.
             modes = FIXED_MODES if k == 0 else tuple(m for m in FIXED_MODES
                                                      if m != "collocated")
-            scored, fixed, complete = _exact(ev, opts, scored, baselines, modes=modes)
+            scored, fixed, complete = _exact(ev, opts, scored, baselines, modes=modes,
+                                             deadline=deadline)
             _keep_best(baselines, fixed)
             exact = exact and complete
     if not scored:
@@ -242,12 +258,14 @@ def _keep_best(baselines: dict[str, Scored], found: dict[str, Scored]) -> None:
 
 def _exact(ev: Evaluator, opts: PlannerOptions, scored: list[Scored],
            baselines: dict[str, Scored], *, modes: Sequence[str] = FIXED_MODES,
+           deadline: float | None = None,
            ) -> tuple[list[Scored], dict[str, Scored], bool]:
     """Branch and bound from the heuristic's plans, for the plans and for each fixed mode
-    of `modes`; True when every search finished within `exact_limit` leaves (the plans are
-    optimal in `ev`'s device order)."""
+    of `modes`; True when every search finished within `exact_limit` leaves and before
+    `deadline` (the plans are optimal in `ev`'s device order)."""
     try:
-        found = branch_and_bound(ev, keep=opts.keep, seeds=scored, max_leaves=opts.exact_limit)
+        found = branch_and_bound(ev, keep=opts.keep, seeds=scored, max_leaves=opts.exact_limit,
+                                 deadline=deadline)
     except PlanningError:  # some component fits no range of this order
         return scored, dict(baselines), True
     exact = found.complete
@@ -256,7 +274,7 @@ def _exact(ev: Evaluator, opts: PlannerOptions, scored: list[Scored],
         seeds = [baselines[kind]] if kind in baselines else []
         try:
             fixed = branch_and_bound(ev, keep=1, mode=kind, seeds=seeds,
-                                     max_leaves=opts.exact_limit)
+                                     max_leaves=opts.exact_limit, deadline=deadline)
         except PlanningError:  # the mode cannot place every component
             continue
         exact = exact and fixed.complete

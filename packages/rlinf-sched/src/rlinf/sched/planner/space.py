@@ -10,8 +10,9 @@ scores a candidate by simulation, picks its best micro-batches, memoises everyth
 gives a cheap lower bound used for pruning.
 
 Simulations are memoised by the candidate's *signature*: the device count of each component,
-the set of distinct atoms (which components share a device group, and its device memory)
-and which components sit on the same node. A simulation reads nothing else of the placement,
+the set of distinct atoms (which components share a device group, and its device memory),
+which components sit on the same node and, on several nodes whose CPU slots share their
+cores, how each range splits over the nodes. A simulation reads nothing else of the placement,
 so candidates with one signature (e.g. translations of a layout inside a node) share one
 simulation, exactly. Evaluators of one planning run over different device orders share
 these caches (`Evaluator.reordered`).
@@ -35,6 +36,7 @@ from rlinf.sched.errors import PlanningError
 from rlinf.sched.execution_plan import ExecutionPlan
 from rlinf.sched.granularity import micro_batch_choices, runnable_sizes, smallest_call
 from rlinf.sched.placement import ComponentPlacement, Placement, derive_mode
+from rlinf.sched.planner.progress import Ticker
 from rlinf.sched.simulator import CachedCostModel, Layout, SimulationResult, simulate_layout
 from rlinf.sched.workflow import Workflow
 
@@ -46,9 +48,11 @@ Candidate = tuple[tuple[int, int], ...]
 """One ``(start, stop)`` range of device-order positions per component, in `Workflow.names`
 order."""
 
-Signature = tuple[tuple[int, ...], frozenset[tuple[int, int]], tuple[int, ...]]
+Signature = tuple[tuple[int, ...], frozenset[tuple[int, int]], tuple[int, ...],
+                  tuple[tuple[tuple[int, int], ...], ...]]
 """What a simulation reads of a candidate: device counts, atoms as (component bit mask,
-device memory), and per component the first component on its node (-1: spans nodes)."""
+device memory), per component the first component on its node (-1: spans nodes), and on
+several nodes whose CPU slots share cores, per component its (node, slots) split."""
 
 
 def chunk_choices(workflow: Workflow, *, max_chunks: int) -> dict[str, tuple[int, ...]]:
@@ -74,13 +78,15 @@ class Scored:
 class _Shared:
     """What the evaluators of one planning run share, whatever their device order."""
 
-    def __init__(self) -> None:
-        self.simulations = 0
+    def __init__(self, ticker: Ticker | None) -> None:
+        self.ticker = ticker or Ticker(None)
         self.by_signature: dict[tuple[Signature, tuple[int, ...]], SimulationResult | None] = {}
         self.work: dict[tuple[str, int, int], float] = {}
         self.sizes: dict[tuple[int, int], tuple[int, ...]] = {}
         self.least_memory: dict[tuple[int, int], int] = {}
         self.memo: dict[Any, Any] = {}
+        self.best: dict[Signature, tuple[float, float, tuple[int, ...] | None]] = {}
+        """Per signature, an exhaustive `Evaluator.best`: (its `below`, best time, sizes)."""
 
 
 class Evaluator:
@@ -88,7 +94,7 @@ class Evaluator:
 
     def __init__(self, workflow: Workflow, cost: CostModel, cluster: Cluster, *,
                  max_chunks: int = 16, enumerate_limit: int = 256,
-                 order: Sequence[int] | None = None) -> None:
+                 order: Sequence[int] | None = None, ticker: Ticker | None = None) -> None:
         self.workflow = workflow
         self.cost = cost if isinstance(cost, CachedCostModel) else CachedCostModel(cost)
         self.cluster = cluster
@@ -96,7 +102,7 @@ class Evaluator:
         self.names = workflow.names
         self.choices = chunk_choices(workflow, max_chunks=max_chunks)
         self.enumerate_limit = enumerate_limit
-        self._shared = _Shared()
+        self._shared = _Shared(ticker)
         self._sim: dict[tuple[Candidate, tuple[int, ...]], SimulationResult | None] = {}
         comps = workflow.components
         index = {n: i for i, n in enumerate(self.names)}
@@ -135,6 +141,8 @@ class Evaluator:
         for a, b in itertools.pairwise(self._node):
             breaks.append(breaks[-1] + (a != b))
         self._breaks = tuple(breaks)
+        self._shares: dict[tuple[int, int], tuple[tuple[int, float], ...]] = {}
+        self._parallel: dict[tuple[int, int], int] = {}
 
     def reordered(self, order: Sequence[int]) -> Evaluator:
         """An evaluator over device `order` that shares this one's caches (simulations are
@@ -147,7 +155,12 @@ class Evaluator:
     @property
     def simulations(self) -> int:
         """Simulations run so far by this evaluator and those sharing its caches."""
-        return self._shared.simulations
+        return self._shared.ticker.simulations
+
+    @property
+    def ticker(self) -> Ticker:
+        """The progress of the planning run this evaluator belongs to."""
+        return self._shared.ticker
 
     # ------------------------------------------------------------------ constraints
     def can_run(self, index: int, num_devices: int) -> bool:
@@ -289,7 +302,19 @@ class Evaluator:
                 atoms.add((mask, self._atom_memory(lo, hi)))
         nodes = [self._node_of(s, e) for s, e in candidate]
         same = tuple(-1 if nd is None else nodes.index(nd) for nd in nodes)
-        return tuple(e - s for s, e in candidate), frozenset(atoms), same
+        split: tuple[tuple[tuple[int, int], ...], ...] = ()
+        if self._sharing is not None and len(self.cluster.nodes) > 1:
+            # Shared cores: how a range splits over nodes sets its threads and cores there.
+            split = tuple(self._threads(s, e) for s, e in candidate)
+        return tuple(e - s for s, e in candidate), frozenset(atoms), same, split
+
+    def _threads(self, start: int, stop: int) -> tuple[tuple[int, int], ...]:
+        """(node, positions of ``[start, stop)`` on it) per node, in node order."""
+        counts: dict[int, int] = {}
+        for d in self.order[start:stop]:
+            node = self.cluster.devices[d].node
+            counts[node] = counts.get(node, 0) + 1
+        return tuple(sorted(counts.items()))
 
     def runnable(self, candidate: Candidate, sizes: Sequence[int]) -> bool:
         """Whether the runtime runs `sizes` on `candidate`: device counts that divide where
@@ -326,7 +351,6 @@ class Evaluator:
             if by_sig in by_signature:
                 self._sim[key] = by_signature[by_sig]
                 return self._sim[key]
-        self._shared.simulations += 1
         try:
             result: SimulationResult | None = simulate_layout(
                 self.workflow, self.layout(candidate, record=record), self.cost, self.cluster,
@@ -334,6 +358,7 @@ class Evaluator:
                 memo=self._shared.memo)
         except PlanningError:
             result = None
+        self._shared.ticker.simulated(None if result is None else result.iteration_time)
         self._sim[key] = result
         if not record:
             by_signature[by_sig] = result
@@ -439,10 +464,12 @@ class Evaluator:
         found so far or `below` are not simulated: exact for every result under `below`.
         None when nothing fits (or, with `below`, nothing can beat it).
         """
+        if exhaustive:
+            return self._best_exhaustive(candidate, math.inf if below is None else below)
         all_options = self.options(candidate)
         options = [all_options[i] for i in self._leaders]
         total = math.prod(len(o) for o in options)
-        if exhaustive or total <= self.enumerate_limit:
+        if total <= self.enumerate_limit:
             best_t, best_sizes = math.inf, self._expand([o[0] for o in options])
             combos = [self._expand(c) for c in itertools.product(*options)]
             if below is not None:  # lowest bound first; stop once the bound cannot win
@@ -471,6 +498,35 @@ class Evaluator:
                         t = self.time(candidate, trial)
                         if t < best_t - 1e-12:
                             best_t, best_sizes, improved = t, trial, True
+        return self._scored(candidate, best_t, best_sizes)
+
+    def _best_exhaustive(self, candidate: Candidate, below: float) -> Scored | None:
+        """`best` over every combination, each `sized_bound` below `below` and the best found
+        so far. Kept per signature: candidates with one signature (a translation of a layout)
+        have the same combinations and times, so a search under a `below` at least as high
+        answers for them too (the optimum when it is under that `below`)."""
+        signature = self.signature(candidate)
+        known = self._shared.best.get(signature)
+        if known is not None and known[0] >= below:
+            _, best_t, sizes = known
+            return None if sizes is None else self._scored(candidate, best_t, sizes)
+        all_options = self.options(candidate)
+        options = [all_options[i] for i in self._leaders]
+        combos = [self._expand(c) for c in itertools.product(*options)]
+        best_t, best_sizes = math.inf, combos[0]
+        # Lowest bound first; stop once the bound cannot win.
+        for bound, sizes in sorted((self.sized_bound(candidate, c), c) for c in combos):
+            if bound >= min(best_t, below):
+                break
+            t = self.time(candidate, sizes)
+            if t < best_t or (t == best_t and sizes < best_sizes):
+                best_t, best_sizes = t, sizes
+        found = math.isfinite(best_t)
+        self._shared.best[signature] = (below, best_t, best_sizes if found else None)
+        return self._scored(candidate, best_t, best_sizes) if found else None
+
+    def _scored(self, candidate: Candidate, best_t: float,
+                best_sizes: tuple[int, ...]) -> Scored | None:
         if not math.isfinite(best_t):
             return None
         result = self.simulate(candidate, best_sizes)
@@ -520,20 +576,56 @@ class Evaluator:
         slots beyond their node's cores add none)."""
         if self._sharing is None:
             return stop - start
-        return self._sharing.parallel_devices(range(start, stop), self.cluster)
+        key = (start, stop)
+        if key not in self._parallel:
+            self._parallel[key] = self._sharing.parallel_devices(self.order[start:stop],
+                                                                 self.cluster)
+        return self._parallel[key]
+
+    def core_shares(self, start: int, stop: int) -> tuple[tuple[int, float], ...]:
+        """Per contended node, the fraction of its cores a call on positions
+        ``[start, stop)`` keeps busy per second of its profiled time: ``t × speed(t) / C``
+        for its ``t`` slots there. Whatever runs beside it, a call computes at
+        ``speed(T) / speed(t)`` of its profiled rate on ``t × speed(T)`` cores, and a node's
+        computing threads never hold more than its ``C`` cores, so a node's summed work times
+        these shares bounds the iteration from below (`lower_bound`). Empty without sharing."""
+        key = (start, stop)
+        if key not in self._shares:
+            sharing = self._sharing
+            self._shares[key] = () if sharing is None else tuple(
+                (node, t * sharing.speed(node, t) / sharing.cores[node])
+                for node, t in self._threads(start, stop) if node in sharing.cores)
+        return self._shares[key]
 
     def sized_bound(self, candidate: Candidate, sizes: Sequence[int]) -> float:
         """`lower_bound` for the micro-batch `sizes` (names order)."""
         works = [self.sized_work(n, self.parallel(start, stop), size)
                  for n, (start, stop), size in zip(self.names, candidate, sizes, strict=True)]
-        return _busiest(works, candidate)
+        return self._busiest(works, candidate)
 
     def lower_bound(self, candidate: Candidate) -> float:
         """No schedule beats this: the busiest component or the busiest device, counting only
         compute (switches and waiting only add time)."""
         works = [self.work(n, self.parallel(start, stop))
                  for n, (start, stop) in zip(self.names, candidate, strict=True)]
-        return _busiest(works, candidate)
+        return self._busiest(works, candidate)
+
+    def _busiest(self, works: Sequence[float], candidate: Candidate) -> float:
+        """The busiest component, device or shared node's cores: each device runs its
+        components one at a time, and a node's cores serve all of its slots
+        (`core_shares`)."""
+        bound = max(works)
+        cuts = sorted({b for rng in candidate for b in rng})
+        for lo in cuts[:-1]:
+            load = sum(w for w, (s, e) in zip(works, candidate, strict=True) if s <= lo < e)
+            bound = max(bound, load)
+        if self._sharing is not None:
+            cores: dict[int, float] = {}
+            for w, (s, e) in zip(works, candidate, strict=True):
+                for node, share in self.core_shares(s, e):
+                    cores[node] = cores.get(node, 0.0) + w * share
+            bound = max(bound, max(cores.values(), default=0.0) * (1 - CORE_SLACK))
+        return bound * (1 - BOUND_SLACK)
 
     # ------------------------------------------------------------------ results
     def to_plan(self, scored: Scored, *, label: str = "") -> ExecutionPlan:
@@ -551,12 +643,6 @@ BOUND_SLACK = 1e-9
 """Relative amount bounds are shaved by, so that summing the same call times in another
 order than the simulator does can never lift a bound above a simulated time."""
 
-
-def _busiest(works: Sequence[float], candidate: Candidate) -> float:
-    """The busiest component or device: each device runs its components one at a time."""
-    bound = max(works)
-    cuts = sorted({b for rng in candidate for b in rng})
-    for lo in cuts[:-1]:
-        load = sum(w for w, (s, e) in zip(works, candidate, strict=True) if s <= lo < e)
-        bound = max(bound, load)
-    return bound * (1 - BOUND_SLACK)
+CORE_SLACK = 1e-6
+"""Relative amount the shared-cores bound is shaved by besides: the simulator advances shared
+calls event by event and ends a call within a tolerance of its work."""
