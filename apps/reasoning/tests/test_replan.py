@@ -117,7 +117,7 @@ def test_auto_tries_the_plan_its_live_costs_price_faster_and_keeps_the_faster_me
     actor has more ranks than the hybrid checkpoint it resumes from."""
     hybrid = "rollout: 0, reward,inference,actor: 1"
 
-    def prefer_hybrid(pricing: Any, profile: Any, cluster: Any) -> Any:
+    def prefer_hybrid(pricing: Any, profile: Any, cluster: Any, **_: Any) -> Any:
         plan = fixed_plan(pricing.spec, hybrid, num_devices=2, granularity_groups=2)
         return PlanChoice(plan=dataclasses.replace(plan, predicted_time=1e-3))
 
@@ -163,7 +163,7 @@ def test_auto_plans_live_only_when_a_switch_could_pay_for_its_relaunch(
     """3 steps left at 0.1 s each save at most 0.3 s: a 5 s relaunch never pays, so the
     planner (seconds on many slots) is not run at all."""
     planned: list[int] = []
-    monkeypatch.setattr(ReasoningPricing, "rank", lambda *a: planned.append(1))
+    monkeypatch.setattr(ReasoningPricing, "rank", lambda *a, **_: planned.append(1))
     cfg = from_omegaconf(cli.compose_config(["placement=auto", "cluster.cpu_slots=2"]))
     task = run_module.ReasoningTask(cfg)
     plan = dataclasses.replace(fixed_plan(task.spec, "rollout: 0, reward,"

@@ -16,7 +16,14 @@ from typing import Any, TextIO
 
 import pytest
 
-from rlinf.sched import Cluster, CostModel, ExecutionPlan, Profile
+from rlinf.sched import (
+    Cluster,
+    CostModel,
+    ExecutionPlan,
+    PlannerOptions,
+    Profile,
+    ProgressCallback,
+)
 from rlinf.workers.flow import FlowRun, MacroFlow
 from rlinf.workers.telemetry import Span, read_metrics
 from rlinf.workers.training import (
@@ -80,7 +87,9 @@ class ToyPricing(Pricing):
         super().__init__(flow.to_sched_workflow())
         self.flow = flow
 
-    def rank(self, costs: Profile | CostModel, cluster: Cluster) -> PlanChoice:
+    def rank(self, costs: Profile | CostModel, cluster: Cluster, *,
+             options: PlannerOptions | None = None,
+             progress: ProgressCallback | None = None) -> PlanChoice:
         other = self.flow.fixed_plan("source: 0, sink: 1", num_devices=cluster.num_devices)
         return PlanChoice(plan=dataclasses.replace(other, predicted_time=1e-6))
 

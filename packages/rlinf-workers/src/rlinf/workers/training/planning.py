@@ -14,6 +14,8 @@
   price faster when the relaunch pays for itself over the iterations left, runs it as long,
   and goes back when it measured slower.
 - `replanner`: ``run.replan``'s drift watch, re-planning with the task's ranking.
+- `rank`: every ranking above, its exact search budgeted to a share of the run's time
+  (`PLANNING_SHARE`) and its progress printed.
 """
 
 from __future__ import annotations
@@ -28,8 +30,11 @@ import structlog
 
 from rlinf.sched import (
     Cluster,
+    CostModel,
     DriftPolicy,
     ExecutionPlan,
+    PlanningError,
+    PlanProgress,
     PlanResult,
     Profile,
     ProfileCache,
@@ -43,9 +48,9 @@ from rlinf.workers.flow.auto import merge_run_profiles
 from rlinf.workers.flow.trials import fastest, run_trials
 from rlinf.workers.training.task import PlanChoice, RunSettings, TrainingTask
 
-__all__ = ["LIVE_MIN_GAIN", "LIVE_STEPS", "PLAN_FILE", "PROFILE_FILE",
+__all__ = ["LIVE_MIN_GAIN", "LIVE_STEPS", "PLANNING_SHARE", "PLAN_FILE", "PROFILE_FILE",
            "cache_run_profile", "choose_plan", "describe_plan", "fits", "format_plans",
-           "kept_faster", "live_switch", "priced_live", "profile_cache", "replanner",
+           "kept_faster", "live_switch", "priced_live", "profile_cache", "rank", "replanner",
            "resumed_choice", "save_choice", "tried_choice"]
 
 _log = structlog.get_logger(__name__)
@@ -57,6 +62,9 @@ PLAN_FILE = "plan.json"
 LIVE_STEPS = 3
 """A plan no profile priced (`PlanChoice.live`) is priced after this many iterations of the
 run (the first a warm-up), or at its last when it is shorter."""
+PLANNING_SHARE = 0.05
+"""The most of a run's predicted time (its iterations left, priced as its first guess)
+``auto``'s exact search may take (`rank`)."""
 LIVE_MIN_GAIN = 0.05
 """``auto`` leaves its first guess for a plan its live costs price at least this much faster
 (relative), and goes back when the first guess measured that much faster."""
@@ -165,10 +173,34 @@ def _ranked_choice(task: TrainingTask[Any, Any], profile: Profile, cluster: Clus
     # The search can take a while on a cluster of many slots: say so before it starts.
     print(f"auto: planning on {cluster.num_devices} device(s) (the planner's search, each "
           "plan priced as the flow runs it) ...", file=out, flush=True)
-    choice = task.pricing.rank(profile, cluster)
+    choice = rank(task, profile, cluster, steps=task.settings.steps, out=out)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
     return tried_choice(task, choice, cluster, out=out) if trials else choice
+
+
+def rank(task: TrainingTask[Any, Any], costs: Profile | CostModel, cluster: Cluster, *,
+         steps: int, out: TextIO | None) -> PlanChoice:
+    """`Pricing.rank` for a run of `steps` more iterations: the planner's exact pass may take
+    `PLANNING_SHARE` of their time as the first guess is priced (a short run on CPU slots
+    cannot spend on planning what a long one on GPUs can), and a long search prints where
+    it stands on `out` every few seconds."""
+    pricing = task.pricing
+    try:
+        guess, _ = pricing.price(task.first_guess(cluster), costs, cluster)
+        budget: float | None = PLANNING_SHARE * steps * guess.predicted_time
+    except PlanningError:  # the first guess does not fit: no estimate of the run
+        budget = None
+    unit = task.settings.unit
+
+    def show(progress: PlanProgress) -> None:
+        if out is not None:
+            print(f"auto: still planning ({progress.phase}): {progress.simulations} "
+                  f"simulations in {progress.seconds:.0f} s, the best so far "
+                  f"{progress.best:.3f} s per {unit}", file=out, flush=True)
+
+    return pricing.rank(costs, cluster, options=pricing.planner_options(exact_seconds=budget),
+                        progress=show)
 
 
 def tried_choice(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Cluster, *,
@@ -252,7 +284,7 @@ def live_switch(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Clust
     if not switch_pays(current, current * 1e-9, steps_left=steps_left,
                        switch_s=launch_seconds, min_gain=LIVE_MIN_GAIN):
         return None  # not even a plan of no cost would pay for a relaunch: no planning
-    best = task.pricing.rank(choice.profile, cluster).plan
+    best = rank(task, choice.profile, cluster, steps=steps_left, out=out).plan
     if (best.spec, dict(best.granularity)) == (choice.plan.spec, dict(choice.plan.granularity)):
         return None
     if not task.compatible(choice.plan, best):
@@ -299,7 +331,8 @@ def replanner(task: TrainingTask[Any, Any], choice: PlanChoice,
     pricing = task.pricing
     return Replanner(
         pricing.workflow, cluster, choice.plan, pricing.cost_model(choice.profile, cluster),
-        planner=lambda _workflow, cost, cl: _ranked(pricing.rank(cost, cl)),
+        planner=lambda _workflow, cost, cl: _ranked(
+            rank(task, cost, cl, steps=settings.steps, out=None)),
         price=lambda plan, cost: pricing.price(plan, cost, cluster)[1],
         policy=DriftPolicy(threshold=settings.replan_threshold,
                            patience=settings.replan_patience))

@@ -29,6 +29,7 @@ from rlinf.sched import (
     PlannerOptions,
     PlanningError,
     Profile,
+    ProgressCallback,
     SimulationResult,
     Workflow,
     fit_profile,
@@ -186,14 +187,16 @@ class Pricing:
         return self.finished(priced, cost, self.micro_batches(plan_)), result
 
     def rank(self, costs: Profile | CostModel, cluster: Cluster, *,
-             options: PlannerOptions | None = None) -> PlanChoice:
+             options: PlannerOptions | None = None,
+             progress: ProgressCallback | None = None) -> PlanChoice:
         """The planner's ranked plans, its baselines and `candidates`, each priced as the
         flow runs it (`price`; a plan that does not fit the devices' memory so is dropped);
         the fastest is chosen, ties (`tie_tolerance`) going to the planner's order.
-        `options` go to the planner (default: this pricing's `tie_tolerance`)."""
+        `options` go to the planner (default: `planner_options`), and so does `progress`
+        (called every few seconds of a long search)."""
         cost, calibrated, overhead = self.costs(costs, cluster)
         result = plan(self.priced_workflow(self.workflow), cost, calibrated,
-                      options=options or PlannerOptions(tie_tolerance=self.tie_tolerance))
+                      options=options or self.planner_options(), progress=progress)
         ordered: dict[tuple[object, ...], ExecutionPlan] = {}
         for candidate in (*result.ranked, *result.baselines.values(),
                           *self.candidates(cluster)):
@@ -222,6 +225,11 @@ class Pricing:
         return PlanChoice(plan=best, ranked=ranked,
                           profile=costs if isinstance(costs, Profile) else None,
                           simulation=simulation)
+
+    def planner_options(self, *, exact_seconds: float | None = None) -> PlannerOptions:
+        """The planner's options for this pricing: its `tie_tolerance`, and `exact_seconds`
+        for the exact pass (`PlannerOptions.exact_seconds`)."""
+        return PlannerOptions(tie_tolerance=self.tie_tolerance, exact_seconds=exact_seconds)
 
     def _key(self, plan_: ExecutionPlan) -> tuple[object, ...]:
         """What tells two plans apart as the flow runs them."""
