@@ -54,13 +54,15 @@ def user_rewards(monkeypatch):
     return "user_rewards"
 
 
-def test_the_verifier_starts_up_with_the_worker_not_in_the_first_step(
+def test_the_verifier_starts_with_the_worker_only_when_asked_for_by_name(
         tokenizer, user_rewards, monkeypatch):
     import rlinf.workers.reward.worker as worker_module
 
     warmed: list[str] = []
     monkeypatch.setattr(worker_module, "warm_up_verifier", warmed.append)
     RewardScorer(tokenizer, config=RewardConfig(verifier="math_verify"))
+    assert warmed == ["math_verify"]
+    RewardScorer(tokenizer, config=RewardConfig(verifier="auto"))  # at its first need
     assert warmed == ["math_verify"]
     RewardScorer(tokenizer, config=RewardConfig(functions=(f"{user_rewards}:exact_match",)))
     assert warmed == ["math_verify"]  # a user's function: math-verify is not ours to start

@@ -147,8 +147,11 @@ class RewardScorer:
         self.config = config
         self._verifier = _MathVerifier(config)
         self.terms = load_reward_terms(config.functions, config.weights, builtin=self._verifier)
-        if BUILTIN_MATH in config.functions:
-            # math-verify's import and parser start-up (~0.65 s) here, not in a step.
+        if BUILTIN_MATH in config.functions and config.verifier == "math_verify":
+            # Asked for by name: its helper's start-up here, not in a step. Under "auto" the
+            # helper starts at the first answer a number cannot decide (numeric answers never
+            # need it): warmed up at once, its imports took a core's worth of CPU from the
+            # first steps of every run.
             warm_up_verifier(config.verifier)
 
     def decode(self, batch: RolloutBatch) -> list[str]:
