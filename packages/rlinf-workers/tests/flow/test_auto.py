@@ -139,3 +139,21 @@ def test_the_turn_latency_is_fitted_to_the_collocated_probes_then_the_message_la
         pytest.approx(0.01, rel=1e-6)
     # nothing probed: nothing fitted
     assert calibrated_cluster(base, Profile((_point("a", 1.0),)), _simulated) == base
+
+
+def test_plan_flow_reports_a_long_search_and_logs_it_by_default(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import rlinf.workers.flow.auto as auto_module
+    from rlinf.sched import PlannerOptions, PlanProgress
+
+    from ..training.test_pricing import BOX, FLOW, measured
+
+    every_simulation = PlannerOptions(progress_every=0.0)
+    seen: list[PlanProgress] = []
+    ranked = auto_module.plan_flow(FLOW, measured(), BOX, options=every_simulation,
+                                   progress=seen.append)
+    assert seen and seen[-1].simulations == ranked.evaluated
+    logged: list[PlanProgress] = []
+    monkeypatch.setattr(auto_module, "_log_progress", logged.append)
+    auto_module.plan_flow(FLOW, measured(), BOX, options=every_simulation)
+    assert [p.simulations for p in logged] == [p.simulations for p in seen]

@@ -37,9 +37,11 @@ from rlinf.sched import (
     ExecutionPlan,
     Measurement,
     PlannerOptions,
+    PlanProgress,
     PlanResult,
     Profile,
     Profiler,
+    ProgressCallback,
 )
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.declaration import MacroFlow
@@ -506,17 +508,26 @@ def fit_turn_latency(cluster: Cluster, profile: Profile,
 
 
 def plan_flow(flow: MacroFlow, profile: Profile, cluster: Cluster, *,
-              options: PlannerOptions | None = None) -> PlanResult:
+              options: PlannerOptions | None = None,
+              progress: ProgressCallback | None = None) -> PlanResult:
     """Ranked plans of `flow` on `cluster`, the best first, priced as the apps price theirs
     (`rlinf.workers.training.Pricing`: costs fitted to `profile`, the cluster calibrated to
-    its probes, every iteration's weight sync on top)."""
+    its probes, every iteration's weight sync on top). `progress` is called every few
+    seconds of a long search (default: a ``flow_planning`` log line);
+    ``options.exact_seconds`` bounds the exact pass."""
     # The training layer sits above the flow runtime: imported when planning.
     from rlinf.workers.training.pricing import Pricing
 
-    choice = Pricing(flow.to_sched_workflow()).rank(profile, cluster, options=options)
+    choice = Pricing(flow.to_sched_workflow()).rank(
+        profile, cluster, options=options, progress=progress or _log_progress)
     if choice.ranked is None:  # rank always ranks; a guard for the type
         raise ConfigError(f"no plan of {flow.name!r} was ranked")
     return choice.ranked
+
+
+def _log_progress(progress: PlanProgress) -> None:
+    _log.info("flow_planning", phase=progress.phase, simulations=progress.simulations,
+              seconds=round(progress.seconds, 1), best_s=progress.best)
 
 
 def launch_auto(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int],
