@@ -614,6 +614,7 @@ def _run_shared(
     running: list[_Call] = []
     active = list(range(len(tasks)))
     now = 0.0
+
     def ready_times() -> dict[int, float | None]:
         """When each active task whose step may run has its next call's inputs."""
         out: dict[int, float | None] = {}
