@@ -89,17 +89,6 @@ def _times(wf: Workflow, cost: AnalyticCostModel, cl: Cluster, *, prune: bool,
     return [p.predicted_time for p in result.ranked]
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(workloads())
-def test_pruned_exhaustive_equals_unpruned(
-    case: tuple[Workflow, AnalyticCostModel, Cluster],
-) -> None:
-    wf, cost, cl = case
-    full = _times(wf, cost, cl, prune=False, keep=3)
-    pruned = _times(wf, cost, cl, prune=True, keep=3)
-    assert pruned == pytest.approx(full, rel=1e-9)
-
-
 @st.composite
 def shared_core_workloads(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel, Cluster]:
     """`workloads` on CPU slots that share their node's cores (fewer cores than slots, or a
@@ -114,9 +103,9 @@ def shared_core_workloads(draw: st.DrawFn) -> tuple[Workflow, AnalyticCostModel,
         turn_latency=draw(st.sampled_from([0.0, 0.05])))
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(shared_core_workloads())
-def test_pruned_exhaustive_equals_unpruned_on_shared_cores(
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(workloads(), shared_core_workloads()))
+def test_pruned_exhaustive_equals_unpruned(
     case: tuple[Workflow, AnalyticCostModel, Cluster],
 ) -> None:
     wf, cost, cl = case
@@ -219,7 +208,7 @@ def test_fixed_mode_search_covers_only_its_mode() -> None:
         branch_and_bound(ev, mode="hybrid")
 
 
-def test_budget_stops_the_search_and_says_so() -> None:
+def test_a_budget_stops_the_search_and_says_so() -> None:
     wf = Workflow((Component("a"), Component("b")), (Edge("a", "b"),), global_batch=8)
     cost = AnalyticCostModel({n: AnalyticCost(per_item=1.0, switch=1.0, replicated=60)
                               for n in "ab"})
@@ -230,14 +219,7 @@ def test_budget_stops_the_search_and_says_so() -> None:
     assert branch_and_bound(ev, keep=1).complete
     with pytest.raises(PlanningError, match="max_candidates"):
         exhaustive_search(wf, cost, cl, max_chunks=4, max_candidates=1)
-
-
-def test_a_spent_deadline_stops_the_exact_pass_with_the_search_plans() -> None:
-    wf = Workflow((Component("a"), Component("b")), (Edge("a", "b"),), global_batch=8)
-    cost = AnalyticCostModel({n: AnalyticCost(per_item=1.0, switch=1.0, replicated=60)
-                              for n in "ab"})
-    cl = Cluster.uniform(1, 6, MEM, "H100")
-    ev = Evaluator(wf, cost, cl, max_chunks=4)
+    # A spent deadline stops it before any leaf; the planner keeps its search's plans.
     stopped = branch_and_bound(ev, keep=1, deadline=0.0)
     assert not stopped.complete and stopped.leaves == 0 and stopped.top == []
     full = plan(wf, cost, cl, options=PlannerOptions(max_chunks=4))
