@@ -10,7 +10,10 @@ large-cluster search alone (``PlannerOptions(exact_limit=0)``). Every small-clus
 but PPO (`MIXED_SKIP`) also runs on a mixed node (`mixed_cluster`: 80, 80, 40, 40, 40, 40,
 80, 80 GB, where the rollout's KV-cache reservation fits the 80 GB devices only), against
 exhaustive search too and against the planner restricted to contiguous ranges
-(``reorder_devices=False``).
+(``reorder_devices=False``). Every small-cluster workload also runs on CPU slots that share
+their node's cores (`SHARED`: 4 slots of a 2-core node, as a user's box or CI runs
+`cluster.cpu_slots=4`; `rlinf.sched.core_sharing`), against exhaustive search too, with its
+planning time.
 
 Prints a table and, as the last line, a JSON object: ``max_gap_vs_exhaustive`` (planner time
 / exhaustive time - 1, worst case over the ``exhaustive_cases`` one-device-step comparisons),
@@ -19,9 +22,10 @@ Prints a table and, as the last line, a JSON object: ``max_gap_vs_exhaustive`` (
 ``plan_seconds_1024`` (slowest planning time on 1024 devices), ``cases``,
 ``mixed_cases``, ``min_speedup_mixed_vs_contiguous`` (contiguous-only time / planner time
 on the mixed node, worst case: non-contiguous sets never lose) and
-``mixed_cases_only_noncontiguous_fits`` (mixed cases no contiguous plan fits). "n/a" marks a
-fixed mode with no feasible plan (e.g. too few devices to give every component its own
-memory).
+``mixed_cases_only_noncontiguous_fits`` (mixed cases no contiguous plan fits),
+``shared_cases`` and ``plan_seconds_shared`` (slowest planning time on the shared-cores
+node). "n/a" marks a fixed mode with no feasible plan (e.g. too few devices to give every
+component its own memory).
 
 Launch: ``tox -e bench-sched`` or ``python benchmarks/bench_sched.py [--quick]``.
 """
@@ -70,7 +74,8 @@ class Case:
     contiguous: float | None = None
     """The planner over contiguous ranges only (mixed node only)."""
     cluster: str = ""
-    """``"mixed"`` for the mixed node, else empty (uniform H100-like nodes)."""
+    """``"mixed"`` for the mixed node, ``"shared"`` for the shared-cores node, else empty
+    (uniform H100-like nodes)."""
 
 
 def cluster_of(devices: int) -> Cluster:
@@ -91,10 +96,22 @@ def mixed_cluster() -> Cluster:
     return Cluster((Node(0, "mixed", tuple(range(len(devices))), nvlink=True),), devices)
 
 
-def run_case(workload: Workload, devices: int, *, exact: bool, mixed: bool = False) -> Case:
-    """Plan one workload on one cluster size (or the mixed node); with `exact`, compare with
-    step-1 exhaustive."""
-    cluster = mixed_cluster() if mixed else cluster_of(devices)
+SHARED = (4, 2)
+"""CPU slots and cores of the shared-cores node."""
+
+
+def shared_cluster() -> Cluster:
+    """One node of `SHARED` CPU slots on fewer cores (80 GB each, so memory never binds)."""
+    slots, cores = SHARED
+    return Cluster.uniform(1, slots, "80GiB", "cpu", cpus_per_node=cores)
+
+
+def run_case(workload: Workload, devices: int, *, exact: bool, mixed: bool = False,
+             shared: bool = False) -> Case:
+    """Plan one workload on one cluster size (or the mixed or shared-cores node); with
+    `exact`, compare with step-1 exhaustive."""
+    cluster = (mixed_cluster() if mixed else shared_cluster() if shared
+               else cluster_of(devices))
     options = PlannerOptions(max_chunks=MAX_CHUNKS)
     started = time.perf_counter()
     result = plan(workload.workflow, workload.cost, cluster, options=options)
@@ -119,7 +136,8 @@ def run_case(workload: Workload, devices: int, *, exact: bool, mixed: bool = Fal
             contiguous = math.inf
     return Case(workload.name, devices, best.spec, best.mode.value, best.predicted_time,
                 seconds, dict(best.micro_batch), fixed["collocated"], fixed["disaggregated"],
-                exhaustive, search_only, contiguous, "mixed" if mixed else "")
+                exhaustive, search_only, contiguous,
+                "mixed" if mixed else "shared" if shared else "")
 
 
 def _ratio(base: float, t: float) -> str:
@@ -140,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     for workload, _sizes in small_cluster_workloads():
         if workload.name not in MIXED_SKIP:
             cases.append(run_case(workload, len(MIXED_GB), exact=True, mixed=True))
+    for workload, _sizes in small_cluster_workloads():
+        cases.append(run_case(workload, SHARED[0], exact=True, shared=True))
     done = {(c.workload, c.devices) for c in cases if not c.cluster}
     for workload, sizes in all_workloads():
         for devices in sizes[:1] if args.quick else sizes:
@@ -152,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(header))
     gaps, search_gaps, speedups, seconds_1024 = [], [], [], []
     mixed = [c.contiguous / c.time for c in cases if c.contiguous is not None]
+    shared = [c for c in cases if c.cluster == "shared"]
     finite_mixed = [r for r in mixed if math.isfinite(r)]
     for c in cases:
         speedups.append(min(c.collocated, c.disaggregated) / c.time)
@@ -162,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             exh, search = f"{gaps[-1]:+.2%}", f"{search_gaps[-1]:+.2%}"
         if c.devices == 1024:
             seconds_1024.append(c.seconds)
-        where = f"{c.devices}{'m' if c.cluster else ''}"
+        where = f"{c.devices}{c.cluster[:1]}"
         extra = "" if c.contiguous is None else (
             f"  ({_ratio(c.contiguous, c.time)} vs contiguous)" if math.isfinite(c.contiguous)
             else "  (no contiguous plan fits)")
@@ -180,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         "min_speedup_mixed_vs_contiguous": round(min(finite_mixed), 6) if finite_mixed
         else None,
         "mixed_cases_only_noncontiguous_fits": len(mixed) - len(finite_mixed),
+        "shared_cases": len(shared),
+        "plan_seconds_shared": round(max(c.seconds for c in shared), 3) if shared else None,
     }
     print(json.dumps(summary))
     return 0
