@@ -262,3 +262,14 @@ def test_candidates_with_one_signature_share_a_simulation() -> None:
     # Across a node boundary the transfer is slower: another signature.
     two_nodes = Evaluator(wf, cost, Cluster.uniform(2, 3, MEM, "H100"), max_chunks=4)
     assert two_nodes.signature(((0, 1), (1, 2))) != two_nodes.signature(((2, 3), (3, 4)))
+
+
+@pytest.mark.parametrize("bad", [{"keep": 0}, {"max_chunks": 0}, {"exact_limit": -1},
+                                 {"min_step": 0}, {"exact_seconds": -1.0},
+                                 {"exact_seconds": float("nan")}, {"progress_every": -0.5},
+                                 {"tie_tolerance": -0.1}])
+def test_options_out_of_range_are_refused_naming_the_field(bad: dict[str, float]) -> None:
+    (name, _), = bad.items()
+    with pytest.raises(PlanningError, match=f"PlannerOptions.{name}="):
+        PlannerOptions(**bad)  # type: ignore[arg-type]
+    assert PlannerOptions(exact_seconds=0.0, exact_limit=0, progress_every=0.0).exact_limit == 0

@@ -99,6 +99,26 @@ class PlannerOptions:
     profile can resolve only adds processes that contend (measured on a loaded 2-core box:
     an actor on two CPU slots, predicted 0.1% faster, ran 3.5x slower)."""
 
+    def __post_init__(self) -> None:
+        counts = {"max_chunks": self.max_chunks, "coarse_units": self.coarse_units,
+                  "seeds": self.seeds, "keep": self.keep}
+        for name, value in counts.items():
+            if value < 1:
+                raise PlanningError(f"PlannerOptions.{name}={value}: expected at least 1")
+        for name, value in {"exact_devices": self.exact_devices,
+                            "exact_limit": self.exact_limit}.items():
+            if value < 0:
+                raise PlanningError(f"PlannerOptions.{name}={value}: expected 0 (off) or more")
+        if self.min_step is not None and self.min_step < 1:
+            raise PlanningError(f"PlannerOptions.min_step={self.min_step}: expected None "
+                                "(N // 256) or at least 1 device")
+        seconds = {"exact_seconds": self.exact_seconds, "progress_every": self.progress_every,
+                   "tie_tolerance": self.tie_tolerance}
+        for name, amount in seconds.items():
+            if amount is not None and not amount >= 0:  # NaN too
+                raise PlanningError(f"PlannerOptions.{name}={amount}: expected a number >= 0"
+                                    + (" or None (no bound)" if name == "exact_seconds" else ""))
+
 
 @dataclass(frozen=True)
 class BlockLayout:
