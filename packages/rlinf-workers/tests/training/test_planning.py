@@ -47,8 +47,9 @@ def test_rank_budgets_the_exact_search_to_a_share_of_the_run_and_prints_progress
     class Recording(Pricing):
         def rank(self, costs: Any, cluster: Any, *, options: Any = None,
                  progress: Any = None) -> Any:
-            seen["options"] = options
-            progress(PlanProgress("exact", 5000, 3.2, 0.1234))
+            seen["options"], seen["progress"] = options, progress
+            if progress is not None:
+                progress(PlanProgress("exact", 5000, 3.2, 0.1234))
             return super().rank(costs, cluster, options=options)
 
     guess = plan_of("source,sink: 0-1")
@@ -65,3 +66,4 @@ def test_rank_budgets_the_exact_search_to_a_share_of_the_run_and_prints_progress
     assert choice.ranked is not None
     # The re-planner's ranking prints nothing.
     rank(task, COSTS, BOX, steps=40, out=None)  # type: ignore[arg-type]
+    assert seen["progress"] is None

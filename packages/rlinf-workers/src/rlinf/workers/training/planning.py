@@ -194,13 +194,12 @@ def rank(task: TrainingTask[Any, Any], costs: Profile | CostModel, cluster: Clus
     unit = task.settings.unit
 
     def show(progress: PlanProgress) -> None:
-        if out is not None:
-            print(f"auto: still planning ({progress.phase}): {progress.simulations} "
-                  f"simulations in {progress.seconds:.0f} s, the best so far "
-                  f"{progress.best:.3f} s per {unit}", file=out, flush=True)
+        print(f"auto: still planning ({progress.phase}): {progress.simulations} "
+              f"simulations in {progress.seconds:.0f} s, the best so far "
+              f"{progress.best:.3f} s per {unit}", file=out, flush=True)
 
     return pricing.rank(costs, cluster, options=pricing.planner_options(exact_seconds=budget),
-                        progress=show)
+                        progress=None if out is None else show)
 
 
 def tried_choice(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Cluster, *,
@@ -331,6 +330,7 @@ def replanner(task: TrainingTask[Any, Any], choice: PlanChoice,
     pricing = task.pricing
     return Replanner(
         pricing.workflow, cluster, choice.plan, pricing.cost_model(choice.profile, cluster),
+        # Budgeted for the whole run: the re-planner is not told the steps left.
         planner=lambda _workflow, cost, cl: _ranked(
             rank(task, cost, cl, steps=settings.steps, out=None)),
         price=lambda plan, cost: pricing.price(plan, cost, cluster)[1],
