@@ -37,9 +37,8 @@ fixed mode's), ``max_prediction_error`` (max |predicted - measured| / measured o
 ``lock_matches_simulator`` (every run's lock switches equal its simulated switches), plus
 ``load_average``, per-setting ratios and counts.
 
-Launch: ``tox -e bench-flow`` (3 settings per app; on the 2-core AVX2 machine the whole
-round took 19 minutes on 2026-12-01, a reasoning setting ~5 of them: an `auto` run ~105 s
-with its profile and trials, a fixed one 50-75 s), or
+Launch: ``tox -e bench-flow`` (3 settings per app, 3 rounds: a plan's median run moves by
+a fifth from run to run on a loaded 2-core machine, so one round cannot tell a 5% bound), or
 ``tox -e bench-flow -- --quick`` (one small setting per app, 3 steps: a smoke run).
 ``--settings`` picks settings by name, ``--setting APP KEY=VALUE ...`` adds one of your own
 (the app's Hydra overrides, on top of the common ones; repeatable, and then only the named
@@ -239,8 +238,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "s/iter is the median of all but the first")
     parser.add_argument("--iterations", type=int, default=None,
                         help="embodied iterations per run (default 12; --quick 3)")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="runs per setting and mode (the median measured run is kept)")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="runs per setting and mode, interleaved (the median measured run "
+                             "is kept; default 3, --quick 1)")
     parser.add_argument("--auto-slots", type=int, default=AUTO_SLOTS,
                         help="reasoning auto's cluster.cpu_slots (default 4: the most a fixed "
                              "mode gets, so every fixed plan is one auto may choose)")
@@ -277,13 +277,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--settle must be >= 0 seconds, got {args.settle}")
     if args.auto_slots < 1:
         parser.error(f"--auto-slots must be >= 1, got {args.auto_slots}")
+    if args.rounds is not None and args.rounds < 1:
+        parser.error(f"--rounds must be >= 1, got {args.rounds}")
+    rounds = args.rounds or (1 if args.quick else 3)
     steps = args.steps or (3 if args.quick else 12)
     iterations = args.iterations or (3 if args.quick else 12)
 
     load_start = _load()
     print(f"# bench-flow on {os.cpu_count()} cores, load average {load_start:.2f} at the "
           f"start; reasoning {steps} steps, embodied {iterations} iterations per run; "
-          f"{args.rounds} round(s); modes {', '.join(modes)}; reasoning auto on "
+          f"{rounds} round(s); modes {', '.join(modes)}; reasoning auto on "
           f"{args.auto_slots} CPU slots", flush=True)
     for s in settings:
         print(f"#   {s.app}/{s.name}: {' '.join(s.overrides)}", flush=True)
@@ -300,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["RLINF_PROFILE_CACHE"] = str(Path(workdir) / "profiles")
         for index, setting in enumerate(settings):
             runs: dict[str, list[FlowRun]] = {m: [] for m in modes}
-            for round_ in range(args.rounds):
+            for round_ in range(rounds):
                 for mode in _rotated(modes, index + round_):
                     settled = wait_for_idle_cores(0.15, args.settle) if args.settle else 0.0
                     row, seconds = run_once(setting, mode, steps=steps, iterations=iterations,
