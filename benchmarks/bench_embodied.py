@@ -621,11 +621,7 @@ def main(argv: list[str] | None = None) -> int:
 def settle(load: float, seconds: float) -> float:
     """Wait until the 1-minute load average is at most `load` or `seconds` passed; the load
     then. Each width is profiled once at its start and every prediction comes from that
-    profile, so it starts on a machine as quiet as the first width's. (This was not what
-    priced every 256-wide mode 31-50% slow: a 256-wide run started alone at load 0.3 did
-    the same, 2026-11-28. A standalone profile then timed the 2048-sample update at 0.32 s
-    in one run and 0.54 s in another, the runs' own updates 0.38 s: one-off noise in the
-    profile's actor points.)"""
+    profile, so it starts on a machine as quiet as the first width's."""
     deadline = time.monotonic() + seconds
     while os.getloadavg()[0] > load and time.monotonic() < deadline:
         time.sleep(5)

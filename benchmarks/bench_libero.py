@@ -19,7 +19,7 @@ the contenders rotates from round to round):
    env processes (`bench_flow`'s runner: one shared Ray instance, the run's
    ``summary.json``): measured and predicted s/iter, ``auto``'s plan. With more than one
    env process each fixed placement also runs with ``env.concurrent_groups=false`` (every
-   stage group spans all processes and the groups take turns, as before 2026-11-28),
+   stage group spans all processes and the groups take turns: the older layout),
    against the default (each group in processes of its own, stepped concurrently).
 
 The last line is one JSON object: ``env_steps_per_s`` per contender,

@@ -53,8 +53,7 @@ processes (Ray workers exiting, TRL's ranks tearing down) would otherwise run in
 next one's timed iterations. Every contender's processes, TRL's ranks included, allocate
 host memory alike (``--allocator``): by default with jemalloc keeping the pages it frees,
 rlinf's default (`rlinf.workers.runtime.allocator`); on the bench VM it sped TRL up slightly
-more than rlinf (held-out setting, 2026-12-02: TRL's best 77 -> 119 samples/s, rlinf's
-collocated HF 95 -> 142), so the comparison stays like for like. For
+more than rlinf, so the comparison stays like for like. For
 every rlinf run the flow is then profiled (`rlinf.workers.flow.profile_flow`: probe runs
 collocated on one and on all devices, at half and all of the batch, as ``rlinf-reasoning``
 profiles before a run), the profile fitted (`rlinf.sched.fit_profile`) and the same fixed
