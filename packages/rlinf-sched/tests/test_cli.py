@@ -103,3 +103,14 @@ def test_yaml_errors_are_one_line(plan_inputs: PlanInputs,
     assert main([str(bad), *plan_inputs.args("--gantt", "")[1:]]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not valid YAML" in err and repr(str(bad)) in err
+
+
+def test_a_search_prints_where_it_stands_on_stderr(plan_inputs: PlanInputs,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(plan_inputs.args("--gantt", "", "--max-chunks", "4",
+                                 "--progress-every", "0")) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(line.startswith("planning (") for line in lines)
+    assert "simulations in" in lines[-1] and "per iteration" in lines[-1]
+    assert main(plan_inputs.args("--gantt", "", "--progress-every", "-1")) == 2
+    assert "progress_every" in capsys.readouterr().err

@@ -25,7 +25,8 @@ from rlinf.sched.cluster import Cluster
 from rlinf.sched.errors import SchedError
 from rlinf.sched.execution_plan import ExecutionPlan, PlanResult
 from rlinf.sched.model_parallel import format_cut
-from rlinf.sched.planner import PlannerOptions, exhaustive_search, plan
+from rlinf.sched.planner import PlannerOptions, PlanProgress, exhaustive_search, plan
+from rlinf.sched.planner.progress import PROGRESS_EVERY_S
 from rlinf.sched.simulator import simulate
 from rlinf.sched.workflow import Workflow
 
@@ -46,7 +47,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="most micro-batches per component's batch")
     p.add_argument("--exhaustive", action="store_true",
                    help="search every placement (small clusters only)")
+    p.add_argument("--progress-every", type=float, default=PROGRESS_EVERY_S,
+                   metavar="SECONDS",
+                   help="print where a long search stands on stderr this often")
     return p
+
+
+def _print_progress(progress: PlanProgress) -> None:
+    print(f"planning ({progress.phase}): {progress.simulations} simulations in "
+          f"{progress.seconds:.0f} s, the best so far {progress.best:.4g} s per iteration",
+          file=sys.stderr, flush=True)
 
 
 def format_table(result: PlanResult) -> str:
@@ -83,8 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = exhaustive_search(workflow, cost, cluster, max_chunks=args.max_chunks,
                                        keep=args.top)
         else:
-            result = plan(workflow, cost, cluster,
-                          options=PlannerOptions(max_chunks=args.max_chunks, keep=args.top))
+            options = PlannerOptions(max_chunks=args.max_chunks, keep=args.top,
+                                     progress_every=args.progress_every)
+            result = plan(workflow, cost, cluster, options=options, progress=_print_progress)
         print(f"{workflow.name or args.workflow.name}: {len(workflow.components)} components "
               f"on {cluster.num_devices} devices ({result.evaluated} simulations, "
               f"{result.seconds:.2f} s)")
