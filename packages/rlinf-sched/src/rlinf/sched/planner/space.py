@@ -464,25 +464,15 @@ class Evaluator:
         found so far or `below` are not simulated: exact for every result under `below`.
         None when nothing fits (or, with `below`, nothing can beat it).
         """
-        if exhaustive:
-            return self._best_exhaustive(candidate, math.inf if below is None else below)
         all_options = self.options(candidate)
         options = [all_options[i] for i in self._leaders]
         total = math.prod(len(o) for o in options)
+        if exhaustive or (below is not None and total <= self.enumerate_limit):
+            return self._best_exhaustive(candidate, options,
+                                         math.inf if below is None else below)
         if total <= self.enumerate_limit:
             best_t, best_sizes = math.inf, self._expand([o[0] for o in options])
-            combos = [self._expand(c) for c in itertools.product(*options)]
-            if below is not None:  # lowest bound first; stop once the bound cannot win
-                ranked = sorted((self.sized_bound(candidate, c), c) for c in combos)
-                combos = []
-                for bound, sizes in ranked:
-                    if bound >= below:
-                        break
-                    combos.append(sizes)
-            for sizes in combos:
-                if below is not None and \
-                        self.sized_bound(candidate, sizes) >= min(best_t, below):
-                    break
+            for sizes in (self._expand(c) for c in itertools.product(*options)):
                 t = self.time(candidate, sizes)
                 if t < best_t or (t == best_t and sizes < best_sizes):
                     best_t, best_sizes = t, sizes
@@ -500,18 +490,18 @@ class Evaluator:
                             best_t, best_sizes, improved = t, trial, True
         return self._scored(candidate, best_t, best_sizes)
 
-    def _best_exhaustive(self, candidate: Candidate, below: float) -> Scored | None:
-        """`best` over every combination, each `sized_bound` below `below` and the best found
-        so far. Kept per signature: candidates with one signature (a translation of a layout)
-        have the same combinations and times, so a search under a `below` at least as high
-        answers for them too (the optimum when it is under that `below`)."""
+    def _best_exhaustive(self, candidate: Candidate, options: Sequence[tuple[int, ...]],
+                         below: float) -> Scored | None:
+        """`best` over every combination of the leaders' `options`, each `sized_bound` below
+        `below` and the best found so far. Kept per signature: candidates with one signature
+        (a translation of a layout) have the same combinations and times, so a search under a
+        `below` at least as high answers for them too (the optimum when it is under that
+        `below`)."""
         signature = self.signature(candidate)
         known = self._shared.best.get(signature)
         if known is not None and known[0] >= below:
             _, best_t, sizes = known
             return None if sizes is None else self._scored(candidate, best_t, sizes)
-        all_options = self.options(candidate)
-        options = [all_options[i] for i in self._leaders]
         combos = [self._expand(c) for c in itertools.product(*options)]
         best_t, best_sizes = math.inf, combos[0]
         # Lowest bound first; stop once the bound cannot win.
@@ -604,8 +594,8 @@ class Evaluator:
         return self._busiest(works, candidate)
 
     def lower_bound(self, candidate: Candidate) -> float:
-        """No schedule beats this: the busiest component or the busiest device, counting only
-        compute (switches and waiting only add time)."""
+        """No schedule beats this: the busiest component, device or shared node's cores
+        (`core_shares`), counting only compute (switches and waiting only add time)."""
         works = [self.work(n, self.parallel(start, stop))
                  for n, (start, stop) in zip(self.names, candidate, strict=True)]
         return self._busiest(works, candidate)
