@@ -54,9 +54,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _print_progress(progress: PlanProgress) -> None:
-    print(f"planning ({progress.phase}): {progress.simulations} simulations in "
-          f"{progress.seconds:.0f} s, the best so far {progress.best:.4g} s per iteration",
-          file=sys.stderr, flush=True)
+    print(f"planning {progress.line()}", file=sys.stderr, flush=True)
 
 
 def format_table(result: PlanResult) -> str:

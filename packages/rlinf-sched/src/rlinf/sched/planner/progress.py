@@ -31,6 +31,11 @@ class PlanProgress:
     best: float
     """Fastest simulated iteration so far, in seconds (inf while none fits)."""
 
+    def line(self, unit: str = "iteration") -> str:
+        """``(exact): 5000 simulations in 3 s, the best so far 0.123 s per step``."""
+        return (f"({self.phase}): {self.simulations} simulations in {self.seconds:.0f} s, "
+                f"the best so far {self.best:.3g} s per {unit}")
+
 
 ProgressCallback = Callable[[PlanProgress], None]
 

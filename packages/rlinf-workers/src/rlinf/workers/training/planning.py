@@ -194,9 +194,7 @@ def rank(task: TrainingTask[Any, Any], costs: Profile | CostModel, cluster: Clus
     unit = task.settings.unit
 
     def show(progress: PlanProgress) -> None:
-        print(f"auto: still planning ({progress.phase}): {progress.simulations} "
-              f"simulations in {progress.seconds:.0f} s, the best so far "
-              f"{progress.best:.3f} s per {unit}", file=out, flush=True)
+        print(f"auto: still planning {progress.line(unit)}", file=out, flush=True)
 
     return pricing.rank(costs, cluster, options=pricing.planner_options(exact_seconds=budget),
                         progress=None if out is None else show)
