@@ -165,6 +165,7 @@ def test_translations_of_a_leaf_reuse_its_micro_batch_search() -> None:
     assert right.candidate == ((2, 4), (4, 6))
     # A search under a lower threshold answers from it too; a higher one searches again.
     assert ev.best(((1, 3), (3, 5)), exhaustive=True, below=left.time / 2) is not None
+    assert ev.simulations == runs
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
