@@ -529,14 +529,20 @@ class Channel:
         waits this thread reads the producers' connections itself."""
         assert self._here is not None and isinstance(self._peer, LocalPeer)
         limit = self._timeout(timeout)
+        if target is None:
+            item = self._here.take_local(self._peer, key or DEFAULT_KEY)
+            if item is not None:
+                return [(item.local_view(), item.buffers)]
         deadline = time.monotonic() + limit
-        fut = self._here.get_local(self._peer, key=key or DEFAULT_KEY, target=target,
-                                   timeout=limit)
-        if not fut.done():
-            self._peer.read_direct(fut.done, deadline=deadline)
-            if not fut.done():
-                self._here.expire_local(fut, limit)
-        return [(item.local_view(), item.buffers) for item in fut.result()]
+        getter = self._here.get_local(self._peer, key=key or DEFAULT_KEY, target=target,
+                                      timeout=limit)
+        outcome = getter.outcome
+        assert outcome is not None
+        if not outcome.done():
+            self._peer.read_direct(outcome.done, deadline=deadline)
+            if not outcome.done():
+                self._here.expire_local(getter, limit)
+        return [(item.local_view(), item.buffers) for item in outcome.result()]
 
     def _get_async(
         self, key: str | None, target: float | None, timeout: float | None

@@ -71,7 +71,6 @@ import itertools
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -124,6 +123,38 @@ class _Item:
                 "producer": self.producer.info.get("endpoint")}
 
 
+class LocalOutcome:
+    """What a local get comes to: its items or its error, settled under the server's lock.
+
+    Not a `Future`: the getter's own thread waits by reading the producers' connections
+    (and a wake pipe), never on a condition, so a future's lock, condition and callbacks
+    were only cost. It holds no reference back to its getter: a cycle between them made
+    every local get garbage that only the cyclic collector frees.
+    """
+
+    __slots__ = ("_error", "_items")
+
+    def __init__(self) -> None:
+        self._items: list[_Item] | None = None
+        self._error: BaseException | None = None
+
+    def done(self) -> bool:
+        return self._items is not None or self._error is not None
+
+    def set_result(self, items: list[_Item]) -> None:
+        self._items = items
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+
+    def result(self) -> list[_Item]:
+        """The items; raises the get's error; AssertionError while it is not settled."""
+        if self._error is not None:
+            raise self._error
+        assert self._items is not None, "a local get's outcome was read before it settled"
+        return self._items
+
+
 @dataclass(eq=False)
 class _Getter:
     peer: Any  # an `RpcPeer`, or a `LocalPeer`'s server side
@@ -133,7 +164,7 @@ class _Getter:
     items: list[_Item] = field(default_factory=list)
     weight: float = 0.0
     handle: int | None = None
-    future: Future[list[_Item]] | None = None  # a local get's: the items themselves
+    outcome: LocalOutcome | None = None  # a local get's: the items themselves
 
     def satisfied(self) -> bool:
         if self.target is None:
@@ -141,9 +172,9 @@ class _Getter:
         return self.weight >= self.target
 
     def fail(self, exc: errors.CommError) -> None:
-        if self.future is not None:
-            if not self.future.done():
-                self.future.set_exception(exc)
+        if self.outcome is not None:
+            if not self.outcome.done():
+                self.outcome.set_exception(exc)
                 self.peer.wake()
         else:
             self.peer.reply_error(self.request, exc)
@@ -242,7 +273,7 @@ class ChannelServer:
         self._server.close()
         with self._lock:
             local, self._local_peers = list(self._local_peers), set()
-            parked = [g for waiting in self._getters.values() for g in waiting if g.future]
+            parked = [g for waiting in self._getters.values() for g in waiting if g.outcome]
         gone = errors.PeerDiedError(f"channel {self.name!r} stopped")
         for getter in parked:
             getter.fail(gone)
@@ -501,24 +532,43 @@ class ChannelServer:
                   timeout)
 
     def get_local(self, peer: LocalPeer, *, key: str, target: float | None,
-                  timeout: float) -> Future[list[_Item]]:
-        """A get for a handle in this process: the future resolves with the items
-        themselves (nothing is encoded), or fails with the error a remote get would raise.
-        The caller's thread enforces `timeout` itself (`expire_local` once it passed):
-        no timer is set."""
-        future: Future[list[_Item]] = Future()
-        getter = _Getter(peer.remote, {}, key, target, future=future)
-        future.rlinf_getter = getter  # type: ignore[attr-defined]
+                  timeout: float) -> _Getter:
+        """A get for a handle in this process: the getter's `outcome`
+        settles with the items themselves (nothing is encoded), or with the error a remote
+        get would raise. The caller's thread enforces `timeout` itself (`expire_local` once
+        it passed): no timer is set."""
+        getter = _Getter(peer.remote, {}, key, target, outcome=LocalOutcome())
         with self._lock:
-            self._consumed_by(self._clients.setdefault(peer.remote, _Client()))  # type: ignore[arg-type]
+            client = self._clients.get(peer.remote)  # type: ignore[call-overload]
+            if client is None:
+                client = self._clients[peer.remote] = _Client()  # type: ignore[index]
+            self._consumed_by(client)
             self._get(getter, timeout)
-        return future
+        return getter
 
-    def expire_local(self, future: Future[list[_Item]], timeout: float) -> None:
+    def take_local(self, peer: LocalPeer, key: str) -> _Item | None:
+        """The oldest item under `key` for a local get of one item, when one is queued, no
+        other getter waits for it and no loss is to be reported on the key (a consumer
+        behind its producers: the usual case of a stream). No getter and no outcome are
+        made. None: nothing to take at once; the caller goes through `get_local`."""
+        with self._lock:
+            client = self._clients.get(peer.remote)  # type: ignore[call-overload]
+            queue = self._queues.get(key)
+            if (client is None or client.dead or not client.gets or not queue
+                    or self._getters.get(key) or key in self._losses):
+                return None
+            item = queue.popleft()
+            self._count -= 1
+            if not item.inline:  # released later, through this client
+                client.delivered[item.uid] = item
+            self._make_room()
+            return item
+
+    def expire_local(self, getter: _Getter, timeout: float) -> None:
         """A local get's time ran out: unless it was served meanwhile, its reserved items
-        go back and `future` fails with CommTimeoutError (settled under the lock: nothing
-        is lost or handed out twice)."""
-        self._expire_get(future.rlinf_getter, timeout)  # type: ignore[attr-defined]
+        go back and its outcome fails with CommTimeoutError (settled under the lock:
+        nothing is lost or handed out twice)."""
+        self._expire_get(getter, timeout)
 
     def _get(self, getter: _Getter, timeout: float) -> None:
         key = getter.key
@@ -539,7 +589,7 @@ class ChannelServer:
             getter.fail(self._closed_error(key))
         else:
             self._getters.setdefault(key, deque()).append(getter)
-            if getter.future is None:  # a local caller expires its own get
+            if getter.outcome is None:  # a local caller expires its own get
                 getter.handle = self._deadlines.schedule(
                     time.monotonic() + timeout, lambda: self._expire_get(getter, timeout)
                 )
@@ -561,12 +611,12 @@ class ChannelServer:
         if client is None or client.dead:
             self._requeue_front(getter.items)
             return
-        if getter.future is not None:  # a local get: the items themselves
+        if getter.outcome is not None:  # a local get: the items themselves
             for item in getter.items:
                 if not item.inline:
                     client.delivered[item.uid] = item
-            if not getter.future.done():
-                getter.future.set_result(getter.items)
+            if not getter.outcome.done():
+                getter.outcome.set_result(getter.items)
                 getter.peer.wake()  # its thread may be reading other connections
             return
         buffers: Buffers = []
@@ -772,7 +822,7 @@ class ChannelServer:
                     if getter.handle is not None:
                         self._deadlines.cancel(getter.handle)
                     self._requeue_front(getter.items)
-                    if getter.future is not None:  # a local handle closed under its get
+                    if getter.outcome is not None:  # a local handle closed under its get
                         getter.fail(errors.PeerDiedError(f"{peer.name} was closed locally"))
                 self._serve_waiting(key)
             self._drop_items_of(peer, who)

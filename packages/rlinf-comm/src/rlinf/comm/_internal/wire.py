@@ -82,6 +82,10 @@ _MAX_BUFFERS = 1 << 16
 _ALIGN = 64  # Arrow's preferred buffer alignment; receivers decode zero-copy from it.
 # One encoder for every frame: `json.dumps` with options builds a new one per call.
 _encode_header = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+# Headers are ASCII JSON (the encoder escapes the rest): decoded as text, without
+# `json.loads`'s sniffing for UTF-16 and UTF-32 on every frame.
+_decode_header = json.JSONDecoder().decode
+_LENGTHS = [struct.Struct(f"!{n}Q") for n in range(9)]  # the length tables of small frames
 
 
 def _as_bytes_view(buf: Any) -> memoryview:
@@ -109,6 +113,7 @@ class Connection:
         self._sock = sock
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
+        self._prefix = memoryview(bytearray(_PREFIX.size))  # parsed under `_recv_lock`
         self._closed: str | None = None
         self.default_timeout = default_timeout
         self.max_frame_bytes = max_frame_bytes
@@ -204,8 +209,7 @@ class Connection:
               ) -> tuple[dict[str, Any], list[memoryview]] | None:
         with self._recv_lock:
             self._check_open()
-            prefix = bytearray(_PREFIX.size)
-            pview = memoryview(prefix)
+            pview = self._prefix
             # Wait for the first byte without committing: a timeout here is harmless.
             first = 0
             while first == 0:
@@ -265,9 +269,10 @@ class Connection:
                 f"expected a header of at most {_MAX_HEADER_BYTES} bytes and at most "
                 f"{_MAX_BUFFERS} buffers, got {header_len} bytes and {nbuf} buffers")
         meta = self._recv_growing(8 * nbuf + header_len, deadline, "recv frame header")
-        lengths = struct.unpack_from(f"!{nbuf}Q", meta)
+        lengths = (_LENGTHS[nbuf] if nbuf < len(_LENGTHS) else struct.Struct(f"!{nbuf}Q")
+                   ).unpack_from(meta)
         try:
-            header = json.loads(meta[8 * nbuf:])
+            header = _decode_header(meta[8 * nbuf:].decode())
         except (UnicodeDecodeError, ValueError) as exc:
             raise CodecError(f"expected a JSON header, got undecodable bytes ({exc})") from exc
         if not isinstance(header, dict):
