@@ -84,7 +84,7 @@ class EnvConfig:
     stepped (and served by the policy) as soon as it is ready, so a group resetting for
     seconds holds up no other. false: every group spans all processes, groups take turns."""
     render_effects: bool = True
-    """LIBERO: render shadows and reflections (false: about 2x faster software rendering,
+    """LIBERO: render shadows and reflections (false: faster software rendering,
     different pictures; keep true for checkpoints trained on LIBERO's images)."""
     control_mode: str | None = None
     """ManiSkill3 only: the robot's controller (null: the task's default), e.g.

@@ -112,7 +112,7 @@ class EmbodiedSpec:
     @property
     def rollout_timeout(self) -> float:
         """Seconds the trainer waits for an iteration's trajectory: a micro-batch's bound for
-        every step (a LIBERO episode of 220 steps took over 120 s here)."""
+        every step (a LIBERO episode of 220 steps outlasted a fixed bound)."""
         return self.link_timeout * (self.rollout_steps + 2)
 
     @property

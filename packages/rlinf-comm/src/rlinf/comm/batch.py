@@ -106,7 +106,7 @@ class Batch:
     @classmethod
     def from_trusted(cls, tensors: dict[str, Array], meta: dict[str, Any]) -> Batch:
         """A Batch of parts that came out of a valid Batch (a decoder's output), without
-        validating them again (that costs ~15 us, a tenth of a small batch's round trip)."""
+        validating them again (that costs a noticeable share of a small batch's round trip)."""
         batch = object.__new__(cls)
         object.__setattr__(batch, "tensors", MappingProxyType(tensors))
         object.__setattr__(batch, "meta", MappingProxyType(meta))

@@ -369,7 +369,7 @@ def fit_curve(
 
     Repeated measurements of one (batch_size, num_devices) point count as their median:
     timing noise on a shared machine is one-sided and heavy-tailed (one of three identical
-    reasoning profiles timed a rollout call at 0.54 s, the others at 0.20 and 0.15 s), and a
+    reasoning profiles timed a rollout call far above the other two), and a
     least-squares fit would take a third of such an outlier into the curve.
 
     Features the data cannot separate are dropped from the end of `features` (e.g. with one

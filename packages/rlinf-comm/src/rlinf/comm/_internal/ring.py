@@ -56,8 +56,8 @@ _CHECK_S = 0.05
 """Longest sleep between checks of the peer's liveness and the closed flag."""
 SPIN_ENV = "RLINF_COMM_RING_SPIN_US"
 """Environment variable: microseconds a waiting side polls before it sleeps (x86-64 only:
-see the module docstring on ordering). Default 0: on our loaded 2-core machine a 20 us spin
-made the env <-> policy round trip 5-25% slower and a 100 us spin 75% slower
+see the module docstring on ordering). Default 0: on a loaded 2-core machine a spin made the
+env <-> policy round trip slower, and a longer spin slower still
 (`benchmarks/bench_link.py --spin-us 0 20 100`); where a core is free per side, try it."""
 
 

@@ -93,8 +93,8 @@ def make_vector_env(
     a loop; `backend="gymnasium"` forces the loop over gymnasium's own `step`.
     `processes > 1` shards the envs over that many worker processes stepped in parallel
     (`rlinf.envs.embodied.processes`; for slow simulators such as LIBERO's renderer or
-    ManiSkill3's CPU sim, ~5 ms a step of which ~0.5 ms is physics and the rest Python
-    holding the GIL; not with the batched MuJoCo backend, which steps on `threads`);
+    ManiSkill3's CPU sim, whose step is mostly Python holding the GIL rather than
+    physics; not with the batched MuJoCo backend, which steps on `threads`);
     `stage_groups` is how many groups the caller will `split` the envs into (the processes
     are laid out so that no group waits behind another: `processes.process_layout`).
     Raises UnknownEnvError for names no backend knows, MissingExtraError naming the extra

@@ -1,11 +1,11 @@
 """`EnvProcessPool`: simulators sharded over worker processes, for slow simulators.
 
-A renderer such as LIBERO's (software OpenGL, ~0.1 s a step here) keeps one core busy per
+A renderer such as LIBERO's (software OpenGL) keeps one core busy per
 env, and Python threads cannot share that work (the robosuite code around MuJoCo holds the
 GIL). The pool starts `processes` fresh interpreters. With one stage group, process s owns
 the envs whose global index i has ``i % processes == s`` (interleaved, so the group's step
 runs on all of them at once); with several, each process serves one group
-(`process_layout`), so that a group resetting (3-6 s for LIBERO) holds up no other group.
+(`process_layout`), so that a group resetting (seconds for LIBERO) holds up no other group.
 Each env is seen through a `RemoteEnv` proxy that `LoopVectorEnv` steps like any
 `SingleEnv`; the loop sends every env's action first (`RemoteEnv.step_async`) and then
 collects the results, so the processes step in parallel.
@@ -16,8 +16,8 @@ resets run in parallel too, and a trajectory is exactly that of the same envs in
 process (same seeds, same actions, same observations; tested).
 
 Messages are pickled over one socket pair per process (replies tagged with their env, so
-stage groups stepped from different threads get their own): ~0.1 ms a round trip,
-negligible beside a 0.1 s step, a loss for 30-µs MuJoCo steps (use the batched MuJoCo
+stage groups stepped from different threads get their own): a round trip is
+negligible beside a rendered step, a loss for fast MuJoCo steps (use the batched MuJoCo
 backend's threads there). A process that dies (killed, crashed) surfaces as
 `EnvProcessError` naming it, its exit code and its envs; `close` stops every process.
 """

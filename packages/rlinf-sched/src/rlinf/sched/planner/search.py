@@ -96,8 +96,8 @@ class PlannerOptions:
     them the one occupying fewest device slots ranks first. 0 (the default) ranks by
     predicted time alone, so the best plan is never predicted slower than another; an app
     whose profiles are noisier than that sets it, since a device that buys nothing the
-    profile can resolve only adds processes that contend (measured on a loaded 2-core box:
-    an actor on two CPU slots, predicted 0.1% faster, ran 3.5x slower)."""
+    profile can resolve only adds processes that contend (on a loaded 2-core box an actor
+    on two CPU slots, predicted marginally faster, ran far slower)."""
 
     def __post_init__(self) -> None:
         counts = {"max_chunks": self.max_chunks, "coarse_units": self.coarse_units,

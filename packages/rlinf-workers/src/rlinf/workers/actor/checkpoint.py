@@ -28,7 +28,7 @@ __all__ = ["load", "read_rank_file", "read_rank_files", "restore", "rng_state", 
 
 def _state_dict_api() -> tuple[ModuleType, Any]:
     """`torch.distributed.checkpoint.state_dict` and the options every call passes, imported
-    on first use: the import (DTensor and its ops, ~1 CPU-s) is paid by processes that save
+    on first use: the import (DTensor and its ops) is paid by processes that save
     or restore, not by every process that imports the actor package for its config."""
     from torch.distributed.checkpoint import state_dict as api
 

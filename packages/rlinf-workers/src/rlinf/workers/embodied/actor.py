@@ -90,7 +90,7 @@ class EmbodiedActorConfig:
     "cuda:N"); weights leave as CPU copies and checkpoints load onto it."""
     fused_update: bool = True
     """PPO updates of an MLP Gaussian policy on the CPU by `MlpPPOKernel` (hand-derived
-    gradients, 2-4x faster than autograd at 64-256 wide); False: always autograd. Either
+    gradients, faster than autograd at 64-256 wide); False: always autograd. Either
     way the same math, within float32 rounding."""
     policy_lag: int = 0
     """Updates the rollout policy lags this actor by: 0 (it acts with the last update's
@@ -146,8 +146,8 @@ class EmbodiedActorWorker(Worker):
             raise ConfigError(f"EmbodiedActorConfig.device={config.device!r} but this process "
                               "sees no CUDA device: launch it with a GPU or use device='cpu'")
         self.model.to(self.device)  # before the optimizer: its state follows the parameters
-        # fused: one kernel over every parameter (CPU and CUDA); per-tensor Adam was 15% of
-        # an update at 64x64.
+        # fused: one kernel over every parameter (CPU and CUDA); per-tensor Adam was a
+        # noticeable share of an update at 64x64.
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr, eps=1e-5,
                                           fused=True)
         self.generator = torch.Generator().manual_seed(config.seed)
@@ -277,11 +277,10 @@ class EmbodiedActorWorker(Worker):
     def _update_threads(self, minibatch: int, budget: int) -> int:
         """Threads (torch's and BLAS's) for updates of `minibatch` samples: the whole
         `budget` (the rank's threads) only where an update is big enough to gain from it. In
-        Ray workers on 2 cores, 2 torch threads made a 64x64 update on 64 samples 37% slower
-        (3.2 vs 2.3 ms) and a 64x64 one on 1,024 9% slower, tied at 256x256 on 64, and won
-        from 768x768 on 64 (12.3 vs 16.0 ms) and 256x256 on 1,024 (20.6 vs 31.1 ms). The
-        NumPy kernel at 256x256 on 64 took 0.36 s per update on one BLAS thread, 0.32-0.53 s
-        on two (`runtime.threads`). A fixed rule, not a timing, so that a run and its resumed
+        Ray workers on 2 cores, 2 torch threads made 64x64 updates on 64 and on 1,024 samples
+        slower, tied at 256x256 on 64, and won from 768x768 on 64 and 256x256 on 1,024. The
+        NumPy kernel at 256x256 on 64 gained nothing from a second BLAS thread
+        (`runtime.threads`). A fixed rule, not a timing, so that a run and its resumed
         copy train with the same reduction order."""
         if self.device.type != "cpu" or budget <= 1:
             return budget

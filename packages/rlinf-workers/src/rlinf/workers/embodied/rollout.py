@@ -7,9 +7,9 @@ produce bit-identical trajectories, and pipelining cannot change what is learned
 different groupings they agree up to float rounding (a batched matmul may round a row
 differently depending on the micro-batch size).
 
-An MLP Gaussian policy on the CPU answers in NumPy over views of the model's weights: torch
-spent ~0.5-0.7 ms per micro-batch of 8 HalfCheetah observations at 64x64 (per-op overhead of
-six Linear calls, four tanh and the sampling), NumPy ~0.1 ms; the math is the same (a test
+An MLP Gaussian policy on the CPU answers in NumPy over views of the model's weights: torch's
+per-op overhead (six Linear calls, four tanh and the sampling) made a micro-batch of 8
+HalfCheetah observations at 64x64 several times slower than NumPy; the math is the same (a test
 holds both paths equal within float32 rounding).
 """
 
@@ -57,7 +57,7 @@ class PolicyRolloutConfig:
     num_threads: int | None = None
     """Torch intra-op threads of this process (None: torch's default). Tiny policies run
     best with 1: on oversubscribed cores torch's spinning worker threads made a PPO
-    iteration ~20x slower here (measured on the shared 2-core machine)."""
+    iteration many times slower."""
 
 
 class PolicyRolloutWorker(Worker):
@@ -181,14 +181,14 @@ class PolicyRolloutWorker(Worker):
                               f"{num_stages}")
         if self.config.num_threads is not None:
             # OpenMP's thread count is per calling thread: a driver's serving thread would
-            # otherwise run with the default and spin (measured 20x slower under load).
+            # otherwise run with the default and spin (far slower under load).
             set_cpu_threads(self.config.num_threads, rescan=False)
         answered = 0
         for _ in range(num_steps + 1):
             for stage in range(num_stages):
                 key = stage_key(stage)
                 batch = source.get(key=key, timeout=timeout)
-                # No profiler hook per micro-batch: at ~100 us per batch it would show.
+                # No profiler hook per micro-batch: beside a batch this cheap it would show.
                 sink.put(self.infer(batch), key=key)
                 answered += 1
         return answered

@@ -106,7 +106,7 @@ class TinyVLA(nn.Module):
 
     def __init__(self, config: VLAConfig, *, seed: int) -> None:
         # transformers is imported here, not with the module: every embodied actor process
-        # imports this module, and only a VLA run needs it (about 6 s of CPU per process here).
+        # imports this module, and only a VLA run needs it (seconds of CPU per process).
         from rlinf.workers.models.causal_lm import TinyLMConfig, build_tiny_causal_lm
         from rlinf.workers.models.tokenizer import build_char_tokenizer
 

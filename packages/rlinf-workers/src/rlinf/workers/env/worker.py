@@ -175,7 +175,7 @@ class EnvWorker(Worker):
         """Whether `rollout` steps the stage groups concurrently, one thread each: when the
         envs live in worker processes (laid out one group per process,
         `rlinf.envs.embodied.processes.process_layout`) and there are several groups. A
-        group waiting for a slow step or reset (LIBERO: 3-6 s) then holds up no other group;
+        group waiting for a slow step or reset (LIBERO) then holds up no other group;
         in this process the groups would only take turns on the GIL."""
         return (self.config.concurrent_groups and self.config.processes > 1
                 and len(self.groups) > 1)

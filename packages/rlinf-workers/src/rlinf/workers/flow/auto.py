@@ -145,7 +145,7 @@ def profile_flow(flow: MacroFlow, cluster: Cluster, *, batch_sizes: Sequence[int
         with FlowRun.launch(flow, probe, cluster=cluster, timeout=timeout,
                             inputs=inputs) as run:
             # One discarded step at every size: connections and first kernels, and an engine
-            # such as vLLM prepares each new batch shape on its first call (~2 s on CPU, which
+            # such as vLLM prepares each new batch shape on its first call (seconds on CPU, which
             # a single warm-up at the smallest size left in the largest size's measurement).
             for i, size in enumerate(sizes * (1 + repeats)):
                 run.step(i, global_batch=size)

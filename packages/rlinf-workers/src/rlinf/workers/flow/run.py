@@ -594,8 +594,8 @@ def _error_of(future: GroupFuture) -> BaseException:
 def _lock_takers(placement: Placement, *, inlined: Mapping[str, str]) -> frozenset[str]:
     """The launched components that take turns through the device lock: those with a device
     another launched component also runs on. A component alone on its devices never waits,
-    so its calls skip the lock's two round trips (one grant, one release per turn: 0.5-1.6 ms
-    more per hand-over in traces on 2 loaded cores, on the critical path)."""
+    so its calls skip the lock's two round trips (one grant, one release per turn, on the
+    critical path of every hand-over)."""
     takers: set[str] = set()
     for device in placement.used_devices:
         sharing = set(placement.sharing(device)) - set(inlined)

@@ -2,8 +2,8 @@
 keeps the fastest as measured.
 
 The planner ranks plans by a simulation fitted to a short profile. Where two plans are
-priced within that profile's error of each other (on a shared 2-core machine the same plan
-measured 0.44 to 0.66 s per iteration across runs), the ranking between them is a coin toss
+priced within that profile's error of each other (on a shared 2-core machine the same plan's
+iteration time varied widely across runs), the ranking between them is a coin toss
 that a few real steps settle. Trials cost a launch and a few steps per plan, paid once
 before a run of hundreds or thousands of steps; the run then takes the best shortlisted plan
 as this cluster runs it, not as the simulation predicted it.

@@ -1,6 +1,6 @@
 """`TinyLMConfig`, the architecture of the tiny causal LMs, in a module of its own: a
 process that only reads or ships the config (a driver, a reward worker) does not import
-transformers' modeling code (~4 CPU-s per process), which `causal_lm` needs to build one."""
+transformers' modeling code (seconds of CPU per process), which `causal_lm` needs to build one."""
 
 from __future__ import annotations
 

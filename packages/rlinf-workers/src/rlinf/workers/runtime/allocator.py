@@ -6,10 +6,10 @@ An RL iteration allocates and frees the same large host buffers again and again
 on ``free``, so the next iteration faults the same amount of memory in again and the kernel
 zeroes each page. On a virtual machine whose guest reports free pages to its host
 (virtio-balloon free page reporting, as on Firecracker and many cloud VMs) a page freed for
-~2 s is also dropped by the host, and faulting it back costs ~100x more. Measured on the
-2-core bench VM: touching 256 MiB freed 4 s before took 1.6-2.9 s with glibc and with
-jemalloc's defaults, and 17-27 ms with jemalloc keeping its pages; the collocated reasoning
-actor of the held-out bench setting went from 0.46-0.75 s to 0.36-0.38 s per step.
+~2 s is also dropped by the host, and faulting it back costs far more. On the 2-core
+bench VM, touching memory freed a few seconds before was far slower with glibc and with
+jemalloc's defaults than with jemalloc keeping its pages, and the collocated reasoning actor
+of the held-out bench setting took shorter and steadier steps with the pages kept.
 
 So workers start with Ray's own ``libjemalloc.so`` preloaded and its page decay off
 (``dirty_decay_ms:-1,muzzy_decay_ms:-1``): a process keeps its peak heap and reuses it. The

@@ -57,8 +57,8 @@ _last = _Connection()
 
 _NO_IDLE_WORKERS = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
 """Ray's system config of a local instance this process starts: no worker processes started
-ahead of demand. Ray would start one idle worker per CPU for the driver (each importing
-Ray: about 0.4 CPU-s), which no flow uses (its ranks carry their own environment) and which
+ahead of demand. Ray would start one idle worker per CPU for the driver (each spending
+CPU on importing Ray), which no flow uses (its ranks carry their own environment) and which
 compete for the cores with the processes a run does start."""
 
 
@@ -150,7 +150,7 @@ def local_ray_instance(*, num_cpus: int = 8, env: Mapping[str, str] | None = Non
                        shutdown_timeout: float = 120.0) -> Iterator[str]:
     """A local Ray instance owned by a helper process for the block, yielding its GCS
     address: several driver processes (CLI runs with ``RAY_ADDRESS`` set to it) share it
-    instead of each starting and stopping Ray (~7 s on 2 cores). Not owned by the calling
+    instead of each starting and stopping Ray. Not owned by the calling
     process, so it can still `ray.init` one of its own. Closing the helper's stdin shuts the
     instance down; a helper that cannot start Ray is a `ClusterLostError`."""
     helper = subprocess.Popen([sys.executable, "-c", _HELPER, str(num_cpus)],

@@ -4,13 +4,14 @@ A CPU device is a core slot, and a worker given ``k`` slots computes on ``k`` th
 `torch.set_num_threads` governs only torch's OpenMP pool. NumPy's matmuls run on the
 OpenBLAS it bundles, whose pool starts with one thread per core and busy-waits between
 calls. The embodied PPO kernel (`rlinf.workers.embodied.mlp_ppo`) is NumPy, so a "one
-thread" actor used both cores of the 2-core machine. Measured there, 256x256 MLP, 16 envs x
-128 steps, 10 epochs of minibatches of 64:
+thread" actor used both cores of the 2-core machine. There, with a 256x256 MLP, 16 envs
+x 128 steps, 10 epochs of minibatches of 64:
 
-- one BLAS thread: 0.36 s per update, 0.36 CPU-s, idle machine or beside a busy core;
-- default (two): 0.32 or 0.53 s from run to run on an idle machine, at twice the CPU-s, and
-  1.0-1.9 s beside a busy core, as in a pipelined run where an env worker steps on the
-  other core. The planner priced that update from a profile taken at one of those moments.
+- one BLAS thread: the same update time on an idle machine or beside a busy core;
+- default (two): no quicker on an idle machine and varying from run to run, at twice the
+  CPU-seconds, and several times slower beside a busy core, as in a pipelined run where an
+  env worker steps on the other core. The planner priced that update from a profile taken
+  at one of those moments.
 
 `set_cpu_threads` sets both pools for the process (OpenBLAS's count is process-wide; OpenMP's
 is per calling thread, so roles call it again on Ray's call threads); `cpu_threads` sets them
@@ -33,7 +34,7 @@ _controllers: dict[str, ThreadpoolController] = {}
 
 def _blas(*, rescan: bool) -> ThreadpoolController:
     """The process's thread-pool controller; `rescan` looks again for BLAS libraries loaded
-    since (a scan takes ~1-4 ms, a limit ~10 us)."""
+    since (a scan costs far more than setting a limit)."""
     if rescan or "process" not in _controllers:
         _controllers["process"] = ThreadpoolController()
     return _controllers["process"]

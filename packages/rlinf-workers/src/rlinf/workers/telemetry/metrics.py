@@ -130,7 +130,7 @@ class MetricsWriter:
                          extra="telemetry")
             require("tensorboard", feature="TensorBoard metrics", extra="telemetry")
             # TensorBoard is a view (the JSONL file is the record): it flushes every few
-            # seconds in the background instead of on every write (~2 ms for 20 scalars).
+            # seconds in the background instead of on every write.
             self._tb = tb.SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR),
                                         purge_step=resume_step, flush_secs=_TB_FLUSH_S)
         self._file = self.path.open("a", encoding="utf-8")

@@ -19,11 +19,11 @@ Options (`env_kwargs`; the rest go to LIBERO's `OffScreenRenderEnv`):
 - ``init_states``: ``"random"`` (default: each episode draws one from the env's seeded
   generator) or ``"sequential"`` (env i of n starts episodes from states i, i + n, ...:
   evaluation over every stored state);
-- ``render_effects``: False turns shadows and reflections off (about 2x faster software
+- ``render_effects``: False turns shadows and reflections off (faster software
   rendering, different pictures; keep True for policies trained on LIBERO's images);
 - ``hard_reset``: robosuite rebuilds the whole scene at every reset when True; False
-  (our default) restores the stored state into the same scene: 0.4 s a reset instead of
-  3-6 s here, the same initial state either way.
+  (our default) restores the stored state into the same scene, far quicker than a
+  rebuild, the same initial state either way.
 """
 
 from __future__ import annotations
