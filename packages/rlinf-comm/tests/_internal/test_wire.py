@@ -433,3 +433,27 @@ def test_large_headers_still_round_trip(pair):
     got, buffers = server.recv(timeout=30)
     assert got == header
     assert [bytes(b) for b in buffers] == [b"tail"]
+
+
+@pytest.mark.parametrize(("text", "ok"), [
+    (b'{"op":"x"}', True),
+    (b' {"op":"x"} \n', True),  # whitespace around the object, as json.loads allows
+    (b'{"op":"x"}{"op":"y"}', False),  # a second value after the header
+    (b'{"op":"x"} junk', False),
+    (b'{"op":', False),
+    (b'\xff\xfe{}', False),  # not UTF-8
+    (b'[1, 2]', False),  # not an object
+])
+def test_a_header_decodes_as_json_loads_would(pair, text: bytes, ok: bool) -> None:
+    """Headers are decoded faster than `json.loads` does, and accept and refuse what it
+    would: a frame whose header is anything but one JSON object fails with CodecError."""
+    import struct
+
+    client, server = pair
+    client._sock.setblocking(True)
+    client._sock.sendall(struct.pack("!4sII", b"RLF1", len(text), 0) + text)
+    if ok:
+        assert server.recv(timeout=10) == ({"op": "x"}, [])
+    else:
+        with pytest.raises(CodecError):
+            server.recv(timeout=10)

@@ -488,7 +488,14 @@ class Channel:
     def get(self, *, key: str | None = None, timeout: float | None = None) -> Batch:
         """Remove and return the oldest item under `key`, waiting for one if needed."""
         if self._here is not None:
-            return self._open(self._get_here(key, None, timeout))[0]
+            assert isinstance(self._peer, LocalPeer)
+            self._timeout(timeout)  # refused when bad, whether or not an item waits
+            item = self._here.take_local(self._peer, key or DEFAULT_KEY)
+            if item is None:
+                return self._open(self._get_here(key, None, timeout, queued=False))[0]
+            if item.inline:  # a stream's usual case: the shortest path
+                return layout.open_inline(item.payload["d"], item.buffers)
+            return self._open([(item.local_view(), item.buffers)])[0]
         return self._open(self._wait_get(self._get_async(key, None, timeout)))[0]
 
     def get_batch(
@@ -523,13 +530,14 @@ class Channel:
         await _wait_until(fut)
         return self._open(self._settle_get(fut))
 
-    def _get_here(self, key: str | None, target: float | None, timeout: float | None
-                  ) -> list[tuple[Header, Buffers]]:
+    def _get_here(self, key: str | None, target: float | None, timeout: float | None, *,
+                  queued: bool = True) -> list[tuple[Header, Buffers]]:
         """A get served by the owner in this process: no request is encoded, and while it
-        waits this thread reads the producers' connections itself."""
+        waits this thread reads the producers' connections itself. `queued`: whether an
+        item may wait for a single get (False: `ChannelServer.take_local` just found none)."""
         assert self._here is not None and isinstance(self._peer, LocalPeer)
         limit = self._timeout(timeout)
-        if target is None:
+        if target is None and queued:
             item = self._here.take_local(self._peer, key or DEFAULT_KEY)
             if item is not None:
                 return [(item.local_view(), item.buffers)]

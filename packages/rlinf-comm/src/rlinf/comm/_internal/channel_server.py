@@ -405,8 +405,9 @@ class ChannelServer:
         """Room freed: credit-word clients that asked for room first, then the others."""
         if not self._granted < self.maxsize - self._count:
             return
-        clients = sorted((c for c in self._clients.values() if c.word is not None and c.active),
-                         key=lambda c: not c.wants)
+        clients = [c for c in self._clients.values() if c.word is not None and c.active]
+        if len(clients) > 1:
+            clients.sort(key=lambda c: not c.wants)
         for client in clients:
             self._topup(client)
 
@@ -679,7 +680,8 @@ class ChannelServer:
 
     def _produced_by(self, client: _Client) -> None:
         client.puts += 1
-        self._producer_may_come()
+        if self._orphaned is not None:
+            self._producer_may_come()
 
     def _producer_may_come(self) -> None:
         if self._orphaned is not None:

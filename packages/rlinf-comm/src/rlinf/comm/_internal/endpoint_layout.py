@@ -160,7 +160,7 @@ def _array_spec(entry: Any, fields: int) -> tuple[str, np.dtype[Any], tuple[int,
         if len(_DTYPES) < 1024:  # a peer naming endless dtypes cannot grow it unbounded
             _DTYPES[dtype] = dt
     if not isinstance(shape, list | tuple) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            type(d) is int and d >= 0 for d in shape):  # (a bool or an int subclass: refused)
         raise errors.CodecError(f"array {name!r}: expected a shape of integers >= 0; got "
                                 f"{shape!r:.200}")
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:

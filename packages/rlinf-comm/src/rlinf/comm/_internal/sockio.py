@@ -52,7 +52,7 @@ def recv_exact_into(sock: socket.socket, view: memoryview, deadline: Deadline,
     total = len(view)
     while got < total:
         try:
-            n = sock.recv_into(view[got:], total - got)
+            n = sock.recv_into(view[got:] if got else view, total - got)
         except BlockingIOError:
             wait_fd(sock, select.POLLIN, deadline, what)
             continue

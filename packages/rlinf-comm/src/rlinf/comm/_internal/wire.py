@@ -82,9 +82,22 @@ _MAX_BUFFERS = 1 << 16
 _ALIGN = 64  # Arrow's preferred buffer alignment; receivers decode zero-copy from it.
 # One encoder for every frame: `json.dumps` with options builds a new one per call.
 _encode_header = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-# Headers are ASCII JSON (the encoder escapes the rest): decoded as text, without
-# `json.loads`'s sniffing for UTF-16 and UTF-32 on every frame.
-_decode_header = json.JSONDecoder().decode
+# Headers are ASCII JSON (the encoder escapes the rest, and writes no whitespace): decoded
+# as text, without `json.loads`'s sniffing for UTF-16 and UTF-32 or its whitespace scans on
+# every frame (`_decode_header` still refuses anything after the object).
+_raw_decode = json.JSONDecoder().raw_decode
+
+
+def _decode_header(text: str) -> Any:
+    """`json.loads(text)`, faster on what our encoder writes."""
+    try:
+        value, end = _raw_decode(text)
+    except ValueError:  # leading whitespace, or malformed: `json.loads` says which
+        return json.loads(text)
+    if end != len(text) and text[end:].strip(" \t\n\r"):
+        raise ValueError(f"expected one JSON value, got {len(text) - end} characters after it")
+    return value
+
 _LENGTHS = [struct.Struct(f"!{n}Q") for n in range(9)]  # the length tables of small frames
 
 
@@ -277,16 +290,18 @@ class Connection:
             raise CodecError(f"expected a JSON header, got undecodable bytes ({exc})") from exc
         if not isinstance(header, dict):
             raise CodecError(f"expected a JSON object header, got {type(header).__name__}")
-        offsets = []
-        total = 0
-        for n in lengths:
-            offsets.append(total)
-            total += (n + _ALIGN - 1) // _ALIGN * _ALIGN
+        if not lengths:
+            return header, []
+        if nbuf == 1:  # the usual frame (one array inline, or a descriptor's payload)
+            offsets, total = [0], (lengths[0] + _ALIGN - 1) // _ALIGN * _ALIGN
+        else:
+            offsets, total = [], 0
+            for n in lengths:
+                offsets.append(total)
+                total += (n + _ALIGN - 1) // _ALIGN * _ALIGN
         if total > self.max_frame_bytes:
             raise CodecError(f"expected a frame of at most {self.max_frame_bytes} bytes, "
                              f"got {total}")
-        if not lengths:
-            return header, []
         # One aligned allocation for all buffers; pyarrow's allocator aligns to 64 bytes
         # and does not zero-fill (the kernel's fresh pages are zero anyway).
         block = memoryview(pa.allocate_buffer(max(total, 1)))
