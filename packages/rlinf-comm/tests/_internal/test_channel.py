@@ -330,6 +330,11 @@ def test_bad_timeouts_are_refused_by_client_and_owner(store: TCPStore, endpoint:
         for bad in (float("nan"), -1.0, float("inf"), "soon", True):
             with pytest.raises(InvalidArgumentError, match="timeout"):
                 channel.get(timeout=bad)  # type: ignore[arg-type]
+        # also when an item waits (the owner's shortest path), which stays queued
+        channel.put({"x": np.ones(2)}, timeout=5)
+        with pytest.raises(InvalidArgumentError, match="timeout"):
+            channel.get(timeout=-1.0)
+        assert np.array_equal(channel.get(timeout=5)["x"], np.ones(2))
         # a client that skips its own checks: the owner refuses the request itself
         for bad in ("nan", -5, None):
             with pytest.raises(InvalidArgumentError, match="timeout"):
