@@ -492,7 +492,7 @@ class Channel:
             self._timeout(timeout)  # refused when bad, whether or not an item waits
             item = self._here.take_local(self._peer, key or DEFAULT_KEY)
             if item is None:
-                return self._open(self._get_here(key, None, timeout, queued=False))[0]
+                return self._open(self._get_here(key, None, timeout))[0]
             if item.inline:  # a stream's usual case: the shortest path
                 return layout.open_inline(item.payload["d"], item.buffers)
             return self._open([(item.local_view(), item.buffers)])[0]
@@ -530,17 +530,13 @@ class Channel:
         await _wait_until(fut)
         return self._open(self._settle_get(fut))
 
-    def _get_here(self, key: str | None, target: float | None, timeout: float | None, *,
-                  queued: bool = True) -> list[tuple[Header, Buffers]]:
+    def _get_here(self, key: str | None, target: float | None, timeout: float | None
+                  ) -> list[tuple[Header, Buffers]]:
         """A get served by the owner in this process: no request is encoded, and while it
-        waits this thread reads the producers' connections itself. `queued`: whether an
-        item may wait for a single get (False: `ChannelServer.take_local` just found none)."""
+        waits this thread reads the producers' connections itself. (A single get first
+        tries `ChannelServer.take_local`: see `get`.)"""
         assert self._here is not None and isinstance(self._peer, LocalPeer)
         limit = self._timeout(timeout)
-        if target is None and queued:
-            item = self._here.take_local(self._peer, key or DEFAULT_KEY)
-            if item is not None:
-                return [(item.local_view(), item.buffers)]
         deadline = time.monotonic() + limit
         getter = self._here.get_local(self._peer, key=key or DEFAULT_KEY, target=target,
                                       timeout=limit)
