@@ -98,8 +98,6 @@ def _decode_header(text: str) -> Any:
         raise ValueError(f"expected one JSON value, got {len(text) - end} characters after it")
     return value
 
-_LENGTHS = [struct.Struct(f"!{n}Q") for n in range(9)]  # the length tables of small frames
-
 
 def _as_bytes_view(buf: Any) -> memoryview:
     try:
@@ -282,26 +280,23 @@ class Connection:
                 f"expected a header of at most {_MAX_HEADER_BYTES} bytes and at most "
                 f"{_MAX_BUFFERS} buffers, got {header_len} bytes and {nbuf} buffers")
         meta = self._recv_growing(8 * nbuf + header_len, deadline, "recv frame header")
-        lengths = (_LENGTHS[nbuf] if nbuf < len(_LENGTHS) else struct.Struct(f"!{nbuf}Q")
-                   ).unpack_from(meta)
+        lengths = struct.unpack_from(f"!{nbuf}Q", meta)
         try:
             header = _decode_header(meta[8 * nbuf:].decode())
         except (UnicodeDecodeError, ValueError) as exc:
             raise CodecError(f"expected a JSON header, got undecodable bytes ({exc})") from exc
         if not isinstance(header, dict):
             raise CodecError(f"expected a JSON object header, got {type(header).__name__}")
-        if not lengths:
-            return header, []
-        if nbuf == 1:  # the usual frame (one array inline, or a descriptor's payload)
-            offsets, total = [0], (lengths[0] + _ALIGN - 1) // _ALIGN * _ALIGN
-        else:
-            offsets, total = [], 0
-            for n in lengths:
-                offsets.append(total)
-                total += (n + _ALIGN - 1) // _ALIGN * _ALIGN
+        offsets = []
+        total = 0
+        for n in lengths:
+            offsets.append(total)
+            total += (n + _ALIGN - 1) // _ALIGN * _ALIGN
         if total > self.max_frame_bytes:
             raise CodecError(f"expected a frame of at most {self.max_frame_bytes} bytes, "
                              f"got {total}")
+        if not lengths:
+            return header, []
         # One aligned allocation for all buffers; pyarrow's allocator aligns to 64 bytes
         # and does not zero-fill (the kernel's fresh pages are zero anyway).
         block = memoryview(pa.allocate_buffer(max(total, 1)))
