@@ -1,7 +1,8 @@
 """`rlinf.workers.training.train` with a toy task on a real local Ray: the metrics, the
 checkpoints and the summary's outcome of a run; a resume that goes on where it stopped;
-live pricing; ``auto``'s live switch held back by a checkpoint that cannot move; the run
-folder's refusals."""
+live pricing; ``auto``'s live switch held back by a checkpoint that cannot move; the plans
+runs measured, which the next ``auto`` run ranks by and goes back to; the run folder's
+refusals."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from rlinf.sched import (
     CostModel,
     ExecutionPlan,
     PlannerOptions,
+    PlanResult,
     Profile,
     ProgressCallback,
 )
@@ -91,7 +93,9 @@ class ToyPricing(Pricing):
              options: PlannerOptions | None = None,
              progress: ProgressCallback | None = None) -> PlanChoice:
         other = self.flow.fixed_plan("source: 0, sink: 1", num_devices=cluster.num_devices)
-        return PlanChoice(plan=dataclasses.replace(other, predicted_time=1e-6))
+        best = dataclasses.replace(other, predicted_time=1e-6)
+        return PlanChoice(plan=best, ranked=PlanResult((best,)),
+                          profile=costs if isinstance(costs, Profile) else None)
 
 
 class ToyTask:
@@ -236,3 +240,47 @@ def test_a_long_enough_run_is_priced_again_past_its_warm_up_and_caches_only_that
     iterations = [m for m in Profile.load(path).measurements
                   if m.component == COLLOCATED_ITERATION]
     assert len(iterations) == 5
+
+
+def test_auto_ranks_by_the_plans_runs_measured_and_goes_back_to_the_fastest_of_them(
+        tmp_path: Path, cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlinf.workers.training.plan_history import measured_plans
+
+    monkeypatch.setattr(training_planning, "switch_pays", lambda *_, **__: True)
+    cache = tmp_path / "profiles"
+    # A fixed run measures the collocated plan and records it (priced from its own steps).
+    train(ToyTask(tmp_path / "fixed", steps=4, profile_cache=str(cache)), out=io.StringIO())
+    path, = cache.glob("*.json")
+    (collocated,) = measured_plans(Profile.load(path)).values()
+    assert collocated.plan.spec == "source,sink: 0-1" and len(collocated.runs) == 1
+    assert collocated.modeled is None
+
+    # auto ranks the split plan first (the model prices it at almost nothing), tries it
+    # with the measured collocated plan as its fallback, and goes back to it when that pays
+    # (`switch_pays` patched: it always does here).
+    out = io.StringIO()
+    outcome = train(ToyTask(tmp_path / "auto", steps=6, auto=True,
+                            profile_cache=str(cache)), out=out)
+    said = out.getvalue()
+    assert "auto: 1 plan(s) measured by earlier runs, the fastest source,sink: 0-1" in said
+    assert "the model has priced no plan under what it then measured" in said
+    assert "plan: disaggregated — source: 0, sink: 1" in said
+    assert "against " + f"{collocated.seconds:.3f} for source,sink: 0-1: going back" in said
+    assert "re-plan: source: 0, sink: 1 -> source,sink: 0-1" in said
+    assert outcome.choice.plan.spec == "source,sink: 0-1"
+    assert outcome.predicted_iteration_s == pytest.approx(collocated.seconds)
+    history = {m.plan.spec: m for m in measured_plans(Profile.load(path)).values()}
+    split = history["source: 0, sink: 1"]
+    assert split.modeled == 1e-6 and split.error is not None and split.error > 100
+    assert len(history["source,sink: 0-1"].runs) == 2
+
+    # The next auto run knows the model's error: it runs the fastest measured plan, untried.
+    fastest = min(history.values(), key=lambda m: m.seconds).plan.spec
+    out = io.StringIO()
+    outcome = train(ToyTask(tmp_path / "again", steps=4, auto=True,
+                            profile_cache=str(cache)), out=out)
+    said = out.getvalue()
+    assert "plan(s) measured by earlier runs" in said and "x what the model priced" in said
+    assert f" — {fastest}\n" in said and "re-plan:" not in said
+    assert outcome.choice.plan.spec == fastest
+    assert outcome.choice.fallback is None and outcome.choice.modeled is None

@@ -46,12 +46,22 @@ from rlinf.sched import (
 from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.auto import merge_run_profiles
 from rlinf.workers.flow.trials import fastest, run_trials
+from rlinf.workers.training.plan_history import (
+    MEASURED_PLANS,
+    MeasuredPlan,
+    calibrated,
+    measured_plans,
+    merge_measured,
+    plan_key,
+    with_measured,
+)
 from rlinf.workers.training.task import PlanChoice, RunSettings, TrainingTask
 
 __all__ = ["LIVE_MIN_GAIN", "LIVE_STEPS", "PLANNING_SHARE", "PLAN_FILE", "PROFILE_FILE",
            "cache_run_profile", "choose_plan", "describe_plan", "fits", "format_plans",
-           "kept_faster", "live_switch", "priced_live", "profile_cache", "rank", "replanner",
-           "resumed_choice", "save_choice", "tried_choice"]
+           "kept_faster", "live_switch", "priced_live", "profile_cache", "rank",
+           "remember_plan", "replanner", "resumed_choice", "save_choice", "tried_choice",
+           "with_history"]
 
 _log = structlog.get_logger(__name__)
 
@@ -118,7 +128,29 @@ def cache_run_profile(task: TrainingTask[Any, Any], cluster: Cluster,
         return
     key = _cache_key(task, cluster)
     try:
-        cache.save(key, merge_run_profiles(cache.load(key), measured))
+        cached = cache.load(key)
+        merged = merge_run_profiles(cached, measured)
+        if cached is not None and MEASURED_PLANS in cached.metadata:
+            merged = Profile(merged.measurements, merged.switches, {
+                **merged.metadata, MEASURED_PLANS: merge_measured(
+                    cached.metadata.get(MEASURED_PLANS), measured.metadata.get(MEASURED_PLANS))})
+        cache.save(key, merged)
+    except OSError as exc:
+        _log.warning("profile_cache_store_failed", directory=str(cache.directory),
+                     error=str(exc))
+
+
+def remember_plan(task: TrainingTask[Any, Any], cluster: Cluster, measured: MeasuredPlan) -> None:
+    """Record in the profile cache what a run measured of its plan (`plan_history`), for
+    ``auto``'s next ranking; nothing without a cache or a cached profile to add it to."""
+    cache = profile_cache(task.settings)
+    if cache is None:
+        return
+    key = _cache_key(task, cluster)
+    try:
+        cached = cache.load(key)
+        if cached is not None:
+            cache.save(key, with_measured(cached, measured))
     except OSError as exc:
         _log.warning("profile_cache_store_failed", directory=str(cache.directory),
                      error=str(exc))
@@ -162,7 +194,8 @@ def choose_plan(task: TrainingTask[Any, Any], cluster: Cluster, *, out: TextIO,
           file=out, flush=True)
     if not settings.auto:
         plan, simulation = task.pricing.price(task.fixed_plan(cluster), profile, cluster)
-        return PlanChoice(plan=plan, profile=profile, simulation=simulation)
+        return PlanChoice(plan=plan, profile=profile, simulation=simulation,
+                          modeled=plan.predicted_time)
     return _ranked_choice(task, profile, cluster, out=out, trials=trials)
 
 
@@ -173,10 +206,42 @@ def _ranked_choice(task: TrainingTask[Any, Any], profile: Profile, cluster: Clus
     # The search can take a while on a cluster of many slots: say so before it starts.
     print(f"auto: planning on {cluster.num_devices} device(s) (the planner's search, each "
           "plan priced as the flow runs it) ...", file=out, flush=True)
-    choice = rank(task, profile, cluster, steps=task.settings.steps, out=out)
+    choice = with_history(task, rank(task, profile, cluster, steps=task.settings.steps,
+                                     out=out), profile, cluster, out=out)
     if choice.ranked is not None:
         format_plans(choice.ranked, out)
     return tried_choice(task, choice, cluster, out=out) if trials else choice
+
+
+def with_history(task: TrainingTask[Any, Any], choice: PlanChoice, profile: Profile,
+                 cluster: Cluster, *, out: TextIO) -> PlanChoice:
+    """`choice` (a ranking from `profile`) corrected by the plans earlier runs measured
+    (`plan_history.calibrated`): the fastest by corrected price, with the raw model price
+    it is judged by and, when no run measured it, the fallback the run goes back to. The
+    ranking as priced by the model alone without such runs."""
+    history = {key: m for key, m in measured_plans(profile).items() if fits(m.plan, cluster)}
+    if choice.ranked is None or not history:
+        return dataclasses.replace(choice, modeled=choice.plan.predicted_time)
+    modeled = {plan_key(p): p.predicted_time for p in choice.ranked.ranked}
+
+    def price(plan: ExecutionPlan) -> ExecutionPlan:
+        return task.pricing.price(plan, profile, cluster)[0]
+
+    fixed = calibrated(choice.ranked, history, price)
+    best = fixed.result.best
+    unit = task.settings.unit
+    fastest = min(history.values(), key=lambda m: m.seconds)
+    error = (f"plans measured up to {fixed.error:.2f}x what the model priced them at before "
+             "they ran, so each plan no run measured is priced that much higher"
+             if fixed.error > 1 else "the model has priced no plan under what it then measured")
+    print(f"auto: {len(history)} plan(s) measured by earlier runs, the fastest "
+          f"{fastest.plan.spec} at {fastest.seconds:.3f} s per {unit}; {error}",
+          file=out, flush=True)
+    _, simulation = task.pricing.price(best, profile, cluster)
+    return dataclasses.replace(choice, plan=best, ranked=fixed.result, simulation=simulation,
+                               modeled=modeled.get(plan_key(best))
+                               if plan_key(best) not in fixed.measured else None,
+                               fallback=fixed.fallback)
 
 
 def rank(task: TrainingTask[Any, Any], costs: Profile | CostModel, cluster: Cluster, *,
@@ -219,8 +284,13 @@ def tried_choice(task: TrainingTask[Any, Any], choice: PlanChoice, cluster: Clus
                         unit=f"{settings.unit}s", out=out)
     if not trials:
         return choice
-    plan, simulation = task.pricing.price(fastest(trials).plan, choice.profile, cluster)
-    return dataclasses.replace(choice, plan=plan, simulation=simulation, trials=trials)
+    tried = fastest(trials).plan
+    plan, simulation = task.pricing.price(tried, choice.profile, cluster)
+    measured_before = plan_key(tried) in measured_plans(choice.profile)
+    # Priced as the ranking priced it (by what a run measured of it, where one did).
+    return dataclasses.replace(choice, plan=dataclasses.replace(
+        plan, predicted_time=tried.predicted_time), simulation=simulation, trials=trials,
+        modeled=None if measured_before else plan.predicted_time, fallback=None)
 
 
 def save_choice(choice: PlanChoice, run_dir: Path) -> None:

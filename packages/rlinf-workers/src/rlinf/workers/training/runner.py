@@ -53,6 +53,7 @@ from rlinf.workers.training.folder import (
     check_run_folder,
     checkpoint_meta,
 )
+from rlinf.workers.training.plan_history import MeasuredPlan
 from rlinf.workers.training.planning import (
     LIVE_STEPS,
     cache_run_profile,
@@ -62,6 +63,7 @@ from rlinf.workers.training.planning import (
     kept_faster,
     live_switch,
     priced_live,
+    remember_plan,
     replanner,
     resumed_choice,
     save_choice,
@@ -239,6 +241,12 @@ class _Loop:
         self.tried: tuple[PlanChoice, float] | None = None
         """``auto``: the plan it left for the one its live costs priced faster, and that
         plan's measured seconds per iteration, until the new one has run as long."""
+        self.modeled = None if choice.live else choice.modeled
+        """The model's price of the current plan before it ran (`PlanChoice.modeled`), which
+        its measurement judges the model by; None when nothing but measurements priced it."""
+        self.back_seconds: float | None = None
+        """The relaunch at hand returns to a plan measured before (`kept_faster`) at these
+        seconds per iteration."""
         self.cached = 1
         """The flow's records the profile cache has (its first, a warm-up, never)."""
         self.reprice_at: int | None = None
@@ -258,6 +266,10 @@ class _Loop:
                 dict(task.evaluate(self.flow, 0, final=False)), 0, 0.0, 0
         after = before
         self.plan_from = start
+        fallback = self.choice.fallback
+        if fallback is not None:  # a plan no run measured: back to the best that ran if slower
+            self.tried = (PlanChoice(plan=fallback.plan, profile=self.choice.profile),
+                          fallback.seconds)
         replan = replanner(task, self.choice, session.cluster)
         relaunched: list[Any] = []
         loop_start = time.perf_counter()
@@ -308,8 +320,14 @@ class _Loop:
                     task.checkpointed(step, path)
                 decided = time.time()
                 if target is not None and switch and path is not None:
+                    self._remember(start)
+                    back, tried_seconds = self.back_seconds is not None, self.back_seconds
                     self.flow, self.choice = session._relaunch(self.flow, self.choice, target,
                                                                path)
+                    self.modeled = None if back else self.choice.plan.predicted_time
+                    if back and tried_seconds is not None:  # priced by what it measured
+                        self.choice = dataclasses.replace(self.choice, plan=dataclasses.replace(
+                            self.choice.plan, predicted_time=tried_seconds))
                     relaunched.append(self.flow)
                     self.plan_from, self.cached, self.reprice_at = step, 1, None
                 if decision is not None and settings.trace:
@@ -318,6 +336,7 @@ class _Loop:
         wall = prior_seconds + time.perf_counter() - loop_start
         if len(self.flow.run.records) > self.cached:  # the next run is priced before it starts
             cache_run_profile(task, session.cluster, run_profile(self.flow.run, skip=self.cached))
+        self._remember(start)
         records = read_metrics(settings.run_dir / METRICS_FILE)
         task.write_outputs(records, self.spans, self.last_spans, self.choice, out=session.out)
         return task.summarize(RunOutcome(
@@ -332,6 +351,7 @@ class _Loop:
         """The plan to relaunch on after `step`: the re-planner's, or ``auto``'s live
         choice (module docstring of `rlinf.workers.training.planning`); None to stay."""
         session, settings = self.session, self.settings
+        self.back_seconds = None
         target = decision.plan if decision is not None and decision.adopted else None
         if target is not None and not self.task.compatible(self.choice.plan, target):
             _log.info("replan_incompatible", current=self.choice.plan.spec, plan=target.spec)
@@ -369,8 +389,19 @@ class _Loop:
                                  measured=steady_median(on_plan) or seconds,
                                  steps_left=steps_left, launch_seconds=session.launch_seconds,
                                  unit=settings.unit, out=session.out)
+            self.back_seconds = None if target is None else self.tried[1]
             self.tried = None
         return target
+
+    def _remember(self, start: int) -> None:
+        """Record what the current plan measured per iteration past its first (warm-up) in
+        the profile cache (`plan_history`); nothing for a plan that ran fewer than two."""
+        on_plan = self.step_seconds[self.plan_from - start:]
+        seconds = steady_median(on_plan)
+        if len(on_plan) < 2 or seconds is None or seconds <= 0:
+            return
+        remember_plan(self.task, self.session.cluster,
+                      MeasuredPlan(self.choice.plan, (seconds,), self.modeled))
 
 
 def _close_all(flows: Sequence[Any]) -> None:

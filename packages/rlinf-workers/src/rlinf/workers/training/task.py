@@ -29,6 +29,7 @@ from rlinf.sched import (
 from rlinf.workers.flow.run import FlowRun
 from rlinf.workers.flow.trials import PlanTrial
 from rlinf.workers.telemetry import Span
+from rlinf.workers.training.plan_history import MeasuredPlan
 
 if TYPE_CHECKING:
     from rlinf.workers.training.pricing import Pricing
@@ -103,6 +104,13 @@ class PlanChoice:
     live: bool = False
     """No profile priced the plan before the run: the run prices it from its own first
     steps and caches what it measured."""
+    modeled: float | None = None
+    """Seconds per iteration the model priced `plan` at before the run, from components
+    measured elsewhere (None: not priced, or priced by what a run measured of it): the
+    price the plan's measurement judges the model by (`plan_history.MeasuredPlan`)."""
+    fallback: MeasuredPlan | None = None
+    """``auto``: the fastest plan earlier runs measured, when `plan` is one no run has; the
+    run goes back to it when `plan` measures slower (`plan_history`)."""
 
 
 class StepOutcome(Protocol):
