@@ -225,7 +225,10 @@ def with_history(task: TrainingTask[Any, Any], choice: PlanChoice, profile: Prof
     modeled = {plan_key(p): p.predicted_time for p in choice.ranked.ranked}
 
     def price(plan: ExecutionPlan) -> ExecutionPlan:
-        return task.pricing.price(plan, profile, cluster)[0]
+        try:
+            return task.pricing.price(plan, profile, cluster)[0]
+        except (ConfigError, KeyError, ValueError) as exc:  # a record this flow cannot run
+            raise PlanningError(f"{plan.spec}: {exc}") from exc
 
     fixed = calibrated(choice.ranked, history, price)
     best = fixed.result.best
