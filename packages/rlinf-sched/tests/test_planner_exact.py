@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import random
 
 import pytest
@@ -231,6 +232,26 @@ def test_a_budget_stops_the_search_and_says_so() -> None:
     assert set(quick.baselines) == set(full.baselines)
 
 
+def test_a_search_out_of_time_still_ranks_its_best_seed_and_both_fixed_modes() -> None:
+    wf = Workflow((Component("a"), Component("b"), Component("c")),
+                  (Edge("a", "b"), Edge("b", "c")), global_batch=8)
+    cost = AnalyticCostModel({n: AnalyticCost(per_item=1.0, switch=0.5, replicated=30)
+                              for n in "abc"})
+    cl = Cluster.uniform(1, 8, MEM, "H100")
+    full = plan(wf, cost, cl, options=PlannerOptions(max_chunks=4))
+    cut = plan(wf, cost, cl, options=PlannerOptions(max_chunks=4, search_seconds=0.0))
+    assert cut.evaluated < full.evaluated
+    assert set(cut.baselines) == set(full.baselines) == {"collocated", "disaggregated"}
+    assert cut.best.predicted_time >= full.best.predicted_time
+    # What it ranks are plans the simulator prices as it says (nothing left unpriced).
+    for p in cut.ranked:
+        assert math.isfinite(p.predicted_time) and p.predicted_time > 0
+    assert cut.best.predicted_time <= min(b.predicted_time for b in cut.baselines.values())
+    roomy = plan(wf, cost, cl, options=PlannerOptions(max_chunks=4, search_seconds=600.0))
+    assert roomy.best.predicted_time == full.best.predicted_time
+    assert roomy.evaluated == full.evaluated
+
+
 def test_progress_is_reported_during_a_long_search() -> None:
     wf = Workflow((Component("a"), Component("b"), Component("c")),
                   (Edge("a", "b"), Edge("b", "c")), global_batch=8)
@@ -267,7 +288,8 @@ def test_candidates_with_one_signature_share_a_simulation() -> None:
 
 @pytest.mark.parametrize("bad", [{"keep": 0}, {"max_chunks": 0}, {"exact_limit": -1},
                                  {"min_step": 0}, {"exact_seconds": -1.0},
-                                 {"exact_seconds": float("nan")}, {"progress_every": -0.5},
+                                 {"exact_seconds": float("nan")}, {"search_seconds": -1.0},
+                                 {"progress_every": -0.5},
                                  {"tie_tolerance": -0.1}])
 def test_options_out_of_range_are_refused_naming_the_field(bad: dict[str, float]) -> None:
     (name, _), = bad.items()

@@ -34,11 +34,11 @@ def test_the_first_guess_collocates_on_no_more_cpu_slots_than_cores() -> None:
     assert collocated_devices(Cluster.uniform(1, 8, "80GiB", "H100", cpus_per_node=2)) == 8
 
 
-def test_rank_budgets_the_exact_search_to_a_share_of_the_run_and_prints_progress(
+def test_rank_budgets_the_search_to_a_share_of_the_run_and_prints_progress(
         tmp_path: Path) -> None:
     from rlinf.sched import PlanProgress
     from rlinf.workers.training import Pricing, RunSettings
-    from rlinf.workers.training.planning import PLANNING_SHARE, rank
+    from rlinf.workers.training.planning import MIN_SEARCH_SECONDS, PLANNING_SHARE, rank
 
     from .test_pricing import BOX, COSTS, FLOW, plan_of
 
@@ -61,6 +61,8 @@ def test_rank_budgets_the_exact_search_to_a_share_of_the_run_and_prints_progress
     priced, _ = task.pricing.price(guess, COSTS, BOX)
     assert seen["options"].exact_seconds == pytest.approx(
         PLANNING_SHARE * 40 * priced.predicted_time)
+    assert seen["options"].search_seconds == pytest.approx(max(
+        MIN_SEARCH_SECONDS, PLANNING_SHARE * 40 * priced.predicted_time))
     assert out.getvalue() == ("auto: still planning (exact): 5000 simulations in 3 s, the best "
                               "so far 0.123 s per episode\n")
     assert choice.ranked is not None

@@ -5,7 +5,8 @@ clusters (at most `PlannerOptions.exact_devices` devices) exact branch and bound
 range per component and every micro-batch combination follows, seeded with the search's
 plans (`rlinf.sched.planner.branch`), for the plans and for each fixed-mode baseline; if it
 scores more than `exact_limit` placements, or runs past `exact_seconds`, it stops and keeps
-the best found so far.
+the best found so far. `search_seconds` bounds the whole search: past it, only the best
+seed and each fixed mode's first plan are still scored, unrefined, and no exact pass starts.
 
 Ranges are taken over each device order of `rlinf.sched.planner.orders` in turn (on a mixed
 cluster, orders that group equal devices, so a component may get ``0-1,6-7``; on a
@@ -89,6 +90,11 @@ class PlannerOptions:
     reorder_devices: bool = True
     """Also search device orders that group equal devices (`rlinf.sched.planner.orders`), so
     a component may get a non-contiguous set on a mixed cluster; no cost on a uniform one."""
+    search_seconds: float | None = None
+    """Seconds the whole search may take (None: no bound). Past them the coarse pass scores
+    only a first candidate of each fixed mode it has none of yet, refinement keeps to the
+    best seed and the fixed modes' (those refined first), and the exact pass does not
+    start: the plans found so far are ranked (the log says ``complete=False``)."""
     progress_every: float = PROGRESS_EVERY_S
     """Seconds between two calls of `plan`'s `progress`."""
     tie_tolerance: float = 0.0
@@ -112,12 +118,13 @@ class PlannerOptions:
         if self.min_step is not None and self.min_step < 1:
             raise PlanningError(f"PlannerOptions.min_step={self.min_step}: expected None "
                                 "(N // 256) or at least 1 device")
-        seconds = {"exact_seconds": self.exact_seconds, "progress_every": self.progress_every,
-                   "tie_tolerance": self.tie_tolerance}
+        seconds = {"exact_seconds": self.exact_seconds, "search_seconds": self.search_seconds,
+                   "progress_every": self.progress_every, "tie_tolerance": self.tie_tolerance}
         for name, amount in seconds.items():
             if amount is not None and not amount >= 0:  # NaN too
                 raise PlanningError(f"PlannerOptions.{name}={amount}: expected a number >= 0"
-                                    + (" or None (no bound)" if name == "exact_seconds" else ""))
+                                    + (" or None (no bound)" if name.endswith("_seconds")
+                                       and name != "progress_every" else ""))
 
 
 @dataclass(frozen=True)
@@ -225,16 +232,20 @@ def plan(
     n = cluster.num_devices
     scored: list[Scored] = []
     baselines: dict[str, Scored] = {}
+    cutoff = None if opts.search_seconds is None else started + opts.search_seconds
     for ev in evaluators:
-        found, fixed = _heuristic(ev, opts)
+        found, fixed = _heuristic(ev, opts, cutoff=cutoff)
         scored += found
         _keep_best(baselines, fixed)
     exact = False
-    if n <= opts.exact_devices and opts.exact_limit > 0:
+    complete = cutoff is None or time.perf_counter() < cutoff
+    if n <= opts.exact_devices and opts.exact_limit > 0 and complete:
         exact = True
         first.ticker.phase = "exact"
         deadline = (None if opts.exact_seconds is None
                     else time.perf_counter() + opts.exact_seconds)
+        if cutoff is not None:
+            deadline = cutoff if deadline is None else min(deadline, cutoff)
         for k, ev in enumerate(evaluators):
             # Collocated is one candidate, the same in every order: searched once.
             modes = FIXED_MODES if k == 0 else tuple(m for m in FIXED_MODES
@@ -263,7 +274,8 @@ def plan(
     seconds = time.perf_counter() - started
     _log.info("plan", workflow=workflow.name, devices=n, best=plans[0].spec,
               time=round(plans[0].predicted_time, 4), simulations=first.simulations,
-              orders=len(evaluators), exact=exact, seconds=round(seconds, 3))
+              orders=len(evaluators), exact=exact, complete=complete and (
+                  cutoff is None or time.perf_counter() < cutoff), seconds=round(seconds, 3))
     result = PlanResult(tuple(plans[: opts.keep]), base_plans, first.simulations, seconds)
     return annotate_cuts(result, workflow, cost)
 
@@ -313,7 +325,14 @@ class _Seed:
     unit: int
 
 
-def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[str, Scored]]:
+def _heuristic(ev: Evaluator, opts: PlannerOptions, *, cutoff: float | None = None
+               ) -> tuple[list[Scored], dict[str, Scored]]:
+    """Steps 1-4 of the module docstring, cut short at `cutoff` (`perf_counter` seconds;
+    `PlannerOptions.search_seconds`)."""
+
+    def past() -> bool:
+        return cutoff is not None and time.perf_counter() >= cutoff
+
     n = ev.cluster.num_devices
     min_step = opts.min_step or max(1, n // 256)
     coarse: list[tuple[float, Candidate, BlockLayout, tuple[int, ...], int]] = []
@@ -336,6 +355,8 @@ def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[
     threshold = math.inf
     for bound, cand, layout, sizes, unit in coarse:
         kind = fixed_mode(ev, cand)
+        if past() and (kind is None or kind in best_fixed):
+            continue  # out of time: only a first plan of each fixed mode still
         fixed_done = all(k in best_fixed and bound >= best_fixed[k].time
                          for k in ("collocated", "disaggregated"))
         if bound >= threshold and fixed_done:
@@ -357,12 +378,17 @@ def _heuristic(ev: Evaluator, opts: PlannerOptions) -> tuple[list[Scored], dict[
         if kind is not None and (kind not in best_fixed or t < best_fixed[kind].time):
             best_fixed[kind] = seed
     seeds = sorted(per_layout.values(), key=lambda e: (e.time, e.candidate))[: opts.seeds]
-    pool = {e.candidate: e for e in (*seeds, *best_fixed.values())}
+    # The best seed and the fixed modes' first: a search cut short still has them.
+    pool = {e.candidate: e for e in (*seeds[:1], *best_fixed.values(), *seeds[1:])}
+    must = {e.candidate for e in (*seeds[:1], *best_fixed.values())}
     scored: list[Scored] = []
     baselines: dict[str, Scored] = {}
     for seed in pool.values():
+        if past() and seed.candidate not in must:
+            continue
         t, chunks = ev.quick(seed.candidate)
-        cand = _refine(ev, replace(seed, time=t, chunks=chunks), min_step=min_step)
+        cand = seed.candidate if past() else _refine(
+            ev, replace(seed, time=t, chunks=chunks), min_step=min_step)
         best = ev.best(cand)
         if best is None:
             continue

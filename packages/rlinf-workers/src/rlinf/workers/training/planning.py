@@ -14,8 +14,8 @@
   price faster when the relaunch pays for itself over the iterations left, runs it as long,
   and goes back when it measured slower.
 - `replanner`: ``run.replan``'s drift watch, re-planning with the task's ranking.
-- `rank`: every ranking above, its exact search budgeted to a share of the run's time
-  (`PLANNING_SHARE`) and its progress printed.
+- `rank`: every ranking above, its search budgeted to a share of the run's time
+  (`PLANNING_SHARE`, at least `MIN_SEARCH_SECONDS`) and its progress printed.
 """
 
 from __future__ import annotations
@@ -74,7 +74,11 @@ LIVE_STEPS = 3
 run (the first a warm-up), or at its last when it is shorter."""
 PLANNING_SHARE = 0.05
 """The most of a run's predicted time (its iterations left, priced as its first guess)
-``auto``'s exact search may take (`rank`)."""
+``auto``'s search may take (`rank`), but at least `MIN_SEARCH_SECONDS`."""
+MIN_SEARCH_SECONDS = 0.25
+"""The least time ``auto``'s search gets: on 4 CPU slots and a cached reasoning profile, a
+search cut to it found the plan the unbounded one did (which took 1-2 s), one cut to 0.1 s
+a slower plan."""
 LIVE_MIN_GAIN = 0.05
 """``auto`` leaves its first guess for a plan its live costs price at least this much faster
 (relative), and goes back when the first guess measured that much faster."""
@@ -249,10 +253,11 @@ def with_history(task: TrainingTask[Any, Any], choice: PlanChoice, profile: Prof
 
 def rank(task: TrainingTask[Any, Any], costs: Profile | CostModel, cluster: Cluster, *,
          steps: int, out: TextIO | None) -> PlanChoice:
-    """`Pricing.rank` for a run of `steps` more iterations: the planner's exact pass may take
-    `PLANNING_SHARE` of their time as the first guess is priced (a short run on CPU slots
-    cannot spend on planning what a long one on GPUs can), and a long search prints where
-    it stands on `out` every few seconds."""
+    """`Pricing.rank` for a run of `steps` more iterations: the planner's search, and its
+    exact pass within it, may take `PLANNING_SHARE` of their time as the first guess is
+    priced, the search at least `MIN_SEARCH_SECONDS` (a short run on CPU slots cannot spend
+    on planning what a long one on GPUs can), and a long search prints where it stands on
+    `out` every few seconds."""
     pricing = task.pricing
     try:
         guess, _ = pricing.price(task.first_guess(cluster), costs, cluster)
@@ -264,7 +269,9 @@ def rank(task: TrainingTask[Any, Any], costs: Profile | CostModel, cluster: Clus
     def show(progress: PlanProgress) -> None:
         print(f"auto: still planning {progress.line(unit)}", file=out, flush=True)
 
-    return pricing.rank(costs, cluster, options=pricing.planner_options(exact_seconds=budget),
+    search = None if budget is None else max(budget, MIN_SEARCH_SECONDS)
+    return pricing.rank(costs, cluster, options=pricing.planner_options(exact_seconds=budget,
+                                                                        search_seconds=search),
                         progress=None if out is None else show)
 
 

@@ -226,10 +226,12 @@ class Pricing:
                           profile=costs if isinstance(costs, Profile) else None,
                           simulation=simulation)
 
-    def planner_options(self, *, exact_seconds: float | None = None) -> PlannerOptions:
-        """The planner's options for this pricing: its `tie_tolerance`, and `exact_seconds`
-        for the exact pass (`PlannerOptions.exact_seconds`)."""
-        return PlannerOptions(tie_tolerance=self.tie_tolerance, exact_seconds=exact_seconds)
+    def planner_options(self, *, exact_seconds: float | None = None,
+                        search_seconds: float | None = None) -> PlannerOptions:
+        """The planner's options for this pricing: its `tie_tolerance`, `exact_seconds` for
+        the exact pass and `search_seconds` for the whole search (`PlannerOptions`)."""
+        return PlannerOptions(tie_tolerance=self.tie_tolerance, exact_seconds=exact_seconds,
+                              search_seconds=search_seconds)
 
     def _key(self, plan_: ExecutionPlan) -> tuple[object, ...]:
         """What tells two plans apart as the flow runs them."""
