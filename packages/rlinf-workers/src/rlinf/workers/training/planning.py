@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -127,34 +127,37 @@ def cache_run_profile(task: TrainingTask[Any, Any], cluster: Cluster,
                       measured: Profile) -> None:
     """Add what a run measured of itself to the profile cache (merged with what is there;
     a cache that cannot be written is logged and skipped: the run has what it needs)."""
-    cache = profile_cache(task.settings)
-    if cache is None:
-        return
-    key = _cache_key(task, cluster)
-    try:
-        cached = cache.load(key)
-        merged = merge_run_profiles(cached, measured)
-        if cached is not None and MEASURED_PLANS in cached.metadata:
-            merged = Profile(merged.measurements, merged.switches, {
-                **merged.metadata, MEASURED_PLANS: merge_measured(
-                    cached.metadata.get(MEASURED_PLANS), measured.metadata.get(MEASURED_PLANS))})
-        cache.save(key, merged)
-    except OSError as exc:
-        _log.warning("profile_cache_store_failed", directory=str(cache.directory),
-                     error=str(exc))
+
+    def merged(cached: Profile | None) -> Profile:
+        out = merge_run_profiles(cached, measured)
+        if cached is None or MEASURED_PLANS not in cached.metadata:
+            return out
+        return Profile(out.measurements, out.switches, {**out.metadata, MEASURED_PLANS:
+                       merge_measured(cached.metadata.get(MEASURED_PLANS),
+                                      measured.metadata.get(MEASURED_PLANS))})
+
+    _update_cache(task, cluster, merged)
 
 
 def remember_plan(task: TrainingTask[Any, Any], cluster: Cluster, measured: MeasuredPlan) -> None:
     """Record in the profile cache what a run measured of its plan (`plan_history`), for
     ``auto``'s next ranking; nothing without a cache or a cached profile to add it to."""
+    _update_cache(task, cluster,
+                  lambda cached: None if cached is None else with_measured(cached, measured))
+
+
+def _update_cache(task: TrainingTask[Any, Any], cluster: Cluster,
+                  update: Callable[[Profile | None], Profile | None]) -> None:
+    """Replace the task's cached profile by `update` of it (None: leave it); without a cache
+    nothing, and a cache that cannot be read or written is logged and skipped."""
     cache = profile_cache(task.settings)
     if cache is None:
         return
     key = _cache_key(task, cluster)
     try:
-        cached = cache.load(key)
-        if cached is not None:
-            cache.save(key, with_measured(cached, measured))
+        updated = update(cache.load(key))
+        if updated is not None:
+            cache.save(key, updated)
     except OSError as exc:
         _log.warning("profile_cache_store_failed", directory=str(cache.directory),
                      error=str(exc))
