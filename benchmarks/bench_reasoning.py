@@ -561,9 +561,9 @@ def _timed(settings: Settings, what: TrlSetup | Mode, engine: str,
 
 def _precision(choice: str) -> str:
     """`choice`, with "auto" resolved: bf16 where the CPU has native bf16 matmuls (x86's
-    AVX-512 BF16 or AMX flags), else fp32. oneDNN's own check says yes on any AVX-512 core
-    (it emulates bf16 there): on an AVX-512 host without those flags a 128x512 by 512x512
-    bf16 matmul took 5x the fp32 one. Without x86 flags, oneDNN's check decides."""
+    AVX-512 BF16 or AMX flags), else fp32. oneDNN's own check says yes on any AVX-512 core,
+    where it emulates bf16, far slower than fp32 (benchmarks/RESULTS.md). Without x86
+    flags, oneDNN's check decides."""
     if choice != "auto":
         return choice
     from rlinf.sched.profile_cache import host_cpu

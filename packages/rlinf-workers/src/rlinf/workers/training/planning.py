@@ -76,9 +76,9 @@ PLANNING_SHARE = 0.05
 """The most of a run's predicted time (its iterations left, priced as its first guess)
 ``auto``'s search may take (`rank`), but at least `MIN_SEARCH_SECONDS`."""
 MIN_SEARCH_SECONDS = 0.25
-"""The least time ``auto``'s search gets: on 4 CPU slots and a cached reasoning profile, a
-search cut to it found the plan the unbounded one did (which took 1-2 s), one cut to 0.1 s
-a slower plan."""
+"""The least time ``auto``'s search gets, however short the run: a search cut much shorter
+scores too few candidates to find the plans an unbounded one finds on a few CPU slots
+(benchmarks/RESULTS.md, bench-flow)."""
 LIVE_MIN_GAIN = 0.05
 """``auto`` leaves its first guess for a plan its live costs price at least this much faster
 (relative), and goes back when the first guess measured that much faster."""
