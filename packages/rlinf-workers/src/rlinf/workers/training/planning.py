@@ -47,11 +47,9 @@ from rlinf.workers.errors import ConfigError
 from rlinf.workers.flow.auto import merge_run_profiles
 from rlinf.workers.flow.trials import fastest, run_trials
 from rlinf.workers.training.plan_history import (
-    MEASURED_PLANS,
     MeasuredPlan,
     calibrated,
     measured_plans,
-    merge_measured,
     plan_key,
     with_measured,
 )
@@ -126,17 +124,9 @@ def _cache_key(task: TrainingTask[Any, Any], cluster: Cluster) -> str:
 def cache_run_profile(task: TrainingTask[Any, Any], cluster: Cluster,
                       measured: Profile) -> None:
     """Add what a run measured of itself to the profile cache (merged with what is there;
-    a cache that cannot be written is logged and skipped: the run has what it needs)."""
-
-    def merged(cached: Profile | None) -> Profile:
-        out = merge_run_profiles(cached, measured)
-        if cached is None or MEASURED_PLANS not in cached.metadata:
-            return out
-        return Profile(out.measurements, out.switches, {**out.metadata, MEASURED_PLANS:
-                       merge_measured(cached.metadata.get(MEASURED_PLANS),
-                                      measured.metadata.get(MEASURED_PLANS))})
-
-    _update_cache(task, cluster, merged)
+    a cache that cannot be written is logged and skipped: the run has what it needs). The
+    plans runs measured stay: `measured` holds none (`remember_plan` adds them)."""
+    _update_cache(task, cluster, lambda cached: merge_run_profiles(cached, measured))
 
 
 def remember_plan(task: TrainingTask[Any, Any], cluster: Cluster, measured: MeasuredPlan) -> None:
@@ -224,8 +214,8 @@ def with_history(task: TrainingTask[Any, Any], choice: PlanChoice, profile: Prof
                  cluster: Cluster, *, out: TextIO) -> PlanChoice:
     """`choice` (a ranking from `profile`) corrected by the plans earlier runs measured
     (`plan_history.calibrated`): the fastest by corrected price, with the raw model price
-    it is judged by and, when no run measured it, the fallback the run goes back to. The
-    ranking as priced by the model alone without such runs."""
+    it is judged by and, when no run measured it, the fallback the run goes back to.
+    Without such runs, `choice` as the model priced it (that price kept as `modeled`)."""
     history = {key: m for key, m in measured_plans(profile).items() if fits(m.plan, cluster)}
     if choice.ranked is None or not history:
         return dataclasses.replace(choice, modeled=choice.plan.predicted_time)
@@ -247,7 +237,8 @@ def with_history(task: TrainingTask[Any, Any], choice: PlanChoice, profile: Prof
     print(f"auto: {len(history)} plan(s) measured by earlier runs, the fastest "
           f"{fastest.plan.spec} at {fastest.seconds:.3f} s per {unit}; {error}",
           file=out, flush=True)
-    _, simulation = task.pricing.price(best, profile, cluster)
+    simulation = choice.simulation if plan_key(best) == plan_key(choice.plan) else \
+        task.pricing.price(best, profile, cluster)[1]
     return dataclasses.replace(choice, plan=best, ranked=fixed.result, simulation=simulation,
                                modeled=modeled.get(plan_key(best))
                                if plan_key(best) not in fixed.measured else None,
