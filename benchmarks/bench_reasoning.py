@@ -44,12 +44,15 @@ Contenders, every one with the same cores:
 The contenders are interleaved in ``--rounds`` rounds (A B C ... A B C ...; each run starts
 fresh: ``--warmup`` untimed iterations, then ``--iterations`` timed ones); the table shows
 medians over every round's timed iterations, with CPU-seconds per sample (every process of
-the contender: TRL's ranks; rlinf's driver, Ray daemons and workers) next to the wall time.
+the contender: TRL's ranks; rlinf's driver and ranks) next to the wall time. rlinf's ranks
+are local processes each run starts, as a user's run starts them; ``--ray`` runs them as Ray
+actors of one Ray instance kept for the whole benchmark instead, whose daemons and idle workers
+then share the cores with every contender.
 The run is refused when the 1-minute load average is still above ``--max-load`` after
 ``--load-wait`` seconds at its start, and the load is printed before every contender.
 Before each contender (and each profile) the benchmark waits (``--settle``, at most 30 s)
 until one second of the machine's CPU is at most 15% busy: the previous contender's
-processes (Ray workers exiting, TRL's ranks tearing down) would otherwise run into the
+processes (rlinf's ranks exiting, TRL's ranks tearing down) would otherwise run into the
 next one's timed iterations. Every contender's processes, TRL's ranks included, allocate
 host memory alike (``--allocator``): by default with jemalloc keeping the pages it frees,
 rlinf's default (`rlinf.workers.runtime.allocator`); on the bench VM it sped TRL up slightly
@@ -153,6 +156,10 @@ class Settings:
     """Compute precision of every contender: "fp32", or "bf16" mixed precision (bf16
     autocast over fp32 weights and optimizer state: TRL's ``bf16=True``, rlinf's
     ``ActorConfig.precision``; vLLM then serves bfloat16 weights)."""
+    ray: bool = False
+    """Whether rlinf's ranks run as Ray actors of one Ray instance kept for the whole
+    benchmark (its processes then share the cores with every contender); by default each
+    run starts its ranks as local processes, as a user's run does."""
     allocator: Literal["jemalloc", "system"] = "jemalloc"
     """Host ``malloc`` of every contender's processes, TRL's included: "jemalloc" (Ray's,
     keeping the pages it frees: rlinf's default, `rlinf.workers.runtime.allocator`) or
@@ -174,7 +181,7 @@ class Settings:
                 "new_tokens": self.max_new_tokens, "micro_batch": self.micro_batch_size,
                 "warmup": self.warmup, "iterations": self.iterations, "rounds": self.rounds,
                 "precision": self.precision, "vllm_recompute": self.vllm_recompute,
-                "allocator": self.allocator}
+                "allocator": self.allocator, "ray": self.ray}
 
 
 def tiny_model(layers: int, hidden: int) -> TinyLMConfig:
@@ -279,7 +286,7 @@ def run_rlinf(settings: Settings, mode: Mode, engine: str,
 
     spec, per_call = _flow_spec(settings, mode, engine)
     placement = mode.placement_for(settings.recomputes(engine))
-    cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
+    cluster = Cluster.discover(use_ray=settings.ray, cpu_slots=mode.devices)
     plan = fixed_plan(spec, placement, num_devices=mode.devices, granularity_groups=per_call)
     seconds: list[float] = []
     cpu: list[float] = []
@@ -315,7 +322,7 @@ def price_rlinf(settings: Settings, mode: Mode, engine: str) -> float:
     from rlinf.sched import Cluster
 
     spec, per_call = _flow_spec(settings, mode, engine)
-    cluster = Cluster.discover(use_ray=True, cpu_slots=mode.devices)
+    cluster = Cluster.discover(use_ray=settings.ray, cpu_slots=mode.devices)
     plan = fixed_plan(spec, mode.placement_for(settings.recomputes(engine)),
                       num_devices=mode.devices, granularity_groups=per_call)
     sizes = sorted({max(settings.group_size, settings.rows // 2), settings.rows})
@@ -401,6 +408,9 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
     parser.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                         help="every contender's precision (auto: bf16 where the CPU has "
                              "native bf16 matmuls, else fp32)")
+    parser.add_argument("--ray", action="store_true",
+                        help="run rlinf's ranks on one Ray instance kept for the whole "
+                             "benchmark (default: local processes per run, as users' runs)")
     parser.add_argument("--allocator", choices=("jemalloc", "system"), default="jemalloc",
                         help="host malloc of every contender's processes, TRL's too (default "
                              "jemalloc: Ray's, keeping the pages it frees, rlinf's default; "
@@ -435,7 +445,7 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Settings
                          f"{0 if flag == 'warmup' else 1}, got {value}")
     settings = dataclasses.replace(
         base, model=model, precision=_precision(args.precision),
-        vllm_recompute=args.vllm_recompute, allocator=args.allocator,
+        vllm_recompute=args.vllm_recompute, allocator=args.allocator, ray=args.ray,
         **{k: v for k, v in picked.items() if v is not None})
     if settings.group_size < 2:
         parser.error("--group-size must be >= 2 (GRPO's advantages are relative to the group)")
@@ -485,13 +495,14 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{settings.precision}; {settings.rounds} interleaved rounds of {settings.warmup} "
           f"warm-up + {settings.iterations} timed iterations per contender; {cores} cores, "
           f"load {load_start:.2f}", flush=True)
-    import ray
+    if settings.ray:
+        import ray
 
-    # Ray's CPU count only gates scheduling here (each role sets its own torch threads from
-    # its devices): 12 logical CPUs give every rank of every mode a whole share, also while
-    # the previous mode's workers are still being torn down.
-    ray.init(num_cpus=12, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
+        # Ray's CPU count only gates scheduling here (each role sets its own torch threads
+        # from its devices): 12 logical CPUs give every rank of every mode a whole share,
+        # also while the previous mode's workers are still being torn down.
+        ray.init(num_cpus=12, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
     runs: list[RunResult] = []
     started = time.perf_counter()
     vllm_mode = next((m for m in MODES if m.name == args.vllm_mode), None)
@@ -523,7 +534,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             priced.append(dataclasses.replace(
                 r, predicted=price_rlinf(settings, mode, r.engine)))
     finally:
-        ray.shutdown()
+        if settings.ray:
+            ray.shutdown()
     print()
     print(format_table(priced))
     for r in priced:
