@@ -46,7 +46,8 @@ fresh: ``--warmup`` untimed iterations, then ``--iterations`` timed ones); the t
 medians over every round's timed iterations, with CPU-seconds per sample (every process of
 the contender: TRL's ranks; rlinf's driver and ranks) next to the wall time. rlinf's ranks
 are local processes each run starts, as a user's run starts them; ``--ray`` runs them as Ray
-actors of one Ray instance kept for the whole benchmark instead, whose daemons and idle workers
+actors of one Ray instance kept for the whole benchmark instead, configured as a Ray instance
+a run starts itself (`rlinf.workers.runtime.ray_session.local_system_config`), whose daemons
 then share the cores with every contender.
 The run is refused when the 1-minute load average is still above ``--max-load`` after
 ``--load-wait`` seconds at its start, and the load is printed before every contender.
@@ -498,11 +499,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings.ray:
         import ray
 
+        from rlinf.workers.runtime.ray_session import local_system_config
+
         # Ray's CPU count only gates scheduling here (each role sets its own torch threads
         # from its devices): 12 logical CPUs give every rank of every mode a whole share,
-        # also while the previous mode's workers are still being torn down.
+        # also while the previous mode's workers are still being torn down. The system
+        # config is the one of a Ray instance a run starts itself (workers at nice 0).
         ray.init(num_cpus=12, include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+                 configure_logging=False, _system_config=local_system_config())
     runs: list[RunResult] = []
     started = time.perf_counter()
     vllm_mode = next((m for m in MODES if m.name == args.vllm_mode), None)

@@ -31,6 +31,10 @@ def test_the_default_is_the_full_setting_with_both_trl_setups() -> None:
     # every contender, TRL too, allocates with rlinf's default host malloc unless asked
     assert settings.allocator == "jemalloc" and settings.describe()["allocator"] == "jemalloc"
     assert parse_args(["--allocator", "system"])[1].allocator == "system"
+    # rlinf's ranks are local processes of each run, as a user's run starts them, unless
+    # the benchmark is asked to keep one Ray instance for all of them
+    assert not settings.ray and settings.describe()["ray"] is False
+    assert parse_args(["--ray"])[1].ray
 
 
 @pytest.mark.parametrize(("flags", "kernels"), [

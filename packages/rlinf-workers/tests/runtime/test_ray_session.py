@@ -24,6 +24,7 @@ from rlinf.workers.runtime.ray_session import (
     cluster_gone,
     cluster_reachable,
     local_ray_instance,
+    local_system_config,
     raylet_addresses,
     unreachable,
 )
@@ -183,17 +184,26 @@ def test_an_address_is_unreachable_when_it_refuses_or_is_malformed(
     assert unreachable([]) == set()
 
 
-_CPUS_OF_THE_CLUSTER = "import ray; ray.init(); print(int(ray.cluster_resources()['CPU']))"
+_CPUS_OF_THE_CLUSTER = """
+import os, ray
+ray.init()
+@ray.remote(num_cpus=0.1)
+def nice():
+    return os.nice(0)
+print(int(ray.cluster_resources()['CPU']), ray.get(nice.remote()))
+"""
 
 
 def test_a_local_ray_instance_is_shared_by_drivers_and_gone_after_the_block() -> None:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {k: v for k, v in os.environ.items() if k != "RAY_worker_niceness"}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     with local_ray_instance(num_cpus=3, env=env) as address:
         host, port = address.rsplit(":", 1)
         driver = subprocess.run([sys.executable, "-c", _CPUS_OF_THE_CLUSTER],
                                 env={**env, "RAY_ADDRESS": address}, capture_output=True,
                                 text=True, timeout=120, check=True)
-        assert driver.stdout.strip().splitlines()[-1] == "3"  # the helper's instance, joined
+        # the helper's instance, joined; its workers at the drivers' niceness
+        assert driver.stdout.strip().splitlines()[-1] == f"3 {os.nice(0)}"
     with pytest.raises(OSError):
         socket.create_connection((host, int(port)), timeout=2).close()
 
@@ -214,6 +224,9 @@ mine = psutil.Process()
 @ray.remote(num_cpus=0.1)
 class Probe:
     def ping(self): return 1
+    def nice(self):
+        import os
+        return os.nice(0)
 probe = Probe.remote()
 ray.get(probe.ping.remote())
 idle = 0
@@ -221,18 +234,20 @@ for _ in range(20):
     idle = max(idle, sum("ray::IDLE" in " ".join(p.cmdline())
                          for p in mine.children(recursive=True) if p.is_running()))
     time.sleep(0.1)
-print(idle)
+print(idle, ray.get(probe.nice.remote()))
 ray.shutdown()
 """
 
 
-def test_a_local_instance_starts_no_idle_workers() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+def test_a_local_instance_starts_no_idle_workers_and_runs_its_workers_at_nice_0() -> None:
+    # Ray's default runs workers (the flow's ranks) at nice 15, preempted by anything else.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RAY_ADDRESS", "RAY_worker_niceness")}
     proc = subprocess.run([sys.executable, "-c", _IDLE_PROBE], capture_output=True, text=True,
                           env={**env, "RAY_AUTH_MODE": "disabled",
                                "RAY_USAGE_STATS_ENABLED": "0"}, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1] == "0"
+    assert proc.stdout.strip().splitlines()[-1] == f"0 {os.nice(0)}"
 
 
 _STOP_PROBE = """
@@ -282,3 +297,11 @@ def test_a_module_imports_while_ray_starts_and_a_failed_import_stops_that_ray() 
                           timeout=180, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split("\n")[:3] == ["failed False", "json True True", "csv False"]
+
+
+def test_a_users_worker_niceness_is_left_to_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAY_worker_niceness", raising=False)
+    assert local_system_config()["worker_niceness"] == 0
+    monkeypatch.setenv("RAY_worker_niceness", "10")
+    assert "worker_niceness" not in local_system_config()
+    assert local_system_config()["enable_worker_prestart"] is False

@@ -34,8 +34,8 @@ else:  # imported on use: a run of local ranks never needs it
     from rlinf.workers.runtime.lazy_ray import ray
 
 __all__ = ["ClusterWatch", "cluster_address", "cluster_gone", "cluster_reachable", "ensure_ray",
-           "import_while_ray_starts", "local_ray_instance", "raylet_addresses", "stop_ray",
-           "unreachable"]
+           "import_while_ray_starts", "local_ray_instance", "local_system_config",
+           "raylet_addresses", "stop_ray", "unreachable"]
 
 _log = structlog.get_logger(__name__)
 
@@ -55,11 +55,23 @@ class _Connection:
 _last = _Connection()
 
 
-_NO_IDLE_WORKERS = {"prestart_worker_first_driver": False, "enable_worker_prestart": False}
-"""Ray's system config of a local instance this process starts: no worker processes started
-ahead of demand. Ray would start one idle worker per CPU for the driver (each spending
-CPU on importing Ray), which no flow uses (its ranks carry their own environment) and which
-compete for the cores with the processes a run does start."""
+def local_system_config() -> dict[str, bool | int]:
+    """Ray's system config of a local instance this process starts:
+
+    - no worker processes started ahead of demand. Ray would start one idle worker per CPU
+      for the driver (each spending CPU on importing Ray), which no flow uses (its ranks
+      carry their own environment) and which compete for the cores with the processes a run
+      does start;
+    - workers at nice 0, as the driver and local ranks run, unless ``RAY_worker_niceness``
+      says otherwise. Ray starts its workers, and so the flow's ranks, at nice 15: on a
+      machine shared with anything else, every process at nice 0 preempts them, and ranks
+      that synchronise (a data-parallel actor's gradient all-reduce) wait on the one
+      preempted (benchmarks/RESULTS.md, bench-reasoning)."""
+    config: dict[str, bool | int] = {"prestart_worker_first_driver": False,
+                                     "enable_worker_prestart": False}
+    if "RAY_worker_niceness" not in os.environ:
+        config["worker_niceness"] = 0
+    return config
 
 
 def ensure_ray(**options: Any) -> bool:
@@ -74,7 +86,7 @@ def ensure_ray(**options: Any) -> bool:
     settings = {"include_dashboard": False, "log_to_driver": False,
                 "configure_logging": False, **options}
     if not (settings.get("address") or os.environ.get("RAY_ADDRESS")):
-        settings["_system_config"] = {**_NO_IDLE_WORKERS,
+        settings["_system_config"] = {**local_system_config(),
                                       **dict(settings.get("_system_config") or {})}
     try:
         ray.init(**settings)
@@ -136,8 +148,9 @@ def stop_ray() -> None:
 
 _HELPER = """
 import sys, ray
+from rlinf.workers.runtime.ray_session import local_system_config
 ray.init(num_cpus=int(sys.argv[1]), include_dashboard=False, log_to_driver=False,
-         configure_logging=False)
+         configure_logging=False, _system_config=local_system_config())
 print(ray.get_runtime_context().gcs_address, flush=True)
 sys.stdin.read()
 from rlinf.workers.runtime.ray_session import stop_ray
