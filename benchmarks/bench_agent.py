@@ -243,6 +243,7 @@ def planned_flow(args: argparse.Namespace) -> dict[str, object]:
 
     from rlinf.envs.math import GeneratorConfig, ProblemGenerator
     from rlinf.sched import Cluster
+    from rlinf.workers.runtime.ray_session import local_system_config
 
     overrides = ["task=math_tools", f"data.prompts_per_step={args.prompts}",
                  f"rollout.group_size={args.group_size}",
@@ -253,7 +254,9 @@ def planned_flow(args: argparse.Namespace) -> dict[str, object]:
     cfg = from_omegaconf(compose_config(overrides), num_devices=2)
     spec = flow_spec(cfg)
     generator = ProblemGenerator(GeneratorConfig.for_level(2))
-    ray.init(num_cpus=12, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # Configured as a Ray instance a run starts itself: no idle workers, workers at nice 0.
+    ray.init(num_cpus=12, include_dashboard=False, log_to_driver=False, configure_logging=False,
+             _system_config=local_system_config())
     try:
         cluster = Cluster.discover(use_ray=True, cpu_slots=2)
         rows = args.prompts * args.group_size
