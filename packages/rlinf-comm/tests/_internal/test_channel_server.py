@@ -355,10 +355,44 @@ def test_a_credit_word_is_topped_up_as_room_frees(server: ChannelServer, token: 
     producer.cput(5, 6)  # full again
     assert xids(consumer.get()) == [3]
     consumer.peer.call({"op": "sync"}, timeout=10)
-    assert word.load() == 6  # one free slot: less than half a share, kept for a batch...
-    producer.peer.notify({"op": "want"})
-    producer.peer.call({"op": "sync"}, timeout=10)
-    assert word.load() == 7  # ...until the producer says it waits for room
+    assert word.load() == 7  # one free slot: granted at once (a busy producer finds it)
+    word.close()
+
+
+def test_a_credit_word_wakes_its_producer_only_while_one_sleeps(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A grant is a store into the shared word; the system call that wakes is paid only
+    while a producer thread says it sleeps there."""
+    import threading
+    import time
+
+    from rlinf.comm._internal import credit
+
+    word = credit.CreditWord.create()
+    assert word is not None
+    owner = credit.CreditWord.attach(word.offer())
+    assert owner is not None
+    wakes: list[int] = []
+    real_wake = credit.futex.wake
+    monkeypatch.setattr(credit.futex, "wake", lambda a: (wakes.append(a), real_wake(a)))
+    owner.add(1)
+    assert word.load() == 1 and wakes == []  # nobody sleeps: no system call
+    credits = credit.Credits(bounded=True)
+    credits.attach(word)
+    assert credits.take(1)
+    got: list[bool] = []
+    waiter = threading.Thread(target=lambda: got.append(credits.wait_for_one(
+        time.monotonic() + 10, check=lambda: None, ask=lambda: None)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not owner._words[credit._SLEEPERS] and time.monotonic() < deadline:
+        time.sleep(0.001)
+    owner.add(1)  # the waiter sleeps (or is about to): woken
+    waiter.join(10)
+    assert got == [True] and wakes
+    assert owner._words[credit._SLEEPERS] == 0  # it says it is awake again
+    owner.close()
+    word.unlink()
     word.close()
 
 

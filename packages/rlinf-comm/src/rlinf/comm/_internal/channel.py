@@ -15,7 +15,8 @@ Every message costs a wake-up of the other side, so the common paths take as few
 can: a handle in the owner's own process calls the owner directly (`LocalPeer`) and, while
 its get waits, reads the producers' connections itself; a producer elsewhere spends *credits*
 (room the owner reserved for it, granted in a shared word on the owner's node) and sends its
-put without waiting for an answer (see `channel_server` for the protocol).
+put without waiting for an answer (see `channel_server` for the protocol); there, its small
+puts go through a shared-memory ring rather than its connection (`put_ring`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from rlinf.comm._internal.credit import Credits, CreditWord
 from rlinf.comm._internal.endpoint import Endpoint
 from rlinf.comm._internal.local_rpc import LocalPeer
 from rlinf.comm._internal.logs import get_logger
+from rlinf.comm._internal.put_ring import RingWriter
 from rlinf.comm._internal.rpc import Buffers, Header, Reply, RpcPeer, reply_window, wait_future
 from rlinf.comm._internal.store import Store, check_timeout
 from rlinf.comm.batch import Array, Batch
@@ -117,6 +119,10 @@ class Channel:
         self._closed_seen = False  # the owner said the channel was closed
         self._word_lock = threading.Lock()
         self._word_offered = False
+        self._ring: RingWriter | None = None  # small puts to an owner on this node
+        self._ring_offered = False
+        self._credits = Credits(bounded=False)  # until the hello's answer says (an owner
+        # that dies before it answers finds one to wake)
         reply, _ = self._peer.call(
             {"op": "hello", "endpoint": endpoint.info, "credit": self._credit}, timeout=30.0)
         self.maxsize = int(reply["maxsize"])
@@ -203,10 +209,58 @@ class Channel:
         if not self._credits.take(1) and not self._await_credit(limit):
             return False
         descriptor, buffers = parts
-        wire_item = {"w": w, "p": {"t": layout.INLINE, "d": descriptor}, "nb": len(buffers)}
-        self._send_on_credit(key, [wire_item], buffers, [], limit)
+        if not self._ring_put(key, w, descriptor, buffers, limit):
+            wire_item = {"w": w, "p": {"t": layout.INLINE, "d": descriptor},
+                         "nb": len(buffers)}
+            self._send_on_credit(key, [wire_item], buffers, [], limit)
         self._count_sent(w, sum(b.nbytes for b in buffers))
         return True
+
+    def _ring_put(self, key: str | None, weight: float, descriptor: Header,
+                  buffers: list[Any], limit: float) -> bool:
+        """Put one small item (its room taken) through the ring to an owner on this node;
+        False when there is no ring or the item does not go in (see `put_ring`)."""
+        ring = self._ring
+        if ring is None:
+            if self._ring_offered or not isinstance(self._peer, RpcPeer):
+                return False
+            ring = self._offer_ring(limit)
+            if ring is None:
+                return False
+        assert isinstance(self._peer, RpcPeer)
+        if ring.doorbell_asked:  # a get sleeps: the frame itself wakes it, one message
+            return False
+        if not ring.try_put(self._peer.conn.frames_sent, key or DEFAULT_KEY, weight,
+                            descriptor, buffers):
+            return False
+        self._unsynced = True
+        if ring.doorbell_asked:  # it went to sleep meanwhile
+            # Not sent when the connection is backed up: the owner then reads frames
+            # already queued, and drains the ring before it handles them.
+            with contextlib.suppress(errors.CommTimeoutError):
+                self._peer.notify({"op": "ring"}, timeout=limit)
+        return True
+
+    def _offer_ring(self, limit: float) -> RingWriter | None:
+        """Offer the owner a put ring (once per handle); the ring once it mapped it."""
+        with self._word_lock:
+            if self._ring is not None or self._ring_offered:
+                return self._ring
+            self._ring_offered = True
+            ring = RingWriter.create(self.endpoint.config.eager_bytes)
+            if ring is None:
+                return None
+            try:
+                reply, _ = self._peer.call({"op": "put_ring", "offer": ring.offer()},
+                                           timeout=limit)
+                if reply.get("mapped"):
+                    self._ring = ring
+            except errors.CommTimeoutError:
+                pass  # no answer in time: the connection it is
+            finally:
+                if self._ring is not ring:  # another node, no answer, or the owner is gone
+                    ring.close()
+            return self._ring
 
     def _count_sent(self, weight: float, nbytes: int) -> None:
         with self._sent_lock:
@@ -684,6 +738,8 @@ class Channel:
                 self._peer.notify({"op": "bye"})
         self._peer.close()
         self._credits.close()
+        if self._ring is not None:
+            self._ring.close()
         if self._outstanding:
             self.endpoint.release_exports(list(self._outstanding))
             self._outstanding.clear()

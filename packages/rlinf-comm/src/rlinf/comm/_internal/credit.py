@@ -9,7 +9,11 @@ and gave back: a put that finds room spends it without asking anybody, and one t
 none sleeps in the kernel until the owner grants more. An owner elsewhere cannot map the
 word (another node's /dev/shm): that producer's credits then come in the owner's answers.
 
-Only the owner writes the word; the count wraps at 2**32 (both sides compare differences).
+Only the owner writes the count; it wraps at 2**32 (both sides compare differences). The
+producer keeps the number of its threads asleep on the word beside it, and the owner wakes
+only when that is not 0: a grant to a producer that is busy costs no system call. (A sleeper
+counted an instant too late for the owner to see sleeps out its first slice,
+`WANT_AFTER_S`, and then asks.)
 The producer unlinks the name once the owner answered its hello, so nothing is left in
 /dev/shm either way (before that, its guardian covers a crash, as for every `Segment`).
 """
@@ -25,8 +29,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from rlinf.comm._internal import futex
 from rlinf.comm._internal.shm import Segment, _shm_open, valid_segment_name
 
@@ -34,6 +36,7 @@ __all__ = ["MASK", "WANT_AFTER_S", "CreditWord", "Credits"]
 
 MASK = 0xFFFFFFFF
 _SIZE = 4096
+_SLEEPERS = 16  # the word (index in 32-bit words) in its own cache line
 
 
 class CreditWord:
@@ -43,7 +46,7 @@ class CreditWord:
         self.name = name
         self._mapping = mapping
         self._segment = segment
-        self._words = np.frombuffer(mapping, dtype=np.uint32, count=16)
+        self._words = memoryview(mapping)[:64 + 4].cast("I")  # the count; the sleepers
         self._address = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
 
     @classmethod
@@ -83,12 +86,17 @@ class CreditWord:
             self._segment.unlink(unmap=False)
 
     def load(self) -> int:
-        return int(self._words[0])
+        return self._words[0]
 
     def add(self, n: int) -> None:
-        """Grant `n` more (owner) and wake a producer sleeping on the word."""
-        self._words[0] = (int(self._words[0]) + n) & MASK
-        futex.wake(self._address)
+        """Grant `n` more (owner), waking the producer's threads that sleep on the word."""
+        self._words[0] = (self._words[0] + n) & MASK
+        if self._words[_SLEEPERS]:
+            futex.wake(self._address)
+
+    def set_sleepers(self, n: int) -> None:
+        """How many of the producer's threads sleep on the word now (producer)."""
+        self._words[_SLEEPERS] = n
 
     def wake(self) -> None:
         """Wake whoever sleeps on the word (to look at something else: a close, a death)."""
@@ -129,6 +137,7 @@ class Credits:
         # the word's count minus these two is what is unspent of it (mod 2**32)
         self._spent = 0
         self._returned = 0
+        self._sleepers = 0  # threads asleep on the word (the owner wakes only for them)
 
     def attach(self, word: CreditWord) -> None:
         """The owner mapped `word`: its grants count from now on."""
@@ -196,7 +205,16 @@ class Credits:
                 asked = True
                 ask()
             pause = WANT_AFTER_S if not asked else _SLICE_S
-            word.wait(seen, min(deadline - now, pause))
+            self._count_sleeper(word, 1)
+            try:
+                word.wait(seen, min(deadline - now, pause))
+            finally:
+                self._count_sleeper(word, -1)
+
+    def _count_sleeper(self, word: CreditWord, change: int) -> None:
+        with self._lock:
+            self._sleepers += change
+            word.set_sleepers(self._sleepers)
 
     def wake(self) -> None:
         """Wake a put sleeping on the word (to look at the channel's state again)."""

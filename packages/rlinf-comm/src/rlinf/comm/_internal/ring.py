@@ -9,8 +9,17 @@ wait, then a memcpy out.
 Layout of the segment: a header page, then `slots` slots of `slot_bytes` bytes, each an
 8-byte length and the payload. The header holds two 32-bit counters in their own cache
 lines, ``written`` (items published; the consumer sleeps on it) and ``read`` (items taken;
-a producer facing a full ring sleeps on it), an ``attached`` and a ``closed`` flag, and
-the consumer's process stamp. Counters wrap at 2**32; slot ``i`` holds item ``i % slots``.
+a producer facing a full ring sleeps on it), an ``attached``, a ``closed`` and a
+``doorbell`` flag, and the consumer's process stamp. Counters wrap at 2**32; slot ``i``
+holds item ``i % slots``.
+
+A consumer that sleeps on something else (a poll over sockets) reads in place instead
+(`peek`, `advance`) and asks for a *doorbell* while it sleeps (`ask_doorbell`): the
+producer, after publishing (`try_put`), sees the flag (`doorbell_asked`) and rings it its
+own way. Each side's store is followed by a futex wake, a full memory barrier in the kernel
+(``futex_wake`` checks for waiters after ``smp_mb``), before it reads the other's word, so
+at least one of them sees the other's store: the consumer finds the item before it sleeps,
+or the producer rings.
 
 One producer process creates the ring (`create`) and hands `offer()` to one consumer
 process (over any channel) that `attach`es. The producer unlinks the segment's name as
@@ -36,8 +45,6 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeAlias
 
-import numpy as np
-
 from rlinf.comm._internal import futex
 from rlinf.comm._internal.locality import process_stamp, stamped_process_gone
 from rlinf.comm._internal.shm import Segment, _shm_open, valid_segment_name
@@ -49,7 +56,7 @@ __all__ = ["RingClosedError", "ShmRing"]
 Buffer: TypeAlias = bytes | bytearray | memoryview
 
 _HEADER = 4096
-_WRITTEN, _READ, _ATTACHED, _CLOSED = 0, 64, 128, 192
+_WRITTEN, _READ, _ATTACHED, _CLOSED, _DOORBELL = 0, 64, 128, 192, 256
 _CONSUMER_STAMP, _STAMP_BYTES = 512, 1024
 _LENGTH = 8
 _CHECK_S = 0.05
@@ -78,16 +85,12 @@ class RingClosedError(ChannelClosedError):
     """The other side closed the ring (and, for a consumer, nothing is left to take)."""
 
 
-def _bytes_view(part: Any) -> memoryview:
+def bytes_view(part: Any) -> memoryview:
     """`part` as flat bytes (an empty one as an empty view: a shape with zeros won't cast)."""
     view = memoryview(part)
     if view.nbytes == 0:
         return memoryview(b"")
     return view if view.ndim == 1 and view.format == "B" else view.cast("B")
-
-
-def _u32(view: np.ndarray, offset: int) -> int:
-    return int(view[offset // 4])
 
 
 class ShmRing:
@@ -104,8 +107,8 @@ class ShmRing:
         self._segment = segment
         self._peer_stamp = peer_stamp
         self._spin_s = _default_spin_s() if spin_s is None else spin_s
-        self._words = np.frombuffer(mapping, dtype=np.uint32, count=_HEADER // 4)
         self._view = memoryview(mapping)
+        self._words = self._view[:_HEADER].cast("I")  # aligned 32-bit loads and stores
         self._base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
         self._count = 0  # this side's own counter: items put (producer) or taken (consumer)
         self._closed = False
@@ -160,10 +163,10 @@ class ShmRing:
     # -- counters ------------------------------------------------------------------------
 
     def _load(self, offset: int) -> int:
-        return _u32(self._words, offset)
+        return self._words[offset >> 2]
 
     def _store(self, offset: int, value: int) -> None:
-        self._words[offset // 4] = value & 0xFFFFFFFF
+        self._words[offset >> 2] = value & 0xFFFFFFFF
 
     def _wake(self, offset: int) -> None:
         if futex.available():
@@ -217,18 +220,26 @@ class ShmRing:
     def put(self, payload: Buffer | Sequence[Buffer], *, timeout: float | None) -> None:
         """Copy `payload` (one buffer, or parts written back to back) into the next slot,
         waiting while the ring is full (producer)."""
+        deadline = None if timeout is None else time.monotonic() + check_timeout(timeout)
+        while not self.try_put(payload):
+            read = self._load(_READ)
+            if (self._count - read) & 0xFFFFFFFF >= self.slots:  # still full: sleep on it
+                left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+                self._await_change(_READ, read, left, "put (the ring is full)")
+
+    def try_put(self, payload: Buffer | Sequence[Buffer]) -> bool:
+        """`put` without waiting: False (nothing written) while the ring is full."""
         if self._segment is None:
             raise CommError(f"ring {self.name}: put on the consumer's end")
         self._check_open()
         parts = [payload] if isinstance(payload, (bytes, bytearray, memoryview)) else payload
-        views = [_bytes_view(part) for part in parts]
+        views = [bytes_view(part) for part in parts]
         size = sum(view.nbytes for view in views)
         if size > self.capacity:
             raise CommError(f"ring {self.name}: a {size}-byte payload exceeds the slot "
                             f"capacity of {self.capacity} bytes")
-        read = self._load(_READ)
-        if (self._count - read) & 0xFFFFFFFF >= self.slots:
-            self._await_change(_READ, read, timeout, "put (the ring is full)")
+        if (self._count - self._load(_READ)) & 0xFFFFFFFF >= self.slots:
+            return False
         start = _HEADER + (self._count % self.slots) * self.slot_bytes
         self._view[start:start + _LENGTH] = size.to_bytes(_LENGTH, "little")
         at = start + _LENGTH
@@ -237,9 +248,21 @@ class ShmRing:
             at += view.nbytes
         self._count = (self._count + 1) & 0xFFFFFFFF
         self._store(_WRITTEN, self._count)
-        self._wake(_WRITTEN)
+        self._wake(_WRITTEN)  # also the barrier before a `doorbell_asked` (module docstring)
         if not self._segment.unlinked and self._load(_ATTACHED):
             self._segment.unlink(unmap=False)  # both sides mapped it: no name needed now
+        return True
+
+    @property
+    def peer_closed(self) -> bool:
+        """Whether either side closed the ring."""
+        return bool(self._load(_CLOSED))
+
+    @property
+    def doorbell_asked(self) -> bool:
+        """Whether the consumer sleeps elsewhere and wants to hear of a put (producer; read
+        after `try_put`)."""
+        return bool(self._load(_DOORBELL))
 
     def get(self, *, timeout: float | None) -> bytearray:
         """A copy of the next payload (writable), waiting while the ring is empty
@@ -256,6 +279,33 @@ class ShmRing:
         self._store(_READ, self._count)
         self._wake(_READ)
         return payload
+
+    def peek(self) -> memoryview | None:
+        """The next payload in place, or None while the ring is empty (consumer; valid
+        until `advance`)."""
+        if self._load(_WRITTEN) == self._count:
+            return None
+        start = _HEADER + (self._count % self.slots) * self.slot_bytes
+        size = int.from_bytes(self._view[start:start + _LENGTH], "little")
+        if size > self.capacity:  # only a corrupt producer writes this
+            raise CommError(f"ring {self.name}: a slot claims {size} bytes, more than its "
+                            f"capacity of {self.capacity}")
+        return self._view[start + _LENGTH:start + _LENGTH + size]
+
+    def advance(self) -> None:
+        """Done with the payload `peek` gave: its slot is the producer's again."""
+        full = (self._load(_WRITTEN) - self._count) & 0xFFFFFFFF >= self.slots
+        self._count = (self._count + 1) & 0xFFFFFFFF
+        self._store(_READ, self._count)
+        if full:  # a producer may sleep on it in `put`
+            self._wake(_READ)
+
+    def ask_doorbell(self, on: bool) -> None:
+        """Ask the producer to ring after its puts (`on`: before this side sleeps
+        elsewhere; look at the ring once more afterwards) or stop asking (consumer)."""
+        self._store(_DOORBELL, int(on))
+        if on:
+            self._wake(_DOORBELL)  # the barrier before that last look (module docstring)
 
     def pending(self) -> int:
         """Items published and not yet taken."""

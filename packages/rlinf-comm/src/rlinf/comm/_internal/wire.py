@@ -126,6 +126,10 @@ class Connection:
         self._recv_lock = threading.Lock()
         self._prefix = memoryview(bytearray(_PREFIX.size))  # parsed under `_recv_lock`
         self._closed: str | None = None
+        # Whole frames sent and received (after the handshake, so both ends count the same
+        # frames): a channel orders what a producer sends by other ways against them.
+        self.frames_sent = 0
+        self.frames_received = 0
         self.default_timeout = default_timeout
         self.max_frame_bytes = max_frame_bytes
         try:
@@ -198,6 +202,7 @@ class Connection:
             except PeerDiedError:
                 self.close("peer died during send")
                 raise
+            self.frames_sent += 1
 
     # -- receiving --------------------------------------------------------------------
     def recv(self, *, timeout: float | None = None) -> tuple[dict[str, Any], list[memoryview]]:
@@ -238,10 +243,12 @@ class Connection:
                     self.close("peer closed the connection")
                     raise PeerDiedError(f"peer {self.peer_address} closed the connection")
             try:
-                return self._recv_rest(pview, first, deadline)
+                frame = self._recv_rest(pview, first, deadline)
             except (CommTimeoutError, PeerDiedError, CodecError) as exc:
                 self.close(f"recv failed mid-frame: {type(exc).__name__}")
                 raise
+            self.frames_received += 1
+            return frame
 
     def _recv_growing(self, size: int, deadline: Deadline, what: str) -> bytearray:
         """`size` bytes, allocated as they arrive rather than up front.
