@@ -224,6 +224,8 @@ def test_auto_stays_on_its_plan_when_its_checkpoint_cannot_move(
 
 def test_a_long_enough_run_is_priced_again_past_its_warm_up_and_caches_only_that(
         tmp_path: Path, cluster: str) -> None:
+    """Priced from its first steps, again from steps 4-6 past the warm-up, and at its last
+    from every step past the warm-up (a short window holds a slow spell now and then)."""
     from rlinf.workers.flow.auto import COLLOCATED_ITERATION
 
     cache = tmp_path / "profiles"
@@ -234,7 +236,10 @@ def test_a_long_enough_run_is_priced_again_past_its_warm_up_and_caches_only_that
     assert "(priced from the components this run measured in its first 3 step(s))" in said
     assert "(priced from the components this run measured again in steps 4-6, past its " \
         "warm-up)" in said
+    last = "(priced from the components this run measured again in steps 4-8, past its warm-up)"
+    assert last in said and said.index(last) > said.index("again in steps 4-6")
     assert outcome.predicted_iteration_s is not None and outcome.predicted_iteration_s > 0
+    assert f"{outcome.predicted_iteration_s:.3f} s per step for source,sink: 0-1 {last}" in said
     # The cache holds the iterations of steps 4-8, not the warm-up's first three.
     path, = cache.glob("*.json")
     iterations = [m for m in Profile.load(path).measurements

@@ -9,7 +9,8 @@
   (`rlinf.workers.flow.auto.run_profile`), saved in the run folder and the cache, so the next
   run of the setting is priced before it starts. A run long enough is priced again from the
   iterations after those (the first still warm up and run slower than the steady state the
-  prediction is for), and the cache keeps those.
+  prediction is for), then from all of them after twice as many and at its last; the cache
+  keeps those at the end.
 - `live_switch` / `kept_faster`: ``auto`` leaves its first guess for the plan its live costs
   price faster when the relaunch pays for itself over the iterations left, runs it as long,
   and goes back when it measured slower.

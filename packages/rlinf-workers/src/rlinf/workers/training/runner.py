@@ -251,8 +251,9 @@ class _Loop:
         """The flow's records the profile cache has (its first, a warm-up, never)."""
         self.reprice_at: int | None = None
         """The iteration after which a plan priced from its first iterations is priced again
-        from the ones after them: the first few still warm up (allocator, caches) and run
-        slower than the steady state, which the prediction is for."""
+        from the ones after them (the first few still warm up: allocator, caches, and run
+        slower than the steady state, which the prediction is for), then again after twice
+        as many and at the last (`_next_reprice`)."""
 
     def run(self) -> Any:
         session, task, settings = self.session, self.task, self.settings
@@ -379,11 +380,13 @@ class _Loop:
                 self.cached = max(self.cached, len(records))
         elif self.reprice_at is not None and step == self.reprice_at:
             records = self.flow.run.records
+            # Every iteration past the warm-up so far (the cache gets them at the end): a
+            # window of three held a slow spell now and then, and priced the run by it.
             self.choice = priced_live(self.task, self.choice,
                                       run_profile(self.flow.run, skip=LIVE_STEPS),
                                       session.cluster, steps=len(records), since=LIVE_STEPS + 1,
-                                      out=session.out)
-            self.cached, self.reprice_at = len(records), None
+                                      out=session.out, cache=False)
+            self.reprice_at = _next_reprice(step, self.plan_from, settings.steps)
         elif self.tried is not None and step - self.plan_from == LIVE_STEPS:
             target = kept_faster(self.choice, self.tried,
                                  measured=steady_median(on_plan) or seconds,
@@ -402,6 +405,14 @@ class _Loop:
             return
         remember_plan(self.task, self.session.cluster,
                       MeasuredPlan(self.choice.plan, (seconds,), self.modeled))
+
+
+def _next_reprice(step: int, plan_from: int, steps: int) -> int | None:
+    """When a plan priced again at `step` is priced once more: after twice as many
+    iterations of it, or at the run's last; None once that was the last."""
+    if step >= steps:
+        return None
+    return min(plan_from + 2 * (step - plan_from), steps)
 
 
 def _close_all(flows: Sequence[Any]) -> None:
