@@ -417,7 +417,7 @@ class ChannelServer:
         give = min(self.maxsize - self._count - self._granted, share - client.credits)
         # Every freed slot at once: a busy producer finds it without a system call (the
         # word wakes only a sleeping one), and one that waited half a share for its wake-up
-        # left the consumer idle meanwhile (twice the time per item in `bench_comm`).
+        # left the consumer idle meanwhile.
         if give > 0:
             client.credits += give
             self._granted += give

@@ -1,11 +1,11 @@
 """A channel handle's puts to an owner on its node, through a shared-memory ring.
 
 Over the handle's connection a small put costs a frame encoded, sent, polled for, read and
-decoded: tens of microseconds of Python on each side, per message. A handle whose owner
-mapped its ring (`RingWriter`, offered once with ``put_ring``) writes a small inline item
-into the ring's next slot instead; the owner (`RingReader`) drains its clients' rings into
-its queues whenever it handles anything (a frame, a local get, a stat) and before a get of
-its sleeps.
+decoded: Python on each side, per message, that dwarfs the copy of a small item. A handle
+whose owner mapped its ring (`RingWriter`, offered once with ``put_ring``) writes a small
+inline item into the ring's next slot instead; the owner (`RingReader`) drains its clients'
+rings into its queues whenever it handles anything (a frame, a local get, a stat) and
+before a get of its sleeps.
 
 Order: a handle's items keep their order whichever way they went. Each slot records how
 many frames the handle had sent on its connection when it was written (``after``); the
