@@ -11,7 +11,7 @@ from contextlib import contextmanager
 import numpy as np
 import pytest
 
-from rlinf.comm import Channel, CodecError, Endpoint, TCPStore
+from rlinf.comm import Channel, CodecError, CommTimeoutError, Endpoint, TCPStore
 from rlinf.comm._internal import channel_server
 from rlinf.comm._internal.put_ring import SLOTS, RingReader, RingWriter
 
@@ -76,6 +76,16 @@ def test_a_malformed_slot_is_a_codec_error(ring_pair: tuple[RingWriter, RingRead
     writer, reader = ring_pair
     assert writer.ring.try_put(b"\0" * 8 + b"\xff" * 40)  # counts past the slot
     with pytest.raises(CodecError, match="do not fit"):
+        reader.take(0)
+
+
+def test_a_slot_longer_than_the_slot_is_a_codec_error(
+        ring_pair: tuple[RingWriter, RingReader]) -> None:
+    writer, reader = ring_pair
+    assert writer.ring.try_put(b"\0" * 64)
+    start = 4096  # the header page, then slot 0: its 8-byte length first
+    writer.ring._view[start:start + 8] = (writer.ring.slot_bytes * 2).to_bytes(8, "little")
+    with pytest.raises(CodecError, match="more than its capacity"):
         reader.take(0)
 
 
@@ -155,3 +165,20 @@ def test_a_get_from_another_handle_is_served_from_the_ring(
             time.sleep(0.01)  # the get parks in between: each put is rung
         getter.join(10)
         assert got == [0, 1, 2] and producer._ring is not None
+
+
+def test_a_ring_with_a_malformed_slot_is_dropped_and_puts_go_on_over_the_socket(
+        store: TCPStore, endpoint: Endpoint) -> None:
+    with Channel.create("c", store=store, maxsize=4) as owner, \
+            socket_handle(store, "c") as producer:
+        producer.put({"x": np.array([0])})
+        assert _values([owner.get(timeout=10)]) == [0]
+        ring = producer._ring
+        assert ring is not None and owner._server is not None
+        assert ring.ring.try_put(b"\0" * 8 + b"\xff" * 40)  # a broken producer's slot
+        producer.put({"x": np.array([1])})  # behind the broken slot in the ring
+        with pytest.raises(CommTimeoutError):  # the owner dropped the ring and its slots
+            owner.get(timeout=0.5)
+        assert owner._server._rings == {} and ring.ring.peer_closed
+        producer.put({"x": np.array([2])})  # over the socket now
+        assert _values([owner.get(timeout=10)]) == [2]

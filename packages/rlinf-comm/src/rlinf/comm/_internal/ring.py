@@ -49,7 +49,13 @@ from rlinf.comm._internal import futex
 from rlinf.comm._internal.locality import process_stamp, stamped_process_gone
 from rlinf.comm._internal.shm import Segment, _shm_open, valid_segment_name
 from rlinf.comm._internal.store import check_timeout
-from rlinf.comm.errors import ChannelClosedError, CommError, CommTimeoutError, PeerDiedError
+from rlinf.comm.errors import (
+    ChannelClosedError,
+    CodecError,
+    CommError,
+    CommTimeoutError,
+    PeerDiedError,
+)
 
 __all__ = ["RingClosedError", "ShmRing"]
 
@@ -288,7 +294,7 @@ class ShmRing:
         start = _HEADER + (self._count % self.slots) * self.slot_bytes
         size = int.from_bytes(self._view[start:start + _LENGTH], "little")
         if size > self.capacity:  # only a corrupt producer writes this
-            raise CommError(f"ring {self.name}: a slot claims {size} bytes, more than its "
+            raise CodecError(f"ring {self.name}: a slot claims {size} bytes, more than its "
                             f"capacity of {self.capacity}")
         return self._view[start + _LENGTH:start + _LENGTH + size]
 
